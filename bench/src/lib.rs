@@ -1,0 +1,76 @@
+//! Shared helpers for the cfdp benchmark binaries: a deterministic key
+//! generator, medians, the machine description printed beside every table,
+//! and the CSV writer for `bench/results/`.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// SplitMix64: a tiny, well-known deterministic generator for benchmark keys.
+/// A full `rand` dependency buys nothing here: keys only need to be distinct
+/// and uniform, and reproducible from a seed.
+#[derive(Clone, Debug)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Median of a sample set (sorts in place). Empty input gives NaN.
+pub fn median(samples: &mut [f64]) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let n = samples.len();
+    if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+    }
+}
+
+/// `bench/results/<name>`, created if needed, independent of the working directory.
+pub fn results_path(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results");
+    let _ = fs::create_dir_all(&dir);
+    dir.join(name)
+}
+
+/// Writes a CSV file with the given header line and rows (already comma-joined).
+pub fn write_csv(path: &std::path::Path, header: &str, rows: &[String]) -> io::Result<()> {
+    let mut f = io::BufWriter::new(fs::File::create(path)?);
+    writeln!(f, "{header}")?;
+    for r in rows {
+        writeln!(f, "{r}")?;
+    }
+    f.flush()
+}
+
+/// CPU model and core count, printed with every table so numbers carry their machine.
+pub fn machine_description() -> String {
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    format!("{model}, {cores} cores")
+}

@@ -1,0 +1,1060 @@
+//! The safe, concurrent filter: lookups, the Bloom-Cuckoo insert path
+//! (seed 004, Algorithm 2), delete (Algorithm 1), the Bloom-part side table
+//! and migration.
+//!
+//! Writers never modify the table along a random walk as they go. They first
+//! *plan* the whole walk of Algorithm 2 against a read of the table (the
+//! plan is the list of entries that would move), then *execute* it backwards:
+//! the last displaced entry moves first into its free slot (or into the
+//! Bloom part), then the one before it into the slot just freed, and so on,
+//! and the new item is written last. Every step is one atomic move under the
+//! stripe locks of both buckets of the moving entry, checked against what
+//! the plan expected; a step whose check fails stops the execution (the
+//! table is still valid: the entries moved so far sit in their alternate
+//! buckets) and the insert is planned again. So no entry is ever absent from
+//! both its buckets, and readers, which validate both stripes' versions,
+//! never see a move half done.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+
+use crate::config::{BloomConfig, BloomMode, Config, ConfigError};
+use crate::hash::{fp_displacement, hash_bytes, tag_mix};
+use crate::layout::{Bucket, Layout, ENTRIES_PER_BUCKET};
+use crate::raw::RawTable;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// Answer of a lookup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Lookup {
+    /// Definitely not in the filter.
+    #[default]
+    Miss,
+    /// A matching fingerprint with its associated value (0 when the filter
+    /// stores no values). May be a false positive.
+    Entry(u32),
+    /// Matched by the Bloom part (both Bloom fields of the item's buckets
+    /// hold its bit or tag). Carries no value: the value of a Bloom-part
+    /// element lives in the side table, which lookups do not read. May be a
+    /// false positive.
+    Bloom,
+}
+
+impl Lookup {
+    #[inline]
+    pub fn is_hit(self) -> bool {
+        !matches!(self, Lookup::Miss)
+    }
+}
+
+/// Where an insert put the new item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In a cuckoo entry.
+    Entry,
+    /// In the Bloom part (its two buckets' Bloom fields).
+    Bloom,
+}
+
+/// Report of a successful insert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InsertOutcome {
+    pub placement: Placement,
+    /// True when the Bloom part grew by one element: the new item itself
+    /// went there, or an entry evicted along the walk did (Algorithm 2,
+    /// line 33).
+    pub bloom_added: bool,
+    /// Iterations (bucket accesses) of Algorithm 2: 1 when a candidate
+    /// bucket had room.
+    pub iterations: u32,
+}
+
+/// Why an insert did not happen. The filter is unchanged in every case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertError {
+    /// No free entry (and no free Bloom pair) within `max_kicks` iterations.
+    Full { iterations: u32 },
+    /// The value does not fit in the configured value bits.
+    ValueTooWide { value: u32, bits: u32 },
+    /// Other writers kept changing the planned path; gave up after retries.
+    Contended,
+}
+
+impl std::fmt::Display for InsertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InsertError::Full { iterations } => {
+                write!(f, "filter full: no room found in {iterations} iterations")
+            }
+            InsertError::ValueTooWide { value, bits } => {
+                write!(f, "value {value} does not fit in {bits} value bits")
+            }
+            InsertError::Contended => write!(f, "insert kept conflicting with other writers"),
+        }
+    }
+}
+
+impl std::error::Error for InsertError {}
+
+/// Filter statistics at one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stats {
+    /// Items held: cuckoo entries plus Bloom-part elements.
+    pub items: usize,
+    pub entries: usize,
+    pub bloom_items: usize,
+    pub buckets: usize,
+    pub fingerprint_bits: u32,
+    pub value_bits: u32,
+    /// Width of the per-bucket Bloom field (0: none).
+    pub bloom_field_bits: u32,
+    /// Occupied entries / (4 × buckets).
+    pub load_factor: f64,
+    /// Table memory in bits (whole words) per item held.
+    pub bits_per_item: f64,
+    /// Estimated false-positive rate: cuckoo part plus Bloom part (crate docs).
+    pub estimated_fpr: f64,
+    /// The filter's theoretical upper bound 1 − (1 − 2^−f)^(2b) (SPEC §2).
+    pub fpr_bound: f64,
+    pub memory_bytes: usize,
+}
+
+/// An element of the Bloom part, as kept in the side table (seed 004 keeps
+/// `(h1, fp)`; we keep the bucket pair and the value too, so migration can
+/// restore the entry exactly). Keyed by the lower bucket of the pair: each
+/// bucket's Bloom field belongs to at most one element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BloomRecord {
+    pub fp: u32,
+    pub value: u32,
+    pub high: usize,
+}
+
+/// An item's position in the table, derived from its hash.
+#[derive(Clone, Copy, Debug, Default)]
+struct Keyed {
+    fp: u32,
+    i1: usize,
+    i2: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    bucket: usize,
+    slot: usize,
+}
+
+/// One planned displacement: `placed` goes into `loc`, whose occupant at
+/// planning time was `orig`.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    loc: Loc,
+    placed: u64,
+    orig: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Terminal {
+    Empty(Loc),
+    Bloom { a: usize, b: usize },
+    Fail,
+}
+
+#[derive(Debug)]
+struct Plan {
+    path: Vec<Step>,
+    terminal: Terminal,
+    iterations: u32,
+}
+
+/// What the last step of an executed plan does with the planned item.
+#[derive(Clone, Copy)]
+enum Final {
+    /// Write a new item.
+    Insert,
+    /// Move a Bloom-part element (its record) into an entry.
+    Migrate(BloomRecord),
+}
+
+/// A failed check during execution: the table changed since planning.
+struct Conflict;
+
+const MAX_RETRIES: u32 = 16;
+
+/// Writer-local random choices (SplitMix64), seeded per operation from the
+/// filter's counter: reproducible for a single writer, cheap, and no shared
+/// generator state on the read path.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn coin(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next() >> 32) as usize * n) >> 32
+    }
+    /// A random set bit of `mask` (non-zero).
+    fn pick_bit(&mut self, mask: u32) -> usize {
+        let k = self.below(mask.count_ones() as usize);
+        let mut m = mask;
+        for _ in 0..k {
+            m &= m - 1;
+        }
+        m.trailing_zeros() as usize
+    }
+}
+
+/// A concurrent (Bloom-)cuckoo filter. See the crate docs.
+pub struct Filter {
+    raw: RawTable,
+    config: Config,
+    bloom: Option<BloomConfig>,
+    side: Mutex<BTreeMap<usize, BloomRecord>>,
+    entries: AtomicUsize,
+    bloom_items: AtomicUsize,
+    rng: AtomicU64,
+    /// Writers hold it shared (they still run in parallel, serialized per
+    /// stripe); `to_bytes` holds it exclusively to see one consistent
+    /// table. Readers never touch it.
+    gate: RwLock<()>,
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filter")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the side table cannot leave it half-updated
+    // (every update is a single map operation), so poisoning is ignored.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Filter {
+    /// Builds an empty filter.
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let tag_bits = config.bloom.map_or(0, |b| b.mode.field_bits());
+        let layout = Layout::new(config.fingerprint_bits, config.value_bits, tag_bits)?;
+        let buckets = config.bucket_count()?;
+        let stripes = if config.stripes == 0 {
+            1024
+        } else {
+            config.stripes
+        };
+        Ok(Self {
+            raw: RawTable::new(layout, buckets, stripes),
+            bloom: config.bloom,
+            rng: AtomicU64::new(config.seed),
+            config,
+            side: Mutex::new(BTreeMap::new()),
+            entries: AtomicUsize::new(0),
+            bloom_items: AtomicUsize::new(0),
+            gate: RwLock::new(()),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.raw.layout
+    }
+
+    pub(crate) fn raw(&self) -> &RawTable {
+        &self.raw
+    }
+
+    pub fn buckets(&self) -> usize {
+        self.raw.buckets()
+    }
+
+    /// Entries the cuckoo part can hold (4 per bucket).
+    pub fn slots(&self) -> usize {
+        self.raw.buckets() * ENTRIES_PER_BUCKET
+    }
+
+    /// Items held (cuckoo entries plus Bloom-part elements).
+    pub fn len(&self) -> usize {
+        self.entries.load(Ordering::Relaxed) + self.bloom_items.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements currently in the Bloom part.
+    pub fn bloom_len(&self) -> usize {
+        self.bloom_items.load(Ordering::Relaxed)
+    }
+
+    /// Largest value an entry can carry.
+    pub fn max_value(&self) -> u32 {
+        self.raw.layout.value_mask as u32
+    }
+
+    // ----- hashing -------------------------------------------------------
+
+    #[inline(always)]
+    fn alt(&self, bucket: usize, fp: u32) -> usize {
+        let d = (fp_displacement(fp) as usize) & self.raw.bucket_mask();
+        // Never 0: the two buckets of an item always differ, so its Bloom
+        // pair really is two buckets.
+        bucket ^ if d == 0 { 1 } else { d }
+    }
+
+    #[inline(always)]
+    fn derive(&self, h: u64) -> Keyed {
+        let fp = (h & self.raw.layout.fp_mask) as u32;
+        let fp = if fp == 0 { 1 } else { fp };
+        let i1 = ((h >> 32) as usize) & self.raw.bucket_mask();
+        Keyed {
+            fp,
+            i1,
+            i2: self.alt(i1, fp),
+        }
+    }
+
+    /// The two candidate buckets and the fingerprint of a hashed key
+    /// (diagnostics and tests).
+    pub fn locate_hash(&self, h: u64) -> (usize, usize, u32) {
+        let k = self.derive(h);
+        (k.i1, k.i2, k.fp)
+    }
+
+    /// The Bloom-part value of an element with fingerprint `fp` whose
+    /// buckets are `a` and `b`: 1 in bit mode, a non-zero tag in tag mode.
+    #[inline(always)]
+    fn tag_for(&self, fp: u32, a: usize, b: usize) -> u64 {
+        match self.bloom.map(|b| b.mode) {
+            Some(BloomMode::Tag { bits }) => {
+                // Multiply-shift range reduction onto 1..=2^bits-1.
+                let range = (1u64 << bits) - 1;
+                (((tag_mix(fp, a.min(b)) >> 32) * range) >> 32) + 1
+            }
+            _ => 1,
+        }
+    }
+
+    // ----- lookups -------------------------------------------------------
+
+    #[inline(always)]
+    fn probe(&self, k: &Keyed, b1: &Bucket, b2: &Bucket) -> Lookup {
+        let l = &self.raw.layout;
+        if let Some(s) = l.find_fp(b1, k.fp) {
+            return Lookup::Entry(l.entry_value(l.entry(b1, s)));
+        }
+        if let Some(s) = l.find_fp(b2, k.fp) {
+            return Lookup::Entry(l.entry_value(l.entry(b2, s)));
+        }
+        if l.tag_bits != 0 {
+            let t1 = l.tag(b1);
+            if t1 != 0 && t1 == l.tag(b2) && t1 == self.tag_for(k.fp, k.i1, k.i2) {
+                return Lookup::Bloom;
+            }
+        }
+        Lookup::Miss
+    }
+
+    /// Looks up a pre-hashed key. Lock-free and write-free.
+    #[inline]
+    pub fn get_hash(&self, h: u64) -> Lookup {
+        let k = self.derive(h);
+        let (b1, b2) = self.raw.read_pair(k.i1, k.i2);
+        self.probe(&k, &b1, &b2)
+    }
+
+    #[inline]
+    pub fn contains_hash(&self, h: u64) -> bool {
+        self.get_hash(h).is_hit()
+    }
+
+    pub fn get(&self, key: &[u8]) -> Lookup {
+        self.get_hash(hash_bytes(key))
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.get_hash(hash_bytes(key)).is_hit()
+    }
+
+    /// Batched lookup of pre-hashed keys, the DPDK bulk-lookup pattern:
+    /// derive both buckets of a group of keys and prefetch them all, then
+    /// probe. Answers are identical to [`Filter::get_hash`] on each key.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `hashes`.
+    pub fn get_batch_hashes(&self, hashes: &[u64], out: &mut [Lookup]) {
+        const GROUP: usize = 16;
+        assert!(out.len() >= hashes.len(), "output slice too short");
+        let mut keys = [Keyed::default(); GROUP];
+        for (hs, os) in hashes.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+            for (k, &h) in keys.iter_mut().zip(hs) {
+                *k = self.derive(h);
+                crate::prefetch::read(self.raw.bucket_ptr(k.i1));
+                crate::prefetch::read(self.raw.bucket_ptr(k.i2));
+            }
+            for (k, o) in keys.iter().zip(os.iter_mut()).take(hs.len()) {
+                let (b1, b2) = self.raw.read_pair(k.i1, k.i2);
+                *o = self.probe(k, &b1, &b2);
+            }
+        }
+    }
+
+    /// Batched lookup of byte keys (hashes, then [`Filter::get_batch_hashes`]).
+    pub fn get_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut [Lookup]) {
+        let hashes: Vec<u64> = keys.iter().map(|k| hash_bytes(k.as_ref())).collect();
+        self.get_batch_hashes(&hashes, out);
+    }
+
+    // ----- inserts -------------------------------------------------------
+
+    fn writer_rng(&self) -> Rng {
+        Rng(self.rng.fetch_add(0xd1b5_4a32_d192_ed03, Ordering::Relaxed))
+    }
+
+    /// Inserts a byte key with value 0.
+    pub fn insert(&self, key: &[u8]) -> Result<InsertOutcome, InsertError> {
+        self.insert_hash(hash_bytes(key), 0)
+    }
+
+    /// Inserts a pre-hashed key with an associated value, through Algorithm
+    /// 2 of seed 004 when the filter has a Bloom part, else through the
+    /// plain cuckoo walk. On error the filter is unchanged.
+    pub fn insert_hash(&self, h: u64, value: u32) -> Result<InsertOutcome, InsertError> {
+        if value > self.max_value() {
+            return Err(InsertError::ValueTooWide {
+                value,
+                bits: self.config.value_bits,
+            });
+        }
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        let k = self.derive(h);
+        let entry = self.raw.layout.make_entry(k.fp, value);
+        let threshold = self.bloom.map(|b| b.threshold);
+        let mut rng = self.writer_rng();
+        let mut spent = 0;
+        for _ in 0..MAX_RETRIES {
+            let plan = self.plan(&k, entry, threshold, &mut rng);
+            if let Terminal::Fail = plan.terminal {
+                return Err(InsertError::Full {
+                    iterations: spent + plan.iterations,
+                });
+            }
+            match self.execute(&k, entry, &plan, Final::Insert) {
+                Ok((placement, bloom_added)) => {
+                    return Ok(InsertOutcome {
+                        placement,
+                        bloom_added,
+                        iterations: spent + plan.iterations,
+                    })
+                }
+                Err(Conflict) => spent += plan.iterations,
+            }
+        }
+        Err(InsertError::Contended)
+    }
+
+    /// A bucket as the plan sees it: the table with the plan's placements.
+    fn sim_bucket(&self, bucket: usize, path: &[Step]) -> Bucket {
+        let l = &self.raw.layout;
+        let mut b = self.raw.load_hint(bucket);
+        for st in path.iter().filter(|st| st.loc.bucket == bucket) {
+            let (w, v) = l.set_entry(&b, st.loc.slot, st.placed);
+            b[w] = v;
+        }
+        b
+    }
+
+    /// Plans Algorithm 2 for item `entry` at `k` without changing anything.
+    /// `threshold`: `Some(t)` allows the Bloom part from iteration `t + 1`,
+    /// `None` never (plain cuckoo filter, and migration).
+    ///
+    /// The walk is loop-erased: when it evicts an entry that it placed
+    /// itself earlier, the entries between form a cycle that would end where
+    /// they started, so that part of the path is dropped and the walk goes
+    /// on with the evicted entry. Iterations still count every step.
+    fn plan(&self, k: &Keyed, entry: u64, threshold: Option<u32>, rng: &mut Rng) -> Plan {
+        let l = &self.raw.layout;
+        let bloom_ok = |i: u32| threshold.is_some_and(|t| i > t);
+        let max = self.config.max_kicks;
+        let mut path: Vec<Step> = Vec::new();
+        let done = |path: Vec<Step>, terminal, iterations| Plan {
+            path,
+            terminal,
+            iterations,
+        };
+
+        // Iteration 1: both candidate buckets.
+        let mut i = 1;
+        let b1 = self.raw.load_hint(k.i1);
+        let b2 = self.raw.load_hint(k.i2);
+        let (e1, e2) = (l.empty_slots(&b1), l.empty_slots(&b2));
+        if e1 | e2 != 0 {
+            let pick = rng.pick_bit(e1 | (e2 << ENTRIES_PER_BUCKET));
+            let loc = if pick < ENTRIES_PER_BUCKET {
+                Loc {
+                    bucket: k.i1,
+                    slot: pick,
+                }
+            } else {
+                Loc {
+                    bucket: k.i2,
+                    slot: pick - ENTRIES_PER_BUCKET,
+                }
+            };
+            return done(path, Terminal::Empty(loc), i);
+        }
+        if bloom_ok(i) && l.tag(&b1) == 0 && l.tag(&b2) == 0 {
+            return done(path, Terminal::Bloom { a: k.i1, b: k.i2 }, i);
+        }
+        let mut a = if rng.coin() { k.i1 } else { k.i2 };
+        let slot = rng.below(ENTRIES_PER_BUCKET);
+        let victim = l.entry(if a == k.i1 { &b1 } else { &b2 }, slot);
+        path.push(Step {
+            loc: Loc { bucket: a, slot },
+            placed: entry,
+            orig: victim,
+        });
+        let mut homeless = victim;
+
+        while i < max {
+            i += 1;
+            let be = self.alt(a, l.entry_fp(homeless));
+            let bb = self.sim_bucket(be, &path);
+            let empty = l.empty_slots(&bb);
+            if empty != 0 {
+                let loc = Loc {
+                    bucket: be,
+                    slot: rng.pick_bit(empty),
+                };
+                return done(path, Terminal::Empty(loc), i);
+            }
+            if bloom_ok(i) && l.tag(&bb) == 0 && l.tag(&self.raw.load_hint(a)) == 0 {
+                return done(path, Terminal::Bloom { a, b: be }, i);
+            }
+            let next = if rng.coin() { a } else { be };
+            let contents = if next == be {
+                bb
+            } else {
+                self.sim_bucket(a, &path)
+            };
+            let loc = Loc {
+                bucket: next,
+                slot: rng.below(ENTRIES_PER_BUCKET),
+            };
+            let victim = l.entry(&contents, loc.slot);
+            if let Some(j) = path.iter().position(|st| st.loc == loc) {
+                // Loop erasure: `victim` is the entry the plan put at `loc`.
+                path.truncate(j);
+            } else {
+                path.push(Step {
+                    loc,
+                    placed: homeless,
+                    orig: victim,
+                });
+            }
+            homeless = victim;
+            a = next;
+        }
+        done(path, Terminal::Fail, i)
+    }
+
+    /// Executes a plan backwards (see the module docs). Returns where the
+    /// planned item went and whether the Bloom part grew.
+    fn execute(
+        &self,
+        k: &Keyed,
+        entry: u64,
+        plan: &Plan,
+        fin: Final,
+    ) -> Result<(Placement, bool), Conflict> {
+        let path = &plan.path;
+        let mut bloom_added = false;
+        match (plan.terminal, path.last()) {
+            (Terminal::Fail, _) => return Err(Conflict),
+            (Terminal::Empty(dst), None) => return self.place_final(k, entry, dst, fin),
+            (Terminal::Bloom { .. }, None) => return self.place_new_in_bloom(k, entry, fin),
+            (Terminal::Empty(dst), Some(last)) => self.move_entry(last.loc, dst, last.orig)?,
+            (Terminal::Bloom { a, b }, Some(last)) => {
+                self.move_to_bloom(last.loc, last.orig, a, b)?;
+                bloom_added = true;
+            }
+        }
+        for j in (1..path.len()).rev() {
+            self.move_entry(path[j - 1].loc, path[j].loc, path[j].placed)?;
+        }
+        let (placement, grew) = self.place_final(k, entry, path[0].loc, fin)?;
+        Ok((placement, grew || bloom_added))
+    }
+
+    /// Atomically moves `entry` from `src` to the empty slot `dst` (the two
+    /// buckets of that entry), writing the destination before clearing the
+    /// source, both under both stripes' locks.
+    fn move_entry(&self, src: Loc, dst: Loc, entry: u64) -> Result<(), Conflict> {
+        let l = &self.raw.layout;
+        let g = self.raw.lock_pair(src.bucket, dst.bucket);
+        let bs = self.raw.load_locked(&g, src.bucket);
+        let bd = if dst.bucket == src.bucket {
+            bs
+        } else {
+            self.raw.load_locked(&g, dst.bucket)
+        };
+        if l.entry(&bs, src.slot) != entry || !l.is_empty(&bd, dst.slot) {
+            return Err(Conflict);
+        }
+        let (w, v) = l.set_entry(&bd, dst.slot, entry);
+        self.raw.store_locked(&g, dst.bucket, w, v);
+        let mut bs = bs;
+        if dst.bucket == src.bucket {
+            bs[w] = v;
+        }
+        let (w, v) = l.set_entry(&bs, src.slot, 0);
+        self.raw.store_locked(&g, src.bucket, w, v);
+        Ok(())
+    }
+
+    /// Sets the Bloom fields of the pair `(a, b)` to the element's tag.
+    fn write_tags(
+        &self,
+        g: &crate::raw::StripeGuard<'_>,
+        a: usize,
+        b: usize,
+        ba: &Bucket,
+        bb: &Bucket,
+        tag: u64,
+    ) {
+        let l = &self.raw.layout;
+        self.raw.store_locked(g, a, 0, l.with_tag(ba[0], tag));
+        self.raw.store_locked(g, b, 0, l.with_tag(bb[0], tag));
+    }
+
+    /// Atomically moves the entry at `src` into the Bloom part of its pair
+    /// `(a, b)` (Algorithm 2, lines 33–35): tags first, then the entry is
+    /// cleared, under both stripes' locks; then the side table records it.
+    fn move_to_bloom(&self, src: Loc, entry: u64, a: usize, b: usize) -> Result<(), Conflict> {
+        let l = &self.raw.layout;
+        let g = self.raw.lock_pair(a, b);
+        let ba = self.raw.load_locked(&g, a);
+        let bb = self.raw.load_locked(&g, b);
+        let bs = if src.bucket == a { ba } else { bb };
+        if l.entry(&bs, src.slot) != entry || l.tag(&ba) != 0 || l.tag(&bb) != 0 {
+            return Err(Conflict);
+        }
+        let fp = l.entry_fp(entry);
+        self.write_tags(&g, a, b, &ba, &bb, self.tag_for(fp, a, b));
+        let bs = self.raw.load_locked(&g, src.bucket);
+        let (w, v) = l.set_entry(&bs, src.slot, 0);
+        self.raw.store_locked(&g, src.bucket, w, v);
+        self.record_bloom(a, b, fp, l.entry_value(entry));
+        self.entries.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn record_bloom(&self, a: usize, b: usize, fp: u32, value: u32) {
+        let rec = BloomRecord {
+            fp,
+            value,
+            high: a.max(b),
+        };
+        let prev = lock(&self.side).insert(a.min(b), rec);
+        debug_assert!(prev.is_none(), "Bloom field owned twice");
+        self.bloom_items.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The new item goes straight into the Bloom part (Algorithm 2, line 8).
+    fn place_new_in_bloom(
+        &self,
+        k: &Keyed,
+        entry: u64,
+        fin: Final,
+    ) -> Result<(Placement, bool), Conflict> {
+        debug_assert!(matches!(fin, Final::Insert));
+        let l = &self.raw.layout;
+        let g = self.raw.lock_pair(k.i1, k.i2);
+        let b1 = self.raw.load_locked(&g, k.i1);
+        let b2 = self.raw.load_locked(&g, k.i2);
+        if l.tag(&b1) != 0 || l.tag(&b2) != 0 {
+            return Err(Conflict);
+        }
+        self.write_tags(&g, k.i1, k.i2, &b1, &b2, self.tag_for(k.fp, k.i1, k.i2));
+        self.record_bloom(k.i1, k.i2, k.fp, l.entry_value(entry));
+        Ok((Placement::Bloom, true))
+    }
+
+    /// Last step of a plan: the planned item into the (now empty) `dst`.
+    fn place_final(
+        &self,
+        k: &Keyed,
+        entry: u64,
+        dst: Loc,
+        fin: Final,
+    ) -> Result<(Placement, bool), Conflict> {
+        let l = &self.raw.layout;
+        let g = self.raw.lock_pair(k.i1, k.i2);
+        let bd = self.raw.load_locked(&g, dst.bucket);
+        if !l.is_empty(&bd, dst.slot) {
+            return Err(Conflict);
+        }
+        match fin {
+            Final::Insert => {
+                let (w, v) = l.set_entry(&bd, dst.slot, entry);
+                self.raw.store_locked(&g, dst.bucket, w, v);
+                self.entries.fetch_add(1, Ordering::Relaxed);
+            }
+            Final::Migrate(rec) => {
+                // The element must still be in the Bloom part, unchanged.
+                let (lo, hi) = (k.i1.min(k.i2), k.i1.max(k.i2));
+                let tag = self.tag_for(k.fp, lo, hi);
+                let b_lo = self.raw.load_locked(&g, lo);
+                let b_hi = self.raw.load_locked(&g, hi);
+                let mut side = lock(&self.side);
+                if l.tag(&b_lo) != tag || l.tag(&b_hi) != tag || side.get(&lo) != Some(&rec) {
+                    return Err(Conflict);
+                }
+                // Fingerprint first, then the Bloom fields are cleared: the
+                // element is visible through one or the other at all times
+                // (and readers see both stores or neither, by the seqlock).
+                let (w, v) = l.set_entry(&bd, dst.slot, entry);
+                self.raw.store_locked(&g, dst.bucket, w, v);
+                for bucket in [lo, hi] {
+                    let b = self.raw.load_locked(&g, bucket);
+                    self.raw.store_locked(&g, bucket, 0, l.with_tag(b[0], 0));
+                }
+                side.remove(&lo);
+                drop(side);
+                self.entries.fetch_add(1, Ordering::Relaxed);
+                self.bloom_items.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        Ok((Placement::Entry, false))
+    }
+
+    // ----- removal and updates ------------------------------------------
+
+    /// Removes a byte key inserted with value 0.
+    pub fn remove(&self, key: &[u8]) -> bool {
+        self.remove_hash(hash_bytes(key), 0)
+    }
+
+    /// Algorithm 1 of seed 004: removes one copy of the item (fingerprint
+    /// and value) from its cuckoo entries, else from the Bloom part. Only
+    /// items that were inserted may be removed (as for any cuckoo filter);
+    /// the Bloom part is cleared only when the side table confirms that the
+    /// element holding the pair is this one, so a stray remove cannot clear
+    /// another element's bits. Returns false when nothing matched.
+    pub fn remove_hash(&self, h: u64, value: u32) -> bool {
+        if value > self.max_value() {
+            return false;
+        }
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        let l = &self.raw.layout;
+        let k = self.derive(h);
+        let entry = l.make_entry(k.fp, value);
+        let g = self.raw.lock_pair(k.i1, k.i2);
+        for bucket in [k.i1, k.i2] {
+            let b = self.raw.load_locked(&g, bucket);
+            if let Some(s) = l.find_entry(&b, entry) {
+                let (w, v) = l.set_entry(&b, s, 0);
+                self.raw.store_locked(&g, bucket, w, v);
+                self.entries.fetch_sub(1, Ordering::Relaxed);
+                return true;
+            }
+        }
+        if l.tag_bits == 0 {
+            return false;
+        }
+        let (lo, hi) = (k.i1.min(k.i2), k.i1.max(k.i2));
+        let tag = self.tag_for(k.fp, lo, hi);
+        let b_lo = self.raw.load_locked(&g, lo);
+        let b_hi = self.raw.load_locked(&g, hi);
+        if l.tag(&b_lo) != tag || l.tag(&b_hi) != tag {
+            return false;
+        }
+        let mut side = lock(&self.side);
+        let expected = BloomRecord {
+            fp: k.fp,
+            value,
+            high: hi,
+        };
+        if side.get(&lo) != Some(&expected) {
+            return false;
+        }
+        self.raw.store_locked(&g, lo, 0, l.with_tag(b_lo[0], 0));
+        self.raw.store_locked(&g, hi, 0, l.with_tag(b_hi[0], 0));
+        side.remove(&lo);
+        self.bloom_items.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Changes the value of one copy of an item in place (atomically for
+    /// readers: they see the old or the new value, never a miss). Returns
+    /// false when no copy with `old` exists.
+    pub fn replace_value(&self, h: u64, old: u32, new: u32) -> Result<bool, InsertError> {
+        if new > self.max_value() {
+            return Err(InsertError::ValueTooWide {
+                value: new,
+                bits: self.config.value_bits,
+            });
+        }
+        if old > self.max_value() {
+            return Ok(false);
+        }
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        let l = &self.raw.layout;
+        let k = self.derive(h);
+        let entry = l.make_entry(k.fp, old);
+        let g = self.raw.lock_pair(k.i1, k.i2);
+        for bucket in [k.i1, k.i2] {
+            let b = self.raw.load_locked(&g, bucket);
+            if let Some(s) = l.find_entry(&b, entry) {
+                let (w, v) = l.set_entry(&b, s, l.make_entry(k.fp, new));
+                self.raw.store_locked(&g, bucket, w, v);
+                return Ok(true);
+            }
+        }
+        let (lo, hi) = (k.i1.min(k.i2), k.i1.max(k.i2));
+        let mut side = lock(&self.side);
+        match side.get_mut(&lo) {
+            Some(r) if r.fp == k.fp && r.value == old && r.high == hi => {
+                r.value = new;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    // ----- migration -----------------------------------------------------
+
+    /// Moves up to `budget` elements from the Bloom part back into cuckoo
+    /// entries (seed 004, end of section III), restoring the FPR and the
+    /// room for the next burst. Each element's fingerprint is written before
+    /// its Bloom fields are cleared, under the stripe locks of its buckets.
+    /// Elements with no room within `max_kicks` stay in the Bloom part.
+    /// Returns how many moved.
+    pub fn migrate(&self, budget: usize) -> usize {
+        if self.bloom.is_none() || budget == 0 {
+            return 0;
+        }
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        let candidates: Vec<(usize, BloomRecord)> = lock(&self.side)
+            .iter()
+            .take(budget)
+            .map(|(&lo, &r)| (lo, r))
+            .collect();
+        let l = &self.raw.layout;
+        let mut rng = self.writer_rng();
+        let mut moved = 0;
+        for (lo, rec) in candidates {
+            let k = Keyed {
+                fp: rec.fp,
+                i1: lo,
+                i2: rec.high,
+            };
+            let entry = l.make_entry(rec.fp, rec.value);
+            for _ in 0..MAX_RETRIES {
+                let plan = self.plan(&k, entry, None, &mut rng);
+                if let Terminal::Fail = plan.terminal {
+                    break;
+                }
+                if self.execute(&k, entry, &plan, Final::Migrate(rec)).is_ok() {
+                    moved += 1;
+                    break;
+                }
+                // A conflict: the record may have been removed meanwhile.
+                if lock(&self.side).get(&lo) != Some(&rec) {
+                    break;
+                }
+            }
+        }
+        moved
+    }
+
+    // ----- statistics ----------------------------------------------------
+
+    pub fn stats(&self) -> Stats {
+        let l = &self.raw.layout;
+        let entries = self.entries.load(Ordering::Relaxed);
+        let bloom_items = self.bloom_items.load(Ordering::Relaxed);
+        let items = entries + bloom_items;
+        let buckets = self.raw.buckets();
+        let load = entries as f64 / (buckets * ENTRIES_PER_BUCKET) as f64;
+        let f = l.fp_bits as i32;
+        // Each of the 2b probed entries holds a fingerprint with probability
+        // `load`, equal to the probe's with probability 1/(2^f − 1).
+        let per_entry = load / (2f64.powi(f) - 1.0);
+        let fpr_cf = 1.0 - (1.0 - per_entry).powi(2 * ENTRIES_PER_BUCKET as i32);
+        let fpr_bf = match self.bloom.map(|b| b.mode) {
+            None => 0.0,
+            Some(mode) => {
+                let occupied = (2.0 * bloom_items as f64 / buckets as f64).min(1.0);
+                let tags = match mode {
+                    BloomMode::Bit => 1.0,
+                    BloomMode::Tag { bits } => 2f64.powi(bits as i32) - 1.0,
+                };
+                (occupied / tags).powi(2)
+            }
+        };
+        let memory_bytes = buckets * l.bucket_bits() / 8;
+        Stats {
+            items,
+            entries,
+            bloom_items,
+            buckets,
+            fingerprint_bits: l.fp_bits,
+            value_bits: l.value_bits,
+            bloom_field_bits: l.tag_bits,
+            load_factor: load,
+            bits_per_item: if items == 0 {
+                f64::INFINITY
+            } else {
+                (memory_bytes * 8) as f64 / items as f64
+            },
+            estimated_fpr: 1.0 - (1.0 - fpr_cf) * (1.0 - fpr_bf),
+            fpr_bound: 1.0 - (1.0 - 2f64.powi(-f)).powi(2 * ENTRIES_PER_BUCKET as i32),
+            memory_bytes,
+        }
+    }
+
+    // ----- snapshot support ---------------------------------------------
+
+    /// Everything `to_bytes` needs, read while writers are excluded.
+    pub(crate) fn image_parts(&self) -> (Vec<u64>, Vec<(usize, BloomRecord)>, usize, usize) {
+        let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+        let words = self.raw.words_snapshot();
+        let side = lock(&self.side).iter().map(|(&k, &r)| (k, r)).collect();
+        (
+            words,
+            side,
+            self.entries.load(Ordering::Relaxed),
+            self.bloom_items.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Builds a filter from validated image parts.
+    pub(crate) fn from_parts(
+        config: Config,
+        words: &[u64],
+        side: Vec<(usize, BloomRecord)>,
+        entries: usize,
+    ) -> Result<Self, ConfigError> {
+        let f = Self::new(config)?;
+        f.raw.load_words(words);
+        let bloom = side.len();
+        *lock(&f.side) = side.into_iter().collect();
+        f.entries.store(entries, Ordering::Relaxed);
+        f.bloom_items.store(bloom, Ordering::Relaxed);
+        Ok(f)
+    }
+
+    /// Expected Bloom tag of a side-table record (snapshot validation).
+    pub(crate) fn record_tag(&self, lo: usize, rec: &BloomRecord) -> u64 {
+        self.tag_for(rec.fp, lo, rec.high)
+    }
+
+    /// Whether `high` is the alternate bucket of `lo` for fingerprint `fp`.
+    pub(crate) fn is_pair(&self, lo: usize, high: usize, fp: u32) -> bool {
+        self.alt(lo, fp) == high
+    }
+}
+
+/// Single protocol steps, for the loom model and unit tests.
+#[cfg(any(test, loom))]
+impl Filter {
+    fn test_find(&self, h: u64, value: u32) -> (Keyed, u64, Loc) {
+        let k = self.derive(h);
+        let l = &self.raw.layout;
+        let entry = l.make_entry(k.fp, value);
+        for bucket in [k.i1, k.i2] {
+            if let Some(slot) = l.find_entry(&self.raw.load_hint(bucket), entry) {
+                return (k, entry, Loc { bucket, slot });
+            }
+        }
+        panic!("item not in a cuckoo entry");
+    }
+
+    /// Moves the item's entry to a free slot of its other bucket.
+    pub(crate) fn test_relocate(&self, h: u64, value: u32) {
+        let (k, entry, src) = self.test_find(h, value);
+        let other = if src.bucket == k.i1 { k.i2 } else { k.i1 };
+        let empty = self.raw.layout.empty_slots(&self.raw.load_hint(other));
+        assert!(empty != 0, "no room in the other bucket");
+        let dst = Loc {
+            bucket: other,
+            slot: empty.trailing_zeros() as usize,
+        };
+        assert!(self.move_entry(src, dst, entry).is_ok());
+    }
+
+    /// Moves the item's entry into the Bloom part of its pair.
+    pub(crate) fn test_evict_to_bloom(&self, h: u64, value: u32) {
+        let (k, entry, src) = self.test_find(h, value);
+        assert!(self.move_to_bloom(src, entry, k.i1, k.i2).is_ok());
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn tiny(log2: u32, bloom: Option<BloomConfig>) -> Filter {
+        Filter::new(Config {
+            buckets_log2: Some(log2),
+            fingerprint_bits: 12,
+            value_bits: 4,
+            bloom,
+            max_kicks: 1000,
+            ..Config::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn plan_paths_have_distinct_slots_and_valid_moves() {
+        let f = tiny(4, None);
+        let mut x = 1u64;
+        let mut rng = Rng(7);
+        for _ in 0..60 {
+            x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+            let _ = f.insert_hash(x, 1);
+        }
+        for n in 0..200u64 {
+            let k = f.derive(n.wrapping_mul(0x1234_5678_9abc_def1));
+            let entry = f.layout().make_entry(k.fp, 2);
+            let plan = f.plan(&k, entry, None, &mut rng);
+            let locs: Vec<Loc> = plan.path.iter().map(|s| s.loc).collect();
+            for (i, a) in locs.iter().enumerate() {
+                assert!(!locs[i + 1..].contains(a), "slot repeated in plan");
+            }
+            for w in plan.path.windows(2) {
+                // The entry placed at step j+1 was the occupant of step j's slot,
+                // and its destination bucket is one of its two buckets.
+                assert_eq!(w[1].placed, w[0].orig);
+                let fp = f.layout().entry_fp(w[1].placed);
+                let b = w[0].loc.bucket;
+                assert!(w[1].loc.bucket == b || w[1].loc.bucket == f.alt(b, fp));
+            }
+        }
+    }
+
+    #[test]
+    fn value_too_wide_is_refused_and_changes_nothing() {
+        let f = tiny(4, None);
+        assert_eq!(
+            f.insert_hash(5, 16),
+            Err(InsertError::ValueTooWide { value: 16, bits: 4 })
+        );
+        assert!(f.is_empty());
+    }
+}

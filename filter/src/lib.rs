@@ -1,0 +1,58 @@
+//! # cfdp-filter
+//!
+//! A concurrent cuckoo filter (Fan, Andersen, Kaminsky, Mitzenmacher,
+//! CoNEXT 2014) with the integrated Bloom part of the Bloom-Cuckoo filter
+//! (seed 004 in `shared/seeds`), built for a packet data plane: worker
+//! threads look keys up without locks while a control thread inserts,
+//! removes and migrates.
+//!
+//! * **Cuckoo filter**: partial-key cuckoo hashing, 4 entries per bucket, a
+//!   power-of-two bucket count, `f`-bit fingerprints (4..=32), an optional
+//!   `v`-bit value per entry returned by lookups (approximate table lookup).
+//! * **Bloom-Cuckoo insert path**: Algorithm 2 of seed 004 with threshold
+//!   `t` and `max_iter` (= [`Config::max_kicks`]); Algorithm 1 for delete;
+//!   a side table of the Bloom-part elements and [`Filter::migrate`].
+//! * **Tag mode** ([`BloomMode::Tag`]): the Bloom field holds a `T`-bit tag
+//!   instead of one bit (the paper's future work).
+//! * **Concurrency**: lock striping for writers, seqlock-validated optimistic
+//!   reads for readers, and insert paths planned first and executed
+//!   backwards, so a lookup never misses an item inserted before it began.
+//!
+//! `filter/README.md` documents the bucket layout, the concurrency protocol
+//! with the argument for zero false negatives, and the measured figures.
+//!
+//! ## FPR model
+//!
+//! Cuckoo part, at load α with `f`-bit non-zero fingerprints: a negative
+//! probe compares against 2b = 8 entries, each occupied with probability α
+//! and equal with probability 1/(2^f − 1):
+//! `fpr_cf = 1 − (1 − α/(2^f − 1))^8 ≈ 8α/2^f`, bounded by
+//! `1 − (1 − 2^−f)^8` (SPEC §2).
+//!
+//! Bloom part with `n` elements in `m` buckets: 2n Bloom fields are set. In
+//! bit mode a negative probe is positive when both its buckets are set:
+//! `fpr_bf ≈ (2n/m)²` (seed 004). In tag mode each set field holds a tag
+//! drawn uniformly from 2^T − 1 non-zero values, from the owner's
+//! fingerprint and bucket pair, and the probe must find *its own* tag in
+//! both buckets: `fpr_tag ≈ ((2n/m) / (2^T − 1))²`, i.e. the bit mode's
+//! figure divided by (2^T − 1)² (T = 1 gives the bit mode back). Total:
+//! `fpr ≈ fpr_cf + fpr_bf`.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_debug_implementations)]
+
+mod config;
+mod filter;
+pub mod hash;
+mod layout;
+mod prefetch;
+mod raw;
+mod snapshot;
+mod sync;
+
+pub use config::{BloomConfig, BloomMode, Config, ConfigError};
+pub use filter::{Filter, InsertError, InsertOutcome, Lookup, Placement, Stats};
+pub use layout::ENTRIES_PER_BUCKET;
+pub use snapshot::SnapshotError;
+
+#[cfg(all(test, loom))]
+mod loom_tests;

@@ -1,0 +1,63 @@
+//! Model checking of the read-versus-relocate protocol with `loom`.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p cfdp-filter --lib --release loom`
+//!
+//! A reader looks an item up while a writer moves that item between its two
+//! buckets, into the Bloom part and back into an entry (migration). loom
+//! explores the interleavings of every atomic access of both threads; in
+//! every one of them the reader must find the item.
+
+use std::sync::Arc;
+
+use loom::thread;
+
+use crate::config::{BloomConfig, BloomMode, Config};
+use crate::filter::Filter;
+
+fn tiny(fp_bits: u32, value_bits: u32, mode: BloomMode) -> Filter {
+    Filter::new(Config {
+        buckets_log2: Some(2),
+        fingerprint_bits: fp_bits,
+        value_bits,
+        bloom: Some(BloomConfig { mode, threshold: 0 }),
+        max_kicks: 8,
+        stripes: 4,
+        ..Config::default()
+    })
+    .expect("valid config")
+}
+
+fn model(fp_bits: u32, value_bits: u32, mode: BloomMode) {
+    let value = u32::from(value_bits > 0);
+    loom::model(move || {
+        let f = Arc::new(tiny(fp_bits, value_bits, mode));
+        let h = 0x0123_4567_89ab_cdefu64;
+        f.insert_hash(h, value).expect("room in an empty filter");
+        let reader = {
+            let f = Arc::clone(&f);
+            thread::spawn(move || {
+                for _ in 0..1 {
+                    assert!(f.get_hash(h).is_hit(), "reader missed an installed item");
+                }
+            })
+        };
+        // Writer: relocate to the other bucket, evict into the Bloom part,
+        // migrate back into an entry.
+        f.test_relocate(h, value);
+        f.test_evict_to_bloom(h, value);
+        assert_eq!(f.migrate(1), 1);
+        reader.join().expect("reader thread");
+        assert!(f.get_hash(h).is_hit());
+        assert_eq!(f.bloom_len(), 0);
+    });
+}
+
+#[test]
+fn loom_reader_never_misses_during_relocation_one_word_buckets() {
+    model(8, 0, BloomMode::Bit);
+}
+
+#[test]
+fn loom_reader_never_misses_during_relocation_two_word_buckets() {
+    model(16, 8, BloomMode::Tag { bits: 4 });
+}

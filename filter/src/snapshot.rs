@@ -1,0 +1,343 @@
+//! Filter images: serialize to bytes and back.
+//!
+//! ```text
+//! offset  size  field (all little-endian)
+//!      0     8  magic "CFDPFILT"
+//!      8     4  format version (1)
+//!     12     4  hash id (crate::hash::HASH_ID)
+//!     16     4  fingerprint bits      20  4  value bits
+//!     24     4  Bloom mode (0 none, 1 bit, 2 tag)
+//!     28     4  Bloom field bits      32  4  threshold t
+//!     36     4  max_kicks             40  4  buckets log2
+//!     44     4  stripes               48  8  seed
+//!     56     8  entries               64  8  table words (N)
+//!     72     8  side-table records (R)
+//!     80   8·N  table words
+//!      …  24·R  records: low bucket u64, high bucket u64, fp u32, value u32
+//!      …     4  CRC-32 (IEEE) of everything before it
+//! ```
+//!
+//! Loading checks, in order: length, magic, version, checksum, hash id,
+//! parameters, table size, then the content itself (entry count, every
+//! Bloom record against the tags in the table), so a corrupt or foreign
+//! image is refused with a message that says what is wrong.
+
+use std::fmt;
+
+use crate::config::{BloomConfig, BloomMode, Config, ConfigError};
+use crate::filter::{BloomRecord, Filter};
+use crate::hash::HASH_ID;
+use crate::layout::ENTRIES_PER_BUCKET;
+
+const MAGIC: &[u8; 8] = b"CFDPFILT";
+const VERSION: u32 = 1;
+const HEADER: usize = 80;
+const RECORD: usize = 24;
+
+/// Why an image was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotError {
+    TooShort { len: usize },
+    BadMagic,
+    UnsupportedVersion(u32),
+    ChecksumMismatch { stored: u32, computed: u32 },
+    ForeignHash(u32),
+    BadParameters(String),
+    Config(ConfigError),
+    SizeMismatch { expected: usize, actual: usize },
+    Inconsistent(String),
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SnapshotError::TooShort { len } => {
+                write!(f, "filter image too short ({len} bytes; header alone is {HEADER})")
+            }
+            SnapshotError::BadMagic => write!(f, "not a cfdp filter image (bad magic)"),
+            SnapshotError::UnsupportedVersion(v) => {
+                write!(f, "filter image format version {v} is not supported (expected {VERSION})")
+            }
+            SnapshotError::ChecksumMismatch { stored, computed } => write!(
+                f,
+                "filter image checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): \
+                 the file is corrupt or truncated"
+            ),
+            SnapshotError::ForeignHash(h) => {
+                write!(f, "filter image was built with an unknown hash function (id {h:#x})")
+            }
+            SnapshotError::BadParameters(m) => write!(f, "filter image parameters invalid: {m}"),
+            SnapshotError::Config(e) => write!(f, "filter image parameters invalid: {e}"),
+            SnapshotError::SizeMismatch { expected, actual } => write!(
+                f,
+                "filter image size mismatch: expected {expected} bytes, found {actual}"
+            ),
+            SnapshotError::Inconsistent(m) => write!(f, "filter image inconsistent: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+impl From<ConfigError> for SnapshotError {
+    fn from(e: ConfigError) -> Self {
+        SnapshotError::Config(e)
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn u32(&mut self) -> u32 {
+        let v = u32::from_le_bytes(
+            self.buf[self.pos..self.pos + 4]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        self.pos += 4;
+        v
+    }
+    fn u64(&mut self) -> u64 {
+        let v = u64::from_le_bytes(
+            self.buf[self.pos..self.pos + 8]
+                .try_into()
+                .expect("8 bytes"),
+        );
+        self.pos += 8;
+        v
+    }
+}
+
+impl Filter {
+    /// Serializes the filter. Writers are paused for the copy (readers are
+    /// not affected).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let (words, side, entries, _) = self.image_parts();
+        let c = self.config();
+        let (mode, field_bits, threshold) = match c.bloom {
+            None => (0u32, 0u32, 0u32),
+            Some(BloomConfig {
+                mode: BloomMode::Bit,
+                threshold,
+            }) => (1, 1, threshold),
+            Some(BloomConfig {
+                mode: BloomMode::Tag { bits },
+                threshold,
+            }) => (2, bits, threshold),
+        };
+        let mut out = Vec::with_capacity(HEADER + words.len() * 8 + side.len() * RECORD + 4);
+        out.extend_from_slice(MAGIC);
+        for v in [
+            VERSION,
+            HASH_ID,
+            c.fingerprint_bits,
+            c.value_bits,
+            mode,
+            field_bits,
+            threshold,
+            c.max_kicks,
+            self.buckets().trailing_zeros(),
+            self.raw().stripe_count() as u32,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [
+            c.seed,
+            entries as u64,
+            words.len() as u64,
+            side.len() as u64,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for w in &words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        for (lo, r) in &side {
+            out.extend_from_slice(&(*lo as u64).to_le_bytes());
+            out.extend_from_slice(&(r.high as u64).to_le_bytes());
+            out.extend_from_slice(&r.fp.to_le_bytes());
+            out.extend_from_slice(&r.value.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Rebuilds a filter from [`Filter::to_bytes`] output.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Filter, SnapshotError> {
+        if bytes.len() < HEADER + 4 {
+            return Err(SnapshotError::TooShort { len: bytes.len() });
+        }
+        if &bytes[..8] != MAGIC {
+            return Err(SnapshotError::BadMagic);
+        }
+        let mut r = Reader { buf: bytes, pos: 8 };
+        let version = r.u32();
+        if version != VERSION {
+            return Err(SnapshotError::UnsupportedVersion(version));
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - 4);
+        let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+        let computed = crc32fast::hash(body);
+        if stored != computed {
+            return Err(SnapshotError::ChecksumMismatch { stored, computed });
+        }
+        let hash = r.u32();
+        if hash != HASH_ID {
+            return Err(SnapshotError::ForeignHash(hash));
+        }
+        let fingerprint_bits = r.u32();
+        let value_bits = r.u32();
+        let mode = r.u32();
+        let field_bits = r.u32();
+        let threshold = r.u32();
+        let max_kicks = r.u32();
+        let buckets_log2 = r.u32();
+        let stripes = r.u32() as usize;
+        let seed = r.u64();
+        let entries = r.u64();
+        let n_words = r.u64();
+        let n_side = r.u64();
+        let bloom = match (mode, field_bits) {
+            (0, 0) => None,
+            (1, 1) => Some(BloomConfig {
+                mode: BloomMode::Bit,
+                threshold,
+            }),
+            (2, bits) => Some(BloomConfig {
+                mode: BloomMode::Tag { bits },
+                threshold,
+            }),
+            _ => {
+                return Err(SnapshotError::BadParameters(format!(
+                    "Bloom mode {mode} with {field_bits}-bit field"
+                )))
+            }
+        };
+        let config = Config {
+            capacity: 0,
+            buckets_log2: Some(buckets_log2),
+            fingerprint_bits,
+            value_bits,
+            bloom,
+            max_kicks,
+            stripes,
+            seed,
+        };
+        let filter = Filter::new(config.clone())?;
+        let words_per_bucket = filter.layout().words;
+        let expect_words = filter.buckets() * words_per_bucket;
+        if n_words != expect_words as u64 {
+            return Err(SnapshotError::BadParameters(format!(
+                "{n_words} table words for {} buckets of {words_per_bucket} words",
+                filter.buckets()
+            )));
+        }
+        let expected_len = (HEADER as u64)
+            .checked_add(n_words.saturating_mul(8))
+            .and_then(|x| x.checked_add(n_side.saturating_mul(RECORD as u64)))
+            .and_then(|x| x.checked_add(4));
+        if expected_len != Some(bytes.len() as u64) {
+            return Err(SnapshotError::SizeMismatch {
+                expected: expected_len.map_or(usize::MAX, |x| x as usize),
+                actual: bytes.len(),
+            });
+        }
+        let words: Vec<u64> = (0..n_words).map(|_| r.u64()).collect();
+        let mut side = Vec::with_capacity(n_side as usize);
+        for _ in 0..n_side {
+            let lo = r.u64() as usize;
+            let high = r.u64() as usize;
+            let fp = r.u32();
+            let value = r.u32();
+            side.push((lo, BloomRecord { fp, value, high }));
+        }
+        validate_content(&filter, &words, &side, entries)?;
+        Ok(Filter::from_parts(config, &words, side, entries as usize)?)
+    }
+}
+
+/// Checks that the table and the side table agree with each other and with
+/// the header, so that a crafted image cannot produce a filter that breaks
+/// its own invariants.
+fn validate_content(
+    filter: &Filter,
+    words: &[u64],
+    side: &[(usize, BloomRecord)],
+    entries: u64,
+) -> Result<(), SnapshotError> {
+    let l = filter.layout();
+    let buckets = filter.buckets();
+    let bucket = |i: usize| -> [u64; 2] {
+        let w = &words[i * l.words..(i + 1) * l.words];
+        [w[0], if l.words == 2 { w[1] } else { 0 }]
+    };
+    let mut counted = 0u64;
+    let mut tagged = 0usize;
+    for i in 0..buckets {
+        let b = bucket(i);
+        counted += (0..ENTRIES_PER_BUCKET)
+            .filter(|&s| !l.is_empty(&b, s))
+            .count() as u64;
+        // Rebuilt from its entries and Bloom field, the bucket must come out
+        // the same: no stray bits, no value without a fingerprint.
+        let mut rebuilt = [0u64; 2];
+        for s in 0..ENTRIES_PER_BUCKET {
+            let e = l.entry(&b, s);
+            if l.entry_fp(e) != 0 {
+                let (w, v) = l.set_entry(&rebuilt, s, e);
+                rebuilt[w] = v;
+            }
+        }
+        if l.tag_bits > 0 {
+            rebuilt[0] = l.with_tag(rebuilt[0], l.tag(&b));
+        }
+        if rebuilt != b {
+            return Err(SnapshotError::Inconsistent(format!(
+                "bucket {i} has bits outside its entries and Bloom field"
+            )));
+        }
+        if l.tag(&b) != 0 {
+            tagged += 1;
+        }
+    }
+    if counted != entries {
+        return Err(SnapshotError::Inconsistent(format!(
+            "header says {entries} entries, table holds {counted}"
+        )));
+    }
+    let mut prev: Option<usize> = None;
+    for (lo, rec) in side {
+        let (lo, hi) = (*lo, rec.high);
+        if prev.is_some_and(|p| p >= lo) {
+            return Err(SnapshotError::Inconsistent("side table not sorted".into()));
+        }
+        prev = Some(lo);
+        if lo >= hi || hi >= buckets || rec.fp == 0 || u64::from(rec.fp) > l.fp_mask {
+            return Err(SnapshotError::Inconsistent(format!(
+                "Bloom record at bucket {lo} is out of range"
+            )));
+        }
+        if u64::from(rec.value) > l.value_mask || !filter.is_pair(lo, hi, rec.fp) {
+            return Err(SnapshotError::Inconsistent(format!(
+                "Bloom record at bucket {lo} does not describe a valid item"
+            )));
+        }
+        let tag = filter.record_tag(lo, rec);
+        if l.tag(&bucket(lo)) != tag || l.tag(&bucket(hi)) != tag {
+            return Err(SnapshotError::Inconsistent(format!(
+                "Bloom record at buckets {lo}/{hi} does not match the table's Bloom fields"
+            )));
+        }
+    }
+    if tagged != 2 * side.len() {
+        return Err(SnapshotError::Inconsistent(format!(
+            "{tagged} buckets carry Bloom fields for {} recorded elements",
+            side.len()
+        )));
+    }
+    Ok(())
+}

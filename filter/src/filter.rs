@@ -433,6 +433,20 @@ impl Filter {
     /// 2 of seed 004 when the filter has a Bloom part, else through the
     /// plain cuckoo walk. On error the filter is unchanged.
     pub fn insert_hash(&self, h: u64, value: u32) -> Result<InsertOutcome, InsertError> {
+        self.insert_hash_with(h, value, self.bloom.map(|b| b.threshold))
+    }
+
+    /// Inserts with an explicit path: `Some(t)` runs Algorithm 2 with
+    /// threshold `t` (needs a Bloom part, else it is the plain walk), `None`
+    /// the plain cuckoo walk (e.g. to fill a Bloom-Cuckoo filter without
+    /// touching its Bloom part, as the paper's experiments do).
+    pub fn insert_hash_with(
+        &self,
+        h: u64,
+        value: u32,
+        threshold: Option<u32>,
+    ) -> Result<InsertOutcome, InsertError> {
+        let threshold = threshold.filter(|_| self.bloom.is_some());
         if value > self.max_value() {
             return Err(InsertError::ValueTooWide {
                 value,
@@ -442,7 +456,6 @@ impl Filter {
         let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
         let k = self.derive(h);
         let entry = self.raw.layout.make_entry(k.fp, value);
-        let threshold = self.bloom.map(|b| b.threshold);
         let mut rng = self.writer_rng();
         let mut spent = 0;
         for _ in 0..MAX_RETRIES {
@@ -1046,6 +1059,27 @@ mod tests {
                 assert!(w[1].loc.bucket == b || w[1].loc.bucket == f.alt(b, fp));
             }
         }
+    }
+
+    #[test]
+    fn protocol_steps_keep_item_visible_and_counts_right() {
+        let f = tiny(
+            3,
+            Some(BloomConfig {
+                mode: BloomMode::Bit,
+                threshold: 0,
+            }),
+        );
+        let h = 0x0123_4567_89ab_cdef;
+        f.insert_hash(h, 3).unwrap();
+        f.test_relocate(h, 3);
+        assert_eq!(f.get_hash(h), Lookup::Entry(3));
+        f.test_evict_to_bloom(h, 3);
+        assert_eq!(f.get_hash(h), Lookup::Bloom);
+        assert_eq!((f.len(), f.bloom_len()), (1, 1));
+        assert_eq!(f.migrate(1), 1);
+        assert_eq!(f.get_hash(h), Lookup::Entry(3));
+        assert_eq!((f.len(), f.bloom_len()), (1, 0));
     }
 
     #[test]

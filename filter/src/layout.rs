@@ -175,8 +175,8 @@ impl Layout {
     #[inline(always)]
     fn find_lane(&self, b: &Bucket, pattern: u64, lane_mask: u64, lane_high: u64) -> Option<usize> {
         let bcast = pattern.wrapping_mul(self.lane_ones);
-        for w in 0..self.words {
-            let x = (b[w] ^ bcast) & lane_mask;
+        for (w, &word) in b.iter().enumerate().take(self.words) {
+            let x = (word ^ bcast) & lane_mask;
             let hit = x.wrapping_sub(self.lane_ones) & !x & lane_high;
             if hit != 0 {
                 let lane = hit.trailing_zeros() / self.entry_bits;

@@ -1,0 +1,188 @@
+//! The Bloom-Cuckoo filter (seed 004): Bloom-part placement, delete,
+//! migration, and the tag mode.
+
+mod common;
+
+use cfdp_filter::{BloomConfig, BloomMode, Config, Filter, InsertError, Lookup, Placement};
+use common::{fill_to, Keys};
+
+fn bcf(mode: BloomMode, t: u32) -> Filter {
+    Filter::new(Config {
+        buckets_log2: Some(12),
+        fingerprint_bits: 12,
+        value_bits: 4,
+        bloom: Some(BloomConfig { mode, threshold: t }),
+        max_kicks: 1000,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+/// Fills a BCF to 96 %, then inserts a burst; returns (burst keys, bloom placements).
+fn burst(f: &Filter, keys: &mut Keys, n: usize) -> (Vec<(u64, u32)>, usize) {
+    let mut burst = Vec::new();
+    let mut placements = 0;
+    for i in 0..n {
+        let h = cfdp_filter::hash::hash_u64(keys.next_key());
+        let v = (i % 16) as u32;
+        let out = f.insert_hash(h, v).expect("BCF burst insert failed");
+        placements += usize::from(out.bloom_added);
+        burst.push((h, v));
+    }
+    (burst, placements)
+}
+
+#[test]
+fn burst_into_full_filter_uses_bloom_part_and_finds_everything() {
+    for mode in [BloomMode::Bit, BloomMode::Tag { bits: 8 }] {
+        let f = bcf(mode, 0);
+        let mut keys = Keys::new(1);
+        let base = fill_to(&f, 0.96, &mut keys);
+        let (burst, placements) = burst(&f, &mut keys, 256);
+        assert!(placements > 0, "{mode:?}: no Bloom placements at 96 % load");
+        assert_eq!(f.bloom_len(), placements);
+        for &h in &base {
+            assert!(f.contains_hash(h));
+        }
+        for &(h, v) in &burst {
+            match f.get_hash(h) {
+                Lookup::Entry(_) | Lookup::Bloom => {}
+                Lookup::Miss => panic!("{mode:?}: burst item {h:#x} (value {v}) missing"),
+            }
+        }
+    }
+}
+
+#[test]
+fn threshold_delays_bloom_part_and_bounds_iterations() {
+    let f = bcf(BloomMode::Bit, 10);
+    let mut keys = Keys::new(2);
+    fill_to(&f, 0.96, &mut keys);
+    for _ in 0..256 {
+        let h = cfdp_filter::hash::hash_u64(keys.next_key());
+        let out = f.insert_hash(h, 0).unwrap();
+        if out.bloom_added {
+            // Algorithm 2: the Bloom part is only tried from iteration t+1.
+            assert!(
+                out.iterations > 10,
+                "Bloom used at iteration {}",
+                out.iterations
+            );
+        }
+        assert!(out.iterations <= 1000);
+        if out.placement == Placement::Bloom {
+            assert!(out.bloom_added);
+        }
+    }
+}
+
+#[test]
+fn plain_cuckoo_never_uses_bloom_part() {
+    let f = Filter::new(Config {
+        buckets_log2: Some(10),
+        max_kicks: 500,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut keys = Keys::new(3);
+    let mut failed = false;
+    for _ in 0..f.slots() {
+        match f.insert_hash(keys.next_key(), 0) {
+            Ok(out) => assert!(!out.bloom_added && out.placement == Placement::Entry),
+            Err(InsertError::Full { iterations }) => {
+                assert_eq!(iterations, 500);
+                failed = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(failed, "filling every slot never failed");
+    assert_eq!(f.bloom_len(), 0);
+    assert!(f.stats().load_factor > 0.9);
+}
+
+#[test]
+fn remove_from_bloom_part_and_migration_keep_every_element() {
+    for mode in [BloomMode::Bit, BloomMode::Tag { bits: 8 }] {
+        let f = bcf(mode, 0);
+        let mut keys = Keys::new(4);
+        let base = fill_to(&f, 0.96, &mut keys);
+        let (burst, placements) = burst(&f, &mut keys, 512);
+        assert!(placements > 10);
+        // Free room (remove a quarter of the base items), then migrate.
+        for &h in base.iter().step_by(4) {
+            assert!(f.remove_hash(h, 0));
+        }
+        let before = f.bloom_len();
+        let moved = f.migrate(usize::MAX);
+        assert_eq!(
+            moved, before,
+            "{mode:?}: migration left elements behind with room free"
+        );
+        assert_eq!(f.bloom_len(), 0);
+        for (i, &h) in base.iter().enumerate() {
+            if i % 4 != 0 {
+                assert!(f.contains_hash(h), "{mode:?}: base item lost by migration");
+            }
+        }
+        for &(h, v) in &burst {
+            // After migration every burst item is back in an entry with its value
+            // (unless a colliding fingerprint answers first with another value).
+            assert!(matches!(f.get_hash(h), Lookup::Entry(_)));
+            assert!(
+                f.remove_hash(h, v),
+                "{mode:?}: burst item could not be removed"
+            );
+        }
+    }
+}
+
+#[test]
+fn removing_bloom_elements_clears_their_fields() {
+    let f = bcf(BloomMode::Bit, 0);
+    let mut keys = Keys::new(5);
+    let base = fill_to(&f, 0.96, &mut keys);
+    let (burst, placements) = burst(&f, &mut keys, 256);
+    assert!(placements > 0);
+    for &(h, v) in &burst {
+        assert!(f.remove_hash(h, v));
+    }
+    // Evicted base items may still sit in the Bloom part; remove all base too.
+    for &h in &base {
+        assert!(f.remove_hash(h, 0));
+    }
+    assert_eq!(f.len(), 0);
+    assert_eq!(f.bloom_len(), 0);
+    // With no element and no field set, nothing is found.
+    let mut probe = Keys::new(99);
+    for _ in 0..10_000 {
+        assert_eq!(f.get_hash(probe.next_key()), Lookup::Miss);
+    }
+}
+
+#[test]
+fn tag_mode_cuts_bloom_false_positives() {
+    // Same burst into the same base, bit mode versus 8-bit tags; count
+    // negatives that are answered by the Bloom part.
+    let mut rates = Vec::new();
+    for mode in [BloomMode::Bit, BloomMode::Tag { bits: 8 }] {
+        let f = bcf(mode, 0);
+        let mut keys = Keys::new(6);
+        fill_to(&f, 0.96, &mut keys);
+        burst(&f, &mut keys, 1024);
+        let mut probe = Keys::new(0xdead_beef);
+        let bloom_fp = (0..400_000)
+            .filter(|_| f.get_hash(probe.next_key()) == Lookup::Bloom)
+            .count();
+        rates.push(bloom_fp);
+    }
+    assert!(
+        rates[0] > 100,
+        "bit mode produced too few Bloom false positives to compare: {rates:?}"
+    );
+    assert!(
+        rates[1] * 20 < rates[0],
+        "tag mode did not cut Bloom false positives: {rates:?}"
+    );
+}

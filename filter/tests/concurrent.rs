@@ -1,0 +1,119 @@
+//! Stress: readers look up a fixed set of installed keys while a writer
+//! inserts, removes and migrates other keys at ≥ 95 % load with Bloom
+//! placements happening. Zero misses allowed.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cfdp_filter::{BloomConfig, BloomMode, Config, Filter};
+use common::{fill_to, Keys};
+
+fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32) {
+    let f = Arc::new(
+        Filter::new(Config {
+            buckets_log2: Some(14),
+            fingerprint_bits: fp_bits,
+            value_bits,
+            bloom: Some(BloomConfig { mode, threshold: 2 }),
+            max_kicks: 1000,
+            stripes: 64,
+            ..Config::default()
+        })
+        .unwrap(),
+    );
+    let mut keys = Keys::new(21);
+    let all = fill_to(&f, 0.955, &mut keys);
+    // Readers watch every third installed key; the writer churns the rest.
+    let watched: Arc<Vec<u64>> = Arc::new(all.iter().copied().step_by(3).collect());
+    let mut churn: Vec<u64> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 3 != 0)
+        .map(|(_, &h)| h)
+        .collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let lookups = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (f, watched, stop, lookups) =
+                (f.clone(), watched.clone(), stop.clone(), lookups.clone());
+            thread::spawn(move || {
+                let mut misses = 0u64;
+                let mut n = 0u64;
+                let mut out = vec![cfdp_filter::Lookup::Miss; 32];
+                while !stop.load(Ordering::Relaxed) {
+                    if r == 0 {
+                        for &h in watched.iter() {
+                            n += 1;
+                            misses += u64::from(!f.contains_hash(h));
+                        }
+                    } else {
+                        for chunk in watched.chunks(32) {
+                            f.get_batch_hashes(chunk, &mut out);
+                            n += chunk.len() as u64;
+                            misses +=
+                                out[..chunk.len()].iter().filter(|l| !l.is_hit()).count() as u64;
+                        }
+                    }
+                }
+                lookups.fetch_add(n, Ordering::Relaxed);
+                misses
+            })
+        })
+        .collect();
+
+    // Writer: bursts of inserts (Bloom placements at this load), removals of
+    // older churn keys, and migration between bursts.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (mut bloom_placements, mut migrated, mut rounds) = (0usize, 0usize, 0usize);
+    let mut min_load = 1.0f64;
+    while Instant::now() < deadline {
+        rounds += 1;
+        for _ in 0..64 {
+            let h = keys.next_key();
+            let out = f.insert_hash(h, 0).expect("insert failed under churn");
+            bloom_placements += usize::from(out.bloom_added);
+            churn.push(h);
+        }
+        for _ in 0..64 {
+            let i = (keys.next_key() as usize) % churn.len();
+            let h = churn.swap_remove(i);
+            assert!(f.remove_hash(h, 0), "writer failed to remove its own key");
+        }
+        migrated += f.migrate(8);
+        min_load = min_load.min(f.len() as f64 / f.slots() as f64);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let misses: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    let n = lookups.load(Ordering::Relaxed);
+    eprintln!(
+        "{mode:?}: {rounds} rounds, {n} lookups, {bloom_placements} Bloom placements, \
+         {migrated} migrated, min load {min_load:.4}"
+    );
+    assert_eq!(misses, 0, "readers missed installed keys");
+    assert!(n > 100_000, "readers barely ran");
+    assert!(
+        bloom_placements > 0,
+        "no Bloom placements: the test did not exercise them"
+    );
+    assert!(migrated > 0, "no migration happened");
+    assert!(min_load >= 0.95, "items held fell below 95 % of the slots");
+    for &h in watched.iter().chain(&churn) {
+        assert!(f.contains_hash(h));
+    }
+}
+
+#[test]
+fn readers_never_miss_under_churn_bit_mode() {
+    stress(BloomMode::Bit, 12, 0);
+}
+
+#[test]
+fn readers_never_miss_under_churn_tag_mode_two_word_buckets() {
+    stress(BloomMode::Tag { bits: 8 }, 16, 8);
+}

@@ -1,0 +1,125 @@
+//! Snapshots: round trip, and clear errors for corrupt or foreign images.
+
+mod common;
+
+use cfdp_filter::{BloomConfig, BloomMode, Config, Filter, SnapshotError};
+use common::{fill_to, Keys};
+
+fn filled(mode: Option<BloomMode>) -> (Filter, Vec<u64>) {
+    let f = Filter::new(Config {
+        buckets_log2: Some(10),
+        fingerprint_bits: 16,
+        value_bits: 8,
+        bloom: mode.map(|mode| BloomConfig { mode, threshold: 0 }),
+        max_kicks: 1000,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut keys = Keys::new(11);
+    let mut hs = fill_to(&f, 0.96, &mut keys);
+    for _ in 0..64 {
+        let h = keys.next_key();
+        if f.insert_hash(h, 3).is_ok() {
+            hs.push(h);
+        }
+    }
+    (f, hs)
+}
+
+#[test]
+fn round_trip_keeps_every_item_and_the_bloom_part() {
+    for mode in [None, Some(BloomMode::Bit), Some(BloomMode::Tag { bits: 8 })] {
+        let (f, hs) = filled(mode);
+        if mode.is_some() {
+            assert!(f.bloom_len() > 0, "test wants Bloom elements in the image");
+        }
+        let img = f.to_bytes();
+        let g = Filter::from_bytes(&img).expect("own image loads");
+        assert_eq!(g.len(), f.len());
+        assert_eq!(g.bloom_len(), f.bloom_len());
+        assert_eq!(g.config().fingerprint_bits, 16);
+        for &h in &hs {
+            assert_eq!(g.get_hash(h), f.get_hash(h));
+            assert!(g.contains_hash(h));
+        }
+        // The restored filter is fully functional: migrate, remove.
+        g.migrate(usize::MAX);
+        assert_eq!(
+            g.to_bytes().len(),
+            img.len() - 24 * f.bloom_len() + 24 * g.bloom_len()
+        );
+    }
+}
+
+#[test]
+fn corrupt_and_foreign_images_are_refused_clearly() {
+    let (f, _) = filled(Some(BloomMode::Bit));
+    let img = f.to_bytes();
+
+    let err = Filter::from_bytes(&img[..40]).unwrap_err();
+    assert!(matches!(err, SnapshotError::TooShort { .. }), "{err}");
+
+    let mut bad = img.clone();
+    bad[0] = b'X';
+    assert_eq!(
+        Filter::from_bytes(&bad).unwrap_err(),
+        SnapshotError::BadMagic
+    );
+
+    let mut bad = img.clone();
+    bad[8] = 9;
+    assert_eq!(
+        Filter::from_bytes(&bad).unwrap_err(),
+        SnapshotError::UnsupportedVersion(9)
+    );
+
+    let mut bad = img.clone();
+    let mid = img.len() / 2;
+    bad[mid] ^= 0x40;
+    let err = Filter::from_bytes(&bad).unwrap_err();
+    assert!(
+        matches!(err, SnapshotError::ChecksumMismatch { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("corrupt"));
+
+    let err = Filter::from_bytes(&img[..img.len() - 1]).unwrap_err();
+    assert!(
+        matches!(err, SnapshotError::ChecksumMismatch { .. }),
+        "{err}"
+    );
+
+    // A well-formed image with a crafted, inconsistent body (checksum fixed up).
+    let reseal = |mut b: Vec<u8>| {
+        let n = b.len() - 4;
+        let crc = crc32(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+        b
+    };
+    let mut bad = img.clone();
+    bad[12] ^= 1; // hash id
+    let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
+    assert!(matches!(err, SnapshotError::ForeignHash(_)), "{err}");
+
+    let mut bad = img.clone();
+    bad[56] ^= 1; // entry count
+    let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
+    assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err}");
+
+    let mut bad = img.clone();
+    bad[16] = 40; // fingerprint bits
+    let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
+    assert!(matches!(err, SnapshotError::Config(_)), "{err}");
+}
+
+/// CRC-32 (IEEE), bitwise; only used to re-seal crafted images.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xedb8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}

@@ -41,9 +41,14 @@ pub fn median(samples: &mut [f64]) -> f64 {
     }
 }
 
-/// `bench/results/<name>`, created if needed, independent of the working directory.
+/// `bench/results/<name>` for full runs, `bench/results/quick/<name>` for
+/// `--quick` runs (so CI's smoke runs never overwrite published figures);
+/// created if needed, independent of the working directory.
 pub fn results_path(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results");
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results");
+    if is_quick() {
+        dir.push("quick");
+    }
     let _ = fs::create_dir_all(&dir);
     dir.join(name)
 }
@@ -73,4 +78,9 @@ pub fn machine_description() -> String {
         .map(|n| n.get())
         .unwrap_or(1);
     format!("{model}, {cores} cores")
+}
+
+/// True when the binary was started with `--quick`.
+pub fn is_quick() -> bool {
+    std::env::args().any(|a| a == "--quick")
 }

@@ -389,26 +389,35 @@ impl Filter {
         self.get_hash(hash_bytes(key)).is_hit()
     }
 
-    /// Batched lookup of pre-hashed keys, the DPDK bulk-lookup pattern:
-    /// derive both buckets of a group of keys and prefetch them all, then
-    /// probe. Answers are identical to [`Filter::get_hash`] on each key.
+    /// Batched lookup of pre-hashed keys, the DPDK bulk-lookup pattern as a
+    /// rolling software pipeline: both buckets of key `i + AHEAD` are
+    /// prefetched while key `i` is probed, so the cache misses of a burst
+    /// overlap instead of adding up. Answers are identical to
+    /// [`Filter::get_hash`] on each key.
     ///
     /// # Panics
     /// If `out` is shorter than `hashes`.
     pub fn get_batch_hashes(&self, hashes: &[u64], out: &mut [Lookup]) {
-        const GROUP: usize = 16;
+        const AHEAD: usize = 8;
         assert!(out.len() >= hashes.len(), "output slice too short");
-        let mut keys = [Keyed::default(); GROUP];
-        for (hs, os) in hashes.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-            for (k, &h) in keys.iter_mut().zip(hs) {
-                *k = self.derive(h);
-                crate::prefetch::read(self.raw.bucket_ptr(k.i1));
-                crate::prefetch::read(self.raw.bucket_ptr(k.i2));
+        let mut ring = [Keyed::default(); AHEAD];
+        let prefetch = |k: &Keyed| {
+            crate::prefetch::read(self.raw.bucket_ptr(k.i1));
+            crate::prefetch::read(self.raw.bucket_ptr(k.i2));
+        };
+        for (slot, &h) in ring.iter_mut().zip(hashes) {
+            *slot = self.derive(h);
+            prefetch(slot);
+        }
+        for (i, o) in out[..hashes.len()].iter_mut().enumerate() {
+            let k = ring[i % AHEAD];
+            if let Some(&h) = hashes.get(i + AHEAD) {
+                let next = self.derive(h);
+                prefetch(&next);
+                ring[i % AHEAD] = next;
             }
-            for (k, o) in keys.iter().zip(os.iter_mut()).take(hs.len()) {
-                let (b1, b2) = self.raw.read_pair(k.i1, k.i2);
-                *o = self.probe(k, &b1, &b2);
-            }
+            let (b1, b2) = self.raw.read_pair(k.i1, k.i2);
+            *o = self.probe(&k, &b1, &b2);
         }
     }
 
@@ -491,8 +500,10 @@ impl Filter {
     }
 
     /// Plans Algorithm 2 for item `entry` at `k` without changing anything.
-    /// `threshold`: `Some(t)` allows the Bloom part from iteration `t + 1`,
-    /// `None` never (plain cuckoo filter, and migration).
+    /// `threshold`: `Some(t)` allows the Bloom part from iteration `t + 1`;
+    /// `None` is the plain cuckoo filter's walk (Fan et al.), also used by
+    /// migration: no Bloom part, and every eviction is from the bucket the
+    /// homeless entry could not enter.
     ///
     /// The walk is loop-erased: when it evicts an entry that it placed
     /// itself earlier, the entries between form a cycle that would end where
@@ -557,7 +568,14 @@ impl Filter {
             if bloom_ok(i) && l.tag(&bb) == 0 && l.tag(&self.raw.load_hint(a)) == 0 {
                 return done(path, Terminal::Bloom { a, b: be }, i);
             }
-            let next = if rng.coin() { a } else { be };
+            // Algorithm 2 (line 37) picks the next bucket at random between
+            // the pair; the plain cuckoo filter of Fan et al. always evicts
+            // from the bucket the homeless entry could not enter.
+            let next = if threshold.is_some() && rng.coin() {
+                a
+            } else {
+                be
+            };
             let contents = if next == be {
                 bb
             } else {

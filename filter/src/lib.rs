@@ -18,6 +18,30 @@
 //!   reads for readers, and insert paths planned first and executed
 //!   backwards, so a lookup never misses an item inserted before it began.
 //!
+//! ```
+//! use cfdp_filter::{hash::hash_bytes, BloomConfig, BloomMode, Config, Filter, Lookup};
+//!
+//! let f = Filter::new(Config {
+//!     capacity: 10_000,
+//!     fingerprint_bits: 16,
+//!     value_bits: 8,
+//!     bloom: Some(BloomConfig { mode: BloomMode::Bit, threshold: 5 }),
+//!     ..Config::default()
+//! })
+//! .unwrap();
+//! let h = hash_bytes(b"10.0.0.1 10.0.0.2 6 1234 80");
+//! let out = f.insert_hash(h, 7).unwrap();
+//! assert_eq!(out.iterations, 1); // an empty filter has room at once
+//! assert_eq!(f.get_hash(h), Lookup::Entry(7));
+//! let mut answers = [Lookup::Miss; 2];
+//! f.get_batch_hashes(&[h, hash_bytes(b"other")], &mut answers);
+//! assert_eq!(answers[0], Lookup::Entry(7));
+//! assert!(f.remove_hash(h, 7));
+//! assert!(!f.contains_hash(h));
+//! let copy = Filter::from_bytes(&f.to_bytes()).unwrap();
+//! assert!(copy.is_empty());
+//! ```
+//!
 //! `filter/README.md` documents the bucket layout, the concurrency protocol
 //! with the argument for zero false negatives, and the measured figures.
 //!

@@ -69,7 +69,7 @@ fn crc32c_pair(_data: &[u8]) -> u64 {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = cfdp_bench::is_quick();
     let rounds = if quick { 5 } else { 21 };
     let mut rng = SplitMix::new(42);
     let fold = foldhash::fast::FixedState::with_seed(7);

@@ -1,0 +1,162 @@
+//! The filter's basic figures, single thread:
+//! * bits per item and measured FPR at 95 % load for f = 8, 12, 16
+//!   (10^6 negative queries), beside the model and the bound;
+//! * insert throughput from empty to 95 % (plain cuckoo path);
+//! * lookup throughput, one key at a time and batched (groups of 32 keys
+//!   through `get_batch_hashes`), at 2^20 and 2^25 buckets, 50 % positive
+//!   queries, key hashing included in both.
+//!
+//! Output: tables on stdout, `bench/results/filter_basics.csv`.
+//! Run: `cargo run --release -p cfdp-bench --bin filter-basics [-- --quick]`
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use cfdp_bench::{machine_description, median, results_path, write_csv, SplitMix};
+use cfdp_filter::hash::hash_u64;
+use cfdp_filter::{Config, Filter, Lookup};
+
+struct Filled {
+    filter: Filter,
+    keys: Vec<u64>,
+    insert_mops: f64,
+}
+
+fn fill(log2: u32, f_bits: u32, load: f64, seed: u64) -> Filled {
+    let filter = Filter::new(Config {
+        buckets_log2: Some(log2),
+        fingerprint_bits: f_bits,
+        ..Config::default()
+    })
+    .expect("config");
+    let target = (filter.slots() as f64 * load) as usize;
+    let mut rng = SplitMix::new(seed);
+    let keys: Vec<u64> = (0..target).map(|_| rng.next()).collect();
+    let start = Instant::now();
+    let mut inserted = 0;
+    for &k in &keys {
+        if filter.insert_hash(hash_u64(k), 0).is_err() {
+            eprintln!(
+                "note: 2^{log2} buckets, f={f_bits}: first failed insert at load {:.4}",
+                filter.stats().load_factor
+            );
+            break;
+        }
+        inserted += 1;
+    }
+    let insert_mops = inserted as f64 / start.elapsed().as_secs_f64() / 1e6;
+    let mut keys = keys;
+    keys.truncate(inserted);
+    Filled {
+        filter,
+        keys,
+        insert_mops,
+    }
+}
+
+/// Query keys: `positive_pct` % drawn from the inserted keys, the rest fresh.
+fn queries(keys: &[u64], n: usize, positive_pct: u64, seed: u64) -> Vec<u64> {
+    let mut rng = SplitMix::new(seed);
+    (0..n)
+        .map(|_| {
+            if rng.next() % 100 < positive_pct {
+                keys[(rng.next() % keys.len() as u64) as usize]
+            } else {
+                rng.next() | (1 << 63) ^ (1 << 62) // fresh; collisions are harmless
+            }
+        })
+        .collect()
+}
+
+fn lookup_mops(f: &Filter, qs: &[u64], batched: bool, rounds: usize) -> f64 {
+    let mut samples = Vec::new();
+    let mut hashes = [0u64; 32];
+    let mut out = [Lookup::Miss; 32];
+    for _ in 0..rounds {
+        let start = Instant::now();
+        let mut hits = 0usize;
+        if batched {
+            for chunk in qs.chunks(32) {
+                for (h, &k) in hashes.iter_mut().zip(chunk) {
+                    *h = hash_u64(k);
+                }
+                f.get_batch_hashes(&hashes[..chunk.len()], &mut out);
+                hits += out[..chunk.len()].iter().filter(|l| l.is_hit()).count();
+            }
+        } else {
+            for &k in qs {
+                hits += usize::from(f.contains_hash(hash_u64(black_box(k))));
+            }
+        }
+        black_box(hits);
+        samples.push(qs.len() as f64 / start.elapsed().as_secs_f64() / 1e6);
+    }
+    median(&mut samples)
+}
+
+fn main() {
+    let quick = cfdp_bench::is_quick();
+    let mut rows = Vec::new();
+    println!("machine: {}", machine_description());
+
+    // 1. Space and accuracy at 95 % load.
+    let space_log2 = if quick { 16 } else { 20 };
+    println!("\nf, bits/item, FPR at 95 % load (2^{space_log2} buckets, 10^6 negative queries)");
+    println!(
+        "{:>3} {:>10} {:>12} {:>12} {:>12} {:>12}",
+        "f", "bits/item", "fpr", "model", "bound", "insert Mops"
+    );
+    for f_bits in [8, 12, 16] {
+        let filled = fill(space_log2, f_bits, 0.95, u64::from(f_bits));
+        let f = &filled.filter;
+        let mut neg = SplitMix::new(0xabcd + u64::from(f_bits));
+        let n = 1_000_000;
+        let fp = (0..n).filter(|_| f.contains_hash(neg.next())).count();
+        let fpr = fp as f64 / n as f64;
+        let s = f.stats();
+        println!(
+            "{f_bits:>3} {:>10.2} {fpr:>12.6} {:>12.6} {:>12.6} {:>12.2}",
+            s.bits_per_item, s.estimated_fpr, s.fpr_bound, filled.insert_mops
+        );
+        rows.push(format!(
+            "space,{f_bits},{space_log2},{:.4},,,{:.3},{fpr:.7},{:.3}",
+            s.load_factor, s.bits_per_item, filled.insert_mops
+        ));
+    }
+
+    // 2. Lookup throughput, single versus batched.
+    let sizes: &[u32] = if quick { &[16, 20] } else { &[20, 22, 25] };
+    let rounds = if quick { 3 } else { 7 };
+    println!("\nlookups, f = 12, 95 % load, 50 % positive, hashing included (median of {rounds})");
+    println!(
+        "{:>8} {:>12} {:>12} {:>12} {:>12}",
+        "buckets", "insert Mops", "single Mops", "batch Mops", "batch/single"
+    );
+    for &log2 in sizes {
+        {
+            let filled = fill(log2, 12, 0.95, 7 + u64::from(log2));
+            let qs = queries(&filled.keys, if quick { 1 << 20 } else { 1 << 23 }, 50, 99);
+            let single = lookup_mops(&filled.filter, &qs, false, rounds);
+            let batch = lookup_mops(&filled.filter, &qs, true, rounds);
+            println!(
+                "{:>8} {:>12.2} {single:>12.1} {batch:>12.1} {:>12.2}",
+                format!("2^{log2}"),
+                filled.insert_mops,
+                batch / single
+            );
+            rows.push(format!(
+                "lookup,12,{log2},{:.4},{single:.2},{batch:.2},,,{:.3}",
+                filled.filter.stats().load_factor,
+                filled.insert_mops
+            ));
+        }
+    }
+    let path = results_path("filter_basics.csv");
+    write_csv(
+        &path,
+        "experiment,fp_bits,buckets_log2,load,single_mops,batched_mops,bits_per_item,fpr,insert_mops",
+        &rows,
+    )
+    .expect("write csv");
+    println!("\nwrote {}", path.display());
+}

@@ -1,0 +1,404 @@
+//! Rules and rule files.
+//!
+//! A rule file is JSON:
+//!
+//! ```json
+//! {"rules": [
+//!   {"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2",
+//!                                "proto": "tcp", "sport": 40000, "dport": 80}},
+//!    "action": "drop"},
+//!   {"id": 2, "match": {"dst_prefix": "192.0.2.0/24", "proto": "udp", "port": 53},
+//!    "action": {"redirect": 1}},
+//!   {"id": 3, "match": {"src_prefix": "2001:db8::/32"}, "action": "count"}
+//! ]}
+//! ```
+//!
+//! * `flow`: an exact outer 5-tuple. `proto` is a number or `tcp`, `udp`,
+//!   `icmp`, `icmpv6`; `sport`/`dport` are required for TCP and UDP and not
+//!   allowed otherwise (such flows have ports 0, as the data plane keys them).
+//! * `src_prefix` / `dst_prefix`: an IPv4 (/0–/32) or IPv6 (/0–/128) prefix
+//!   with host bits clear; optionally `proto`, and `port` — the
+//!   **destination** port, which needs `proto` tcp or udp.
+//! * `action`: `"drop"`, `"allow"`, `"count"` (allow and count per rule) or
+//!   `{"redirect": PORT}` (send out of output port PORT).
+//!
+//! Every problem is reported with the rule's position, its id when known,
+//! and the field: `rule #2 (id 7): match.flow.sport: ...`.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::flow::{proto, FlowKey};
+use crate::prefix::IpPrefix;
+
+/// Rule identifier, chosen by the operator, unique in a rule set.
+pub type RuleId = u32;
+
+/// What happens to a matching packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Action {
+    Drop,
+    Allow,
+    /// Allow, and count packets and bytes per rule.
+    Count,
+    /// Forward out of the given output port.
+    Redirect(u16),
+}
+
+impl Action {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Drop => "drop",
+            Action::Allow => "allow",
+            Action::Count => "count",
+            Action::Redirect(_) => "redirect",
+        }
+    }
+}
+
+/// Which address a prefix rule looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dir {
+    Src,
+    Dst,
+}
+
+/// What a rule matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Match {
+    Flow(FlowKey),
+    Prefix {
+        dir: Dir,
+        prefix: IpPrefix,
+        proto: Option<u8>,
+        /// Destination port; only with proto TCP or UDP.
+        port: Option<u16>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub id: RuleId,
+    pub matcher: Match,
+    pub action: Action,
+}
+
+/// A rule file or rule problem, naming the rule and the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleError {
+    /// Position of the rule in its list (0-based), when the problem is in one rule.
+    pub index: Option<usize>,
+    pub id: Option<u64>,
+    /// Dotted path of the field, e.g. `match.flow.sport`.
+    pub field: String,
+    pub message: String,
+}
+
+impl RuleError {
+    pub fn new(
+        index: Option<usize>,
+        id: Option<u64>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            index,
+            id,
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.index, self.id) {
+            (Some(i), Some(id)) => write!(f, "rule #{} (id {id}): ", i + 1)?,
+            (Some(i), None) => write!(f, "rule #{}: ", i + 1)?,
+            (None, Some(id)) => write!(f, "rule id {id}: ")?,
+            (None, None) => {}
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+/// Parses a rule file (`{"rules": [...]}`) into validated rules. The whole
+/// file is checked; the first problem is returned.
+pub fn parse_rule_file(text: &str) -> Result<Vec<Rule>, RuleError> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| RuleError::new(None, None, "", format!("not valid JSON: {e}")))?;
+    let obj = v.as_object().ok_or_else(|| {
+        RuleError::new(
+            None,
+            None,
+            "",
+            "a rule file is an object {\"rules\": [...]}",
+        )
+    })?;
+    if let Some(k) = obj.keys().find(|k| *k != "rules") {
+        return Err(RuleError::new(
+            None,
+            None,
+            k,
+            "unknown field (expected only \"rules\")",
+        ));
+    }
+    let list = obj
+        .get("rules")
+        .and_then(Value::as_array)
+        .ok_or_else(|| RuleError::new(None, None, "rules", "missing or not a list"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, r)| parse_rule(r, Some(i)))
+        .collect()
+}
+
+/// Parses and validates one rule given as JSON.
+pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
+    let id_hint = v.get("id").and_then(Value::as_u64);
+    let err = |field: &str, msg: String| RuleError::new(index, id_hint, field, msg);
+    let obj = v
+        .as_object()
+        .ok_or_else(|| err("", "a rule is an object with id, match, action".into()))?;
+    check_keys(obj, &["id", "match", "action"], "").map_err(|(f, m)| err(&f, m))?;
+    let id = match obj.get("id") {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| err("id", format!("{n} is not an integer 0..=4294967295")))?,
+        Some(other) => return Err(err("id", format!("expected an integer, found {other}"))),
+        None => return Err(err("id", "missing".into())),
+    };
+    let action: Action = match obj.get("action") {
+        Some(a) => serde_json::from_value(a.clone()).map_err(|e| {
+            err(
+                "action",
+                format!("{e} (expected \"drop\", \"allow\", \"count\" or {{\"redirect\": PORT}})"),
+            )
+        })?,
+        None => return Err(err("action", "missing".into())),
+    };
+    let m = obj
+        .get("match")
+        .ok_or_else(|| err("match", "missing".into()))?
+        .as_object()
+        .ok_or_else(|| err("match", "expected an object".into()))?;
+    let matcher = parse_match(m).map_err(|(f, msg)| err(&f, msg))?;
+    Ok(Rule {
+        id,
+        matcher,
+        action,
+    })
+}
+
+type FieldErr = (String, String);
+
+fn check_keys(obj: &Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), FieldErr> {
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err((
+            join(path, k),
+            format!("unknown field (expected one of: {})", allowed.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn join(path: &str, k: &str) -> String {
+    if path.is_empty() {
+        k.to_string()
+    } else {
+        format!("{path}.{k}")
+    }
+}
+
+fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
+    check_keys(
+        m,
+        &["flow", "src_prefix", "dst_prefix", "proto", "port"],
+        "match",
+    )?;
+    let kinds = ["flow", "src_prefix", "dst_prefix"]
+        .iter()
+        .filter(|k| m.contains_key(**k))
+        .count();
+    if kinds != 1 {
+        return Err((
+            "match".into(),
+            "needs exactly one of \"flow\", \"src_prefix\", \"dst_prefix\"".into(),
+        ));
+    }
+    if let Some(flow) = m.get("flow") {
+        if let Some(k) = ["proto", "port"].iter().find(|k| m.contains_key(**k)) {
+            return Err((
+                format!("match.{k}"),
+                "belongs inside \"flow\" for an exact flow rule".into(),
+            ));
+        }
+        let flow = flow
+            .as_object()
+            .ok_or_else(|| ("match.flow".to_string(), "expected an object".to_string()))?;
+        return parse_flow(flow).map(Match::Flow);
+    }
+    let (dir, key) = if m.contains_key("src_prefix") {
+        (Dir::Src, "src_prefix")
+    } else {
+        (Dir::Dst, "dst_prefix")
+    };
+    let field = format!("match.{key}");
+    let prefix: IpPrefix = m[key]
+        .as_str()
+        .ok_or_else(|| {
+            (
+                field.clone(),
+                "expected a string like \"10.0.0.0/8\"".to_string(),
+            )
+        })?
+        .parse()
+        .map_err(|e: crate::prefix::PrefixError| (field.clone(), e.0))?;
+    let proto = m
+        .get("proto")
+        .map(|p| parse_proto(p, "match.proto"))
+        .transpose()?;
+    let port = m
+        .get("port")
+        .map(|p| parse_port(p, "match.port"))
+        .transpose()?;
+    if port.is_some() && !matches!(proto, Some(proto::TCP) | Some(proto::UDP)) {
+        return Err((
+            "match.port".into(),
+            "a port needs \"proto\": \"tcp\" or \"udp\"".into(),
+        ));
+    }
+    Ok(Match::Prefix {
+        dir,
+        prefix,
+        proto,
+        port,
+    })
+}
+
+fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {
+    check_keys(f, &["src", "dst", "proto", "sport", "dport"], "match.flow")?;
+    let addr = |k: &str| -> Result<IpAddr, FieldErr> {
+        let field = format!("match.flow.{k}");
+        f.get(k)
+            .ok_or_else(|| (field.clone(), "missing".to_string()))?
+            .as_str()
+            .ok_or_else(|| (field.clone(), "expected an address string".to_string()))?
+            .parse()
+            .map_err(|_| (field.clone(), "not an IPv4 or IPv6 address".to_string()))
+    };
+    let src = addr("src")?;
+    let dst = addr("dst")?;
+    if src.is_ipv4() != dst.is_ipv4() {
+        return Err((
+            "match.flow.dst".into(),
+            "src and dst must be the same IP version".into(),
+        ));
+    }
+    let p = parse_proto(
+        f.get("proto")
+            .ok_or_else(|| ("match.flow.proto".to_string(), "missing".to_string()))?,
+        "match.flow.proto",
+    )?;
+    let has_ports = p == proto::TCP || p == proto::UDP;
+    let port = |k: &str| -> Result<u16, FieldErr> {
+        let field = format!("match.flow.{k}");
+        match (f.get(k), has_ports) {
+            (Some(v), true) => parse_port(v, &field),
+            (None, true) => Err((field, "missing (required for tcp and udp)".into())),
+            (Some(_), false) => Err((field, "only tcp and udp flows have ports".into())),
+            (None, false) => Ok(0),
+        }
+    };
+    let sport = port("sport")?;
+    let dport = port("dport")?;
+    Ok(FlowKey::new(src, dst, p, sport, dport))
+}
+
+fn parse_proto(v: &Value, field: &str) -> Result<u8, FieldErr> {
+    match v {
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "tcp" => Ok(proto::TCP),
+            "udp" => Ok(proto::UDP),
+            "icmp" => Ok(proto::ICMP),
+            "icmpv6" | "ipv6-icmp" => Ok(proto::ICMPV6),
+            _ => Err((
+                field.into(),
+                format!("unknown protocol \"{s}\" (a number 0..=255, or tcp, udp, icmp, icmpv6)"),
+            )),
+        },
+        Value::Number(n) => n
+            .as_u64()
+            .and_then(|n| u8::try_from(n).ok())
+            .ok_or_else(|| {
+                (
+                    field.into(),
+                    format!("{n} is not a protocol number 0..=255"),
+                )
+            }),
+        other => Err((
+            field.into(),
+            format!("expected a protocol name or number, found {other}"),
+        )),
+    }
+}
+
+fn parse_port(v: &Value, field: &str) -> Result<u16, FieldErr> {
+    v.as_u64()
+        .and_then(|n| u16::try_from(n).ok())
+        .ok_or_else(|| (field.into(), format!("{v} is not a port 0..=65535")))
+}
+
+impl Serialize for Rule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        rule_to_json(self).serialize(s)
+    }
+}
+
+/// The JSON form of a rule, as rule files write it (round-trips through
+/// [`parse_rule`]).
+pub fn rule_to_json(r: &Rule) -> Value {
+    let m = match r.matcher {
+        Match::Flow(k) => {
+            let mut f = serde_json::json!({
+                "src": k.src_ip().to_string(), "dst": k.dst_ip().to_string(), "proto": k.proto,
+            });
+            if k.proto == proto::TCP || k.proto == proto::UDP {
+                f["sport"] = k.sport.into();
+                f["dport"] = k.dport.into();
+            }
+            serde_json::json!({ "flow": f })
+        }
+        Match::Prefix {
+            dir,
+            prefix,
+            proto,
+            port,
+        } => {
+            let key = if dir == Dir::Src {
+                "src_prefix"
+            } else {
+                "dst_prefix"
+            };
+            let mut o = serde_json::json!({ key: prefix.to_string() });
+            if let Some(p) = proto {
+                o["proto"] = p.into();
+            }
+            if let Some(p) = port {
+                o["port"] = p.into();
+            }
+            o
+        }
+    };
+    serde_json::json!({ "id": r.id, "match": m, "action": r.action })
+}

@@ -1,0 +1,128 @@
+//! Rule files: parsing, field-level errors, and the priority order.
+
+use cfdp_rules::{parse_rule_file, Action, FlowKey, RuleSet};
+
+const FILE: &str = r#"{"rules": [
+  {"id": 10, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "tcp", "sport": 40000, "dport": 80}}, "action": "drop"},
+  {"id": 20, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"},
+  {"id": 21, "match": {"dst_prefix": "10.0.0.0/16"}, "action": "count"},
+  {"id": 22, "match": {"dst_prefix": "10.0.0.0/16", "proto": "udp", "port": 53}, "action": {"redirect": 2}},
+  {"id": 23, "match": {"src_prefix": "10.0.0.0/16"}, "action": "drop"},
+  {"id": 30, "match": {"src_prefix": "2001:db8::/32", "proto": 58}, "action": "drop"},
+  {"id": 40, "match": {"flow": {"src": "192.0.2.1", "dst": "192.0.2.2", "proto": "icmp"}}, "action": "count"}
+]}"#;
+
+fn v4(s: [u8; 4], d: [u8; 4], p: u8, sp: u16, dp: u16) -> FlowKey {
+    FlowKey::v4(s, d, p, sp, dp)
+}
+
+fn id_of(set: &RuleSet, k: &FlowKey) -> Option<u32> {
+    set.classify(k).map(|i| set.rule(i).id)
+}
+
+#[test]
+fn priority_is_exact_then_longest_then_specific_then_dst() {
+    let set = RuleSet::new(parse_rule_file(FILE).unwrap()).unwrap();
+    assert_eq!(set.len(), 7);
+    // Exact flow wins over every prefix.
+    assert_eq!(
+        id_of(&set, &v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80)),
+        Some(10)
+    );
+    // Same addresses, other port: /16 dst (count) and /16 src (drop) tie on
+    // length; dst wins.
+    assert_eq!(
+        id_of(&set, &v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40001, 80)),
+        Some(21)
+    );
+    // More specific /16 (udp/53) first.
+    assert_eq!(
+        id_of(&set, &v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 5000, 53)),
+        Some(22)
+    );
+    // The /16 source rule is longer than the /8 destination rule.
+    assert_eq!(
+        id_of(&set, &v4([10, 0, 9, 9], [10, 1, 0, 2], 6, 1, 2)),
+        Some(23)
+    );
+    assert_eq!(
+        id_of(&set, &v4([9, 9, 9, 9], [10, 1, 0, 2], 6, 1, 2)),
+        Some(20)
+    );
+    assert_eq!(id_of(&set, &v4([9, 9, 9, 9], [11, 1, 0, 2], 6, 1, 2)), None);
+    // ICMP exact flow has ports 0.
+    assert_eq!(
+        set.action(&v4([192, 0, 2, 1], [192, 0, 2, 2], 1, 0, 0)),
+        Some(Action::Count)
+    );
+    let v6 = FlowKey::new(
+        "2001:db8::5".parse().unwrap(),
+        "2001:db9::1".parse().unwrap(),
+        58,
+        0,
+        0,
+    );
+    assert_eq!(id_of(&set, &v6), Some(30));
+    let v6_tcp = FlowKey::new(
+        "2001:db8::5".parse().unwrap(),
+        "2001:db9::1".parse().unwrap(),
+        6,
+        1,
+        2,
+    );
+    assert_eq!(id_of(&set, &v6_tcp), None);
+}
+
+#[test]
+fn rules_round_trip_through_json() {
+    let rules = parse_rule_file(FILE).unwrap();
+    let json = serde_json::json!({ "rules": rules });
+    let again = parse_rule_file(&json.to_string()).unwrap();
+    assert_eq!(rules, again);
+}
+
+fn err(text: &str) -> String {
+    parse_rule_file(text)
+        .and_then(RuleSet::new)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn errors_name_the_rule_and_the_field() {
+    let cases: &[(&str, &str)] = &[
+        (r#"{"rules": [{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "tcp", "sport": 70000, "dport": 1}}, "action": "drop"}]}"#,
+         "rule #1 (id 1): match.flow.sport: 70000 is not a port"),
+        (r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 2, "match": {"dst_prefix": "10.0.0.1/8"}, "action": "drop"}]}"#,
+         "rule #2 (id 2): match.dst_prefix: '10.0.0.1/8' has host bits set (did you mean 10.0.0.0/8?)"),
+        (r#"{"rules": [{"id": 5, "match": {"dst_prefix": "10.0.0.0/8", "port": 80}, "action": "drop"}]}"#,
+         "rule #1 (id 5): match.port: a port needs"),
+        (r#"{"rules": [{"id": 5, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "reject"}]}"#,
+         "rule #1 (id 5): action: unknown variant `reject`"),
+        (r#"{"rules": [{"id": 5, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop", "prio": 1}]}"#,
+         "rule #1 (id 5): prio: unknown field"),
+        (r#"{"rules": [{"match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}]}"#,
+         "rule #1: id: missing"),
+        (r#"{"rules": [{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "::1", "proto": 6, "sport": 1, "dport": 2}}, "action": "drop"}]}"#,
+         "rule #1 (id 1): match.flow.dst: src and dst must be the same IP version"),
+        (r#"{"rules": [{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "icmp", "sport": 1}}, "action": "drop"}]}"#,
+         "rule #1 (id 1): match.flow.sport: only tcp and udp flows have ports"),
+        (r#"{"rules": [{"id": 1, "match": {"src_prefix": "10.0.0.0/8", "dst_prefix": "10.0.0.0/8"}, "action": "drop"}]}"#,
+         "rule #1 (id 1): match: needs exactly one of"),
+        (r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 1, "match": {"dst_prefix": "10.0.0.0/9"}, "action": "drop"}]}"#,
+         "rule #2 (id 1): id: duplicate id (also rule #1)"),
+        (r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 2, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"}]}"#,
+         "rule #2 (id 2): match: same match as rule id 1"),
+        (r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8", "proto": "sctp"}, "action": "drop"}]}"#,
+         "rule #1 (id 1): match.proto: unknown protocol \"sctp\""),
+        (r#"{"rules": [ {"id": 1,  ]}"#, "not valid JSON"),
+        (r#"{"rulez": []}"#, "rulez: unknown field"),
+    ];
+    for (text, want) in cases {
+        let got = err(text);
+        assert!(
+            got.starts_with(want) || got.contains(want),
+            "got: {got}\nwant: {want}"
+        );
+    }
+}

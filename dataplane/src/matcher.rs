@@ -1,0 +1,233 @@
+//! Rule matching through the concurrent filters.
+//!
+//! One filter holds the exact flow rules; one filter per prefix class in use
+//! (family, direction, length, protocol, port) holds that class's masked
+//! addresses, probed in the rule set's priority order (longest prefix
+//! first). Each entry's associated value is the rule's index.
+//!
+//! Modes:
+//! * `verify` (default): a filter positive is confirmed against the rule
+//!   set's exact tables before its action applies: no false-positive actions.
+//!   A negative is final (a filter has no false negatives), which is where
+//!   the filter saves work: most packets match no rule and never touch the
+//!   exact tables.
+//! * `filter-only`: the action comes from the filter's value. False
+//!   positives are possible; every 64th positive is also verified and the
+//!   sampled false-positive rate is reported.
+//!
+//! Matching is per burst (at most [`MAX_BURST`] packets), with batched,
+//! prefetching filter lookups, and allocates nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cfdp_filter::{Config, Filter, Lookup};
+use cfdp_rules::{FlowKey, PrefixClass, RuleIndex, RuleSet};
+
+/// Largest burst a worker hands to the matcher.
+pub const MAX_BURST: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Verify,
+    FilterOnly,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "verify" => Ok(Mode::Verify),
+            "filter-only" => Ok(Mode::FilterOnly),
+            _ => Err(format!("unknown mode '{s}' (verify or filter-only)")),
+        }
+    }
+}
+
+struct ClassFilter {
+    class: PrefixClass,
+    /// Index into `RuleSet::classes()`.
+    table: usize,
+    filter: Filter,
+}
+
+/// Counters of the matcher itself (shared by all workers, sampled rarely).
+#[derive(Debug, Default)]
+pub struct MatchCounters {
+    /// Filter positives confirmed by the exact tables (verify mode).
+    pub verified: AtomicU64,
+    /// Filter positives the exact tables refused: false positives caught.
+    pub filter_false_positives: AtomicU64,
+    /// filter-only mode: sampled positives and how many were false.
+    pub sampled: AtomicU64,
+    pub sampled_false: AtomicU64,
+}
+
+pub struct Matcher {
+    mode: Mode,
+    rules: RuleSet,
+    exact: Filter,
+    classes: Vec<ClassFilter>,
+    pub counters: MatchCounters,
+}
+
+/// Fingerprint and value widths for a filter whose values are rule indexes.
+fn filter_config(items: usize, rules: usize) -> Result<Config, String> {
+    let value_bits = (usize::BITS - rules.max(1).leading_zeros()).max(1);
+    if value_bits > 20 {
+        return Err(format!(
+            "{rules} rules: the data plane supports at most 2^20 rules per rule set"
+        ));
+    }
+    // Two entries per 64-bit word: f + v ≤ 32.
+    let fingerprint_bits = (32 - value_bits).min(16);
+    Ok(Config {
+        capacity: items.max(16),
+        fingerprint_bits,
+        value_bits,
+        max_kicks: 500,
+        ..Config::default()
+    })
+}
+
+fn insert(f: &Filter, h: u64, idx: RuleIndex) -> Result<(), String> {
+    f.insert_hash(h, idx)
+        .map(|_| ())
+        .map_err(|e| format!("rule index {idx}: {e}"))
+}
+
+impl Matcher {
+    pub fn new(rules: RuleSet, mode: Mode) -> Result<Self, String> {
+        let n = rules.len();
+        let exact =
+            Filter::new(filter_config(rules.exact().len(), n)?).map_err(|e| e.to_string())?;
+        for (k, &idx) in rules.exact() {
+            insert(&exact, k.hash(), idx)?;
+        }
+        let mut classes = Vec::with_capacity(rules.classes().len());
+        for (table, ct) in rules.classes().iter().enumerate() {
+            let filter =
+                Filter::new(filter_config(ct.entries.len(), n)?).map_err(|e| e.to_string())?;
+            for (addr, &idx) in &ct.entries {
+                insert(&filter, ct.class.hash_masked(addr), idx)?;
+            }
+            classes.push(ClassFilter {
+                class: ct.class,
+                table,
+                filter,
+            });
+        }
+        Ok(Self {
+            mode,
+            rules,
+            exact,
+            classes,
+            counters: MatchCounters::default(),
+        })
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Resolves one filter answer for `key` into a rule index.
+    #[inline]
+    fn resolve(
+        &self,
+        answer: Lookup,
+        confirm: impl Fn() -> Option<RuleIndex>,
+        sample: &mut u32,
+    ) -> Option<RuleIndex> {
+        match (answer, self.mode) {
+            (Lookup::Miss, _) => None,
+            (Lookup::Entry(v), Mode::FilterOnly) => {
+                *sample = sample.wrapping_add(1);
+                if *sample % 64 == 0 {
+                    let c = &self.counters;
+                    c.sampled.fetch_add(1, Ordering::Relaxed);
+                    if confirm() != Some(v) {
+                        c.sampled_false.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Some(v)
+            }
+            // Verify mode, and Bloom-part answers (they carry no value).
+            _ => {
+                let got = confirm();
+                let c = &self.counters;
+                match got {
+                    Some(_) => c.verified.fetch_add(1, Ordering::Relaxed),
+                    None => c.filter_false_positives.fetch_add(1, Ordering::Relaxed),
+                };
+                got
+            }
+        }
+    }
+
+    /// Matches a burst: `keys[i]` is packet i's (fragment-resolved) 5-tuple
+    /// when `valid[i]`; writes the applicable rule (or `None`) to `out[i]`.
+    /// `sample` is the caller's filter-only sampling counter.
+    pub fn match_burst(
+        &self,
+        keys: &[FlowKey],
+        valid: &[bool],
+        out: &mut [Option<RuleIndex>],
+        sample: &mut u32,
+    ) {
+        let n = keys.len();
+        assert!(n <= MAX_BURST && valid.len() >= n && out.len() >= n);
+        let mut idx = [0usize; MAX_BURST];
+        let mut hashes = [0u64; MAX_BURST];
+        let mut answers = [Lookup::Miss; MAX_BURST];
+
+        // 1. Exact flow rules, one hash per packet.
+        let mut m = 0;
+        for i in 0..n {
+            out[i] = None;
+            if valid[i] {
+                idx[m] = i;
+                hashes[m] = keys[i].hash();
+                m += 1;
+            }
+        }
+        if !self.exact.is_empty() {
+            self.exact.get_batch_hashes(&hashes[..m], &mut answers[..m]);
+            for j in 0..m {
+                let i = idx[j];
+                out[i] = self.resolve(
+                    answers[j],
+                    || self.rules.exact().get(&keys[i]).copied(),
+                    sample,
+                );
+            }
+        }
+
+        // 2. Prefix classes, longest first; each packet stops at its first match.
+        for cf in &self.classes {
+            let mut m = 0;
+            let mut masked = [[0u8; 16]; MAX_BURST];
+            for i in 0..n {
+                if valid[i] && out[i].is_none() && cf.class.admits(&keys[i]) {
+                    idx[m] = i;
+                    masked[m] = cf.class.masked(&keys[i]);
+                    hashes[m] = cf.class.hash_masked(&masked[m]);
+                    m += 1;
+                }
+            }
+            if m == 0 {
+                continue;
+            }
+            cf.filter.get_batch_hashes(&hashes[..m], &mut answers[..m]);
+            let table = &self.rules.classes()[cf.table].entries;
+            for j in 0..m {
+                let addr = masked[j];
+                out[idx[j]] = self.resolve(answers[j], || table.get(&addr).copied(), sample);
+            }
+        }
+    }
+}

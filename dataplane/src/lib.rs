@@ -9,6 +9,7 @@
 pub mod capture;
 pub mod decode;
 pub mod frag;
+pub mod gen;
 pub mod matcher;
 pub mod replay;
 pub mod stats;

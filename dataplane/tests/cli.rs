@@ -1,0 +1,92 @@
+//! The `cfdp` binary itself: JSON on stdout, clear errors and exit codes.
+
+use std::process::Command;
+
+fn cfdp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cfdp"))
+}
+
+fn repo(p: &str) -> String {
+    format!("{}/../{p}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn replay_prints_the_summary_keys() {
+    let out = cfdp()
+        .args([
+            "replay",
+            &repo("pcap/mixed.pcap"),
+            "--rules",
+            &repo("pcap/mixed.rules.json"),
+            "--workers",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in [
+        "packets",
+        "bytes",
+        "ipv4",
+        "ipv6",
+        "non_ip",
+        "malformed",
+        "fragments",
+        "flows",
+        "matched",
+        "dropped",
+        "forwarded",
+        "elapsed_s",
+        "mpps",
+        "actions",
+        "malformed_by",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k} in {v}");
+    }
+    assert_eq!(v["packets"], 28);
+    assert_eq!(v["dropped"], 10);
+    assert_eq!(v["actions"]["redirect"], 2);
+}
+
+#[test]
+fn bad_rule_file_names_rule_and_field() {
+    let dir = std::env::temp_dir().join(format!("cfdp-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("bad.json");
+    std::fs::write(
+        &rules,
+        r#"{"rules": [{"id": 9, "match": {"dst_prefix": "10.0.0.0/40"}, "action": "drop"}]}"#,
+    )
+    .unwrap();
+    let out = cfdp()
+        .args([
+            "replay",
+            &repo("pcap/mixed.pcap"),
+            "--rules",
+            rules.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rule #1 (id 9): match.dst_prefix: prefix length"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn missing_capture_is_an_error() {
+    let out = cfdp()
+        .args(["replay", "/nonexistent.pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open capture"));
+}

@@ -110,9 +110,13 @@ impl Capture {
         }
     }
 
-    /// Calls `f` with each frame in order. Stops at the end (`Ok(frames)`)
-    /// or at damage (`Err`, after every good frame before it was delivered).
-    pub fn for_each(&mut self, mut f: impl FnMut(&Frame<'_>)) -> Result<u64, CaptureError> {
+    /// Calls `f` with each frame in order. Stops at the end (`Ok(frames)`),
+    /// when `f` breaks (`Ok`), or at damage (`Err`, after every good frame
+    /// before it was delivered).
+    pub fn for_each(
+        &mut self,
+        mut f: impl FnMut(&Frame<'_>) -> std::ops::ControlFlow<()>,
+    ) -> Result<u64, CaptureError> {
         match &mut self.inner {
             Inner::Pcap(r, link, res) => {
                 // Raw records: pcap-file's validated reader refuses a wire
@@ -130,13 +134,16 @@ impl Capture {
                         frac
                     };
                     self.frames += 1;
-                    f(&Frame {
+                    let flow = f(&Frame {
                         link: *link,
                         ts_ns: u64::from(p.ts_sec) * 1_000_000_000 + frac_ns,
                         orig_len: p.orig_len.max(p.incl_len),
                         iface: 0,
                         data: &p.data,
                     });
+                    if flow.is_break() {
+                        break;
+                    }
                 }
             }
             Inner::PcapNg(r) => {
@@ -171,13 +178,16 @@ impl Capture {
                         });
                     };
                     self.frames += 1;
-                    f(&Frame {
+                    let flow = f(&Frame {
                         link,
                         ts_ns: ts,
                         orig_len,
                         iface,
                         data,
                     });
+                    if flow.is_break() {
+                        break;
+                    }
                 }
             }
         }

@@ -12,5 +12,6 @@ pub mod frag;
 pub mod gen;
 pub mod matcher;
 pub mod replay;
+pub mod run;
 pub mod stats;
 pub mod worker;

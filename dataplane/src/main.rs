@@ -3,6 +3,8 @@
 //! * `cfdp replay IN [--rules FILE] [--out OUT.pcap] [--workers N]
 //!   [--flows FILE.csv] [--mode verify|filter-only]` replays a capture
 //!   through the workers and prints one JSON summary on stdout.
+//! * `cfdp run [--config FILE]` runs from TOML configuration (embedded
+//!   default: `configs/default.toml`) until SIGINT/SIGTERM.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +49,16 @@ enum Cmd {
         #[arg(long, default_value = "verify")]
         mode: Mode,
     },
+    /// Run the data plane from a TOML configuration until SIGINT/SIGTERM
+    /// (default: the embedded configs/default.toml).
+    Run {
+        /// Configuration file, layered over the embedded default.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the effective configuration and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
 }
 
 fn default_workers() -> usize {
@@ -59,6 +71,29 @@ fn default_workers() -> usize {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Run {
+            config,
+            print_config,
+        } => {
+            let cfg = match cfdp_dataplane::run::load_config(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("cfdp: config: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if print_config {
+                println!("{cfg:#?}");
+                return ExitCode::SUCCESS;
+            }
+            match cfdp_dataplane::run::run(cfg, default_workers()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cfdp: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Cmd::Replay {
             input,
             rules,
@@ -90,6 +125,7 @@ fn main() -> ExitCode {
                 workers: workers.unwrap_or_else(default_workers),
                 flows_csv: flows,
                 progress: true,
+                stop: None,
             };
             match replay(&opts, matcher) {
                 Ok(report) => {

@@ -96,6 +96,9 @@ pub struct ReplayOptions {
     pub flows_csv: Option<PathBuf>,
     /// Show a progress line on stderr when it is a terminal.
     pub progress: bool,
+    /// Set from outside (a signal) to stop reading; frames already read
+    /// are still processed, written and reported.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Per-rule counter of a `count` rule.
@@ -376,7 +379,14 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
         let progress = opts.progress && std::io::stderr().is_terminal() && file_len > (64 << 20);
         let mut read_bytes = 0u64;
         let mut last_report = Instant::now();
+        let stop = opts.stop.clone();
         let capture_result = cap.for_each(|f| {
+            if stop
+                .as_ref()
+                .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+            {
+                return std::ops::ControlFlow::Break(());
+            }
             let wi = rss_worker(f.link, f.data, workers);
             let b = &mut pending[wi];
             b.push(f);
@@ -399,6 +409,7 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
                     );
                 }
             }
+            std::ops::ControlFlow::Continue(())
         });
         if progress {
             eprintln!("\rreplaying: done      ");

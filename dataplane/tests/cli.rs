@@ -90,3 +90,54 @@ fn missing_capture_is_an_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open capture"));
 }
+
+#[test]
+fn run_loops_until_sigterm_and_stops_cleanly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = cfdp()
+        .args(["run"])
+        .current_dir(repo(""))
+        .env("CFDP_PCAP__LOOP", "true")
+        .env("CFDP_DATAPLANE__WORKERS", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Two passes prove it loops; each is one JSON line.
+    for pass in 1..=2 {
+        let line = lines.next().expect("a pass line").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["pass"], pass);
+        assert_eq!(v["packets"], 28);
+        assert_eq!(v["workers"], 2);
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for _ in lines {} // drain until the process closes stdout
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit {:?}", out.status);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stopped after"));
+}
+
+#[test]
+fn run_refuses_a_bad_config() {
+    let dir = std::env::temp_dir().join(format!("cfdp-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[dataplane]\nworkers = \"many\"\n").unwrap();
+    let out = cfdp()
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("workers"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -40,6 +40,7 @@ fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
         workers,
         flows_csv: Some(dir.join("flows.csv")),
         progress: false,
+        stop: None,
     };
     replay(&opts, m).unwrap()
 }
@@ -170,6 +171,7 @@ fn damaged_capture_reports_what_was_read() {
         workers: 2,
         flows_csv: None,
         progress: false,
+        stop: None,
     };
     let r = replay(&opts, m).unwrap();
     assert_eq!(r.totals.packets, 5);

@@ -110,6 +110,7 @@ fn main() -> ExitCode {
             workers: 2,
             flows_csv: Some(tmp.clone()),
             progress: false,
+            stop: None,
         };
         let report = match replay(&opts, Arc::clone(&matcher)) {
             Ok(r) => r,

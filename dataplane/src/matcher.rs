@@ -32,6 +32,9 @@ pub enum Mode {
     #[default]
     Verify,
     FilterOnly,
+    /// No filters: every packet probes the exact tables. The baseline the
+    /// filter path is measured against (`bench --bin pipeline`).
+    Exact,
 }
 
 impl std::str::FromStr for Mode {
@@ -40,7 +43,8 @@ impl std::str::FromStr for Mode {
         match s {
             "verify" => Ok(Mode::Verify),
             "filter-only" => Ok(Mode::FilterOnly),
-            _ => Err(format!("unknown mode '{s}' (verify or filter-only)")),
+            "exact" => Ok(Mode::Exact),
+            _ => Err(format!("unknown mode '{s}' (verify, filter-only or exact)")),
         }
     }
 }
@@ -72,15 +76,21 @@ pub struct Matcher {
     pub counters: MatchCounters,
 }
 
-/// Fingerprint and value widths for a filter whose values are rule indexes.
-fn filter_config(items: usize, rules: usize) -> Result<Config, String> {
-    let value_bits = (usize::BITS - rules.max(1).leading_zeros()).max(1);
+/// Filter parameters. In verify mode the filter only has to say "maybe",
+/// so entries carry no value: 16-bit fingerprints, one 64-bit word per
+/// bucket (half the memory, so more of it stays in cache). In filter-only
+/// mode each entry carries its rule index (f + v ≤ 32: two words per bucket).
+fn filter_config(items: usize, rules: usize, mode: Mode) -> Result<Config, String> {
+    let value_bits = if mode == Mode::FilterOnly {
+        (usize::BITS - rules.max(1).leading_zeros()).max(1)
+    } else {
+        0
+    };
     if value_bits > 20 {
         return Err(format!(
-            "{rules} rules: the data plane supports at most 2^20 rules per rule set"
+            "{rules} rules: filter-only mode supports at most 2^20 rules per rule set"
         ));
     }
-    // Two entries per 64-bit word: f + v ≤ 32.
     let fingerprint_bits = (32 - value_bits).min(16);
     Ok(Config {
         capacity: items.max(16),
@@ -92,7 +102,8 @@ fn filter_config(items: usize, rules: usize) -> Result<Config, String> {
 }
 
 fn insert(f: &Filter, h: u64, idx: RuleIndex) -> Result<(), String> {
-    f.insert_hash(h, idx)
+    let value = if f.max_value() == 0 { 0 } else { idx };
+    f.insert_hash(h, value)
         .map(|_| ())
         .map_err(|e| format!("rule index {idx}: {e}"))
 }
@@ -100,16 +111,19 @@ fn insert(f: &Filter, h: u64, idx: RuleIndex) -> Result<(), String> {
 impl Matcher {
     pub fn new(rules: RuleSet, mode: Mode) -> Result<Self, String> {
         let n = rules.len();
-        let exact =
-            Filter::new(filter_config(rules.exact().len(), n)?).map_err(|e| e.to_string())?;
-        for (k, &idx) in rules.exact() {
+        // The exact baseline keeps no filter contents.
+        let filtered = mode != Mode::Exact;
+        let size = |items: usize| if filtered { items } else { 0 };
+        let exact = Filter::new(filter_config(size(rules.exact().len()), n, mode)?)
+            .map_err(|e| e.to_string())?;
+        for (k, &idx) in rules.exact().iter().filter(|_| filtered) {
             insert(&exact, k.hash(), idx)?;
         }
         let mut classes = Vec::with_capacity(rules.classes().len());
         for (table, ct) in rules.classes().iter().enumerate() {
-            let filter =
-                Filter::new(filter_config(ct.entries.len(), n)?).map_err(|e| e.to_string())?;
-            for (addr, &idx) in &ct.entries {
+            let filter = Filter::new(filter_config(size(ct.entries.len()), n, mode)?)
+                .map_err(|e| e.to_string())?;
+            for (addr, &idx) in ct.entries.iter().filter(|_| filtered) {
                 insert(&filter, ct.class.hash_masked(addr), idx)?;
             }
             classes.push(ClassFilter {
@@ -181,6 +195,16 @@ impl Matcher {
     ) {
         let n = keys.len();
         assert!(n <= MAX_BURST && valid.len() >= n && out.len() >= n);
+        if self.mode == Mode::Exact {
+            for i in 0..n {
+                out[i] = if valid[i] {
+                    self.rules.classify(&keys[i])
+                } else {
+                    None
+                };
+            }
+            return;
+        }
         let mut idx = [0usize; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut answers = [Lookup::Miss; MAX_BURST];

@@ -76,6 +76,11 @@ impl Worker {
         let mut valid = [false; MAX_BURST];
         let mut rules: [Option<RuleIndex>; MAX_BURST] = [None; MAX_BURST];
 
+        // Prefetch every frame's first line before decoding (l3fwd's pattern):
+        // the frames' cache misses overlap instead of adding up.
+        for p in pkts {
+            cfdp_filter::prefetch_read(p.data.as_ptr());
+        }
         for (i, p) in pkts.iter().enumerate() {
             inc(&c.packets, 1);
             inc(&c.bytes, u64::from(p.orig_len));

@@ -1,0 +1,148 @@
+//! The data plane's per-worker rate, replaying 64-byte frames from memory.
+//!
+//! For 1,000 / 100,000 / 1,000,000 installed exact-flow rules and 1 % / 50 %
+//! of packets matching a rule, one worker runs the real burst loop
+//! (`Worker::process`: decode, fragment table, one hash per packet, matching,
+//! actions, counters) over a preloaded pool of frames, in the three matcher
+//! modes side by side in one run: `filter` (verify mode: filter first,
+//! positives confirmed in the exact table), `filter-only`, and `exact` (no
+//! filter: every packet probes the hashbrown exact table). Median of rounds.
+//!
+//! Output: table on stdout, `bench/results/pipeline.csv` with header
+//! `backend,impl,rules,match_pct,workers,mpps` (`backend` = `memory`).
+//! Run: `cargo run --release -p cfdp-bench --bin pipeline [-- --quick]`
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv, SplitMix};
+use cfdp_dataplane::decode::LinkType;
+use cfdp_dataplane::matcher::{Matcher, Mode, MAX_BURST};
+use cfdp_dataplane::worker::{PacketRef, Verdict, Worker};
+use cfdp_rules::{Action, FlowKey, Match, Rule, RuleSet};
+use etherparse::PacketBuilder;
+
+/// Flow number `i` → a distinct IPv4/UDP 5-tuple.
+fn flow(i: u64) -> FlowKey {
+    let s = (0x0a00_0000u32 | (i as u32 & 0x00ff_ffff)).to_be_bytes();
+    let d = (0xc000_0000u32 | ((i >> 24) as u32 & 0xff)).to_be_bytes();
+    FlowKey::v4(s, d, 17, 1024 + (i % 50_000) as u16, 53)
+}
+
+/// A 64-byte Ethernet frame (60 bytes + FCS on the wire) for a flow.
+fn frame(k: &FlowKey) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(
+            [k.src[0], k.src[1], k.src[2], k.src[3]],
+            [k.dst[0], k.dst[1], k.dst[2], k.dst[3]],
+            64,
+        )
+        .udp(k.sport, k.dport);
+    let mut v = Vec::with_capacity(64);
+    b.write(&mut v, &[0u8; 18]).expect("write to Vec");
+    v
+}
+
+fn main() {
+    let quick = is_quick();
+    let rule_counts: &[u64] = if quick {
+        &[1_000, 100_000]
+    } else {
+        &[1_000, 100_000, 1_000_000]
+    };
+    let pool_size = if quick { 1 << 16 } else { 1 << 20 };
+    let rounds = if quick { 3 } else { 5 };
+    let secs_per_round = if quick { 0.2 } else { 0.6 };
+    println!("machine: {}", machine_description());
+    println!("one worker, 64-byte frames from memory, median of {rounds} rounds");
+    println!(
+        "{:>9} {:>7} {:>12} {:>12} {:>12} {:>14}",
+        "rules", "match %", "filter Mpps", "f-only Mpps", "exact Mpps", "filter/exact"
+    );
+    let mut rows = Vec::new();
+    for &n in rule_counts {
+        let rules: Vec<Rule> = (0..n)
+            .map(|i| Rule {
+                id: i as u32,
+                matcher: Match::Flow(flow(i)),
+                action: if i % 2 == 0 {
+                    Action::Drop
+                } else {
+                    Action::Allow
+                },
+            })
+            .collect();
+        let set = RuleSet::new(rules).expect("valid rules");
+        let matchers: Vec<(&str, Arc<Matcher>)> = [
+            ("filter", Mode::Verify),
+            ("filter-only", Mode::FilterOnly),
+            ("exact", Mode::Exact),
+        ]
+        .into_iter()
+        .map(|(name, mode)| {
+            (
+                name,
+                Arc::new(Matcher::new(set.clone(), mode).expect("matcher")),
+            )
+        })
+        .collect();
+        for match_pct in [1u64, 50] {
+            let mut rng = SplitMix::new(n ^ match_pct);
+            let frames: Vec<Vec<u8>> = (0..pool_size)
+                .map(|_| {
+                    let k = if rng.next() % 100 < match_pct {
+                        flow(rng.next() % n)
+                    } else {
+                        flow(n + rng.next() % (1 << 30)) // never a rule
+                    };
+                    frame(&k)
+                })
+                .collect();
+            let mut mpps = [0f64; 3];
+            let mut samples: Vec<Vec<f64>> = vec![Vec::new(); 3];
+            for _ in 0..rounds {
+                for (mi, (_, m)) in matchers.iter().enumerate() {
+                    let mut w = Worker::new(set.len(), false);
+                    let mut verdicts = [Verdict::Forward; MAX_BURST];
+                    let start = Instant::now();
+                    let mut done = 0u64;
+                    'outer: loop {
+                        for chunk in frames.chunks(MAX_BURST) {
+                            let refs: [PacketRef<'_>; MAX_BURST] =
+                                std::array::from_fn(|i| PacketRef {
+                                    link: LinkType::Ethernet,
+                                    ts_ns: 0,
+                                    orig_len: 64,
+                                    data: chunk.get(i).map_or(&[][..], |f| &f[..]),
+                                });
+                            w.process(m, &refs[..chunk.len()], &mut verdicts);
+                            done += chunk.len() as u64;
+                            if done % (1 << 16) == 0
+                                && start.elapsed().as_secs_f64() > secs_per_round
+                            {
+                                break 'outer;
+                            }
+                        }
+                    }
+                    samples[mi].push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
+                }
+            }
+            for (i, s) in samples.iter_mut().enumerate() {
+                mpps[i] = median(s);
+            }
+            println!(
+                "{n:>9} {match_pct:>7} {:>12.2} {:>12.2} {:>12.2} {:>14.2}",
+                mpps[0],
+                mpps[1],
+                mpps[2],
+                mpps[0] / mpps[2]
+            );
+            for (i, (name, _)) in matchers.iter().enumerate() {
+                rows.push(format!("memory,{name},{n},{match_pct},1,{:.3}", mpps[i]));
+            }
+        }
+    }
+    let path = results_path("pipeline.csv");
+    write_csv(&path, "backend,impl,rules,match_pct,workers,mpps", &rows).expect("write csv");
+    println!("wrote {}", path.display());
+}

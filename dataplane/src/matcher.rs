@@ -18,10 +18,10 @@
 //! Matching is per burst (at most [`MAX_BURST`] packets), with batched,
 //! prefetching filter lookups, and allocates nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use cfdp_filter::{Config, Filter, Lookup};
 use cfdp_rules::{FlowKey, PrefixClass, RuleIndex, RuleSet};
+
+use crate::stats::WorkerCounters;
 
 /// Largest burst a worker hands to the matcher.
 pub const MAX_BURST: usize = 32;
@@ -56,24 +56,11 @@ struct ClassFilter {
     filter: Filter,
 }
 
-/// Counters of the matcher itself (shared by all workers, sampled rarely).
-#[derive(Debug, Default)]
-pub struct MatchCounters {
-    /// Filter positives confirmed by the exact tables (verify mode).
-    pub verified: AtomicU64,
-    /// Filter positives the exact tables refused: false positives caught.
-    pub filter_false_positives: AtomicU64,
-    /// filter-only mode: sampled positives and how many were false.
-    pub sampled: AtomicU64,
-    pub sampled_false: AtomicU64,
-}
-
 pub struct Matcher {
     mode: Mode,
     rules: RuleSet,
     exact: Filter,
     classes: Vec<ClassFilter>,
-    pub counters: MatchCounters,
 }
 
 /// Filter parameters. In verify mode the filter only has to say "maybe",
@@ -137,7 +124,6 @@ impl Matcher {
             rules,
             exact,
             classes,
-            counters: MatchCounters::default(),
         })
     }
 
@@ -155,17 +141,18 @@ impl Matcher {
         &self,
         answer: Lookup,
         confirm: impl Fn() -> Option<RuleIndex>,
+        c: &WorkerCounters,
         sample: &mut u32,
     ) -> Option<RuleIndex> {
+        let inc = WorkerCounters::inc;
         match (answer, self.mode) {
             (Lookup::Miss, _) => None,
             (Lookup::Entry(v), Mode::FilterOnly) => {
                 *sample = sample.wrapping_add(1);
                 if *sample % 64 == 0 {
-                    let c = &self.counters;
-                    c.sampled.fetch_add(1, Ordering::Relaxed);
+                    inc(&c.filter_only_sampled, 1);
                     if confirm() != Some(v) {
-                        c.sampled_false.fetch_add(1, Ordering::Relaxed);
+                        inc(&c.filter_only_sampled_false, 1);
                     }
                 }
                 Some(v)
@@ -173,11 +160,10 @@ impl Matcher {
             // Verify mode, and Bloom-part answers (they carry no value).
             _ => {
                 let got = confirm();
-                let c = &self.counters;
                 match got {
-                    Some(_) => c.verified.fetch_add(1, Ordering::Relaxed),
-                    None => c.filter_false_positives.fetch_add(1, Ordering::Relaxed),
-                };
+                    Some(_) => inc(&c.filter_verified, 1),
+                    None => inc(&c.filter_false_positives, 1),
+                }
                 got
             }
         }
@@ -185,12 +171,14 @@ impl Matcher {
 
     /// Matches a burst: `keys[i]` is packet i's (fragment-resolved) 5-tuple
     /// when `valid[i]`; writes the applicable rule (or `None`) to `out[i]`.
-    /// `sample` is the caller's filter-only sampling counter.
+    /// `counters` and `sample` (the filter-only sampling counter) are the
+    /// calling worker's own.
     pub fn match_burst(
         &self,
         keys: &[FlowKey],
         valid: &[bool],
         out: &mut [Option<RuleIndex>],
+        counters: &WorkerCounters,
         sample: &mut u32,
     ) {
         let n = keys.len();
@@ -226,6 +214,7 @@ impl Matcher {
                 out[i] = self.resolve(
                     answers[j],
                     || self.rules.exact().get(&keys[i]).copied(),
+                    counters,
                     sample,
                 );
             }
@@ -250,7 +239,8 @@ impl Matcher {
             let table = &self.rules.classes()[cf.table].entries;
             for j in 0..m {
                 let addr = masked[j];
-                out[idx[j]] = self.resolve(answers[j], || table.get(&addr).copied(), sample);
+                out[idx[j]] =
+                    self.resolve(answers[j], || table.get(&addr).copied(), counters, sample);
             }
         }
     }

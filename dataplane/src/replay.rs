@@ -469,9 +469,7 @@ fn report(
         write_flows(path, &flows)
             .map_err(|e| ReplayError::Output(format!("{}: {e}", path.display())))?;
     }
-    let c = &matcher.counters;
-    let ld = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-    let sampled = ld(&c.sampled);
+    let sampled = totals.filter_only_sampled;
     let mut actions = HashMap::new();
     actions.insert("drop", totals.dropped);
     actions.insert("allow", totals.allowed);
@@ -500,12 +498,12 @@ fn report(
             })
             .collect(),
         filter: FilterReport {
-            verified: ld(&c.verified),
-            false_positives_caught: ld(&c.filter_false_positives),
+            verified: totals.filter_verified,
+            false_positives_caught: totals.filter_false_positives,
             filter_only_sampled: sampled,
-            filter_only_sampled_false: ld(&c.sampled_false),
+            filter_only_sampled_false: totals.filter_only_sampled_false,
             filter_only_fp_rate: (sampled > 0)
-                .then(|| ld(&c.sampled_false) as f64 / sampled as f64),
+                .then(|| totals.filter_only_sampled_false as f64 / sampled as f64),
         },
         burst_ns: Percentiles::of(&hist),
         capture_error: capture_error.map(|e| e.to_string()),

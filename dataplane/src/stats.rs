@@ -52,6 +52,10 @@ counters!(
     counted,
     allowed,
     bursts,
+    filter_verified,
+    filter_false_positives,
+    filter_only_sampled,
+    filter_only_sampled_false,
 );
 
 impl WorkerCounters {

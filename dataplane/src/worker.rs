@@ -127,7 +127,13 @@ impl Worker {
             }
         }
 
-        m.match_burst(&keys[..n], &valid[..n], &mut rules[..n], &mut self.sample);
+        m.match_burst(
+            &keys[..n],
+            &valid[..n],
+            &mut rules[..n],
+            &self.counters,
+            &mut self.sample,
+        );
 
         for i in 0..n {
             verdicts[i] = match rules[i] {

@@ -2,6 +2,8 @@
 //! generator, medians, the machine description printed beside every table,
 //! and the CSV writer for `bench/results/`.
 
+pub mod plot;
+
 use std::fs;
 use std::io::{self, Write};
 use std::path::PathBuf;

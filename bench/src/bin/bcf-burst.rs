@@ -109,7 +109,7 @@ fn trial(kind: Kind, occupancy: f64, t: u32, burst: usize, seed: u64, queries: u
         }
     }
     let mut out = Trial::default();
-    let mut neg = SplitMix::new(seed ^ 0x5eed_0f_f00d);
+    let mut neg = SplitMix::new(seed ^ 0x005e_ed0f_f00d);
     if burst == 0 {
         out.baseline_fp = (0..queries).filter(|_| f.contains_hash(neg.next())).count() as u64;
     }

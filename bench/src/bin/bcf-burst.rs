@@ -15,7 +15,9 @@
 //! 1. occupancy: cf at 0.92/0.94/0.95, bcf and bcf-tag at 0.9392/0.9596/0.9698
 //!    (equal bits per item in the paper's packed layout), burst 256, t = 0, 5, 10.
 //! 2. burst size: cf at 0.95, bcf/bcf-tag at 0.9698, bursts 0 (baseline FPR),
-//!    128, 256, …, 1024, t = 0, 5, 10.
+//!    128, 256, …, 1024, t = 0, 5, 10. Each trial inserts 1024 and records
+//!    the statistics of its first b inserts at every burst size b (a burst
+//!    of b from the same steady state is exactly that prefix).
 //!
 //! Output: tables, `bench/results/bcf_burst.csv`
 //! (`filter,occupancy,t,burst,max_iter_seen,mean_iter,bloom_items,fpr,failures`)
@@ -52,13 +54,23 @@ struct Trial {
     fp: u64,
     queries: u64,
     failures: u32,
-    baseline_fp: u64,
 }
 
 const LOG2_BUCKETS: u32 = 15;
 const MAX_ITER: u32 = 1000;
 
-fn trial(kind: Kind, occupancy: f64, t: u32, burst: usize, seed: u64, queries: u64) -> Trial {
+/// One trial: fill, steady state, then a burst of `checkpoints.last()`
+/// inserts, with the statistics of the first `b` inserts recorded at every
+/// checkpoint `b` (a burst of `b` from this steady state is exactly that
+/// prefix, so one trial serves every burst size of experiment 2).
+fn trial(
+    kind: Kind,
+    occupancy: f64,
+    t: u32,
+    checkpoints: &[usize],
+    seed: u64,
+    queries: u64,
+) -> Vec<Trial> {
     let bloom = match kind {
         Kind::Cf => None,
         Kind::Bcf => Some(BloomConfig {
@@ -109,11 +121,20 @@ fn trial(kind: Kind, occupancy: f64, t: u32, burst: usize, seed: u64, queries: u
         }
     }
     let mut out = Trial::default();
+    let mut results = Vec::with_capacity(checkpoints.len());
     let mut neg = SplitMix::new(seed ^ 0x005e_ed0f_f00d);
-    if burst == 0 {
-        out.baseline_fp = (0..queries).filter(|_| f.contains_hash(neg.next())).count() as u64;
+    let mut measure = |f: &Filter, out: &Trial| {
+        let mut o = *out;
+        o.bloom_items = f.bloom_len();
+        o.queries = queries;
+        o.fp = (0..queries).filter(|_| f.contains_hash(neg.next())).count() as u64;
+        o
+    };
+    let burst = checkpoints.iter().copied().max().unwrap_or(0);
+    if checkpoints.contains(&0) {
+        results.push(measure(&f, &out));
     }
-    for _ in 0..burst {
+    for i in 1..=burst {
         let h = rng.next();
         let iterations = match f.insert_hash(h, 0) {
             Ok(o) => o.iterations,
@@ -126,11 +147,11 @@ fn trial(kind: Kind, occupancy: f64, t: u32, burst: usize, seed: u64, queries: u
         out.max_iter = out.max_iter.max(iterations);
         out.iter_sum += u64::from(iterations);
         out.inserts += 1;
+        if checkpoints.contains(&i) {
+            results.push(measure(&f, &out));
+        }
     }
-    out.bloom_items = f.bloom_len();
-    out.queries = queries;
-    out.fp = (0..queries).filter(|_| f.contains_hash(neg.next())).count() as u64;
-    out
+    results
 }
 
 #[derive(Clone, Copy)]
@@ -146,19 +167,28 @@ struct Row {
     failures: u32,
 }
 
-fn run(kind: Kind, occupancy: f64, t: Option<u32>, burst: usize, trials: usize) -> Row {
+fn run(
+    kind: Kind,
+    occupancy: f64,
+    t: Option<u32>,
+    checkpoints: &[usize],
+    trials: usize,
+) -> Vec<Row> {
     let queries = (1_000_000u64).div_ceil(trials as u64).max(20_000);
     let seeds: Vec<u64> = (0..trials as u64)
-        .map(|i| 0xbcf0_0000 + i * 7919 + (occupancy * 1e4) as u64 * 31 + burst as u64)
+        .map(|i| 0xbcf0_0000 + i * 7919 + (occupancy * 1e4) as u64 * 31)
         .collect();
-    let results: Vec<Trial> = std::thread::scope(|s| {
+    // per trial, per checkpoint
+    let results: Vec<Vec<Trial>> = std::thread::scope(|s| {
         let handles: Vec<_> = seeds
             .chunks(seeds.len().div_ceil(2))
             .map(|chunk| {
                 s.spawn(move || {
                     chunk
                         .iter()
-                        .map(|&seed| trial(kind, occupancy, t.unwrap_or(0), burst, seed, queries))
+                        .map(|&seed| {
+                            trial(kind, occupancy, t.unwrap_or(0), checkpoints, seed, queries)
+                        })
                         .collect::<Vec<_>>()
                 })
             })
@@ -168,20 +198,28 @@ fn run(kind: Kind, occupancy: f64, t: Option<u32>, burst: usize, trials: usize) 
             .flat_map(|h| h.join().expect("trial thread"))
             .collect()
     });
-    let inserts: u64 = results.iter().map(|r| r.inserts).sum();
-    let fp: u64 = results.iter().map(|r| r.fp).sum();
-    let q: u64 = results.iter().map(|r| r.queries).sum();
-    Row {
-        kind,
-        occupancy,
-        t,
-        burst,
-        max_iter: results.iter().map(|r| r.max_iter).max().unwrap_or(0),
-        mean_iter: results.iter().map(|r| r.iter_sum).sum::<u64>() as f64 / inserts.max(1) as f64,
-        bloom_items: results.iter().map(|r| r.bloom_items).sum::<usize>() as f64 / trials as f64,
-        fpr: fp as f64 / q as f64,
-        failures: results.iter().map(|r| r.failures).sum(),
-    }
+    checkpoints
+        .iter()
+        .enumerate()
+        .map(|(ci, &burst)| {
+            let at: Vec<&Trial> = results.iter().map(|r| &r[ci]).collect();
+            let inserts: u64 = at.iter().map(|r| r.inserts).sum();
+            let fp: u64 = at.iter().map(|r| r.fp).sum();
+            let q: u64 = at.iter().map(|r| r.queries).sum();
+            Row {
+                kind,
+                occupancy,
+                t,
+                burst,
+                max_iter: at.iter().map(|r| r.max_iter).max().unwrap_or(0),
+                mean_iter: at.iter().map(|r| r.iter_sum).sum::<u64>() as f64
+                    / inserts.max(1) as f64,
+                bloom_items: at.iter().map(|r| r.bloom_items).sum::<usize>() as f64 / trials as f64,
+                fpr: fp as f64 / q as f64,
+                failures: at.iter().map(|r| r.failures).sum(),
+            }
+        })
+        .collect()
 }
 
 fn print(r: &Row) {
@@ -215,14 +253,16 @@ fn main() {
     println!("\n1. occupancy (burst 256)\n{header}");
     let pairs = [(0.92, 0.9392), (0.94, 0.9596), (0.95, 0.9698)];
     for &(o_cf, o_bcf) in &pairs {
-        let r = run(Kind::Cf, o_cf, None, 256, trials);
-        print(&r);
-        rows.push(r);
+        for r in run(Kind::Cf, o_cf, None, &[256], trials) {
+            print(&r);
+            rows.push(r);
+        }
         for kind in [Kind::Bcf, Kind::BcfTag] {
             for t in [0, 5, 10] {
-                let r = run(kind, o_bcf, Some(t), 256, trials);
-                print(&r);
-                rows.push(r);
+                for r in run(kind, o_bcf, Some(t), &[256], trials) {
+                    print(&r);
+                    rows.push(r);
+                }
             }
         }
     }
@@ -234,18 +274,18 @@ fn main() {
     } else {
         (0..=8).map(|i| i * 128).collect()
     };
-    for &b in &bursts {
-        let r = run(Kind::Cf, 0.95, None, b, trials);
-        print(&r);
-        rows.push(r);
-        for kind in [Kind::Bcf, Kind::BcfTag] {
-            for t in [0, 5, 10] {
-                let r = run(kind, 0.9698, Some(t), b, trials);
-                print(&r);
-                rows.push(r);
-            }
+    let mut exp2: Vec<Row> = run(Kind::Cf, 0.95, None, &bursts, trials);
+    for kind in [Kind::Bcf, Kind::BcfTag] {
+        for t in [0, 5, 10] {
+            exp2.extend(run(kind, 0.9698, Some(t), &bursts, trials));
         }
     }
+    // Print grouped by burst size, as the paper's figures read.
+    exp2.sort_by_key(|r| r.burst);
+    for r in &exp2 {
+        print(r);
+    }
+    rows.extend(exp2);
 
     let csv: Vec<String> = rows
         .iter()

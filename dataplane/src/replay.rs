@@ -35,7 +35,7 @@ use pcap_file::DataLink;
 use serde::Serialize;
 
 use crate::capture::{Capture, CaptureError, Frame};
-use crate::decode::{decode, Decoded, Frag, LinkType, Malformed};
+use crate::decode::{decode, Decoded, Frag, LinkType, Malformed, NonIp};
 use crate::matcher::{Matcher, Mode, MAX_BURST};
 use crate::stats::{burst_histogram, Percentiles, Totals};
 use crate::worker::{FlowTable, PacketRef, Verdict, Worker};
@@ -441,6 +441,7 @@ fn report(
 ) -> Result<ReplayReport, ReplayError> {
     let mut totals = Totals::default();
     let mut malformed_by: HashMap<&'static str, u64> = HashMap::new();
+    let mut non_ip_by: HashMap<&'static str, u64> = HashMap::new();
     let mut hist = burst_histogram();
     let rules = matcher.rules();
     let mut per_rule = vec![(0u64, 0u64); rules.len()];
@@ -451,6 +452,10 @@ fn report(
         for (i, m) in Malformed::ALL.iter().enumerate() {
             *malformed_by.entry(m.name()).or_default() +=
                 w.counters.malformed_by[i].load(std::sync::atomic::Ordering::Relaxed);
+        }
+        for (i, k) in NonIp::ALL.iter().enumerate() {
+            *non_ip_by.entry(k.name()).or_default() +=
+                w.counters.non_ip_by[i].load(std::sync::atomic::Ordering::Relaxed);
         }
         hist.add(&w.histogram).expect("same histogram bounds");
         for (i, pr) in per_rule.iter_mut().enumerate() {
@@ -485,7 +490,7 @@ fn report(
         rules: rules.len(),
         actions,
         malformed_by,
-        non_ip_by: HashMap::new(),
+        non_ip_by,
         rule_counters: rules
             .rules()
             .iter()

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::decode::Malformed;
+use crate::decode::{Malformed, NonIp};
 
 macro_rules! counters {
     ($($name:ident),* $(,)?) => {
@@ -19,6 +19,7 @@ macro_rules! counters {
         pub struct WorkerCounters {
             $(pub $name: AtomicU64,)*
             pub malformed_by: [AtomicU64; Malformed::ALL.len()],
+            pub non_ip_by: [AtomicU64; NonIp::ALL.len()],
         }
 
         /// A merged, plain snapshot of counters.

@@ -119,7 +119,10 @@ impl Worker {
                     keys[i] = key;
                     valid[i] = true;
                 }
-                Decoded::NonIp(_) => inc(&c.non_ip, 1),
+                Decoded::NonIp(kind) => {
+                    inc(&c.non_ip, 1);
+                    inc(&c.non_ip_by[kind as usize], 1);
+                }
                 Decoded::Malformed(r) => {
                     inc(&c.malformed, 1);
                     inc(&c.malformed_by[r as usize], 1);

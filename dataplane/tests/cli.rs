@@ -51,6 +51,8 @@ fn replay_prints_the_summary_keys() {
     assert_eq!(v["packets"], 28);
     assert_eq!(v["dropped"], 10);
     assert_eq!(v["actions"]["redirect"], 2);
+    assert_eq!(v["non_ip_by"]["arp"], 1);
+    assert_eq!(v["malformed_by"]["ip_truncated"], 1);
 }
 
 #[test]

@@ -43,6 +43,7 @@ pub struct IpPacket {
 
 /// Frames that carry no IP packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum NonIp {
     Arp,
     /// IEEE 802.3 length field (LLC/SNAP, STP, ...).
@@ -51,6 +52,28 @@ pub enum NonIp {
     PppNonIp,
     OtherProtocol,
     UnsupportedLinkType,
+}
+
+impl NonIp {
+    pub const ALL: [NonIp; 6] = [
+        NonIp::Arp,
+        NonIp::Llc,
+        NonIp::MplsNonIp,
+        NonIp::PppNonIp,
+        NonIp::OtherProtocol,
+        NonIp::UnsupportedLinkType,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NonIp::Arp => "arp",
+            NonIp::Llc => "llc",
+            NonIp::MplsNonIp => "mpls_non_ip",
+            NonIp::PppNonIp => "ppp_non_ip",
+            NonIp::OtherProtocol => "other_protocol",
+            NonIp::UnsupportedLinkType => "unsupported_link_type",
+        }
+    }
 }
 
 /// Why a frame is malformed. Counted by reason.

@@ -176,6 +176,12 @@ enum Final {
     Migrate(BloomRecord),
 }
 
+/// Bit of a bucket in a plan's 64-bit "buckets on the path" mask.
+#[inline(always)]
+fn path_bit(bucket: usize) -> u64 {
+    1u64 << (bucket & 63)
+}
+
 /// A failed check during execution: the table changed since planning.
 struct Conflict;
 
@@ -489,9 +495,14 @@ impl Filter {
     }
 
     /// A bucket as the plan sees it: the table with the plan's placements.
-    fn sim_bucket(&self, bucket: usize, path: &[Step]) -> Bucket {
+    /// `on_path` has bit `bucket % 64` set for every bucket the path
+    /// touches, so most reads skip the scan of the path.
+    fn sim_bucket(&self, bucket: usize, path: &[Step], on_path: u64) -> Bucket {
         let l = &self.raw.layout;
         let mut b = self.raw.load_hint(bucket);
+        if on_path & path_bit(bucket) == 0 {
+            return b;
+        }
         for st in path.iter().filter(|st| st.loc.bucket == bucket) {
             let (w, v) = l.set_entry(&b, st.loc.slot, st.placed);
             b[w] = v;
@@ -551,12 +562,13 @@ impl Filter {
             placed: entry,
             orig: victim,
         });
+        let mut on_path = path_bit(a);
         let mut homeless = victim;
 
         while i < max {
             i += 1;
             let be = self.alt(a, l.entry_fp(homeless));
-            let bb = self.sim_bucket(be, &path);
+            let bb = self.sim_bucket(be, &path, on_path);
             let empty = l.empty_slots(&bb);
             if empty != 0 {
                 let loc = Loc {
@@ -579,22 +591,30 @@ impl Filter {
             let contents = if next == be {
                 bb
             } else {
-                self.sim_bucket(a, &path)
+                self.sim_bucket(a, &path, on_path)
             };
             let loc = Loc {
                 bucket: next,
                 slot: rng.below(ENTRIES_PER_BUCKET),
             };
             let victim = l.entry(&contents, loc.slot);
-            if let Some(j) = path.iter().position(|st| st.loc == loc) {
+            let seen = on_path & path_bit(loc.bucket) != 0;
+            let erase_at = if seen {
+                path.iter().position(|st| st.loc == loc)
+            } else {
+                None
+            };
+            if let Some(j) = erase_at {
                 // Loop erasure: `victim` is the entry the plan put at `loc`.
                 path.truncate(j);
+                on_path = path.iter().fold(0, |m, st| m | path_bit(st.loc.bucket));
             } else {
                 path.push(Step {
                     loc,
                     placed: homeless,
                     orig: victim,
                 });
+                on_path |= path_bit(loc.bucket);
             }
             homeless = victim;
             a = next;

@@ -403,16 +403,20 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
                 read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
                 if last_report.elapsed().as_millis() >= 500 {
                     last_report = Instant::now();
+                    let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
+                    let done = (frac * 40.0) as usize;
                     eprint!(
-                        "\rreplaying: {:5.1} %",
-                        100.0 * read_bytes as f64 / file_len.max(1) as f64
+                        "\rreplaying [{}{}] {:5.1} %",
+                        "#".repeat(done),
+                        " ".repeat(40 - done),
+                        frac * 100.0
                     );
                 }
             }
             std::ops::ControlFlow::Continue(())
         });
         if progress {
-            eprintln!("\rreplaying: done      ");
+            eprintln!("\rreplaying [{}] done   ", "#".repeat(40));
         }
         for (wi, b) in pending.into_iter().enumerate() {
             if !b.meta.is_empty() {

@@ -427,10 +427,17 @@ impl Filter {
         }
     }
 
-    /// Batched lookup of byte keys (hashes, then [`Filter::get_batch_hashes`]).
+    /// Batched lookup of byte keys (hashes, then [`Filter::get_batch_hashes`]),
+    /// in groups of 64 on the stack: no allocation.
     pub fn get_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut [Lookup]) {
-        let hashes: Vec<u64> = keys.iter().map(|k| hash_bytes(k.as_ref())).collect();
-        self.get_batch_hashes(&hashes, out);
+        assert!(out.len() >= keys.len(), "output slice too short");
+        let mut hashes = [0u64; 64];
+        for (ks, os) in keys.chunks(64).zip(out.chunks_mut(64)) {
+            for (h, k) in hashes.iter_mut().zip(ks) {
+                *h = hash_bytes(k.as_ref());
+            }
+            self.get_batch_hashes(&hashes[..ks.len()], os);
+        }
     }
 
     // ----- inserts -------------------------------------------------------

@@ -168,6 +168,13 @@ proptest! {
         for (h, got) in all.iter().zip(&out) {
             prop_assert_eq!(*got, f.get_hash(*h));
         }
+        // Byte keys through get_batch (chunked) agree with get.
+        let byte_keys: Vec<[u8; 8]> = all.iter().map(|k| k.to_le_bytes()).collect();
+        let mut out2 = vec![Lookup::Miss; byte_keys.len()];
+        f.get_batch(&byte_keys, &mut out2);
+        for (k, got) in byte_keys.iter().zip(&out2) {
+            prop_assert_eq!(*got, f.get(k));
+        }
     }
 }
 

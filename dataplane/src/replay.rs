@@ -401,7 +401,7 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
             }
             if progress {
                 read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
-                if last_report.elapsed().as_millis() >= 500 {
+                if last_report.elapsed().as_millis() >= 100 {
                     last_report = Instant::now();
                     let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
                     let done = (frac * 40.0) as usize;

@@ -27,7 +27,7 @@ use std::fmt;
 use crate::config::{BloomConfig, BloomMode, Config, ConfigError};
 use crate::filter::{BloomRecord, Filter};
 use crate::hash::HASH_ID;
-use crate::layout::ENTRIES_PER_BUCKET;
+use crate::layout::{Layout, ENTRIES_PER_BUCKET};
 
 const MAGIC: &[u8; 8] = b"CFDPFILT";
 const VERSION: u32 = 1;
@@ -227,13 +227,16 @@ impl Filter {
             stripes,
             seed,
         };
-        let filter = Filter::new(config.clone())?;
-        let words_per_bucket = filter.layout().words;
-        let expect_words = filter.buckets() * words_per_bucket;
-        if n_words != expect_words as u64 {
+        // Check the parameters and the image size *before* allocating the
+        // table: a crafted header must not make us allocate gigabytes.
+        config.validate()?;
+        let layout = Layout::new(fingerprint_bits, value_bits, field_bits)?;
+        let buckets = config.bucket_count()?;
+        let expect_words = buckets as u64 * layout.words as u64;
+        if n_words != expect_words {
             return Err(SnapshotError::BadParameters(format!(
-                "{n_words} table words for {} buckets of {words_per_bucket} words",
-                filter.buckets()
+                "{n_words} table words for {buckets} buckets of {} words",
+                layout.words
             )));
         }
         let expected_len = (HEADER as u64)
@@ -246,6 +249,7 @@ impl Filter {
                 actual: bytes.len(),
             });
         }
+        let filter = Filter::new(config.clone())?;
         let words: Vec<u64> = (0..n_words).map(|_| r.u64()).collect();
         let mut side = Vec::with_capacity(n_side as usize);
         for _ in 0..n_side {

@@ -106,6 +106,13 @@ fn corrupt_and_foreign_images_are_refused_clearly() {
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
     assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err}");
 
+    // A header claiming 2^32 buckets in a small image is refused before any
+    // table is allocated (this would otherwise ask for 32 GiB).
+    let mut bad = img.clone();
+    bad[40..44].copy_from_slice(&32u32.to_le_bytes()); // buckets log2
+    let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
+    assert!(matches!(err, SnapshotError::BadParameters(_)), "{err}");
+
     let mut bad = img.clone();
     bad[16] = 40; // fingerprint bits
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();

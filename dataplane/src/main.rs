@@ -145,6 +145,10 @@ fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     }
                 }
+                Err(e @ cfdp_dataplane::replay::ReplayError::Config(_)) => {
+                    eprintln!("cfdp: {e}");
+                    ExitCode::from(2)
+                }
                 Err(e) => {
                     eprintln!("cfdp: {}: {e}", input.display());
                     ExitCode::from(1)

@@ -87,6 +87,9 @@ impl Burst {
     }
 }
 
+/// Upper bound on worker threads (each has its own queue and counters).
+pub const MAX_WORKERS: usize = 1024;
+
 /// What `replay` needs besides the matcher.
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
@@ -144,6 +147,7 @@ pub struct FilterReport {
 pub enum ReplayError {
     Capture(CaptureError),
     Output(String),
+    Config(String),
 }
 
 impl std::fmt::Display for ReplayError {
@@ -151,6 +155,7 @@ impl std::fmt::Display for ReplayError {
         match self {
             ReplayError::Capture(e) => write!(f, "{e}"),
             ReplayError::Output(e) => write!(f, "output: {e}"),
+            ReplayError::Config(e) => write!(f, "{e}"),
         }
     }
 }
@@ -309,6 +314,11 @@ fn writer_loop(
 /// `capture_error` set if the file was damaged part-way).
 pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayReport, ReplayError> {
     let workers = opts.workers.max(1);
+    if workers > MAX_WORKERS {
+        return Err(ReplayError::Config(format!(
+            "workers = {workers}: at most {MAX_WORKERS} are supported"
+        )));
+    }
     let mut cap = Capture::open(&opts.input).map_err(ReplayError::Capture)?;
     let file_len = std::fs::metadata(&opts.input).map(|m| m.len()).unwrap_or(0);
     let pcapng = cap.is_pcapng();

@@ -143,3 +143,13 @@ fn run_refuses_a_bad_config() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn absurd_worker_count_is_a_clear_error() {
+    let out = cfdp()
+        .args(["replay", &repo("pcap/mixed.pcap"), "--workers", "1000000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 1024"));
+}

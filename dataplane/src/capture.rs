@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Cursor, Read};
 use std::path::Path;
 
 use pcap_file::pcap::PcapReader;
@@ -50,9 +50,12 @@ impl fmt::Display for CaptureError {
 
 impl std::error::Error for CaptureError {}
 
+/// The byte source: a buffered file, or memory (tests, fuzzing).
+type Source = Box<dyn Read + Send>;
+
 enum Inner {
-    Pcap(PcapReader<BufReader<File>>, LinkType, TsResolution),
-    PcapNg(PcapNgReader<BufReader<File>>),
+    Pcap(PcapReader<Source>, LinkType, TsResolution),
+    PcapNg(PcapNgReader<Source>),
 }
 
 /// A capture file opened for reading.
@@ -70,7 +73,19 @@ impl Capture {
         f.read_exact(&mut magic)
             .map_err(|_| CaptureError::NotACapture("shorter than a file header".into()))?;
         let f = File::open(path).map_err(CaptureError::Open)?;
-        let r = BufReader::with_capacity(1 << 20, f);
+        Self::from_source(magic, Box::new(BufReader::with_capacity(1 << 20, f)))
+    }
+
+    /// A capture held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, CaptureError> {
+        let magic: [u8; 4] = bytes
+            .get(..4)
+            .and_then(|m| m.try_into().ok())
+            .ok_or_else(|| CaptureError::NotACapture("shorter than a file header".into()))?;
+        Self::from_source(magic, Box::new(Cursor::new(bytes)))
+    }
+
+    fn from_source(magic: [u8; 4], r: Source) -> Result<Self, CaptureError> {
         let inner = match u32::from_le_bytes(magic) {
             0x0a0d_0d0a => Inner::PcapNg(
                 PcapNgReader::new(r).map_err(|e| CaptureError::NotACapture(e.to_string()))?,

@@ -4,7 +4,7 @@
 
 use cfdp_rules::{proto, FlowKey};
 use etherparse::err::ip::LaxHeaderSliceError;
-use etherparse::{Ipv6ExtensionSlice, LaxIpSlice};
+use etherparse::LaxIpSlice;
 
 use super::{Decoded, Frag, IpPacket, Malformed, L3};
 
@@ -37,19 +37,7 @@ pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
         }
         LaxIpSlice::Ipv6(v6) => {
             let h = v6.header();
-            let mut frag = Frag::None;
-            for ext in v6.extensions().clone().into_iter() {
-                if let Ipv6ExtensionSlice::Fragment(f) = ext {
-                    if f.is_fragmenting_payload() {
-                        let id = f.identification();
-                        frag = if f.fragment_offset().value() == 0 {
-                            Frag::First { id }
-                        } else {
-                            Frag::Later { id }
-                        };
-                    }
-                }
-            }
+            let frag = ipv6_fragment(h.next_header().0, v6.extensions().slice());
             let p = v6.payload();
             let key = FlowKey::v6(h.source(), h.destination(), p.ip_number.0, 0, 0);
             (key, frag, p.payload)
@@ -73,4 +61,63 @@ pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
         l3,
         anomaly,
     })
+}
+
+/// The fragment header of an IPv6 extension chain, walked by hand over the
+/// raw extension bytes with bounds checks on every read.
+///
+/// Why not etherparse's extension iterator: in etherparse 0.21 it reads out
+/// of bounds (`from_slice_unchecked`) on a lax-parsed packet whose
+/// fragment header is cut short — a heap overflow from packet input, found
+/// by the `decode` fuzz target (reproducer in `tests/decode.rs`).
+fn ipv6_fragment(first: u8, exts: &[u8]) -> Frag {
+    const HOP_BY_HOP: u8 = 0;
+    const ROUTING: u8 = 43;
+    const FRAGMENT: u8 = 44;
+    const AUTH: u8 = 51;
+    const DEST_OPTS: u8 = 60;
+    const MOBILITY: u8 = 135;
+    let mut next = first;
+    let mut off = 0usize;
+    loop {
+        let Some(h) = exts.get(off..) else {
+            return Frag::None;
+        };
+        match next {
+            FRAGMENT => {
+                let Some(b) = h.get(..8) else {
+                    return Frag::None;
+                };
+                let field = u16::from_be_bytes([b[2], b[3]]);
+                let (offset, more) = (field >> 3, field & 1 == 1);
+                let id = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+                if offset == 0 && !more {
+                    // An atomic fragment does not fragment: keep walking.
+                    next = b[0];
+                    off += 8;
+                    continue;
+                }
+                return if offset == 0 {
+                    Frag::First { id }
+                } else {
+                    Frag::Later { id }
+                };
+            }
+            HOP_BY_HOP | ROUTING | DEST_OPTS | MOBILITY => {
+                let (Some(&nh), Some(&len)) = (h.first(), h.get(1)) else {
+                    return Frag::None;
+                };
+                next = nh;
+                off += (usize::from(len) + 1) * 8;
+            }
+            AUTH => {
+                let (Some(&nh), Some(&len)) = (h.first(), h.get(1)) else {
+                    return Frag::None;
+                };
+                next = nh;
+                off += (usize::from(len) + 2) * 4;
+            }
+            _ => return Frag::None,
+        }
+    }
 }

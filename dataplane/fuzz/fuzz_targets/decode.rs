@@ -1,0 +1,18 @@
+//! Any bytes as a frame of any link type: decode must not panic, and an IP
+//! result must be self-consistent.
+#![no_main]
+use cfdp_dataplane::decode::{decode, Decoded, LinkType};
+use libfuzzer_sys::fuzz_target;
+
+const LINKS: [u32; 10] = [1, 113, 276, 101, 228, 229, 0, 108, 239, 147];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, frame)) = data.split_first() else { return };
+    let link = LinkType::from_linktype(LINKS[sel as usize % LINKS.len()]);
+    if let Decoded::Ip(p) = decode(link, frame) {
+        assert!(p.l3.offset < frame.len());
+        if !matches!(p.key.proto, 6 | 17) {
+            assert_eq!((p.key.sport, p.key.dport), (0, 0));
+        }
+    }
+});

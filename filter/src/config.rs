@@ -39,6 +39,11 @@ pub struct BloomConfig {
     pub threshold: u32,
 }
 
+/// Largest accepted `max_kicks`: an insert's time is bounded by it, so an
+/// image from elsewhere must not be able to set billions (the papers use
+/// 500 and 1000).
+pub const MAX_KICKS_LIMIT: u32 = 1 << 16;
+
 /// Parameters of a [`crate::Filter`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -110,7 +115,7 @@ impl Config {
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.bucket_count()?;
-        if self.max_kicks == 0 {
+        if self.max_kicks == 0 || self.max_kicks > MAX_KICKS_LIMIT {
             return Err(ConfigError::MaxKicks);
         }
         if self.stripes != 0 && !self.stripes.is_power_of_two() {
@@ -168,7 +173,9 @@ impl fmt::Display for ConfigError {
                 )
             }
             ConfigError::Buckets(l) => write!(f, "buckets_log2 = {l}: must be 1..=32"),
-            ConfigError::MaxKicks => write!(f, "max_kicks must be at least 1"),
+            ConfigError::MaxKicks => {
+                write!(f, "max_kicks must be between 1 and {MAX_KICKS_LIMIT}")
+            }
             ConfigError::Stripes(s) => write!(f, "stripes = {s}: must be a power of two"),
         }
     }

@@ -73,7 +73,7 @@ mod raw;
 mod snapshot;
 mod sync;
 
-pub use config::{BloomConfig, BloomMode, Config, ConfigError};
+pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
 pub use filter::{Filter, InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use layout::ENTRIES_PER_BUCKET;
 pub use snapshot::SnapshotError;

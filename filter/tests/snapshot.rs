@@ -113,6 +113,12 @@ fn corrupt_and_foreign_images_are_refused_clearly() {
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
     assert!(matches!(err, SnapshotError::BadParameters(_)), "{err}");
 
+    // max_kicks bounds every insert's time: an image cannot set billions.
+    let mut bad = img.clone();
+    bad[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
+    assert!(matches!(err, SnapshotError::Config(_)), "{err}");
+
     let mut bad = img.clone();
     bad[16] = 40; // fingerprint bits
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
@@ -129,4 +135,25 @@ fn crc32(data: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+/// Inputs the `snapshot` fuzz target found (filter/fuzz). The first made
+/// every insert walk up to the 2^32 iterations its header asked for.
+#[test]
+fn fuzz_regressions_load_or_fail_fast() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let data = std::fs::read(e.unwrap().path()).unwrap();
+        let start = std::time::Instant::now();
+        if let Ok(f) = Filter::from_bytes(&data) {
+            for h in [1u64, 0xdead_beef, u64::MAX] {
+                let _ = f.insert_hash(h, 0);
+            }
+            f.migrate(4);
+        }
+        assert!(start.elapsed().as_secs() < 5, "regression input took too long");
+        n += 1;
+    }
+    assert!(n >= 1, "regression inputs missing");
 }

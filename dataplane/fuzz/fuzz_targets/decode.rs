@@ -7,7 +7,9 @@ use libfuzzer_sys::fuzz_target;
 const LINKS: [u32; 10] = [1, 113, 276, 101, 228, 229, 0, 108, 239, 147];
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, frame)) = data.split_first() else { return };
+    let Some((&sel, frame)) = data.split_first() else {
+        return;
+    };
     let link = LinkType::from_linktype(LINKS[sel as usize % LINKS.len()]);
     if let Decoded::Ip(p) = decode(link, frame) {
         assert!(p.l3.offset < frame.len());

@@ -19,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check(data: &[u8]) {
-    let Ok(f) = Filter::from_bytes(data) else { return };
+    let Ok(f) = Filter::from_bytes(data) else {
+        return;
+    };
     let before = f.len();
     for h in [1u64, 0xdead_beef, u64::MAX] {
         if f.insert_hash(h, 0).is_ok() {

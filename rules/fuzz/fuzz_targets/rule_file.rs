@@ -5,8 +5,12 @@ use cfdp_rules::{parse_rule_file, rule_to_json, RuleSet};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(rules) = parse_rule_file(text) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(rules) = parse_rule_file(text) else {
+        return;
+    };
     let again: Vec<_> = rules.iter().map(rule_to_json).collect();
     let file = serde_json::json!({ "rules": again }).to_string();
     assert_eq!(parse_rule_file(&file).expect("own output parses"), rules);

@@ -152,7 +152,10 @@ fn fuzz_regressions_load_or_fail_fast() {
             }
             f.migrate(4);
         }
-        assert!(start.elapsed().as_secs() < 5, "regression input took too long");
+        assert!(
+            start.elapsed().as_secs() < 5,
+            "regression input took too long"
+        );
         n += 1;
     }
     assert!(n >= 1, "regression inputs missing");

@@ -86,3 +86,19 @@ pub fn machine_description() -> String {
 pub fn is_quick() -> bool {
     std::env::args().any(|a| a == "--quick")
 }
+
+/// `n` query keys: `positive_pct` % drawn from `keys` (inserted), the rest
+/// fresh random keys (a collision with an inserted 64-bit key is harmless
+/// and vanishingly rare).
+pub fn queries(keys: &[u64], n: usize, positive_pct: u64, seed: u64) -> Vec<u64> {
+    let mut r = SplitMix::new(seed);
+    (0..n)
+        .map(|_| {
+            if r.next() % 100 < positive_pct {
+                keys[(r.next() % keys.len() as u64) as usize]
+            } else {
+                r.next() ^ 0x8000_0000_0000_0001
+            }
+        })
+        .collect()
+}

@@ -111,3 +111,13 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>) -> Result<(), String> {
     }
     root.present().map_err(|e| e.to_string())
 }
+
+/// Draws `chart` to `bench/results/<file>` (or `results/quick/` under
+/// `--quick`) and reports the path written, or the error, on the console.
+pub fn save_chart(file: &str, chart: &Chart<'_>) {
+    let p = crate::results_path(file);
+    match line_chart(&p, chart) {
+        Ok(()) => println!("wrote {}", p.display()),
+        Err(e) => eprintln!("plot {file}: {e}"),
+    }
+}

@@ -24,7 +24,7 @@
 //! and PNG plots beside it. `--quick`: 4 trials, fewer bursts.
 //! Run: `cargo run --release -p cfdp-bench --bin bcf-burst [-- --quick]`
 
-use cfdp_bench::plot::{line_chart, Chart, Series};
+use cfdp_bench::plot::{save_chart, Chart, Series};
 use cfdp_bench::{is_quick, machine_description, results_path, write_csv, SplitMix};
 use cfdp_filter::{BloomConfig, BloomMode, Config, Filter, InsertError};
 
@@ -419,19 +419,13 @@ fn main() {
         ),
     ];
     for (file, title, xl, yl, series, log_y) in charts {
-        let p = results_path(file);
-        match line_chart(
-            &p,
-            &Chart {
-                title,
-                x_label: xl,
-                y_label: yl,
-                series,
-                log_y,
-            },
-        ) {
-            Ok(()) => println!("wrote {}", p.display()),
-            Err(e) => eprintln!("plot {file}: {e}"),
-        }
+        let chart = Chart {
+            title,
+            x_label: xl,
+            y_label: yl,
+            series,
+            log_y,
+        };
+        save_chart(file, &chart);
     }
 }

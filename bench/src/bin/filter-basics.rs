@@ -12,7 +12,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use cfdp_bench::{machine_description, median, results_path, write_csv, SplitMix};
+use cfdp_bench::{machine_description, median, queries, results_path, write_csv, SplitMix};
 use cfdp_filter::hash::hash_u64;
 use cfdp_filter::{Config, Filter, Lookup};
 
@@ -52,20 +52,6 @@ fn fill(log2: u32, f_bits: u32, load: f64, seed: u64) -> Filled {
         keys,
         insert_mops,
     }
-}
-
-/// Query keys: `positive_pct` % drawn from the inserted keys, the rest fresh.
-fn queries(keys: &[u64], n: usize, positive_pct: u64, seed: u64) -> Vec<u64> {
-    let mut rng = SplitMix::new(seed);
-    (0..n)
-        .map(|_| {
-            if rng.next() % 100 < positive_pct {
-                keys[(rng.next() % keys.len() as u64) as usize]
-            } else {
-                rng.next() | (1 << 63) ^ (1 << 62) // fresh; collisions are harmless
-            }
-        })
-        .collect()
 }
 
 fn lookup_mops(f: &Filter, qs: &[u64], batched: bool, rounds: usize) -> f64 {

@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use cfdp_bench::plot::{line_chart, Chart, Series};
+use cfdp_bench::plot::{save_chart, Chart, Series};
 use cfdp_bench::{is_quick, machine_description, results_path, write_csv, SplitMix};
 use cfdp_filter::{BloomConfig, BloomMode, Config, Filter};
 use hdrhistogram::Histogram;
@@ -138,7 +138,6 @@ fn main() {
             mean,
         ),
     ] {
-        let p = results_path(file);
         let chart = Chart {
             title,
             x_label: "load (% of slots, band midpoint)",
@@ -146,9 +145,6 @@ fn main() {
             series,
             log_y: true,
         };
-        match line_chart(&p, &chart) {
-            Ok(()) => println!("wrote {}", p.display()),
-            Err(e) => eprintln!("plot {file}: {e}"),
-        }
+        save_chart(file, &chart);
     }
 }

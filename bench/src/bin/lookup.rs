@@ -20,26 +20,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cfdp_bench::plot::{line_chart, Chart, Series};
-use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv, SplitMix};
+use cfdp_bench::plot::{save_chart, Chart, Series};
+use cfdp_bench::{
+    is_quick, machine_description, median, queries, results_path, write_csv, SplitMix,
+};
 use cfdp_filter::hash::hash_u64;
 use cfdp_filter::{Config, Filter, Lookup};
 use xorf::{BinaryFuse8, Filter as _};
 
 type Cuckoo = cuckoofilter::CuckooFilter<rapidhash::fast::RapidHasher<'static>>;
-
-fn queries(keys: &[u64], n: usize, pct: u64, seed: u64) -> Vec<u64> {
-    let mut r = SplitMix::new(seed);
-    (0..n)
-        .map(|_| {
-            if r.next() % 100 < pct {
-                keys[(r.next() % keys.len() as u64) as usize]
-            } else {
-                r.next() ^ 0x8000_0000_0000_0001
-            }
-        })
-        .collect()
-}
 
 fn rate(qs: &[u64], rounds: usize, mut f: impl FnMut(&[u64]) -> usize) -> f64 {
     let mut s = Vec::with_capacity(rounds);
@@ -294,20 +283,14 @@ fn main() {
             by_load,
         ),
     ] {
-        let p = results_path(file);
-        match line_chart(
-            &p,
-            &Chart {
-                title,
-                x_label: xl,
-                y_label: "Mops/s",
-                series,
-                log_y: false,
-            },
-        ) {
-            Ok(()) => println!("wrote {}", p.display()),
-            Err(e) => eprintln!("plot {file}: {e}"),
-        }
+        let chart = Chart {
+            title,
+            x_label: xl,
+            y_label: "Mops/s",
+            series,
+            log_y: false,
+        };
+        save_chart(file, &chart);
     }
 }
 

@@ -3,7 +3,8 @@
 //! One filter holds the exact flow rules; one filter per prefix class in use
 //! (family, direction, length, protocol, port) holds that class's masked
 //! addresses, probed in the rule set's priority order (longest prefix
-//! first). Each entry's associated value is the rule's index.
+//! first). All of them live in the published [`Tables`], which a worker
+//! enters once per burst (see `tables` for how updates stay consistent).
 //!
 //! Modes:
 //! * `verify` (default): a filter positive is confirmed against the rule
@@ -18,10 +19,11 @@
 //! Matching is per burst (at most [`MAX_BURST`] packets), with batched,
 //! prefetching filter lookups, and allocates nothing.
 
-use cfdp_filter::{Config, Filter, Lookup};
-use cfdp_rules::{FlowKey, PrefixClass, RuleIndex, RuleSet};
+use cfdp_filter::Lookup;
+use cfdp_rules::FlowKey;
 
 use crate::stats::WorkerCounters;
+use crate::tables::{Entry, Tables};
 
 /// Largest burst a worker hands to the matcher.
 pub const MAX_BURST: usize = 32;
@@ -49,86 +51,45 @@ impl std::str::FromStr for Mode {
     }
 }
 
-struct ClassFilter {
-    class: PrefixClass,
-    /// Index into `RuleSet::classes()`.
-    table: usize,
-    filter: Filter,
-}
-
+/// The worker-side matcher: the mode, and the burst algorithm over one
+/// copy of the published [`Tables`].
+#[derive(Clone, Copy, Debug)]
 pub struct Matcher {
     mode: Mode,
-    rules: RuleSet,
-    exact: Filter,
-    classes: Vec<ClassFilter>,
 }
 
-/// Filter parameters. In verify mode the filter only has to say "maybe",
-/// so entries carry no value: 16-bit fingerprints, one 64-bit word per
-/// bucket (half the memory, so more of it stays in cache). In filter-only
-/// mode each entry carries its rule index (f + v ≤ 32: two words per bucket).
-fn filter_config(items: usize, rules: usize, mode: Mode) -> Result<Config, String> {
-    let value_bits = if mode == Mode::FilterOnly {
-        (usize::BITS - rules.max(1).leading_zeros()).max(1)
+/// Filter parameters for this mode and Bloom field width. In verify and
+/// exact mode the filter only has to say "maybe", so entries carry no value
+/// and the widest fingerprint that fits one 64-bit word per bucket is used
+/// (16 bits, 15 beside a 1-bit Bloom field): half the memory of two words,
+/// so more of it stays in cache. In filter-only mode each entry carries its
+/// rule's slot (`value_bits`), in two words per bucket.
+pub fn filter_params(
+    mode: Mode,
+    value_bits: u32,
+    bloom_field_bits: u32,
+) -> Result<(u32, u32), String> {
+    let (fp, v) = if mode == Mode::FilterOnly {
+        (
+            (64u32.saturating_sub(bloom_field_bits) / 2).saturating_sub(value_bits),
+            value_bits,
+        )
     } else {
-        0
+        (64u32.saturating_sub(bloom_field_bits) / 4, 0)
     };
-    if value_bits > 20 {
+    let fp = fp.min(16);
+    if fp < 8 {
         return Err(format!(
-            "{rules} rules: filter-only mode supports at most 2^20 rules per rule set"
+            "{value_bits} value bits and a {bloom_field_bits}-bit Bloom field leave a {fp}-bit \
+             fingerprint: too many rules (lower control.max_rules) or too wide a Bloom tag"
         ));
     }
-    let fingerprint_bits = (32 - value_bits).min(16);
-    Ok(Config {
-        capacity: items.max(16),
-        fingerprint_bits,
-        value_bits,
-        max_kicks: 500,
-        ..Config::default()
-    })
-}
-
-fn insert(f: &Filter, h: u64, idx: RuleIndex) -> Result<(), String> {
-    let value = if f.max_value() == 0 { 0 } else { idx };
-    f.insert_hash(h, value)
-        .map(|_| ())
-        .map_err(|e| format!("rule index {idx}: {e}"))
+    Ok((fp, v))
 }
 
 impl Matcher {
-    pub fn new(rules: RuleSet, mode: Mode) -> Result<Self, String> {
-        let n = rules.len();
-        // The exact baseline keeps no filter contents.
-        let filtered = mode != Mode::Exact;
-        let size = |items: usize| if filtered { items } else { 0 };
-        let exact = Filter::new(filter_config(size(rules.exact().len()), n, mode)?)
-            .map_err(|e| e.to_string())?;
-        for (k, &idx) in rules.exact().iter().filter(|_| filtered) {
-            insert(&exact, k.hash(), idx)?;
-        }
-        let mut classes = Vec::with_capacity(rules.classes().len());
-        for (table, ct) in rules.classes().iter().enumerate() {
-            let filter = Filter::new(filter_config(size(ct.entries.len()), n, mode)?)
-                .map_err(|e| e.to_string())?;
-            for (addr, &idx) in ct.entries.iter().filter(|_| filtered) {
-                insert(&filter, ct.class.hash_masked(addr), idx)?;
-            }
-            classes.push(ClassFilter {
-                class: ct.class,
-                table,
-                filter,
-            });
-        }
-        Ok(Self {
-            mode,
-            rules,
-            exact,
-            classes,
-        })
-    }
-
-    pub fn rules(&self) -> &RuleSet {
-        &self.rules
+    pub fn new(mode: Mode) -> Self {
+        Self { mode }
     }
 
     pub fn mode(&self) -> Mode {
@@ -140,22 +101,25 @@ impl Matcher {
     fn resolve(
         &self,
         answer: Lookup,
-        confirm: impl Fn() -> Option<RuleIndex>,
+        t: &Tables,
+        confirm: impl Fn() -> Option<Entry>,
         c: &WorkerCounters,
         sample: &mut u32,
-    ) -> Option<RuleIndex> {
+    ) -> Option<Entry> {
         let inc = WorkerCounters::inc;
         match (answer, self.mode) {
             (Lookup::Miss, _) => None,
             (Lookup::Entry(v), Mode::FilterOnly) => {
+                // A slot not (yet, or no longer) in this copy: no rule.
+                let e = t.slots.get(v as usize).copied().flatten()?;
                 *sample = sample.wrapping_add(1);
                 if *sample % 64 == 0 {
                     inc(&c.filter_only_sampled, 1);
-                    if confirm() != Some(v) {
+                    if confirm() != Some(e) {
                         inc(&c.filter_only_sampled_false, 1);
                     }
                 }
-                Some(v)
+                Some(e)
             }
             // Verify mode, and Bloom-part answers (they carry no value).
             _ => {
@@ -169,15 +133,16 @@ impl Matcher {
         }
     }
 
-    /// Matches a burst: `keys[i]` is packet i's (fragment-resolved) 5-tuple
-    /// when `valid[i]`; writes the applicable rule (or `None`) to `out[i]`.
-    /// `counters` and `sample` (the filter-only sampling counter) are the
-    /// calling worker's own.
+    /// Matches a burst against one copy of the tables: `keys[i]` is packet
+    /// i's (fragment-resolved) 5-tuple when `valid[i]`; writes the
+    /// applicable rule (or `None`) to `out[i]`. `counters` and `sample` (the
+    /// filter-only sampling counter) are the calling worker's own.
     pub fn match_burst(
         &self,
+        t: &Tables,
         keys: &[FlowKey],
         valid: &[bool],
-        out: &mut [Option<RuleIndex>],
+        out: &mut [Option<Entry>],
         counters: &WorkerCounters,
         sample: &mut u32,
     ) {
@@ -185,11 +150,7 @@ impl Matcher {
         assert!(n <= MAX_BURST && valid.len() >= n && out.len() >= n);
         if self.mode == Mode::Exact {
             for i in 0..n {
-                out[i] = if valid[i] {
-                    self.rules.classify(&keys[i])
-                } else {
-                    None
-                };
+                out[i] = if valid[i] { t.classify(&keys[i]) } else { None };
             }
             return;
         }
@@ -207,13 +168,15 @@ impl Matcher {
                 m += 1;
             }
         }
-        if !self.exact.is_empty() {
-            self.exact.get_batch_hashes(&hashes[..m], &mut answers[..m]);
+        if !t.flow_filter.is_empty() {
+            t.flow_filter
+                .get_batch_hashes(&hashes[..m], &mut answers[..m]);
             for j in 0..m {
                 let i = idx[j];
                 out[i] = self.resolve(
                     answers[j],
-                    || self.rules.exact().get(&keys[i]).copied(),
+                    t,
+                    || t.exact.get(&keys[i]).copied(),
                     counters,
                     sample,
                 );
@@ -221,7 +184,7 @@ impl Matcher {
         }
 
         // 2. Prefix classes, longest first; each packet stops at its first match.
-        for cf in &self.classes {
+        for cf in &t.classes {
             let mut m = 0;
             let mut masked = [[0u8; 16]; MAX_BURST];
             for i in 0..n {
@@ -236,11 +199,16 @@ impl Matcher {
                 continue;
             }
             cf.filter.get_batch_hashes(&hashes[..m], &mut answers[..m]);
-            let table = &self.rules.classes()[cf.table].entries;
+            let table = &cf.entries;
             for j in 0..m {
                 let addr = masked[j];
-                out[idx[j]] =
-                    self.resolve(answers[j], || table.get(&addr).copied(), counters, sample);
+                out[idx[j]] = self.resolve(
+                    answers[j],
+                    t,
+                    || table.get(&addr).copied(),
+                    counters,
+                    sample,
+                );
             }
         }
     }

@@ -26,7 +26,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cfdp_rules::{Action, FlowKey};
-use crossbeam::channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TrySendError};
+use left_right::ReadHandleFactory;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
@@ -37,8 +38,41 @@ use serde::Serialize;
 use crate::capture::{Capture, CaptureError, Frame};
 use crate::decode::{decode, Decoded, Frag, LinkType, Malformed, NonIp};
 use crate::matcher::{Matcher, Mode, MAX_BURST};
-use crate::stats::{burst_histogram, Percentiles, Totals};
+use crate::stats::{LiveStats, Percentiles, Totals};
+use crate::tables::Tables;
 use crate::worker::{FlowTable, PacketRef, Verdict, Worker};
+
+/// What the workers of a backend need: the matcher, read access to the
+/// published tables, and the live statistics they write.
+#[derive(Clone)]
+pub struct Dataplane {
+    pub matcher: Matcher,
+    pub readers: ReadHandleFactory<Tables>,
+    pub stats: Arc<LiveStats>,
+}
+
+impl Dataplane {
+    /// A data plane over a fixed rule set, for `workers` workers. The
+    /// returned store owns the tables: keep it alive while replaying.
+    pub fn fixed(
+        rules: &[cfdp_rules::Rule],
+        mode: Mode,
+        workers: usize,
+    ) -> Result<(crate::control::RuleStore, Dataplane), String> {
+        let cfg = crate::control::StoreConfig {
+            mode,
+            ..Default::default()
+        };
+        let stats = Arc::new(LiveStats::new(workers, cfg.max_rules.max(rules.len())));
+        let store = crate::control::RuleStore::with_rules(cfg, Arc::clone(&stats), rules)?;
+        let dp = Dataplane {
+            matcher: store.matcher(),
+            readers: store.readers(),
+            stats,
+        };
+        Ok((store, dp))
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Meta {
@@ -102,6 +136,12 @@ pub struct ReplayOptions {
     /// Set from outside (a signal) to stop reading; frames already read
     /// are still processed, written and reported.
     pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Replay the capture again and again until `stop`.
+    pub repeat: bool,
+    /// Like a NIC: when a worker's queue is full, drop the burst and count
+    /// it in `rx_dropped` instead of waiting for the worker. Off: the reader
+    /// waits (lossless replay).
+    pub drop_when_full: bool,
 }
 
 /// Per-rule counter of a `count` rule.
@@ -117,6 +157,10 @@ pub struct RuleCount {
 pub struct ReplayReport {
     #[serde(flatten)]
     pub totals: Totals,
+    /// Frames the reader dropped because a worker's queue was full.
+    pub rx_dropped: u64,
+    /// Times the capture was read.
+    pub passes: u64,
     pub flows: u64,
     pub elapsed_s: f64,
     pub mpps: f64,
@@ -311,12 +355,23 @@ fn writer_loop(
 }
 
 /// Replays a capture through the workers. Returns the report (with
-/// `capture_error` set if the file was damaged part-way).
-pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayReport, ReplayError> {
+/// `capture_error` set if the file was damaged part-way). `on_pass(n,
+/// frames)` is called each time the reader finishes pass `n`.
+pub fn replay(
+    opts: &ReplayOptions,
+    dp: &Dataplane,
+    on_pass: &mut dyn FnMut(u64, u64),
+) -> Result<ReplayReport, ReplayError> {
     let workers = opts.workers.max(1);
     if workers > MAX_WORKERS {
         return Err(ReplayError::Config(format!(
             "workers = {workers}: at most {MAX_WORKERS} are supported"
+        )));
+    }
+    if dp.stats.workers.len() < workers {
+        return Err(ReplayError::Config(format!(
+            "statistics for {} workers, {workers} asked for",
+            dp.stats.workers.len()
         )));
     }
     let mut cap = Capture::open(&opts.input).map_err(ReplayError::Capture)?;
@@ -328,7 +383,6 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
         link: cap.link_type().unwrap_or(LinkType::Ethernet),
         files: HashMap::new(),
     });
-    let nrules = matcher.rules().len();
     let account = true;
     let start = Instant::now();
 
@@ -342,18 +396,21 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
         from_reader.push(rx);
     }
 
-    let (finished, writer_result, capture_result) = std::thread::scope(|s| {
+    let (finished, writer_result, capture_result, pass) = std::thread::scope(|s| {
         let writer = {
             let pool_tx = pool_tx.clone();
             s.spawn(move || writer_loop(out_rx, pool_tx, outputs))
         };
         let handles: Vec<_> = from_reader
             .into_iter()
-            .map(|rx| {
+            .enumerate()
+            .map(|(wi, rx)| {
                 let out_tx = out_tx.clone();
-                let m = Arc::clone(&matcher);
+                let m = dp.matcher;
+                let tables = dp.readers.handle();
+                let stats = Arc::clone(&dp.stats);
                 s.spawn(move || {
-                    let mut w = Worker::new(nrules, account);
+                    let mut w = Worker::new(stats, wi, account);
                     for mut burst in rx {
                         let b: &Burst = &burst;
                         let refs: [PacketRef<'_>; MAX_BURST] =
@@ -372,12 +429,17 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
                                 },
                             });
                         let mut verdicts = [Verdict::Forward; MAX_BURST];
-                        w.process(&m, &refs[..b.meta.len()], &mut verdicts);
+                        // One copy of the tables for the whole burst. None:
+                        // the rule store is gone (shutdown): forward.
+                        if let Some(t) = tables.enter() {
+                            w.process(&m, &t, &refs[..b.meta.len()], &mut verdicts);
+                        }
                         burst.verdicts = verdicts;
                         if out_tx.send(burst).is_err() {
                             break;
                         }
                     }
+                    w.flush_histogram();
                     w
                 })
             })
@@ -390,41 +452,77 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
         let mut read_bytes = 0u64;
         let mut last_report = Instant::now();
         let stop = opts.stop.clone();
-        let capture_result = cap.for_each(|f| {
-            if stop
-                .as_ref()
+        let mut pass = 0u64;
+        let stopped = || {
+            stop.as_ref()
                 .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
-            {
-                return std::ops::ControlFlow::Break(());
+        };
+        let stats = &dp.stats;
+        let capture_result = loop {
+            pass += 1;
+            let mut frames = 0u64;
+            let r = cap.for_each(|f| {
+                if stopped() {
+                    return std::ops::ControlFlow::Break(());
+                }
+                frames += 1;
+                let wi = rss_worker(f.link, f.data, workers);
+                let b = &mut pending[wi];
+                b.push(f);
+                if b.meta.len() == MAX_BURST {
+                    let fresh = pool_rx
+                        .try_recv()
+                        .unwrap_or_else(|_| Box::new(Burst::new()));
+                    let mut full = std::mem::replace(&mut pending[wi], fresh);
+                    pending[wi].clear();
+                    full.verdicts = [Verdict::Forward; MAX_BURST];
+                    if opts.drop_when_full {
+                        if let Err(TrySendError::Full(b)) = to_workers[wi].try_send(full) {
+                            stats.workers[wi].rx_dropped.fetch_add(
+                                b.meta.len() as u64,
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                            let _ = pool_tx.send(b);
+                        }
+                    } else {
+                        let _ = to_workers[wi].send(full);
+                    }
+                }
+                if progress {
+                    read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
+                    if last_report.elapsed().as_millis() >= 100 {
+                        last_report = Instant::now();
+                        let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
+                        let done = (frac * 40.0) as usize;
+                        eprint!(
+                            "\rreplaying [{}{}] {:5.1} %",
+                            "#".repeat(done),
+                            " ".repeat(40 - done),
+                            frac * 100.0
+                        );
+                    }
+                }
+                std::ops::ControlFlow::Continue(())
+            });
+            if r.is_err() || stopped() {
+                break r;
             }
-            let wi = rss_worker(f.link, f.data, workers);
-            let b = &mut pending[wi];
-            b.push(f);
-            if b.meta.len() == MAX_BURST {
-                let fresh = pool_rx
-                    .try_recv()
-                    .unwrap_or_else(|_| Box::new(Burst::new()));
-                let mut full = std::mem::replace(&mut pending[wi], fresh);
-                pending[wi].clear();
-                full.verdicts = [Verdict::Forward; MAX_BURST];
-                let _ = to_workers[wi].send(full);
+            on_pass(pass, frames);
+            if !opts.repeat {
+                break r;
             }
-            if progress {
-                read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
-                if last_report.elapsed().as_millis() >= 100 {
-                    last_report = Instant::now();
-                    let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
-                    let done = (frac * 40.0) as usize;
-                    eprint!(
-                        "\rreplaying [{}{}] {:5.1} %",
-                        "#".repeat(done),
-                        " ".repeat(40 - done),
-                        frac * 100.0
-                    );
+            // Next pass: the same file from the start.
+            match Capture::open(&opts.input) {
+                Ok(c) => cap = c,
+                Err(e) => break Err(e),
+            }
+            if frames == 0 {
+                // An empty capture would spin: wait for the stop signal.
+                while !stopped() {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
             }
-            std::ops::ControlFlow::Continue(())
-        });
+        };
         if progress {
             eprintln!("\rreplaying [{}] done   ", "#".repeat(40));
         }
@@ -439,30 +537,18 @@ pub fn replay(opts: &ReplayOptions, matcher: Arc<Matcher>) -> Result<ReplayRepor
             .map(|h| h.join().expect("worker thread panicked"))
             .collect();
         let writer_result = writer.join().expect("writer thread panicked");
-        (finished, writer_result, capture_result)
+        (finished, writer_result, capture_result, pass)
     });
     writer_result.map_err(ReplayError::Output)?;
     let elapsed = start.elapsed().as_secs_f64();
-    report(&matcher, finished, elapsed, capture_result.err(), opts)
+    report(dp, finished, elapsed, pass, capture_result.err(), opts)
 }
 
-fn report(
-    matcher: &Matcher,
-    workers: Vec<Worker>,
-    elapsed_s: f64,
-    capture_error: Option<CaptureError>,
-    opts: &ReplayOptions,
-) -> Result<ReplayReport, ReplayError> {
-    let mut totals = Totals::default();
+/// Counters of every worker by cause, merged.
+pub fn causes(stats: &LiveStats) -> (HashMap<&'static str, u64>, HashMap<&'static str, u64>) {
     let mut malformed_by: HashMap<&'static str, u64> = HashMap::new();
     let mut non_ip_by: HashMap<&'static str, u64> = HashMap::new();
-    let mut hist = burst_histogram();
-    let rules = matcher.rules();
-    let mut per_rule = vec![(0u64, 0u64); rules.len()];
-    let mut flows: FlowTable = HashMap::new();
-    let nworkers = workers.len();
-    for w in workers {
-        w.counters.add_to(&mut totals);
+    for w in &stats.workers {
         for (i, m) in Malformed::ALL.iter().enumerate() {
             *malformed_by.entry(m.name()).or_default() +=
                 w.counters.malformed_by[i].load(std::sync::atomic::Ordering::Relaxed);
@@ -471,11 +557,24 @@ fn report(
             *non_ip_by.entry(k.name()).or_default() +=
                 w.counters.non_ip_by[i].load(std::sync::atomic::Ordering::Relaxed);
         }
-        hist.add(&w.histogram).expect("same histogram bounds");
-        for (i, pr) in per_rule.iter_mut().enumerate() {
-            pr.0 += w.rule_counters.packets[i].load(std::sync::atomic::Ordering::Relaxed);
-            pr.1 += w.rule_counters.bytes[i].load(std::sync::atomic::Ordering::Relaxed);
-        }
+    }
+    (malformed_by, non_ip_by)
+}
+
+fn report(
+    dp: &Dataplane,
+    workers: Vec<Worker>,
+    elapsed_s: f64,
+    passes: u64,
+    capture_error: Option<CaptureError>,
+    opts: &ReplayOptions,
+) -> Result<ReplayReport, ReplayError> {
+    let totals: Totals = dp.stats.totals();
+    let (malformed_by, non_ip_by) = causes(&dp.stats);
+    let hist = dp.stats.burst_histogram();
+    let mut flows: FlowTable = HashMap::new();
+    let nworkers = workers.len();
+    for w in workers {
         if let Some(f) = w.flows {
             for (k, (p, b)) in f {
                 let e = flows.entry(k).or_insert((0, 0));
@@ -495,27 +594,40 @@ fn report(
     actions.insert("count", totals.counted);
     actions.insert("redirect", totals.redirected);
     actions.insert("no_rule", totals.packets - totals.matched);
+    let handle = dp.readers.handle();
+    let (rules, mut rule_counters) = match handle.enter() {
+        Some(t) => (
+            t.len(),
+            t.slots
+                .iter()
+                .flatten()
+                .filter(|e| e.action == Action::Count)
+                .map(|e| {
+                    let (packets, bytes) = dp.stats.slot_totals(e.slot);
+                    RuleCount {
+                        id: e.id,
+                        packets,
+                        bytes,
+                    }
+                })
+                .collect::<Vec<_>>(),
+        ),
+        None => (0, Vec::new()),
+    };
+    rule_counters.sort_by_key(|r| r.id);
     Ok(ReplayReport {
+        rx_dropped: dp.stats.rx_dropped(),
+        passes,
         flows: flows.len() as u64,
         elapsed_s,
         mpps: totals.packets as f64 / elapsed_s.max(1e-9) / 1e6,
         workers: nworkers,
-        mode: matcher.mode(),
-        rules: rules.len(),
+        mode: dp.matcher.mode(),
+        rules,
         actions,
         malformed_by,
         non_ip_by,
-        rule_counters: rules
-            .rules()
-            .iter()
-            .zip(&per_rule)
-            .filter(|(r, _)| r.action == Action::Count)
-            .map(|(r, &(packets, bytes))| RuleCount {
-                id: r.id,
-                packets,
-                bytes,
-            })
-            .collect(),
+        rule_counters,
         filter: FilterReport {
             verified: totals.filter_verified,
             false_positives_caught: totals.filter_false_positives,

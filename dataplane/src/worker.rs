@@ -5,15 +5,17 @@
 //! accounting, optional, allocates once per new flow).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
-use cfdp_rules::{Action, FlowKey, RuleIndex};
+use cfdp_rules::{Action, FlowKey};
 use hdrhistogram::Histogram;
 
 use crate::decode::{decode, Decoded, Frag, LinkType};
 use crate::frag::FragTable;
 use crate::matcher::{Matcher, MAX_BURST};
-use crate::stats::{burst_histogram, RuleCounters, WorkerCounters};
+use crate::stats::{burst_histogram, LiveStats, WorkerCounters, WorkerStats, HIST_FOLD_BURSTS};
+use crate::tables::{Entry, Tables};
 
 /// What happens to a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -38,11 +40,12 @@ pub struct PacketRef<'a> {
 /// Per-flow packet and byte counts (exact flow accounting).
 pub type FlowTable = HashMap<FlowKey, (u64, u64)>;
 
-/// A worker's state: its counters, fragment table, histogram, flows.
+/// A worker's state: its fragment table, flows, and its share of the live
+/// statistics (counters, per-rule counters, histogram).
 pub struct Worker {
-    pub counters: WorkerCounters,
-    pub rule_counters: RuleCounters,
-    pub histogram: Histogram<u64>,
+    stats: Arc<LiveStats>,
+    index: usize,
+    histogram: Histogram<u64>,
     pub flows: Option<FlowTable>,
     frags: FragTable,
     sample: u32,
@@ -53,10 +56,12 @@ pub const FRAG_CAPACITY: usize = 8192;
 pub const FRAG_TTL_NS: u64 = 30_000_000_000;
 
 impl Worker {
-    pub fn new(rules: usize, account_flows: bool) -> Self {
+    /// Worker `index` of `stats` (which must have that many workers).
+    pub fn new(stats: Arc<LiveStats>, index: usize, account_flows: bool) -> Self {
+        assert!(index < stats.workers.len(), "worker {index} has no stats");
         Self {
-            counters: WorkerCounters::default(),
-            rule_counters: RuleCounters::new(rules),
+            stats,
+            index,
             histogram: burst_histogram(),
             flows: account_flows.then(|| HashMap::with_capacity(1 << 12)),
             frags: FragTable::new(FRAG_CAPACITY, FRAG_TTL_NS),
@@ -64,17 +69,36 @@ impl Worker {
         }
     }
 
-    /// Processes one burst (at most [`MAX_BURST`] frames), writing one
-    /// verdict per frame.
-    pub fn process(&mut self, m: &Matcher, pkts: &[PacketRef<'_>], verdicts: &mut [Verdict]) {
+    /// Folds the local burst histogram into the shared one now (at the end
+    /// of a run; during it, `process` does so every few hundred bursts).
+    pub fn flush_histogram(&mut self) {
+        let stats = Arc::clone(&self.stats);
+        let mut g = stats.workers[self.index]
+            .histogram
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        g.add(&self.histogram).expect("same histogram bounds");
+        self.histogram.reset();
+    }
+
+    /// Processes one burst (at most [`MAX_BURST`] frames) against one copy
+    /// of the tables, writing one verdict per frame.
+    pub fn process(
+        &mut self,
+        m: &Matcher,
+        t: &Tables,
+        pkts: &[PacketRef<'_>],
+        verdicts: &mut [Verdict],
+    ) {
         let n = pkts.len();
         assert!(n <= MAX_BURST && verdicts.len() >= n);
         let start = Instant::now();
-        let c = &self.counters;
+        let shared: &WorkerStats = &self.stats.workers[self.index];
+        let c = &shared.counters;
         let inc = WorkerCounters::inc;
         let mut keys = [FlowKey::v4([0; 4], [0; 4], 0, 0, 0); MAX_BURST];
         let mut valid = [false; MAX_BURST];
-        let mut rules: [Option<RuleIndex>; MAX_BURST] = [None; MAX_BURST];
+        let mut rules: [Option<Entry>; MAX_BURST] = [None; MAX_BURST];
 
         // Prefetch every frame's first line before decoding (l3fwd's pattern):
         // the frames' cache misses overlap instead of adding up.
@@ -131,10 +155,11 @@ impl Worker {
         }
 
         m.match_burst(
+            t,
             &keys[..n],
             &valid[..n],
             &mut rules[..n],
-            &self.counters,
+            c,
             &mut self.sample,
         );
 
@@ -143,7 +168,8 @@ impl Worker {
                 None => Verdict::Forward,
                 Some(r) => {
                     inc(&c.matched, 1);
-                    match m.rules().rule(r).action {
+                    shared.rules.add(r.slot, u64::from(pkts[i].orig_len));
+                    match r.action {
                         Action::Drop => Verdict::Drop,
                         Action::Allow => {
                             inc(&c.allowed, 1);
@@ -151,9 +177,6 @@ impl Worker {
                         }
                         Action::Count => {
                             inc(&c.counted, 1);
-                            let rc = &self.rule_counters;
-                            inc(&rc.packets[r as usize], 1);
-                            inc(&rc.bytes[r as usize], u64::from(pkts[i].orig_len));
                             Verdict::Forward
                         }
                         Action::Redirect(port) => Verdict::Redirect(port),
@@ -169,8 +192,15 @@ impl Worker {
                 }
             }
         }
+        let bursts = c.bursts.load(std::sync::atomic::Ordering::Relaxed) + 1;
         inc(&c.bursts, 1);
         self.histogram
             .saturating_record(start.elapsed().as_nanos() as u64);
+        if bursts % HIST_FOLD_BURSTS == 0 {
+            if let Ok(mut g) = shared.histogram.try_lock() {
+                g.add(&self.histogram).expect("same histogram bounds");
+                self.histogram.reset();
+            }
+        }
     }
 }

@@ -102,6 +102,10 @@ fn run_loops_until_sigterm_and_stops_cleanly() {
         .current_dir(repo(""))
         .env("CFDP_PCAP__LOOP", "true")
         .env("CFDP_DATAPLANE__WORKERS", "2")
+        .env(
+            "CFDP_CONTROL__SOCKET",
+            std::env::temp_dir().join(format!("cfdp-cli-{}.sock", std::process::id())),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -4,12 +4,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use cfdp_dataplane::gen::{self, Expect};
-use cfdp_dataplane::matcher::{Matcher, Mode};
-use cfdp_dataplane::replay::{replay, ReplayOptions, ReplayReport};
-use cfdp_rules::{parse_rule_file, RuleSet};
+use cfdp_dataplane::matcher::Mode;
+use cfdp_dataplane::replay::{replay, Dataplane, ReplayOptions, ReplayReport};
+use cfdp_rules::parse_rule_file;
 use pcap_file::pcap::PcapReader;
 
 fn repo() -> PathBuf {
@@ -32,8 +31,8 @@ fn frames_of(path: &Path) -> Vec<Vec<u8>> {
 }
 
 fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
-    let rules = RuleSet::new(parse_rule_file(gen::MIXED_RULES).unwrap()).unwrap();
-    let m = Arc::new(Matcher::new(rules, mode).unwrap());
+    let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
+    let (_store, dp) = Dataplane::fixed(&rules, mode, workers).unwrap();
     let opts = ReplayOptions {
         input: repo().join("pcap/mixed.pcap"),
         out: Some(dir.join("out.pcap")),
@@ -41,8 +40,10 @@ fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
         flows_csv: Some(dir.join("flows.csv")),
         progress: false,
         stop: None,
+        repeat: false,
+        drop_when_full: false,
     };
-    replay(&opts, m).unwrap()
+    replay(&opts, &dp, &mut |_, _| {}).unwrap()
 }
 
 #[test]
@@ -164,7 +165,7 @@ fn damaged_capture_reports_what_was_read() {
     }
     let cut = dir.join("cut.pcap");
     std::fs::write(&cut, &bytes[..off + 20]).unwrap();
-    let m = Arc::new(Matcher::new(RuleSet::default(), Mode::Verify).unwrap());
+    let (_store, dp) = Dataplane::fixed(&[], Mode::Verify, 2).unwrap();
     let opts = ReplayOptions {
         input: cut,
         out: None,
@@ -172,21 +173,23 @@ fn damaged_capture_reports_what_was_read() {
         flows_csv: None,
         progress: false,
         stop: None,
+        repeat: false,
+        drop_when_full: false,
     };
-    let r = replay(&opts, m).unwrap();
+    let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
     assert_eq!(r.totals.packets, 5);
     let err = r.capture_error.expect("damage reported");
     assert!(err.contains("after 5 frames"), "{err}");
 
     let empty = dir.join("empty.pcap");
     std::fs::write(&empty, b"").unwrap();
-    let m = Arc::new(Matcher::new(RuleSet::default(), Mode::Verify).unwrap());
     let e = replay(
         &ReplayOptions {
             input: empty,
             ..opts.clone()
         },
-        m,
+        &dp,
+        &mut |_, _| {},
     )
     .unwrap_err();
     assert!(e.to_string().contains("not a pcap"), "{e}");

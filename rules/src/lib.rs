@@ -3,15 +3,21 @@
 //! The rule model of the cfdp data plane: flow keys (`flow`), IP prefixes
 //! (`prefix`), rules and rule files with field-level validation (`rule`),
 //! and the validated rule set with its priority order and exact classifier
-//! (`set`). The data plane compiles a [`RuleSet`] into filters; the exact
+//! (`set`), rule batches (`batch`) and the control protocol's envelope
+//! (`protocol`, documented in `PROTOCOL.md`). The data plane compiles a [`RuleSet`] into filters; the exact
 //! tables here confirm filter positives in `verify` mode.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod batch;
 pub mod flow;
 pub mod prefix;
+pub mod protocol;
 pub mod rule;
 pub mod set;
 
+pub use batch::{
+    parse_batch, parse_update, Atomicity, Batch, BatchError, Code, Update, UpdateResult,
+};
 pub use flow::{proto, FlowKey};
 pub use prefix::IpPrefix;
 pub use rule::{

@@ -42,7 +42,7 @@ pub struct PrefixClass {
 
 impl PrefixClass {
     /// Priority key: smaller sorts first.
-    fn rank(&self) -> (u8, u8, u8) {
+    pub fn rank(&self) -> (u8, u8, u8) {
         let specificity = match (self.proto, self.port) {
             (Some(_), Some(_)) => 0,
             (Some(_), None) => 1,

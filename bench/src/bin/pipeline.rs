@@ -12,14 +12,14 @@
 //! `backend,impl,rules,match_pct,workers,mpps` (`backend` = `memory`).
 //! Run: `cargo run --release -p cfdp-bench --bin pipeline [-- --quick]`
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv, SplitMix};
 use cfdp_dataplane::decode::LinkType;
-use cfdp_dataplane::matcher::{Matcher, Mode, MAX_BURST};
+use cfdp_dataplane::matcher::{Mode, MAX_BURST};
+use cfdp_dataplane::replay::Dataplane;
 use cfdp_dataplane::worker::{PacketRef, Verdict, Worker};
-use cfdp_rules::{Action, FlowKey, Match, Rule, RuleSet};
+use cfdp_rules::{Action, FlowKey, Match, Rule};
 use etherparse::PacketBuilder;
 
 /// Flow number `i` → a distinct IPv4/UDP 5-tuple.
@@ -72,19 +72,13 @@ fn main() {
                 },
             })
             .collect();
-        let set = RuleSet::new(rules).expect("valid rules");
-        let matchers: Vec<(&str, Arc<Matcher>)> = [
+        let matchers: Vec<_> = [
             ("filter", Mode::Verify),
             ("filter-only", Mode::FilterOnly),
             ("exact", Mode::Exact),
         ]
         .into_iter()
-        .map(|(name, mode)| {
-            (
-                name,
-                Arc::new(Matcher::new(set.clone(), mode).expect("matcher")),
-            )
-        })
+        .map(|(name, mode)| (name, Dataplane::fixed(&rules, mode, 1).expect("rules load")))
         .collect();
         for match_pct in [1u64, 50] {
             let mut rng = SplitMix::new(n ^ match_pct);
@@ -101,8 +95,9 @@ fn main() {
             let mut mpps = [0f64; 3];
             let mut samples: Vec<Vec<f64>> = vec![Vec::new(); 3];
             for _ in 0..rounds {
-                for (mi, (_, m)) in matchers.iter().enumerate() {
-                    let mut w = Worker::new(set.len(), false);
+                for (mi, (_, (_store, dp))) in matchers.iter().enumerate() {
+                    let mut w = Worker::new(dp.stats.clone(), 0, false);
+                    let tables = dp.readers.handle();
                     let mut verdicts = [Verdict::Forward; MAX_BURST];
                     let start = Instant::now();
                     let mut done = 0u64;
@@ -115,7 +110,10 @@ fn main() {
                                     orig_len: 64,
                                     data: chunk.get(i).map_or(&[][..], |f| &f[..]),
                                 });
-                            w.process(m, &refs[..chunk.len()], &mut verdicts);
+                            // Per burst, as the backends do: enter the
+                            // published tables, process, leave.
+                            let t = tables.enter().expect("store alive");
+                            w.process(&dp.matcher, &t, &refs[..chunk.len()], &mut verdicts);
                             done += chunk.len() as u64;
                             if done % (1 << 16) == 0
                                 && start.elapsed().as_secs_f64() > secs_per_round

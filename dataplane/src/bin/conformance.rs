@@ -13,11 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use cfdp_dataplane::matcher::{Matcher, Mode};
-use cfdp_dataplane::replay::{replay, ReplayOptions};
-use cfdp_rules::RuleSet;
+use cfdp_dataplane::matcher::Mode;
+use cfdp_dataplane::replay::{replay, Dataplane, ReplayOptions};
 
 type Flows = BTreeMap<String, u64>;
 
@@ -98,7 +96,7 @@ fn main() -> ExitCode {
         }
     };
     captures.sort();
-    let matcher = Arc::new(Matcher::new(RuleSet::default(), Mode::Verify).expect("empty rule set"));
+    let (_store, dp) = Dataplane::fixed(&[], Mode::Verify, 2).expect("empty rule set");
     let tmp = std::env::temp_dir().join(format!("cfdp-conformance-{}.csv", std::process::id()));
     let mut diffs: Vec<Diff> = Vec::new();
     let mut failed_runs = 0;
@@ -111,8 +109,10 @@ fn main() -> ExitCode {
             flows_csv: Some(tmp.clone()),
             progress: false,
             stop: None,
+            repeat: false,
+            drop_when_full: false,
         };
-        let report = match replay(&opts, Arc::clone(&matcher)) {
+        let report = match replay(&opts, &dp, &mut |_, _| {}) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("{name}: replay failed: {e}");

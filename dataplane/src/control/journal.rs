@@ -1,0 +1,355 @@
+//! Persistence: an append-only journal of applied batches, compacted into
+//! snapshots.
+//!
+//! `state_dir` holds two files:
+//!
+//! * `snapshot.json`: `{"format": "cfdp-rules", "version": 1, "generation":
+//!   G, "rules": [...], "crc32": C}`, where `C` is the CRC-32 of the rule list
+//!   serialized as on disk. Written to a temporary file, fsynced, renamed
+//!   over the old one, and the directory fsynced: a crash leaves the old or
+//!   the new snapshot, never a mix.
+//! * `journal.ndjson`: one line per applied batch, `CRC32HEX {"generation":
+//!   G, "updates": [...]}`, appended and fsynced **before** the batch is
+//!   published or acknowledged. Only the updates that took effect are
+//!   recorded, so replaying them cannot fail on a correct journal.
+//!
+//! On start the snapshot is loaded and the journal records after its
+//! generation are replayed in order. A damaged snapshot, a record with a bad
+//! checksum, or a gap in the generations is an error naming the file and
+//! line: cfdp refuses to start rather than start with a silently different
+//! rule set. One case is not damage: a last line with no newline is a write
+//! cut by a crash before its fsync returned — that batch was never
+//! acknowledged — so it is dropped, with a warning, and the file truncated.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use cfdp_rules::{parse_update, rule_to_json, Rule, Update};
+use serde_json::{json, Value};
+
+const SNAPSHOT: &str = "snapshot.json";
+const JOURNAL: &str = "journal.ndjson";
+const FORMAT: &str = "cfdp-rules";
+const VERSION: u64 = 1;
+
+/// What was on disk.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Rules of the snapshot, and its generation (0 without one).
+    pub rules: Vec<Rule>,
+    pub snapshot_generation: u64,
+    /// Journal records after the snapshot, in order: (generation, updates).
+    pub records: Vec<(u64, Vec<Update>)>,
+    /// Set when a cut last record was dropped.
+    pub dropped_tail: Option<String>,
+}
+
+impl Restored {
+    /// True when the directory held no state at all.
+    pub fn is_empty(&self) -> bool {
+        self.snapshot_generation == 0 && self.rules.is_empty() && self.records.is_empty()
+    }
+}
+
+/// The journal of one state directory.
+pub struct Journal {
+    dir: PathBuf,
+    file: File,
+    records: u64,
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> String {
+    format!("{}: {e}", path.display())
+}
+
+fn sync_dir(dir: &Path) -> Result<(), String> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, e))
+}
+
+fn crc_line(body: &str) -> String {
+    format!("{:08x} {body}\n", crc32fast::hash(body.as_bytes()))
+}
+
+/// Reads the snapshot and journal of `dir` (created when missing).
+pub fn restore(dir: &Path) -> Result<Restored, String> {
+    std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+    let mut out = Restored::default();
+    let snap = dir.join(SNAPSHOT);
+    if snap.exists() {
+        let text = std::fs::read_to_string(&snap).map_err(|e| io_err(&snap, e))?;
+        let (g, rules) = parse_snapshot(&text).map_err(|e| io_err(&snap, e))?;
+        out.snapshot_generation = g;
+        out.rules = rules;
+    }
+    let jpath = dir.join(JOURNAL);
+    if !jpath.exists() {
+        return Ok(out);
+    }
+    let f = File::open(&jpath).map_err(|e| io_err(&jpath, e))?;
+    let mut reader = BufReader::new(f);
+    let mut line = Vec::new();
+    let mut good_len = 0u64;
+    let mut lineno = 0;
+    let mut expect = out.snapshot_generation + 1;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_err(&jpath, e))?;
+        if n == 0 {
+            break;
+        }
+        lineno += 1;
+        if line.last() != Some(&b'\n') {
+            out.dropped_tail = Some(format!(
+                "{}: line {lineno}: {n} bytes with no newline (a write cut by a crash, \
+                 never acknowledged): dropped",
+                jpath.display()
+            ));
+            break;
+        }
+        let at = |e: String| format!("{}: line {lineno}: {e}", jpath.display());
+        let (g, updates) = parse_record(&line[..n - 1]).map_err(at)?;
+        good_len += n as u64;
+        if g <= out.snapshot_generation {
+            continue; // already in the snapshot (a crash between compaction steps)
+        }
+        if g != expect {
+            return Err(at(format!(
+                "generation {g} where {expect} was expected: records are missing"
+            )));
+        }
+        expect += 1;
+        out.records.push((g, updates));
+    }
+    if out.dropped_tail.is_some() {
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&jpath)
+            .map_err(|e| io_err(&jpath, e))?;
+        f.set_len(good_len).map_err(|e| io_err(&jpath, e))?;
+        f.sync_all().map_err(|e| io_err(&jpath, e))?;
+    }
+    Ok(out)
+}
+
+fn parse_snapshot(text: &str) -> Result<(u64, Vec<Rule>), String> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format!("snapshot is not valid JSON: {e}"))?;
+    if v["format"] != FORMAT || v["version"] != VERSION {
+        return Err(format!(
+            "not a cfdp rule snapshot of version {VERSION} (format {}, version {})",
+            v["format"], v["version"]
+        ));
+    }
+    let g = v["generation"]
+        .as_u64()
+        .ok_or("snapshot: generation missing")?;
+    let rules = v["rules"].as_array().ok_or("snapshot: rules missing")?;
+    let crc = v["crc32"].as_u64().ok_or("snapshot: crc32 missing")?;
+    let body = serde_json::to_string(&v["rules"]).expect("JSON serializes");
+    if u64::from(crc32fast::hash(body.as_bytes())) != crc {
+        return Err("snapshot: checksum mismatch (the file is damaged)".into());
+    }
+    let rules = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| cfdp_rules::parse_rule(r, Some(i)).map_err(|e| format!("snapshot: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((g, rules))
+}
+
+fn parse_record(line: &[u8]) -> Result<(u64, Vec<Update>), String> {
+    let text = std::str::from_utf8(line).map_err(|_| "not UTF-8 (damaged)".to_string())?;
+    let (crc, body) = text
+        .split_once(' ')
+        .ok_or("not a journal record (no checksum)")?;
+    let crc = u32::from_str_radix(crc, 16).map_err(|_| "bad checksum field (damaged)")?;
+    if crc32fast::hash(body.as_bytes()) != crc {
+        return Err("checksum mismatch (the record is damaged)".into());
+    }
+    let v: Value = serde_json::from_str(body).map_err(|e| format!("not valid JSON: {e}"))?;
+    let g = v["generation"].as_u64().ok_or("generation missing")?;
+    let updates = v["updates"]
+        .as_array()
+        .ok_or("updates missing")?
+        .iter()
+        .map(parse_update)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((g, updates))
+}
+
+impl Journal {
+    /// Opens `dir`'s journal for appending (after [`restore`]).
+    pub fn open(dir: &Path, records: u64) -> Result<Self, String> {
+        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        let path = dir.join(JOURNAL);
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        sync_dir(dir)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            file,
+            records,
+        })
+    }
+
+    /// Records in the journal since the last compaction.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Appends one batch and waits until it is on disk.
+    pub fn append(&mut self, generation: u64, updates: &[Update]) -> Result<(), String> {
+        let body = json!({
+            "generation": generation,
+            "updates": updates.iter().map(Update::to_json).collect::<Vec<_>>(),
+        })
+        .to_string();
+        let path = self.dir.join(JOURNAL);
+        self.file
+            .write_all(crc_line(&body).as_bytes())
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| io_err(&path, e))?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Writes a snapshot of `rules` at `generation` and empties the journal.
+    pub fn compact(&mut self, generation: u64, rules: &[Rule]) -> Result<(), String> {
+        write_snapshot(&self.dir, generation, rules)?;
+        // The snapshot covers every record: start an empty journal the same
+        // atomic way (a crash in between leaves records ≤ the snapshot's
+        // generation, which restore skips).
+        let path = self.dir.join(JOURNAL);
+        let tmp = self.dir.join(format!("{JOURNAL}.tmp"));
+        File::create(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io_err(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
+        sync_dir(&self.dir)?;
+        self.file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        self.records = 0;
+        Ok(())
+    }
+}
+
+/// Writes `snapshot.json` atomically (temporary file, fsync, rename, fsync
+/// of the directory).
+pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), String> {
+    let list = Value::Array(rules.iter().map(rule_to_json).collect());
+    let body = serde_json::to_string(&list).expect("JSON serializes");
+    let doc = json!({
+        "format": FORMAT,
+        "version": VERSION,
+        "generation": generation,
+        "crc32": crc32fast::hash(body.as_bytes()),
+        "rules": list,
+    });
+    let path = dir.join(SNAPSHOT);
+    let tmp = dir.join(format!("{SNAPSHOT}.tmp"));
+    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    f.write_all(doc.to_string().as_bytes())
+        .and_then(|_| f.write_all(b"\n"))
+        .and_then(|_| f.sync_all())
+        .map_err(|e| io_err(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
+    sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cfdp-journal-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn rule(id: u32) -> Rule {
+        cfdp_rules::parse_rule(
+            &json!({"id": id, "match": {"dst_prefix": format!("10.{id}.0.0/16")}, "action": "drop"}),
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn records_and_snapshots_round_trip() {
+        let d = tmp("rt");
+        assert!(restore(&d).unwrap().is_empty());
+        let mut j = Journal::open(&d, 0).unwrap();
+        j.append(1, &[Update::Insert(rule(1)), Update::Insert(rule(2))])
+            .unwrap();
+        j.append(2, &[Update::Delete(1)]).unwrap();
+        let r = restore(&d).unwrap();
+        assert_eq!(r.records.len(), 2);
+        assert_eq!(r.records[1], (2, vec![Update::Delete(1)]));
+        j.compact(2, &[rule(2)]).unwrap();
+        j.append(3, &[Update::Insert(rule(3))]).unwrap();
+        let r = restore(&d).unwrap();
+        assert_eq!((r.snapshot_generation, r.rules.clone()), (2, vec![rule(2)]));
+        assert_eq!(r.records, vec![(3, vec![Update::Insert(rule(3))])]);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_cut_last_line_is_dropped_but_damage_is_an_error() {
+        let d = tmp("dmg");
+        let mut j = Journal::open(&d, 0).unwrap();
+        j.append(1, &[Update::Insert(rule(1))]).unwrap();
+        let path = d.join(JOURNAL);
+        let good = std::fs::read(&path).unwrap();
+        // A crash in the middle of the second record's write.
+        let mut cut = good.clone();
+        cut.extend_from_slice(b"0badc0de {\"generation\": 2, \"upd");
+        std::fs::write(&path, &cut).unwrap();
+        let r = restore(&d).unwrap();
+        assert_eq!(r.records.len(), 1);
+        assert!(r.dropped_tail.is_some());
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            good,
+            "truncated to the good part"
+        );
+        // A flipped byte inside a complete record.
+        let mut bad = good.clone();
+        let i = bad.len() - 5;
+        bad[i] ^= 0x20;
+        std::fs::write(&path, &bad).unwrap();
+        let e = restore(&d).unwrap_err();
+        assert!(e.contains("line 1") && e.contains("damaged"), "{e}");
+        // A damaged snapshot.
+        std::fs::write(&path, &good).unwrap();
+        write_snapshot(&d, 0, &[rule(5)]).unwrap();
+        let snap = d.join(SNAPSHOT);
+        let text = std::fs::read_to_string(&snap)
+            .unwrap()
+            .replace("10.5.0.0", "10.6.0.0");
+        std::fs::write(&snap, text).unwrap();
+        let e = restore(&d).unwrap_err();
+        assert!(e.contains("checksum"), "{e}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_gap_in_generations_is_an_error() {
+        let d = tmp("gap");
+        let mut j = Journal::open(&d, 0).unwrap();
+        j.append(1, &[Update::Insert(rule(1))]).unwrap();
+        j.append(3, &[Update::Insert(rule(3))]).unwrap();
+        let e = restore(&d).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("missing"), "{e}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

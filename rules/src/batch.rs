@@ -1,0 +1,317 @@
+//! Rule batches: the unit of change the control plane applies, modelled on
+//! P4Runtime write requests.
+//!
+//! A batch is a list of updates (`insert`, `delete`, `modify`), applied in
+//! order, with an atomicity mode that says what one failing update does to
+//! the others. Parsing is split in two levels so that nothing is lost:
+//!
+//! * a malformed *batch* (not an object, no update list, too many updates,
+//!   an unknown atomicity) is refused as a whole ([`BatchError`]);
+//! * a malformed *update* inside a well-formed batch is kept in place as an
+//!   `Err` and answered with `invalid_argument` at its position, like any
+//!   other failing update.
+//!
+//! ```json
+//! {"atomicity": "rollback_on_error", "expected_generation": 7,
+//!  "updates": [
+//!    {"op": "insert", "rule": {"id": 10, "match": {"dst_prefix": "10.1.0.0/16"}, "action": "drop"}},
+//!    {"op": "modify", "rule": {"id": 3, "match": {"src_prefix": "2001:db8::/32"}, "action": "count"}},
+//!    {"op": "delete", "id": 4}
+//!  ]}
+//! ```
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::rule::{parse_rule, Rule, RuleId};
+
+/// What one failing update does to the rest of its batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Atomicity {
+    /// Every update is attempted and reported; the ones that succeed stay.
+    ContinueOnError,
+    /// Any failure undoes the whole batch.
+    #[default]
+    RollbackOnError,
+    /// As `rollback_on_error`, and every packet sees the rule set from
+    /// before or after the whole batch, never a mix.
+    DataplaneAtomic,
+}
+
+impl Atomicity {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "continue_on_error" => Some(Self::ContinueOnError),
+            "rollback_on_error" => Some(Self::RollbackOnError),
+            "dataplane_atomic" => Some(Self::DataplaneAtomic),
+            _ => None,
+        }
+    }
+
+    /// Whether one failure aborts the batch.
+    pub fn all_or_nothing(self) -> bool {
+        self != Self::ContinueOnError
+    }
+}
+
+/// One change to the rule set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// Adds a rule; its id and its match must both be new.
+    Insert(Rule),
+    /// Removes the rule with this id.
+    Delete(RuleId),
+    /// Replaces the rule with the same id (match and action may change).
+    Modify(Rule),
+}
+
+impl Update {
+    pub fn op(&self) -> &'static str {
+        match self {
+            Update::Insert(_) => "insert",
+            Update::Delete(_) => "delete",
+            Update::Modify(_) => "modify",
+        }
+    }
+
+    pub fn id(&self) -> RuleId {
+        match self {
+            Update::Insert(r) | Update::Modify(r) => r.id,
+            Update::Delete(id) => *id,
+        }
+    }
+
+    /// The JSON form (round-trips through [`parse_update`]).
+    pub fn to_json(&self) -> Value {
+        match self {
+            Update::Insert(r) | Update::Modify(r) => {
+                serde_json::json!({"op": self.op(), "rule": crate::rule::rule_to_json(r)})
+            }
+            Update::Delete(id) => serde_json::json!({"op": "delete", "id": id}),
+        }
+    }
+}
+
+/// Outcome code of one update (P4Runtime's canonical codes, narrowed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    Ok,
+    AlreadyExists,
+    NotFound,
+    InvalidArgument,
+    CapacityExhausted,
+    /// Not applied because another update of the batch failed.
+    Aborted,
+}
+
+/// The answer for one update, in batch order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UpdateResult {
+    pub code: Code,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl UpdateResult {
+    pub fn ok() -> Self {
+        Self {
+            code: Code::Ok,
+            message: String::new(),
+        }
+    }
+
+    pub fn err(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A parsed batch. `updates[i]` is `Err(message)` when update `i` itself is
+/// malformed (it will be answered `invalid_argument`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub atomicity: Atomicity,
+    pub expected_generation: Option<u64>,
+    pub updates: Vec<Result<Update, String>>,
+}
+
+/// Why a whole batch was refused before any update was looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchError {
+    /// Dotted path of the offending field (empty: the batch itself).
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for BatchError {}
+
+fn batch_err(field: &str, message: impl Into<String>) -> BatchError {
+    BatchError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Parses one update object: `{"op": "insert"|"modify", "rule": {...}}` or
+/// `{"op": "delete", "id": N}`. The error names the field.
+pub fn parse_update(v: &Value) -> Result<Update, String> {
+    let obj = v
+        .as_object()
+        .ok_or("an update is an object {\"op\": ..., ...}")?;
+    let op = obj
+        .get("op")
+        .and_then(Value::as_str)
+        .ok_or("op: missing or not a string (insert, delete or modify)")?;
+    let allowed: &[&str] = match op {
+        "insert" | "modify" => &["op", "rule"],
+        "delete" => &["op", "id"],
+        _ => return Err(format!("op: unknown '{op}' (insert, delete or modify)")),
+    };
+    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(format!("{k}: unknown field for op '{op}'"));
+    }
+    match op {
+        "delete" => {
+            let id = obj
+                .get("id")
+                .ok_or("id: missing")?
+                .as_u64()
+                .and_then(|n| RuleId::try_from(n).ok())
+                .ok_or("id: not an integer 0..=4294967295")?;
+            Ok(Update::Delete(id))
+        }
+        _ => {
+            let r = obj.get("rule").ok_or("rule: missing")?;
+            let rule = parse_rule(r, None).map_err(|e| {
+                if e.field.is_empty() {
+                    format!("rule: {}", e.message)
+                } else {
+                    format!("rule.{}: {}", e.field, e.message)
+                }
+            })?;
+            Ok(if op == "insert" {
+                Update::Insert(rule)
+            } else {
+                Update::Modify(rule)
+            })
+        }
+    }
+}
+
+/// Parses the parameters of an `apply` request. At most `max_updates`
+/// updates are accepted (a larger batch is refused whole).
+pub fn parse_batch(v: &Value, max_updates: usize) -> Result<Batch, BatchError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| batch_err("", "a batch is an object {\"updates\": [...]}"))?;
+    const FIELDS: [&str; 3] = ["atomicity", "expected_generation", "updates"];
+    if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(batch_err(
+            k,
+            "unknown field (atomicity, expected_generation, updates)",
+        ));
+    }
+    let atomicity = match obj.get("atomicity") {
+        None => Atomicity::default(),
+        Some(a) => a.as_str().and_then(Atomicity::parse).ok_or_else(|| {
+            batch_err(
+                "atomicity",
+                format!("{a} is not continue_on_error, rollback_on_error or dataplane_atomic"),
+            )
+        })?,
+    };
+    let expected_generation = match obj.get("expected_generation") {
+        None | Some(Value::Null) => None,
+        Some(g) => Some(
+            g.as_u64()
+                .ok_or_else(|| batch_err("expected_generation", "not a non-negative integer"))?,
+        ),
+    };
+    let list = obj
+        .get("updates")
+        .and_then(Value::as_array)
+        .ok_or_else(|| batch_err("updates", "missing or not a list"))?;
+    if list.len() > max_updates {
+        return Err(batch_err(
+            "updates",
+            format!(
+                "{} updates: at most {max_updates} per batch (split the batch)",
+                list.len()
+            ),
+        ));
+    }
+    Ok(Batch {
+        atomicity,
+        expected_generation,
+        updates: list.iter().map(parse_update).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn malformed_updates_stay_in_place() {
+        let b = parse_batch(
+            &json!({"atomicity": "continue_on_error", "updates": [
+                {"op": "delete", "id": 3},
+                {"op": "insert", "rule": {"id": 1, "match": {"dst_prefix": "10.0.0.0/33"}, "action": "drop"}},
+                {"op": "frobnicate"},
+                {"op": "modify", "rule": {"id": 2, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"}}
+            ]}),
+            10,
+        )
+        .unwrap();
+        assert_eq!(b.atomicity, Atomicity::ContinueOnError);
+        assert_eq!(b.updates[0], Ok(Update::Delete(3)));
+        let e1 = b.updates[1].as_ref().unwrap_err();
+        assert!(e1.starts_with("rule.match.dst_prefix"), "{e1}");
+        assert!(b.updates[2].as_ref().unwrap_err().contains("unknown"));
+        assert!(matches!(b.updates[3], Ok(Update::Modify(_))));
+    }
+
+    #[test]
+    fn batch_level_errors_refuse_the_whole_batch() {
+        let too_many = json!({"updates": [{"op": "delete", "id": 1}, {"op": "delete", "id": 2}]});
+        assert_eq!(parse_batch(&too_many, 1).unwrap_err().field, "updates");
+        let bad_mode = json!({"atomicity": "sometimes", "updates": []});
+        assert_eq!(parse_batch(&bad_mode, 9).unwrap_err().field, "atomicity");
+        let unknown = json!({"updates": [], "force": true});
+        assert_eq!(parse_batch(&unknown, 9).unwrap_err().field, "force");
+        assert!(parse_batch(&json!([1]), 9).is_err());
+    }
+
+    #[test]
+    fn updates_round_trip_through_json() {
+        let b = parse_batch(
+            &json!({"updates": [
+                {"op": "insert", "rule": {"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "udp", "sport": 1, "dport": 2}}, "action": {"redirect": 3}}},
+                {"op": "delete", "id": 9}
+            ]}),
+            9,
+        )
+        .unwrap();
+        for u in b.updates {
+            let u = u.unwrap();
+            assert_eq!(parse_update(&u.to_json()).unwrap(), u);
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! The control protocol's envelope: newline-delimited JSON in the style of
+//! JSON-RPC 2.0 (`id`, `method`, `params`; one response per request, the
+//! same `id` back). Pure parsing and formatting, no I/O: the control server
+//! in `cfdp-dataplane` feeds it lines, and the fuzz target
+//! `rules/fuzz/fuzz_targets/request.rs` feeds it anything.
+//!
+//! See `rules/PROTOCOL.md` for the methods and examples.
+
+use serde_json::{json, Value};
+
+/// API version reported by `hello`. Bumped on incompatible changes.
+pub const API_VERSION: u32 = 1;
+
+/// The methods the control server answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Hello,
+    Apply,
+    Rules,
+    Get,
+    Stats,
+    Migrate,
+    Snapshot,
+    Ping,
+}
+
+impl Method {
+    pub const ALL: [Method; 8] = [
+        Method::Hello,
+        Method::Apply,
+        Method::Rules,
+        Method::Get,
+        Method::Stats,
+        Method::Migrate,
+        Method::Snapshot,
+        Method::Ping,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Hello => "hello",
+            Method::Apply => "apply",
+            Method::Rules => "rules",
+            Method::Get => "get",
+            Method::Stats => "stats",
+            Method::Migrate => "migrate",
+            Method::Snapshot => "snapshot",
+            Method::Ping => "ping",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// Error codes. The JSON-RPC 2.0 ones, plus cfdp's own in the
+/// implementation-defined range −32000..−32099.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL: i64 = -32603;
+    /// `expected_generation` differs from the current generation.
+    pub const GENERATION_MISMATCH: i64 = -32001;
+    /// The request line exceeded the server's limit.
+    pub const REQUEST_TOO_LARGE: i64 = -32002;
+    /// The batch could not be made durable (journal write failed); nothing
+    /// was applied.
+    pub const NOT_DURABLE: i64 = -32003;
+    /// The server is shutting down.
+    pub const SHUTTING_DOWN: i64 = -32004;
+    /// The requested object does not exist (e.g. `get` of an unknown id).
+    pub const NOT_FOUND: i64 = -32005;
+}
+
+/// A request that passed the envelope checks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// Echoed in the response: a number, a string or null.
+    pub id: Value,
+    pub method: Method,
+    /// `{}` when absent.
+    pub params: Value,
+}
+
+/// An error response waiting to be sent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErrorReply {
+    pub id: Value,
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl ErrorReply {
+    pub fn new(id: Value, code: i64, message: impl Into<String>) -> Self {
+        Self {
+            id,
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut e = json!({"code": self.code, "message": self.message});
+        if let Some(d) = &self.data {
+            e["data"] = d.clone();
+        }
+        json!({"jsonrpc": "2.0", "id": self.id, "error": e})
+    }
+}
+
+/// A success response.
+pub fn result_reply(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// Parses one request line (without its newline). Every failure comes back
+/// as an error reply carrying the request's `id` when one could be read, so
+/// the client can match it, and the connection stays usable.
+pub fn parse_request(line: &[u8]) -> Result<Request, ErrorReply> {
+    let v: Value = serde_json::from_slice(line).map_err(|e| {
+        ErrorReply::new(
+            Value::Null,
+            code::PARSE_ERROR,
+            format!("not valid JSON: {e}"),
+        )
+    })?;
+    let Some(obj) = v.as_object() else {
+        return Err(ErrorReply::new(
+            Value::Null,
+            code::INVALID_REQUEST,
+            "a request is a JSON object {\"id\": ..., \"method\": ..., \"params\": ...}",
+        ));
+    };
+    let id = match obj.get("id") {
+        None => Value::Null,
+        Some(id @ (Value::Number(_) | Value::String(_) | Value::Null)) => id.clone(),
+        Some(_) => {
+            return Err(ErrorReply::new(
+                Value::Null,
+                code::INVALID_REQUEST,
+                "id: must be a number, a string or null",
+            ))
+        }
+    };
+    let bad = |msg: String| ErrorReply::new(id.clone(), code::INVALID_REQUEST, msg);
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !["jsonrpc", "id", "method", "params"].contains(&k.as_str()))
+    {
+        return Err(bad(format!(
+            "{k}: unknown field (jsonrpc, id, method, params)"
+        )));
+    }
+    if let Some(ver) = obj.get("jsonrpc") {
+        if ver != "2.0" {
+            return Err(bad(format!("jsonrpc: {ver} is not \"2.0\"")));
+        }
+    }
+    let name = obj
+        .get("method")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("method: missing or not a string".into()))?;
+    let method = Method::parse(name).ok_or_else(|| {
+        let known: Vec<_> = Method::ALL.iter().map(|m| m.name()).collect();
+        ErrorReply::new(
+            id.clone(),
+            code::METHOD_NOT_FOUND,
+            format!("unknown method '{name}' (known: {})", known.join(", ")),
+        )
+    })?;
+    let params = match obj.get("params") {
+        None | Some(Value::Null) => json!({}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(ErrorReply::new(
+                id,
+                code::INVALID_PARAMS,
+                "params: must be an object",
+            ))
+        }
+    };
+    Ok(Request { id, method, params })
+}
+
+/// Reads an optional non-negative integer parameter.
+pub fn param_u64(params: &Value, name: &str) -> Result<Option<u64>, String> {
+    match params.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("{name}: not a non-negative integer")),
+    }
+}
+
+/// Refuses parameters other than `allowed`.
+pub fn check_params(params: &Value, allowed: &[&str]) -> Result<(), String> {
+    match params.as_object() {
+        Some(o) => match o.keys().find(|k| !allowed.contains(&k.as_str())) {
+            Some(k) => Err(format!(
+                "{k}: unknown parameter{}",
+                if allowed.is_empty() {
+                    " (this method takes none)".to_string()
+                } else {
+                    format!(" ({})", allowed.join(", "))
+                }
+            )),
+            None => Ok(()),
+        },
+        None => Err("params: must be an object".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_requests_parse() {
+        let r = parse_request(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap();
+        assert_eq!(
+            (r.id, r.method, r.params),
+            (json!(7), Method::Ping, json!({}))
+        );
+        let r = parse_request(br#"{"id":"a","method":"get","params":{"id":3}}"#).unwrap();
+        assert_eq!(r.params["id"], 3);
+    }
+
+    #[test]
+    fn bad_requests_carry_the_id_back_when_readable() {
+        let e = parse_request(b"{not json").unwrap_err();
+        assert_eq!((e.code, e.id), (code::PARSE_ERROR, Value::Null));
+        let e = parse_request(br#"{"id":5,"method":"reboot"}"#).unwrap_err();
+        assert_eq!((e.code, e.id), (code::METHOD_NOT_FOUND, json!(5)));
+        let e = parse_request(br#"{"id":5,"method":"ping","params":[1]}"#).unwrap_err();
+        assert_eq!(e.code, code::INVALID_PARAMS);
+        let e = parse_request(br#"{"id":5,"method":"ping","extra":1}"#).unwrap_err();
+        assert_eq!((e.code, e.id), (code::INVALID_REQUEST, json!(5)));
+        let e = parse_request(br#"{"id":[1],"method":"ping"}"#).unwrap_err();
+        assert_eq!(e.code, code::INVALID_REQUEST);
+        let e = parse_request(br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#).unwrap_err();
+        assert_eq!(e.code, code::INVALID_REQUEST);
+        assert!(e.to_json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2.0"));
+    }
+
+    #[test]
+    fn params_are_checked() {
+        assert!(check_params(&json!({"a": 1}), &["a"]).is_ok());
+        assert!(check_params(&json!({"b": 1}), &["a"])
+            .unwrap_err()
+            .contains("b: unknown"));
+        assert_eq!(param_u64(&json!({"n": 4}), "n"), Ok(Some(4)));
+        assert!(param_u64(&json!({"n": -4}), "n").is_err());
+    }
+}

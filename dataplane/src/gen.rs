@@ -392,6 +392,40 @@ pub fn mixed_expected() -> ExpectedCounts {
     }
 }
 
+/// The two flows of [`pairs`]: UDP 10.9.0.1:1000 → 10.9.0.2:2000 and
+/// 10.9.0.3:1000 → 10.9.0.4:2000.
+pub const PAIR_A: ([u8; 4], [u8; 4]) = ([10, 9, 0, 1], [10, 9, 0, 2]);
+pub const PAIR_B: ([u8; 4], [u8; 4]) = ([10, 9, 0, 3], [10, 9, 0, 4]);
+
+/// `n` pairs of frames, A then B, each carrying its pair number (u32, big
+/// endian) as payload: a capture in which a rule change that is not atomic
+/// shows up as a pair split across outputs (frames 2k and 2k+1 are always
+/// in one burst when `n` is a multiple of 16).
+pub fn pairs(n: u32) -> Vec<GenFrame> {
+    (0..n)
+        .flat_map(|i| {
+            [PAIR_A, PAIR_B].map(|(s, d)| GenFrame {
+                data: udp4(s, d, 1000, 2000, &i.to_be_bytes()),
+                ts_ns: u64::from(i) * 1000,
+                verdict: Expect::Forward,
+                note: "pair",
+            })
+        })
+        .collect()
+}
+
+/// The pair number of a frame of [`pairs`] and whether it is flow A.
+pub fn pair_of(frame: &[u8]) -> Option<(u32, bool)> {
+    let (a_src, b_src) = (PAIR_A.0, PAIR_B.0);
+    let src: [u8; 4] = frame.get(26..30)?.try_into().ok()?;
+    let seq = u32::from_be_bytes(frame.get(42..46)?.try_into().ok()?);
+    match src {
+        s if s == a_src => Some((seq, true)),
+        s if s == b_src => Some((seq, false)),
+        _ => None,
+    }
+}
+
 /// Writes frames as a classic pcap (Ethernet, nanosecond timestamps).
 pub fn write_pcap(path: &std::path::Path, frames: &[GenFrame]) -> std::io::Result<()> {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};

@@ -252,6 +252,7 @@ fn main() -> ExitCode {
                 stop: None,
                 repeat: false,
                 drop_when_full: false,
+                pps: 0,
             };
             match replay(&opts, &dp, &mut |_, _| {}) {
                 Ok(report) => {

@@ -142,6 +142,9 @@ pub struct ReplayOptions {
     /// it in `rx_dropped` instead of waiting for the worker. Off: the reader
     /// waits (lossless replay).
     pub drop_when_full: bool,
+    /// Pace the reader to this many frames per second (0: as fast as the
+    /// workers go).
+    pub pps: u64,
 }
 
 /// Per-rule counter of a `count` rule.
@@ -453,6 +456,7 @@ pub fn replay(
         let mut last_report = Instant::now();
         let stop = opts.stop.clone();
         let mut pass = 0u64;
+        let mut total_frames = 0u64;
         let stopped = || {
             stop.as_ref()
                 .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
@@ -466,6 +470,15 @@ pub fn replay(
                     return std::ops::ControlFlow::Break(());
                 }
                 frames += 1;
+                total_frames += 1;
+                if opts.pps > 0 && total_frames % 32 == 0 {
+                    let due = start
+                        + std::time::Duration::from_secs_f64(total_frames as f64 / opts.pps as f64);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                }
                 let wi = rss_worker(f.link, f.data, workers);
                 let b = &mut pending[wi];
                 b.push(f);

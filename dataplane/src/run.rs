@@ -64,6 +64,8 @@ pub struct PcapConfig {
     pub output: String,
     #[serde(rename = "loop")]
     pub repeat: bool,
+    /// Frames per second to replay at (0: as fast as possible).
+    pub pps: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -357,9 +359,17 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
         stop: Some(Arc::clone(&stop)),
         repeat: cfg.pcap.repeat,
         drop_when_full: cfg.dataplane.overload == Overload::Drop,
+        pps: cfg.pcap.pps,
     };
     let started = std::time::Instant::now();
+    let mut last_line: Option<std::time::Instant> = None;
     let mut on_pass = |pass: u64, frames: u64| {
+        // A short capture in a loop finishes thousands of passes a second:
+        // one line per 100 ms at most.
+        if last_line.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
+            return;
+        }
+        last_line = Some(std::time::Instant::now());
         let line = serde_json::json!({
             "pass": pass, "packets": frames, "workers": workers,
             "rx_dropped": dp.stats.rx_dropped(),

@@ -42,6 +42,7 @@ fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
         stop: None,
         repeat: false,
         drop_when_full: false,
+        pps: 0,
     };
     replay(&opts, &dp, &mut |_, _| {}).unwrap()
 }
@@ -175,6 +176,7 @@ fn damaged_capture_reports_what_was_read() {
         stop: None,
         repeat: false,
         drop_when_full: false,
+        pps: 0,
     };
     let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
     assert_eq!(r.totals.packets, 5);

@@ -111,6 +111,7 @@ fn main() -> ExitCode {
             stop: None,
             repeat: false,
             drop_when_full: false,
+            pps: 0,
         };
         let report = match replay(&opts, &dp, &mut |_, _| {}) {
             Ok(r) => r,

@@ -415,3 +415,61 @@ fn ctl_prints_the_response_and_sets_the_exit_status() {
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn tcp_listener_and_prometheus_metrics() {
+    let dir = tmpdir("tcp");
+    let (tcp, metrics) = (free_port(), free_port());
+    let srv = Server::start(
+        &dir,
+        5000,
+        &format!("tcp = \"127.0.0.1:{tcp}\"\nmetrics = \"127.0.0.1:{metrics}\"\n"),
+    );
+    let addr = format!("127.0.0.1:{tcp}");
+    let mut c = Client::connect(&Target::Tcp(&addr)).unwrap();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([{"op": "insert", "rule": flow_rule(7, gen::PAIR_B, json!("count"))}]),
+    );
+    assert_eq!(codes(&r), ["ok"]);
+    let scrape = || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    };
+    wait_for("rule 7 counted in the metrics", || {
+        let body = scrape();
+        assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+        body.lines().any(|l| {
+            l.starts_with("cfdp_rule_packets_total{rule=\"7\"}")
+                && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0)
+        })
+    });
+    let body = scrape();
+    for m in ["cfdp_packets_total{worker=\"0\"}", "cfdp_filter_items 1", "cfdp_generation 1"] {
+        assert!(body.contains(m), "{m} missing in:\n{body}");
+    }
+    // A remote (non-loopback) TCP address is refused unless allowed.
+    drop(c);
+    srv.stop();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[rules]\nfile = \"\"\n[control]\nsocket = \"\"\ntcp = \"0.0.0.0:7\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+        .args(["run", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tcp_allow_remote"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -2,9 +2,17 @@
 # Seeds the fuzz corpora from the project's own files (never from ../shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p dataplane/fuzz/corpus/capture dataplane/fuzz/corpus/decode rules/fuzz/corpus/rule_file filter/fuzz/corpus/snapshot
+mkdir -p dataplane/fuzz/corpus/capture dataplane/fuzz/corpus/decode rules/fuzz/corpus/rule_file rules/fuzz/corpus/request filter/fuzz/corpus/snapshot
 cp pcap/mixed.pcap dataplane/fuzz/corpus/capture/
 cp pcap/mixed.rules.json rules/fuzz/corpus/rule_file/
+# Request seeds: one line per method, and an apply with each update kind.
+i=0
+for line in '{"id":1,"method":"ping"}' '{"jsonrpc":"2.0","id":"a","method":"hello","params":{}}' \
+    '{"id":2,"method":"get","params":{"id":7}}' '{"id":3,"method":"rules","params":{"offset":0,"limit":10}}' \
+    '{"id":4,"method":"apply","params":{"atomicity":"dataplane_atomic","expected_generation":3,"updates":[{"op":"insert","rule":{"id":1,"match":{"flow":{"src":"10.0.0.1","dst":"10.0.0.2","proto":"tcp","sport":1,"dport":80}},"action":"drop"}},{"op":"modify","rule":{"id":2,"match":{"dst_prefix":"2001:db8::/32","proto":"udp","port":53},"action":{"redirect":2}}},{"op":"delete","id":3}]}}' \
+    '{"id":5,"method":"migrate","params":{"budget":64}}'; do
+    printf '%s' "$line" > "rules/fuzz/corpus/request/seed$i"; i=$((i + 1))
+done
 # Decode seeds: each frame of mixed.pcap behind a link-type selector byte 0 (Ethernet).
 python3 - <<'PY'
 import struct

@@ -426,6 +426,35 @@ pub fn pair_of(frame: &[u8]) -> Option<(u32, bool)> {
     }
 }
 
+/// Flow `f` of [`soak`]: UDP 10.8.0.f:1000 → 10.8.1.1:2000.
+pub fn soak_flow(f: u8) -> ([u8; 4], [u8; 4]) {
+    ([10, 8, 0, f], [10, 8, 1, 1])
+}
+
+/// The soak capture: `passes_per_flow × flows` frames, frame k of flow
+/// `(k × 7) mod flows` (flows must be coprime with 7, e.g. 64), so every
+/// flow recurs evenly through the capture. The payload is the flow number.
+pub fn soak(flows: u8, per_flow: u32) -> Vec<GenFrame> {
+    let n = u32::from(flows) * per_flow;
+    (0..n)
+        .map(|k| {
+            let f = soak_frame_flow(k, flows);
+            let (s, d) = soak_flow(f);
+            GenFrame {
+                data: udp4(s, d, 1000, 2000, &[f]),
+                ts_ns: u64::from(k) * 1000,
+                verdict: Expect::Forward,
+                note: "soak",
+            }
+        })
+        .collect()
+}
+
+/// The flow of frame `k` of [`soak`].
+pub fn soak_frame_flow(k: u32, flows: u8) -> u8 {
+    ((u64::from(k) * 7) % u64::from(flows)) as u8
+}
+
 /// Writes frames as a classic pcap (Ethernet, nanosecond timestamps).
 pub fn write_pcap(path: &std::path::Path, frames: &[GenFrame]) -> std::io::Result<()> {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};

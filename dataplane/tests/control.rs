@@ -457,14 +457,22 @@ fn tcp_listener_and_prometheus_metrics() {
         })
     });
     let body = scrape();
-    for m in ["cfdp_packets_total{worker=\"0\"}", "cfdp_filter_items 1", "cfdp_generation 1"] {
+    for m in [
+        "cfdp_packets_total{worker=\"0\"}",
+        "cfdp_filter_items 1",
+        "cfdp_generation 1",
+    ] {
         assert!(body.contains(m), "{m} missing in:\n{body}");
     }
     // A remote (non-loopback) TCP address is refused unless allowed.
     drop(c);
     srv.stop();
     let bad = dir.join("bad.toml");
-    std::fs::write(&bad, "[rules]\nfile = \"\"\n[control]\nsocket = \"\"\ntcp = \"0.0.0.0:7\"\n").unwrap();
+    std::fs::write(
+        &bad,
+        "[rules]\nfile = \"\"\n[control]\nsocket = \"\"\ntcp = \"0.0.0.0:7\"\n",
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .args(["run", "--config", bad.to_str().unwrap()])
         .output()

@@ -123,7 +123,8 @@ impl ControlPlane {
             Method::Hello => check_params(p, &[]).map(|_| self.hello()),
             Method::Ping => check_params(p, &[]).map(|_| {
                 json!({"pong": true, "generation": self.store.generation(),
-                       "uptime_s": self.started.elapsed().as_secs_f64()})
+                       "uptime_s": self.started.elapsed().as_secs_f64(),
+                       "packets": self.store.live_stats().totals().packets})
             }),
             Method::Stats => check_params(p, &[]).map(|_| self.stats()),
             Method::Apply => return self.apply(req),
@@ -264,6 +265,11 @@ impl ControlPlane {
                 format!("limit: at most {MAX_PAGE}"),
             );
         }
+        // Packets received so far, read before the counters: the counters
+        // below cover at least every packet up to one burst before this
+        // count (a worker counts a packet when its burst starts, the rule
+        // hit when it ends). The soak harness relies on it.
+        let totals = self.store.live_stats().totals();
         let all = self.store.rules();
         let page: Vec<Value> = all
             .iter()
@@ -271,10 +277,12 @@ impl ControlPlane {
             .take(limit as usize)
             .filter_map(|r| self.store.rule_json(r.id))
             .collect();
+        let packets_after = self.store.live_stats().totals().packets;
         result_reply(
             id,
             json!({"generation": self.store.generation(), "total": all.len(),
-                   "offset": offset, "rules": page}),
+                   "offset": offset, "packets": totals.packets, "matched": totals.matched,
+                   "dropped": totals.dropped, "packets_after": packets_after, "rules": page}),
         )
     }
 

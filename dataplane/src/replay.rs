@@ -162,6 +162,8 @@ pub struct ReplayReport {
     pub totals: Totals,
     /// Frames the reader dropped because a worker's queue was full.
     pub rx_dropped: u64,
+    /// Frames read from the capture (all passes): `packets + rx_dropped`.
+    pub frames_read: u64,
     /// Times the capture was read.
     pub passes: u64,
     pub flows: u64,
@@ -399,7 +401,7 @@ pub fn replay(
         from_reader.push(rx);
     }
 
-    let (finished, writer_result, capture_result, pass) = std::thread::scope(|s| {
+    let (finished, writer_result, capture_result, pass, total_frames) = std::thread::scope(|s| {
         let writer = {
             let pool_tx = pool_tx.clone();
             s.spawn(move || writer_loop(out_rx, pool_tx, outputs))
@@ -550,11 +552,13 @@ pub fn replay(
             .map(|h| h.join().expect("worker thread panicked"))
             .collect();
         let writer_result = writer.join().expect("writer thread panicked");
-        (finished, writer_result, capture_result, pass)
+        (finished, writer_result, capture_result, pass, total_frames)
     });
     writer_result.map_err(ReplayError::Output)?;
     let elapsed = start.elapsed().as_secs_f64();
-    report(dp, finished, elapsed, pass, capture_result.err(), opts)
+    let mut r = report(dp, finished, elapsed, pass, capture_result.err(), opts)?;
+    r.frames_read = total_frames;
+    Ok(r)
 }
 
 /// Counters of every worker by cause, merged.
@@ -630,6 +634,7 @@ fn report(
     rule_counters.sort_by_key(|r| r.id);
     Ok(ReplayReport {
         rx_dropped: dp.stats.rx_dropped(),
+        frames_read: 0,
         passes,
         flows: flows.len() as u64,
         elapsed_s,

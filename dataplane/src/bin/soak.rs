@@ -139,10 +139,22 @@ impl Failures {
     }
 }
 
-fn packets(c: &mut Client) -> u64 {
-    c.call("ping", json!({})).expect("ping")["result"]["packets"]
-        .as_u64()
-        .expect("packets")
+/// Packets received so far (a `ping`), and the ping's round trip in µs.
+fn packets(c: &mut Client, rtts: &mut Vec<u64>) -> u64 {
+    let t = Instant::now();
+    let r = c.call("ping", json!({})).expect("ping");
+    rtts.push(t.elapsed().as_micros() as u64);
+    r["result"]["packets"].as_u64().expect("packets")
+}
+
+fn percentiles(v: &mut [u64]) -> Value {
+    v.sort_unstable();
+    let q = |p: f64| {
+        v.get(((v.len().max(1) - 1) as f64 * p) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    json!({"count": v.len(), "p50": q(0.5), "p99": q(0.99), "max": q(1.0)})
 }
 
 fn main() -> ExitCode {
@@ -205,6 +217,7 @@ fn main() -> ExitCode {
     let mut rss_warm = 0;
     let mut rss_samples: Vec<u64> = Vec::new();
     let mut ping_us: Vec<u64> = Vec::new();
+    let mut ping_rtt: Vec<u64> = Vec::new();
     let period = Duration::from_secs_f64(1.0 / args.rate.max(1) as f64);
     let run_start = Instant::now();
     let mut next_at = run_start;
@@ -327,7 +340,7 @@ fn main() -> ExitCode {
             overlay.clear();
             rolled_back += 1;
         }
-        let before = packets(&mut c);
+        let before = packets(&mut c, &mut ping_rtt);
         let t0 = Instant::now();
         let r = c
             .call(
@@ -336,7 +349,7 @@ fn main() -> ExitCode {
             )
             .expect("apply answered");
         ping_us.push(t0.elapsed().as_micros() as u64);
-        let after = packets(&mut c);
+        let after = packets(&mut c, &mut ping_rtt);
         batches += 1;
         updates += n as u64;
         let got: Vec<&str> = r["result"]["results"]
@@ -481,13 +494,6 @@ fn main() -> ExitCode {
         format!("cfdp exited {status}: {stderr}")
     });
     fails.check(!stderr.contains("panicked"), || format!("panic: {stderr}"));
-    ping_us.sort_unstable();
-    let q = |p: f64| {
-        ping_us
-            .get(((ping_us.len().max(1) - 1) as f64 * p) as usize)
-            .copied()
-            .unwrap_or(0)
-    };
     let summary = json!({
         "duration_s": run_start.elapsed().as_secs_f64(),
         "batches": batches, "updates": updates, "applied_updates": ok_updates,
@@ -496,7 +502,9 @@ fn main() -> ExitCode {
         "packets": p2, "generation": generation,
         "rss_kb_after_warmup": rss_warm, "rss_kb_end": rss_end,
         "rss_kb_every_10s": rss_samples,
-        "apply_rtt_us": {"p50": q(0.5), "p99": q(0.99), "max": q(1.0)},
+        "apply_rtt_us": percentiles(&mut ping_us),
+        "ping_rtt_us": percentiles(&mut ping_rtt),
+        "pps": args.pps,
         "failures": fails.0.len(),
     });
     println!("{}", serde_json::to_string_pretty(&summary).unwrap());

@@ -11,6 +11,8 @@
 pub mod capture;
 pub mod control;
 pub mod decode;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod frag;
 pub mod gen;
 pub mod matcher;

@@ -40,6 +40,33 @@ pub struct RunConfig {
     pub rules: RulesConfig,
     pub filter: FilterConfig,
     pub control: ControlConfig,
+    pub dpdk: DpdkConfig,
+}
+
+/// `[dpdk]`: the NIC backend (cargo feature `dpdk`). See `dpdk.rs`.
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpdkConfig {
+    /// Use DPDK instead of pcap replay.
+    pub enabled: bool,
+    /// EAL arguments (without the program name), e.g. `["-l", "0-1",
+    /// "--vdev", "net_null0"]`.
+    pub eal_args: Vec<String>,
+    /// Devices polled for packets (DPDK device names, e.g. `0000:01:00.0`
+    /// or `net_pcap0`).
+    pub rx_ports: Vec<String>,
+    /// Output ports: index n is output port n.
+    pub tx_ports: Vec<String>,
+    /// Worker threads = receive queues per rx port = transmit queues per
+    /// tx port.
+    pub workers: u16,
+    pub mempool_size: u32,
+    pub descriptors: u16,
+    /// Packets per receive burst (1..=32).
+    pub burst: usize,
+    /// Stop after this long without a packet on any queue (0: never; for
+    /// replays of finite captures through net_pcap).
+    pub stop_when_idle_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -276,7 +303,16 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
             .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&stop)))
             .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
-    let workers = if cfg.dataplane.workers == 0 {
+    let workers = if cfg.dpdk.enabled {
+        if !cfg!(feature = "dpdk") {
+            return Err(
+                "dpdk.enabled = true, but this cfdp was built without DPDK: \
+                        cargo build --release -p cfdp-dataplane --features dpdk"
+                    .into(),
+            );
+        }
+        usize::from(cfg.dpdk.workers.max(1))
+    } else if cfg.dataplane.workers == 0 {
         default_workers
     } else {
         cfg.dataplane.workers
@@ -377,6 +413,9 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
         });
         println!("{line}");
     };
+    if cfg.dpdk.enabled {
+        return finish_dpdk(&cfg, &dp, &stop, control, listeners);
+    }
     let result = replay(&opts, &dp, &mut on_pass);
     if result.is_ok() && !stop.load(Ordering::Relaxed) {
         eprintln!("cfdp: input exhausted; serving until SIGINT/SIGTERM");
@@ -404,6 +443,57 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
     }
     eprintln!("cfdp: stopped after {} pass(es)", report.passes);
     Ok(())
+}
+
+type ControlThread = std::thread::JoinHandle<ControlPlane>;
+
+/// The DPDK backend's run: workers poll until a signal (or idle), then the
+/// control thread stops and the final line is printed.
+#[cfg(feature = "dpdk")]
+fn finish_dpdk(
+    cfg: &RunConfig,
+    dp: &Dataplane,
+    stop: &Arc<AtomicBool>,
+    control: ControlThread,
+    listeners: Vec<std::thread::JoinHandle<()>>,
+) -> Result<(), String> {
+    let eal = crate::dpdk::init_eal(&cfg.dpdk)?;
+    let result = crate::dpdk::run(&eal, &cfg.dpdk, dp, stop);
+    stop.store(true, Ordering::Relaxed);
+    let plane = control
+        .join()
+        .map_err(|_| "control thread panicked".to_string())?;
+    for l in listeners {
+        let _ = l.join();
+    }
+    eal.cleanup();
+    let report = result?;
+    let (malformed_by, non_ip_by) = crate::replay::causes(&dp.stats);
+    let mut line = serde_json::to_value(dp.stats.totals()).map_err(|e| e.to_string())?;
+    line["backend"] = "dpdk".into();
+    line["dpdk"] = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+    line["mpps"] = report.mpps.into();
+    line["elapsed_s"] = report.elapsed_s.into();
+    line["workers"] = dp.stats.workers.len().into();
+    line["malformed_by"] = serde_json::to_value(malformed_by).map_err(|e| e.to_string())?;
+    line["non_ip_by"] = serde_json::to_value(non_ip_by).map_err(|e| e.to_string())?;
+    line["final"] = true.into();
+    line["generation"] = plane.store.generation().into();
+    line["rule_counters"] = plane.stats()["rule_counters"].clone();
+    println!("{line}");
+    eprintln!("cfdp: stopped");
+    Ok(())
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn finish_dpdk(
+    _: &RunConfig,
+    _: &Dataplane,
+    _: &Arc<AtomicBool>,
+    _: ControlThread,
+    _: Vec<std::thread::JoinHandle<()>>,
+) -> Result<(), String> {
+    unreachable!("refused at start-up without the dpdk feature")
 }
 
 /// Binds a TCP listener; a non-loopback address needs `allow_remote`.

@@ -144,6 +144,9 @@ pub struct WorkerStats {
     pub histogram: Mutex<Histogram<u64>>,
     /// Packets the backend could not hand to this worker (queue full).
     pub rx_dropped: AtomicU64,
+    /// Packets a transmit queue did not accept, or sent to a port that
+    /// does not exist (DPDK backend).
+    pub tx_dropped: AtomicU64,
 }
 
 /// Bursts between folds of a worker's histogram into [`WorkerStats`].
@@ -165,6 +168,7 @@ impl LiveStats {
                     rules: SlotCounters::new(max_slots),
                     histogram: Mutex::new(burst_histogram()),
                     rx_dropped: AtomicU64::new(0),
+                    tx_dropped: AtomicU64::new(0),
                 })
                 .collect(),
         }

@@ -1,0 +1,40 @@
+//! Finds the system DPDK with pkg-config and compiles the C shim against it.
+//! A missing DPDK is a build error that names the packages to install.
+
+use std::process::Command;
+
+const INSTALL: &str = "install it with: apt-get install dpdk dpdk-dev libdpdk-dev pkg-config \
+                       (Debian 12 ships DPDK 22.11 LTS)";
+
+fn main() {
+    println!("cargo:rerun-if-changed=src/shim.c");
+    println!("cargo:rerun-if-changed=build.rs");
+    let lib = pkg_config::Config::new()
+        .atleast_version("22.11")
+        .probe("libdpdk")
+        .unwrap_or_else(|e| panic!("\n\ncfdp-dpdk-sys: DPDK (pkg-config libdpdk >= 22.11) not found: {e}\n{INSTALL}\n\n"));
+    // The pkg-config crate exposes include paths but not DPDK's other
+    // compile flags (`-include rte_config.h`, `-march=...`), which its
+    // headers need: take them from pkg-config itself.
+    let out = Command::new("pkg-config")
+        .args(["--cflags", "libdpdk"])
+        .output()
+        .unwrap_or_else(|e| panic!("cfdp-dpdk-sys: cannot run pkg-config: {e}\n{INSTALL}"));
+    let cflags = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut build = cc::Build::new();
+    build.file("src/shim.c").warnings(true).opt_level(3);
+    for p in &lib.include_paths {
+        build.include(p);
+    }
+    let mut it = cflags.split_whitespace();
+    while let Some(f) = it.next() {
+        if f == "-include" {
+            if let Some(h) = it.next() {
+                build.flag("-include").flag(h);
+            }
+        } else if !f.starts_with("-I") {
+            build.flag(f);
+        }
+    }
+    build.compile("cfdp_dpdk_shim");
+}

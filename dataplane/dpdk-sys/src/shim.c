@@ -63,9 +63,21 @@ int cfdp_port_start(uint16_t port, uint16_t rxq, uint16_t txq, uint16_t nb_rxd, 
     uint64_t want = RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP;
     uint64_t rss = info.flow_type_rss_offloads & want;
     *rss_out = 0;
+    /* A Toeplitz key of repeated 0x6d5a hashes both directions of a flow
+     * alike (symmetric RSS): both directions reach one worker, whose
+     * fragment table and flow order they share. */
+    static uint8_t sym_key[52];
+    for (unsigned i = 0; i < sizeof(sym_key); i += 2) {
+        sym_key[i] = 0x6d;
+        sym_key[i + 1] = 0x5a;
+    }
     if (rxq > 1 && rss != 0) {
         conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
         conf.rx_adv_conf.rss_conf.rss_hf = rss;
+        if (info.hash_key_size > 0 && info.hash_key_size <= sizeof(sym_key)) {
+            conf.rx_adv_conf.rss_conf.rss_key = sym_key;
+            conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
+        }
         *rss_out = 1;
     }
     if (rxq > info.max_rx_queues || txq > info.max_tx_queues) return -EINVAL;

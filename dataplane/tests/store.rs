@@ -515,3 +515,57 @@ fn dataplane_atomic_pairs_switch_together_for_readers() {
     reader.join().expect("no mix");
     assert!(seen.load(Ordering::Relaxed) > 0);
 }
+
+#[test]
+fn prefix_classes_come_and_go_with_their_rules() {
+    let mut s = store(StoreConfig::default());
+    let classes = |s: &RuleStore| s.readers().handle().enter().unwrap().classes.len();
+    let r = apply(
+        &mut s,
+        &batch(
+            Atomicity::RollbackOnError,
+            vec![
+                Update::Insert(prefix_rule(1, "10.0.0.0/8", "drop")),
+                Update::Insert(prefix_rule(2, "10.1.0.0/16", "allow")),
+                Update::Insert(prefix_rule(3, "11.0.0.0/8", "count")),
+            ],
+        ),
+    );
+    assert!(r.all_ok());
+    assert_eq!(classes(&s), 2);
+    // Longest prefix first: 10.1.2.3 is rule 2's, 10.2.0.1 rule 1's.
+    let k = |d: [u8; 4]| FlowKey::v4([1, 1, 1, 1], d, 6, 1, 2);
+    assert_eq!(published(&s, &k([10, 1, 2, 3])).map(|e| e.id), Some(2));
+    assert_eq!(published(&s, &k([10, 2, 0, 1])).map(|e| e.id), Some(1));
+    apply(
+        &mut s,
+        &batch(Atomicity::RollbackOnError, vec![Update::Delete(2)]),
+    );
+    assert_eq!(classes(&s), 1, "the /16 class left with its last rule");
+    assert_eq!(published(&s, &k([10, 1, 2, 3])).map(|e| e.id), Some(1));
+    // A full class filter (no auto_grow) refuses what it cannot take, keeps
+    // what it took, and the class leaves once emptied.
+    let mut tiny = store(StoreConfig {
+        prefix_capacity: 16,
+        auto_grow: false,
+        bloom: None,
+        max_kicks: 1,
+        ..StoreConfig::default()
+    });
+    let ups: Vec<Update> = (0..200u32)
+        .map(|i| {
+            Update::Insert(prefix_rule(
+                i,
+                &format!("10.{}.{}.0/24", i / 200, i % 200),
+                "drop",
+            ))
+        })
+        .collect();
+    let r = apply(&mut tiny, &batch(Atomicity::ContinueOnError, ups));
+    let ok = r.results.iter().filter(|r| r.code == Code::Ok).count();
+    assert!(ok > 0 && ok < 200, "{ok}");
+    assert_eq!(classes(&tiny), 1);
+    let dels: Vec<Update> = (0..200u32).map(Update::Delete).collect();
+    apply(&mut tiny, &batch(Atomicity::ContinueOnError, dels));
+    assert_eq!((classes(&tiny), tiny.len()), (0, 0));
+}

@@ -942,19 +942,25 @@ impl RuleStore {
         if let Some(f) = p.flow_filter.take() {
             self.flow_filter = f;
         }
+        let mut touched: Vec<PrefixClass> = p.class_filters.keys().copied().collect();
         for (c, f) in p.class_filters.drain() {
             let e = self.classes.entry(c).or_insert_with(|| (Arc::clone(&f), 0));
             e.0 = f;
         }
-        let mut emptied = Vec::new();
         for (c, d) in p.class_delta.drain() {
             if let Some(e) = self.classes.get_mut(&c) {
                 e.1 = (e.1 as isize + d).max(0) as usize;
-                if e.1 == 0 {
-                    emptied.push(c);
-                }
             }
+            touched.push(c);
         }
+        // Classes left empty (including ones created by this batch whose
+        // inserts all failed) leave the tables.
+        touched.sort_unstable();
+        touched.dedup();
+        let emptied: Vec<PrefixClass> = touched
+            .into_iter()
+            .filter(|c| self.classes.get(c).is_some_and(|e| e.1 == 0))
+            .collect();
         if !emptied.is_empty() {
             for c in emptied {
                 self.classes.remove(&c);

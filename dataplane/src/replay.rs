@@ -121,6 +121,18 @@ impl Burst {
     }
 }
 
+/// A looping replay keeps captures up to this size in memory after the
+/// first pass.
+pub const LOOP_CACHE_BYTES: usize = 256 << 20;
+
+/// The frames of a looped capture: bytes, and (link, ts, orig_len, iface,
+/// offset, length) per frame.
+#[derive(Default)]
+struct FrameCache {
+    buf: Vec<u8>,
+    metas: Vec<(LinkType, u64, u32, u32, usize, usize)>,
+}
+
 /// Upper bound on worker threads (each has its own queue and counters).
 pub const MAX_WORKERS: usize = 1024;
 
@@ -464,61 +476,101 @@ pub fn replay(
                 .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
         };
         let stats = &dp.stats;
+        // Loops keep the frames of the first pass in memory (up to
+        // LOOP_CACHE_BYTES) and replay them from there: no re-opening and
+        // re-parsing per pass (pcap-file allocates an 8 MiB buffer per
+        // reader, which for a short capture looping thousands of times a
+        // second cost throughput and, through the allocator, memory).
+        let mut cache: Option<FrameCache> = opts.repeat.then(FrameCache::default);
+        let mut handle = |f: &Frame<'_>| {
+            if stopped() {
+                return std::ops::ControlFlow::Break(());
+            }
+            total_frames += 1;
+            if opts.pps > 0 && total_frames % 32 == 0 {
+                let due = start
+                    + std::time::Duration::from_secs_f64(total_frames as f64 / opts.pps as f64);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            let wi = rss_worker(f.link, f.data, workers);
+            let b = &mut pending[wi];
+            b.push(f);
+            if b.meta.len() == MAX_BURST {
+                let fresh = pool_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Box::new(Burst::new()));
+                let mut full = std::mem::replace(&mut pending[wi], fresh);
+                pending[wi].clear();
+                full.verdicts = [Verdict::Forward; MAX_BURST];
+                if opts.drop_when_full {
+                    if let Err(TrySendError::Full(b)) = to_workers[wi].try_send(full) {
+                        stats.workers[wi]
+                            .rx_dropped
+                            .fetch_add(b.meta.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        let _ = pool_tx.send(b);
+                    }
+                } else {
+                    let _ = to_workers[wi].send(full);
+                }
+            }
+            if progress {
+                read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
+                if last_report.elapsed().as_millis() >= 100 {
+                    last_report = Instant::now();
+                    let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
+                    let done = (frac * 40.0) as usize;
+                    eprint!(
+                        "\rreplaying [{}{}] {:5.1} %",
+                        "#".repeat(done),
+                        " ".repeat(40 - done),
+                        frac * 100.0
+                    );
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        };
         let capture_result = loop {
             pass += 1;
             let mut frames = 0u64;
-            let r = cap.for_each(|f| {
-                if stopped() {
-                    return std::ops::ControlFlow::Break(());
-                }
-                frames += 1;
-                total_frames += 1;
-                if opts.pps > 0 && total_frames % 32 == 0 {
-                    let due = start
-                        + std::time::Duration::from_secs_f64(total_frames as f64 / opts.pps as f64);
-                    let now = Instant::now();
-                    if due > now {
-                        std::thread::sleep(due - now);
+            let r = if let (true, Some(FrameCache { buf, metas })) = (pass > 1, &cache) {
+                for &(link, ts_ns, orig_len, iface, off, len) in metas {
+                    let f = Frame {
+                        link,
+                        ts_ns,
+                        orig_len,
+                        iface,
+                        data: &buf[off..off + len],
+                    };
+                    frames += 1;
+                    if handle(&f).is_break() {
+                        break;
                     }
                 }
-                let wi = rss_worker(f.link, f.data, workers);
-                let b = &mut pending[wi];
-                b.push(f);
-                if b.meta.len() == MAX_BURST {
-                    let fresh = pool_rx
-                        .try_recv()
-                        .unwrap_or_else(|_| Box::new(Burst::new()));
-                    let mut full = std::mem::replace(&mut pending[wi], fresh);
-                    pending[wi].clear();
-                    full.verdicts = [Verdict::Forward; MAX_BURST];
-                    if opts.drop_when_full {
-                        if let Err(TrySendError::Full(b)) = to_workers[wi].try_send(full) {
-                            stats.workers[wi].rx_dropped.fetch_add(
-                                b.meta.len() as u64,
-                                std::sync::atomic::Ordering::Relaxed,
-                            );
-                            let _ = pool_tx.send(b);
+                Ok(frames)
+            } else {
+                cap.for_each(|f| {
+                    if let Some(FrameCache { buf, metas }) = &mut cache {
+                        if buf.len() + f.data.len() > LOOP_CACHE_BYTES {
+                            cache = None; // too big: later passes re-read the file
+                        } else {
+                            metas.push((
+                                f.link,
+                                f.ts_ns,
+                                f.orig_len,
+                                f.iface,
+                                buf.len(),
+                                f.data.len(),
+                            ));
+                            buf.extend_from_slice(f.data);
                         }
-                    } else {
-                        let _ = to_workers[wi].send(full);
                     }
-                }
-                if progress {
-                    read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
-                    if last_report.elapsed().as_millis() >= 100 {
-                        last_report = Instant::now();
-                        let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
-                        let done = (frac * 40.0) as usize;
-                        eprint!(
-                            "\rreplaying [{}{}] {:5.1} %",
-                            "#".repeat(done),
-                            " ".repeat(40 - done),
-                            frac * 100.0
-                        );
-                    }
-                }
-                std::ops::ControlFlow::Continue(())
-            });
+                    frames += 1;
+                    handle(f)
+                })
+            };
             if r.is_err() || stopped() {
                 break r;
             }
@@ -526,10 +578,12 @@ pub fn replay(
             if !opts.repeat {
                 break r;
             }
-            // Next pass: the same file from the start.
-            match Capture::open(&opts.input) {
-                Ok(c) => cap = c,
-                Err(e) => break Err(e),
+            if cache.is_none() {
+                // Next pass: the same file from the start.
+                match Capture::open(&opts.input) {
+                    Ok(c) => cap = c,
+                    Err(e) => break Err(e),
+                }
             }
             if frames == 0 {
                 // An empty capture would spin: wait for the stop signal.

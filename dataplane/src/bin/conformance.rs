@@ -96,11 +96,12 @@ fn main() -> ExitCode {
         }
     };
     captures.sort();
-    let (_store, dp) = Dataplane::fixed(&[], Mode::Verify, 2).expect("empty rule set");
     let tmp = std::env::temp_dir().join(format!("cfdp-conformance-{}.csv", std::process::id()));
     let mut diffs: Vec<Diff> = Vec::new();
     let mut failed_runs = 0;
     for cap in &captures {
+        // A fresh data plane per capture: its counters are this capture's.
+        let (_store, dp) = Dataplane::fixed(&[], Mode::Verify, 2).expect("empty rule set");
         let name = cap.file_name().unwrap().to_string_lossy().to_string();
         let opts = ReplayOptions {
             input: cap.clone(),

@@ -12,6 +12,48 @@ pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
     let Some(slice) = frame.get(l3.offset..) else {
         return Decoded::Malformed(Malformed::IpTruncated);
     };
+    if let Some(key) = ipv4_fast(slice) {
+        return Decoded::Ip(IpPacket {
+            key,
+            frag: Frag::None,
+            l3,
+            anomaly: None,
+        });
+    }
+    decode_ip_general(slice, l3)
+}
+
+/// The common case, read directly: IPv4 without options, not fragmented,
+/// TCP or UDP, total length within the capture and covering the ports.
+/// Anything else (options, fragments, other protocols — IPv4 can carry
+/// an authentication header that etherparse walks —, bad lengths) goes
+/// through etherparse. Measured: the pipeline's decode was ~25 % of a
+/// worker's time through etherparse; the unit test below checks that both
+/// paths agree on millions of generated headers.
+#[inline]
+fn ipv4_fast(p: &[u8]) -> Option<FlowKey> {
+    let h: &[u8; 24] = p.get(..24)?.try_into().ok()?;
+    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let fragmenting = h[6] & 0x3f != 0 || h[7] != 0; // MF flag or an offset
+    let proto = h[9];
+    if h[0] != 0x45
+        || fragmenting
+        || !(24..=p.len()).contains(&total)
+        || (proto != proto::TCP && proto != proto::UDP)
+    {
+        return None;
+    }
+    Some(FlowKey::v4(
+        [h[12], h[13], h[14], h[15]],
+        [h[16], h[17], h[18], h[19]],
+        proto,
+        u16::from_be_bytes([h[20], h[21]]),
+        u16::from_be_bytes([h[22], h[23]]),
+    ))
+}
+
+/// Every IP packet, through etherparse's lax slicing.
+fn decode_ip_general(slice: &[u8], l3: L3) -> Decoded {
     let (ip, ext_err) = match LaxIpSlice::from_slice(slice) {
         Ok(ok) => ok,
         Err(LaxHeaderSliceError::Len(_)) => return Decoded::Malformed(Malformed::IpTruncated),
@@ -119,5 +161,64 @@ fn ipv6_fragment(first: u8, exts: &[u8]) -> Frag {
             }
             _ => return Frag::None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path and etherparse agree wherever the fast path answers:
+    /// random IPv4 headers biased towards the fast path's edges (IHL,
+    /// flags, offsets, lengths around the capture length, protocols).
+    #[test]
+    fn ipv4_fast_path_agrees_with_etherparse() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let l3 = L3 {
+            offset: 0,
+            vlan_tags: 0,
+            mpls: false,
+            pppoe: false,
+        };
+        let mut fast = 0;
+        for _ in 0..2_000_000 {
+            let r = next();
+            let len = 20 + (r % 40) as usize;
+            let mut p: Vec<u8> = (0..len).map(|i| (next() >> (i % 8)) as u8).collect();
+            p[0] = if r & 0x300 == 0 { 0x46 } else { 0x45 };
+            let total = match (r >> 10) % 4 {
+                0 => len,
+                1 => len.saturating_sub(((r >> 12) % 8) as usize),
+                2 => len + ((r >> 12) % 8) as usize,
+                _ => ((r >> 12) % 64) as usize,
+            } as u16;
+            p[2..4].copy_from_slice(&total.to_be_bytes());
+            if (r >> 20) % 4 != 0 {
+                p[6] &= 0x40; // DF at most, offset 0: not fragmenting
+                p[7] = 0;
+            }
+            p[9] = [6, 17, 51, 1, 6, 17][((r >> 24) % 6) as usize];
+            if let Some(k) = ipv4_fast(&p) {
+                fast += 1;
+                let want = decode_ip_general(&p, l3);
+                assert_eq!(
+                    Decoded::Ip(IpPacket {
+                        key: k,
+                        frag: Frag::None,
+                        l3,
+                        anomaly: None
+                    }),
+                    want,
+                    "header {p:02x?}"
+                );
+            }
+        }
+        assert!(fast > 100_000, "the fast path was taken {fast} times");
     }
 }

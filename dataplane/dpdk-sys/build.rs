@@ -37,4 +37,7 @@ fn main() {
         }
     }
     build.compile("cfdp_dpdk_shim");
+    // rte_eth_from_rings lives in the net_ring driver's library, which
+    // pkg-config's list leaves to the EAL's plugin loading.
+    println!("cargo:rustc-link-lib=dylib=rte_net_ring");
 }

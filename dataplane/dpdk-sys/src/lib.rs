@@ -56,6 +56,17 @@ extern "C" {
     fn cfdp_rx_burst(port: u16, q: u16, mbufs: *mut *mut c_void, n: u16) -> u16;
     fn cfdp_tx_burst(port: u16, q: u16, mbufs: *mut *mut c_void, n: u16) -> u16;
     fn cfdp_free_bulk(mbufs: *mut *mut c_void, n: u32);
+    fn cfdp_port_name(port: u16, out: *mut c_char, len: usize) -> c_int;
+    fn cfdp_ring_create(name: *const c_char, count: u32) -> *mut c_void;
+    fn cfdp_ring_port(name: *const c_char, rx: *mut c_void, tx: *mut c_void) -> c_int;
+    fn cfdp_ring_inject(
+        ring: *mut c_void,
+        pool: *mut c_void,
+        data: *const *const u8,
+        len: *const u32,
+        n: u32,
+    ) -> u32;
+    fn cfdp_ring_collect(ring: *mut c_void, out: *mut u8, cap: u32) -> c_int;
     fn cfdp_mbuf_views(
         mbufs: *const *mut c_void,
         n: u16,
@@ -126,6 +137,20 @@ impl Eal {
         Ok(port)
     }
 
+    /// The device name of a port.
+    pub fn port_name(&self, port: u16) -> Result<String, String> {
+        let mut buf = [0 as c_char; 128];
+        // SAFETY: buf has buf.len() bytes; the shim NUL-terminates.
+        let r = unsafe { cfdp_port_name(port, buf.as_mut_ptr(), buf.len()) };
+        if r != 0 {
+            return Err(rte_error(&format!("name of port {port}"), r));
+        }
+        // SAFETY: NUL-terminated by the shim within buf.
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
     /// Creates a packet mbuf pool of `n` mbufs.
     pub fn mempool(&self, name: &str, n: u32, cache: u32) -> Result<Mempool, String> {
         let c = CString::new(name).map_err(|_| "pool name contains NUL".to_string())?;
@@ -187,6 +212,75 @@ impl Eal {
         // SAFETY: called once, after the ports were stopped.
         unsafe {
             cfdp_eal_cleanup();
+        }
+    }
+}
+
+impl Eal {
+    /// A `net_ring` port over two new rings: packets put into the returned
+    /// [`Ring`] `rx` arrive on the port; packets the port transmits can be
+    /// taken from `tx`. Returns the port's device name (DPDK prefixes
+    /// `name`), for tests that inject and collect packets in-process.
+    pub fn ring_port(&self, name: &str, size: u32) -> Result<(String, Ring, Ring), String> {
+        let ring = |suffix: &str| -> Result<Ring, String> {
+            let c = CString::new(format!("{name}_{suffix}")).map_err(|e| e.to_string())?;
+            // SAFETY: valid C string; the EAL is up.
+            let r = unsafe { cfdp_ring_create(c.as_ptr(), size) };
+            NonNull::new(r).map(Ring).ok_or_else(|| {
+                // SAFETY: reads DPDK's thread-local error number.
+                rte_error("rte_ring_create", unsafe { cfdp_errno() })
+            })
+        };
+        let (rx, tx) = (ring("rx")?, ring("tx")?);
+        let c = CString::new(name).map_err(|e| e.to_string())?;
+        // SAFETY: both rings are live; rte_eth_from_rings copies the pointers.
+        let port = unsafe { cfdp_ring_port(c.as_ptr(), rx.0.as_ptr(), tx.0.as_ptr()) };
+        if port < 0 {
+            // SAFETY: reads DPDK's thread-local error number.
+            return Err(rte_error("rte_eth_from_rings", unsafe { cfdp_errno() }));
+        }
+        Ok((self.port_name(port as u16)?, rx, tx))
+    }
+}
+
+/// An `rte_ring` of mbufs (lives for the rest of the process).
+pub struct Ring(NonNull<c_void>);
+
+// SAFETY: the rings are created single-producer/single-consumer; Ring's
+// methods take &mut self, so one thread at a time uses each end here.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Copies frames into mbufs from `pool` and enqueues them; returns how
+    /// many fit.
+    pub fn inject(&mut self, pool: &Mempool, frames: &[&[u8]]) -> usize {
+        let data: Vec<*const u8> = frames.iter().map(|f| f.as_ptr()).collect();
+        let len: Vec<u32> = frames.iter().map(|f| f.len() as u32).collect();
+        // SAFETY: data/len describe frames.len() live slices; the pool and
+        // ring are live.
+        unsafe {
+            cfdp_ring_inject(
+                self.0.as_ptr(),
+                pool.0.as_ptr(),
+                data.as_ptr(),
+                len.as_ptr(),
+                frames.len() as u32,
+            ) as usize
+        }
+    }
+
+    /// Takes every packet waiting in the ring (copied out, mbufs freed).
+    pub fn collect(&mut self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 16384];
+        loop {
+            // SAFETY: buf has buf.len() writable bytes.
+            let n =
+                unsafe { cfdp_ring_collect(self.0.as_ptr(), buf.as_mut_ptr(), buf.len() as u32) };
+            if n < 0 {
+                return out;
+            }
+            out.push(buf[..(n as usize).min(buf.len())].to_vec());
         }
     }
 }

@@ -14,7 +14,9 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_eth_ring.h>
 #include <rte_mempool.h>
+#include <rte_ring.h>
 
 int cfdp_eal_init(int argc, char **argv) { return rte_eal_init(argc, argv); }
 
@@ -148,4 +150,51 @@ void cfdp_mbuf_views(void **mbufs, uint16_t n, const uint8_t **data, uint32_t *d
         data_len[i] = m->data_len;
         pkt_len[i] = m->pkt_len;
     }
+}
+
+/* --- net_ring: ports over rte_rings, for injecting and collecting packets
+ * from the same process (tests). --- */
+
+void *cfdp_ring_create(const char *name, unsigned count) {
+    return rte_ring_create(name, count, (int)rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
+}
+
+/* A port that receives from `rx` and transmits into `tx`. */
+int cfdp_ring_port(const char *name, void *rx, void *tx) {
+    struct rte_ring *r = (struct rte_ring *)rx, *t = (struct rte_ring *)tx;
+    return rte_eth_from_rings(name, &r, 1, &t, 1, (unsigned)rte_socket_id());
+}
+
+/* Copies n frames into fresh mbufs and enqueues them; returns how many. */
+unsigned cfdp_ring_inject(void *ring, void *pool, const uint8_t *const *data,
+                          const uint32_t *len, unsigned n) {
+    unsigned done = 0;
+    for (; done < n; done++) {
+        struct rte_mbuf *m = rte_pktmbuf_alloc((struct rte_mempool *)pool);
+        if (m == NULL) break;
+        char *p = rte_pktmbuf_append(m, (uint16_t)len[done]);
+        if (p == NULL) {
+            rte_pktmbuf_free(m);
+            break;
+        }
+        memcpy(p, data[done], len[done]);
+        if (rte_ring_enqueue((struct rte_ring *)ring, m) != 0) {
+            rte_pktmbuf_free(m);
+            break;
+        }
+    }
+    return done;
+}
+
+/* Dequeues one frame: copies up to cap bytes into out, frees the mbuf,
+ * returns its length, or -1 when the ring is empty. */
+int cfdp_ring_collect(void *ring, uint8_t *out, uint32_t cap) {
+    void *obj;
+    if (rte_ring_dequeue((struct rte_ring *)ring, &obj) != 0) return -1;
+    struct rte_mbuf *m = (struct rte_mbuf *)obj;
+    uint32_t n = m->data_len < cap ? m->data_len : cap;
+    memcpy(out, rte_pktmbuf_mtod(m, const uint8_t *), n);
+    int len = (int)m->data_len;
+    rte_pktmbuf_free(m);
+    return len;
 }

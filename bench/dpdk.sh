@@ -82,6 +82,7 @@ eal_args = ["--no-huge", "--no-pci", "-m", "2048", "--file-prefix", "cfdp-bench-
 rx_ports = ["${vdev%%,*}"]
 tx_ports = ["${vdev%%,*}"]
 workers = 1
+worker_cpus = [$(( $(nproc) > 1 ? 1 : 0 ))]
 mempool_size = 65535
 TOML
     ./target/release/cfdp run --config "$cfg" >"$work/$name.out" 2>"$work/$name.err" &

@@ -87,6 +87,12 @@ pub fn run(
     if cfg.rx_ports.is_empty() {
         return Err("dpdk.rx_ports is empty".into());
     }
+    if !cfg.worker_cpus.is_empty() && cfg.worker_cpus.len() != usize::from(workers) {
+        return Err(format!(
+            "dpdk.worker_cpus lists {} CPUs for {workers} workers",
+            cfg.worker_cpus.len()
+        ));
+    }
     if !(1..=MAX_BURST).contains(&cfg.burst) {
         return Err(format!(
             "dpdk.burst = {}: must be 1..={MAX_BURST}",
@@ -118,7 +124,14 @@ pub fn run(
                 let matcher = dp.matcher;
                 let stats = Arc::clone(&dp.stats);
                 let stop = Arc::clone(stop);
+                let cpu = cfg.worker_cpus.get(usize::from(w)).copied();
                 s.spawn(move || -> Result<u64, String> {
+                    if let Some(cpu) = cpu {
+                        let mut set = rustix::thread::CpuSet::new();
+                        set.set(cpu);
+                        rustix::thread::sched_setaffinity(None, &set)
+                            .map_err(|e| format!("pinning worker {w} to CPU {cpu}: {e}"))?;
+                    }
                     let _reg = ThreadRegistration::new()?;
                     let mut worker = Worker::new(Arc::clone(&stats), w as usize, false);
                     let mut b = RxBurst::new();

@@ -60,6 +60,9 @@ pub struct DpdkConfig {
     /// Worker threads = receive queues per rx port = transmit queues per
     /// tx port.
     pub workers: u16,
+    /// CPU of each worker (worker w is pinned to `worker_cpus[w]`); empty:
+    /// not pinned. Keep them off the EAL's main lcore (`-l`).
+    pub worker_cpus: Vec<usize>,
     pub mempool_size: u32,
     pub descriptors: u16,
     /// Packets per receive burst (1..=32).

@@ -36,6 +36,7 @@ fn frames_injected_through_net_ring_get_their_hand_worked_verdicts() {
         rx_ports: vec!["ring0".into()],
         tx_ports: vec!["ring0".into(), "ring1".into(), "ring2".into()],
         workers: 1,
+        worker_cpus: vec![0],
         mempool_size: 4095,
         descriptors: 512,
         burst: 32,

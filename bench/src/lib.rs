@@ -1,6 +1,7 @@
 //! Shared helpers for the cfdp benchmark binaries: a deterministic key
 //! generator, medians, the machine description printed beside every table,
-//! and the CSV writer for `bench/results/`.
+//! the CSV writer for `bench/results/`, and the synthetic flows and 64-byte
+//! frames the data-plane benchmarks replay.
 
 pub mod plot;
 
@@ -101,4 +102,25 @@ pub fn queries(keys: &[u64], n: usize, positive_pct: u64, seed: u64) -> Vec<u64>
             }
         })
         .collect()
+}
+
+/// Flow number `i` → a distinct IPv4/UDP 5-tuple (`pipeline`, `control`).
+pub fn bench_flow(i: u64) -> cfdp_rules::FlowKey {
+    let s = (0x0a00_0000u32 | (i as u32 & 0x00ff_ffff)).to_be_bytes();
+    let d = (0xc000_0000u32 | ((i >> 24) as u32 & 0xff)).to_be_bytes();
+    cfdp_rules::FlowKey::v4(s, d, 17, 1024 + (i % 50_000) as u16, 53)
+}
+
+/// A 64-byte Ethernet frame (60 bytes + FCS on the wire) for an IPv4/UDP flow.
+pub fn udp_frame(k: &cfdp_rules::FlowKey) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(
+            [k.src[0], k.src[1], k.src[2], k.src[3]],
+            [k.dst[0], k.dst[1], k.dst[2], k.dst[3]],
+            64,
+        )
+        .udp(k.sport, k.dport);
+    let mut v = Vec::with_capacity(64);
+    b.write(&mut v, &[0u8; 18]).expect("write to Vec");
+    v
 }

@@ -23,47 +23,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cfdp_bench::plot::{save_chart, Chart, Series};
-use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv, SplitMix};
+use cfdp_bench::{
+    bench_flow, is_quick, machine_description, median, results_path, udp_frame, write_csv, SplitMix,
+};
 use cfdp_dataplane::control::{RuleStore, StoreConfig};
 use cfdp_dataplane::decode::LinkType;
 use cfdp_dataplane::matcher::MAX_BURST;
 use cfdp_dataplane::stats::LiveStats;
 use cfdp_dataplane::worker::{PacketRef, Verdict, Worker};
 use cfdp_filter::BloomMode;
-use cfdp_rules::{Action, Atomicity, Batch, Code, FlowKey, Match, Rule, Update};
-use etherparse::PacketBuilder;
+use cfdp_rules::{Action, Atomicity, Batch, Code, Match, Rule, Update};
 
 const BUCKETS_LOG2: u32 = 16;
-
-fn flow(i: u64) -> FlowKey {
-    let s = (0x0a00_0000u32 | (i as u32 & 0x00ff_ffff)).to_be_bytes();
-    let d = (0xc000_0000u32 | ((i >> 24) as u32 & 0xff)).to_be_bytes();
-    FlowKey::v4(s, d, 17, 1024 + (i % 50_000) as u16, 53)
-}
 
 fn rule(i: u64) -> Rule {
     Rule {
         id: i as u32,
-        matcher: Match::Flow(flow(i)),
+        matcher: Match::Flow(bench_flow(i)),
         action: if i % 2 == 0 {
             Action::Drop
         } else {
             Action::Allow
         },
     }
-}
-
-fn frame(k: &FlowKey) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4(
-            [k.src[0], k.src[1], k.src[2], k.src[3]],
-            [k.dst[0], k.dst[1], k.dst[2], k.dst[3]],
-            64,
-        )
-        .udp(k.sport, k.dport);
-    let mut v = Vec::with_capacity(64);
-    b.write(&mut v, &[0u8; 18]).expect("write to Vec");
-    v
 }
 
 fn batch(updates: Vec<Update>) -> Batch {
@@ -128,7 +110,7 @@ fn frames_for(installed: u64, n: usize, seed: u64) -> Arc<Vec<Vec<u8>>> {
                 } else {
                     (1 << 40) + rng.next() % (1 << 30)
                 };
-                frame(&flow(i))
+                udp_frame(&bench_flow(i))
             })
             .collect(),
     )

@@ -14,34 +14,14 @@
 
 use std::time::Instant;
 
-use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv, SplitMix};
+use cfdp_bench::{
+    bench_flow, is_quick, machine_description, median, results_path, udp_frame, write_csv, SplitMix,
+};
 use cfdp_dataplane::decode::LinkType;
 use cfdp_dataplane::matcher::{Mode, MAX_BURST};
 use cfdp_dataplane::replay::Dataplane;
 use cfdp_dataplane::worker::{PacketRef, Verdict, Worker};
-use cfdp_rules::{Action, FlowKey, Match, Rule};
-use etherparse::PacketBuilder;
-
-/// Flow number `i` → a distinct IPv4/UDP 5-tuple.
-fn flow(i: u64) -> FlowKey {
-    let s = (0x0a00_0000u32 | (i as u32 & 0x00ff_ffff)).to_be_bytes();
-    let d = (0xc000_0000u32 | ((i >> 24) as u32 & 0xff)).to_be_bytes();
-    FlowKey::v4(s, d, 17, 1024 + (i % 50_000) as u16, 53)
-}
-
-/// A 64-byte Ethernet frame (60 bytes + FCS on the wire) for a flow.
-fn frame(k: &FlowKey) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4(
-            [k.src[0], k.src[1], k.src[2], k.src[3]],
-            [k.dst[0], k.dst[1], k.dst[2], k.dst[3]],
-            64,
-        )
-        .udp(k.sport, k.dport);
-    let mut v = Vec::with_capacity(64);
-    b.write(&mut v, &[0u8; 18]).expect("write to Vec");
-    v
-}
+use cfdp_rules::{Action, Match, Rule};
 
 fn main() {
     let quick = is_quick();
@@ -64,7 +44,7 @@ fn main() {
         let rules: Vec<Rule> = (0..n)
             .map(|i| Rule {
                 id: i as u32,
-                matcher: Match::Flow(flow(i)),
+                matcher: Match::Flow(bench_flow(i)),
                 action: if i % 2 == 0 {
                     Action::Drop
                 } else {
@@ -85,11 +65,11 @@ fn main() {
             let frames: Vec<Vec<u8>> = (0..pool_size)
                 .map(|_| {
                     let k = if rng.next() % 100 < match_pct {
-                        flow(rng.next() % n)
+                        bench_flow(rng.next() % n)
                     } else {
-                        flow(n + rng.next() % (1 << 30)) // never a rule
+                        bench_flow(n + rng.next() % (1 << 30)) // never a rule
                     };
-                    frame(&k)
+                    udp_frame(&k)
                 })
                 .collect();
             let mut mpps = [0f64; 3];

@@ -41,6 +41,29 @@ pub struct PrefixClass {
 }
 
 impl PrefixClass {
+    /// The class of a prefix rule's match and its (masked) address; `None`
+    /// for an exact flow match.
+    pub fn of(m: &Match) -> Option<(Self, [u8; 16])> {
+        match *m {
+            Match::Flow(_) => None,
+            Match::Prefix {
+                dir,
+                prefix,
+                proto,
+                port,
+            } => Some((
+                PrefixClass {
+                    v6: prefix.v6,
+                    dir,
+                    len: prefix.len,
+                    proto,
+                    port,
+                },
+                prefix.addr,
+            )),
+        }
+    }
+
     /// Priority key: smaller sorts first.
     pub fn rank(&self) -> (u8, u8, u8) {
         let specificity = match (self.proto, self.port) {
@@ -129,19 +152,8 @@ impl RuleSet {
                     }
                     set.exact.insert(k, idx);
                 }
-                Match::Prefix {
-                    dir,
-                    prefix,
-                    proto,
-                    port,
-                } => {
-                    let class = PrefixClass {
-                        v6: prefix.v6,
-                        dir,
-                        len: prefix.len,
-                        proto,
-                        port,
-                    };
+                Match::Prefix { .. } => {
+                    let (class, addr) = PrefixClass::of(&r.matcher).expect("a prefix match");
                     let ci = *class_idx.entry(class).or_insert_with(|| {
                         set.classes.push(ClassTable {
                             class,
@@ -149,10 +161,10 @@ impl RuleSet {
                         });
                         set.classes.len() - 1
                     });
-                    if let Some(&o) = set.classes[ci].entries.get(&prefix.addr) {
+                    if let Some(&o) = set.classes[ci].entries.get(&addr) {
                         return Err(dup(o));
                     }
-                    set.classes[ci].entries.insert(prefix.addr, idx);
+                    set.classes[ci].entries.insert(addr, idx);
                 }
             }
         }

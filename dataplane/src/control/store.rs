@@ -215,31 +215,15 @@ enum Domain {
 }
 
 fn domain_and_hash(m: &Match) -> (Domain, u64) {
-    match m {
-        Match::Flow(k) => (Domain::Flow, k.hash()),
-        Match::Prefix {
-            dir,
-            prefix,
-            proto,
-            port,
-        } => {
-            let class = PrefixClass {
-                v6: prefix.v6,
-                dir: *dir,
-                len: prefix.len,
-                proto: *proto,
-                port: *port,
-            };
-            (Domain::Class(class), class.hash_masked(&prefix.addr))
-        }
+    match (m, PrefixClass::of(m)) {
+        (Match::Flow(k), _) => (Domain::Flow, k.hash()),
+        (_, Some((class, addr))) => (Domain::Class(class), class.hash_masked(&addr)),
+        (Match::Prefix { .. }, None) => unreachable!("a prefix match has a class"),
     }
 }
 
 fn prefix_addr(m: &Match) -> [u8; 16] {
-    match m {
-        Match::Prefix { prefix, .. } => prefix.addr,
-        Match::Flow(_) => unreachable!("flow rules have no prefix"),
-    }
+    PrefixClass::of(m).expect("flow rules have no prefix").1
 }
 
 /// The authoritative rule set and the writer of the published tables.

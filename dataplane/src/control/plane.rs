@@ -334,14 +334,20 @@ impl ControlPlane {
                 v
             })
             .collect();
-        let count_rules: Vec<Value> = self
+        // One pass over the rule set (stats and every Prometheus scrape come
+        // here): only the count rules are collected and sorted.
+        let mut count_ids: Vec<RuleId> = self
             .store
-            .rules()
             .iter()
             .filter(|r| r.action == Action::Count)
-            .filter_map(|r| {
-                let (p, b) = self.store.rule_counters(r.id)?;
-                Some(json!({"id": r.id, "packets": p, "bytes": b}))
+            .map(|r| r.id)
+            .collect();
+        count_ids.sort_unstable();
+        let count_rules: Vec<Value> = count_ids
+            .into_iter()
+            .filter_map(|id| {
+                let (p, b) = self.store.rule_counters(id)?;
+                Some(json!({"id": id, "packets": p, "bytes": b}))
             })
             .collect();
         let h = &self.batch_us;

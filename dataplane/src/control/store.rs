@@ -354,9 +354,14 @@ impl RuleStore {
 
     /// Every rule, sorted by id.
     pub fn rules(&self) -> Vec<Rule> {
-        let mut v: Vec<Rule> = self.rules.values().map(|s| s.rule).collect();
+        let mut v: Vec<Rule> = self.iter().collect();
         v.sort_by_key(|r| r.id);
         v
+    }
+
+    /// Every rule, in no particular order (no copy of the whole set).
+    pub fn iter(&self) -> impl Iterator<Item = Rule> + '_ {
+        self.rules.values().map(|s| s.rule)
     }
 
     pub fn rule(&self, id: RuleId) -> Option<Rule> {

@@ -29,7 +29,7 @@ if ! pkg-config --exists libdpdk 2>/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q && apt-get install -y -q dpdk dpdk-dev libdpdk-dev pkg-config
 fi
-cargo build --release -q -p cfdp-dataplane --features dpdk
+cargo build --release -q -p cfdp --features dpdk
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -87,15 +87,17 @@ mempool_size = 65535
 TOML
     ./target/release/cfdp run --config "$cfg" >"$work/$name.out" 2>"$work/$name.err" &
     local pid=$!
+    local polling=0
     for _ in $(seq 1 600); do
-        grep -q "dpdk: polling" "$work/$name.err" && break
+        grep -q "dpdk: polling" "$work/$name.err" && { polling=1; break; }
         kill -0 $pid 2>/dev/null || { cat "$work/$name.err"; exit 1; }
         sleep 0.1
     done
+    [ $polling = 1 ] || { echo "cfdp did not start polling within 60 s" >&2; cat "$work/$name.err" >&2; exit 1; }
     sleep "$DUR"
     kill -TERM $pid
     wait $pid
-    tail -n 1 "$work/$name.out" | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["mpps"])'
+    tail -n 1 "$work/$name.out" | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["dpdk"]["mpps"])'
 }
 
 run_testpmd() { # mode vdev

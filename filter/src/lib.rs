@@ -78,11 +78,5 @@ pub use filter::{Filter, InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use layout::ENTRIES_PER_BUCKET;
 pub use snapshot::SnapshotError;
 
-/// Software prefetch of the cache line at `p` (a hint; never faults).
-#[inline(always)]
-pub fn prefetch_read(p: *const u8) {
-    prefetch::read(p)
-}
-
 #[cfg(all(test, loom))]
 mod loom_tests;

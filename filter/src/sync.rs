@@ -1,6 +1,6 @@
 //! The atomics the table is built from, switched to `loom`'s model-checked
 //! versions under `--cfg loom` so the read-versus-relocate protocol can be
-//! checked exhaustively on a tiny table (see `tests/loom.rs`).
+//! checked exhaustively on a tiny table (see `src/loom_tests.rs`).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

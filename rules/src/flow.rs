@@ -124,7 +124,7 @@ impl FlowKey {
             for (chunk, word) in buf.chunks_exact_mut(8).zip(words) {
                 chunk.copy_from_slice(&word.to_le_bytes());
             }
-            cfdp_filter::hash::hash_bytes(&buf)
+            crate::hash_bytes(&buf)
         } else {
             let a = u64::from(u32::from_le_bytes([
                 self.src[0],
@@ -140,7 +140,7 @@ impl FlowKey {
             let mut buf = [0u8; 16];
             buf[..8].copy_from_slice(&a.to_le_bytes());
             buf[8..].copy_from_slice(&meta.to_le_bytes());
-            cfdp_filter::hash::hash_bytes(&buf)
+            crate::hash_bytes(&buf)
         }
     }
 
@@ -158,7 +158,7 @@ impl FlowKey {
         buf[2 * n] = self.proto;
         buf[2 * n + 1..2 * n + 3].copy_from_slice(&lo.1.to_be_bytes());
         buf[2 * n + 3..2 * n + 5].copy_from_slice(&hi.1.to_be_bytes());
-        cfdp_filter::hash::hash_bytes(&buf[..2 * n + 5])
+        crate::hash_bytes(&buf[..2 * n + 5])
     }
 }
 

@@ -1,32 +1,35 @@
 //! # cfdp-rules — where rules live
 //!
-//! The rule model of the cfdp data plane: flow keys (`flow`), IP prefixes
-//! (`prefix`), rules and rule files with field-level validation (`rule`),
-//! and the validated rule set with its priority order and exact classifier
-//! (`set`), rule batches (`batch`) and the control protocol's envelope
-//! (`protocol`, documented in `PROTOCOL.md`). The data plane compiles a [`RuleSet`] into filters; the exact
-//! tables here confirm filter positives in `verify` mode.
-#![deny(unsafe_op_in_unsafe_fn)]
+//! The rule model of the cfdp data plane, with no knowledge of filters or
+//! packets: flow keys and their hash (`flow`), IP prefixes (`prefix`), rules
+//! and rule files with field-level validation (`rule`), prefix classes and
+//! the priority order (`class`), rule batches (`batch`) and the control
+//! protocol's envelope (`protocol`, documented in `PROTOCOL.md`), which the
+//! control server and `cfdp ctl` share. Pure data and parsing, no I/O
+//! beyond [`read_rule_file`].
+#![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod class;
 pub mod flow;
 pub mod prefix;
 pub mod protocol;
 pub mod rule;
-pub mod set;
 
 pub use batch::{
     parse_batch, parse_update, Atomicity, Batch, BatchError, Code, Update, UpdateResult,
 };
+pub use class::PrefixClass;
 pub use flow::{proto, FlowKey};
 pub use prefix::IpPrefix;
 pub use rule::{
     parse_rule, parse_rule_file, rule_to_json, Action, Dir, Match, Rule, RuleError, RuleId,
 };
-pub use set::{ClassTable, PrefixClass, RuleIndex, RuleSet};
 
-/// Reads, parses and validates a rule file into a rule set.
-pub fn load_rule_file(path: &std::path::Path) -> Result<RuleSet, RuleError> {
+/// Reads and parses a rule file; every field is validated (the error names
+/// the rule and the field). Duplicate ids and matches are the rule store's
+/// to refuse: it is the one validator of a rule set, for files and batches.
+pub fn read_rule_file(path: &std::path::Path) -> Result<Vec<Rule>, RuleError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         RuleError::new(
             None,
@@ -35,5 +38,14 @@ pub fn load_rule_file(path: &std::path::Path) -> Result<RuleSet, RuleError> {
             format!("cannot read {}: {e}", path.display()),
         )
     })?;
-    RuleSet::new(parse_rule_file(&text)?)
+    parse_rule_file(&text)
+}
+
+/// The 64-bit hash of a key's bytes: rapidhash v3 with its default secrets,
+/// the same function as `cfdp_filter::hash::hash_bytes` (snapshot images
+/// store positions derived from it; `cfdp-engine`'s tests check the two
+/// agree). Kept here so the rule model needs no filter.
+#[inline]
+pub fn hash_bytes(key: &[u8]) -> u64 {
+    rapidhash::v3::rapidhash_v3(key)
 }

@@ -1,7 +1,7 @@
 //! The control protocol's envelope: newline-delimited JSON in the style of
 //! JSON-RPC 2.0 (`id`, `method`, `params`; one response per request, the
 //! same `id` back). Pure parsing and formatting, no I/O: the control server
-//! in `cfdp-dataplane` feeds it lines, and the fuzz target
+//! in `cfdp-control` feeds it lines, and the fuzz target
 //! `rules/fuzz/fuzz_targets/request.rs` feeds it anything.
 //!
 //! See `rules/PROTOCOL.md` for the methods and examples.

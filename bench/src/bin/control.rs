@@ -18,7 +18,7 @@
 //! `batch` or `churn`) and `control.png`.
 //! Run: `cargo run --release -p cfdp-bench --bin control [-- --quick]`
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,11 +26,8 @@ use cfdp_bench::plot::{save_chart, Chart, Series};
 use cfdp_bench::{
     bench_flow, is_quick, machine_description, median, results_path, udp_frame, write_csv, SplitMix,
 };
-use cfdp_dataplane::control::{RuleStore, StoreConfig};
-use cfdp_dataplane::decode::LinkType;
-use cfdp_dataplane::matcher::MAX_BURST;
-use cfdp_dataplane::stats::LiveStats;
-use cfdp_dataplane::worker::{PacketRef, Verdict, Worker};
+use cfdp_control::{RuleStore, StoreConfig};
+use cfdp_engine::{run_worker, Limit, LiveStats, MemoryBackend, Worker, WorkerOptions};
 use cfdp_filter::BloomMode;
 use cfdp_rules::{Action, Atomicity, Batch, Code, Match, Rule, Update};
 
@@ -69,34 +66,19 @@ fn config(bloom: bool) -> StoreConfig {
 }
 
 /// A worker thread forwarding frames through the store's tables until
-/// `stop`; counts packets into `done`.
+/// `stop` (its packets are counted in the store's live statistics).
 fn spawn_worker(
     store: &RuleStore,
     frames: Arc<Vec<Vec<u8>>>,
     stop: Arc<AtomicBool>,
-    done: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
-    let readers = store.readers();
-    let matcher = store.matcher();
-    let stats = Arc::clone(store.live_stats());
+    let cx = store.worker_context();
     std::thread::spawn(move || {
-        let tables = readers.handle();
-        let mut w = Worker::new(stats, 0, false);
-        let mut verdicts = [Verdict::Forward; MAX_BURST];
-        while !stop.load(Ordering::Relaxed) {
-            for chunk in frames.chunks(MAX_BURST) {
-                let refs: [PacketRef<'_>; MAX_BURST] = std::array::from_fn(|i| PacketRef {
-                    link: LinkType::Ethernet,
-                    ts_ns: 0,
-                    orig_len: 64,
-                    data: chunk.get(i).map_or(&[][..], |f| &f[..]),
-                });
-                let Some(t) = tables.enter() else { return };
-                w.process(&matcher, &t, &refs[..chunk.len()], &mut verdicts);
-                drop(t);
-                done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            }
-        }
+        let tables = cx.readers.handle();
+        let mut w = Worker::new(&cx, 0, WorkerOptions::default());
+        let mut backend = MemoryBackend::new(&frames, Limit::Flag(&stop));
+        run_worker(&mut backend, &mut w, &tables);
+        w.finish();
     })
 }
 
@@ -153,13 +135,7 @@ fn main() {
         for occ in [0.90, 0.95, 0.97] {
             let (mut store, installed) = filled(bloom, occ);
             let stop = Arc::new(AtomicBool::new(false));
-            let done = Arc::new(AtomicU64::new(0));
-            let worker = spawn_worker(
-                &store,
-                frames_for(installed, 1 << 14, 7),
-                stop.clone(),
-                done.clone(),
-            );
+            let worker = spawn_worker(&store, frames_for(installed, 1 << 14, 7), stop.clone());
             let mut lat = Vec::new();
             let (mut failed, mut to_bloom) = (0u64, 0u64);
             let mut next = installed;
@@ -211,13 +187,8 @@ fn main() {
     let secs = if quick { 0.5 } else { 2.0 };
     let (mut store, installed) = filled(true, 0.90);
     let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let worker = spawn_worker(
-        &store,
-        frames_for(installed, 1 << 16, 11),
-        stop.clone(),
-        done.clone(),
-    );
+    let live = Arc::clone(store.live_stats());
+    let worker = spawn_worker(&store, frames_for(installed, 1 << 16, 11), stop.clone());
     let mut next = installed;
     let mut low = 0u64;
     println!(
@@ -230,7 +201,7 @@ fn main() {
         let mut churned = 0u64;
         for _ in 0..rounds {
             for with_churn in [false, true] {
-                let d0 = done.load(Ordering::Relaxed);
+                let d0 = live.totals().packets;
                 let start = Instant::now();
                 let mut sent = 0u64;
                 while start.elapsed().as_secs_f64() < secs {
@@ -249,9 +220,8 @@ fn main() {
                         .expect("churn batch");
                     sent += r.results.len() as u64;
                 }
-                let mpps = (done.load(Ordering::Relaxed) - d0) as f64
-                    / start.elapsed().as_secs_f64()
-                    / 1e6;
+                let mpps =
+                    (live.totals().packets - d0) as f64 / start.elapsed().as_secs_f64() / 1e6;
                 churned += sent;
                 if with_churn {
                     churn.push(mpps)

@@ -1,9 +1,11 @@
 //! The data plane's per-worker rate, replaying 64-byte frames from memory.
 //!
 //! For 1,000 / 100,000 / 1,000,000 installed exact-flow rules and 1 % / 50 %
-//! of packets matching a rule, one worker runs the real burst loop
-//! (`Worker::process`: decode, fragment table, one hash per packet, matching,
-//! actions, counters) over a preloaded pool of frames, in the three matcher
+//! of packets matching a rule, one worker runs the engine's worker loop —
+//! `cfdp_engine::run_worker`, the loop every backend runs (decode, fragment
+//! table, one hash per packet, matching, actions, counters published per
+//! burst; flow accounting off, as in `cfdp run`) — over a preloaded pool of
+//! frames (`MemoryBackend`), in the three matcher
 //! modes side by side in one run: `filter` (verify mode: filter first,
 //! positives confirmed in the exact table), `filter-only`, and `exact` (no
 //! filter: every packet probes the hashbrown exact table). Median of rounds.
@@ -17,10 +19,8 @@ use std::time::Instant;
 use cfdp_bench::{
     bench_flow, is_quick, machine_description, median, results_path, udp_frame, write_csv, SplitMix,
 };
-use cfdp_dataplane::decode::LinkType;
-use cfdp_dataplane::matcher::{Mode, MAX_BURST};
-use cfdp_dataplane::replay::Dataplane;
-use cfdp_dataplane::worker::{PacketRef, Verdict, Worker};
+use cfdp_control::RuleStore;
+use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
 use cfdp_rules::{Action, Match, Rule};
 
 fn main() {
@@ -58,7 +58,7 @@ fn main() {
             ("exact", Mode::Exact),
         ]
         .into_iter()
-        .map(|(name, mode)| (name, Dataplane::fixed(&rules, mode, 1).expect("rules load")))
+        .map(|(name, mode)| (name, RuleStore::fixed(&rules, mode, 1).expect("rules load")))
         .collect();
         for match_pct in [1u64, 50] {
             let mut rng = SplitMix::new(n ^ match_pct);
@@ -75,33 +75,12 @@ fn main() {
             let mut mpps = [0f64; 3];
             let mut samples: Vec<Vec<f64>> = vec![Vec::new(); 3];
             for _ in 0..rounds {
-                for (mi, (_, (_store, dp))) in matchers.iter().enumerate() {
-                    let mut w = Worker::new(dp.stats.clone(), 0, false);
-                    let tables = dp.readers.handle();
-                    let mut verdicts = [Verdict::Forward; MAX_BURST];
+                for (mi, (_, (_store, cx))) in matchers.iter().enumerate() {
+                    let mut w = Worker::new(cx, 0, WorkerOptions::default());
+                    let tables = cx.readers.handle();
+                    let mut backend = MemoryBackend::new(&frames, Limit::Seconds(secs_per_round));
                     let start = Instant::now();
-                    let mut done = 0u64;
-                    'outer: loop {
-                        for chunk in frames.chunks(MAX_BURST) {
-                            let refs: [PacketRef<'_>; MAX_BURST] =
-                                std::array::from_fn(|i| PacketRef {
-                                    link: LinkType::Ethernet,
-                                    ts_ns: 0,
-                                    orig_len: 64,
-                                    data: chunk.get(i).map_or(&[][..], |f| &f[..]),
-                                });
-                            // Per burst, as the backends do: enter the
-                            // published tables, process, leave.
-                            let t = tables.enter().expect("store alive");
-                            w.process(&dp.matcher, &t, &refs[..chunk.len()], &mut verdicts);
-                            done += chunk.len() as u64;
-                            if done % (1 << 16) == 0
-                                && start.elapsed().as_secs_f64() > secs_per_round
-                            {
-                                break 'outer;
-                            }
-                        }
-                    }
+                    let done = run_worker(&mut backend, &mut w, &tables).packets;
                     samples[mi].push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
                 }
             }

@@ -1,8 +1,8 @@
 //! Any bytes as a capture file (pcap or pcapng): reading must end in
 //! frames or a clear error, never a panic; every frame is decoded too.
 #![no_main]
-use cfdp_dataplane::capture::Capture;
-use cfdp_dataplane::decode::decode;
+use cfdp_pcap::capture::Capture;
+use cfdp_packet::decode::decode;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

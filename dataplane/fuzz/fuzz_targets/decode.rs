@@ -1,7 +1,7 @@
 //! Any bytes as a frame of any link type: decode must not panic, and an IP
 //! result must be self-consistent.
 #![no_main]
-use cfdp_dataplane::decode::{decode, Decoded, LinkType};
+use cfdp_packet::decode::{decode, Decoded, LinkType};
 use libfuzzer_sys::fuzz_target;
 
 const LINKS: [u32; 10] = [1, 113, 276, 101, 228, 229, 0, 108, 239, 147];

@@ -1,0 +1,186 @@
+//! `cfdp run`'s configuration: TOML read with the `config` crate, the
+//! embedded default (`configs/default.toml`, compiled in) first, then the
+//! file given with `--config`, then `CFDP_<SECTION>__<KEY>` environment
+//! overrides. Unknown keys are refused with the key's name.
+
+use std::path::{Path, PathBuf};
+
+use cfdp_control::StoreConfig;
+use cfdp_engine::Mode;
+use cfdp_filter::BloomMode;
+use serde::Deserialize;
+
+/// The embedded default configuration.
+pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/default.toml");
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub dataplane: DataplaneConfig,
+    pub pcap: PcapConfig,
+    pub rules: RulesConfig,
+    pub filter: FilterConfig,
+    pub control: ControlConfig,
+    pub dpdk: DpdkConfig,
+}
+
+/// `[dpdk]`: the NIC backend (cargo feature `dpdk`; see `cfdp_dpdk::backend`).
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpdkConfig {
+    /// Use DPDK instead of pcap replay.
+    pub enabled: bool,
+    /// EAL arguments (without the program name), e.g. `["-l", "0-1",
+    /// "--vdev", "net_null0"]`.
+    pub eal_args: Vec<String>,
+    /// Devices polled for packets (DPDK device names, e.g. `0000:01:00.0`
+    /// or `net_pcap0`).
+    pub rx_ports: Vec<String>,
+    /// Output ports: index n is output port n.
+    pub tx_ports: Vec<String>,
+    /// Worker threads = receive queues per rx port = transmit queues per
+    /// tx port.
+    pub workers: u16,
+    /// CPU of each worker (worker w is pinned to `worker_cpus[w]`); empty:
+    /// not pinned. Keep them off the EAL's main lcore (`-l`).
+    pub worker_cpus: Vec<usize>,
+    pub mempool_size: u32,
+    pub descriptors: u16,
+    /// Packets per receive burst (1..=32).
+    pub burst: usize,
+    /// Stop after this long without a packet on any queue (0: never; for
+    /// replays of finite captures through net_pcap).
+    pub stop_when_idle_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overload {
+    Block,
+    Drop,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneConfig {
+    pub workers: usize,
+    pub mode: Mode,
+    pub overload: Overload,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcapConfig {
+    pub input: PathBuf,
+    pub output: String,
+    #[serde(rename = "loop")]
+    pub repeat: bool,
+    /// Frames per second to replay at (0: as fast as possible).
+    pub pps: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesConfig {
+    /// Empty: no rules (everything forwarded).
+    pub file: String,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum InsertPath {
+    Bloom,
+    Cuckoo,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterConfig {
+    pub flow_capacity: usize,
+    pub prefix_capacity: usize,
+    pub insert: InsertPath,
+    pub bloom_tag_bits: u32,
+    pub threshold: u32,
+    pub max_kicks: u32,
+    pub auto_grow: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    pub socket: String,
+    pub allowed_uids: Vec<u32>,
+    pub allowed_gids: Vec<u32>,
+    pub tcp: String,
+    pub tcp_allow_remote: bool,
+    pub metrics: String,
+    pub state_dir: String,
+    pub compact_every: u64,
+    pub max_rules: usize,
+    pub max_batch: usize,
+    pub max_line_bytes: usize,
+    pub idle_timeout_s: u64,
+    pub max_connections: usize,
+    pub migrate_budget: usize,
+}
+
+impl RunConfig {
+    /// The rule store's parameters.
+    pub fn store_config(&self) -> Result<StoreConfig, String> {
+        let f = &self.filter;
+        let bloom = match (f.insert, f.bloom_tag_bits) {
+            (InsertPath::Cuckoo, _) => None,
+            (InsertPath::Bloom, 0) => Some(BloomMode::Bit),
+            (InsertPath::Bloom, b @ 2..=32) => Some(BloomMode::Tag { bits: b }),
+            (InsertPath::Bloom, b) => {
+                return Err(format!("filter.bloom_tag_bits = {b}: must be 0 or 2..=32"))
+            }
+        };
+        if !(1..=cfdp_filter::MAX_KICKS_LIMIT).contains(&f.max_kicks) {
+            return Err(format!(
+                "filter.max_kicks = {}: must be 1..={}",
+                f.max_kicks,
+                cfdp_filter::MAX_KICKS_LIMIT
+            ));
+        }
+        let c = &self.control;
+        if c.max_batch == 0 || c.max_line_bytes < 1024 || c.max_connections == 0 {
+            return Err("control: max_batch and max_connections must be ≥ 1, \
+                        max_line_bytes ≥ 1024"
+                .into());
+        }
+        Ok(StoreConfig {
+            mode: self.dataplane.mode,
+            flow_capacity: f.flow_capacity,
+            prefix_capacity: f.prefix_capacity,
+            bloom,
+            threshold: f.threshold,
+            max_kicks: f.max_kicks,
+            auto_grow: f.auto_grow,
+            max_rules: c.max_rules,
+        })
+    }
+}
+
+/// Loads the embedded default, then `path` over it, then the environment.
+pub fn load_config(path: Option<&Path>) -> Result<RunConfig, String> {
+    use config::{Environment, File, FileFormat};
+    let mut b =
+        config::Config::builder().add_source(File::from_str(DEFAULT_CONFIG, FileFormat::Toml));
+    if let Some(p) = path {
+        if !p.exists() {
+            return Err(format!("config file {} does not exist", p.display()));
+        }
+        b = b.add_source(File::from(p).format(FileFormat::Toml));
+    }
+    b = b.add_source(
+        Environment::with_prefix("CFDP")
+            .prefix_separator("_")
+            .separator("__")
+            .try_parsing(true),
+    );
+    let what = path.map_or("embedded default".to_string(), |p| p.display().to_string());
+    b.build()
+        .and_then(|c| c.try_deserialize::<RunConfig>())
+        .map_err(|e| format!("{what}: {e}"))
+}

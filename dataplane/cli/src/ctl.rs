@@ -1,0 +1,72 @@
+//! `cfdp ctl`: one request to a running `cfdp run`, by the control
+//! protocol's client (`cfdp_control::client`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use cfdp_control::client::{self, Target};
+use serde_json::json;
+
+use crate::CtlCmd;
+
+pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCode {
+    let (method, params) = match cmd {
+        CtlCmd::Apply {
+            file,
+            atomicity,
+            expected_generation,
+        } => {
+            let mut batch = match client::read_batch(&file) {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("cfdp ctl: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if !batch.is_object() {
+                eprintln!("cfdp ctl: {}: a batch is a JSON object", file.display());
+                return ExitCode::from(2);
+            }
+            if let Some(a) = atomicity {
+                batch["atomicity"] = a.into();
+            }
+            if let Some(g) = expected_generation {
+                batch["expected_generation"] = g.into();
+            }
+            ("apply", batch)
+        }
+        CtlCmd::Rules { offset, limit } => ("rules", json!({"offset": offset, "limit": limit})),
+        CtlCmd::Get { id } => ("get", json!({ "id": id })),
+        CtlCmd::Stats => ("stats", json!({})),
+        CtlCmd::Migrate { budget } => (
+            "migrate",
+            budget.map_or_else(|| json!({}), |b| json!({ "budget": b })),
+        ),
+        CtlCmd::Snapshot => ("snapshot", json!({})),
+        CtlCmd::Ping => ("ping", json!({})),
+        CtlCmd::Hello => ("hello", json!({})),
+    };
+    let socket = match (socket, &tcp) {
+        (Some(s), _) => Some(s),
+        (None, Some(_)) => None,
+        (None, None) => match crate::config::load_config(None) {
+            Ok(c) if !c.control.socket.is_empty() => Some(PathBuf::from(c.control.socket)),
+            Ok(_) => {
+                eprintln!(
+                    "cfdp ctl: the default configuration has no control.socket: use --socket"
+                );
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("cfdp ctl: config: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let target = match (&socket, &tcp) {
+        (Some(p), _) => Target::Unix(p),
+        (None, Some(a)) => Target::Tcp(a),
+        (None, None) => unreachable!("one target is always set"),
+    };
+    ExitCode::from(client::run(&target, method, params))
+}

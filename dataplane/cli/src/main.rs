@@ -1,0 +1,169 @@
+//! `cfdp`: the data plane's command line.
+//!
+//! * `cfdp replay IN [--rules FILE] [--out OUT.pcap] [--workers N]
+//!   [--flows FILE.csv] [--mode verify|filter-only]` replays a capture
+//!   through the workers and prints one JSON summary on stdout.
+//! * `cfdp run [--config FILE]` runs from TOML configuration (embedded
+//!   default: `configs/default.toml`) until SIGINT/SIGTERM, serving the
+//!   control socket.
+//! * `cfdp ctl [--socket PATH | --tcp ADDR] COMMAND` talks to a running
+//!   `cfdp run` (see `rules/PROTOCOL.md`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use cfdp_engine::Mode;
+use clap::{Parser, Subcommand};
+
+mod config;
+mod ctl;
+mod replay_cmd;
+mod run;
+
+#[derive(Parser)]
+#[command(
+    name = "cfdp",
+    version,
+    about = "Packet data plane on a concurrent Bloom-Cuckoo filter"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Replay a pcap/pcapng capture through the rules; print a JSON summary.
+    Replay {
+        /// Capture to replay (pcap or pcapng).
+        input: PathBuf,
+        /// Rule file (JSON); without it every packet is forwarded.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Write forwarded packets here (redirects go to OUT.portN.pcap).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Worker threads (default: cores − 1, at least 1).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Write exact per-flow counters as CSV.
+        #[arg(long)]
+        flows: Option<PathBuf>,
+        /// verify: confirm filter positives against the exact rule tables;
+        /// filter-only: take the action from the filter (false positives possible).
+        #[arg(long, default_value = "verify")]
+        mode: Mode,
+    },
+    /// Run the data plane from a TOML configuration until SIGINT/SIGTERM
+    /// (default: the embedded configs/default.toml).
+    Run {
+        /// Configuration file, layered over the embedded default.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the effective configuration and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
+    /// Talk to a running `cfdp run` over its control socket; prints the
+    /// JSON response, exits 1 when the server reports an error.
+    Ctl {
+        /// Unix socket (default: control.socket of the embedded
+        /// configuration, after CFDP_CONTROL__SOCKET).
+        #[arg(long, conflicts_with = "tcp")]
+        socket: Option<PathBuf>,
+        /// TCP address of a server with control.tcp set.
+        #[arg(long)]
+        tcp: Option<String>,
+        #[command(subcommand)]
+        cmd: CtlCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum CtlCmd {
+    /// Apply a batch from FILE (`-`: stdin): {"updates": [...], "atomicity": ...}.
+    Apply {
+        file: PathBuf,
+        /// Override the batch's atomicity.
+        #[arg(long, value_parser = ["continue_on_error", "rollback_on_error", "dataplane_atomic"])]
+        atomicity: Option<String>,
+        /// Fail unless the rule set is at this generation.
+        #[arg(long)]
+        expected_generation: Option<u64>,
+    },
+    /// List the rules with their counters.
+    Rules {
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        #[arg(long, default_value_t = 1000)]
+        limit: u64,
+    },
+    /// One rule with its counters.
+    Get {
+        id: u32,
+    },
+    /// Counters, filter occupancy, latencies.
+    Stats,
+    /// Move Bloom-part elements back into cuckoo entries now.
+    Migrate {
+        #[arg(long)]
+        budget: Option<u64>,
+    },
+    /// Write a snapshot and compact the journal now.
+    Snapshot,
+    Ping,
+    /// API version and capabilities.
+    Hello,
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get().saturating_sub(1))
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Ctl { socket, tcp, cmd } => ctl::ctl(socket, tcp, cmd),
+        Cmd::Run {
+            config,
+            print_config,
+        } => {
+            let cfg = match config::load_config(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("cfdp: config: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if print_config {
+                println!("{cfg:#?}");
+                return ExitCode::SUCCESS;
+            }
+            match run::run(cfg, default_workers()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cfdp: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Replay {
+            input,
+            rules,
+            out,
+            workers,
+            flows,
+            mode,
+        } => replay_cmd::replay(replay_cmd::Args {
+            input,
+            rules,
+            out,
+            workers: workers.unwrap_or_else(default_workers),
+            flows,
+            mode,
+        }),
+    }
+}

@@ -1,0 +1,354 @@
+//! `cfdp run`: the long-running form (configuration: `config.rs`).
+//!
+//! With the pcap backend it replays the input (again and again when
+//! `pcap.loop = true`, with the same workers and one continuous output),
+//! printing one JSON line per pass on stdout, while the control thread
+//! serves the control socket; it keeps serving after the input is exhausted
+//! until SIGINT or SIGTERM. The first signal stops reading, lets the workers
+//! drain, flushes the output, lets the control thread finish the request in
+//! hand (batches are journaled before they are acknowledged) and prints the
+//! final summary line; a second signal exits at once.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cfdp_control::journal::{self, Journal};
+use cfdp_control::metrics;
+use cfdp_control::plane::{ControlPlane, PlaneConfig};
+use cfdp_control::server::{self, Limits, ServerCtx};
+use cfdp_control::RuleStore;
+use cfdp_engine::{LiveStats, WorkerContext};
+use cfdp_pcap::{replay, ReplayOptions, MAX_WORKERS};
+use cfdp_rules::{Atomicity, Batch, Code, Rule};
+use serde_json::{json, Value};
+
+use crate::config::{Overload, RunConfig};
+
+/// Builds the rule store: restored from `control.state_dir` when it holds
+/// state, else loaded from `rules.file`. Returns the journal to append to.
+fn build_store(
+    cfg: &RunConfig,
+    stats: Arc<LiveStats>,
+) -> Result<(RuleStore, Option<Journal>), String> {
+    let scfg = cfg.store_config()?;
+    let file_rules = || -> Result<Vec<Rule>, String> {
+        if cfg.rules.file.is_empty() {
+            return Ok(Vec::new());
+        }
+        cfdp_rules::read_rule_file(Path::new(&cfg.rules.file))
+            .map_err(|e| format!("{}: {e}", cfg.rules.file))
+    };
+    if cfg.control.state_dir.is_empty() {
+        let store = RuleStore::with_rules(scfg, stats, &file_rules()?)?;
+        return Ok((store, None));
+    }
+    let dir = Path::new(&cfg.control.state_dir);
+    let restored = journal::restore(dir).map_err(|e| format!("state_dir: {e}"))?;
+    if let Some(w) = &restored.dropped_tail {
+        eprintln!("cfdp: warning: {w}");
+    }
+    if restored.is_empty() {
+        let rules = file_rules()?;
+        let store = RuleStore::with_rules(scfg, stats, &rules)?;
+        let mut j = Journal::open(dir, 0)?;
+        j.compact(store.generation(), &store.rules())?;
+        eprintln!(
+            "cfdp: state_dir {} was empty: saved {} rules from {}",
+            dir.display(),
+            store.len(),
+            if cfg.rules.file.is_empty() {
+                "nowhere"
+            } else {
+                &cfg.rules.file
+            }
+        );
+        return Ok((store, Some(j)));
+    }
+    let mut store = RuleStore::with_rules(scfg, stats, &restored.rules)
+        .map_err(|e| format!("state_dir snapshot does not load: {e}"))?;
+    store.set_generation(restored.snapshot_generation);
+    for (g, updates) in &restored.records {
+        let batch = Batch {
+            atomicity: Atomicity::RollbackOnError,
+            expected_generation: None,
+            updates: updates.iter().map(|u| Ok(*u)).collect(),
+        };
+        let r = store
+            .apply(&batch, |_, _| Ok(()))
+            .map_err(|e| format!("journal record {g}: {e}"))?;
+        if let Some((i, res)) = r
+            .results
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.code != Code::Ok)
+        {
+            return Err(format!(
+                "journal record {g}, update {}: {:?}: {} (does the configuration still fit \
+                 the saved rules?)",
+                i + 1,
+                res.code,
+                res.message
+            ));
+        }
+        if store.generation() != *g {
+            return Err(format!(
+                "journal record {g} restored as generation {}",
+                store.generation()
+            ));
+        }
+    }
+    if !cfg.rules.file.is_empty() {
+        eprintln!(
+            "cfdp: rules.file {} ignored: restored the saved rule set instead",
+            cfg.rules.file
+        );
+    }
+    eprintln!(
+        "cfdp: restored {} rules at generation {} from {} (snapshot {} + {} journal records)",
+        store.len(),
+        store.generation(),
+        dir.display(),
+        restored.snapshot_generation,
+        restored.records.len()
+    );
+    let j = Journal::open(dir, restored.records.len() as u64)?;
+    Ok((store, Some(j)))
+}
+
+/// Runs until a signal (or, without `pcap.loop`, until the input is replayed
+/// and a signal arrives).
+pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while stopping exits at once.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))
+            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&stop)))
+            .map_err(|e| format!("cannot install signal handler: {e}"))?;
+    }
+    let workers = if cfg.dpdk.enabled {
+        if !cfg!(feature = "dpdk") {
+            return Err(
+                "dpdk.enabled = true, but this cfdp was built without DPDK: \
+                        cargo build --release -p cfdp --features dpdk"
+                    .into(),
+            );
+        }
+        usize::from(cfg.dpdk.workers.max(1))
+    } else if cfg.dataplane.workers == 0 {
+        default_workers
+    } else {
+        cfg.dataplane.workers
+    };
+    if workers > MAX_WORKERS {
+        return Err(format!(
+            "dataplane.workers = {workers}: at most {MAX_WORKERS} are supported"
+        ));
+    }
+    let stats = Arc::new(LiveStats::new(workers, cfg.control.max_rules));
+    let (store, journal) = build_store(&cfg, Arc::clone(&stats))?;
+    let cx = store.worker_context();
+    let c = &cfg.control;
+    let plane_cfg = PlaneConfig {
+        max_batch: c.max_batch,
+        max_line_bytes: c.max_line_bytes,
+        compact_every: c.compact_every.max(1),
+        migrate_budget: c.migrate_budget.max(1),
+        ..PlaneConfig::default()
+    };
+    let plane = ControlPlane::new(store, journal, plane_cfg);
+    let (jobs_tx, jobs_rx) = crossbeam::channel::bounded(1024);
+    let ctx = ServerCtx {
+        limits: Limits {
+            max_line_bytes: c.max_line_bytes,
+            idle_timeout: Duration::from_secs(c.idle_timeout_s.max(1)),
+            max_connections: c.max_connections,
+            allowed_uids: if c.allowed_uids.is_empty() && c.allowed_gids.is_empty() {
+                vec![rustix::process::getuid().as_raw()]
+            } else {
+                c.allowed_uids.clone()
+            },
+            allowed_gids: c.allowed_gids.clone(),
+        },
+        jobs: jobs_tx,
+        board: plane.board(),
+        stop: Arc::clone(&stop),
+        active: Arc::new(AtomicUsize::new(0)),
+    };
+    // Listeners first: a configuration error stops the start-up here.
+    let mut listeners = Vec::new();
+    if !c.socket.is_empty() {
+        let path = PathBuf::from(&c.socket);
+        let l = server::bind_unix(&path).map_err(|e| format!("control.socket: {e}"))?;
+        listeners.push(server::serve_unix(l, path, ctx.clone()).map_err(|e| e.to_string())?);
+        eprintln!("cfdp: control socket {}", c.socket);
+    }
+    if !c.tcp.is_empty() {
+        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
+        listeners.push(server::serve_tcp(l, ctx.clone()).map_err(|e| e.to_string())?);
+        eprintln!("cfdp: control over TCP on {}", c.tcp);
+    }
+    if !c.metrics.is_empty() {
+        let l = bind_tcp(&c.metrics, false, "control.metrics")?;
+        listeners.push(metrics::serve(l, ctx.clone()).map_err(|e| e.to_string())?);
+        eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
+    }
+    drop(ctx);
+    let control = {
+        let stop = Arc::clone(&stop);
+        let mut plane = plane;
+        std::thread::Builder::new()
+            .name("cfdp-control".into())
+            .spawn(move || {
+                plane.run(jobs_rx, &stop);
+                plane
+            })
+            .map_err(|e| e.to_string())?
+    };
+    let running = Running {
+        stop: Arc::clone(&stop),
+        control,
+        listeners,
+    };
+    if cfg.dpdk.enabled {
+        return run_dpdk(&cfg, &cx, running);
+    }
+    run_pcap(&cfg, &cx, workers, running)
+}
+
+/// What the backends hand back when they are done.
+struct Running {
+    stop: Arc<AtomicBool>,
+    control: std::thread::JoinHandle<ControlPlane>,
+    listeners: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops the control thread (it finishes the request in hand: batches
+    /// are journaled before they are acknowledged) and the listeners, and
+    /// returns the final line's common part: the control plane's typed
+    /// statistics, `final: true` and the backend's name.
+    fn finish(self, backend: &str) -> Result<Value, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let plane = self
+            .control
+            .join()
+            .map_err(|_| "control thread panicked".to_string())?;
+        for l in self.listeners {
+            let _ = l.join();
+        }
+        let mut line = serde_json::to_value(plane.stats()).map_err(|e| e.to_string())?;
+        line["final"] = true.into();
+        line["backend"] = backend.into();
+        Ok(line)
+    }
+}
+
+fn run_pcap(
+    cfg: &RunConfig,
+    cx: &WorkerContext,
+    workers: usize,
+    running: Running,
+) -> Result<(), String> {
+    let stop = Arc::clone(&running.stop);
+    let opts = ReplayOptions {
+        input: cfg.pcap.input.clone(),
+        out: (!cfg.pcap.output.is_empty()).then(|| PathBuf::from(&cfg.pcap.output)),
+        workers,
+        flows_csv: None,
+        progress: false,
+        stop: Some(Arc::clone(&stop)),
+        repeat: cfg.pcap.repeat,
+        drop_when_full: cfg.dataplane.overload == Overload::Drop,
+        pps: cfg.pcap.pps,
+    };
+    let started = std::time::Instant::now();
+    let mut last_line: Option<std::time::Instant> = None;
+    let mut on_pass = |pass: u64, frames: u64| {
+        // A short capture in a loop finishes thousands of passes a second:
+        // one line per 100 ms at most.
+        if last_line.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
+            return;
+        }
+        last_line = Some(std::time::Instant::now());
+        let line = json!({
+            "pass": pass, "packets": frames, "workers": workers,
+            "rx_dropped": cx.stats.rx_dropped(),
+            "elapsed_s": started.elapsed().as_secs_f64(),
+        });
+        println!("{line}");
+    };
+    let result = replay(&opts, cx, &mut on_pass);
+    if result.is_ok() && !stop.load(Ordering::Relaxed) {
+        eprintln!("cfdp: input exhausted; serving until SIGINT/SIGTERM");
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // The reader has stopped and the workers drained.
+    let mut line = running.finish("pcap")?;
+    let report = result.map_err(|e| e.to_string())?;
+    line["replay"] = json!({
+        "passes": report.passes,
+        "frames_read": report.frames_read,
+        "elapsed_s": report.elapsed_s,
+        "mpps": report.mpps,
+        "workers": report.workers,
+        "capture_error": report.capture_error,
+    });
+    println!("{line}");
+    if let Some(e) = &report.capture_error {
+        eprintln!("cfdp: {}: {e}", cfg.pcap.input.display());
+    }
+    eprintln!("cfdp: stopped after {} pass(es)", report.passes);
+    Ok(())
+}
+
+/// The DPDK backend's run: workers poll until a signal (or idle), then the
+/// control thread stops and the final line is printed.
+#[cfg(feature = "dpdk")]
+fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(), String> {
+    let d = &cfg.dpdk;
+    let eal = cfdp_dpdk::backend::init_eal(&d.eal_args).map_err(|e| e.to_string())?;
+    let opts = cfdp_dpdk::backend::DpdkOptions {
+        rx_ports: d.rx_ports.clone(),
+        tx_ports: d.tx_ports.clone(),
+        workers: d.workers,
+        worker_cpus: d.worker_cpus.clone(),
+        mempool_size: d.mempool_size,
+        descriptors: d.descriptors,
+        burst: d.burst,
+        stop_when_idle_ms: d.stop_when_idle_ms,
+    };
+    let result = cfdp_dpdk::backend::run(&eal, &opts, cx, &running.stop);
+    let finished = running.finish("dpdk");
+    eal.cleanup();
+    let report = result?;
+    let mut line = finished?;
+    line["dpdk"] = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+    println!("{line}");
+    eprintln!("cfdp: stopped");
+    Ok(())
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn run_dpdk(_: &RunConfig, _: &WorkerContext, running: Running) -> Result<(), String> {
+    // Refused at start-up without the dpdk feature; stop cleanly anyway.
+    running.finish("dpdk")?;
+    Err("this cfdp was built without DPDK".into())
+}
+
+/// Binds a TCP listener; a non-loopback address needs `allow_remote`.
+fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpListener, String> {
+    let sa: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| format!("{what} = {addr:?}: not an IP:port address ({e})"))?;
+    if !sa.ip().is_loopback() && !allow_remote {
+        return Err(format!(
+            "{what} = {addr}: not a loopback address (set control.tcp_allow_remote = true \
+             to accept that; the protocol has no authentication on TCP)"
+        ));
+    }
+    std::net::TcpListener::bind(sa).map_err(|e| format!("{what} = {addr}: {e}"))
+}

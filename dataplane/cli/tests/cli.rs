@@ -1,0 +1,171 @@
+//! The `cfdp` binary itself: JSON on stdout, clear errors and exit codes.
+
+use std::process::Command;
+
+fn cfdp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cfdp"))
+}
+
+fn repo(p: &str) -> String {
+    format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn replay_prints_the_summary_keys() {
+    let out = cfdp()
+        .args([
+            "replay",
+            &repo("pcap/mixed.pcap"),
+            "--rules",
+            &repo("pcap/mixed.rules.json"),
+            "--workers",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in [
+        "packets",
+        "bytes",
+        "ipv4",
+        "ipv6",
+        "non_ip",
+        "malformed",
+        "fragments",
+        "matched",
+        "dropped",
+        "forwarded",
+    ] {
+        assert!(v["totals"].get(k).is_some(), "missing totals.{k} in {v}");
+    }
+    for k in [
+        "flows",
+        "elapsed_s",
+        "mpps",
+        "actions",
+        "malformed_by",
+        "workers",
+        "burst_ns",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k} in {v}");
+    }
+    assert_eq!(v["totals"]["packets"], 28);
+    assert_eq!(v["totals"]["dropped"], 10);
+    // Flow accounting is on only with --flows.
+    assert_eq!(v["flows"], serde_json::Value::Null);
+    assert_eq!(v["actions"]["redirect"], 2);
+    assert_eq!(v["non_ip_by"]["arp"], 1);
+    assert_eq!(v["malformed_by"]["ip_truncated"], 1);
+}
+
+#[test]
+fn bad_rule_file_names_rule_and_field() {
+    let dir = std::env::temp_dir().join(format!("cfdp-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("bad.json");
+    std::fs::write(
+        &rules,
+        r#"{"rules": [{"id": 9, "match": {"dst_prefix": "10.0.0.0/40"}, "action": "drop"}]}"#,
+    )
+    .unwrap();
+    let out = cfdp()
+        .args([
+            "replay",
+            &repo("pcap/mixed.pcap"),
+            "--rules",
+            rules.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rule #1 (id 9): match.dst_prefix: prefix length"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn missing_capture_is_an_error() {
+    let out = cfdp()
+        .args(["replay", "/nonexistent.pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open capture"));
+}
+
+#[test]
+fn run_loops_until_sigterm_and_stops_cleanly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = cfdp()
+        .args(["run"])
+        .current_dir(repo(""))
+        .env("CFDP_PCAP__LOOP", "true")
+        .env("CFDP_DATAPLANE__WORKERS", "2")
+        .env(
+            "CFDP_CONTROL__SOCKET",
+            std::env::temp_dir().join(format!("cfdp-cli-{}.sock", std::process::id())),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Two pass lines prove it loops (at most one line per 100 ms is
+    // printed, so pass numbers grow but may skip).
+    let mut last = 0;
+    for _ in 0..2 {
+        let line = lines.next().expect("a pass line").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let pass = v["pass"].as_u64().unwrap();
+        assert!(pass > last, "{line}");
+        last = pass;
+        assert_eq!(v["packets"], 28);
+        assert_eq!(v["workers"], 2);
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for _ in lines {} // drain until the process closes stdout
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit {:?}", out.status);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stopped after"));
+}
+
+#[test]
+fn run_refuses_a_bad_config() {
+    let dir = std::env::temp_dir().join(format!("cfdp-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[dataplane]\nworkers = \"many\"\n").unwrap();
+    let out = cfdp()
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("workers"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn absurd_worker_count_is_a_clear_error() {
+    let out = cfdp()
+        .args(["replay", &repo("pcap/mixed.pcap"), "--workers", "1000000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 1024"));
+}

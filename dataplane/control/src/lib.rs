@@ -1,0 +1,29 @@
+//! # cfdp-control — where rules change
+//!
+//! The control plane: the rule store (the single writer of the published
+//! tables), the control thread, the control socket and its limits, the
+//! journal and snapshots, the statistics board and its Prometheus exporter,
+//! and the `cfdp ctl` client.
+//!
+//! ```text
+//!  cfdp ctl / socat ──▶ server (one thread per connection: limits, parsing)
+//!                            │ requests          ▲ responses   ▲ stats
+//!                            ▼                   │             │
+//!                       control thread ── journal (fsync) ── snapshot
+//!                            │ batches, migration, growth      │
+//!                            ▼                                 │
+//!                       RuleStore ──publish──▶ Tables ◀── workers (per burst)
+//!                            └──────▶ StatsBoard ◀── metrics ──┘
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod journal;
+pub mod metrics;
+pub mod plane;
+pub mod server;
+pub mod stats;
+pub mod store;
+
+pub use stats::{ControlStats, StatsBoard};
+pub use store::{ApplyError, BatchReport, RuleStore, StoreConfig};

@@ -1,0 +1,391 @@
+//! The control socket: listeners, peer checks, per-connection limits.
+//!
+//! One thread per connection reads newline-delimited requests, answers
+//! envelope errors itself, and hands well-formed requests to the control
+//! thread, one at a time, waiting for each answer (responses come back in
+//! request order). A slow or stuck client therefore only ever holds its own
+//! thread: the control thread never writes to a socket, and workers never
+//! see the control plane at all.
+//!
+//! Limits (all from `[control]`): the line length (`max_line_bytes`; an
+//! over-long line is answered with an error and skipped, the connection
+//! stays usable), idle time (`idle_timeout_s`: a connection that sends
+//! nothing, or stops in the middle of a line, is closed), write time (a
+//! client that does not read its responses for 10 s is dropped) and the
+//! number of connections (`max_connections`: one more is told so and closed).
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use cfdp_rules::protocol::{check_params, code, parse_request, result_reply, ErrorReply, Method};
+use crossbeam::channel::{bounded, Sender};
+use serde_json::Value;
+
+use crate::plane::Job;
+use crate::stats::StatsBoard;
+
+/// Limits and access rules of the listeners.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_line_bytes: usize,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    /// Peers of the Unix socket whose uid is here, or whose gid is in
+    /// `allowed_gids`, may connect.
+    pub allowed_uids: Vec<u32>,
+    pub allowed_gids: Vec<u32>,
+}
+
+/// How long a client may leave a response unread.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the accept loops look at the stop flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(20);
+
+/// Shared by every listener.
+#[derive(Clone)]
+pub struct ServerCtx {
+    pub limits: Limits,
+    pub jobs: Sender<Job>,
+    /// Statistics published by the control thread: `stats` is answered
+    /// from here, without queueing behind a batch.
+    pub board: StatsBoard,
+    pub stop: Arc<AtomicBool>,
+    pub active: Arc<AtomicUsize>,
+}
+
+/// Binds the Unix socket at `path` with mode 0600.
+///
+/// The socket is bound under a temporary name, given its mode, then renamed
+/// into place, so it is never reachable with looser permissions. An existing
+/// socket that answers belongs to a running cfdp: refused. One that does not
+/// answer is a leftover of a crash: replaced. Anything else at `path` is
+/// refused.
+pub fn bind_unix(path: &Path) -> Result<UnixListener, String> {
+    let shown = path.display();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "{shown} exists and is not a socket: refusing to replace it"
+            ));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "{shown}: another cfdp is already serving on this socket"
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("{shown}: stale socket: {e}"))?;
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let l = UnixListener::bind(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let setup = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = setup {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("{shown}: {e}"));
+    }
+    Ok(l)
+}
+
+/// Whether a Unix-socket peer may use the socket (SO_PEERCRED).
+fn peer_allowed(s: &UnixStream, limits: &Limits) -> Result<(), String> {
+    let cred = rustix::net::sockopt::socket_peercred(s)
+        .map_err(|e| format!("cannot read peer credentials: {e}"))?;
+    let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
+    if limits.allowed_uids.contains(&uid) || limits.allowed_gids.contains(&gid) {
+        Ok(())
+    } else {
+        Err(format!(
+            "peer uid {uid} gid {gid} (pid {}) is not allowed on this socket",
+            cred.pid.as_raw_nonzero()
+        ))
+    }
+}
+
+fn refuse(mut w: impl Write, msg: &str) {
+    let e = ErrorReply::new(Value::Null, code::INVALID_REQUEST, msg);
+    let _ = writeln!(w, "{}", e.to_json());
+}
+
+/// Serves the Unix socket until `ctx.stop`; removes the socket file at the end.
+pub fn serve_unix(
+    l: UnixListener,
+    path: PathBuf,
+    ctx: ServerCtx,
+) -> std::io::Result<JoinHandle<()>> {
+    l.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("cfdp-ctl-unix".into())
+        .spawn(move || {
+            while !ctx.stop.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        if let Err(msg) = peer_allowed(&s, &ctx.limits) {
+                            eprintln!("cfdp: control: {msg}");
+                            refuse(&s, &msg);
+                            continue;
+                        }
+                        admit(s, &ctx, |s| s.try_clone());
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+                    Err(e) => {
+                        eprintln!("cfdp: control: accept: {e}");
+                        std::thread::sleep(ACCEPT_POLL);
+                    }
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        })
+}
+
+/// Serves a TCP listener until `ctx.stop` (no peer credentials exist on
+/// TCP: whoever reaches the address may connect; see PROTOCOL.md).
+pub fn serve_tcp(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<()>> {
+    l.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("cfdp-ctl-tcp".into())
+        .spawn(move || {
+            while !ctx.stop.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => admit(s, &ctx, |s| s.try_clone()),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+                    Err(e) => {
+                        eprintln!("cfdp: control: accept: {e}");
+                        std::thread::sleep(ACCEPT_POLL);
+                    }
+                }
+            }
+        })
+}
+
+/// What both stream kinds offer.
+pub trait Stream: Read + Write + Send + 'static {
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()>;
+    fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()>;
+    fn set_write_timeout(&self, d: Option<Duration>) -> std::io::Result<()>;
+}
+
+macro_rules! impl_stream {
+    ($t:ty) => {
+        impl Stream for $t {
+            fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+                <$t>::set_nonblocking(self, on)
+            }
+            fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+                <$t>::set_read_timeout(self, d)
+            }
+            fn set_write_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+                <$t>::set_write_timeout(self, d)
+            }
+        }
+    };
+}
+impl_stream!(UnixStream);
+impl_stream!(TcpStream);
+
+/// Counts a connection in, or refuses it over the cap; spawns its thread.
+fn admit<S: Stream>(s: S, ctx: &ServerCtx, clone: impl Fn(&S) -> std::io::Result<S>) {
+    let n = ctx.active.fetch_add(1, Ordering::AcqRel) + 1;
+    if n > ctx.limits.max_connections {
+        ctx.active.fetch_sub(1, Ordering::AcqRel);
+        refuse(
+            s,
+            &format!(
+                "too many connections (max_connections = {})",
+                ctx.limits.max_connections
+            ),
+        );
+        return;
+    }
+    let setup = s
+        .set_nonblocking(false)
+        .and_then(|_| s.set_read_timeout(Some(ctx.limits.idle_timeout)))
+        .and_then(|_| s.set_write_timeout(Some(WRITE_TIMEOUT)))
+        .and_then(|_| clone(&s));
+    let writer = match setup {
+        Ok(w) => w,
+        Err(e) => {
+            ctx.active.fetch_sub(1, Ordering::AcqRel);
+            eprintln!("cfdp: control: connection setup: {e}");
+            return;
+        }
+    };
+    let ctx2 = ctx.clone();
+    let spawned = std::thread::Builder::new()
+        .name("cfdp-ctl-conn".into())
+        .spawn(move || {
+            serve_conn(s, writer, &ctx2);
+            ctx2.active.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(e) = spawned {
+        ctx.active.fetch_sub(1, Ordering::AcqRel);
+        eprintln!("cfdp: control: cannot start a connection thread: {e}");
+    }
+}
+
+/// One line from a connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A complete line (without its newline) is in the buffer.
+    Complete,
+    /// The line exceeded the limit; its bytes were skipped up to the newline.
+    TooLong,
+    /// End of stream (a last line without newline is returned first as
+    /// `Complete`).
+    Eof,
+    /// Nothing arrived within the idle timeout (or a line stalled half-way).
+    Idle,
+}
+
+/// Reads one line of at most `max` bytes into `buf` (cleared first). Never
+/// buffers more than `max` bytes of one line, however long it is.
+pub fn read_line_limited<R: Read>(
+    r: &mut BufReader<R>,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
+    buf.clear();
+    let mut too_long = false;
+    loop {
+        let avail = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Ok(Line::Idle)
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return Ok(if too_long {
+                Line::TooLong
+            } else if buf.is_empty() {
+                Line::Eof
+            } else {
+                Line::Complete
+            });
+        }
+        let (chunk, done) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (&avail[..i], i + 1),
+            None => (avail, avail.len()),
+        };
+        let newline = done > chunk.len();
+        if !too_long {
+            if buf.len() + chunk.len() > max {
+                too_long = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        r.consume(done);
+        if newline {
+            return Ok(if too_long {
+                Line::TooLong
+            } else {
+                Line::Complete
+            });
+        }
+    }
+}
+
+fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
+    let mut r = BufReader::with_capacity(64 << 10, reader);
+    let mut line = Vec::new();
+    loop {
+        let reply = match read_line_limited(&mut r, &mut line, ctx.limits.max_line_bytes) {
+            Ok(Line::Complete) => {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                answer(&line, ctx)
+            }
+            Ok(Line::TooLong) => ErrorReply::new(
+                Value::Null,
+                code::REQUEST_TOO_LARGE,
+                format!(
+                    "request line longer than max_line_bytes = {} (skipped)",
+                    ctx.limits.max_line_bytes
+                ),
+            )
+            .to_json(),
+            Ok(Line::Eof | Line::Idle) | Err(_) => return,
+        };
+        let mut out = reply.to_string();
+        out.push('\n');
+        if writer
+            .write_all(out.as_bytes())
+            .and_then(|_| writer.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// The response to one request line.
+fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
+    let req = match parse_request(line) {
+        Ok(r) => r,
+        Err(e) => return e.to_json(),
+    };
+    if ctx.stop.load(Ordering::Relaxed) {
+        return ErrorReply::new(req.id, code::SHUTTING_DOWN, "cfdp is shutting down").to_json();
+    }
+    if req.method == Method::Stats && check_params(&req.params, &[]).is_ok() {
+        let stats = serde_json::to_value(ctx.board.read()).expect("stats serialize");
+        return result_reply(&req.id, stats);
+    }
+    let id = req.id.clone();
+    let (tx, rx) = bounded(1);
+    if ctx.jobs.send(Job { req, reply: tx }).is_err() {
+        return ErrorReply::new(id, code::SHUTTING_DOWN, "the control thread has stopped")
+            .to_json();
+    }
+    rx.recv().unwrap_or_else(|_| {
+        ErrorReply::new(id, code::INTERNAL, "the control thread dropped the request").to_json()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize) -> Vec<(Line, Vec<u8>)> {
+        let mut r = BufReader::with_capacity(4, input);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let l = read_line_limited(&mut r, &mut buf, max).unwrap();
+            if l == Line::Eof {
+                return out;
+            }
+            out.push((l, buf.clone()));
+        }
+    }
+
+    #[test]
+    fn long_lines_are_skipped_whole_and_the_next_line_survives() {
+        let got = lines(b"short\nthis line is far too long\nok\nlast", 8);
+        assert_eq!(
+            got,
+            vec![
+                (Line::Complete, b"short".to_vec()),
+                (Line::TooLong, vec![]),
+                (Line::Complete, b"ok".to_vec()),
+                (Line::Complete, b"last".to_vec()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! The control plane's statistics, typed: the data plane's
+//! [`StatsSnapshot`] plus what the control thread knows (generation, rules,
+//! filters, batch latencies). `stats` on the socket and every Prometheus
+//! scrape read the same [`ControlStats`].
+//!
+//! The control thread publishes its part ([`PlaneView`]) on a
+//! [`StatsBoard`] after every request (before the response goes out) and
+//! after migration steps; readers combine it with the workers' live
+//! counters. So a scrape never waits behind a batch in the control thread.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cfdp_engine::{LiveStats, StatsSnapshot};
+use serde::Serialize;
+
+use crate::store::{CountSlot, FilterStats, RuleCount};
+
+/// Batch wall-time summary, µs.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Latency {
+    pub count: u64,
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+/// Batches answered, by outcome.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct BatchCounts {
+    pub applied: u64,
+    pub refused: u64,
+}
+
+/// The journal's state.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Records since the last snapshot.
+    pub records: u64,
+}
+
+/// What the control thread publishes about itself.
+#[derive(Clone, Debug)]
+pub struct PlaneView {
+    pub generation: u64,
+    pub rules: usize,
+    pub started: Instant,
+    pub count_rules: Vec<CountSlot>,
+    pub filter: FilterStats,
+    pub batch_us: Latency,
+    pub batches: BatchCounts,
+    pub migrated: u64,
+    pub requests: u64,
+    pub journal: Option<JournalStats>,
+}
+
+/// Everything `stats` answers.
+#[derive(Clone, Debug, Serialize)]
+pub struct ControlStats {
+    pub generation: u64,
+    pub rules: usize,
+    pub uptime_s: f64,
+    #[serde(flatten)]
+    pub dataplane: StatsSnapshot,
+    /// Counters of the `count` rules (every rule has counters: `get`/`rules`).
+    pub rule_counters: Vec<RuleCount>,
+    pub filter: FilterStats,
+    pub batch_us: Latency,
+    pub batches: BatchCounts,
+    pub migrated: u64,
+    pub requests: u64,
+    pub journal: Option<JournalStats>,
+}
+
+impl ControlStats {
+    /// Combines a published view with the workers' live counters.
+    pub fn read(view: &PlaneView, live: &LiveStats) -> Self {
+        // Rule counters after the snapshot: they cover at least the packets
+        // the snapshot counts (see `WorkerCounters::add_to`).
+        let dataplane = live.snapshot();
+        Self {
+            generation: view.generation,
+            rules: view.rules,
+            uptime_s: view.started.elapsed().as_secs_f64(),
+            rule_counters: view.count_rules.iter().map(|c| c.read(live)).collect(),
+            dataplane,
+            filter: view.filter.clone(),
+            batch_us: view.batch_us,
+            batches: view.batches,
+            migrated: view.migrated,
+            requests: view.requests,
+            journal: view.journal,
+        }
+    }
+}
+
+/// Where the control thread publishes its [`PlaneView`] for readers on
+/// other threads (connection threads, the metrics exporter).
+#[derive(Clone)]
+pub struct StatsBoard {
+    view: Arc<Mutex<Arc<PlaneView>>>,
+    live: Arc<LiveStats>,
+}
+
+impl StatsBoard {
+    pub fn new(first: PlaneView, live: Arc<LiveStats>) -> Self {
+        Self {
+            view: Arc::new(Mutex::new(Arc::new(first))),
+            live,
+        }
+    }
+
+    /// Replaces the published view (control thread).
+    pub fn publish(&self, v: PlaneView) {
+        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(v);
+    }
+
+    /// The latest view (held only for an `Arc` clone).
+    pub fn view(&self) -> Arc<PlaneView> {
+        Arc::clone(&self.view.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The current statistics.
+    pub fn read(&self) -> ControlStats {
+        ControlStats::read(&self.view(), &self.live)
+    }
+}

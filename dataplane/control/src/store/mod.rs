@@ -1,0 +1,295 @@
+//! The rule store: the control thread's authoritative rule set, and the
+//! only writer of the published [`Tables`].
+//!
+//! A batch goes through three stages:
+//!
+//! 1. **Validate** every update in order against the rule set as the
+//!    earlier updates of the batch leave it (an overlay over the committed
+//!    state). For `rollback_on_error` and `dataplane_atomic` a batch with
+//!    any invalid update stops here: nothing was touched.
+//! 2. **Execute**: new keys go into their filters through the filter's
+//!    insert path (Bloom-assisted when configured), table changes are
+//!    collected as [`Op`]s. A filter that cannot take a key is rebuilt at
+//!    twice the size from the rule set when `auto_grow` is on (off the packet
+//!    path: workers keep using the old one), else the update fails with
+//!    `capacity_exhausted`; in the all-or-nothing modes every filter insert
+//!    of the batch is then undone.
+//! 3. **Commit**: the durability hook (the journal) runs first, then the
+//!    operations are published with one swap, then the store waits until no
+//!    worker still reads the previous copy (a second publish) and only then
+//!    removes deleted keys from the filters and recycles their slots.
+//!
+//! The code follows the stages: `transaction` (the overlay, validation,
+//! execution and undo), `config` (filter sizing and growth), `publish` (the
+//! commit and its safety argument) and `views` (read-only answers).
+//!
+//! Every batch is published with one swap whatever its atomicity mode, so
+//! in verify and exact mode every packet sees the rule set from before or
+//! after a whole batch. In filter-only mode the action comes from the
+//! filter's value, which changes key by key: that mode refuses
+//! `dataplane_atomic`.
+
+use std::sync::Arc;
+
+use cfdp_engine::{LiveStats, Mode, Op, RuleRef, Tables, WorkerContext};
+use cfdp_filter::Filter;
+use cfdp_rules::{Atomicity, Batch, Code, Match, PrefixClass, Rule, RuleId, Update, UpdateResult};
+use hashbrown::HashMap;
+use left_right::{ReadHandleFactory, WriteHandle};
+use serde::Serialize;
+
+mod config;
+mod publish;
+mod transaction;
+mod views;
+
+pub use config::StoreConfig;
+pub use views::{class_name, CountSlot, FilterStats, OneFilter, RuleCount};
+
+/// A committed rule.
+#[derive(Clone, Copy, Debug)]
+struct Stored {
+    rule: Rule,
+    slot: u32,
+}
+
+/// Why a batch was refused as a whole (no update was applied).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApplyError {
+    GenerationMismatch {
+        expected: u64,
+        current: u64,
+    },
+    /// The durability hook failed: nothing was published.
+    NotDurable(String),
+    /// The batch cannot be honoured in this configuration.
+    Refused(String),
+}
+
+impl std::fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApplyError::GenerationMismatch { expected, current } => write!(
+                f,
+                "expected generation {expected}, but the rule set is at generation {current}"
+            ),
+            ApplyError::NotDurable(e) => write!(f, "batch not applied: journal: {e}"),
+            ApplyError::Refused(e) => f.write_str(e),
+        }
+    }
+}
+
+/// How a batch's filter inserts went.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct InsertReport {
+    /// Filter inserts performed (inserts, and modifies that change a match).
+    pub inserts: u64,
+    /// Landed in a cuckoo entry.
+    pub cuckoo: u64,
+    /// Landed in the Bloom part (the item itself).
+    pub bloom: u64,
+    /// Inserts that grew the Bloom part (the item or an entry it evicted).
+    pub bloom_added: u64,
+    pub max_iterations: u32,
+    pub mean_iterations: f64,
+    /// Filters rebuilt at twice the size during this batch.
+    pub grown: Vec<String>,
+}
+
+/// The answer to a batch.
+#[derive(Clone, Debug, Serialize)]
+pub struct BatchReport {
+    /// True when the batch changed the rule set.
+    pub applied: bool,
+    pub atomicity: Atomicity,
+    /// Rule-set generation after the batch.
+    pub generation: u64,
+    pub wall_us: u64,
+    pub results: Vec<UpdateResult>,
+    pub filter: InsertReport,
+}
+
+impl BatchReport {
+    /// Whether every update succeeded.
+    pub fn all_ok(&self) -> bool {
+        self.results.iter().all(|r| r.code == Code::Ok)
+    }
+}
+
+/// Where a rule's key lives.
+enum Domain {
+    Flow,
+    Class(PrefixClass),
+}
+
+fn domain_and_hash(m: &Match) -> (Domain, u64) {
+    match (m, PrefixClass::of(m)) {
+        (Match::Flow(k), _) => (Domain::Flow, k.hash()),
+        (_, Some((class, addr))) => (Domain::Class(class), class.hash_masked(&addr)),
+        (Match::Prefix { .. }, None) => unreachable!("a prefix match has a class"),
+    }
+}
+
+fn prefix_addr(m: &Match) -> [u8; 16] {
+    PrefixClass::of(m).expect("flow rules have no prefix").1
+}
+
+/// The authoritative rule set and the writer of the published tables.
+pub struct RuleStore {
+    cfg: StoreConfig,
+    w: WriteHandle<Tables, Op>,
+    factory: ReadHandleFactory<Tables>,
+    stats: Arc<LiveStats>,
+    rules: HashMap<RuleId, Stored>,
+    by_match: HashMap<Match, RuleId>,
+    flow_filter: Arc<Filter>,
+    classes: HashMap<PrefixClass, (Arc<Filter>, usize)>,
+    free_slots: Vec<u32>,
+    next_slot: u32,
+    /// Counter totals of a slot when its current rule got it.
+    baselines: HashMap<u32, (u64, u64)>,
+    /// The `count` rules by id (kept at commit): `stats` and every scrape
+    /// report them without walking the whole rule set.
+    count_rules: std::collections::BTreeMap<RuleId, u32>,
+    generation: u64,
+}
+
+impl RuleStore {
+    /// An empty store. `stats` must be the live statistics the workers
+    /// write (their per-rule counters are allocated from here).
+    pub fn new(cfg: StoreConfig, stats: Arc<LiveStats>) -> Result<Self, String> {
+        if cfg.max_rules == 0 || cfg.max_rules > u32::MAX as usize {
+            return Err(format!("max_rules = {}: must be 1..=2^32-1", cfg.max_rules));
+        }
+        let flow_filter = cfg.new_filter(cfg.flow_capacity)?;
+        let (w, r) =
+            left_right::new_from_empty::<Tables, Op>(Tables::new(Arc::clone(&flow_filter)));
+        let factory = r.factory();
+        Ok(Self {
+            cfg,
+            w,
+            factory,
+            stats,
+            rules: HashMap::new(),
+            by_match: HashMap::new(),
+            flow_filter,
+            classes: HashMap::new(),
+            free_slots: Vec::new(),
+            next_slot: 0,
+            baselines: HashMap::new(),
+            count_rules: Default::default(),
+            generation: 0,
+        })
+    }
+
+    /// A store holding a fixed rule set, with statistics for `workers`
+    /// workers, and the context its workers read (`cfdp replay`, tests,
+    /// benchmarks). Keep the store alive while the workers run.
+    pub fn fixed(
+        rules: &[Rule],
+        mode: Mode,
+        workers: usize,
+    ) -> Result<(RuleStore, WorkerContext), String> {
+        let cfg = StoreConfig {
+            mode,
+            ..Default::default()
+        };
+        let stats = Arc::new(LiveStats::new(workers, cfg.max_rules.max(rules.len())));
+        let store = RuleStore::with_rules(cfg, stats, rules)?;
+        let cx = store.worker_context();
+        Ok((store, cx))
+    }
+
+    /// A store holding `rules` (validated as one all-or-nothing batch).
+    pub fn with_rules(
+        mut cfg: StoreConfig,
+        stats: Arc<LiveStats>,
+        rules: &[Rule],
+    ) -> Result<Self, String> {
+        let flows = rules
+            .iter()
+            .filter(|r| matches!(r.matcher, Match::Flow(_)))
+            .count();
+        cfg.flow_capacity = cfg.flow_capacity.max(flows + flows / 8);
+        cfg.max_rules = cfg.max_rules.max(rules.len());
+        let mut store = Self::new(cfg, stats)?;
+        if !rules.is_empty() {
+            store.load(rules)?;
+        }
+        Ok(store)
+    }
+
+    /// Inserts `rules` as one rollback-on-error batch; the first failure is
+    /// the error, naming the rule by position and id (`rule #2 (id 7): ...`).
+    /// This is the one place a rule file's duplicate ids and matches are
+    /// refused: the same validation as a batch's.
+    pub fn load(&mut self, rules: &[Rule]) -> Result<(), String> {
+        let batch = Batch {
+            atomicity: Atomicity::RollbackOnError,
+            expected_generation: None,
+            updates: rules.iter().map(|r| Ok(Update::Insert(*r))).collect(),
+        };
+        let report = self
+            .apply(&batch, |_, _| Ok(()))
+            .map_err(|e| e.to_string())?;
+        match report
+            .results
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.code != Code::Ok && r.code != Code::Aborted)
+        {
+            Some((i, r)) => Err(format!(
+                "rule #{} (id {}): {}",
+                i + 1,
+                rules[i].id,
+                r.message
+            )),
+            None => Ok(()),
+        }
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.cfg.mode
+    }
+
+    /// What the workers of a backend need to read this store's tables.
+    pub fn worker_context(&self) -> WorkerContext {
+        WorkerContext {
+            mode: self.cfg.mode,
+            readers: self.readers(),
+            stats: Arc::clone(&self.stats),
+        }
+    }
+
+    /// Workers get their read handles from here.
+    pub fn readers(&self) -> ReadHandleFactory<Tables> {
+        self.factory.clone()
+    }
+
+    pub fn live_stats(&self) -> &Arc<LiveStats> {
+        &self.stats
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Sets the generation (when restoring persisted state).
+    pub fn set_generation(&mut self, generation: u64) {
+        self.generation = generation;
+        self.w.append(Op::SetGeneration(generation));
+        self.w.publish();
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}

@@ -1,0 +1,108 @@
+//! Commit: how a batch reaches the workers, and why no worker ever sees a
+//! rule missing from its filter.
+//!
+//! # The safety argument
+//!
+//! Workers read one of two copies of [`Tables`] (a `left_right` pair) and
+//! probe the filters, which both copies share and which the store changes
+//! in place. The invariant: **every key of a copy a worker may be reading
+//! is in its filter** (filters have no false negatives, so a lookup of a
+//! rule of that copy never misses). The commit keeps it:
+//!
+//! 1. New keys went into their filters during execution, before anything
+//!    is published: the filters are a superset of the new copy.
+//! 2. The journal (durability hook) has run before this point: a published
+//!    batch is a durable batch.
+//! 3. `publish()` swaps the copies: new bursts see the new generation whole
+//!    (one swap per batch, `dataplane_atomic`).
+//! 4. A second `publish()` returns only once no worker still reads the
+//!    copy from before the swap (left-right waits for every reader that
+//!    entered it to leave: at most one burst).
+//! 5. Only then are deleted keys removed from the filters and their slots
+//!    recycled: no copy that still holds them can be entered any more.
+//!
+//! In verify mode a stale filter entry (a key deleted from the tables but
+//! not yet from the filter) costs a table probe, never a wrong action.
+
+use super::transaction::Pending;
+use super::*;
+
+impl RuleStore {
+    pub(super) fn commit(&mut self, p: &mut Pending, generation: u64) {
+        for &slot in &p.new_slots {
+            let now = self.stats.slot_totals(slot);
+            self.baselines.insert(slot, now);
+        }
+        for op in p.ops.drain(..) {
+            self.w.append(op);
+        }
+        self.w.append(Op::SetGeneration(generation));
+        self.w.publish();
+        // Wait until no worker reads the copy from before the swap: after
+        // this second publish, deleted keys are unreachable from any copy.
+        self.w.publish();
+        self.generation = generation;
+        for (f, h, v) in p.removals.drain(..) {
+            f.remove_hash(h, v);
+        }
+        for s in p.freed_slots.drain(..) {
+            self.baselines.remove(&s);
+            self.free_slots.push(s);
+        }
+        for (id, s) in p.ids.drain() {
+            match s {
+                Some(s) => {
+                    if s.rule.action == cfdp_rules::Action::Count {
+                        self.count_rules.insert(id, s.slot);
+                    } else {
+                        self.count_rules.remove(&id);
+                    }
+                    self.rules.insert(id, s);
+                }
+                None => {
+                    self.count_rules.remove(&id);
+                    self.rules.remove(&id);
+                }
+            }
+        }
+        for (m, id) in p.matches.drain() {
+            match id {
+                Some(id) => {
+                    self.by_match.insert(m, id);
+                }
+                None => {
+                    self.by_match.remove(&m);
+                }
+            }
+        }
+        if let Some(f) = p.flow_filter.take() {
+            self.flow_filter = f;
+        }
+        let mut touched: Vec<PrefixClass> = p.class_filters.keys().copied().collect();
+        for (c, f) in p.class_filters.drain() {
+            let e = self.classes.entry(c).or_insert_with(|| (Arc::clone(&f), 0));
+            e.0 = f;
+        }
+        for (c, d) in p.class_delta.drain() {
+            if let Some(e) = self.classes.get_mut(&c) {
+                e.1 = (e.1 as isize + d).max(0) as usize;
+            }
+            touched.push(c);
+        }
+        // Classes left empty (including ones created by this batch whose
+        // inserts all failed) leave the tables.
+        touched.sort_unstable();
+        touched.dedup();
+        let emptied: Vec<PrefixClass> = touched
+            .into_iter()
+            .filter(|c| self.classes.get(c).is_some_and(|e| e.1 == 0))
+            .collect();
+        if !emptied.is_empty() {
+            for c in emptied {
+                self.classes.remove(&c);
+                self.w.append(Op::RemoveClass(c));
+            }
+            self.w.publish();
+        }
+    }
+}

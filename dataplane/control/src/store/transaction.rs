@@ -1,0 +1,431 @@
+//! A batch in progress: the overlay over the committed state, validation
+//! of each update against it, execution on the filters (queuing table
+//! operations), and undo.
+
+use std::time::Instant;
+
+use cfdp_filter::{InsertError, Placement};
+
+use super::views::domain_name;
+use super::*;
+
+/// A batch in progress: an overlay over the committed state.
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) ids: HashMap<RuleId, Option<Stored>>,
+    pub(super) matches: HashMap<Match, Option<RuleId>>,
+    pub(super) ops: Vec<Op>,
+    /// Filter inserts done (undone if the batch aborts).
+    pub(super) inserted: Vec<(Arc<Filter>, u64, u32)>,
+    /// Filter removals to do once no worker reads the old copy.
+    pub(super) removals: Vec<(Arc<Filter>, u64, u32)>,
+    pub(super) new_slots: Vec<u32>,
+    pub(super) freed_slots: Vec<u32>,
+    /// Filters created or rebuilt in this batch.
+    pub(super) flow_filter: Option<Arc<Filter>>,
+    pub(super) class_filters: HashMap<PrefixClass, Arc<Filter>>,
+    /// Change of each class's entry count.
+    pub(super) class_delta: HashMap<PrefixClass, isize>,
+    pub(super) effective: Vec<Update>,
+    pub(super) report: InsertReport,
+    pub(super) iterations_sum: u64,
+    /// Slots a dry run would hand out.
+    pub(super) dry_slots: usize,
+}
+
+impl RuleStore {
+    /// Applies a batch. `durable(updates, generation)` is called with the
+    /// updates that took effect and the new generation before anything is
+    /// published; if it fails, the batch is undone and refused.
+    pub fn apply(
+        &mut self,
+        batch: &Batch,
+        durable: impl FnOnce(&[Update], u64) -> Result<(), String>,
+    ) -> Result<BatchReport, ApplyError> {
+        let start = Instant::now();
+        if let Some(expected) = batch.expected_generation {
+            if expected != self.generation {
+                return Err(ApplyError::GenerationMismatch {
+                    expected,
+                    current: self.generation,
+                });
+            }
+        }
+        if batch.atomicity == Atomicity::DataplaneAtomic && self.cfg.mode == Mode::FilterOnly {
+            return Err(ApplyError::Refused(
+                "dataplane_atomic needs verify or exact mode: in filter-only mode \
+                 packets read actions from the filter, which changes key by key"
+                    .into(),
+            ));
+        }
+        let n = batch.updates.len();
+        let mut results: Vec<UpdateResult> = Vec::with_capacity(n);
+        let mut p = Pending::default();
+        let hints = class_hints(batch);
+        if batch.atomicity.all_or_nothing() {
+            // Stage 1: validate everything; touch nothing.
+            let mut dry = Pending::default();
+            let mut failed = false;
+            for u in &batch.updates {
+                let r = match u {
+                    Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.clone())),
+                    Ok(u) => self.step(&mut dry, u, false, &hints),
+                };
+                failed |= r.is_err();
+                results.push(r.err().unwrap_or_else(UpdateResult::ok));
+            }
+            if failed {
+                abort_results(&mut results, None);
+                return Ok(self.report(false, batch.atomicity, start, results, p));
+            }
+            // Stage 2: execute.
+            results.clear();
+            for (i, u) in batch.updates.iter().enumerate() {
+                let u = u.as_ref().expect("validated");
+                if let Err(e) = self.step(&mut p, u, true, &hints) {
+                    self.undo(&mut p);
+                    results = vec![UpdateResult::ok(); n];
+                    results[i] = e;
+                    abort_results(&mut results, Some(i));
+                    return Ok(self.report(false, batch.atomicity, start, results, p));
+                }
+                results.push(UpdateResult::ok());
+            }
+        } else {
+            for u in &batch.updates {
+                let r = match u {
+                    Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.clone())),
+                    Ok(u) => self.step(&mut p, u, true, &hints),
+                };
+                results.push(r.err().unwrap_or_else(UpdateResult::ok));
+            }
+        }
+        if p.effective.is_empty() {
+            return Ok(self.report(false, batch.atomicity, start, results, p));
+        }
+        let generation = self.generation + 1;
+        if let Err(e) = durable(&p.effective, generation) {
+            self.undo(&mut p);
+            return Err(ApplyError::NotDurable(e));
+        }
+        self.commit(&mut p, generation);
+        Ok(self.report(true, batch.atomicity, start, results, p))
+    }
+
+    fn report(
+        &self,
+        applied: bool,
+        atomicity: Atomicity,
+        start: Instant,
+        results: Vec<UpdateResult>,
+        mut p: Pending,
+    ) -> BatchReport {
+        let mut filter = std::mem::take(&mut p.report);
+        if filter.inserts > 0 {
+            filter.mean_iterations = p.iterations_sum as f64 / filter.inserts as f64;
+        }
+        BatchReport {
+            applied,
+            atomicity,
+            generation: self.generation,
+            wall_us: start.elapsed().as_micros() as u64,
+            results,
+            filter,
+        }
+    }
+
+    fn get_id(&self, p: &Pending, id: RuleId) -> Option<Stored> {
+        match p.ids.get(&id) {
+            Some(s) => *s,
+            None => self.rules.get(&id).copied(),
+        }
+    }
+
+    fn get_match(&self, p: &Pending, m: &Match) -> Option<RuleId> {
+        match p.matches.get(m) {
+            Some(id) => *id,
+            None => self.by_match.get(m).copied(),
+        }
+    }
+
+    fn current_filter(&self, p: &Pending, d: &Domain) -> Option<Arc<Filter>> {
+        match d {
+            Domain::Flow => Some(p.flow_filter.as_ref().unwrap_or(&self.flow_filter).clone()),
+            Domain::Class(c) => p
+                .class_filters
+                .get(c)
+                .or_else(|| self.classes.get(c).map(|(f, _)| f))
+                .cloned(),
+        }
+    }
+
+    pub(super) fn value_for(&self, slot: u32) -> u32 {
+        if self.cfg.mode == Mode::FilterOnly {
+            slot
+        } else {
+            0
+        }
+    }
+
+    fn alloc_slot(&mut self, p: &mut Pending, execute: bool) -> Option<u32> {
+        if !execute {
+            let free = self.free_slots.len() + (self.cfg.max_rules - self.next_slot as usize);
+            if p.dry_slots >= free {
+                return None;
+            }
+            p.dry_slots += 1;
+            return Some(u32::MAX);
+        }
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None if (self.next_slot as usize) < self.cfg.max_rules => {
+                self.next_slot += 1;
+                self.next_slot - 1
+            }
+            None => return None,
+        };
+        if !self.stats.ensure_slot(slot) {
+            self.free_slots.push(slot);
+            return None;
+        }
+        p.new_slots.push(slot);
+        Some(slot)
+    }
+
+    /// Puts a rule's key into its filter (creating or growing the filter as
+    /// needed) and queues the table operation.
+    fn place(
+        &mut self,
+        p: &mut Pending,
+        rule: &Rule,
+        slot: u32,
+        hints: &ClassHints,
+    ) -> Result<(), UpdateResult> {
+        let (domain, h) = domain_and_hash(&rule.matcher);
+        let value = self.value_for(slot);
+        let mut filter = match self.current_filter(p, &domain) {
+            Some(f) => f,
+            None => {
+                let Domain::Class(c) = domain else {
+                    unreachable!("flow filter always exists")
+                };
+                let cap = self
+                    .cfg
+                    .prefix_capacity
+                    .max(hints.get(&c).copied().unwrap_or(0) * 9 / 8);
+                let f = self
+                    .cfg
+                    .new_filter(cap)
+                    .map_err(|e| UpdateResult::err(Code::InvalidArgument, e))?;
+                p.class_filters.insert(c, Arc::clone(&f));
+                p.ops.push(Op::AddClass(c, Arc::clone(&f)));
+                f
+            }
+        };
+        let outcome = loop {
+            match filter.insert_hash(h, value) {
+                Ok(o) => break o,
+                Err(InsertError::Full { .. } | InsertError::Contended) if self.cfg.auto_grow => {
+                    filter = self.grow(p, &domain, &filter)?;
+                }
+                Err(e) => {
+                    return Err(UpdateResult::err(
+                        Code::CapacityExhausted,
+                        format!(
+                            "{} filter: {e} ({} items; enable auto_grow or raise its capacity)",
+                            domain_name(&domain),
+                            filter.len()
+                        ),
+                    ))
+                }
+            }
+        };
+        let r = &mut p.report;
+        r.inserts += 1;
+        match outcome.placement {
+            Placement::Entry => r.cuckoo += 1,
+            Placement::Bloom => r.bloom += 1,
+        }
+        r.bloom_added += u64::from(outcome.bloom_added);
+        r.max_iterations = r.max_iterations.max(outcome.iterations);
+        p.iterations_sum += u64::from(outcome.iterations);
+        p.inserted.push((filter, h, value));
+        Ok(())
+    }
+
+    /// Rebuilds `old` at twice its size from the rule set as the batch
+    /// leaves it so far, and queues the swap.
+    fn queue_insert_op(p: &mut Pending, rule: &Rule, slot: u32) {
+        let e = RuleRef {
+            id: rule.id,
+            action: rule.action,
+            slot,
+        };
+        match domain_and_hash(&rule.matcher) {
+            (Domain::Flow, _) => {
+                let Match::Flow(k) = rule.matcher else {
+                    unreachable!()
+                };
+                p.ops.push(Op::InsertFlow(k, e));
+            }
+            (Domain::Class(c), _) => {
+                p.ops
+                    .push(Op::InsertPrefix(c, prefix_addr(&rule.matcher), e));
+                *p.class_delta.entry(c).or_default() += 1;
+            }
+        }
+    }
+
+    fn queue_remove(&self, p: &mut Pending, s: &Stored) {
+        let (d, h) = domain_and_hash(&s.rule.matcher);
+        match &d {
+            Domain::Flow => {
+                let Match::Flow(k) = s.rule.matcher else {
+                    unreachable!()
+                };
+                p.ops.push(Op::RemoveFlow(k));
+            }
+            Domain::Class(c) => {
+                p.ops
+                    .push(Op::RemovePrefix(*c, prefix_addr(&s.rule.matcher)));
+                *p.class_delta.entry(*c).or_default() -= 1;
+            }
+        }
+        if let Some(f) = self.current_filter(p, &d) {
+            p.removals.push((f, h, self.value_for(s.slot)));
+        }
+    }
+
+    /// One update: validated against the overlay; with `execute`, also
+    /// carried out on the filters and queued as table operations.
+    fn step(
+        &mut self,
+        p: &mut Pending,
+        u: &Update,
+        execute: bool,
+        hints: &ClassHints,
+    ) -> Result<(), UpdateResult> {
+        match u {
+            Update::Insert(r) => {
+                if self.get_id(p, r.id).is_some() {
+                    return Err(UpdateResult::err(
+                        Code::AlreadyExists,
+                        format!("id: rule id {} exists", r.id),
+                    ));
+                }
+                if let Some(o) = self.get_match(p, &r.matcher) {
+                    return Err(UpdateResult::err(
+                        Code::AlreadyExists,
+                        format!("match: same match as rule id {o}"),
+                    ));
+                }
+                let slot = self.alloc_slot(p, execute).ok_or_else(|| {
+                    UpdateResult::err(
+                        Code::CapacityExhausted,
+                        format!("max_rules = {} rules installed", self.cfg.max_rules),
+                    )
+                })?;
+                if execute {
+                    if let Err(e) = self.place(p, r, slot, hints) {
+                        p.new_slots.retain(|&s| s != slot);
+                        self.free_slots.push(slot);
+                        return Err(e);
+                    }
+                    Self::queue_insert_op(p, r, slot);
+                    p.effective.push(*u);
+                }
+                p.ids.insert(r.id, Some(Stored { rule: *r, slot }));
+                p.matches.insert(r.matcher, Some(r.id));
+            }
+            Update::Delete(id) => {
+                let s = self.get_id(p, *id).ok_or_else(|| {
+                    UpdateResult::err(Code::NotFound, format!("no rule with id {id}"))
+                })?;
+                if execute {
+                    self.queue_remove(p, &s);
+                    p.freed_slots.push(s.slot);
+                    p.effective.push(*u);
+                }
+                p.ids.insert(*id, None);
+                p.matches.insert(s.rule.matcher, None);
+            }
+            Update::Modify(r) => {
+                let old = self.get_id(p, r.id).ok_or_else(|| {
+                    UpdateResult::err(Code::NotFound, format!("no rule with id {}", r.id))
+                })?;
+                let same_match = old.rule.matcher == r.matcher;
+                if !same_match {
+                    if let Some(o) = self.get_match(p, &r.matcher) {
+                        return Err(UpdateResult::err(
+                            Code::AlreadyExists,
+                            format!("match: same match as rule id {o}"),
+                        ));
+                    }
+                }
+                if execute {
+                    if same_match {
+                        Self::queue_insert_op(p, r, old.slot);
+                        if let (Domain::Class(c), _) = domain_and_hash(&r.matcher) {
+                            // An overwrite, not a new entry.
+                            *p.class_delta.entry(c).or_default() -= 1;
+                        }
+                    } else {
+                        self.place(p, r, old.slot, hints)?;
+                        self.queue_remove(p, &old);
+                        Self::queue_insert_op(p, r, old.slot);
+                    }
+                    p.effective.push(*u);
+                }
+                p.ids.insert(
+                    r.id,
+                    Some(Stored {
+                        rule: *r,
+                        slot: old.slot,
+                    }),
+                );
+                if !same_match {
+                    p.matches.insert(old.rule.matcher, None);
+                }
+                p.matches.insert(r.matcher, Some(r.id));
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes a batch's filter inserts and slot allocations.
+    fn undo(&mut self, p: &mut Pending) {
+        for (f, h, v) in p.inserted.drain(..).rev() {
+            f.remove_hash(h, v);
+        }
+        for s in p.new_slots.drain(..) {
+            self.free_slots.push(s);
+        }
+    }
+}
+
+pub(super) type ClassHints = HashMap<PrefixClass, usize>;
+
+/// How many keys each prefix class gets from a batch (to size new filters).
+fn class_hints(batch: &Batch) -> ClassHints {
+    let mut h = ClassHints::new();
+    for u in batch.updates.iter().flatten() {
+        if let Update::Insert(r) | Update::Modify(r) = u {
+            if let (Domain::Class(c), _) = domain_and_hash(&r.matcher) {
+                *h.entry(c).or_default() += 1;
+            }
+        }
+    }
+    h
+}
+
+/// Marks every update but `failed` (and those already failing) aborted.
+fn abort_results(results: &mut [UpdateResult], failed: Option<usize>) {
+    for (i, r) in results.iter_mut().enumerate() {
+        if Some(i) != failed && r.code == Code::Ok {
+            *r = UpdateResult::err(
+                Code::Aborted,
+                "not applied: another update of the batch failed",
+            );
+        }
+    }
+}

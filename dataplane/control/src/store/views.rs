@@ -1,0 +1,185 @@
+//! Read-only answers about the rule set: rules, counters, filter
+//! statistics, names.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::*;
+
+pub use cfdp_engine::RuleCount;
+
+/// A `count` rule's counter slot and the slot's totals when the rule got it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountSlot {
+    pub id: RuleId,
+    pub slot: u32,
+    pub baseline: (u64, u64),
+}
+
+impl CountSlot {
+    /// The rule's packets and bytes since it was installed.
+    pub fn read(&self, live: &LiveStats) -> RuleCount {
+        let (p, b) = live.slot_totals(self.slot);
+        RuleCount {
+            id: self.id,
+            packets: p.saturating_sub(self.baseline.0),
+            bytes: b.saturating_sub(self.baseline.1),
+        }
+    }
+}
+
+/// One filter's statistics.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OneFilter {
+    pub items: usize,
+    pub entries: usize,
+    pub bloom_items: usize,
+    pub buckets: usize,
+    pub fingerprint_bits: u32,
+    pub load_factor: f64,
+    pub estimated_fpr: f64,
+    pub memory_bytes: usize,
+}
+
+/// The filters' statistics, summed and per filter (`flow`, then one per
+/// prefix class by [`class_name`]).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct FilterStats {
+    pub items: usize,
+    pub bloom_items: usize,
+    /// Occupied cuckoo entries / all entries.
+    pub occupancy: f64,
+    pub memory_bytes: usize,
+    /// A packet probes the flow filter and every admitting class filter:
+    /// the sum bounds its false-positive probability.
+    pub estimated_fpr_sum: f64,
+    pub filters: BTreeMap<String, OneFilter>,
+}
+
+impl RuleStore {
+    /// Every rule, sorted by id.
+    pub fn rules(&self) -> Vec<Rule> {
+        let mut v: Vec<Rule> = self.iter().collect();
+        v.sort_by_key(|r| r.id);
+        v
+    }
+
+    /// Every rule, in no particular order (no copy of the whole set).
+    pub fn iter(&self) -> impl Iterator<Item = Rule> + '_ {
+        self.rules.values().map(|s| s.rule)
+    }
+
+    pub fn rule(&self, id: RuleId) -> Option<Rule> {
+        self.rules.get(&id).map(|s| s.rule)
+    }
+
+    /// Packets and bytes that matched rule `id` since it was installed.
+    pub fn rule_counters(&self, id: RuleId) -> Option<(u64, u64)> {
+        let s = self.rules.get(&id)?;
+        let (p, b) = self.stats.slot_totals(s.slot);
+        let (bp, bb) = self.baselines.get(&s.slot).copied().unwrap_or((0, 0));
+        Some((p.saturating_sub(bp), b.saturating_sub(bb)))
+    }
+
+    /// The JSON form of a rule with its counters.
+    pub fn rule_json(&self, id: RuleId) -> Option<Value> {
+        let r = self.rule(id)?;
+        let (packets, bytes) = self.rule_counters(id).unwrap_or((0, 0));
+        let mut v = cfdp_rules::rule_to_json(&r);
+        v["packets"] = packets.into();
+        v["bytes"] = bytes.into();
+        Some(v)
+    }
+
+    fn filters(&self) -> impl Iterator<Item = (String, &Arc<Filter>)> {
+        std::iter::once(("flow".to_string(), &self.flow_filter))
+            .chain(self.classes.iter().map(|(c, (f, _))| (class_name(c), f)))
+    }
+
+    /// Elements held in the filters' Bloom parts.
+    pub fn bloom_items(&self) -> usize {
+        self.filters().map(|(_, f)| f.bloom_len()).sum()
+    }
+
+    /// Moves up to `budget` Bloom-part elements of each filter back into
+    /// cuckoo entries. Each element moves under its own two stripe locks,
+    /// so a step never holds a stripe for long. Returns how many moved.
+    pub fn migrate(&self, budget: usize) -> usize {
+        self.filters().map(|(_, f)| f.migrate(budget)).sum()
+    }
+
+    /// Filter statistics, per filter and summed.
+    pub fn filter_stats(&self) -> FilterStats {
+        let mut out = FilterStats::default();
+        let mut slots = 0usize;
+        for (name, f) in self.filters() {
+            let s = f.stats();
+            out.items += s.items;
+            out.bloom_items += s.bloom_items;
+            out.memory_bytes += s.memory_bytes;
+            slots += f.slots();
+            out.estimated_fpr_sum += s.estimated_fpr;
+            out.filters.insert(
+                name,
+                OneFilter {
+                    items: s.items,
+                    entries: s.entries,
+                    bloom_items: s.bloom_items,
+                    buckets: s.buckets,
+                    fingerprint_bits: s.fingerprint_bits,
+                    load_factor: s.load_factor,
+                    estimated_fpr: s.estimated_fpr,
+                    memory_bytes: s.memory_bytes,
+                },
+            );
+        }
+        out.occupancy = if slots == 0 {
+            0.0
+        } else {
+            (out.items - out.bloom_items) as f64 / slots as f64
+        };
+        out
+    }
+
+    /// Where the counters of every `count` rule are, by id: what the
+    /// control thread publishes so that statistics can be read without it.
+    pub fn count_rule_slots(&self) -> Vec<CountSlot> {
+        self.count_rules
+            .iter()
+            .map(|(&id, &slot)| CountSlot {
+                id,
+                slot,
+                baseline: self.baselines.get(&slot).copied().unwrap_or((0, 0)),
+            })
+            .collect()
+    }
+}
+
+pub(super) fn domain_name(d: &Domain) -> String {
+    match d {
+        Domain::Flow => "flow".into(),
+        Domain::Class(c) => class_name(c),
+    }
+}
+
+/// A readable name for a prefix class: `dst/24 v4 proto 6 port 80`.
+pub fn class_name(c: &PrefixClass) -> String {
+    let mut s = format!(
+        "{}/{} {}",
+        if c.dir == cfdp_rules::Dir::Src {
+            "src"
+        } else {
+            "dst"
+        },
+        c.len,
+        if c.v6 { "v6" } else { "v4" }
+    );
+    if let Some(p) = c.proto {
+        s += &format!(" proto {p}");
+    }
+    if let Some(p) = c.port {
+        s += &format!(" port {p}");
+    }
+    s
+}

@@ -1,0 +1,648 @@
+//! The rule store: batch semantics, capacity, Bloom-assisted bursts,
+//! migration, and the invariant that makes verify mode exact under
+//! concurrent updates (checked with real reader threads).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cfdp_control::{ApplyError, BatchReport, RuleStore, StoreConfig};
+use cfdp_engine::matcher::{match_burst, MatchCtx};
+use cfdp_engine::{LiveStats, Mode, RuleRef, Totals, MAX_BURST};
+use cfdp_rules::{
+    parse_batch, parse_rule, Action, Atomicity, Batch, Code, FlowKey, Match, Rule, Update,
+};
+use serde_json::json;
+
+fn store(cfg: StoreConfig) -> RuleStore {
+    let stats = Arc::new(LiveStats::new(2, cfg.max_rules));
+    RuleStore::new(cfg, stats).unwrap()
+}
+
+fn flow(i: u32) -> FlowKey {
+    FlowKey::v4(
+        (0x0a00_0000 | i).to_be_bytes(),
+        [192, 0, 2, 1],
+        17,
+        (i % 60_000) as u16 + 1,
+        53,
+    )
+}
+
+fn flow_rule(id: u32, i: u32, action: Action) -> Rule {
+    Rule {
+        id,
+        matcher: Match::Flow(flow(i)),
+        action,
+    }
+}
+
+fn prefix_rule(id: u32, prefix: &str, action: &str) -> Rule {
+    parse_rule(
+        &json!({"id": id, "match": {"dst_prefix": prefix}, "action": action}),
+        None,
+    )
+    .unwrap()
+}
+
+fn batch(atomicity: Atomicity, updates: Vec<Update>) -> Batch {
+    Batch {
+        atomicity,
+        expected_generation: None,
+        updates: updates.into_iter().map(Ok).collect(),
+    }
+}
+
+fn apply(s: &mut RuleStore, b: &Batch) -> BatchReport {
+    s.apply(b, |_, _| Ok(())).unwrap()
+}
+
+fn codes(r: &BatchReport) -> Vec<Code> {
+    r.results.iter().map(|r| r.code).collect()
+}
+
+/// What the workers see: the published copy's answer for a key.
+fn published(s: &RuleStore, k: &FlowKey) -> Option<RuleRef> {
+    s.readers().handle().enter().unwrap().classify(k)
+}
+
+#[test]
+fn continue_on_error_applies_what_it_can_and_reports_each_update() {
+    let mut s = store(StoreConfig::default());
+    let r = apply(
+        &mut s,
+        &batch(
+            Atomicity::ContinueOnError,
+            vec![
+                Update::Insert(flow_rule(1, 1, Action::Drop)),
+                Update::Insert(flow_rule(1, 2, Action::Drop)), // id taken
+                Update::Insert(flow_rule(2, 1, Action::Drop)), // match taken
+                Update::Delete(77),
+                Update::Insert(prefix_rule(3, "10.0.0.0/8", "count")),
+                Update::Modify(prefix_rule(3, "10.0.0.0/16", "allow")),
+            ],
+        ),
+    );
+    assert_eq!(
+        codes(&r),
+        [
+            Code::Ok,
+            Code::AlreadyExists,
+            Code::AlreadyExists,
+            Code::NotFound,
+            Code::Ok,
+            Code::Ok
+        ]
+    );
+    assert!(r.applied);
+    assert_eq!((r.generation, s.generation(), s.len()), (1, 1, 2));
+    assert_eq!(published(&s, &flow(1)).map(|e| e.id), Some(1));
+    assert_eq!(s.rule(3).unwrap(), prefix_rule(3, "10.0.0.0/16", "allow"));
+    // 10.1.x.x was matched by the /8 before the modify, not after.
+    let k = FlowKey::v4([1, 1, 1, 1], [10, 1, 0, 1], 6, 1, 2);
+    assert_eq!(published(&s, &k), None);
+}
+
+#[test]
+fn rollback_on_error_changes_nothing_and_names_the_failure() {
+    let mut s = store(StoreConfig::default());
+    apply(
+        &mut s,
+        &batch(
+            Atomicity::RollbackOnError,
+            vec![Update::Insert(flow_rule(1, 1, Action::Drop))],
+        ),
+    );
+    let filter_items = s.filter_stats().items;
+    let r = apply(
+        &mut s,
+        &batch(
+            Atomicity::RollbackOnError,
+            vec![
+                Update::Insert(flow_rule(2, 2, Action::Drop)),
+                Update::Delete(1),
+                Update::Insert(flow_rule(3, 3, Action::Drop)),
+                Update::Modify(flow_rule(9, 9, Action::Drop)), // no rule 9
+            ],
+        ),
+    );
+    assert_eq!(
+        codes(&r),
+        [Code::Aborted, Code::Aborted, Code::Aborted, Code::NotFound]
+    );
+    assert!(r.results[3].message.contains("9"));
+    assert!(!r.applied);
+    assert_eq!((s.generation(), s.len()), (1, 1));
+    assert_eq!(published(&s, &flow(1)).map(|e| e.id), Some(1));
+    assert_eq!(published(&s, &flow(2)), None);
+    assert_eq!(
+        s.filter_stats().items,
+        filter_items,
+        "validation failed before any filter was touched"
+    );
+}
+
+#[test]
+fn malformed_updates_are_invalid_argument_in_place() {
+    let mut s = store(StoreConfig::default());
+    let b = parse_batch(
+        &json!({"atomicity": "continue_on_error", "updates": [
+            {"op": "insert", "rule": {"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}},
+            {"op": "insert", "rule": {"id": 2, "match": {"dst_prefix": "10.0.0.1/8"}, "action": "drop"}},
+            {"op": "upsert"}
+        ]}),
+        100,
+    )
+    .unwrap();
+    let r = apply(&mut s, &b);
+    assert_eq!(
+        codes(&r),
+        [Code::Ok, Code::InvalidArgument, Code::InvalidArgument]
+    );
+    assert!(
+        r.results[1].message.contains("host bits"),
+        "{}",
+        r.results[1].message
+    );
+}
+
+#[test]
+fn a_batch_sees_its_own_earlier_updates() {
+    let mut s = store(StoreConfig::default());
+    let r = apply(
+        &mut s,
+        &batch(
+            Atomicity::DataplaneAtomic,
+            vec![
+                Update::Insert(flow_rule(1, 1, Action::Drop)),
+                Update::Modify(flow_rule(1, 2, Action::Allow)),
+                Update::Insert(flow_rule(2, 1, Action::Count)), // flow 1 is free again
+                Update::Delete(2),
+                Update::Insert(flow_rule(2, 1, Action::Redirect(4))),
+            ],
+        ),
+    );
+    assert!(r.all_ok(), "{:?}", r.results);
+    assert_eq!(
+        published(&s, &flow(1)).map(|e| e.action),
+        Some(Action::Redirect(4))
+    );
+    assert_eq!(
+        published(&s, &flow(2)).map(|e| (e.id, e.action)),
+        Some((1, Action::Allow))
+    );
+}
+
+#[test]
+fn expected_generation_guards_against_a_concurrent_controller() {
+    let mut s = store(StoreConfig::default());
+    let mut b = batch(
+        Atomicity::RollbackOnError,
+        vec![Update::Insert(flow_rule(1, 1, Action::Drop))],
+    );
+    b.expected_generation = Some(0);
+    assert!(apply(&mut s, &b).applied);
+    // A second controller still believes generation 0.
+    b.updates = vec![Ok(Update::Delete(1))];
+    let e = s.apply(&b, |_, _| Ok(())).unwrap_err();
+    assert_eq!(
+        e,
+        ApplyError::GenerationMismatch {
+            expected: 0,
+            current: 1
+        }
+    );
+    assert_eq!(s.len(), 1);
+}
+
+#[test]
+fn a_failed_journal_write_applies_nothing() {
+    let mut s = store(StoreConfig::default());
+    let b = batch(
+        Atomicity::ContinueOnError,
+        vec![Update::Insert(flow_rule(1, 1, Action::Drop))],
+    );
+    let e = s.apply(&b, |_, _| Err("disk full".into())).unwrap_err();
+    assert!(matches!(e, ApplyError::NotDurable(_)));
+    assert_eq!((s.len(), s.generation()), (0, 0));
+    assert_eq!(published(&s, &flow(1)), None);
+    assert_eq!(s.filter_stats().items, 0, "filter insert undone");
+}
+
+#[test]
+fn dataplane_atomic_is_refused_in_filter_only_mode() {
+    let mut s = store(StoreConfig {
+        mode: Mode::FilterOnly,
+        max_rules: 1 << 12,
+        ..StoreConfig::default()
+    });
+    let b = batch(
+        Atomicity::DataplaneAtomic,
+        vec![Update::Insert(flow_rule(1, 1, Action::Drop))],
+    );
+    assert!(matches!(
+        s.apply(&b, |_, _| Ok(())),
+        Err(ApplyError::Refused(_))
+    ));
+}
+
+fn small(auto_grow: bool, bloom: bool) -> StoreConfig {
+    StoreConfig {
+        flow_capacity: 64,
+        auto_grow,
+        bloom: bloom.then_some(cfdp_filter::BloomMode::Bit),
+        max_kicks: 50,
+        ..StoreConfig::default()
+    }
+}
+
+#[test]
+fn a_full_filter_says_capacity_exhausted_and_rollback_undoes_every_insert() {
+    let mut s = store(small(false, false));
+    let inserts = |from: u32, n: u32| {
+        (from..from + n)
+            .map(|i| Update::Insert(flow_rule(i, i, Action::Drop)))
+            .collect::<Vec<_>>()
+    };
+    // Fill the 16-bucket (64-entry) filter as far as it goes, one by one.
+    let r = apply(&mut s, &batch(Atomicity::ContinueOnError, inserts(0, 200)));
+    let ok = r.results.iter().filter(|r| r.code == Code::Ok).count();
+    let full = r
+        .results
+        .iter()
+        .filter(|r| r.code == Code::CapacityExhausted)
+        .count();
+    assert_eq!(ok + full, 200, "every update answered");
+    assert!(ok >= 48 && full > 0, "ok {ok} full {full}");
+    assert_eq!(s.len(), ok, "no rule reported ok is missing, none extra");
+    for (i, res) in r.results.iter().enumerate() {
+        let want = res.code == Code::Ok;
+        assert_eq!(published(&s, &flow(i as u32)).is_some(), want, "rule {i}");
+    }
+    let items = s.filter_stats().items;
+    let r = apply(
+        &mut s,
+        &batch(Atomicity::RollbackOnError, inserts(1000, 100)),
+    );
+    assert!(!r.applied);
+    assert!(codes(&r).contains(&Code::CapacityExhausted));
+    assert_eq!(s.filter_stats().items, items, "rolled-back inserts undone");
+    assert_eq!(s.len(), ok);
+}
+
+#[test]
+fn auto_grow_rebuilds_the_filter_and_loses_nothing() {
+    let mut s = store(small(true, true));
+    let updates: Vec<Update> = (0..5000)
+        .map(|i| Update::Insert(flow_rule(i, i, Action::Drop)))
+        .collect();
+    let r = apply(&mut s, &batch(Atomicity::DataplaneAtomic, updates));
+    assert!(
+        r.all_ok(),
+        "{:?}",
+        r.results.iter().find(|r| r.code != Code::Ok)
+    );
+    assert!(!r.filter.grown.is_empty(), "{:?}", r.filter);
+    assert_eq!(s.len(), 5000);
+    let t = s.readers().handle();
+    let t = t.enter().unwrap();
+    for i in 0..5000 {
+        assert!(t.flow_filter.contains_hash(flow(i).hash()), "flow {i}");
+        assert_eq!(t.classify(&flow(i)).map(|e| e.id), Some(i));
+    }
+}
+
+#[test]
+fn bloom_assisted_burst_into_a_97_percent_full_filter_then_migration() {
+    let cfg = StoreConfig {
+        flow_capacity: 15_000, // 2^12 buckets at 95 %
+        auto_grow: false,
+        ..StoreConfig::default()
+    };
+    let mut s = store(cfg);
+    let slots = 4 * (1usize << 12);
+    let stats = s.filter_stats();
+    assert_eq!(stats.filters["flow"].buckets, 1 << 12);
+    let target = slots * 97 / 100;
+    // Fill to 97 % in batches of 1024 (these batches themselves use the
+    // Bloom path too; migrate between them to get back to cuckoo entries).
+    let mut next = 0u32;
+    while (next as usize) < target {
+        let n = (target - next as usize).min(1024) as u32;
+        let ups = (next..next + n)
+            .map(|i| Update::Insert(flow_rule(i, i, Action::Drop)))
+            .collect();
+        let r = apply(&mut s, &batch(Atomicity::RollbackOnError, ups));
+        assert!(r.all_ok());
+        next += n;
+        while s.migrate(1 << 16) > 0 {}
+    }
+    let r = apply(
+        &mut s,
+        &batch(
+            Atomicity::RollbackOnError,
+            (next..next + 1024)
+                .map(|i| Update::Insert(flow_rule(i, i, Action::Drop)))
+                .collect(),
+        ),
+    );
+    assert!(r.all_ok(), "the burst at 97 % must not fail");
+    assert_eq!(r.filter.inserts, 1024);
+    assert!(r.filter.bloom > 0, "{:?}", r.filter);
+    // Bounded time: no insert came near max_kicks (500), and the mean stays
+    // a few bucket accesses even though this burst is a quarter of the
+    // table's buckets.
+    assert!(r.filter.max_iterations < 250, "{:?}", r.filter);
+    assert!(r.filter.mean_iterations < 4.0, "{:?}", r.filter);
+    assert!(s.bloom_items() > 0);
+    let mut moved = 0;
+    loop {
+        let m = s.migrate(64);
+        if m == 0 {
+            break;
+        }
+        moved += m;
+    }
+    assert!(moved > 0);
+    // Whatever cannot move stays findable; everything installed is found.
+    let t = s.readers().handle();
+    let t = t.enter().unwrap();
+    for i in 0..next + 1024 {
+        assert!(t.flow_filter.contains_hash(flow(i).hash()), "flow {i}");
+    }
+}
+
+/// Readers run the real matcher over the published tables while the writer
+/// churns rules (inserts, deletes, modifies, filter growth): the verify-mode
+/// answer through the filters must always equal the exact classification of
+/// the same copy — which fails if any key of a readable copy were missing
+/// from its filter.
+#[test]
+fn verify_mode_answers_equal_the_exact_tables_under_churn() {
+    let cfg = StoreConfig {
+        flow_capacity: 256,
+        prefix_capacity: 16,
+        max_kicks: 100,
+        ..StoreConfig::default()
+    };
+    let stats = Arc::new(LiveStats::new(2, cfg.max_rules));
+    let mut s = RuleStore::new(cfg, stats).unwrap();
+    let readers = s.readers();
+    let mode = s.mode();
+    let stop = Arc::new(AtomicBool::new(false));
+    let checked = Arc::new(AtomicU64::new(0));
+    let universe = 3000u32;
+    let handles: Vec<_> = (0..2)
+        .map(|r| {
+            let (readers, stop, checked) = (readers.clone(), stop.clone(), checked.clone());
+            std::thread::spawn(move || {
+                let h = readers.handle();
+                let mut counters = Totals::default();
+                let mut sample = 0;
+                let mut x = r as u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let keys: [FlowKey; MAX_BURST] = std::array::from_fn(|_| {
+                        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                        let i = (x >> 8) % universe;
+                        if i % 3 == 0 {
+                            // Hits the prefix rules below (10.i.0.0/16).
+                            FlowKey::v4([1, 2, 3, 4], [10, (i % 200) as u8, 7, 7], 6, 9, 9)
+                        } else {
+                            flow(i)
+                        }
+                    });
+                    let valid = [true; MAX_BURST];
+                    let mut out = [None; MAX_BURST];
+                    let t = h.enter().unwrap();
+                    let mut cx = MatchCtx {
+                        mode,
+                        counters: &mut counters,
+                        sample: &mut sample,
+                    };
+                    match_burst(&mut cx, &t, &keys, &valid, &mut out);
+                    for (k, got) in keys.iter().zip(out) {
+                        assert_eq!(got, t.classify(k), "key {k:?} generation {}", t.generation);
+                    }
+                    checked.fetch_add(MAX_BURST as u64, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut x = 7u64;
+    let mut installed: Vec<Option<Rule>> = vec![None; universe as usize + 200];
+    for round in 0..300 {
+        let mut ups = Vec::new();
+        for _ in 0..64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let id = ((x >> 33) % (universe as u64 + 200)) as u32;
+            let rule = if id >= universe {
+                prefix_rule(id, &format!("10.{}.0.0/16", id - universe), "drop")
+            } else {
+                let act = [Action::Drop, Action::Allow, Action::Count][(x >> 20) as usize % 3];
+                flow_rule(id, (id + round) % universe, act)
+            };
+            let u = match installed[id as usize] {
+                None => Update::Insert(rule),
+                Some(_) if x % 2 == 0 => Update::Delete(id),
+                Some(_) => Update::Modify(rule),
+            };
+            ups.push(u);
+        }
+        let r = apply(&mut s, &batch(Atomicity::ContinueOnError, ups.clone()));
+        for (u, res) in ups.iter().zip(&r.results) {
+            if res.code == Code::Ok {
+                installed[u.id() as usize] = match u {
+                    Update::Delete(_) => None,
+                    Update::Insert(r) | Update::Modify(r) => Some(*r),
+                };
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join()
+            .expect("reader saw a verify answer differ from its copy");
+    }
+    assert!(checked.load(Ordering::Relaxed) > 10_000);
+    let n = installed.iter().flatten().count();
+    assert_eq!(s.len(), n);
+}
+
+/// Two rules that must switch together, toggled by dataplane_atomic
+/// batches: no reader ever sees one switched and the other not.
+#[test]
+fn dataplane_atomic_pairs_switch_together_for_readers() {
+    let mut s = store(StoreConfig::default());
+    let pair = |port: u16| {
+        vec![
+            Update::Modify(flow_rule(1, 1, Action::Redirect(port))),
+            Update::Modify(flow_rule(2, 2, Action::Redirect(port))),
+        ]
+    };
+    apply(
+        &mut s,
+        &batch(
+            Atomicity::DataplaneAtomic,
+            vec![
+                Update::Insert(flow_rule(1, 1, Action::Redirect(1))),
+                Update::Insert(flow_rule(2, 2, Action::Redirect(1))),
+            ],
+        ),
+    );
+    let readers = s.readers();
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (stop, seen) = (stop.clone(), seen.clone());
+        std::thread::spawn(move || {
+            let h = readers.handle();
+            while !stop.load(Ordering::Relaxed) {
+                let t = h.enter().unwrap();
+                let a = t.classify(&flow(1)).map(|e| e.action);
+                let b = t.classify(&flow(2)).map(|e| e.action);
+                assert_eq!(a, b, "a mix at generation {}", t.generation);
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    // At least 2000 switches, and until the reader has looked 10^4 times.
+    let mut i = 0u16;
+    while (i < 2000 || seen.load(Ordering::Relaxed) < 10_000) && !reader.is_finished() {
+        let r = apply(&mut s, &batch(Atomicity::DataplaneAtomic, pair(2 + i % 2)));
+        assert!(r.all_ok());
+        i = i.wrapping_add(1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.join().expect("no mix");
+    assert!(seen.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn prefix_classes_come_and_go_with_their_rules() {
+    let mut s = store(StoreConfig::default());
+    let classes = |s: &RuleStore| s.readers().handle().enter().unwrap().classes.len();
+    let r = apply(
+        &mut s,
+        &batch(
+            Atomicity::RollbackOnError,
+            vec![
+                Update::Insert(prefix_rule(1, "10.0.0.0/8", "drop")),
+                Update::Insert(prefix_rule(2, "10.1.0.0/16", "allow")),
+                Update::Insert(prefix_rule(3, "11.0.0.0/8", "count")),
+            ],
+        ),
+    );
+    assert!(r.all_ok());
+    assert_eq!(classes(&s), 2);
+    // Longest prefix first: 10.1.2.3 is rule 2's, 10.2.0.1 rule 1's.
+    let k = |d: [u8; 4]| FlowKey::v4([1, 1, 1, 1], d, 6, 1, 2);
+    assert_eq!(published(&s, &k([10, 1, 2, 3])).map(|e| e.id), Some(2));
+    assert_eq!(published(&s, &k([10, 2, 0, 1])).map(|e| e.id), Some(1));
+    apply(
+        &mut s,
+        &batch(Atomicity::RollbackOnError, vec![Update::Delete(2)]),
+    );
+    assert_eq!(classes(&s), 1, "the /16 class left with its last rule");
+    assert_eq!(published(&s, &k([10, 1, 2, 3])).map(|e| e.id), Some(1));
+    // A full class filter (no auto_grow) refuses what it cannot take, keeps
+    // what it took, and the class leaves once emptied.
+    let mut tiny = store(StoreConfig {
+        prefix_capacity: 16,
+        auto_grow: false,
+        bloom: None,
+        max_kicks: 1,
+        ..StoreConfig::default()
+    });
+    let ups: Vec<Update> = (0..200u32)
+        .map(|i| {
+            Update::Insert(prefix_rule(
+                i,
+                &format!("10.{}.{}.0/24", i / 200, i % 200),
+                "drop",
+            ))
+        })
+        .collect();
+    let r = apply(&mut tiny, &batch(Atomicity::ContinueOnError, ups));
+    let ok = r.results.iter().filter(|r| r.code == Code::Ok).count();
+    assert!(ok > 0 && ok < 200, "{ok}");
+    assert_eq!(classes(&tiny), 1);
+    let dels: Vec<Update> = (0..200u32).map(Update::Delete).collect();
+    apply(&mut tiny, &batch(Atomicity::ContinueOnError, dels));
+    assert_eq!((classes(&tiny), tiny.len()), (0, 0));
+}
+
+const PRIORITY_FILE: &str = r#"{"rules": [
+  {"id": 10, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "tcp", "sport": 40000, "dport": 80}}, "action": "drop"},
+  {"id": 20, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"},
+  {"id": 21, "match": {"dst_prefix": "10.0.0.0/16"}, "action": "count"},
+  {"id": 22, "match": {"dst_prefix": "10.0.0.0/16", "proto": "udp", "port": 53}, "action": {"redirect": 2}},
+  {"id": 23, "match": {"src_prefix": "10.0.0.0/16"}, "action": "drop"},
+  {"id": 30, "match": {"src_prefix": "2001:db8::/32", "proto": 58}, "action": "drop"},
+  {"id": 40, "match": {"flow": {"src": "192.0.2.1", "dst": "192.0.2.2", "proto": "icmp"}}, "action": "count"}
+]}"#;
+
+/// The documented priority (`cfdp_rules::class`), walked by the one
+/// classifier (the published tables), and the filter path agreeing with it.
+#[test]
+fn priority_is_exact_then_longest_then_specific_then_dst() {
+    let rules = cfdp_rules::parse_rule_file(PRIORITY_FILE).unwrap();
+    let (s, cx) = RuleStore::fixed(&rules, Mode::Verify, 1).unwrap();
+    assert_eq!(s.len(), 7);
+    let v4 = |s: [u8; 4], d: [u8; 4], p: u8, sp: u16, dp: u16| FlowKey::v4(s, d, p, sp, dp);
+    let v6 = |src: &str, dst: &str, p: u8, sp: u16, dp: u16| {
+        FlowKey::new(src.parse().unwrap(), dst.parse().unwrap(), p, sp, dp)
+    };
+    let cases: [(FlowKey, Option<u32>); 9] = [
+        // Exact flow wins over every prefix.
+        (v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80), Some(10)),
+        // Other port: /16 dst (count) and /16 src (drop) tie; dst wins.
+        (v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40001, 80), Some(21)),
+        // The more specific /16 (udp/53) first.
+        (v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 5000, 53), Some(22)),
+        // The /16 source rule is longer than the /8 destination rule.
+        (v4([10, 0, 9, 9], [10, 1, 0, 2], 6, 1, 2), Some(23)),
+        (v4([9, 9, 9, 9], [10, 1, 0, 2], 6, 1, 2), Some(20)),
+        (v4([9, 9, 9, 9], [11, 1, 0, 2], 6, 1, 2), None),
+        // ICMP exact flow has ports 0.
+        (v4([192, 0, 2, 1], [192, 0, 2, 2], 1, 0, 0), Some(40)),
+        (v6("2001:db8::5", "2001:db9::1", 58, 0, 0), Some(30)),
+        (v6("2001:db8::5", "2001:db9::1", 6, 1, 2), None),
+    ];
+    let t = cx.readers.handle();
+    let t = t.enter().unwrap();
+    let keys: Vec<FlowKey> = cases.iter().map(|c| c.0).collect();
+    let mut out = [None; 9];
+    let (mut counters, mut sample) = (Totals::default(), 0);
+    let mut mcx = MatchCtx {
+        mode: Mode::Verify,
+        counters: &mut counters,
+        sample: &mut sample,
+    };
+    match_burst(&mut mcx, &t, &keys, &[true; 9], &mut out);
+    for (i, (k, want)) in cases.iter().enumerate() {
+        assert_eq!(t.classify(k).map(|e| e.id), *want, "classify {k:?}");
+        assert_eq!(out[i].map(|e| e.id), *want, "filters {k:?}");
+    }
+}
+
+/// A rule file's duplicate ids and matches are refused by the store (the
+/// one validator), naming the rule by position and id and the field.
+#[test]
+fn rule_files_with_duplicates_are_refused_naming_the_rule() {
+    let cases = [
+        (
+            r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 1, "match": {"dst_prefix": "10.0.0.0/9"}, "action": "drop"}]}"#,
+            "rule #2 (id 1): id: rule id 1 exists",
+        ),
+        (
+            r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 2, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"}]}"#,
+            "rule #2 (id 2): match: same match as rule id 1",
+        ),
+    ];
+    for (text, want) in cases {
+        let rules = cfdp_rules::parse_rule_file(text).unwrap();
+        let err = RuleStore::fixed(&rules, Mode::Verify, 1)
+            .err()
+            .expect("refused");
+        assert_eq!(err, want);
+    }
+}

@@ -1,0 +1,334 @@
+//! The DPDK backend: worker threads poll NIC receive queues
+//! run-to-completion, l3fwd style — each runs the engine's one worker loop
+//! (`cfdp_engine::run_worker`) over a [`DpdkBackend`]: receive a burst,
+//! process it in place (zero-copy: the worker reads the mbufs' data),
+//! transmit by verdict, free what is dropped or not accepted by a transmit
+//! queue.
+//!
+//! Ports: `rx_ports` are polled (queue w of each by worker w, with RSS on
+//! the 5-tuple across queues where the device offers it); `tx_ports[n]` is
+//! output port n: forwarded packets leave through `tx_ports[0]`, `redirect
+//! N` through `tx_ports[N]` (a redirect to a port not listed is dropped and
+//! counted as `tx_dropped`). Worker w transmits on queue w of each port.
+//! Bursts are stamped with a monotonic clock, by which fragment entries age.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cfdp_engine::backend::{Backend, Frames, Rx};
+use cfdp_engine::{run_worker, PacketRef, Verdict, Worker, WorkerContext, WorkerOptions};
+use cfdp_packet::LinkType;
+use serde::Serialize;
+
+use crate::{
+    DpdkError, Eal, PortStats, RxBurst, RxQueue, StartedPort, ThreadRegistration, TxQueue,
+    MAX_BURST,
+};
+
+const _: () = assert!(cfdp_dpdk_sys::MAX_BURST == MAX_BURST);
+
+/// The backend's settings (`[dpdk]` in the configuration, less the EAL's).
+#[derive(Clone, Debug)]
+pub struct DpdkOptions {
+    /// Devices polled for packets (DPDK device names).
+    pub rx_ports: Vec<String>,
+    /// Output ports: index n is output port n.
+    pub tx_ports: Vec<String>,
+    /// Worker threads = receive queues per rx port = transmit queues per
+    /// tx port.
+    pub workers: u16,
+    /// CPU of each worker; empty: not pinned.
+    pub worker_cpus: Vec<usize>,
+    pub mempool_size: u32,
+    pub descriptors: u16,
+    /// Packets per receive burst (1..=32).
+    pub burst: usize,
+    /// Stop after this long without a packet on any queue (0: never).
+    pub stop_when_idle_ms: u64,
+}
+
+/// What a DPDK run reports beside the live statistics.
+#[derive(Clone, Debug, Serialize)]
+pub struct DpdkReport {
+    pub elapsed_s: f64,
+    /// Packets the workers processed per second over the run.
+    pub mpps: f64,
+    pub rss: Vec<bool>,
+    pub tx_dropped: u64,
+    pub ports: Vec<(String, PortStatsJson)>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PortStatsJson {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
+
+impl From<PortStats> for PortStatsJson {
+    fn from(s: PortStats) -> Self {
+        Self {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        }
+    }
+}
+
+/// Initialises the EAL with `eal_args` (without the program name).
+pub fn init_eal(eal_args: &[String]) -> Result<Eal, DpdkError> {
+    let mut args = vec!["cfdp".to_string()];
+    args.extend(eal_args.iter().cloned());
+    Eal::init(&args)
+}
+
+/// A received burst with its arrival time.
+pub struct DpdkFrames<'p> {
+    burst: RxBurst<'p>,
+    ts_ns: u64,
+}
+
+impl Frames for DpdkFrames<'_> {
+    fn len(&self) -> usize {
+        self.burst.len()
+    }
+
+    fn packet(&self, i: usize) -> PacketRef<'_> {
+        let (data, orig_len) = self.burst.frame(i);
+        PacketRef {
+            link: LinkType::Ethernet,
+            ts_ns: self.ts_ns,
+            orig_len,
+            data,
+        }
+    }
+}
+
+/// One worker's queues: its receive queue on each rx port, its transmit
+/// queue on each distinct tx port, and the output-port map.
+pub struct DpdkBackend<'p, 's> {
+    rx: Vec<RxQueue<'p>>,
+    tx: Vec<TxQueue<'p>>,
+    /// Output port n → index into `tx`.
+    out: Vec<usize>,
+    next_rx: usize,
+    burst: usize,
+    stop: &'s AtomicBool,
+    idle_limit: Option<Duration>,
+    last_packet: Instant,
+    clock: Instant,
+    /// Frames a transmit queue did not take, or sent to a missing port.
+    pub tx_dropped: u64,
+}
+
+impl<'p> Backend for DpdkBackend<'p, '_> {
+    type Burst = DpdkFrames<'p>;
+
+    fn rx(&mut self) -> Rx<DpdkFrames<'p>> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Rx::Done;
+        }
+        let n = self.rx.len();
+        for _ in 0..n {
+            let i = self.next_rx;
+            self.next_rx = (i + 1) % n;
+            let burst = self.rx[i].receive(self.burst);
+            if !burst.is_empty() {
+                self.last_packet = Instant::now();
+                return Rx::Burst(DpdkFrames {
+                    burst,
+                    ts_ns: self.now_ns(),
+                });
+            }
+        }
+        if self
+            .idle_limit
+            .is_some_and(|l| self.last_packet.elapsed() > l)
+        {
+            return Rx::Done;
+        }
+        Rx::Idle
+    }
+
+    fn tx(&mut self, b: DpdkFrames<'p>, verdicts: &[Verdict]) {
+        let mut dest = [None; MAX_BURST];
+        for (d, v) in dest.iter_mut().zip(verdicts) {
+            // usize::MAX: no such output port (dispatch counts it dropped).
+            let port = |p: usize| Some(self.out.get(p).copied().unwrap_or(usize::MAX));
+            *d = match v {
+                Verdict::Forward => port(0),
+                Verdict::Redirect(p) => port(usize::from(*p)),
+                Verdict::Drop => None,
+            };
+        }
+        self.tx_dropped += b.burst.dispatch(&dest, &mut self.tx).tx_dropped;
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.clock.elapsed().as_nanos() as u64
+    }
+}
+
+/// Runs the workers on the EAL's ports until `stop` (or idle). The caller
+/// owns the EAL (and cleans it up).
+pub fn run(
+    eal: &Eal,
+    opts: &DpdkOptions,
+    cx: &WorkerContext,
+    stop: &AtomicBool,
+) -> Result<DpdkReport, String> {
+    let workers = opts.workers.max(1);
+    if cx.stats.workers.len() < usize::from(workers) {
+        return Err(format!(
+            "statistics for {} workers, {workers} asked for",
+            cx.stats.workers.len()
+        ));
+    }
+    if opts.rx_ports.is_empty() {
+        return Err("dpdk.rx_ports is empty".into());
+    }
+    if !opts.worker_cpus.is_empty() && opts.worker_cpus.len() != usize::from(workers) {
+        return Err(format!(
+            "dpdk.worker_cpus lists {} CPUs for {workers} workers",
+            opts.worker_cpus.len()
+        ));
+    }
+    if !(1..=MAX_BURST).contains(&opts.burst) {
+        return Err(format!(
+            "dpdk.burst = {}: must be 1..={MAX_BURST}",
+            opts.burst
+        ));
+    }
+    let id = |name: &String| eal.port_by_name(name).map_err(|e| e.to_string());
+    let rx_ids: Vec<u16> = opts.rx_ports.iter().map(id).collect::<Result<_, _>>()?;
+    let tx_ids: Vec<u16> = opts.tx_ports.iter().map(id).collect::<Result<_, _>>()?;
+    let pool = eal
+        .mempool("cfdp_mbufs", opts.mempool_size, 256)
+        .map_err(|e| e.to_string())?;
+    let mut all: Vec<u16> = rx_ids.iter().chain(&tx_ids).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    let mut ports = Vec::with_capacity(all.len());
+    for &p in &all {
+        let rxq = if rx_ids.contains(&p) { workers } else { 0 };
+        let txq = if tx_ids.contains(&p) { workers } else { 0 };
+        ports.push(
+            StartedPort::start(eal, p, rxq, txq, opts.descriptors, &pool)
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let rss: Vec<bool> = ports.iter().map(StartedPort::rss).collect();
+    let idle_limit =
+        (opts.stop_when_idle_ms > 0).then(|| Duration::from_millis(opts.stop_when_idle_ms));
+    let start = Instant::now();
+
+    // Hand every worker its queues: rx queue w of each rx port, tx queue w
+    // of each port used for output.
+    let mut per_worker: Vec<(Vec<RxQueue<'_>>, Vec<TxQueue<'_>>)> =
+        (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
+    let mut tx_order: Vec<u16> = Vec::new();
+    for port in ports.iter_mut() {
+        let pid = port.id();
+        let (rxq, txq) = port.queues().map_err(|e| e.to_string())?;
+        for (w, q) in rxq.into_iter().enumerate() {
+            per_worker[w].0.push(q);
+        }
+        if !txq.is_empty() {
+            tx_order.push(pid);
+        }
+        for (w, q) in txq.into_iter().enumerate() {
+            per_worker[w].1.push(q);
+        }
+    }
+    let out: Vec<usize> = tx_ids
+        .iter()
+        .map(|p| {
+            tx_order
+                .iter()
+                .position(|x| x == p)
+                .expect("tx port started")
+        })
+        .collect();
+    let token = eal.token();
+    // Scripts wait for this line (bench/dpdk.sh): the rules are loaded and
+    // the ports started; the workers poll from here on.
+    eprintln!(
+        "cfdp: dpdk: polling {} rx port(s) with {workers} worker(s), rss {:?}",
+        rx_ids.len(),
+        rss
+    );
+    let result: Result<Vec<u64>, String> = std::thread::scope(|s| {
+        let handles: Vec<_> = per_worker
+            .into_iter()
+            .enumerate()
+            .map(|(w, (rx, tx))| {
+                let out = out.clone();
+                let cpu = opts.worker_cpus.get(w).copied();
+                s.spawn(move || -> Result<u64, String> {
+                    if let Some(cpu) = cpu {
+                        let mut set = rustix::thread::CpuSet::new();
+                        set.set(cpu);
+                        rustix::thread::sched_setaffinity(None, &set)
+                            .map_err(|e| format!("pinning worker {w} to CPU {cpu}: {e}"))?;
+                    }
+                    let _reg = ThreadRegistration::new(token).map_err(|e| e.to_string())?;
+                    let tables = cx.readers.handle();
+                    let mut worker = Worker::new(cx, w, WorkerOptions::default());
+                    let mut backend = DpdkBackend {
+                        rx,
+                        tx,
+                        out,
+                        next_rx: 0,
+                        burst: opts.burst,
+                        stop,
+                        idle_limit,
+                        last_packet: Instant::now(),
+                        clock: start,
+                        tx_dropped: 0,
+                    };
+                    run_worker(&mut backend, &mut worker, &tables);
+                    worker.finish();
+                    cx.stats.workers[w]
+                        .tx_dropped
+                        .fetch_add(backend.tx_dropped, Ordering::Relaxed);
+                    Ok(backend.tx_dropped)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "DPDK worker panicked".to_string())?)
+            .collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let tx_dropped = result?.iter().sum();
+    let port_stats = ports
+        .iter()
+        .map(|p| {
+            let name = opts
+                .rx_ports
+                .iter()
+                .chain(&opts.tx_ports)
+                .find(|n| eal.port_by_name(n).ok() == Some(p.id()))
+                .cloned()
+                .unwrap_or_default();
+            let st = p.stats().unwrap_or_default();
+            (name, PortStatsJson::from(st))
+        })
+        .collect();
+    drop(ports);
+    let packets = cx.stats.totals().packets;
+    Ok(DpdkReport {
+        elapsed_s: elapsed,
+        mpps: packets as f64 / elapsed.max(1e-9) / 1e6,
+        rss,
+        tx_dropped,
+        ports: port_stats,
+    })
+}

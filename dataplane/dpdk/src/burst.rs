@@ -1,0 +1,157 @@
+//! [`RxBurst`]: the mbufs of one received burst, owned until they are
+//! transmitted or freed.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+use cfdp_dpdk_sys as sys;
+
+use crate::port::TxQueue;
+use crate::MAX_BURST;
+
+/// One received burst. Owns its mbufs until [`RxBurst::dispatch`] sends or
+/// frees them, or the burst is dropped (which frees them). Borrows the
+/// queue's port lifetime `'p`: the mbufs' pool and the port outlive it.
+pub struct RxBurst<'p> {
+    mbufs: [*mut c_void; MAX_BURST],
+    data: [*const u8; MAX_BURST],
+    data_len: [u32; MAX_BURST],
+    pkt_len: [u32; MAX_BURST],
+    len: usize,
+    port: u16,
+    _port: PhantomData<&'p ()>,
+}
+
+/// What [`RxBurst::dispatch`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dispatched {
+    pub sent: u64,
+    /// A transmit queue was full: freed and counted.
+    pub tx_dropped: u64,
+    /// Dropped by verdict.
+    pub dropped: u64,
+}
+
+impl<'p> RxBurst<'p> {
+    /// Receives up to `max` (≤ [`MAX_BURST`]) packets from `(port, queue)`.
+    ///
+    /// # Safety
+    /// `(port, queue)` must be a configured receive queue of a started port
+    /// (and its mempool) that outlives `'p`, and no other thread may poll
+    /// that queue meanwhile. [`crate::RxQueue::receive`] guarantees both.
+    pub(crate) unsafe fn receive(port: u16, queue: u16, max: usize) -> Self {
+        let mut b = RxBurst {
+            mbufs: [std::ptr::null_mut(); MAX_BURST],
+            data: [std::ptr::null(); MAX_BURST],
+            data_len: [0; MAX_BURST],
+            pkt_len: [0; MAX_BURST],
+            len: 0,
+            port,
+            _port: PhantomData,
+        };
+        let max = max.min(MAX_BURST) as u16;
+        // SAFETY: mbufs has room for max pointers; the caller guarantees the
+        // queue is configured, started and ours.
+        let n = unsafe { sys::cfdp_rx_burst(port, queue, b.mbufs.as_mut_ptr(), max) };
+        // SAFETY: the first n entries are valid mbufs just received.
+        unsafe {
+            sys::cfdp_mbuf_views(
+                b.mbufs.as_ptr(),
+                n,
+                b.data.as_mut_ptr(),
+                b.data_len.as_mut_ptr(),
+                b.pkt_len.as_mut_ptr(),
+            )
+        };
+        b.len = n as usize;
+        b
+    }
+
+    /// The port the burst came from.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Frame `i`'s bytes (its first segment) and its length on the wire.
+    pub fn frame(&self, i: usize) -> (&[u8], u32) {
+        assert!(i < self.len);
+        // SAFETY: data[i] points at data_len[i] bytes of mbuf i, which this
+        // burst owns until dispatch/drop; the borrow ties the slice to self.
+        let s = unsafe { std::slice::from_raw_parts(self.data[i], self.data_len[i] as usize) };
+        (s, self.pkt_len[i])
+    }
+
+    /// Sends frame i through `txq[dest[i]]`, or frees it when `dest[i]` is
+    /// `None`; frames a transmit queue does not accept are freed and
+    /// counted. Frames for one queue leave in their order in the burst.
+    pub fn dispatch(mut self, dest: &[Option<usize>], txq: &mut [TxQueue<'_>]) -> Dispatched {
+        assert!(dest.len() >= self.len);
+        let mut out = Dispatched::default();
+        let mut drop = [std::ptr::null_mut(); MAX_BURST];
+        let mut nd = 0;
+        let mut done = [false; MAX_BURST];
+        for i in 0..self.len {
+            if done[i] {
+                continue;
+            }
+            let Some(q) = dest[i].filter(|&q| q < txq.len()) else {
+                drop[nd] = self.mbufs[i];
+                nd += 1;
+                if dest[i].is_some() {
+                    out.tx_dropped += 1;
+                } else {
+                    out.dropped += 1;
+                }
+                done[i] = true;
+                continue;
+            };
+            // Gather every frame for this queue, in order.
+            let mut tx = [std::ptr::null_mut(); MAX_BURST];
+            let mut nt = 0;
+            for j in i..self.len {
+                if !done[j] && dest[j] == Some(q) {
+                    tx[nt] = self.mbufs[j];
+                    nt += 1;
+                    done[j] = true;
+                }
+            }
+            let (port, queue) = txq[q].ids();
+            // SAFETY: tx holds nt owned mbufs; (port, queue) is a configured
+            // transmit queue of a started port, used only through this
+            // unique (&mut) handle; tx_burst takes ownership of the first
+            // `sent`.
+            let sent =
+                unsafe { sys::cfdp_tx_burst(port, queue, tx.as_mut_ptr(), nt as u16) } as usize;
+            out.sent += sent as u64;
+            for &m in &tx[sent..nt] {
+                drop[nd] = m;
+                nd += 1;
+                out.tx_dropped += 1;
+            }
+        }
+        if nd > 0 {
+            // SAFETY: drop holds nd owned mbufs, freed once.
+            unsafe { sys::cfdp_free_bulk(drop.as_mut_ptr(), nd as u32) };
+        }
+        self.len = 0;
+        out
+    }
+}
+
+impl Drop for RxBurst<'_> {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the first len mbufs are owned by this burst.
+            unsafe { sys::cfdp_free_bulk(self.mbufs.as_mut_ptr(), self.len as u32) };
+            self.len = 0;
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Started ports and their queues.
+//!
+//! A [`StartedPort`] exists only for a port that was configured and started
+//! with its queue counts; it hands out each of its queues once
+//! ([`StartedPort::queues`]), as [`RxQueue`] / [`TxQueue`] handles that
+//! borrow it. So a queue handle always names a configured queue of a
+//! started port, one thread at a time uses it, and no handle (nor a burst
+//! received through one) outlives the port, its mempool or the EAL: the
+//! invariants `rte_eth_rx_burst` / `rte_eth_tx_burst` rely on and do not
+//! check in release builds.
+
+use std::ffi::c_int;
+use std::marker::PhantomData;
+
+use cfdp_dpdk_sys as sys;
+
+use crate::burst::RxBurst;
+use crate::eal::{rte_error, Eal, Mempool};
+use crate::DpdkError;
+
+pub use sys::PortStats;
+
+/// A configured and started port; stopped and closed when dropped.
+pub struct StartedPort<'p> {
+    id: u16,
+    rxq: u16,
+    txq: u16,
+    rss: bool,
+    split: bool,
+    _pool: PhantomData<&'p Mempool<'p>>,
+}
+
+impl<'p> StartedPort<'p> {
+    /// Configures port `id` with `rxq` receive and `txq` transmit queues of
+    /// `descriptors` descriptors each (receive buffers from `pool`), and
+    /// starts it. RSS on the 5-tuple with a symmetric key is enabled where
+    /// the device offers it ([`StartedPort::rss`]).
+    pub fn start(
+        _eal: &'p Eal,
+        id: u16,
+        rxq: u16,
+        txq: u16,
+        descriptors: u16,
+        pool: &'p Mempool<'p>,
+    ) -> Result<Self, DpdkError> {
+        let mut rss: c_int = 0;
+        // SAFETY: the pool pointer is a live mempool (borrowed for 'p); rss
+        // is a valid out pointer; the EAL is up (borrowed).
+        let r = unsafe {
+            sys::cfdp_port_start(
+                id,
+                rxq,
+                txq,
+                descriptors,
+                descriptors,
+                pool.ptr.as_ptr(),
+                &mut rss,
+            )
+        };
+        if r != 0 {
+            return Err(rte_error(format!("starting port {id}"), r));
+        }
+        Ok(Self {
+            id,
+            rxq,
+            txq,
+            rss: rss != 0,
+            split: false,
+            _pool: PhantomData,
+        })
+    }
+
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// Whether RSS spreads received packets over the receive queues.
+    pub fn rss(&self) -> bool {
+        self.rss
+    }
+
+    /// Every queue of the port, once: receive queues `0..rxq`, transmit
+    /// queues `0..txq`. A second call is an error.
+    pub fn queues(&mut self) -> Result<(Vec<RxQueue<'_>>, Vec<TxQueue<'_>>), DpdkError> {
+        if self.split {
+            return Err(DpdkError::Usage(format!(
+                "the queues of port {} were already handed out",
+                self.id
+            )));
+        }
+        self.split = true;
+        let rx = (0..self.rxq)
+            .map(|q| RxQueue {
+                port: self.id,
+                queue: q,
+                _port: PhantomData,
+            })
+            .collect();
+        let tx = (0..self.txq)
+            .map(|q| TxQueue {
+                port: self.id,
+                queue: q,
+                _port: PhantomData,
+            })
+            .collect();
+        Ok((rx, tx))
+    }
+
+    /// The device's counters.
+    pub fn stats(&self) -> Result<PortStats, DpdkError> {
+        let mut s = PortStats::default();
+        // SAFETY: s is a valid out pointer of the C struct's layout; the
+        // port is started.
+        let r = unsafe { sys::cfdp_port_stats(self.id, &mut s) };
+        if r != 0 {
+            return Err(rte_error(format!("stats of port {}", self.id), r));
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for StartedPort<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the port was started by `start`; its queue handles borrow
+        // it, so none is in use any more.
+        unsafe { sys::cfdp_port_stop(self.id) }
+    }
+}
+
+/// A receive queue of a started port, used by one thread at a time.
+pub struct RxQueue<'p> {
+    port: u16,
+    queue: u16,
+    _port: PhantomData<&'p mut ()>,
+}
+
+// SAFETY: a queue handle is unique (handed out once by `queues`), and DPDK
+// queues may be polled from any one thread at a time.
+unsafe impl Send for RxQueue<'_> {}
+
+impl<'p> RxQueue<'p> {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Receives up to `max` (≤ [`crate::MAX_BURST`]) packets.
+    pub fn receive(&mut self, max: usize) -> RxBurst<'p> {
+        // SAFETY: (port, queue) is a configured receive queue of a started
+        // port that outlives 'p, polled only through this unique handle.
+        unsafe { RxBurst::receive(self.port, self.queue, max) }
+    }
+}
+
+/// A transmit queue of a started port, used by one thread at a time.
+pub struct TxQueue<'p> {
+    port: u16,
+    queue: u16,
+    _port: PhantomData<&'p mut ()>,
+}
+
+// SAFETY: as for RxQueue.
+unsafe impl Send for TxQueue<'_> {}
+
+impl TxQueue<'_> {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn ids(&self) -> (u16, u16) {
+        (self.port, self.queue)
+    }
+}

@@ -1,0 +1,46 @@
+//! # cfdp-engine — what a worker does with a burst
+//!
+//! The heart of the data plane, with no I/O and no `unsafe`:
+//!
+//! * [`tables`]: the published rule tables workers read (filters, exact
+//!   tables, slots) and the operations that change them; the one classifier.
+//! * [`matcher`]: matching a burst through the filters (modes `verify`,
+//!   `filter-only`, `exact`), with batched prefetching lookups.
+//! * [`worker`]: decode → fragments → hash → match → verdict → counters for
+//!   one burst; the shared [`WorkerContext`].
+//! * [`stats`]: per-worker counters published once per burst, per-rule
+//!   counters, the burst-time histogram and the typed [`StatsSnapshot`].
+//! * [`backend`]: the [`Backend`] trait every packet source implements and
+//!   the one worker loop, [`run_worker`], that pcap replay, DPDK and the
+//!   benchmarks all run.
+//!
+//! Data flows one way: backends (`cfdp-pcap`, `cfdp-dpdk`) call into this
+//! crate; the rule store (`cfdp-control`) writes the tables it reads.
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod matcher;
+pub mod stats;
+pub mod tables;
+pub mod worker;
+
+pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx};
+pub use matcher::{filter_params, Mode, MAX_BURST};
+pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
+pub use tables::{Op, RuleRef, Tables};
+pub use worker::{FlowTable, PacketRef, Verdict, Worker, WorkerContext, WorkerOptions};
+
+#[cfg(test)]
+mod tests {
+    use cfdp_rules::FlowKey;
+
+    /// The rule model hashes keys itself (it has no filter dependency); the
+    /// filter's snapshots record its hash function. They must be the same.
+    #[test]
+    fn rule_keys_hash_with_the_filters_hash() {
+        let b = b"10.0.0.1 10.0.0.2 6 1234 80";
+        assert_eq!(cfdp_rules::hash_bytes(b), cfdp_filter::hash::hash_bytes(b));
+        let k = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 1234, 80);
+        assert_ne!(k.hash(), 0);
+    }
+}

@@ -1,0 +1,196 @@
+//! Rule matching through the concurrent filters.
+//!
+//! One filter holds the exact flow rules; one filter per prefix class in use
+//! (family, direction, length, protocol, port) holds that class's masked
+//! addresses, probed in the rule set's priority order (longest prefix
+//! first). All of them live in the published [`Tables`], which a worker
+//! enters once per burst (see `tables` for how updates stay consistent).
+//!
+//! Modes:
+//! * `verify` (default): a filter positive is confirmed against the rule
+//!   set's exact tables before its action applies: no false-positive actions.
+//!   A negative is final (a filter has no false negatives), which is where
+//!   the filter saves work: most packets match no rule and never touch the
+//!   exact tables.
+//! * `filter-only`: the action comes from the filter's value. False
+//!   positives are possible; every 64th positive is also verified and the
+//!   sampled false-positive rate is reported.
+//!
+//! Matching is per burst (at most [`MAX_BURST`] packets), with batched,
+//! prefetching filter lookups, and allocates nothing.
+
+use cfdp_filter::Lookup;
+use cfdp_rules::FlowKey;
+
+use crate::stats::Totals;
+use crate::tables::{RuleRef, Tables};
+
+/// Largest burst a worker hands to the matcher.
+pub const MAX_BURST: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Verify,
+    FilterOnly,
+    /// No filters: every packet probes the exact tables. The baseline the
+    /// filter path is measured against (`bench --bin pipeline`).
+    Exact,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "verify" => Ok(Mode::Verify),
+            "filter-only" => Ok(Mode::FilterOnly),
+            "exact" => Ok(Mode::Exact),
+            _ => Err(format!("unknown mode '{s}' (verify, filter-only or exact)")),
+        }
+    }
+}
+
+/// Filter parameters for this mode and Bloom field width. In verify and
+/// exact mode the filter only has to say "maybe", so entries carry no value
+/// and the widest fingerprint that fits one 64-bit word per bucket is used
+/// (16 bits, 15 beside a 1-bit Bloom field): half the memory of two words,
+/// so more of it stays in cache. In filter-only mode each entry carries its
+/// rule's slot (`value_bits`), in two words per bucket.
+pub fn filter_params(
+    mode: Mode,
+    value_bits: u32,
+    bloom_field_bits: u32,
+) -> Result<(u32, u32), String> {
+    let (fp, v) = if mode == Mode::FilterOnly {
+        (
+            (64u32.saturating_sub(bloom_field_bits) / 2).saturating_sub(value_bits),
+            value_bits,
+        )
+    } else {
+        (64u32.saturating_sub(bloom_field_bits) / 4, 0)
+    };
+    let fp = fp.min(16);
+    if fp < 8 {
+        return Err(format!(
+            "{value_bits} value bits and a {bloom_field_bits}-bit Bloom field leave a {fp}-bit \
+             fingerprint: too many rules (lower control.max_rules) or too wide a Bloom tag"
+        ));
+    }
+    Ok((fp, v))
+}
+
+/// What a burst's matching needs beside the tables: the mode, the worker's
+/// counters and its filter-only sampling counter.
+pub struct MatchCtx<'a> {
+    pub mode: Mode,
+    pub counters: &'a mut Totals,
+    pub sample: &'a mut u32,
+}
+
+impl MatchCtx<'_> {
+    /// Resolves one filter answer for a key into a rule.
+    #[inline]
+    fn resolve(
+        &mut self,
+        answer: Lookup,
+        t: &Tables,
+        confirm: impl Fn() -> Option<RuleRef>,
+    ) -> Option<RuleRef> {
+        let c = &mut *self.counters;
+        match (answer, self.mode) {
+            (Lookup::Miss, _) => None,
+            (Lookup::Entry(v), Mode::FilterOnly) => {
+                // A slot not (yet, or no longer) in this copy: no rule.
+                let e = t.slots.get(v as usize).copied().flatten()?;
+                *self.sample = self.sample.wrapping_add(1);
+                if *self.sample % 64 == 0 {
+                    c.filter_only_sampled += 1;
+                    if confirm() != Some(e) {
+                        c.filter_only_sampled_false += 1;
+                    }
+                }
+                Some(e)
+            }
+            // Verify mode, and Bloom-part answers (they carry no value).
+            _ => {
+                let got = confirm();
+                match got {
+                    Some(_) => c.filter_verified += 1,
+                    None => c.filter_false_positives += 1,
+                }
+                got
+            }
+        }
+    }
+}
+
+/// Matches a burst against one copy of the tables: `keys[i]` is packet i's
+/// (fragment-resolved) 5-tuple when `valid[i]`; writes the applicable rule
+/// (or `None`) to `out[i]`.
+pub fn match_burst(
+    cx: &mut MatchCtx<'_>,
+    t: &Tables,
+    keys: &[FlowKey],
+    valid: &[bool],
+    out: &mut [Option<RuleRef>],
+) {
+    let n = keys.len();
+    assert!(n <= MAX_BURST && valid.len() >= n && out.len() >= n);
+    if cx.mode == Mode::Exact {
+        for i in 0..n {
+            out[i] = if valid[i] { t.classify(&keys[i]) } else { None };
+        }
+        return;
+    }
+    let mut idx = [0usize; MAX_BURST];
+    let mut hashes = [0u64; MAX_BURST];
+    let mut answers = [Lookup::Miss; MAX_BURST];
+
+    // 1. Exact flow rules, one hash per packet. The skip is decided on this
+    //    copy's own exact table, which cannot change while the burst holds
+    //    the copy: with no flow rule in it, no flow-filter positive could be
+    //    confirmed (verify) or resolve to a flow rule's slot (filter-only).
+    //    (Deciding on the filter's item count was racy: migration moves an
+    //    item between the two counts the filter reads.)
+    let mut m = 0;
+    for i in 0..n {
+        out[i] = None;
+        if valid[i] {
+            idx[m] = i;
+            hashes[m] = keys[i].hash();
+            m += 1;
+        }
+    }
+    if m > 0 && !t.exact.is_empty() {
+        t.flow_filter
+            .get_batch_hashes(&hashes[..m], &mut answers[..m]);
+        for j in 0..m {
+            let i = idx[j];
+            out[i] = cx.resolve(answers[j], t, || t.exact.get(&keys[i]).copied());
+        }
+    }
+
+    // 2. Prefix classes, longest first; each packet stops at its first match.
+    for cf in &t.classes {
+        let mut m = 0;
+        let mut masked = [[0u8; 16]; MAX_BURST];
+        for i in 0..n {
+            if valid[i] && out[i].is_none() && cf.class.admits(&keys[i]) {
+                idx[m] = i;
+                masked[m] = cf.class.masked(&keys[i]);
+                hashes[m] = cf.class.hash_masked(&masked[m]);
+                m += 1;
+            }
+        }
+        if m == 0 {
+            continue;
+        }
+        cf.filter.get_batch_hashes(&hashes[..m], &mut answers[..m]);
+        let table = &cf.entries;
+        for j in 0..m {
+            let addr = masked[j];
+            out[idx[j]] = cx.resolve(answers[j], t, || table.get(&addr).copied());
+        }
+    }
+}

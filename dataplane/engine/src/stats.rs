@@ -1,0 +1,390 @@
+//! Run statistics: per-worker counters, each worker's on its own cache
+//! lines (written only by that worker, read by anyone, merged on demand),
+//! per-rule hit counters (every rule; `count` rules are reported by
+//! default), and a histogram of per-burst processing time. Everything a
+//! worker writes is readable while it runs ([`LiveStats`]), and every
+//! reader — the control plane's `stats`, the Prometheus exporter, the
+//! replay and run reports — reads it through one typed
+//! [`StatsSnapshot`].
+//!
+//! A worker counts into plain local integers ([`LocalCounters`]) while it
+//! processes a burst and publishes them with one store per counter at the
+//! end of the burst ([`WorkerCounters::publish`]): no shared-memory
+//! read-modify-write per packet. `packets` is also stored when a burst
+//! starts, so a reader never sees a rule hit for a packet the totals do not
+//! count yet (see `Worker::process`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use cfdp_packet::{Malformed, NonIp};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// One worker's counters. Relaxed atomics: one writer, and readers
+        /// only want a recent value.
+        #[derive(Debug, Default)]
+        #[repr(align(64))]
+        pub struct WorkerCounters {
+            $(pub $name: AtomicU64,)*
+            pub malformed_by: [AtomicU64; Malformed::ALL.len()],
+            pub non_ip_by: [AtomicU64; NonIp::ALL.len()],
+        }
+
+        /// A merged, plain snapshot of counters.
+        #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+        pub struct Totals {
+            $(pub $name: u64,)*
+        }
+
+        impl Totals {
+            /// Adds `o` field by field.
+            pub fn add(&mut self, o: &Totals) {
+                $(self.$name += o.$name;)*
+            }
+        }
+
+        impl WorkerCounters {
+            /// Adds this worker's published counters to `t`. `packets` is
+            /// loaded first, with acquire ordering: everything the worker
+            /// counted up to that publish (per-rule counters included) is
+            /// visible to the caller afterwards.
+            pub fn add_to(&self, t: &mut Totals) {
+                t.packets += self.packets.load(Ordering::Acquire);
+                $(if stringify!($name) != "packets" {
+                    t.$name += self.$name.load(Ordering::Relaxed);
+                })*
+            }
+
+            /// Publishes a worker's running totals (the owning worker only).
+            /// `packets` is stored last, with release ordering (see `add_to`).
+            pub fn publish(&self, l: &LocalCounters) {
+                $(if stringify!($name) != "packets" {
+                    self.$name.store(l.totals.$name, Ordering::Relaxed);
+                })*
+                for (a, v) in self.malformed_by.iter().zip(&l.malformed_by) {
+                    a.store(*v, Ordering::Relaxed);
+                }
+                for (a, v) in self.non_ip_by.iter().zip(&l.non_ip_by) {
+                    a.store(*v, Ordering::Relaxed);
+                }
+                self.packets.store(l.totals.packets, Ordering::Release);
+            }
+
+            /// The published values, to continue counting from (a worker
+            /// that takes over an index keeps its predecessor's counts).
+            pub fn load(&self) -> LocalCounters {
+                let mut l = LocalCounters::default();
+                self.add_to(&mut l.totals);
+                for (v, a) in l.malformed_by.iter_mut().zip(&self.malformed_by) {
+                    *v = a.load(Ordering::Relaxed);
+                }
+                for (v, a) in l.non_ip_by.iter_mut().zip(&self.non_ip_by) {
+                    *v = a.load(Ordering::Relaxed);
+                }
+                l
+            }
+        }
+    };
+}
+
+counters!(
+    packets,
+    bytes,
+    ipv4,
+    ipv6,
+    non_ip,
+    malformed,
+    fragments,
+    fragments_resolved,
+    fragments_unresolved,
+    matched,
+    dropped,
+    forwarded,
+    redirected,
+    counted,
+    allowed,
+    bursts,
+    filter_verified,
+    filter_false_positives,
+    filter_only_sampled,
+    filter_only_sampled_false,
+);
+
+/// A worker's running counters, in plain integers (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalCounters {
+    pub totals: Totals,
+    pub malformed_by: [u64; Malformed::ALL.len()],
+    pub non_ip_by: [u64; NonIp::ALL.len()],
+}
+
+/// Adds to a counter only its own worker writes: a load and a store, no
+/// locked instruction (per-rule counters, which are per packet).
+#[inline(always)]
+fn bump(c: &AtomicU64, by: u64) {
+    c.store(c.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+}
+
+/// Rules per counter chunk.
+pub const SLOT_CHUNK: usize = 4096;
+
+/// Per-rule packet and byte counters of one worker, indexed by rule slot.
+///
+/// Chunks of [`SLOT_CHUNK`] rules are allocated by the control thread when
+/// it hands out a slot in a new chunk, before the rule is published
+/// ([`SlotCounters::ensure`]); the worker only reads the chunk pointer and
+/// bumps two counters, so it never allocates. Memory follows the rules in
+/// use, not `max_rules`.
+#[derive(Debug)]
+pub struct SlotCounters {
+    chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
+}
+
+impl SlotCounters {
+    pub fn new(max_slots: usize) -> Self {
+        let n = max_slots.div_ceil(SLOT_CHUNK).max(1);
+        Self {
+            chunks: (0..n).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Makes sure `slot`'s chunk exists (control thread). False when the
+    /// slot is beyond `max_slots`.
+    pub fn ensure(&self, slot: u32) -> bool {
+        match self.chunks.get(slot as usize / SLOT_CHUNK) {
+            Some(c) => {
+                c.get_or_init(|| (0..2 * SLOT_CHUNK).map(|_| AtomicU64::new(0)).collect());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Counts one packet of `bytes` for `slot` (the owning worker only).
+    #[inline]
+    pub fn add(&self, slot: u32, bytes: u64) {
+        let s = slot as usize;
+        if let Some(c) = self.chunks.get(s / SLOT_CHUNK).and_then(OnceLock::get) {
+            let i = 2 * (s % SLOT_CHUNK);
+            bump(&c[i], 1);
+            bump(&c[i + 1], bytes);
+        }
+    }
+
+    /// (packets, bytes) of `slot`.
+    pub fn get(&self, slot: u32) -> (u64, u64) {
+        let s = slot as usize;
+        match self.chunks.get(s / SLOT_CHUNK).and_then(OnceLock::get) {
+            Some(c) => {
+                let i = 2 * (s % SLOT_CHUNK);
+                (
+                    c[i].load(Ordering::Relaxed),
+                    c[i + 1].load(Ordering::Relaxed),
+                )
+            }
+            None => (0, 0),
+        }
+    }
+}
+
+/// What one worker shares with the rest of the process while it runs.
+#[derive(Debug)]
+pub struct WorkerStats {
+    pub counters: WorkerCounters,
+    pub rules: SlotCounters,
+    /// Per-burst processing time. The worker records into its own
+    /// histogram and folds it in here every [`HIST_FOLD_BURSTS`] bursts with
+    /// a `try_lock` (never waits: if a reader holds the lock, it folds next
+    /// time), so reading live percentiles costs the worker nothing.
+    pub histogram: Mutex<Histogram<u64>>,
+    /// Packets the backend could not hand to this worker (queue full).
+    pub rx_dropped: AtomicU64,
+    /// Packets a transmit queue did not accept, or sent to a port that
+    /// does not exist (DPDK backend).
+    pub tx_dropped: AtomicU64,
+}
+
+/// Bursts between folds of a worker's histogram into [`WorkerStats`].
+pub const HIST_FOLD_BURSTS: u64 = 256;
+
+/// Live statistics of every worker, shared by the backend (writers) and
+/// the control plane (reader).
+#[derive(Debug)]
+pub struct LiveStats {
+    pub workers: Vec<WorkerStats>,
+}
+
+impl LiveStats {
+    pub fn new(workers: usize, max_slots: usize) -> Self {
+        Self {
+            workers: (0..workers.max(1))
+                .map(|_| WorkerStats {
+                    counters: WorkerCounters::default(),
+                    rules: SlotCounters::new(max_slots),
+                    histogram: Mutex::new(burst_histogram()),
+                    rx_dropped: AtomicU64::new(0),
+                    tx_dropped: AtomicU64::new(0),
+                })
+                .collect(),
+        }
+    }
+
+    /// Allocates the counters of `slot` on every worker.
+    pub fn ensure_slot(&self, slot: u32) -> bool {
+        self.workers.iter().all(|w| w.rules.ensure(slot))
+    }
+
+    /// Sum over workers of `slot`'s (packets, bytes).
+    pub fn slot_totals(&self, slot: u32) -> (u64, u64) {
+        self.workers.iter().fold((0, 0), |(p, b), w| {
+            let (wp, wb) = w.rules.get(slot);
+            (p + wp, b + wb)
+        })
+    }
+
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for w in &self.workers {
+            w.counters.add_to(&mut t);
+        }
+        t
+    }
+
+    pub fn rx_dropped(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.rx_dropped.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn tx_dropped(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.tx_dropped.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Counters of every worker by cause, merged (names as in the reports).
+    pub fn causes(&self) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static str, u64>) {
+        let mut malformed_by = BTreeMap::new();
+        let mut non_ip_by = BTreeMap::new();
+        for w in &self.workers {
+            for (i, m) in Malformed::ALL.iter().enumerate() {
+                *malformed_by.entry(m.name()).or_default() +=
+                    w.counters.malformed_by[i].load(Ordering::Relaxed);
+            }
+            for (i, k) in NonIp::ALL.iter().enumerate() {
+                *non_ip_by.entry(k.name()).or_default() +=
+                    w.counters.non_ip_by[i].load(Ordering::Relaxed);
+            }
+        }
+        (malformed_by, non_ip_by)
+    }
+
+    /// The one typed view of the data plane's statistics: what `stats`,
+    /// the Prometheus exporter and the reports show.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let workers: Vec<WorkerSnapshot> = self
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let mut totals = Totals::default();
+                w.counters.add_to(&mut totals);
+                WorkerSnapshot {
+                    worker: i,
+                    totals,
+                    rx_dropped: w.rx_dropped.load(Ordering::Relaxed),
+                    tx_dropped: w.tx_dropped.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        let mut totals = Totals::default();
+        for w in &workers {
+            totals.add(&w.totals);
+        }
+        let (malformed_by, non_ip_by) = self.causes();
+        StatsSnapshot {
+            totals,
+            rx_dropped: workers.iter().map(|w| w.rx_dropped).sum(),
+            tx_dropped: workers.iter().map(|w| w.tx_dropped).sum(),
+            malformed_by,
+            non_ip_by,
+            burst_ns: Percentiles::of(&self.burst_histogram()),
+            workers,
+        }
+    }
+
+    /// All workers' burst-time histograms merged.
+    pub fn burst_histogram(&self) -> Histogram<u64> {
+        let mut h = burst_histogram();
+        for w in &self.workers {
+            let g = w.histogram.lock().unwrap_or_else(|e| e.into_inner());
+            h.add(&*g).expect("same histogram bounds");
+        }
+        h
+    }
+}
+
+/// Packets and bytes matched by one rule.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct RuleCount {
+    pub id: cfdp_rules::RuleId,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// One worker's part of a [`StatsSnapshot`].
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct WorkerSnapshot {
+    pub worker: usize,
+    #[serde(flatten)]
+    pub totals: Totals,
+    /// Packets the backend could not hand to this worker (queue full).
+    pub rx_dropped: u64,
+    /// Packets a transmit queue did not take, or sent to a missing port.
+    pub tx_dropped: u64,
+}
+
+/// The data plane's statistics at one moment, typed.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StatsSnapshot {
+    pub totals: Totals,
+    pub rx_dropped: u64,
+    pub tx_dropped: u64,
+    pub malformed_by: BTreeMap<&'static str, u64>,
+    pub non_ip_by: BTreeMap<&'static str, u64>,
+    pub burst_ns: Percentiles,
+    pub workers: Vec<WorkerSnapshot>,
+}
+
+/// Per-burst processing time in nanoseconds (1 ns .. 1 s, 3 significant digits).
+pub fn burst_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 1_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Percentiles of a histogram, for reports.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        Self {
+            count: h.len(),
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            max_ns: h.max(),
+        }
+    }
+}

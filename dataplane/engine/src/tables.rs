@@ -1,0 +1,250 @@
+//! The published rule tables: what the workers read.
+//!
+//! Workers look rules up in [`Tables`]: one filter for the exact flow rules,
+//! one filter per prefix class in use (in priority order), the exact tables
+//! that confirm filter positives, and a slot array (filter value → rule, for
+//! filter-only mode). The control thread is the single writer.
+//!
+//! # How updates reach the workers
+//!
+//! `Tables` lives in a [`left_right`] pair: two copies, workers read one,
+//! the control thread changes the other through an operation log ([`Op`])
+//! and publishes with one pointer swap. A worker enters the tables once per
+//! burst, so every packet of a burst sees one generation, and a batch
+//! published with one swap is seen whole or not at all (`dataplane_atomic`).
+//! Reads are wait-free: no lock, no retry, two counter writes per burst.
+//!
+//! The filters themselves are concurrent objects shared by both copies
+//! (`Arc<Filter>`), changed in place by the control thread. They are kept a
+//! **superset** of the keys of every copy a worker may be reading:
+//!
+//! * a key is inserted into its filter *before* the batch that adds it is
+//!   published;
+//! * a key is removed from its filter only *after* the batch that deletes it
+//!   is published and every worker has left the copy that still held it
+//!   (the rule store publishes twice: see `cfdp_control::store::publish`).
+//!
+//! In verify mode a filter positive is confirmed in the copy's own exact
+//! table, so the answer is exactly the copy's rule set: stale filter entries
+//! cost a table probe, never a wrong action, and no key of the copy is ever
+//! missing from the filter (filters have no false negatives).
+
+use std::sync::Arc;
+
+use cfdp_filter::Filter;
+use cfdp_rules::{Action, FlowKey, PrefixClass, RuleId};
+use hashbrown::HashMap;
+use left_right::Absorb;
+
+/// An installed rule as a worker sees it: what a match resolves to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleRef {
+    pub id: RuleId,
+    pub action: Action,
+    /// Dense index of the rule: its filter value (filter-only mode) and its
+    /// per-rule counters.
+    pub slot: u32,
+}
+
+/// One prefix class: its filter and exact table.
+#[derive(Clone)]
+pub struct ClassTables {
+    pub class: PrefixClass,
+    pub filter: Arc<Filter>,
+    pub entries: HashMap<[u8; 16], RuleRef>,
+}
+
+/// One copy of the published rule tables.
+#[derive(Clone)]
+pub struct Tables {
+    pub flow_filter: Arc<Filter>,
+    pub exact: HashMap<FlowKey, RuleRef>,
+    /// In priority order (longest prefix first; see `cfdp_rules::set`).
+    pub classes: Vec<ClassTables>,
+    /// Rule by slot.
+    pub slots: Vec<Option<RuleRef>>,
+    /// Rule-set generation this copy shows.
+    pub generation: u64,
+}
+
+impl Tables {
+    pub fn new(flow_filter: Arc<Filter>) -> Self {
+        Self {
+            flow_filter,
+            exact: HashMap::new(),
+            classes: Vec::new(),
+            slots: Vec::new(),
+            generation: 0,
+        }
+    }
+
+    /// Number of rules in this copy.
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.classes.iter().map(|c| c.entries.len()).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The rule for a packet by the documented priority
+    /// (`cfdp_rules::class`), from the exact tables alone (no filters): the
+    /// one classifier — the reference the filters are checked against, the
+    /// `exact` mode of the matcher, and what tests compare with.
+    pub fn classify(&self, k: &FlowKey) -> Option<RuleRef> {
+        if let Some(&e) = self.exact.get(k) {
+            return Some(e);
+        }
+        self.classes
+            .iter()
+            .filter(|c| c.class.admits(k))
+            .find_map(|c| c.entries.get(&c.class.masked(k)).copied())
+    }
+
+    fn class_mut(&mut self, class: &PrefixClass) -> Option<&mut ClassTables> {
+        self.classes.iter_mut().find(|c| c.class == *class)
+    }
+
+    fn set_slot(&mut self, slot: u32, e: Option<RuleRef>) {
+        let s = slot as usize;
+        if self.slots.len() <= s {
+            self.slots.resize(s + 1, None);
+        }
+        self.slots[s] = e;
+    }
+}
+
+/// One change to the tables. Deterministic: applied once to each copy.
+#[derive(Clone)]
+pub enum Op {
+    /// Adds or replaces an exact flow rule.
+    InsertFlow(FlowKey, RuleRef),
+    RemoveFlow(FlowKey),
+    /// Adds or replaces a prefix rule (the class must exist).
+    InsertPrefix(PrefixClass, [u8; 16], RuleRef),
+    RemovePrefix(PrefixClass, [u8; 16]),
+    /// Adds an (empty) prefix class at its place in the priority order.
+    AddClass(PrefixClass, Arc<Filter>),
+    /// Removes an empty prefix class.
+    RemoveClass(PrefixClass),
+    /// Swaps in a rebuilt (grown) filter.
+    SetFlowFilter(Arc<Filter>),
+    SetClassFilter(PrefixClass, Arc<Filter>),
+    SetGeneration(u64),
+}
+
+impl Absorb<Op> for Tables {
+    fn absorb_first(&mut self, op: &mut Op, _: &Self) {
+        match op {
+            Op::InsertFlow(k, e) => {
+                if let Some(old) = self.exact.insert(*k, *e) {
+                    if old.slot != e.slot {
+                        self.set_slot(old.slot, None);
+                    }
+                }
+                self.set_slot(e.slot, Some(*e));
+            }
+            Op::RemoveFlow(k) => {
+                if let Some(old) = self.exact.remove(k) {
+                    self.set_slot(old.slot, None);
+                }
+            }
+            Op::InsertPrefix(c, a, e) => {
+                let Some(ct) = self.class_mut(c) else {
+                    debug_assert!(false, "insert into a missing class");
+                    return;
+                };
+                let old = ct.entries.insert(*a, *e);
+                if let Some(old) = old.filter(|o| o.slot != e.slot) {
+                    self.set_slot(old.slot, None);
+                }
+                self.set_slot(e.slot, Some(*e));
+            }
+            Op::RemovePrefix(c, a) => {
+                let old = self.class_mut(c).and_then(|ct| ct.entries.remove(a));
+                if let Some(old) = old {
+                    self.set_slot(old.slot, None);
+                }
+            }
+            Op::AddClass(c, f) => {
+                if self.class_mut(c).is_none() {
+                    let at = self
+                        .classes
+                        .partition_point(|x| (x.class.rank(), x.class) < (c.rank(), *c));
+                    self.classes.insert(
+                        at,
+                        ClassTables {
+                            class: *c,
+                            filter: Arc::clone(f),
+                            entries: HashMap::new(),
+                        },
+                    );
+                }
+            }
+            Op::RemoveClass(c) => self
+                .classes
+                .retain(|x| x.class != *c || !x.entries.is_empty()),
+            Op::SetFlowFilter(f) => self.flow_filter = Arc::clone(f),
+            Op::SetClassFilter(c, f) => {
+                if let Some(ct) = self.class_mut(c) {
+                    ct.filter = Arc::clone(f);
+                }
+            }
+            Op::SetGeneration(g) => self.generation = *g,
+        }
+    }
+
+    fn sync_with(&mut self, first: &Self) {
+        *self = first.clone();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cfdp_rules::Dir;
+
+    fn class(len: u8) -> PrefixClass {
+        PrefixClass {
+            v6: false,
+            dir: Dir::Dst,
+            len,
+            proto: None,
+            port: None,
+        }
+    }
+
+    fn filter() -> Arc<Filter> {
+        Arc::new(Filter::new(cfdp_filter::Config::cuckoo(64, 12)).unwrap())
+    }
+
+    #[test]
+    fn classes_stay_in_priority_order_and_slots_follow_entries() {
+        let mut t = Tables::new(filter());
+        let e = |slot| RuleRef {
+            id: slot,
+            action: Action::Drop,
+            slot,
+        };
+        for len in [8, 24, 16] {
+            t.absorb_first(
+                &mut Op::AddClass(class(len), filter()),
+                &Tables::new(filter()),
+            );
+        }
+        let lens: Vec<u8> = t.classes.iter().map(|c| c.class.len).collect();
+        assert_eq!(lens, [24, 16, 8]);
+        let other = Tables::new(filter());
+        t.absorb_first(&mut Op::InsertPrefix(class(16), [10; 16], e(3)), &other);
+        assert_eq!(t.slots[3], Some(e(3)));
+        // Replacing the entry with another slot frees the old slot.
+        t.absorb_first(&mut Op::InsertPrefix(class(16), [10; 16], e(5)), &other);
+        assert_eq!((t.slots[3], t.slots[5]), (None, Some(e(5))));
+        t.absorb_first(&mut Op::RemoveClass(class(16)), &other);
+        assert_eq!(t.classes.len(), 3, "a class with entries is kept");
+        t.absorb_first(&mut Op::RemovePrefix(class(16), [10; 16]), &other);
+        t.absorb_first(&mut Op::RemoveClass(class(16)), &other);
+        assert_eq!(t.classes.len(), 2);
+        assert_eq!(t.slots[5], None);
+    }
+}

@@ -1,0 +1,268 @@
+//! The worker: takes a burst of frames, and per burst decodes every frame,
+//! resolves fragments, hashes each 5-tuple once, matches the burst through
+//! the filters with batched prefetching lookups, applies the actions and
+//! records a verdict per frame. Nothing in here allocates or locks (flow
+//! accounting, optional, allocates once per new flow).
+//!
+//! Counters are kept in plain integers during a burst and published to the
+//! shared statistics once at its end (see `stats`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cfdp_packet::frag::FragTable;
+use cfdp_packet::prefetch::prefetch_read;
+use cfdp_packet::{decode, Decoded, Frag, LinkType};
+use cfdp_rules::{Action, FlowKey};
+use hdrhistogram::Histogram;
+use left_right::ReadHandleFactory;
+
+use crate::matcher::{match_burst, MatchCtx, Mode, MAX_BURST};
+use crate::stats::{burst_histogram, LiveStats, LocalCounters, HIST_FOLD_BURSTS};
+use crate::tables::{RuleRef, Tables};
+
+/// What happens to a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Verdict {
+    /// Forward out of port 0 (default route) or of the given port.
+    #[default]
+    Forward,
+    Redirect(u16),
+    Drop,
+}
+
+/// One frame of a burst, as the backend hands it over.
+#[derive(Clone, Copy, Debug)]
+pub struct PacketRef<'a> {
+    pub link: LinkType,
+    /// When the frame arrived, in the backend's clock (capture time for a
+    /// replay, monotonic time for a NIC): fragment entries age by it.
+    pub ts_ns: u64,
+    /// Length on the wire (counted in bytes).
+    pub orig_len: u32,
+    pub data: &'a [u8],
+}
+
+impl PacketRef<'_> {
+    /// A placeholder for the unused tail of a burst array.
+    pub const EMPTY: PacketRef<'static> = PacketRef {
+        link: LinkType::Ethernet,
+        ts_ns: 0,
+        orig_len: 0,
+        data: &[],
+    };
+}
+
+/// Per-flow packet and byte counts (exact flow accounting).
+pub type FlowTable = HashMap<FlowKey, (u64, u64)>;
+
+/// What every worker of a data plane shares: the matching mode, read
+/// access to the published tables, and the live statistics they write.
+#[derive(Clone)]
+pub struct WorkerContext {
+    pub mode: Mode,
+    pub readers: ReadHandleFactory<Tables>,
+    pub stats: Arc<LiveStats>,
+}
+
+/// Per-worker options of a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerOptions {
+    /// Count packets and bytes per 5-tuple (`cfdp replay --flows`). Off in
+    /// `cfdp run` and the benchmarks: nothing reads it there.
+    pub account_flows: bool,
+}
+
+/// Fragment table size per worker and how long a first fragment is remembered.
+pub const FRAG_CAPACITY: usize = 8192;
+pub const FRAG_TTL_NS: u64 = 30_000_000_000;
+
+/// A worker's state: its fragment table, flows, running counters, and its
+/// share of the live statistics (counters, per-rule counters, histogram).
+pub struct Worker {
+    mode: Mode,
+    stats: Arc<LiveStats>,
+    index: usize,
+    local: LocalCounters,
+    histogram: Histogram<u64>,
+    flows: Option<FlowTable>,
+    frags: FragTable,
+    sample: u32,
+}
+
+impl Worker {
+    /// Worker `index` of `cx` (whose statistics must have that many
+    /// workers). Counting continues from what the index already published.
+    pub fn new(cx: &WorkerContext, index: usize, opts: WorkerOptions) -> Self {
+        assert!(
+            index < cx.stats.workers.len(),
+            "worker {index} has no stats"
+        );
+        Self {
+            mode: cx.mode,
+            local: cx.stats.workers[index].counters.load(),
+            stats: Arc::clone(&cx.stats),
+            index,
+            histogram: burst_histogram(),
+            flows: opts.account_flows.then(|| HashMap::with_capacity(1 << 12)),
+            frags: FragTable::new(FRAG_CAPACITY, FRAG_TTL_NS),
+            sample: 0,
+        }
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Called when the backend had nothing: ages the fragment table by the
+    /// backend's clock, so entries expire without traffic too.
+    pub fn idle(&mut self, now_ns: u64) {
+        self.frags.expire(now_ns);
+    }
+
+    /// Folds the local burst histogram into the shared one now and returns
+    /// the flow table (when accounting): the end of a worker's run.
+    pub fn finish(mut self) -> Option<FlowTable> {
+        self.fold_histogram(true);
+        self.flows.take()
+    }
+
+    fn fold_histogram(&mut self, wait: bool) {
+        let shared = &self.stats.workers[self.index].histogram;
+        let guard = if wait {
+            Some(shared.lock().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            shared.try_lock().ok()
+        };
+        if let Some(mut g) = guard {
+            g.add(&self.histogram).expect("same histogram bounds");
+            self.histogram.reset();
+        }
+    }
+
+    /// Processes one burst (at most [`MAX_BURST`] frames) against one copy
+    /// of the tables, writing one verdict per frame.
+    pub fn process(&mut self, t: &Tables, pkts: &[PacketRef<'_>], verdicts: &mut [Verdict]) {
+        let n = pkts.len();
+        assert!(n <= MAX_BURST && verdicts.len() >= n);
+        let start = Instant::now();
+        // Announce the burst before its rule hits are counted: a reader that
+        // loads `packets` (acquire) then per-rule counters sees every hit of
+        // the packets before this burst, and no hit beyond the packets it
+        // read. (The soak harness's exact accounting relies on both.)
+        self.stats.workers[self.index].counters.packets.store(
+            self.local.totals.packets + n as u64,
+            std::sync::atomic::Ordering::Release,
+        );
+        let mut keys = [FlowKey::v4([0; 4], [0; 4], 0, 0, 0); MAX_BURST];
+        let mut valid = [false; MAX_BURST];
+        let mut rules: [Option<RuleRef>; MAX_BURST] = [None; MAX_BURST];
+        let l = &mut self.local;
+        let c = &mut l.totals;
+
+        // Prefetch every frame's first line before decoding (l3fwd's pattern):
+        // the frames' cache misses overlap instead of adding up.
+        for p in pkts {
+            prefetch_read(p.data.as_ptr());
+        }
+        for (i, p) in pkts.iter().enumerate() {
+            c.packets += 1;
+            c.bytes += u64::from(p.orig_len);
+            match decode(p.link, p.data) {
+                Decoded::Ip(ip) => {
+                    if ip.key.v6 {
+                        c.ipv6 += 1;
+                    } else {
+                        c.ipv4 += 1;
+                    }
+                    if let Some(a) = ip.anomaly {
+                        c.malformed += 1;
+                        l.malformed_by[a as usize] += 1;
+                    }
+                    let mut key = ip.key;
+                    match ip.frag {
+                        Frag::None => {}
+                        Frag::First { id } => {
+                            c.fragments += 1;
+                            self.frags.first(&key, id, p.ts_ns);
+                        }
+                        Frag::Later { id } => {
+                            c.fragments += 1;
+                            match self.frags.resolve(&key, id, p.ts_ns) {
+                                Some((sp, dp)) => {
+                                    key.sport = sp;
+                                    key.dport = dp;
+                                    c.fragments_resolved += 1;
+                                }
+                                None => c.fragments_unresolved += 1,
+                            }
+                        }
+                    }
+                    if let Some(flows) = &mut self.flows {
+                        // Accounting keys on the frame's own 5-tuple.
+                        let e = flows.entry(ip.key).or_insert((0, 0));
+                        e.0 += 1;
+                        e.1 += u64::from(p.orig_len);
+                    }
+                    keys[i] = key;
+                    valid[i] = true;
+                }
+                Decoded::NonIp(kind) => {
+                    c.non_ip += 1;
+                    l.non_ip_by[kind as usize] += 1;
+                }
+                Decoded::Malformed(r) => {
+                    c.malformed += 1;
+                    l.malformed_by[r as usize] += 1;
+                }
+            }
+        }
+
+        let mut cx = MatchCtx {
+            mode: self.mode,
+            counters: &mut *c,
+            sample: &mut self.sample,
+        };
+        match_burst(&mut cx, t, &keys[..n], &valid[..n], &mut rules[..n]);
+
+        let shared = &self.stats.workers[self.index];
+        for i in 0..n {
+            verdicts[i] = match rules[i] {
+                None => Verdict::Forward,
+                Some(r) => {
+                    c.matched += 1;
+                    shared.rules.add(r.slot, u64::from(pkts[i].orig_len));
+                    match r.action {
+                        Action::Drop => Verdict::Drop,
+                        Action::Allow => {
+                            c.allowed += 1;
+                            Verdict::Forward
+                        }
+                        Action::Count => {
+                            c.counted += 1;
+                            Verdict::Forward
+                        }
+                        Action::Redirect(port) => Verdict::Redirect(port),
+                    }
+                }
+            };
+            match verdicts[i] {
+                Verdict::Drop => c.dropped += 1,
+                Verdict::Forward => c.forwarded += 1,
+                Verdict::Redirect(_) => {
+                    c.forwarded += 1;
+                    c.redirected += 1;
+                }
+            }
+        }
+        c.bursts += 1;
+        let bursts = c.bursts;
+        shared.counters.publish(&self.local);
+        self.histogram
+            .saturating_record(start.elapsed().as_nanos() as u64);
+        if bursts % HIST_FOLD_BURSTS == 0 {
+            self.fold_histogram(false);
+        }
+    }
+}

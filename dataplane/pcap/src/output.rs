@@ -1,0 +1,160 @@
+//! Output captures: forwarded frames to `OUT` (port 0) and redirected
+//! frames to `OUT.portN.EXT`, in the input's format (pcap or pcapng), and
+//! the writer thread that drains processed bursts into them in order.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use cfdp_engine::Verdict;
+use cfdp_packet::LinkType;
+use crossbeam::channel::{Receiver, Sender};
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::DataLink;
+
+use crate::burst::{Burst, Meta};
+
+/// Output files: port 0 to `out`, port N to `out` with `.portN` before the extension.
+pub(crate) struct Outputs {
+    base: PathBuf,
+    pcapng: bool,
+    link: LinkType,
+    files: HashMap<u16, Sink>,
+}
+
+enum Sink {
+    Pcap(PcapWriter<BufWriter<File>>),
+    PcapNg(PcapNgWriter<BufWriter<File>>, HashMap<LinkType, u32>),
+}
+
+fn port_path(base: &Path, port: u16) -> PathBuf {
+    if port == 0 {
+        return base.to_path_buf();
+    }
+    let stem = base.file_stem().and_then(|s| s.to_str()).unwrap_or("out");
+    let ext = base.extension().and_then(|s| s.to_str()).unwrap_or("pcap");
+    base.with_file_name(format!("{stem}.port{port}.{ext}"))
+}
+
+impl Outputs {
+    /// Outputs based at `base` (nothing is created before the first write).
+    pub(crate) fn new(base: PathBuf, pcapng: bool, link: LinkType) -> Self {
+        Self {
+            base,
+            pcapng,
+            link,
+            files: HashMap::new(),
+        }
+    }
+
+    fn sink(&mut self, port: u16) -> Result<&mut Sink, String> {
+        if !self.files.contains_key(&port) {
+            let path = port_path(&self.base, port);
+            let f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let w = BufWriter::with_capacity(1 << 20, f);
+            let sink = if self.pcapng {
+                Sink::PcapNg(
+                    PcapNgWriter::new(w).map_err(|e| e.to_string())?,
+                    HashMap::new(),
+                )
+            } else {
+                let header = PcapHeader {
+                    datalink: DataLink::from(self.link.to_linktype()),
+                    ts_resolution: pcap_file::TsResolution::NanoSecond,
+                    ..PcapHeader::default()
+                };
+                Sink::Pcap(PcapWriter::with_header(w, header).map_err(|e| e.to_string())?)
+            };
+            self.files.insert(port, sink);
+        }
+        Ok(self.files.get_mut(&port).expect("just inserted"))
+    }
+
+    pub(crate) fn write(&mut self, port: u16, m: &Meta, data: &[u8]) -> Result<(), String> {
+        let ts = std::time::Duration::from_nanos(m.ts_ns);
+        match self.sink(port)? {
+            Sink::Pcap(w) => w
+                .write_packet(&PcapPacket::new(ts, m.orig_len, data))
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Sink::PcapNg(w, ifaces) => {
+                let next = ifaces.len() as u32;
+                let iface = *ifaces.entry(m.link).or_insert(next);
+                if iface == next {
+                    let idb = InterfaceDescriptionBlock {
+                        linktype: DataLink::from(m.link.to_linktype()),
+                        snaplen: 0,
+                        options: vec![],
+                    };
+                    w.write_pcapng_block(idb).map_err(|e| e.to_string())?;
+                }
+                let epb = EnhancedPacketBlock {
+                    interface_id: iface,
+                    timestamp: ts,
+                    original_len: m.orig_len,
+                    data: std::borrow::Cow::Borrowed(data),
+                    options: vec![],
+                };
+                w.write_pcapng_block(epb)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Flushes and closes every output file, reporting write errors.
+    pub(crate) fn finish(self) -> Result<(), String> {
+        for (_, s) in self.files {
+            match s {
+                Sink::Pcap(w) => w.into_writer().flush(),
+                Sink::PcapNg(w, _) => w.into_inner().flush(),
+            }
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the forwarded frames of every processed burst, then recycles
+/// the burst to the reader.
+pub(crate) fn writer_loop(
+    rx: Receiver<Box<Burst>>,
+    pool: Sender<Box<Burst>>,
+    mut outputs: Option<Outputs>,
+) -> Result<(), String> {
+    let mut err = None;
+    if let Some(o) = &mut outputs {
+        // The port-0 output exists even when nothing is forwarded.
+        if let Err(e) = o.sink(0) {
+            err = Some(e);
+        }
+    }
+    for burst in rx {
+        if let (Some(o), None) = (&mut outputs, &err) {
+            for (i, m) in burst.meta.iter().enumerate() {
+                let port = match burst.verdicts[i] {
+                    Verdict::Forward => 0,
+                    Verdict::Redirect(p) => p,
+                    Verdict::Drop => continue,
+                };
+                if let Err(e) = o.write(port, m, burst.frame(i)) {
+                    // Keep draining so workers never block; report once.
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        let _ = pool.send(burst);
+    }
+    if let Some(e) = err {
+        return Err(e);
+    }
+    match outputs {
+        Some(o) => o.finish(),
+        None => Ok(()),
+    }
+}

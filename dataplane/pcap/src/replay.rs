@@ -1,0 +1,493 @@
+//! The pcap replay backend: the reader thread plays the NIC, workers process
+//! bursts, a writer thread writes what is forwarded.
+//!
+//! ```text
+//!  capture ──reader──▶ RSS ──▶ worker 0 ─┐
+//!   (pcap-file)         │ ──▶ worker 1 ─┼──▶ writer ──▶ OUT.pcap (port 0)
+//!                       │ ──▶ ...      ─┘      │    └─▶ OUT.portN.pcap (redirects)
+//!                       ◀────────── recycled bursts ─┘
+//! ```
+//!
+//! * RSS: like a NIC, the reader spreads frames over workers by a symmetric
+//!   hash of the 5-tuple, so both directions of a flow land on one worker
+//!   and per-flow order is kept end to end. Fragments are spread by the
+//!   symmetric hash of addresses and protocol only (as NICs do), so every
+//!   fragment of a datagram reaches the worker that saw its first fragment.
+//! * Bursts of up to 32 frames carry their bytes in one buffer and return to
+//!   the reader for reuse: after warm-up nothing is allocated per packet.
+//! * A damaged capture stops the reader; everything read before the damage
+//!   is processed and reported, and the error is reported beside it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cfdp_engine::backend::{Backend, Rx};
+use cfdp_engine::{
+    run_worker, FlowTable, Mode, RuleCount, StatsSnapshot, Verdict, Worker, WorkerContext,
+    WorkerOptions, MAX_BURST,
+};
+use cfdp_packet::LinkType;
+use cfdp_rules::{Action, FlowKey};
+use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TrySendError};
+use serde::Serialize;
+
+use crate::burst::Burst;
+use crate::capture::{Capture, CaptureError, Frame};
+use crate::output::{writer_loop, Outputs};
+use crate::rss::rss_worker;
+
+/// A worker's side of the replay: bursts from the reader in, processed
+/// bursts out to the writer (which recycles them to the reader).
+struct ChannelBackend {
+    from_reader: Receiver<Box<Burst>>,
+    to_writer: Sender<Box<Burst>>,
+    last_ts_ns: u64,
+}
+
+impl Backend for ChannelBackend {
+    type Burst = Box<Burst>;
+
+    fn rx(&mut self) -> Rx<Box<Burst>> {
+        // The reader closes the channel when the capture is done (or a
+        // stop was asked for): everything it sent is still processed.
+        match self.from_reader.recv() {
+            Ok(b) => {
+                if let Some(m) = b.meta.last() {
+                    self.last_ts_ns = m.ts_ns;
+                }
+                Rx::Burst(b)
+            }
+            Err(_) => Rx::Done,
+        }
+    }
+
+    fn tx(&mut self, mut burst: Box<Burst>, verdicts: &[Verdict]) {
+        burst.verdicts[..verdicts.len()].copy_from_slice(verdicts);
+        // A writer that stopped has reported its error: keep draining.
+        let _ = self.to_writer.send(burst);
+    }
+
+    fn now_ns(&self) -> u64 {
+        // Capture time: fragments age as they did on the wire.
+        self.last_ts_ns
+    }
+}
+
+/// A looping replay keeps captures up to this size in memory after the
+/// first pass.
+pub const LOOP_CACHE_BYTES: usize = 256 << 20;
+
+/// The frames of a looped capture: bytes, and (link, ts, orig_len, iface,
+/// offset, length) per frame.
+#[derive(Default)]
+struct FrameCache {
+    buf: Vec<u8>,
+    metas: Vec<(LinkType, u64, u32, u32, usize, usize)>,
+}
+
+/// Upper bound on worker threads (each has its own queue and counters).
+pub const MAX_WORKERS: usize = 1024;
+
+/// What `replay` needs besides the matcher.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    pub input: PathBuf,
+    pub out: Option<PathBuf>,
+    pub workers: usize,
+    /// Write exact per-flow counters here (turns flow accounting on).
+    pub flows_csv: Option<PathBuf>,
+    /// Show a progress line on stderr when it is a terminal.
+    pub progress: bool,
+    /// Set from outside (a signal) to stop reading; frames already read
+    /// are still processed, written and reported.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Replay the capture again and again until `stop`.
+    pub repeat: bool,
+    /// Like a NIC: when a worker's queue is full, drop the burst and count
+    /// it in `rx_dropped` instead of waiting for the worker. Off: the reader
+    /// waits (lossless replay).
+    pub drop_when_full: bool,
+    /// Pace the reader to this many frames per second (0: as fast as the
+    /// workers go).
+    pub pps: u64,
+}
+
+/// The JSON summary `cfdp replay` prints: the data plane's statistics
+/// snapshot (the same shape as `stats` on the control socket) and what is
+/// particular to a replay.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayReport {
+    #[serde(flatten)]
+    pub stats: StatsSnapshot,
+    /// Frames read from the capture (all passes): `packets + rx_dropped`.
+    pub frames_read: u64,
+    /// Times the capture was read.
+    pub passes: u64,
+    /// Distinct 5-tuples seen, when flow accounting was on (`--flows`).
+    pub flows: Option<u64>,
+    pub elapsed_s: f64,
+    pub mpps: f64,
+    pub workers: usize,
+    pub mode: Mode,
+    pub rules: usize,
+    pub actions: BTreeMap<&'static str, u64>,
+    /// Counters of the `count` rules.
+    pub rule_counters: Vec<RuleCount>,
+    pub filter: FilterReport,
+    /// Set when the capture was damaged: what was read before is reported.
+    pub capture_error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FilterReport {
+    pub verified: u64,
+    pub false_positives_caught: u64,
+    pub filter_only_sampled: u64,
+    pub filter_only_sampled_false: u64,
+    pub filter_only_fp_rate: Option<f64>,
+}
+
+/// Errors that stop a replay before it produces a report.
+#[derive(Debug)]
+pub enum ReplayError {
+    Capture(CaptureError),
+    Output(String),
+    Config(String),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Capture(e) => write!(f, "{e}"),
+            ReplayError::Output(e) => write!(f, "output: {e}"),
+            ReplayError::Config(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// Replays a capture through the workers. Returns the report (with
+/// `capture_error` set if the file was damaged part-way). `on_pass(n,
+/// frames)` is called each time the reader finishes pass `n`.
+pub fn replay(
+    opts: &ReplayOptions,
+    dp: &WorkerContext,
+    on_pass: &mut dyn FnMut(u64, u64),
+) -> Result<ReplayReport, ReplayError> {
+    let workers = opts.workers.max(1);
+    if workers > MAX_WORKERS {
+        return Err(ReplayError::Config(format!(
+            "workers = {workers}: at most {MAX_WORKERS} are supported"
+        )));
+    }
+    if dp.stats.workers.len() < workers {
+        return Err(ReplayError::Config(format!(
+            "statistics for {} workers, {workers} asked for",
+            dp.stats.workers.len()
+        )));
+    }
+    let mut cap = Capture::open(&opts.input).map_err(ReplayError::Capture)?;
+    let file_len = std::fs::metadata(&opts.input).map(|m| m.len()).unwrap_or(0);
+    let pcapng = cap.is_pcapng();
+    let outputs = opts.out.as_ref().map(|base| {
+        Outputs::new(
+            base.clone(),
+            pcapng,
+            cap.link_type().unwrap_or(LinkType::Ethernet),
+        )
+    });
+    let wopts = WorkerOptions {
+        account_flows: opts.flows_csv.is_some(),
+    };
+    let start = Instant::now();
+
+    let (pool_tx, pool_rx) = unbounded::<Box<Burst>>();
+    let (out_tx, out_rx) = bounded::<Box<Burst>>(256);
+    let mut to_workers = Vec::with_capacity(workers);
+    let mut from_reader = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let (tx, rx) = bounded::<Box<Burst>>(64);
+        to_workers.push(tx);
+        from_reader.push(rx);
+    }
+
+    let (finished, writer_result, capture_result, pass, total_frames) = std::thread::scope(|s| {
+        let writer = {
+            let pool_tx = pool_tx.clone();
+            s.spawn(move || writer_loop(out_rx, pool_tx, outputs))
+        };
+        let handles: Vec<_> = from_reader
+            .into_iter()
+            .enumerate()
+            .map(|(wi, rx)| {
+                let out_tx = out_tx.clone();
+                let tables = dp.readers.handle();
+                s.spawn(move || {
+                    let mut w = Worker::new(dp, wi, wopts);
+                    let mut backend = ChannelBackend {
+                        from_reader: rx,
+                        to_writer: out_tx,
+                        last_ts_ns: 0,
+                    };
+                    run_worker(&mut backend, &mut w, &tables);
+                    w.finish()
+                })
+            })
+            .collect();
+        drop(out_tx);
+
+        // Reader: fill per-worker bursts, hand them over when full.
+        let mut pending: Vec<Box<Burst>> = (0..workers).map(|_| Box::new(Burst::new())).collect();
+        let progress = opts.progress && std::io::stderr().is_terminal() && file_len > (64 << 20);
+        let mut read_bytes = 0u64;
+        let mut last_report = Instant::now();
+        let stop = opts.stop.clone();
+        let mut pass = 0u64;
+        let mut total_frames = 0u64;
+        let stopped = || {
+            stop.as_ref()
+                .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+        };
+        let stats = &dp.stats;
+        // Loops keep the frames of the first pass in memory (up to
+        // LOOP_CACHE_BYTES) and replay them from there: no re-opening and
+        // re-parsing per pass (pcap-file allocates an 8 MiB buffer per
+        // reader, which for a short capture looping thousands of times a
+        // second cost throughput and, through the allocator, memory).
+        let mut cache: Option<FrameCache> = opts.repeat.then(FrameCache::default);
+        let mut handle = |f: &Frame<'_>| {
+            if stopped() {
+                return std::ops::ControlFlow::Break(());
+            }
+            total_frames += 1;
+            if opts.pps > 0 && total_frames % 32 == 0 {
+                let due = start
+                    + std::time::Duration::from_secs_f64(total_frames as f64 / opts.pps as f64);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            let wi = rss_worker(f.link, f.data, workers);
+            let b = &mut pending[wi];
+            b.push(f);
+            if b.meta.len() == MAX_BURST {
+                let fresh = pool_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Box::new(Burst::new()));
+                let mut full = std::mem::replace(&mut pending[wi], fresh);
+                pending[wi].clear();
+                full.verdicts = [Verdict::Forward; MAX_BURST];
+                if opts.drop_when_full {
+                    if let Err(TrySendError::Full(b)) = to_workers[wi].try_send(full) {
+                        stats.workers[wi]
+                            .rx_dropped
+                            .fetch_add(b.meta.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        let _ = pool_tx.send(b);
+                    }
+                } else {
+                    let _ = to_workers[wi].send(full);
+                }
+            }
+            if progress {
+                read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
+                if last_report.elapsed().as_millis() >= 100 {
+                    last_report = Instant::now();
+                    let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
+                    let done = (frac * 40.0) as usize;
+                    eprint!(
+                        "\rreplaying [{}{}] {:5.1} %",
+                        "#".repeat(done),
+                        " ".repeat(40 - done),
+                        frac * 100.0
+                    );
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        };
+        let capture_result = loop {
+            pass += 1;
+            let mut frames = 0u64;
+            let r = if let (true, Some(FrameCache { buf, metas })) = (pass > 1, &cache) {
+                for &(link, ts_ns, orig_len, iface, off, len) in metas {
+                    let f = Frame {
+                        link,
+                        ts_ns,
+                        orig_len,
+                        iface,
+                        data: &buf[off..off + len],
+                    };
+                    frames += 1;
+                    if handle(&f).is_break() {
+                        break;
+                    }
+                }
+                Ok(frames)
+            } else {
+                cap.for_each(|f| {
+                    if let Some(FrameCache { buf, metas }) = &mut cache {
+                        if buf.len() + f.data.len() > LOOP_CACHE_BYTES {
+                            cache = None; // too big: later passes re-read the file
+                        } else {
+                            metas.push((
+                                f.link,
+                                f.ts_ns,
+                                f.orig_len,
+                                f.iface,
+                                buf.len(),
+                                f.data.len(),
+                            ));
+                            buf.extend_from_slice(f.data);
+                        }
+                    }
+                    frames += 1;
+                    handle(f)
+                })
+            };
+            if r.is_err() || stopped() {
+                break r;
+            }
+            on_pass(pass, frames);
+            if !opts.repeat {
+                break r;
+            }
+            if cache.is_none() {
+                // Next pass: the same file from the start.
+                match Capture::open(&opts.input) {
+                    Ok(c) => cap = c,
+                    Err(e) => break Err(e),
+                }
+            }
+            if frames == 0 {
+                // An empty capture would spin: wait for the stop signal.
+                while !stopped() {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
+        };
+        if progress {
+            eprintln!("\rreplaying [{}] done   ", "#".repeat(40));
+        }
+        for (wi, b) in pending.into_iter().enumerate() {
+            if !b.meta.is_empty() {
+                let _ = to_workers[wi].send(b);
+            }
+        }
+        drop(to_workers);
+        let finished: Vec<Option<FlowTable>> = handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread panicked"))
+            .collect();
+        let writer_result = writer.join().expect("writer thread panicked");
+        (finished, writer_result, capture_result, pass, total_frames)
+    });
+    writer_result.map_err(ReplayError::Output)?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut r = report(dp, &finished, elapsed, pass, capture_result.err(), opts)?;
+    r.frames_read = total_frames;
+    Ok(r)
+}
+
+fn report(
+    dp: &WorkerContext,
+    workers: &[Option<FlowTable>],
+    elapsed_s: f64,
+    passes: u64,
+    capture_error: Option<CaptureError>,
+    opts: &ReplayOptions,
+) -> Result<ReplayReport, ReplayError> {
+    let stats = dp.stats.snapshot();
+    let totals = &stats.totals;
+    let accounted = workers.iter().any(Option::is_some);
+    let mut flows: FlowTable = HashMap::new();
+    for f in workers.iter().flatten() {
+        for (k, (p, b)) in f {
+            let e = flows.entry(*k).or_insert((0, 0));
+            e.0 += p;
+            e.1 += b;
+        }
+    }
+    if let Some(path) = &opts.flows_csv {
+        write_flows(path, &flows)
+            .map_err(|e| ReplayError::Output(format!("{}: {e}", path.display())))?;
+    }
+    let sampled = totals.filter_only_sampled;
+    let actions = BTreeMap::from([
+        ("drop", totals.dropped),
+        ("allow", totals.allowed),
+        ("count", totals.counted),
+        ("redirect", totals.redirected),
+        ("no_rule", totals.packets - totals.matched),
+    ]);
+    let handle = dp.readers.handle();
+    let (rules, mut rule_counters) = match handle.enter() {
+        Some(t) => (
+            t.len(),
+            t.slots
+                .iter()
+                .flatten()
+                .filter(|e| e.action == Action::Count)
+                .map(|e| {
+                    // A fixed rule set: every slot's counters are its rule's.
+                    let (packets, bytes) = dp.stats.slot_totals(e.slot);
+                    RuleCount {
+                        id: e.id,
+                        packets,
+                        bytes,
+                    }
+                })
+                .collect::<Vec<_>>(),
+        ),
+        None => (0, Vec::new()),
+    };
+    rule_counters.sort_by_key(|r| r.id);
+    let filter = FilterReport {
+        verified: totals.filter_verified,
+        false_positives_caught: totals.filter_false_positives,
+        filter_only_sampled: sampled,
+        filter_only_sampled_false: totals.filter_only_sampled_false,
+        filter_only_fp_rate: (sampled > 0)
+            .then(|| totals.filter_only_sampled_false as f64 / sampled as f64),
+    };
+    Ok(ReplayReport {
+        frames_read: 0,
+        passes,
+        flows: accounted.then_some(flows.len() as u64),
+        elapsed_s,
+        mpps: totals.packets as f64 / elapsed_s.max(1e-9) / 1e6,
+        workers: workers.len(),
+        mode: dp.mode,
+        rules,
+        actions,
+        rule_counters,
+        filter,
+        capture_error: capture_error.map(|e| e.to_string()),
+        stats,
+    })
+}
+
+/// Writes per-flow counters as CSV (`src,dst,proto,sport,dport,packets,bytes`),
+/// sorted for stable output.
+pub fn write_flows(path: &Path, flows: &FlowTable) -> std::io::Result<()> {
+    let mut rows: Vec<(&FlowKey, &(u64, u64))> = flows.iter().collect();
+    rows.sort();
+    let mut w = BufWriter::new(File::create(path)?);
+    writeln!(w, "src,dst,proto,sport,dport,packets,bytes")?;
+    for (k, (p, b)) in rows {
+        writeln!(
+            w,
+            "{},{},{},{},{},{p},{b}",
+            k.src_ip(),
+            k.dst_ip(),
+            k.proto,
+            k.sport,
+            k.dport
+        )?;
+    }
+    w.flush()
+}

@@ -2,6 +2,7 @@
 //! generator, medians, the machine description printed beside every table,
 //! the CSV writer for `bench/results/`, and the synthetic flows and 64-byte
 //! frames the data-plane benchmarks replay.
+#![forbid(unsafe_code)]
 
 pub mod plot;
 

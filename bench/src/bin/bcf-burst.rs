@@ -23,6 +23,7 @@
 //! (`filter,occupancy,t,burst,max_iter_seen,mean_iter,bloom_items,fpr,failures`)
 //! and PNG plots beside it. `--quick`: 4 trials, fewer bursts.
 //! Run: `cargo run --release -p cfdp-bench --bin bcf-burst [-- --quick]`
+#![forbid(unsafe_code)]
 
 use cfdp_bench::plot::{save_chart, Chart, Series};
 use cfdp_bench::{is_quick, machine_description, results_path, write_csv, SplitMix};

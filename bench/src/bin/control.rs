@@ -17,6 +17,7 @@
 //! Output: tables on stdout, `bench/results/control.csv` (`kind` =
 //! `batch` or `churn`) and `control.png`.
 //! Run: `cargo run --release -p cfdp-bench --bin control [-- --quick]`
+#![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

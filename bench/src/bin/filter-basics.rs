@@ -8,6 +8,7 @@
 //!
 //! Output: tables on stdout, `bench/results/filter_basics.csv`.
 //! Run: `cargo run --release -p cfdp-bench --bin filter-basics [-- --quick]`
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 use std::time::Instant;

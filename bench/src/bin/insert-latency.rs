@@ -11,6 +11,7 @@
 //! (`filter,band,inserts,failures,mean_ns,p50_ns,p99_ns,p999_ns,max_ns`),
 //! `insert_latency_p99.png`, `insert_latency_mean.png`.
 //! Run: `cargo run --release -p cfdp-bench --bin insert-latency [-- --quick]`
+#![forbid(unsafe_code)]
 
 use std::time::Instant;
 

@@ -14,6 +14,7 @@
 //! (`impl,buckets_log2,load,positive_pct,batched,threads,writer,mops`),
 //! `lookup_positive.png`, `lookup_load.png`.
 //! Run: `cargo run --release -p cfdp-bench --bin lookup [-- --quick]`
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -13,6 +13,7 @@
 //! Output: table on stdout, `bench/results/pipeline.csv` with header
 //! `backend,impl,rules,match_pct,workers,mpps` (`backend` = `memory`).
 //! Run: `cargo run --release -p cfdp-bench --bin pipeline [-- --quick]`
+#![forbid(unsafe_code)]
 
 use std::time::Instant;
 

@@ -1,6 +1,7 @@
 //! Writes a few small, valid filter images (plain, bit-mode and tag-mode
 //! Bloom-Cuckoo, with values and Bloom elements) to a directory: the seed
 //! corpus of the `snapshot` fuzz target (`.ci/fuzz-seed.sh`).
+#![forbid(unsafe_code)]
 
 use cfdp_filter::{BloomConfig, BloomMode, Config, Filter};
 

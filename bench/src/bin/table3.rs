@@ -17,6 +17,7 @@
 //! (`impl,items,bits_per_item,fpr,construct_mkeys`), `table3.png`
 //! (FPR versus bits per item). `--quick`: 2^18 buckets.
 //! Run: `cargo run --release -p cfdp-bench --bin table3 [-- --quick]`
+#![forbid(unsafe_code)]
 
 use std::time::Instant;
 

@@ -9,6 +9,8 @@
 //! * `cfdp ctl [--socket PATH | --tcp ADDR] COMMAND` talks to a running
 //!   `cfdp run` (see `rules/PROTOCOL.md`).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

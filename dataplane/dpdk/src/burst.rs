@@ -32,39 +32,53 @@ pub struct Dispatched {
     pub dropped: u64,
 }
 
+impl Default for RxBurst<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<'p> RxBurst<'p> {
-    /// Receives up to `max` (≤ [`MAX_BURST`]) packets from `(port, queue)`.
-    ///
-    /// # Safety
-    /// `(port, queue)` must be a configured receive queue of a started port
-    /// (and its mempool) that outlives `'p`, and no other thread may poll
-    /// that queue meanwhile. [`crate::RxQueue::receive`] guarantees both.
-    pub(crate) unsafe fn receive(port: u16, queue: u16, max: usize) -> Self {
-        let mut b = RxBurst {
+    /// An empty burst buffer, reused for every receive (nothing the size
+    /// of a burst is moved per burst).
+    pub fn new() -> Self {
+        RxBurst {
             mbufs: [std::ptr::null_mut(); MAX_BURST],
             data: [std::ptr::null(); MAX_BURST],
             data_len: [0; MAX_BURST],
             pkt_len: [0; MAX_BURST],
             len: 0,
-            port,
+            port: 0,
             _port: PhantomData,
-        };
+        }
+    }
+
+    /// Receives up to `max` (≤ [`MAX_BURST`]) packets from `(port, queue)`
+    /// into this buffer (mbufs still held are freed first).
+    ///
+    /// # Safety
+    /// `(port, queue)` must be a configured receive queue of a started port
+    /// (and its mempool) that outlives `'p`, and no other thread may poll
+    /// that queue meanwhile. [`crate::RxQueue::receive`] guarantees both.
+    pub(crate) unsafe fn receive(&mut self, port: u16, queue: u16, max: usize) -> usize {
+        self.free_all();
         let max = max.min(MAX_BURST) as u16;
         // SAFETY: mbufs has room for max pointers; the caller guarantees the
         // queue is configured, started and ours.
-        let n = unsafe { sys::cfdp_rx_burst(port, queue, b.mbufs.as_mut_ptr(), max) };
+        let n = unsafe { sys::cfdp_rx_burst(port, queue, self.mbufs.as_mut_ptr(), max) };
         // SAFETY: the first n entries are valid mbufs just received.
         unsafe {
             sys::cfdp_mbuf_views(
-                b.mbufs.as_ptr(),
+                self.mbufs.as_ptr(),
                 n,
-                b.data.as_mut_ptr(),
-                b.data_len.as_mut_ptr(),
-                b.pkt_len.as_mut_ptr(),
+                self.data.as_mut_ptr(),
+                self.data_len.as_mut_ptr(),
+                self.pkt_len.as_mut_ptr(),
             )
         };
-        b.len = n as usize;
-        b
+        self.len = n as usize;
+        self.port = port;
+        self.len
     }
 
     /// The port the burst came from.
@@ -91,8 +105,9 @@ impl<'p> RxBurst<'p> {
 
     /// Sends frame i through `txq[dest[i]]`, or frees it when `dest[i]` is
     /// `None`; frames a transmit queue does not accept are freed and
-    /// counted. Frames for one queue leave in their order in the burst.
-    pub fn dispatch(mut self, dest: &[Option<usize>], txq: &mut [TxQueue<'_>]) -> Dispatched {
+    /// counted. Frames for one queue leave in their order in the burst. The
+    /// burst is empty afterwards.
+    pub fn dispatch(&mut self, dest: &[Option<usize>], txq: &mut [TxQueue<'_>]) -> Dispatched {
         assert!(dest.len() >= self.len);
         let mut out = Dispatched::default();
         let mut drop = [std::ptr::null_mut(); MAX_BURST];
@@ -146,12 +161,18 @@ impl<'p> RxBurst<'p> {
     }
 }
 
-impl Drop for RxBurst<'_> {
-    fn drop(&mut self) {
+impl RxBurst<'_> {
+    fn free_all(&mut self) {
         if self.len > 0 {
             // SAFETY: the first len mbufs are owned by this burst.
             unsafe { sys::cfdp_free_bulk(self.mbufs.as_mut_ptr(), self.len as u32) };
             self.len = 0;
         }
+    }
+}
+
+impl Drop for RxBurst<'_> {
+    fn drop(&mut self) {
+        self.free_all();
     }
 }

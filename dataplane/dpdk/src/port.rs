@@ -143,11 +143,12 @@ impl<'p> RxQueue<'p> {
         self.port
     }
 
-    /// Receives up to `max` (≤ [`crate::MAX_BURST`]) packets.
-    pub fn receive(&mut self, max: usize) -> RxBurst<'p> {
+    /// Receives up to `max` (≤ [`crate::MAX_BURST`]) packets into `burst`
+    /// (whose earlier mbufs are freed first); returns how many.
+    pub fn receive(&mut self, burst: &mut RxBurst<'p>, max: usize) -> usize {
         // SAFETY: (port, queue) is a configured receive queue of a started
         // port that outlives 'p, polled only through this unique handle.
-        unsafe { RxBurst::receive(self.port, self.queue, max) }
+        unsafe { burst.receive(self.port, self.queue, max) }
     }
 }
 

@@ -36,9 +36,10 @@ pub trait Frames {
 }
 
 /// What a receive poll found.
-pub enum Rx<B> {
-    /// A burst of at least one frame.
-    Burst(B),
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rx {
+    /// The burst holds at least one frame.
+    Ready,
     /// Nothing right now; poll again.
     Idle,
     /// The backend is finished (input exhausted, stop requested, idle limit).
@@ -46,13 +47,20 @@ pub enum Rx<B> {
 }
 
 /// A source and sink of bursts for one worker.
+///
+/// The worker loop owns one burst buffer ([`Backend::burst`]) for its whole
+/// run: `rx` fills it in place and `tx` empties it in place, so nothing the
+/// size of a burst is moved or allocated per burst (a DPDK burst is ~800
+/// bytes of mbuf pointers and lengths).
 pub trait Backend {
     type Burst: Frames;
-    /// Polls for the next burst.
-    fn rx(&mut self) -> Rx<Self::Burst>;
+    /// An empty burst buffer.
+    fn burst(&self) -> Self::Burst;
+    /// Fills `burst` (empty on entry) with the next frames.
+    fn rx(&mut self, burst: &mut Self::Burst) -> Rx;
     /// Hands a processed burst back with one verdict per frame: forwarded
-    /// frames leave, dropped ones are released.
-    fn tx(&mut self, burst: Self::Burst, verdicts: &[Verdict]);
+    /// frames leave, dropped ones are released; `burst` is left empty.
+    fn tx(&mut self, burst: &mut Self::Burst, verdicts: &[Verdict]);
     /// The backend's clock in nanoseconds (capture time for a replay,
     /// monotonic time for a NIC), by which fragment entries age.
     fn now_ns(&self) -> u64;
@@ -79,9 +87,10 @@ pub fn run_worker<B: Backend>(
         bursts: 0,
         packets: 0,
     };
+    let mut b = backend.burst();
     loop {
-        match backend.rx() {
-            Rx::Burst(b) => {
+        match backend.rx(&mut b) {
+            Rx::Ready => {
                 let n = b.len().min(MAX_BURST);
                 let mut verdicts = [Verdict::Forward; MAX_BURST];
                 {
@@ -91,7 +100,7 @@ pub fn run_worker<B: Backend>(
                         worker.process(&t, &refs[..n], &mut verdicts);
                     }
                 }
-                backend.tx(b, &verdicts[..n]);
+                backend.tx(&mut b, &verdicts[..n]);
                 end.bursts += 1;
                 end.packets += n as u64;
             }
@@ -179,7 +188,14 @@ impl<'a> MemoryBackend<'a> {
 impl<'a> Backend for MemoryBackend<'a> {
     type Burst = MemoryBurst<'a>;
 
-    fn rx(&mut self) -> Rx<MemoryBurst<'a>> {
+    fn burst(&self) -> MemoryBurst<'a> {
+        MemoryBurst {
+            frames: &[],
+            link: self.link,
+        }
+    }
+
+    fn rx(&mut self, b: &mut MemoryBurst<'a>) -> Rx {
         if self.frames.is_empty() {
             return Rx::Done;
         }
@@ -191,16 +207,14 @@ impl<'a> Backend for MemoryBackend<'a> {
             return Rx::Done;
         }
         let end = (self.pos + MAX_BURST).min(self.frames.len());
-        let b = MemoryBurst {
-            frames: &self.frames[self.pos..end],
-            link: self.link,
-        };
+        b.frames = &self.frames[self.pos..end];
         self.pos = end;
         self.bursts += 1;
-        Rx::Burst(b)
+        Rx::Ready
     }
 
-    fn tx(&mut self, _burst: MemoryBurst<'a>, verdicts: &[Verdict]) {
+    fn tx(&mut self, b: &mut MemoryBurst<'a>, verdicts: &[Verdict]) {
+        b.frames = &[];
         for v in verdicts {
             match v {
                 Verdict::Drop => self.dropped += 1,

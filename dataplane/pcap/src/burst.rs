@@ -54,18 +54,23 @@ impl Burst {
     }
 }
 
-impl Frames for Box<Burst> {
+/// A worker's burst slot: the burst it holds between receive and transmit
+/// (bursts travel boxed through the channels, so only a pointer moves).
+pub(crate) struct Slot(pub Option<Box<Burst>>);
+
+impl Frames for Slot {
     fn len(&self) -> usize {
-        self.meta.len()
+        self.0.as_ref().map_or(0, |b| b.meta.len())
     }
 
     fn packet(&self, i: usize) -> PacketRef<'_> {
-        let m = &self.meta[i];
+        let b = self.0.as_ref().expect("a received burst");
+        let m = &b.meta[i];
         PacketRef {
             link: m.link,
             ts_ns: m.ts_ns,
             orig_len: m.orig_len,
-            data: self.frame(i),
+            data: b.frame(i),
         }
     }
 }

@@ -35,7 +35,7 @@ use cfdp_rules::{Action, FlowKey};
 use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use serde::Serialize;
 
-use crate::burst::Burst;
+use crate::burst::{Burst, Slot};
 use crate::capture::{Capture, CaptureError, Frame};
 use crate::output::{writer_loop, Outputs};
 use crate::rss::rss_worker;
@@ -49,9 +49,13 @@ struct ChannelBackend {
 }
 
 impl Backend for ChannelBackend {
-    type Burst = Box<Burst>;
+    type Burst = Slot;
 
-    fn rx(&mut self) -> Rx<Box<Burst>> {
+    fn burst(&self) -> Slot {
+        Slot(None)
+    }
+
+    fn rx(&mut self, slot: &mut Slot) -> Rx {
         // The reader closes the channel when the capture is done (or a
         // stop was asked for): everything it sent is still processed.
         match self.from_reader.recv() {
@@ -59,16 +63,19 @@ impl Backend for ChannelBackend {
                 if let Some(m) = b.meta.last() {
                     self.last_ts_ns = m.ts_ns;
                 }
-                Rx::Burst(b)
+                slot.0 = Some(b);
+                Rx::Ready
             }
             Err(_) => Rx::Done,
         }
     }
 
-    fn tx(&mut self, mut burst: Box<Burst>, verdicts: &[Verdict]) {
-        burst.verdicts[..verdicts.len()].copy_from_slice(verdicts);
-        // A writer that stopped has reported its error: keep draining.
-        let _ = self.to_writer.send(burst);
+    fn tx(&mut self, slot: &mut Slot, verdicts: &[Verdict]) {
+        if let Some(mut burst) = slot.0.take() {
+            burst.verdicts[..verdicts.len()].copy_from_slice(verdicts);
+            // A writer that stopped has reported its error: keep draining.
+            let _ = self.to_writer.send(burst);
+        }
     }
 
     fn now_ns(&self) -> u64 {

@@ -9,6 +9,7 @@
 //! reason, in the known-differences file (default
 //! `dataplane/testkit/conformance/known-differences.tsv`). Listed differences that
 //! no longer occur are reported too, so the file stays true.
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

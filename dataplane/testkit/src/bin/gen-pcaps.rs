@@ -1,5 +1,6 @@
 //! Writes the project's generated test captures to `pcap/` (see `cfdp_testkit::captures`).
 //! Run: `cargo run -p cfdp-testkit --bin gen-pcaps [-- DIR]`
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 

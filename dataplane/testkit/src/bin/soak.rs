@@ -19,6 +19,7 @@
 //!
 //! `cargo run --release -p cfdp-testkit --bin soak -- --duration 120`
 //! (CI runs 2 minutes; exit 1 on any failed check).
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;

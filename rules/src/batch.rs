@@ -86,12 +86,23 @@ impl Update {
 
     /// The JSON form (round-trips through [`parse_update`]).
     pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("an update serializes")
+    }
+}
+
+/// Updates serialize as the protocol writes them: `{"op": "insert",
+/// "rule": {...}}`, `{"op": "delete", "id": N}`; streamed (the journal's
+/// record format).
+impl Serialize for Update {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("op", self.op())?;
         match self {
-            Update::Insert(r) | Update::Modify(r) => {
-                serde_json::json!({"op": self.op(), "rule": crate::rule::rule_to_json(r)})
-            }
-            Update::Delete(id) => serde_json::json!({"op": "delete", "id": id}),
+            Update::Insert(r) | Update::Modify(r) => m.serialize_entry("rule", r)?,
+            Update::Delete(id) => m.serialize_entry("id", id)?,
         }
+        m.end()
     }
 }
 

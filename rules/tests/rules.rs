@@ -60,3 +60,22 @@ fn errors_name_the_rule_and_the_field() {
         );
     }
 }
+
+/// Updates serialize (streamed, as the journal writes them) to what
+/// `parse_update` reads back.
+#[test]
+fn updates_round_trip_through_json() {
+    let rules = parse_rule_file(FILE).unwrap();
+    for r in rules {
+        for u in [
+            cfdp_rules::Update::Insert(r),
+            cfdp_rules::Update::Modify(r),
+            cfdp_rules::Update::Delete(r.id),
+        ] {
+            let text = serde_json::to_string(&u).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(cfdp_rules::parse_update(&v).unwrap(), u, "{text}");
+            assert_eq!(v, u.to_json());
+        }
+    }
+}

@@ -26,4 +26,4 @@ pub mod stats;
 pub mod store;
 
 pub use stats::{ControlStats, StatsBoard};
-pub use store::{ApplyError, BatchReport, RuleStore, StoreConfig};
+pub use store::{ApplyError, BatchReport, RuleStore, StoreConfig, Timing};

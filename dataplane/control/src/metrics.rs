@@ -28,9 +28,7 @@ pub fn serve(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<()>> 
                     Ok((s, _)) => {
                         let _ = answer(s, &ctx);
                     }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => crate::server::wait_readable(&l),
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             }

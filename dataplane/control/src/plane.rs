@@ -22,6 +22,8 @@ use crate::store::{ApplyError, RuleStore};
 pub struct Job {
     pub req: Request,
     pub reply: Sender<Value>,
+    /// µs the connection thread spent parsing the request line.
+    pub parse_us: u64,
 }
 
 /// Control-thread settings.
@@ -154,7 +156,7 @@ impl ControlPlane {
             };
             match jobs.recv_timeout(idle) {
                 Ok(job) => {
-                    let reply = self.handle(&job.req);
+                    let reply = self.handle_timed(&job.req, job.parse_us);
                     self.requests.fetch_add(1, Ordering::Relaxed);
                     // Published before the response: a client that reads
                     // `stats` after an answer sees its effect.
@@ -179,6 +181,11 @@ impl ControlPlane {
 
     /// The response to one request.
     pub fn handle(&mut self, req: &Request) -> Value {
+        self.handle_timed(req, 0)
+    }
+
+    /// The response to one request whose line took `parse_us` to parse.
+    fn handle_timed(&mut self, req: &Request, parse_us: u64) -> Value {
         let id = &req.id;
         let p = &req.params;
         let r = match req.method {
@@ -190,7 +197,7 @@ impl ControlPlane {
             }),
             Method::Stats => check_params(p, &[])
                 .map(|_| serde_json::to_value(self.stats()).expect("stats serialize")),
-            Method::Apply => return self.apply(req),
+            Method::Apply => return self.apply(req, parse_us),
             Method::Rules => return self.rules(req),
             Method::Get => {
                 let n = check_params(p, &["id"]).and_then(|_| param_u64(p, "id"));
@@ -254,9 +261,12 @@ impl ControlPlane {
         })
     }
 
-    fn apply(&mut self, req: &Request) -> Value {
+    fn apply(&mut self, req: &Request, line_parse_us: u64) -> Value {
         let id = &req.id;
-        let batch = match parse_batch(&req.params, self.cfg.max_batch) {
+        let t0 = Instant::now();
+        let parsed = parse_batch(&req.params, self.cfg.max_batch);
+        let parse_us = line_parse_us + t0.elapsed().as_micros() as u64;
+        let batch = match parsed {
             Ok(b) => b,
             Err(e) => {
                 self.batches_refused += 1;
@@ -271,7 +281,15 @@ impl ControlPlane {
                 None => Ok(()),
             });
         match r {
-            Ok(report) => {
+            Ok(mut report) => {
+                report.timing.parse_us = parse_us;
+                if report.applied {
+                    if let Some(j) = &self.journal {
+                        let (w, s) = j.last_timing();
+                        report.timing.journal_write_us = w;
+                        report.timing.journal_sync_us = s;
+                    }
+                }
                 self.batch_us.saturating_record(report.wall_us.max(1));
                 if report.applied {
                     self.batches_applied += 1;

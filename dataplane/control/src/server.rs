@@ -45,8 +45,22 @@ pub struct Limits {
 
 /// How long a client may leave a response unread.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often the accept loops look at the stop flag.
-const ACCEPT_POLL: Duration = Duration::from_millis(20);
+/// How often the accept loops look at the stop flag while no client comes.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+/// Waits until `l` has a connection to accept or [`ACCEPT_POLL`] passes.
+/// (A sleep between non-blocking accepts made every new connection wait up
+/// to the whole poll interval: 20 ms per `cfdp ctl` call.)
+pub(crate) fn wait_readable(l: &impl std::os::fd::AsFd) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(l, PollFlags::IN)];
+    let t = Timespec {
+        tv_sec: 0,
+        tv_nsec: ACCEPT_POLL.as_nanos() as i64,
+    };
+    // An error (EINTR) is a spurious wake-up: the caller just tries accept.
+    let _ = poll(&mut fds, Some(&t));
+}
 
 /// Shared by every listener.
 #[derive(Clone)]
@@ -139,7 +153,7 @@ pub fn serve_unix(
                         }
                         admit(s, &ctx, |s| s.try_clone());
                     }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => wait_readable(&l),
                     Err(e) => {
                         eprintln!("cfdp: control: accept: {e}");
                         std::thread::sleep(ACCEPT_POLL);
@@ -160,7 +174,7 @@ pub fn serve_tcp(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<(
             while !ctx.stop.load(Ordering::Relaxed) {
                 match l.accept() {
                     Ok((s, _)) => admit(s, &ctx, |s| s.try_clone()),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => wait_readable(&l),
                     Err(e) => {
                         eprintln!("cfdp: control: accept: {e}");
                         std::thread::sleep(ACCEPT_POLL);
@@ -336,6 +350,7 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
 
 /// The response to one request line.
 fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
+    let t0 = std::time::Instant::now();
     let req = match parse_request(line) {
         Ok(r) => r,
         Err(e) => return e.to_json(),
@@ -349,7 +364,16 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
     }
     let id = req.id.clone();
     let (tx, rx) = bounded(1);
-    if ctx.jobs.send(Job { req, reply: tx }).is_err() {
+    let parse_us = t0.elapsed().as_micros() as u64;
+    if ctx
+        .jobs
+        .send(Job {
+            req,
+            reply: tx,
+            parse_us,
+        })
+        .is_err()
+    {
         return ErrorReply::new(id, code::SHUTTING_DOWN, "the control thread has stopped")
             .to_json();
     }

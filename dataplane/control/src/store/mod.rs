@@ -96,6 +96,26 @@ pub struct InsertReport {
     pub grown: Vec<String>,
 }
 
+/// Where a batch's time went, µs: what the controller waits for, stage by
+/// stage (the request's JSON parse happens on the connection thread; the
+/// response's serialization and write after this report).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Timing {
+    /// Request line → JSON (connection thread) and JSON → typed batch.
+    pub parse_us: u64,
+    /// Every update checked against the overlay (all-or-nothing modes).
+    pub validate_us: u64,
+    /// Filter inserts and table operations.
+    pub filter_us: u64,
+    /// The durability hook: journal write + sync.
+    pub journal_us: u64,
+    pub journal_write_us: u64,
+    pub journal_sync_us: u64,
+    /// Publish to the workers, wait for them to leave the old copy, remove
+    /// deleted keys.
+    pub publish_us: u64,
+}
+
 /// The answer to a batch.
 #[derive(Clone, Debug, Serialize)]
 pub struct BatchReport {
@@ -107,6 +127,7 @@ pub struct BatchReport {
     pub wall_us: u64,
     pub results: Vec<UpdateResult>,
     pub filter: InsertReport,
+    pub timing: Timing,
 }
 
 impl BatchReport {

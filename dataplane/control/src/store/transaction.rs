@@ -31,6 +31,7 @@ pub(super) struct Pending {
     pub(super) iterations_sum: u64,
     /// Slots a dry run would hand out.
     pub(super) dry_slots: usize,
+    pub(super) timing: Timing,
 }
 
 impl RuleStore {
@@ -62,6 +63,12 @@ impl RuleStore {
         let mut results: Vec<UpdateResult> = Vec::with_capacity(n);
         let mut p = Pending::default();
         let hints = class_hints(batch);
+        let mut mark = Instant::now();
+        let mut lap = |t: &mut u64| {
+            let now = Instant::now();
+            *t += now.duration_since(mark).as_micros() as u64;
+            mark = now;
+        };
         if batch.atomicity.all_or_nothing() {
             // Stage 1: validate everything; touch nothing.
             let mut dry = Pending::default();
@@ -74,6 +81,7 @@ impl RuleStore {
                 failed |= r.is_err();
                 results.push(r.err().unwrap_or_else(UpdateResult::ok));
             }
+            lap(&mut p.timing.validate_us);
             if failed {
                 abort_results(&mut results, None);
                 return Ok(self.report(false, batch.atomicity, start, results, p));
@@ -100,6 +108,7 @@ impl RuleStore {
                 results.push(r.err().unwrap_or_else(UpdateResult::ok));
             }
         }
+        lap(&mut p.timing.filter_us);
         if p.effective.is_empty() {
             return Ok(self.report(false, batch.atomicity, start, results, p));
         }
@@ -108,7 +117,9 @@ impl RuleStore {
             self.undo(&mut p);
             return Err(ApplyError::NotDurable(e));
         }
+        lap(&mut p.timing.journal_us);
         self.commit(&mut p, generation);
+        lap(&mut p.timing.publish_us);
         Ok(self.report(true, batch.atomicity, start, results, p))
     }
 
@@ -131,6 +142,7 @@ impl RuleStore {
             wall_us: start.elapsed().as_micros() as u64,
             results,
             filter,
+            timing: p.timing,
         }
     }
 

@@ -356,30 +356,39 @@ impl Filter {
 
     // ----- lookups -------------------------------------------------------
 
+    /// The lookup proper, for a layout of `W` words per bucket: one
+    /// validated read of both buckets, SWAR matching, then the Bloom field.
     #[inline(always)]
-    fn probe(&self, k: &Keyed, b1: &Bucket, b2: &Bucket) -> Lookup {
+    fn lookup_w<const W: usize>(&self, k: &Keyed) -> Lookup {
         let l = &self.raw.layout;
-        if let Some(s) = l.find_fp(b1, k.fp) {
-            return Lookup::Entry(l.entry_value(l.entry(b1, s)));
+        let (b1, b2) = self.raw.read_pair::<W>(k.i1, k.i2);
+        let bcast = l.broadcast(k.fp);
+        let (hit1, v1) = l.probe_w::<W>(&b1, bcast);
+        let (hit2, v2) = l.probe_w::<W>(&b2, bcast);
+        // `&` rather than `&&`: no branch on the buckets' contents (see
+        // `Layout::probe_w`); the Bloom-field test is cheap arithmetic.
+        let bloom = l.tag_bits != 0 && {
+            let t1 = l.tag(&b1);
+            (t1 != 0) & (t1 == l.tag(&b2)) & (t1 == self.tag_for(k.fp, k.i1, k.i2))
+        };
+        if hit1 | hit2 {
+            Lookup::Entry(if hit1 { v1 } else { v2 })
+        } else if bloom {
+            Lookup::Bloom
+        } else {
+            Lookup::Miss
         }
-        if let Some(s) = l.find_fp(b2, k.fp) {
-            return Lookup::Entry(l.entry_value(l.entry(b2, s)));
-        }
-        if l.tag_bits != 0 {
-            let t1 = l.tag(b1);
-            if t1 != 0 && t1 == l.tag(b2) && t1 == self.tag_for(k.fp, k.i1, k.i2) {
-                return Lookup::Bloom;
-            }
-        }
-        Lookup::Miss
     }
 
     /// Looks up a pre-hashed key. Lock-free and write-free.
     #[inline]
     pub fn get_hash(&self, h: u64) -> Lookup {
         let k = self.derive(h);
-        let (b1, b2) = self.raw.read_pair(k.i1, k.i2);
-        self.probe(&k, &b1, &b2)
+        if self.raw.layout.words == 1 {
+            self.lookup_w::<1>(&k)
+        } else {
+            self.lookup_w::<2>(&k)
+        }
     }
 
     #[inline]
@@ -395,35 +404,40 @@ impl Filter {
         self.get_hash(hash_bytes(key)).is_hit()
     }
 
-    /// Batched lookup of pre-hashed keys, the DPDK bulk-lookup pattern as a
-    /// rolling software pipeline: both buckets of key `i + AHEAD` are
-    /// prefetched while key `i` is probed, so the cache misses of a burst
-    /// overlap instead of adding up. Answers are identical to
-    /// [`Filter::get_hash`] on each key.
+    /// Batched lookup of pre-hashed keys, the DPDK bulk-lookup pattern: for
+    /// each group of up to [`Filter::BATCH`] keys, every key's position is
+    /// derived and both its buckets are prefetched first, then the keys are
+    /// probed, so the cache misses of a whole group overlap instead of
+    /// adding up. Answers are identical to [`Filter::get_hash`] on each key.
     ///
     /// # Panics
     /// If `out` is shorter than `hashes`.
     pub fn get_batch_hashes(&self, hashes: &[u64], out: &mut [Lookup]) {
-        const AHEAD: usize = 8;
         assert!(out.len() >= hashes.len(), "output slice too short");
-        let mut ring = [Keyed::default(); AHEAD];
-        let prefetch = |k: &Keyed| {
-            crate::prefetch::read(self.raw.bucket_ptr(k.i1));
-            crate::prefetch::read(self.raw.bucket_ptr(k.i2));
-        };
-        for (slot, &h) in ring.iter_mut().zip(hashes) {
-            *slot = self.derive(h);
-            prefetch(slot);
+        if self.raw.layout.words == 1 {
+            self.batch_w::<1>(hashes, out);
+        } else {
+            self.batch_w::<2>(hashes, out);
         }
-        for (i, o) in out[..hashes.len()].iter_mut().enumerate() {
-            let k = ring[i % AHEAD];
-            if let Some(&h) = hashes.get(i + AHEAD) {
-                let next = self.derive(h);
-                prefetch(&next);
-                ring[i % AHEAD] = next;
+    }
+
+    /// Keys whose buckets one batched-lookup group prefetches before probing.
+    /// 32 keys are 64 outstanding lines: enough to cover DRAM latency, few
+    /// enough that the first lines are still in L1 when they are probed.
+    pub const BATCH: usize = 32;
+
+    #[inline(always)]
+    fn batch_w<const W: usize>(&self, hashes: &[u64], out: &mut [Lookup]) {
+        let mut group = [Keyed::default(); Self::BATCH];
+        for (hs, os) in hashes.chunks(Self::BATCH).zip(out.chunks_mut(Self::BATCH)) {
+            for (k, &h) in group.iter_mut().zip(hs) {
+                *k = self.derive(h);
+                crate::prefetch::read(self.raw.bucket_ptr(k.i1));
+                crate::prefetch::read(self.raw.bucket_ptr(k.i2));
             }
-            let (b1, b2) = self.raw.read_pair(k.i1, k.i2);
-            *o = self.probe(&k, &b1, &b2);
+            for (k, o) in group.iter().zip(os.iter_mut()) {
+                *o = self.lookup_w::<W>(k);
+            }
         }
     }
 

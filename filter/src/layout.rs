@@ -186,10 +186,42 @@ impl Layout {
         None
     }
 
-    /// Lowest slot holding fingerprint `fp` (any value).
+    /// Lanes of `word` whose fingerprint equals the broadcast probe, as the
+    /// top fingerprint bit of each such lane (plus, possibly, false flags
+    /// above a true one: see the module docs).
     #[inline(always)]
-    pub fn find_fp(&self, b: &Bucket, fp: u32) -> Option<usize> {
-        self.find_lane(b, u64::from(fp), self.lane_fp, self.lane_fp_high)
+    fn fp_hits(&self, word: u64, bcast: u64) -> u64 {
+        let x = (word ^ bcast) & self.lane_fp;
+        x.wrapping_sub(self.lane_ones) & !x & self.lane_fp_high
+    }
+
+    /// The lookup's bucket probe for a layout of `W` words per bucket known
+    /// at compile time, without branches on the bucket's contents: whether
+    /// some entry holds the broadcast fingerprint (`bcast` from
+    /// [`Layout::broadcast`]) and the value of the lowest such entry
+    /// (meaningless when none does).
+    ///
+    /// Branch-free matters for single-key lookups: a mispredicted branch on
+    /// a bucket that is still on its way from DRAM throws away the loads of
+    /// the next keys that the CPU had already started, so the misses of
+    /// consecutive lookups no longer overlap.
+    #[inline(always)]
+    pub fn probe_w<const W: usize>(&self, b: &Bucket, bcast: u64) -> (bool, u32) {
+        debug_assert_eq!(W, self.words);
+        let h0 = self.fp_hits(b[0], bcast);
+        let h1 = if W == 2 { self.fp_hits(b[1], bcast) } else { 0 };
+        let (word, h) = if h0 != 0 { (b[0], h0) } else { (b[1], h1) };
+        // The lowest flag is the top fingerprint bit of the lowest matching
+        // lane; the entry's value sits right above it.
+        let shift = (h.trailing_zeros() + 1) & 63;
+        let value = ((word >> shift) & self.value_mask) as u32;
+        (h0 | h1 != 0, value)
+    }
+
+    /// A fingerprint broadcast to every lane of a word.
+    #[inline(always)]
+    pub fn broadcast(&self, fp: u32) -> u64 {
+        u64::from(fp).wrapping_mul(self.lane_ones)
     }
 
     /// Lowest slot holding exactly `entry` (fingerprint and value).
@@ -261,7 +293,15 @@ mod tests {
                 let b = bucket_with(&l, &entries, tag);
                 for probe in 0..4u32 {
                     let scalar = (0..4).find(|&s| l.entry_fp(l.entry(&b, s)) == probe);
-                    assert_eq!(l.find_fp(&b, probe), scalar, "f={f} v={v} probe={probe}");
+                    let (hit, value) = if l.words == 1 {
+                        l.probe_w::<1>(&b, l.broadcast(probe))
+                    } else {
+                        l.probe_w::<2>(&b, l.broadcast(probe))
+                    };
+                    assert_eq!(hit, scalar.is_some(), "f={f} v={v} probe={probe}");
+                    if let Some(s) = scalar {
+                        assert_eq!(value, l.entry_value(l.entry(&b, s)), "f={f} v={v}");
+                    }
                     let e = l.make_entry(probe, 1 & l.value_mask as u32);
                     let scalar_e = (0..4).find(|&s| l.entry(&b, s) == e);
                     assert_eq!(l.find_entry(&b, e), scalar_e);

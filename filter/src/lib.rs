@@ -64,6 +64,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_debug_implementations)]
 
+mod alloc;
 mod config;
 mod filter;
 pub mod hash;

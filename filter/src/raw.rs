@@ -1,21 +1,15 @@
 //! The raw table: cache-line-aligned bucket words plus the per-stripe
 //! sequence locks that make optimistic reads safe. Everything here is safe
-//! code over atomics; the invariants it keeps are stated in the crate docs
-//! ("Concurrency protocol").
+//! code over atomics (the memory itself comes from [`crate::alloc`]); the
+//! invariants it keeps are stated in the crate docs ("Concurrency protocol").
+//!
+//! Bucket reads are generic over `W`, the words per bucket (1 or 2), so the
+//! hot paths compile to straight-line code for the table's layout; callers
+//! dispatch on [`Layout::words`] once per call or per batch.
 
+use crate::alloc::Words;
 use crate::layout::{Bucket, Layout};
 use crate::sync::{spin_hint, AtomicU64, Ordering};
-
-/// Eight words: buckets never straddle a cache line (one-word buckets sit
-/// eight to a line, two-word buckets four to a line).
-#[repr(align(64))]
-struct Line([AtomicU64; 8]);
-
-impl Line {
-    fn new() -> Self {
-        Line(std::array::from_fn(|_| AtomicU64::new(0)))
-    }
-}
 
 /// A stripe's sequence lock: even = free, odd = a writer holds it. Writers
 /// bump it to odd to lock and to the next even value to unlock, so a reader
@@ -25,7 +19,9 @@ struct Stripe(AtomicU64);
 
 pub(crate) struct RawTable {
     pub layout: Layout,
-    lines: Box<[Line]>,
+    /// Buckets never straddle a cache line: the block is line-aligned and a
+    /// bucket is one word or an aligned pair of words.
+    words: Words,
     bucket_mask: usize,
     stripes: Box<[Stripe]>,
     stripe_mask: usize,
@@ -50,12 +46,10 @@ impl Drop for StripeGuard<'_> {
 impl RawTable {
     pub fn new(layout: Layout, buckets: usize, stripes: usize) -> Self {
         debug_assert!(buckets.is_power_of_two() && stripes.is_power_of_two());
-        let words = buckets * layout.words;
-        let lines = (0..words.div_ceil(8)).map(|_| Line::new()).collect();
         let stripes = stripes.min(buckets);
         Self {
             layout,
-            lines,
+            words: Words::zeroed(buckets * layout.words),
             bucket_mask: buckets - 1,
             stripes: (0..stripes).map(|_| Stripe(AtomicU64::new(0))).collect(),
             stripe_mask: stripes - 1,
@@ -78,7 +72,7 @@ impl RawTable {
 
     #[inline(always)]
     fn word(&self, idx: usize) -> &AtomicU64 {
-        &self.lines[idx >> 3].0[idx & 7]
+        &self.words[idx]
     }
 
     #[inline(always)]
@@ -93,15 +87,24 @@ impl RawTable {
     }
 
     #[inline(always)]
-    fn load(&self, bucket: usize, order: Ordering) -> Bucket {
-        let base = bucket * self.layout.words;
+    fn load_w<const W: usize>(&self, bucket: usize, order: Ordering) -> Bucket {
+        let base = bucket * W;
         let w0 = self.word(base).load(order);
-        let w1 = if self.layout.words == 2 {
+        let w1 = if W == 2 {
             self.word(base + 1).load(order)
         } else {
             0
         };
         [w0, w1]
+    }
+
+    #[inline(always)]
+    fn load(&self, bucket: usize, order: Ordering) -> Bucket {
+        if self.layout.words == 1 {
+            self.load_w::<1>(bucket, order)
+        } else {
+            self.load_w::<2>(bucket, order)
+        }
     }
 
     /// Unvalidated read, for writers' path planning (hints only: every step
@@ -115,7 +118,8 @@ impl RawTable {
     /// writing shared memory: a seqlock read over both buckets' stripes.
     /// The returned pair existed, as a whole, at one instant during the call.
     #[inline(always)]
-    pub fn read_pair(&self, b1: usize, b2: usize) -> (Bucket, Bucket) {
+    pub fn read_pair<const W: usize>(&self, b1: usize, b2: usize) -> (Bucket, Bucket) {
+        debug_assert_eq!(W, self.layout.words);
         let s1 = &self.stripes[self.stripe_of(b1)].0;
         let s2 = &self.stripes[self.stripe_of(b2)].0;
         loop {
@@ -123,8 +127,8 @@ impl RawTable {
             let v2 = s2.load(Ordering::Acquire);
             if (v1 | v2) & 1 == 0 {
                 // Acquire loads: the re-check below cannot be hoisted above them.
-                let x = self.load(b1, Ordering::Acquire);
-                let y = self.load(b2, Ordering::Acquire);
+                let x = self.load_w::<W>(b1, Ordering::Acquire);
+                let y = self.load_w::<W>(b2, Ordering::Acquire);
                 if s1.load(Ordering::Acquire) == v1 && s2.load(Ordering::Acquire) == v2 {
                     return (x, y);
                 }

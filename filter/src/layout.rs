@@ -116,8 +116,12 @@ impl Layout {
 
     #[inline(always)]
     fn slot_pos(&self, slot: usize) -> (usize, u32) {
-        let lpw = self.lanes_per_word as usize;
-        (slot / lpw, (slot % lpw) as u32 * self.entry_bits)
+        // Shifts, not a division by the run-time lane count (4 or 2): this
+        // sits on every step of the insert walk.
+        // 4 lanes per word with one word, 2 with two.
+        let w = slot >> (3 - self.words);
+        let lane = slot & (self.lanes_per_word as usize - 1);
+        (w, lane as u32 * self.entry_bits)
     }
 
     #[inline(always)]

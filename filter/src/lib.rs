@@ -75,7 +75,7 @@ mod snapshot;
 mod sync;
 
 pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
-pub use filter::{Filter, InsertError, InsertOutcome, Lookup, Placement, Stats};
+pub use filter::{Filter, FilterWriter, InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use layout::ENTRIES_PER_BUCKET;
 pub use snapshot::SnapshotError;
 

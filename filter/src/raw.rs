@@ -7,17 +7,23 @@
 //! hot paths compile to straight-line code for the table's layout; callers
 //! dispatch on [`Layout::words`] once per call or per batch.
 
+use std::ops::{Deref, DerefMut};
+
 use crate::alloc::Words;
 use crate::layout::{Bucket, Layout};
-use crate::sync::{spin_hint, AtomicU64, Ordering};
+use crate::sync::{lock, spin_hint, AtomicU64, Mutex, MutexGuard, Ordering};
 
-/// A stripe's sequence lock: even = free, odd = a writer holds it. Writers
-/// bump it to odd to lock and to the next even value to unlock, so a reader
-/// that sees the same even value before and after its reads saw no write.
+/// A stripe's sequence counter: even = no write in progress, odd = the
+/// writer is changing a bucket of the stripe. The writer bumps it to odd
+/// before and to the next even value after, so a reader that sees the same
+/// even value before and after its reads saw no write.
 #[repr(transparent)]
 struct Stripe(AtomicU64);
 
-pub(crate) struct RawTable {
+/// The table, generic over `S`, the state its one writer at a time keeps
+/// (the filter's side table and random generator), which lives behind the
+/// writers' mutex.
+pub(crate) struct RawTable<S> {
     pub layout: Layout,
     /// Buckets never straddle a cache line: the block is line-aligned and a
     /// bucket is one word or an aligned pair of words.
@@ -25,26 +31,49 @@ pub(crate) struct RawTable {
     bucket_mask: usize,
     stripes: Box<[Stripe]>,
     stripe_mask: usize,
+    /// Writers are serialised: one writer at a time changes the table. So
+    /// a stripe is "locked" by plain stores of its counter, no
+    /// read-modify-write, and a plan made under this lock is still exact
+    /// when it is executed.
+    writer: Mutex<S>,
 }
 
-/// Held stripe locks (one or two, in ascending order); unlocks on drop.
-pub(crate) struct StripeGuard<'a> {
-    table: &'a RawTable,
+/// Proof that the caller is the table's one writer, with its state.
+pub(crate) struct WriteGuard<'a, S>(MutexGuard<'a, S>);
+
+impl<S> Deref for WriteGuard<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.0
+    }
+}
+
+impl<S> DerefMut for WriteGuard<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.0
+    }
+}
+
+/// Stripes marked busy (one or two); marked free again on drop.
+pub(crate) struct StripeGuard<'a, S> {
+    table: &'a RawTable<S>,
     held: [usize; 2],
+    /// The odd version each held stripe was locked at.
+    locked_at: [u64; 2],
     count: usize,
 }
 
-impl Drop for StripeGuard<'_> {
+impl<S> Drop for StripeGuard<'_, S> {
     fn drop(&mut self) {
-        for &s in &self.held[..self.count] {
-            // Odd -> next even: publishes every store made under the lock.
-            self.table.stripes[s].0.fetch_add(1, Ordering::Release);
+        for (&s, &v) in self.held.iter().zip(&self.locked_at).take(self.count) {
+            // Odd -> next even: publishes every store made while odd.
+            self.table.stripes[s].0.store(v + 1, Ordering::Release);
         }
     }
 }
 
-impl RawTable {
-    pub fn new(layout: Layout, buckets: usize, stripes: usize) -> Self {
+impl<S> RawTable<S> {
+    pub fn new(layout: Layout, buckets: usize, stripes: usize, writer: S) -> Self {
         debug_assert!(buckets.is_power_of_two() && stripes.is_power_of_two());
         let stripes = stripes.min(buckets);
         Self {
@@ -53,7 +82,13 @@ impl RawTable {
             bucket_mask: buckets - 1,
             stripes: (0..stripes).map(|_| Stripe(AtomicU64::new(0))).collect(),
             stripe_mask: stripes - 1,
+            writer: Mutex::new(writer),
         }
+    }
+
+    /// Becomes the table's writer (waits for the current one).
+    pub fn write(&self) -> WriteGuard<'_, S> {
+        WriteGuard(lock(&self.writer))
     }
 
     #[inline(always)]
@@ -137,45 +172,43 @@ impl RawTable {
         }
     }
 
-    /// Locks the stripes of `b1` and `b2` (deduplicated, ascending order so
-    /// that two writers can never deadlock).
-    pub fn lock_pair(&self, b1: usize, b2: usize) -> StripeGuard<'_> {
-        let (mut a, mut b) = (self.stripe_of(b1), self.stripe_of(b2));
-        if a > b {
-            std::mem::swap(&mut a, &mut b);
-        }
-        self.lock_stripe(a);
-        let count = if a == b {
-            1
+    /// Marks the stripes of `b1` and `b2` busy (odd) for a change of those
+    /// buckets; the writer guard proves no other writer can do the same.
+    pub fn lock_pair(
+        &self,
+        _writer: &WriteGuard<'_, S>,
+        b1: usize,
+        b2: usize,
+    ) -> StripeGuard<'_, S> {
+        let (a, b) = (self.stripe_of(b1), self.stripe_of(b2));
+        let va = self.mark_busy(a);
+        let (vb, count) = if a == b {
+            (va, 1)
         } else {
-            self.lock_stripe(b);
-            2
+            (self.mark_busy(b), 2)
         };
         StripeGuard {
             table: self,
             held: [a, b],
+            locked_at: [va, vb],
             count,
         }
     }
 
-    fn lock_stripe(&self, s: usize) {
+    /// Makes one stripe's counter odd; returns the odd value. A relaxed
+    /// store is enough: every bucket store that follows is a release store,
+    /// so a reader that sees one of them also sees this odd value.
+    fn mark_busy(&self, s: usize) -> u64 {
         let st = &self.stripes[s].0;
-        loop {
-            let v = st.load(Ordering::Relaxed);
-            if v & 1 == 0
-                && st
-                    .compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return;
-            }
-            spin_hint();
-        }
+        let v = st.load(Ordering::Relaxed);
+        debug_assert!(v & 1 == 0, "stripe already busy: writers not serialised");
+        st.store(v + 1, Ordering::Relaxed);
+        v + 1
     }
 
     /// Read a bucket under its stripe lock (the guard proves it is held).
     #[inline]
-    pub fn load_locked(&self, _guard: &StripeGuard<'_>, bucket: usize) -> Bucket {
+    pub fn load_locked(&self, _guard: &StripeGuard<'_, S>, bucket: usize) -> Bucket {
         debug_assert!(_guard.holds(self.stripe_of(bucket)));
         self.load(bucket, Ordering::Relaxed)
     }
@@ -183,7 +216,13 @@ impl RawTable {
     /// Store one word of a bucket under its stripe lock. Release ordering:
     /// a reader that sees this value also sees the stripe's odd version.
     #[inline]
-    pub fn store_locked(&self, _guard: &StripeGuard<'_>, bucket: usize, word: usize, value: u64) {
+    pub fn store_locked(
+        &self,
+        _guard: &StripeGuard<'_, S>,
+        bucket: usize,
+        word: usize,
+        value: u64,
+    ) {
         debug_assert!(_guard.holds(self.stripe_of(bucket)));
         self.word(bucket * self.layout.words + word)
             .store(value, Ordering::Release);
@@ -205,7 +244,7 @@ impl RawTable {
     }
 }
 
-impl StripeGuard<'_> {
+impl<S> StripeGuard<'_, S> {
     fn holds(&self, s: usize) -> bool {
         self.held[..self.count].contains(&s)
     }

@@ -140,7 +140,7 @@ impl Filter {
             threshold,
             c.max_kicks,
             self.buckets().trailing_zeros(),
-            self.raw().stripe_count() as u32,
+            self.stripe_count() as u32,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }

@@ -58,9 +58,11 @@ fn threshold_delays_bloom_part_and_bounds_iterations() {
     let f = bcf(BloomMode::Bit, 10);
     let mut keys = Keys::new(2);
     fill_to(&f, 0.96, &mut keys);
+    let mut placements = 0;
     for _ in 0..256 {
         let h = cfdp_filter::hash::hash_u64(keys.next_key());
         let out = f.insert_hash(h, 0).unwrap();
+        placements += usize::from(out.bloom_added);
         if out.bloom_added {
             // Algorithm 2: the Bloom part is only tried from iteration t+1.
             assert!(
@@ -74,6 +76,74 @@ fn threshold_delays_bloom_part_and_bounds_iterations() {
             assert!(out.bloom_added);
         }
     }
+    // Without this the test would pass on a filter that never used its
+    // Bloom part at all.
+    assert!(placements > 0, "no Bloom placement in 256 inserts at 96 %");
+    assert_eq!(f.bloom_len(), placements);
+}
+
+/// `migrate` takes turns over the Bloom part: elements that cannot move
+/// must not keep later ones from being tried. A filter is filled (one
+/// iteration per insert, so every full pair sends its item to the Bloom
+/// part) until the Bloom part holds elements; then room is made only around
+/// the element with the highest bucket pair, which sorts last in the side
+/// table. `migrate(1)`, called as often as there are elements, must move it.
+#[test]
+fn migrate_takes_turns_over_elements_that_cannot_move() {
+    let f = Filter::new(Config {
+        buckets_log2: Some(10),
+        fingerprint_bits: 12,
+        bloom: Some(BloomConfig {
+            mode: BloomMode::Bit,
+            threshold: 0,
+        }),
+        max_kicks: 1,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut keys = Keys::new(5);
+    let mut entries = Vec::new();
+    let mut bloom = Vec::new();
+    for _ in 0..(f.slots() * 2) {
+        let h = cfdp_filter::hash::hash_u64(keys.next_key());
+        match f.insert_hash(h, 0) {
+            Ok(out) if out.placement == Placement::Bloom => bloom.push(h),
+            Ok(_) => entries.push(h),
+            Err(InsertError::Full { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(bloom.len() >= 8, "only {} Bloom elements", bloom.len());
+    // With max_kicks = 1 nothing can move while both buckets are full.
+    assert_eq!(f.migrate(bloom.len()), 0);
+    let pair = |h: u64| {
+        let (a, b, _) = f.locate_hash(h);
+        (a.min(b), a.max(b))
+    };
+    let &last = bloom.iter().max_by_key(|&&h| pair(h)).unwrap();
+    let (lo, hi) = pair(last);
+    // Empty both buckets of the last element's pair.
+    let mut removed = 0;
+    for &h in &entries {
+        let (a, b, _) = f.locate_hash(h);
+        if [a, b].iter().any(|x| *x == lo || *x == hi) {
+            assert!(f.remove_hash(h, 0));
+            removed += 1;
+        }
+    }
+    assert!(removed > 0);
+    let first = pair(*bloom.iter().min_by_key(|&&h| pair(h)).unwrap());
+    assert!(first.0 < lo, "the element must not be the first one tried");
+    let mut calls = 0;
+    while f.get_hash(last) == Lookup::Bloom {
+        calls += 1;
+        assert!(
+            calls <= bloom.len(),
+            "migrate(1) never reached the last element in {calls} calls"
+        );
+        f.migrate(1);
+    }
+    assert!(matches!(f.get_hash(last), Lookup::Entry(0)));
 }
 
 #[test]

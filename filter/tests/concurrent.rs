@@ -1,5 +1,5 @@
-//! Stress: readers look up a fixed set of installed keys while a writer
-//! inserts, removes and migrates other keys at ≥ 95 % load with Bloom
+//! Stress: readers look up a fixed set of installed keys while one or two
+//! writers insert, remove and migrate other keys at ≥ 95 % load with Bloom
 //! placements happening. Zero misses allowed.
 
 mod common;
@@ -12,7 +12,45 @@ use std::time::{Duration, Instant};
 use cfdp_filter::{BloomConfig, BloomMode, Config, Filter};
 use common::{fill_to, Keys};
 
-fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32) {
+/// What one writer thread did.
+#[derive(Default)]
+struct Churned {
+    rounds: usize,
+    bloom_placements: usize,
+    migrated: usize,
+    min_load: f64,
+    keys: Vec<u64>,
+}
+
+/// Bursts of inserts (Bloom placements at this load), removals of older
+/// churn keys, and migration between bursts, until `deadline`.
+fn writer_churn(f: &Filter, seed: u64, mut churn: Vec<u64>, deadline: Instant) -> Churned {
+    let mut keys = Keys::new(seed);
+    let mut done = Churned {
+        min_load: 1.0,
+        ..Churned::default()
+    };
+    while Instant::now() < deadline {
+        done.rounds += 1;
+        for _ in 0..64 {
+            let h = keys.next_key();
+            let out = f.insert_hash(h, 0).expect("insert failed under churn");
+            done.bloom_placements += usize::from(out.bloom_added);
+            churn.push(h);
+        }
+        for _ in 0..64 {
+            let i = (keys.next_key() as usize) % churn.len();
+            let h = churn.swap_remove(i);
+            assert!(f.remove_hash(h, 0), "writer failed to remove its own key");
+        }
+        done.migrated += f.migrate(8);
+        done.min_load = done.min_load.min(f.len() as f64 / f.slots() as f64);
+    }
+    done.keys = churn;
+    done
+}
+
+fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32, writers: usize) {
     let f = Arc::new(
         Filter::new(Config {
             buckets_log2: Some(14),
@@ -27,6 +65,7 @@ fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32) {
     );
     let mut keys = Keys::new(21);
     let all = fill_to(&f, 0.955, &mut keys);
+    assert_eq!(f.len(), all.len());
     // Readers watch every third installed key; the writer churns the rest.
     let watched: Arc<Vec<u64>> = Arc::new(all.iter().copied().step_by(3).collect());
     let mut churn: Vec<u64> = all
@@ -67,32 +106,36 @@ fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32) {
         })
         .collect();
 
-    // Writer: bursts of inserts (Bloom placements at this load), removals of
-    // older churn keys, and migration between bursts.
+    // Writers: each churns its own share of the keys.
     let deadline = Instant::now() + Duration::from_secs(3);
+    let shares: Vec<Vec<u64>> = (0..writers)
+        .map(|w| churn.iter().copied().skip(w).step_by(writers).collect())
+        .collect();
+    churn.clear();
+    let handles: Vec<_> = shares
+        .into_iter()
+        .enumerate()
+        .map(|(w, share)| {
+            let f = f.clone();
+            thread::spawn(move || writer_churn(&f, 1000 + w as u64, share, deadline))
+        })
+        .collect();
     let (mut bloom_placements, mut migrated, mut rounds) = (0usize, 0usize, 0usize);
     let mut min_load = 1.0f64;
-    while Instant::now() < deadline {
-        rounds += 1;
-        for _ in 0..64 {
-            let h = keys.next_key();
-            let out = f.insert_hash(h, 0).expect("insert failed under churn");
-            bloom_placements += usize::from(out.bloom_added);
-            churn.push(h);
-        }
-        for _ in 0..64 {
-            let i = (keys.next_key() as usize) % churn.len();
-            let h = churn.swap_remove(i);
-            assert!(f.remove_hash(h, 0), "writer failed to remove its own key");
-        }
-        migrated += f.migrate(8);
-        min_load = min_load.min(f.len() as f64 / f.slots() as f64);
+    for h in handles {
+        let done = h.join().expect("writer thread");
+        assert!(done.rounds > 0, "a writer never ran");
+        rounds += done.rounds;
+        bloom_placements += done.bloom_placements;
+        migrated += done.migrated;
+        min_load = min_load.min(done.min_load);
+        churn.extend(done.keys);
     }
     stop.store(true, Ordering::Relaxed);
     let misses: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
     let n = lookups.load(Ordering::Relaxed);
     eprintln!(
-        "{mode:?}: {rounds} rounds, {n} lookups, {bloom_placements} Bloom placements, \
+        "{mode:?}, {writers} writer(s): {rounds} rounds, {n} lookups, {bloom_placements} Bloom placements, \
          {migrated} migrated, min load {min_load:.4}"
     );
     assert_eq!(misses, 0, "readers missed installed keys");
@@ -106,14 +149,21 @@ fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32) {
     for &h in watched.iter().chain(&churn) {
         assert!(f.contains_hash(h));
     }
+    // Every insert and remove of every writer was counted exactly once.
+    assert_eq!(f.len(), watched.len() + churn.len());
 }
 
 #[test]
 fn readers_never_miss_under_churn_bit_mode() {
-    stress(BloomMode::Bit, 12, 0);
+    stress(BloomMode::Bit, 12, 0, 1);
+}
+
+#[test]
+fn readers_never_miss_with_two_writers() {
+    stress(BloomMode::Bit, 12, 0, 2);
 }
 
 #[test]
 fn readers_never_miss_under_churn_tag_mode_two_word_buckets() {
-    stress(BloomMode::Tag { bits: 8 }, 16, 8);
+    stress(BloomMode::Tag { bits: 8 }, 16, 8, 1);
 }

@@ -237,7 +237,7 @@ impl RuleStore {
         let outcome = loop {
             match filter.insert_hash(h, value) {
                 Ok(o) => break o,
-                Err(InsertError::Full { .. } | InsertError::Contended) if self.cfg.auto_grow => {
+                Err(InsertError::Full { .. }) if self.cfg.auto_grow => {
                     filter = self.grow(p, &domain, &filter)?;
                 }
                 Err(e) => {

@@ -162,7 +162,20 @@ struct Plan {
     iterations: u32,
 }
 
+/// A bucket the breadth-first search reached by moving `victim` out of
+/// `slot` of the parent node's bucket.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    bucket: usize,
+    parent: u32,
+    slot: u8,
+    victim: u64,
+}
+
 std::thread_local! {
+    /// The search's node buffer, reused like the path buffer.
+    static BFS_NODES: std::cell::Cell<Vec<Node>> = const { std::cell::Cell::new(Vec::new()) };
+
     /// Each writer thread's path buffer, reused from plan to plan: growing a
     /// fresh `Vec` on every insert that kicks was a fifth of the insert
     /// path's instructions (callgrind, filling 2^16 buckets to 95 %).
@@ -333,6 +346,32 @@ impl Filter {
 
     pub(crate) fn layout(&self) -> &Layout {
         &self.raw.layout
+    }
+
+    /// The entries counter, for the bulk build (which sets it once).
+    pub(crate) fn entries_counter(&self) -> &AtomicUsize {
+        &self.entries
+    }
+
+    /// Writes item `h` with `value` into a free slot of `bucket` (one of its
+    /// two buckets) if there is one. Only for a filter no reader can see
+    /// yet (the bulk build); the caller owns `bucket` and counts entries.
+    pub(crate) fn place_unpublished(&self, bucket: usize, h: u64, value: u32, cap: u32) -> bool {
+        let l = &self.raw.layout;
+        let k = self.derive(h);
+        debug_assert!(bucket == k.i1 || bucket == k.i2);
+        let b = self.raw.load_hint(bucket);
+        let empty = l.empty_slots(&b);
+        if empty == 0 || ENTRIES_PER_BUCKET as u32 - empty.count_ones() >= cap {
+            return false;
+        }
+        let (w, v) = l.set_entry(
+            &b,
+            empty.trailing_zeros() as usize,
+            l.make_entry(k.fp, value),
+        );
+        self.raw.store_unpublished(bucket, w, v);
+        true
     }
 
     pub(crate) fn stripe_count(&self) -> usize {
@@ -690,6 +729,9 @@ impl Filter {
             };
             return done(path, Terminal::Empty(loc), i);
         }
+        if threshold.is_none() {
+            return self.plan_bfs(k, entry, path);
+        }
         if bloom_ok(i) && l.tag(&b1) == 0 && l.tag(&b2) == 0 {
             return done(path, Terminal::Bloom { a: k.i1, b: k.i2 }, i);
         }
@@ -766,6 +808,123 @@ impl Filter {
             iterations: i,
         });
         Err(i)
+    }
+
+    /// The plain cuckoo path (no Bloom part), found by breadth-first search
+    /// from both full candidate buckets, as libcuckoo does, instead of the
+    /// random walk: the shortest path to a free slot, and the buckets of a
+    /// whole level are prefetched together, so a search costs about one
+    /// memory latency per level rather than one per step of a walk. Bounded
+    /// by `max_kicks` bucket reads. Buckets are visited at most once, so the
+    /// path's slots are all distinct.
+    fn plan_bfs(&self, k: &Keyed, entry: u64, path: Vec<Step>) -> Result<Plan, u32> {
+        const ROOT: u32 = u32::MAX;
+        let max = self.config.max_kicks;
+        // Seen buckets, as a 4096-bit set of `bucket mod 4096`: a collision
+        // only skips a bucket, which can make a path longer, never wrong.
+        let mut seen = [0u64; 64];
+        let mut mark = |b: usize| {
+            let (w, bit) = ((b >> 6) & 63, 1u64 << (b & 63));
+            let fresh = seen[w] & bit == 0;
+            seen[w] |= bit;
+            fresh
+        };
+        let root = |bucket| Node {
+            bucket,
+            parent: ROOT,
+            slot: 0,
+            victim: 0,
+        };
+        let mut nodes = BFS_NODES.try_with(|b| b.take()).unwrap_or_default();
+        nodes.clear();
+        nodes.push(root(k.i1));
+        nodes.push(root(k.i2));
+        let result = self.bfs(k, entry, path, &mut nodes, &mut mark, max);
+        // On failure the path buffer was dropped inside; the node buffer
+        // goes back to the thread either way.
+        let _ = BFS_NODES.try_with(|b| b.set(nodes));
+        result
+    }
+
+    /// The search proper, over `nodes` (the two roots already in it).
+    fn bfs(
+        &self,
+        k: &Keyed,
+        entry: u64,
+        mut path: Vec<Step>,
+        nodes: &mut Vec<Node>,
+        mark: &mut impl FnMut(usize) -> bool,
+        max: u32,
+    ) -> Result<Plan, u32> {
+        const ROOT: u32 = u32::MAX;
+        let l = &self.raw.layout;
+        mark(k.i1);
+        mark(k.i2);
+        let mut reads = 2u32;
+        let mut level = 0..nodes.len();
+        while !level.is_empty() {
+            // Expand: every entry of a full bucket could move to its other
+            // bucket; prefetch those buckets all at once.
+            let next = nodes.len();
+            for n in level {
+                let node = nodes[n];
+                let b = self.raw.load_hint(node.bucket);
+                for slot in 0..ENTRIES_PER_BUCKET {
+                    let victim = l.entry(&b, slot);
+                    let child = self.alt(node.bucket, l.entry_fp(victim));
+                    if mark(child) {
+                        crate::prefetch::read(self.raw.bucket_ptr(child));
+                        nodes.push(Node {
+                            bucket: child,
+                            parent: n as u32,
+                            slot: slot as u8,
+                            victim,
+                        });
+                    }
+                }
+            }
+            for c in next..nodes.len() {
+                if reads >= max {
+                    return Err(reads);
+                }
+                reads += 1;
+                let empty = l.empty_slots(&self.raw.load_hint(nodes[c].bucket));
+                if empty == 0 {
+                    continue;
+                }
+                // Found: walk back to the root emitting the steps last
+                // first, then put them in order (see `Step` and `execute`).
+                let mut moved = nodes[c];
+                while moved.parent != ROOT {
+                    let here = nodes[moved.parent as usize];
+                    path.push(Step {
+                        loc: Loc {
+                            bucket: here.bucket,
+                            slot: moved.slot as usize,
+                        },
+                        placed: if here.parent == ROOT {
+                            entry
+                        } else {
+                            here.victim
+                        },
+                        orig: moved.victim,
+                    });
+                    moved = here;
+                }
+                path.reverse();
+                let dst = Loc {
+                    bucket: nodes[c].bucket,
+                    slot: empty.trailing_zeros() as usize,
+                };
+                return Ok(Plan {
+                    path,
+                    terminal: Terminal::Empty(dst),
+                    iterations: reads,
+                });
+            }
+            level = next..nodes.len();
+        }
+        Err(reads)
     }
 
     /// Executes a plan backwards (see the module docs). Returns where the

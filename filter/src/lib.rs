@@ -65,6 +65,7 @@
 #![warn(missing_debug_implementations)]
 
 mod alloc;
+mod bulk;
 mod config;
 mod filter;
 pub mod hash;
@@ -74,6 +75,7 @@ mod raw;
 mod snapshot;
 mod sync;
 
+pub use bulk::BuildError;
 pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
 pub use filter::{Filter, FilterWriter, InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use layout::ENTRIES_PER_BUCKET;

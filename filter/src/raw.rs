@@ -142,11 +142,20 @@ impl<S> RawTable<S> {
         }
     }
 
-    /// Unvalidated read, for writers' path planning (hints only: every step
-    /// is checked again under the locks before it is executed).
+    /// Unvalidated read, for the writer (whose reads are exact: nobody
+    /// else writes) and for the bulk build.
     #[inline]
     pub fn load_hint(&self, bucket: usize) -> Bucket {
         self.load(bucket, Ordering::Relaxed)
+    }
+
+    /// A store without marking the stripe busy: only for a table that no
+    /// reader can see yet (the bulk build, whose threads own disjoint
+    /// bucket ranges).
+    #[inline]
+    pub fn store_unpublished(&self, bucket: usize, word: usize, value: u64) {
+        self.word(bucket * self.layout.words + word)
+            .store(value, Ordering::Relaxed);
     }
 
     /// Consistent snapshot of two buckets without taking a lock and without

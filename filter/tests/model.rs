@@ -103,7 +103,14 @@ proptest! {
                             prop_assert!(out.iterations >= 1 && out.iterations <= 64);
                         }
                         Err(InsertError::Full { iterations }) => {
-                            prop_assert_eq!(iterations, 64);
+                            // The random walk (Bloom path) runs to max_kicks;
+                            // the plain path's breadth-first search may also
+                            // stop early, when no bucket is left to reach.
+                            if bloom.is_some() {
+                                prop_assert_eq!(iterations, 64);
+                            } else {
+                                prop_assert!((2..=64).contains(&iterations));
+                            }
                             prop_assert_eq!(f.len(), before, "a failed insert changed the filter");
                         }
                         Err(e) => prop_assert!(false, "unexpected error {e}"),

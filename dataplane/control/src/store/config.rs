@@ -7,7 +7,7 @@ use super::transaction::Pending;
 use super::views::domain_name;
 use super::*;
 use cfdp_engine::filter_params;
-use cfdp_filter::{BloomConfig, BloomMode, Config};
+use cfdp_filter::{BloomConfig, BloomMode, BuildError, Config};
 
 /// Filter and rule-store parameters (`[filter]` and `[control]` in the
 /// configuration).
@@ -102,15 +102,14 @@ impl RuleStore {
             }
             let mut cfg = old.config().clone();
             cfg.buckets_log2 = Some(log2);
-            let f = Arc::new(
-                Filter::new(cfg)
-                    .map_err(|e| UpdateResult::err(Code::CapacityExhausted, e.to_string()))?,
-            );
-            // Fill with the plain walk: the Bloom part stays free for bursts.
-            if keys
-                .iter()
-                .all(|&(h, v)| f.insert_hash_with(h, v, None).is_ok())
-            {
+            // The bulk build (plain cuckoo placement): the Bloom part stays
+            // free for bursts; `Full` means this size is too small.
+            let built = match Filter::build(cfg, &keys, 0) {
+                Ok(f) => Some(Arc::new(f)),
+                Err(BuildError::Full { .. }) => None,
+                Err(e) => return Err(UpdateResult::err(Code::CapacityExhausted, e.to_string())),
+            };
+            if let Some(f) = built {
                 p.report.grown.push(format!(
                     "{}: {} -> {} buckets",
                     domain_name(d),

@@ -57,9 +57,40 @@ pub fn results_path(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// Writes a CSV file with the given header line and rows (already comma-joined).
+/// One comment line naming the run: UTC date, the commit of the tree the
+/// binary was started in (with `-dirty` when it has uncommitted changes)
+/// and the machine. Every CSV starts with it, so a figure can be traced.
+pub fn run_header() -> String {
+    let out = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let date = out("date", &["-u", "+%Y-%m-%dT%H:%MZ"]).unwrap_or_else(|| "unknown date".into());
+    let commit = out("git", &["rev-parse", "--short", "HEAD"]).map_or_else(
+        || "unknown commit".into(),
+        |c| {
+            let dirty = out("git", &["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("{c}-dirty")
+            } else {
+                c
+            }
+        },
+    );
+    format!("# run {date}, commit {commit}, {}", machine_description())
+}
+
+/// Writes a CSV file: the [`run_header`] comment, the given header line and
+/// rows (already comma-joined).
 pub fn write_csv(path: &std::path::Path, header: &str, rows: &[String]) -> io::Result<()> {
     let mut f = io::BufWriter::new(fs::File::create(path)?);
+    writeln!(f, "{}", run_header())?;
     writeln!(f, "{header}")?;
     for r in rows {
         writeln!(f, "{r}")?;

@@ -71,7 +71,9 @@ pub struct InsertOutcome {
 /// walk is planned completely before anything is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InsertError {
-    /// No free entry (and no free Bloom pair) within `max_kicks` iterations.
+    /// No free entry (and no free Bloom pair) within `max_kicks` iterations
+    /// (the plain path: a breadth-first search of up to `max_kicks` bucket
+    /// reads, then a random walk of `max_kicks`).
     Full { iterations: u32 },
     /// The value does not fit in the configured value bits.
     ValueTooWide { value: u32, bits: u32 },
@@ -729,11 +731,23 @@ impl Filter {
             };
             return done(path, Terminal::Empty(loc), i);
         }
+        // The plain path searches breadth-first; should that find nothing
+        // within `max_kicks` bucket reads (it explores only about four
+        // levels), the random walk, which can follow longer paths, gets
+        // another `max_kicks`: near full load this is what keeps the load
+        // factor the walk alone reached.
+        let mut spent = 0;
         if threshold.is_none() {
-            return self.plan_bfs(k, entry, path);
+            match self.plan_bfs(k, entry, path) {
+                Ok(plan) => return Ok(plan),
+                Err(reads) => {
+                    spent = reads;
+                    path = Plan::buffer();
+                }
+            }
         }
         if bloom_ok(i) && l.tag(&b1) == 0 && l.tag(&b2) == 0 {
-            return done(path, Terminal::Bloom { a: k.i1, b: k.i2 }, i);
+            return done(path, Terminal::Bloom { a: k.i1, b: k.i2 }, i + spent);
         }
         let mut a = if rng.coin() { k.i1 } else { k.i2 };
         let slot = rng.below(ENTRIES_PER_BUCKET);
@@ -757,10 +771,10 @@ impl Filter {
                     bucket: be,
                     slot: rng.pick_bit(empty),
                 };
-                return done(path, Terminal::Empty(loc), i);
+                return done(path, Terminal::Empty(loc), i + spent);
             }
             if bloom_ok(i) && l.tag(&bb) == 0 && l.tag(&self.raw.load_hint(a)) == 0 {
-                return done(path, Terminal::Bloom { a, b: be }, i);
+                return done(path, Terminal::Bloom { a, b: be }, i + spent);
             }
             // Algorithm 2 (line 37) picks the next bucket at random between
             // the pair; the plain cuckoo filter of Fan et al. always evicts
@@ -807,7 +821,7 @@ impl Filter {
             terminal: Terminal::Empty(Loc { bucket: 0, slot: 0 }),
             iterations: i,
         });
-        Err(i)
+        Err(i + spent)
     }
 
     /// The plain cuckoo path (no Bloom part), found by breadth-first search

@@ -14,9 +14,12 @@
 //!   a side table of the Bloom-part elements and [`Filter::migrate`].
 //! * **Tag mode** ([`BloomMode::Tag`]): the Bloom field holds a `T`-bit tag
 //!   instead of one bit (the paper's future work).
-//! * **Concurrency**: lock striping for writers, seqlock-validated optimistic
-//!   reads for readers, and insert paths planned first and executed
-//!   backwards, so a lookup never misses an item inserted before it began.
+//! * **Concurrency**: one writer at a time (a writers' mutex; [`Filter::writer`]
+//!   holds it across a batch), per-stripe sequence counters that readers
+//!   validate (seqlock-style optimistic reads, no lock, no shared write), and
+//!   insert paths planned first and executed backwards, so a lookup never
+//!   misses an item inserted before it began.
+//! * **Bulk build**: [`Filter::build`] for a known set of items.
 //!
 //! ```
 //! use cfdp_filter::{hash::hash_bytes, BloomConfig, BloomMode, Config, Filter, Lookup};

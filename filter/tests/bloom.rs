@@ -160,7 +160,8 @@ fn plain_cuckoo_never_uses_bloom_part() {
         match f.insert_hash(keys.next_key(), 0) {
             Ok(out) => assert!(!out.bloom_added && out.placement == Placement::Entry),
             Err(InsertError::Full { iterations }) => {
-                assert_eq!(iterations, 500);
+                // Breadth-first search (≤ 500 reads), then a 500-step walk.
+                assert!((502..=1000).contains(&iterations), "{iterations}");
                 failed = true;
                 break;
             }

@@ -1,10 +1,14 @@
 //! The filter's basic figures, single thread:
 //! * bits per item and measured FPR at 95 % load for f = 8, 12, 16
 //!   (10^6 negative queries), beside the model and the bound;
-//! * insert throughput from empty to 95 % (plain cuckoo path);
+//! * insert throughput from empty to 95 % (plain cuckoo path), one writer:
+//!   `Filter::insert_hash` (takes the writers' mutex per call) and through
+//!   one `FilterWriter` handle (as a batch does), key hashing included;
+//! * the bulk build `Filter::build` of the same keys (all cores; keys
+//!   hashed before the clock starts, as a rule file's are);
 //! * lookup throughput, one key at a time and batched (groups of 32 keys
-//!   through `get_batch_hashes`), at 2^20 and 2^25 buckets, 50 % positive
-//!   queries, key hashing included in both.
+//!   through `get_batch_hashes`), at 2^20, 2^22 and 2^25 buckets, 50 %
+//!   positive queries, key hashing included in both.
 //!
 //! Output: tables on stdout, `bench/results/filter_basics.csv`.
 //! Run: `cargo run --release -p cfdp-bench --bin filter-basics [-- --quick]`
@@ -20,6 +24,7 @@ use cfdp_filter::{Config, Filter, Lookup};
 struct Filled {
     filter: Filter,
     keys: Vec<u64>,
+    /// Through one writer handle.
     insert_mops: f64,
 }
 
@@ -35,8 +40,9 @@ fn fill(log2: u32, f_bits: u32, load: f64, seed: u64) -> Filled {
     let keys: Vec<u64> = (0..target).map(|_| rng.next()).collect();
     let start = Instant::now();
     let mut inserted = 0;
+    let mut w = filter.writer();
     for &k in &keys {
-        if filter.insert_hash(hash_u64(k), 0).is_err() {
+        if w.insert_hash(hash_u64(k), 0).is_err() {
             eprintln!(
                 "note: 2^{log2} buckets, f={f_bits}: first failed insert at load {:.4}",
                 filter.stats().load_factor
@@ -46,6 +52,7 @@ fn fill(log2: u32, f_bits: u32, load: f64, seed: u64) -> Filled {
         inserted += 1;
     }
     let insert_mops = inserted as f64 / start.elapsed().as_secs_f64() / 1e6;
+    drop(w);
     let mut keys = keys;
     keys.truncate(inserted);
     Filled {
@@ -53,6 +60,38 @@ fn fill(log2: u32, f_bits: u32, load: f64, seed: u64) -> Filled {
         keys,
         insert_mops,
     }
+}
+
+/// Inserts `keys` one `insert_hash` call at a time into a fresh filter of
+/// the same size: M inserts/s.
+fn per_call_insert_mops(log2: u32, keys: &[u64]) -> f64 {
+    let f = Filter::new(Config {
+        buckets_log2: Some(log2),
+        fingerprint_bits: 12,
+        ..Config::default()
+    })
+    .expect("config");
+    let start = Instant::now();
+    for &k in keys {
+        f.insert_hash(hash_u64(k), 0)
+            .expect("room: the same keys fitted");
+    }
+    keys.len() as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// Bulk-builds a filter of `keys` (hashed beforehand): M keys/s.
+fn build_mops(log2: u32, keys: &[u64]) -> f64 {
+    let items: Vec<(u64, u32)> = keys.iter().map(|&k| (hash_u64(k), 0)).collect();
+    let cfg = Config {
+        buckets_log2: Some(log2),
+        fingerprint_bits: 12,
+        ..Config::default()
+    };
+    let start = Instant::now();
+    let f = Filter::build(cfg, &items, 0).expect("build");
+    let mops = items.len() as f64 / start.elapsed().as_secs_f64() / 1e6;
+    assert_eq!(f.len(), items.len());
+    mops
 }
 
 fn lookup_mops(f: &Filter, qs: &[u64], batched: bool, rounds: usize) -> f64 {
@@ -106,42 +145,54 @@ fn main() {
             s.bits_per_item, s.estimated_fpr, s.fpr_bound, filled.insert_mops
         );
         rows.push(format!(
-            "space,{f_bits},{space_log2},{:.4},,,{:.3},{fpr:.7},{:.3}",
+            "space,{f_bits},{space_log2},{:.4},,,{:.3},{fpr:.7},{:.3},,",
             s.load_factor, s.bits_per_item, filled.insert_mops
         ));
     }
 
     // 2. Lookup throughput, single versus batched.
-    let sizes: &[u32] = if quick { &[16, 20] } else { &[20, 22, 25] };
+    let sizes: Vec<u32> = match std::env::args().skip_while(|a| a != "--sizes").nth(1) {
+        Some(list) => list
+            .split(',')
+            .map(|x| {
+                x.parse()
+                    .expect("--sizes: comma-separated log2 bucket counts")
+            })
+            .collect(),
+        None if quick => vec![16, 20],
+        None => vec![20, 22, 25],
+    };
     let rounds = if quick { 3 } else { 7 };
-    println!("\nlookups, f = 12, 95 % load, 50 % positive, hashing included (median of {rounds})");
+    println!("\nf = 12, 95 % load; lookups 50 % positive, hashing included (median of {rounds})");
     println!(
-        "{:>8} {:>12} {:>12} {:>12} {:>12}",
-        "buckets", "insert Mops", "single Mops", "batch Mops", "batch/single"
+        "{:>8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12}",
+        "buckets", "ins/call", "ins/writer", "build", "single", "batched", "batch/single"
     );
-    for &log2 in sizes {
+    for &log2 in &sizes {
         {
             let filled = fill(log2, 12, 0.95, 7 + u64::from(log2));
             let qs = queries(&filled.keys, if quick { 1 << 20 } else { 1 << 23 }, 50, 99);
             let single = lookup_mops(&filled.filter, &qs, false, rounds);
             let batch = lookup_mops(&filled.filter, &qs, true, rounds);
+            let per_call = per_call_insert_mops(log2, &filled.keys);
+            let build = build_mops(log2, &filled.keys);
             println!(
-                "{:>8} {:>12.2} {single:>12.1} {batch:>12.1} {:>12.2}",
+                "{:>8} {per_call:>11.2} {:>11.2} {build:>11.2} {single:>11.1} {batch:>11.1} {:>12.2}",
                 format!("2^{log2}"),
                 filled.insert_mops,
                 batch / single
             );
+            let s = filled.filter.stats();
             rows.push(format!(
-                "lookup,12,{log2},{:.4},{single:.2},{batch:.2},,,{:.3}",
-                filled.filter.stats().load_factor,
-                filled.insert_mops
+                "lookup,12,{log2},{:.4},{single:.2},{batch:.2},{:.3},,{:.3},{per_call:.3},{build:.3}",
+                s.load_factor, s.bits_per_item, filled.insert_mops
             ));
         }
     }
     let path = results_path("filter_basics.csv");
     write_csv(
         &path,
-        "experiment,fp_bits,buckets_log2,load,single_mops,batched_mops,bits_per_item,fpr,insert_mops",
+        "experiment,fp_bits,buckets_log2,load,single_mops,batched_mops,bits_per_item,fpr,insert_mops,insert_per_call_mops,build_mops",
         &rows,
     )
     .expect("write csv");

@@ -1,7 +1,7 @@
 //! Lookup throughput, single thread: versus the fraction of positive queries
 //! (0–100 %) and versus load (50, 75, 95 %), one key at a time and batched,
 //! for our filter (`cfdp`, f = 12) and the peers at the same item count:
-//! `cuckoofilter` (8-bit fingerprints, rapidhash), `fastbloom` (same memory
+//! `cuckoofilter` (8-bit fingerprints, rapidhash), `fastbloom` (rapidhash, same memory
 //! as ours: equal bits per item), `xorf` BinaryFuse8 (rebuilt per load),
 //! `hashbrown` (exact set); at 2^20 and 2^25 buckets. Key hashing is
 //! included for every structure.
@@ -101,7 +101,9 @@ fn main() {
                 }
             }
             // fastbloom with our memory, and xorf, built for this key set.
+            // Its hasher: rapidhash, as cfdp's (its default is SipHash-1-3).
             let mut bloom = fastbloom::BloomFilter::with_num_bits(ours.stats().memory_bytes * 8)
+                .hasher(rapidhash::fast::RandomState::new())
                 .expected_items(keys.len());
             for k in &keys {
                 bloom.insert(k);

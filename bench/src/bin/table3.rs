@@ -8,7 +8,8 @@
 //!   word leaves free used for fingerprint), `cfdp-bcf` (f = 12, Bloom part,
 //!   Algorithm 2 with t = 5, filled to its own first failure, which fills
 //!   the Bloom part too) and `cfdp-bcf-tag` (the same with 16-bit tags);
-//! * `fastbloom` with the same memory as `cfdp-cf` (equal bits per item);
+//! * `fastbloom` with the same memory as `cfdp-cf` (equal bits per item),
+//!   rapidhash as its hasher (its default is SipHash-1-3);
 //! * the `cuckoofilter` crate (8-bit fingerprints, rapidhash as its hasher);
 //! * `xorf` BinaryFuse8 and BinaryFuse16 (static: built once from all keys);
 //! * `hashbrown` HashSet<u64> (exact).
@@ -118,7 +119,10 @@ fn main() {
     {
         let bits = cf_bytes * 8;
         let start = Instant::now();
-        let mut b = fastbloom::BloomFilter::with_num_bits(bits).expected_items(n);
+        // Its hasher: rapidhash, as cfdp's (its default is SipHash-1-3).
+        let mut b = fastbloom::BloomFilter::with_num_bits(bits)
+            .hasher(rapidhash::fast::RandomState::new())
+            .expected_items(n);
         for k in keys_n {
             b.insert(k);
         }

@@ -321,7 +321,12 @@ impl Filter {
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         config.validate()?;
         let tag_bits = config.bloom.map_or(0, |b| b.mode.field_bits());
-        let layout = Layout::new(config.fingerprint_bits, config.value_bits, tag_bits)?;
+        let layout = Layout::new(
+            config.fingerprint_bits,
+            config.value_bits,
+            tag_bits,
+            config.packed,
+        )?;
         let buckets = config.bucket_count()?;
         let stripes = if config.stripes == 0 {
             1024
@@ -529,8 +534,8 @@ impl Filter {
         for (hs, os) in hashes.chunks(Self::BATCH).zip(out.chunks_mut(Self::BATCH)) {
             for (k, &h) in group.iter_mut().zip(hs) {
                 *k = self.derive(h);
-                crate::prefetch::read(self.raw.bucket_ptr(k.i1));
-                crate::prefetch::read(self.raw.bucket_ptr(k.i2));
+                self.raw.prefetch(k.i1);
+                self.raw.prefetch(k.i2);
             }
             for (k, o) in group.iter().zip(os.iter_mut()) {
                 *o = self.lookup_w::<W>(k);
@@ -887,7 +892,7 @@ impl Filter {
                     let victim = l.entry(&b, slot);
                     let child = self.alt(node.bucket, l.entry_fp(victim));
                     if mark(child) {
-                        crate::prefetch::read(self.raw.bucket_ptr(child));
+                        self.raw.prefetch(child);
                         nodes.push(Node {
                             bucket: child,
                             parent: n as u32,

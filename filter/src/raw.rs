@@ -31,6 +31,8 @@ pub(crate) struct RawTable<S> {
     bucket_mask: usize,
     stripes: Box<[Stripe]>,
     stripe_mask: usize,
+    /// The packed layout's bucket mask (`packed_bits` ones); 0 otherwise.
+    packed_mask: u64,
     /// Writers are serialised: one writer at a time changes the table. So
     /// a stripe is "locked" by plain stores of its counter, no
     /// read-modify-write, and a plan made under this lock is still exact
@@ -76,9 +78,22 @@ impl<S> RawTable<S> {
     pub fn new(layout: Layout, buckets: usize, stripes: usize, writer: S) -> Self {
         debug_assert!(buckets.is_power_of_two() && stripes.is_power_of_two());
         let stripes = stripes.min(buckets);
+        let bits = layout.packed_bits;
+        let (words, packed_mask) = if bits == 0 {
+            (buckets * layout.words, 0)
+        } else {
+            // One spare word: the last bucket's read of its second word.
+            let mask = if bits == 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            };
+            ((buckets * bits as usize).div_ceil(64) + 1, mask)
+        };
         Self {
             layout,
-            words: Words::zeroed(buckets * layout.words),
+            words: Words::zeroed(words),
+            packed_mask,
             bucket_mask: buckets - 1,
             stripes: (0..stripes).map(|_| Stripe(AtomicU64::new(0))).collect(),
             stripe_mask: stripes - 1,
@@ -118,11 +133,65 @@ impl<S> RawTable<S> {
     /// Address of a bucket's first word, for prefetching.
     #[inline(always)]
     pub fn bucket_ptr(&self, bucket: usize) -> *const u8 {
-        self.word(bucket * self.layout.words) as *const AtomicU64 as *const u8
+        let w = if self.packed_mask != 0 {
+            self.packed_pos(bucket).0
+        } else {
+            bucket * self.layout.words
+        };
+        self.word(w) as *const AtomicU64 as *const u8
+    }
+
+    /// Prefetches a bucket: its line, and in the packed layout also the
+    /// next word's (a bucket may straddle two lines).
+    #[inline(always)]
+    pub fn prefetch(&self, bucket: usize) {
+        let p = self.bucket_ptr(bucket);
+        crate::prefetch::read(p);
+        if self.packed_mask != 0 {
+            crate::prefetch::read(p.wrapping_add(8));
+        }
+    }
+
+    /// Where a packed bucket's bits start: word index and bit offset.
+    #[inline(always)]
+    fn packed_pos(&self, bucket: usize) -> (usize, u32) {
+        let bit = bucket * self.layout.packed_bits as usize;
+        (bit >> 6, (bit & 63) as u32)
+    }
+
+    /// A packed bucket, extracted from the one or two words it spans.
+    #[inline(always)]
+    fn load_packed(&self, bucket: usize, order: Ordering) -> u64 {
+        let (w, o) = self.packed_pos(bucket);
+        let lo = self.word(w).load(order);
+        let hi = self.word(w + 1).load(order);
+        // `hi << (64 - o)`, written so that o = 0 shifts by 64 safely.
+        ((lo >> o) | ((hi << 1) << (63 - o))) & self.packed_mask
+    }
+
+    /// Writes a packed bucket into the one or two words it spans, keeping
+    /// the neighbours' bits. Only the writer writes, so the read of each
+    /// word is its current value; a reader of a neighbour bucket sees its
+    /// own bits unchanged whichever version of the word it loads.
+    #[inline]
+    fn store_packed(&self, bucket: usize, value: u64, order: Ordering) {
+        let (w, o) = self.packed_pos(bucket);
+        let m = self.packed_mask;
+        let lo = self.word(w).load(Ordering::Relaxed);
+        self.word(w).store((lo & !(m << o)) | (value << o), order);
+        if o + self.layout.packed_bits > 64 {
+            let sh = 64 - o; // the bits that went into `lo`
+            let hi = self.word(w + 1).load(Ordering::Relaxed);
+            self.word(w + 1)
+                .store((hi & !(m >> sh)) | (value >> sh), order);
+        }
     }
 
     #[inline(always)]
     fn load_w<const W: usize>(&self, bucket: usize, order: Ordering) -> Bucket {
+        if W == 1 && self.packed_mask != 0 {
+            return [self.load_packed(bucket, order), 0];
+        }
         let base = bucket * W;
         let w0 = self.word(base).load(order);
         let w1 = if W == 2 {
@@ -154,8 +223,18 @@ impl<S> RawTable<S> {
     /// bucket ranges).
     #[inline]
     pub fn store_unpublished(&self, bucket: usize, word: usize, value: u64) {
-        self.word(bucket * self.layout.words + word)
-            .store(value, Ordering::Relaxed);
+        self.store_word(bucket, word, value, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn store_word(&self, bucket: usize, word: usize, value: u64, order: Ordering) {
+        if self.packed_mask != 0 {
+            debug_assert_eq!(word, 0);
+            self.store_packed(bucket, value, order);
+        } else {
+            self.word(bucket * self.layout.words + word)
+                .store(value, order);
+        }
     }
 
     /// Consistent snapshot of two buckets without taking a lock and without
@@ -233,22 +312,29 @@ impl<S> RawTable<S> {
         value: u64,
     ) {
         debug_assert!(_guard.holds(self.stripe_of(bucket)));
-        self.word(bucket * self.layout.words + word)
-            .store(value, Ordering::Release);
+        self.store_word(bucket, word, value, Ordering::Release);
     }
 
-    /// All words, read relaxed. Only meaningful while writers are excluded.
+    /// Every bucket's words in the word layout's form (`layout.words` per
+    /// bucket; a packed bucket as its extracted word), read relaxed: the
+    /// image format, independent of packing. Only meaningful while writers
+    /// are excluded.
     pub fn words_snapshot(&self) -> Vec<u64> {
-        let n = self.buckets() * self.layout.words;
-        (0..n)
-            .map(|i| self.word(i).load(Ordering::Relaxed))
-            .collect()
+        let w = self.layout.words;
+        let mut out = Vec::with_capacity(self.buckets() * w);
+        for b in 0..self.buckets() {
+            out.extend_from_slice(&self.load(b, Ordering::Relaxed)[..w]);
+        }
+        out
     }
 
-    /// Fill from an image. Only called on a table nobody else can see yet.
+    /// Fill from an image in the [`RawTable::words_snapshot`] form. Only
+    /// called on a table nobody else can see yet.
     pub fn load_words(&self, words: &[u64]) {
-        for (i, &w) in words.iter().enumerate() {
-            self.word(i).store(w, Ordering::Relaxed);
+        for (b, bucket) in words.chunks(self.layout.words).enumerate() {
+            for (i, &v) in bucket.iter().enumerate() {
+                self.store_word(b, i, v, Ordering::Relaxed);
+            }
         }
     }
 }

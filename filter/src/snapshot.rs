@@ -3,16 +3,20 @@
 //! ```text
 //! offset  size  field (all little-endian)
 //!      0     8  magic "CFDPFILT"
-//!      8     4  format version (1)
+//!      8     4  format version (2; version 1 images, without the layout
+//!                 field, are still read)
 //!     12     4  hash id (crate::hash::HASH_ID)
 //!     16     4  fingerprint bits      20  4  value bits
 //!     24     4  Bloom mode (0 none, 1 bit, 2 tag)
 //!     28     4  Bloom field bits      32  4  threshold t
 //!     36     4  max_kicks             40  4  buckets log2
-//!     44     4  stripes               48  8  seed
-//!     56     8  entries               64  8  table words (N)
-//!     72     8  side-table records (R)
-//!     80   8·N  table words
+//!     44     4  stripes               48  4  layout (0 word, 1 packed)
+//!     52     8  seed                  60  8  entries
+//!     68     8  table words (N)       76  8  side-table records (R)
+//!     84   8·N  table words: each bucket as one or two words, the word
+//!                 layout's form even for a packed table
+//!                 (version 1: the layout field is absent, offsets from 48
+//!                 are 4 less, and the layout is the word layout)
 //!      …  24·R  records: low bucket u64, high bucket u64, fp u32, value u32
 //!      …     4  CRC-32 (IEEE) of everything before it
 //! ```
@@ -30,8 +34,9 @@ use crate::hash::HASH_ID;
 use crate::layout::{Layout, ENTRIES_PER_BUCKET};
 
 const MAGIC: &[u8; 8] = b"CFDPFILT";
-const VERSION: u32 = 1;
-const HEADER: usize = 80;
+const VERSION: u32 = 2;
+const HEADER: usize = 84;
+const HEADER_V1: usize = 80;
 const RECORD: usize = 24;
 
 /// Why an image was refused.
@@ -56,7 +61,7 @@ impl fmt::Display for SnapshotError {
             }
             SnapshotError::BadMagic => write!(f, "not a cfdp filter image (bad magic)"),
             SnapshotError::UnsupportedVersion(v) => {
-                write!(f, "filter image format version {v} is not supported (expected {VERSION})")
+                write!(f, "filter image format version {v} is not supported (expected 1 or {VERSION})")
             }
             SnapshotError::ChecksumMismatch { stored, computed } => write!(
                 f,
@@ -141,6 +146,7 @@ impl Filter {
             c.max_kicks,
             self.buckets().trailing_zeros(),
             self.stripe_count() as u32,
+            u32::from(c.packed),
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -168,7 +174,7 @@ impl Filter {
 
     /// Rebuilds a filter from [`Filter::to_bytes`] output.
     pub fn from_bytes(bytes: &[u8]) -> Result<Filter, SnapshotError> {
-        if bytes.len() < HEADER + 4 {
+        if bytes.len() < HEADER_V1 + 4 {
             return Err(SnapshotError::TooShort { len: bytes.len() });
         }
         if &bytes[..8] != MAGIC {
@@ -176,8 +182,13 @@ impl Filter {
         }
         let mut r = Reader { buf: bytes, pos: 8 };
         let version = r.u32();
-        if version != VERSION {
-            return Err(SnapshotError::UnsupportedVersion(version));
+        let header = match version {
+            1 => HEADER_V1,
+            VERSION => HEADER,
+            _ => return Err(SnapshotError::UnsupportedVersion(version)),
+        };
+        if bytes.len() < header + 4 {
+            return Err(SnapshotError::TooShort { len: bytes.len() });
         }
         let (body, tail) = bytes.split_at(bytes.len() - 4);
         let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
@@ -197,6 +208,15 @@ impl Filter {
         let max_kicks = r.u32();
         let buckets_log2 = r.u32();
         let stripes = r.u32() as usize;
+        let packed = match if version == 1 { 0 } else { r.u32() } {
+            0 => false,
+            1 => true,
+            other => {
+                return Err(SnapshotError::BadParameters(format!(
+                    "layout {other} (0 word, 1 packed)"
+                )))
+            }
+        };
         let seed = r.u64();
         let entries = r.u64();
         let n_words = r.u64();
@@ -226,11 +246,12 @@ impl Filter {
             max_kicks,
             stripes,
             seed,
+            packed,
         };
         // Check the parameters and the image size *before* allocating the
         // table: a crafted header must not make us allocate gigabytes.
         config.validate()?;
-        let layout = Layout::new(fingerprint_bits, value_bits, field_bits)?;
+        let layout = Layout::new(fingerprint_bits, value_bits, field_bits, packed)?;
         let buckets = config.bucket_count()?;
         let expect_words = buckets as u64 * layout.words as u64;
         if n_words != expect_words {
@@ -239,7 +260,7 @@ impl Filter {
                 layout.words
             )));
         }
-        let expected_len = (HEADER as u64)
+        let expected_len = (header as u64)
             .checked_add(n_words.saturating_mul(8))
             .and_then(|x| x.checked_add(n_side.saturating_mul(RECORD as u64)))
             .and_then(|x| x.checked_add(4));

@@ -52,6 +52,26 @@ fn built_filter_holds_every_item_with_its_value() {
     }
 }
 
+/// Packed buckets share words; threads fill whole chunks, whose bit ranges
+/// start on word boundaries, so no word is written by two threads.
+#[test]
+fn packed_build_on_two_threads() {
+    let cfg = Config {
+        packed: true,
+        ..config(18)
+    };
+    let n = (4 * (1 << 18)) * 95 / 100;
+    let its = items(n, 17);
+    let f = Filter::build(cfg, &its, 2).expect("build at 95 %");
+    assert_eq!(f.len(), n);
+    for &(h, _) in &its {
+        assert!(f.contains_hash(h));
+    }
+    for &(h, v) in its.iter().step_by(101) {
+        assert!(f.remove_hash(h, v));
+    }
+}
+
 #[test]
 fn build_answers_like_one_by_one_inserts() {
     let its = items(3000, 9);

@@ -50,7 +50,7 @@ fn writer_churn(f: &Filter, seed: u64, mut churn: Vec<u64>, deadline: Instant) -
     done
 }
 
-fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32, writers: usize) {
+fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32, writers: usize, packed: bool) {
     let f = Arc::new(
         Filter::new(Config {
             buckets_log2: Some(14),
@@ -59,6 +59,7 @@ fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32, writers: usize) {
             bloom: Some(BloomConfig { mode, threshold: 2 }),
             max_kicks: 1000,
             stripes: 64,
+            packed,
             ..Config::default()
         })
         .unwrap(),
@@ -155,15 +156,22 @@ fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32, writers: usize) {
 
 #[test]
 fn readers_never_miss_under_churn_bit_mode() {
-    stress(BloomMode::Bit, 12, 0, 1);
+    stress(BloomMode::Bit, 12, 0, 1, false);
 }
 
 #[test]
 fn readers_never_miss_with_two_writers() {
-    stress(BloomMode::Bit, 12, 0, 2);
+    stress(BloomMode::Bit, 12, 0, 2, false);
+}
+
+/// The packed layout: buckets share words with their neighbours, which
+/// belong to other stripes.
+#[test]
+fn readers_never_miss_packed_layout() {
+    stress(BloomMode::Bit, 12, 0, 1, true);
 }
 
 #[test]
 fn readers_never_miss_under_churn_tag_mode_two_word_buckets() {
-    stress(BloomMode::Tag { bits: 8 }, 16, 8, 1);
+    stress(BloomMode::Tag { bits: 8 }, 16, 8, 1, false);
 }

@@ -72,16 +72,22 @@ proptest! {
         log2 in 2u32..6,
         fp_bits in prop_oneof![Just(8u32), Just(12), Just(16)],
         bloom in bloom_mode(),
+        packed in any::<bool>(),
         ops in prop::collection::vec(op(), 1..400),
     ) {
-        let f = Filter::new(Config {
+        let cfg = Config {
             buckets_log2: Some(log2),
             fingerprint_bits: fp_bits,
             value_bits: 2,
             bloom,
             max_kicks: 64,
+            packed,
             ..Config::default()
-        }).unwrap();
+        };
+        // The packed layout exists for one-word buckets only (not f = 16).
+        let f = Filter::new(cfg.clone())
+            .or_else(|_| Filter::new(Config { packed: false, ..cfg }))
+            .unwrap();
         // identity -> hashes of the keys inserted under it (multiplicity = len)
         let mut model: HashMap<Identity, Vec<u64>> = HashMap::new();
         let mut total = 0usize;

@@ -102,7 +102,7 @@ fn corrupt_and_foreign_images_are_refused_clearly() {
     assert!(matches!(err, SnapshotError::ForeignHash(_)), "{err}");
 
     let mut bad = img.clone();
-    bad[56] ^= 1; // entry count
+    bad[60] ^= 1; // entry count
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
     assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err}");
 
@@ -116,6 +116,17 @@ fn corrupt_and_foreign_images_are_refused_clearly() {
     // max_kicks bounds every insert's time: an image cannot set billions.
     let mut bad = img.clone();
     bad[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
+    assert!(matches!(err, SnapshotError::Config(_)), "{err}");
+
+    let mut bad = img.clone();
+    bad[48] = 7; // layout
+    let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
+    assert!(matches!(err, SnapshotError::BadParameters(_)), "{err}");
+
+    // Packed, but the image's buckets (f = 16 + 8-bit values) need two words.
+    let mut bad = img.clone();
+    bad[48] = 1;
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
     assert!(matches!(err, SnapshotError::Config(_)), "{err}");
 
@@ -159,4 +170,57 @@ fn fuzz_regressions_load_or_fail_fast() {
         n += 1;
     }
     assert!(n >= 1, "regression inputs missing");
+}
+
+/// A packed filter's image carries its layout and restores to the same
+/// answers; the image holds the buckets in the word layout's form.
+#[test]
+fn packed_round_trip() {
+    let f = Filter::new(Config {
+        buckets_log2: Some(10),
+        fingerprint_bits: 12,
+        bloom: Some(BloomConfig {
+            mode: BloomMode::Bit,
+            threshold: 0,
+        }),
+        packed: true,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut keys = Keys::new(12);
+    let mut hs = fill_to(&f, 0.96, &mut keys);
+    for _ in 0..64 {
+        let h = keys.next_key();
+        if f.insert_hash(h, 0).is_ok() {
+            hs.push(h);
+        }
+    }
+    assert!(f.bloom_len() > 0);
+    let g = Filter::from_bytes(&f.to_bytes()).expect("own packed image loads");
+    assert!(g.config().packed);
+    assert_eq!((g.len(), g.bloom_len()), (f.len(), f.bloom_len()));
+    assert_eq!(g.stats().memory_bytes, f.stats().memory_bytes);
+    for &h in &hs {
+        assert_eq!(g.get_hash(h), f.get_hash(h));
+        assert!(g.contains_hash(h));
+    }
+}
+
+/// Images of format version 1 (before the layout field) still load.
+#[test]
+fn version_1_images_still_load() {
+    let (f, hs) = filled(Some(BloomMode::Bit));
+    let img = f.to_bytes();
+    // Version 1: no layout field at offset 48, version 1, fresh checksum.
+    let mut v1 = img[..img.len() - 4].to_vec();
+    v1.drain(48..52);
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32(&v1);
+    v1.extend_from_slice(&crc.to_le_bytes());
+    let g = Filter::from_bytes(&v1).expect("version 1 image loads");
+    assert!(!g.config().packed);
+    assert_eq!(g.len(), f.len());
+    for &h in &hs {
+        assert_eq!(g.get_hash(h), f.get_hash(h));
+    }
 }

@@ -29,12 +29,20 @@ struct Filled {
 }
 
 fn fill(log2: u32, f_bits: u32, load: f64, seed: u64) -> Filled {
-    let filter = Filter::new(Config {
-        buckets_log2: Some(log2),
-        fingerprint_bits: f_bits,
-        ..Config::default()
-    })
-    .expect("config");
+    fill_with(
+        Config {
+            buckets_log2: Some(log2),
+            fingerprint_bits: f_bits,
+            ..Config::default()
+        },
+        load,
+        seed,
+    )
+}
+
+fn fill_with(config: Config, load: f64, seed: u64) -> Filled {
+    let (log2, f_bits) = (config.buckets_log2.unwrap_or(0), config.fingerprint_bits);
+    let filter = Filter::new(config).expect("config");
     let target = (filter.slots() as f64 * load) as usize;
     let mut rng = SplitMix::new(seed);
     let keys: Vec<u64> = (0..target).map(|_| rng.next()).collect();
@@ -189,6 +197,46 @@ fn main() {
             ));
         }
     }
+    // 3. The two layouts side by side, as the data plane runs them (f = 12
+    //    with a 1-bit Bloom field): memory against lookup rate.
+    let log2 = if quick { 20 } else { 22 };
+    println!(
+        "\nlayouts at 2^{log2} buckets, f = 12 + 1-bit Bloom field, 95 % load (median of {rounds})"
+    );
+    println!(
+        "{:>8} {:>10} {:>11} {:>11} {:>11}",
+        "layout", "bits/item", "ins/writer", "single", "batched"
+    );
+    for packed in [false, true] {
+        let filled = fill_with(
+            Config {
+                buckets_log2: Some(log2),
+                fingerprint_bits: 12,
+                bloom: Some(cfdp_filter::BloomConfig {
+                    mode: cfdp_filter::BloomMode::Bit,
+                    threshold: 4,
+                }),
+                packed,
+                ..Config::default()
+            },
+            0.95,
+            31,
+        );
+        let qs = queries(&filled.keys, if quick { 1 << 20 } else { 1 << 23 }, 50, 98);
+        let single = lookup_mops(&filled.filter, &qs, false, rounds);
+        let batch = lookup_mops(&filled.filter, &qs, true, rounds);
+        let s = filled.filter.stats();
+        let name = if packed { "packed" } else { "word" };
+        println!(
+            "{name:>8} {:>10.2} {:>11.2} {single:>11.1} {batch:>11.1}",
+            s.bits_per_item, filled.insert_mops
+        );
+        rows.push(format!(
+            "layout-{name},12,{log2},{:.4},{single:.2},{batch:.2},{:.3},,{:.3},,",
+            s.load_factor, s.bits_per_item, filled.insert_mops
+        ));
+    }
+
     let path = results_path("filter_basics.csv");
     write_csv(
         &path,

@@ -74,8 +74,19 @@ pub fn run_header() -> String {
     let commit = out("git", &["rev-parse", "--short", "HEAD"]).map_or_else(
         || "unknown commit".into(),
         |c| {
-            let dirty = out("git", &["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            // Results files do not count: a run rewrites them.
+            let dirty = out(
+                "git",
+                &[
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    ":(top)",
+                    ":(exclude,top)bench/results",
+                ],
+            )
+            .is_some_and(|s| !s.is_empty());
             if dirty {
                 format!("{c}-dirty")
             } else {

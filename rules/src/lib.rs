@@ -23,7 +23,8 @@ pub use class::PrefixClass;
 pub use flow::{proto, FlowKey};
 pub use prefix::IpPrefix;
 pub use rule::{
-    parse_rule, parse_rule_file, rule_to_json, Action, Dir, Match, Rule, RuleError, RuleId,
+    parse_rule, parse_rule_file, parse_rule_list, rule_to_json, Action, Dir, Match, Rule,
+    RuleError, RuleId,
 };
 
 /// Reads and parses a rule file; every field is validated (the error names

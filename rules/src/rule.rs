@@ -133,33 +133,126 @@ impl std::error::Error for RuleError {}
 
 /// Parses a rule file (`{"rules": [...]}`) into validated rules. The whole
 /// file is checked; the first problem is returned.
+///
+/// The file is read as a stream of rules: each rule becomes a small JSON
+/// value, is validated into a [`Rule`] and dropped before the next is read,
+/// so a ten-million-rule file never exists as one JSON tree (that tree cost
+/// about 2 KB per rule and most of the load time).
 pub fn parse_rule_file(text: &str) -> Result<Vec<Rule>, RuleError> {
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| RuleError::new(None, None, "", format!("not valid JSON: {e}")))?;
-    let obj = v.as_object().ok_or_else(|| {
-        RuleError::new(
+    let mut found: Option<RuleError> = None;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = serde::de::DeserializeSeed::deserialize(FileSeed { found: &mut found }, &mut de)
+        .and_then(|rules| de.end().map(|()| rules));
+    match (parsed, found) {
+        // A rule's own problem is what the serde error carries up.
+        (_, Some(e)) => Err(e),
+        (Ok(Some(rules)), None) => Ok(rules),
+        (Ok(None), None) => Err(RuleError::new(None, None, "rules", "missing or not a list")),
+        (Err(e), None) if e.is_data() => Err(RuleError::new(None, None, "", e.to_string())),
+        (Err(e), None) => Err(RuleError::new(
             None,
             None,
             "",
-            "a rule file is an object {\"rules\": [...]}",
-        )
-    })?;
-    if let Some(k) = obj.keys().find(|k| *k != "rules") {
-        return Err(RuleError::new(
-            None,
-            None,
-            k,
-            "unknown field (expected only \"rules\")",
-        ));
+            format!("not valid JSON: {e}"),
+        )),
     }
-    let list = obj
-        .get("rules")
-        .and_then(Value::as_array)
-        .ok_or_else(|| RuleError::new(None, None, "rules", "missing or not a list"))?;
-    list.iter()
-        .enumerate()
-        .map(|(i, r)| parse_rule(r, Some(i)))
-        .collect()
+}
+
+/// Parses a bare rule list (`[...]`, as in a snapshot), streamed like
+/// [`parse_rule_file`].
+pub fn parse_rule_list(text: &str) -> Result<Vec<Rule>, RuleError> {
+    let mut found: Option<RuleError> = None;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = serde::de::DeserializeSeed::deserialize(ListSeed { found: &mut found }, &mut de)
+        .and_then(|rules| de.end().map(|()| rules));
+    match (parsed, found) {
+        (_, Some(e)) => Err(e),
+        (Ok(rules), None) => Ok(rules),
+        (Err(e), None) => Err(RuleError::new(
+            None,
+            None,
+            "",
+            format!("not valid JSON: {e}"),
+        )),
+    }
+}
+
+/// The top level of a rule file: an object whose only field is `rules`.
+struct FileSeed<'a> {
+    found: &'a mut Option<RuleError>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FileSeed<'_> {
+    type Value = Option<Vec<Rule>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
+    type Value = Option<Vec<Rule>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a rule file: an object {\"rules\": [...]}")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut rules = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key != "rules" || rules.is_some() {
+                let msg = if key == "rules" {
+                    "duplicate field"
+                } else {
+                    "unknown field (expected only \"rules\")"
+                };
+                *self.found = Some(RuleError::new(None, None, &key, msg));
+                return Err(A::Error::custom(msg));
+            }
+            rules = Some(map.next_value_seed(ListSeed {
+                found: &mut *self.found,
+            })?);
+        }
+        Ok(rules)
+    }
+}
+
+/// The `rules` list: each element parsed and validated as it is read.
+struct ListSeed<'a> {
+    found: &'a mut Option<RuleError>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ListSeed<'_> {
+    type Value = Vec<Rule>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ListSeed<'_> {
+    type Value = Vec<Rule>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of rules")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut rules = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element::<Value>()? {
+            match parse_rule(&v, Some(rules.len())) {
+                Ok(r) => rules.push(r),
+                Err(e) => {
+                    *self.found = Some(e);
+                    return Err(A::Error::custom("invalid rule"));
+                }
+            }
+        }
+        rules.shrink_to_fit();
+        Ok(rules)
+    }
 }
 
 /// Parses and validates one rule given as JSON.

@@ -51,6 +51,13 @@ fn errors_name_the_rule_and_the_field() {
          "rule #1 (id 1): match.proto: unknown protocol \"sctp\""),
         (r#"{"rules": [ {"id": 1,  ]}"#, "not valid JSON"),
         (r#"{"rulez": []}"#, "rulez: unknown field"),
+        (r#"[]"#, "expected a rule file: an object {\"rules\": [...]}"),
+        (r#"{"rules": 5}"#, "expected a list of rules"),
+        (r#"{}"#, "rules: missing or not a list"),
+        (r#"{"rules": [], "rules": []}"#, "rules: duplicate field"),
+        (r#"{"rules": []} 7"#, "not valid JSON: trailing characters"),
+        (r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, 3]}"#,
+         "rule #2: a rule is an object"),
     ];
     for (text, want) in cases {
         let got = err(text);

@@ -26,7 +26,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use cfdp_rules::{parse_update, rule_to_json, Rule, Update};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const SNAPSHOT: &str = "snapshot.json";
 const JOURNAL: &str = "journal.ndjson";
@@ -138,30 +138,36 @@ pub fn restore(dir: &Path) -> Result<Restored, String> {
     Ok(out)
 }
 
+/// The snapshot document; `rules` is kept as its raw text (checksummed as
+/// it is on disk, then parsed rule by rule: a ten-million-rule snapshot is
+/// never one JSON tree).
+#[derive(serde::Deserialize)]
+struct SnapshotDoc<'a> {
+    format: &'a str,
+    version: u64,
+    generation: u64,
+    crc32: u64,
+    #[serde(borrow)]
+    rules: &'a serde_json::value::RawValue,
+}
+
 fn parse_snapshot(text: &str) -> Result<(u64, Vec<Rule>), String> {
-    let v: Value =
+    let doc: SnapshotDoc =
         serde_json::from_str(text).map_err(|e| format!("snapshot is not valid JSON: {e}"))?;
-    if v["format"] != FORMAT || v["version"] != VERSION {
+    if doc.format != FORMAT || doc.version != VERSION {
         return Err(format!(
-            "not a cfdp rule snapshot of version {VERSION} (format {}, version {})",
-            v["format"], v["version"]
+            "not a cfdp rule snapshot of version {VERSION} (format {:?}, version {})",
+            doc.format, doc.version
         ));
     }
-    let g = v["generation"]
-        .as_u64()
-        .ok_or("snapshot: generation missing")?;
-    let rules = v["rules"].as_array().ok_or("snapshot: rules missing")?;
-    let crc = v["crc32"].as_u64().ok_or("snapshot: crc32 missing")?;
-    let body = serde_json::to_string(&v["rules"]).expect("JSON serializes");
-    if u64::from(crc32fast::hash(body.as_bytes())) != crc {
+    // Written compactly (no whitespace), so the list's bytes on disk are
+    // its serialization: what the checksum covers.
+    if u64::from(crc32fast::hash(doc.rules.get().as_bytes())) != doc.crc32 {
         return Err("snapshot: checksum mismatch (the file is damaged)".into());
     }
-    let rules = rules
-        .iter()
-        .enumerate()
-        .map(|(i, r)| cfdp_rules::parse_rule(r, Some(i)).map_err(|e| format!("snapshot: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((g, rules))
+    let rules =
+        cfdp_rules::parse_rule_list(doc.rules.get()).map_err(|e| format!("snapshot: {e}"))?;
+    Ok((doc.generation, rules))
 }
 
 fn parse_record(line: &[u8]) -> Result<(u64, Vec<Update>), String> {
@@ -267,22 +273,39 @@ impl Journal {
 /// Writes `snapshot.json` atomically (temporary file, fsync, rename, fsync
 /// of the directory).
 pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), String> {
-    let list = Value::Array(rules.iter().map(rule_to_json).collect());
-    let body = serde_json::to_string(&list).expect("JSON serializes");
-    let doc = json!({
-        "format": FORMAT,
-        "version": VERSION,
-        "generation": generation,
-        "crc32": crc32fast::hash(body.as_bytes()),
-        "rules": list,
-    });
     let path = dir.join(SNAPSHOT);
     let tmp = dir.join(format!("{SNAPSHOT}.tmp"));
-    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(doc.to_string().as_bytes())
-        .and_then(|_| f.write_all(b"\n"))
-        .and_then(|_| f.sync_all())
-        .map_err(|e| io_err(&tmp, e))?;
+    let f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    // Streamed rule by rule (one small JSON value at a time) through a
+    // writer that checksums the list as it goes out.
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, f);
+    let write = |out: &mut std::io::BufWriter<File>| -> std::io::Result<()> {
+        write!(
+            out,
+            "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\"generation\":{generation},\"rules\":"
+        )?;
+        let mut crc = crc32fast::Hasher::new();
+        let mut put = |out: &mut std::io::BufWriter<File>, b: &[u8]| {
+            crc.update(b);
+            out.write_all(b)
+        };
+        put(out, b"[")?;
+        let mut buf = Vec::with_capacity(256);
+        for (i, r) in rules.iter().enumerate() {
+            buf.clear();
+            if i > 0 {
+                buf.push(b',');
+            }
+            serde_json::to_writer(&mut buf, &rule_to_json(r)).expect("JSON serializes");
+            put(out, &buf)?;
+        }
+        put(out, b"]")?;
+        writeln!(out, ",\"crc32\":{}}}", crc.finalize())?;
+        out.flush()?;
+        out.get_ref().sync_all()
+    };
+    write(&mut out).map_err(|e| io_err(&tmp, e))?;
+    drop(out);
     std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
     sync_dir(dir)
 }
@@ -290,6 +313,7 @@ pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("cfdp-journal-{}-{name}", std::process::id()));
@@ -360,6 +384,40 @@ mod tests {
         std::fs::write(&snap, text).unwrap();
         let e = restore(&d).unwrap_err();
         assert!(e.contains("checksum"), "{e}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Snapshots written before the streamed writer (one JSON tree, keys
+    /// sorted) still load; the streamed one holds the same rules.
+    #[test]
+    fn snapshots_of_the_tree_writer_still_load() {
+        let d = tmp("old");
+        std::fs::create_dir_all(&d).unwrap();
+        let rules = [rule(1), rule(2), rule(3)];
+        let list = Value::Array(rules.iter().map(rule_to_json).collect());
+        let body = serde_json::to_string(&list).unwrap();
+        let old = json!({
+            "format": FORMAT,
+            "version": VERSION,
+            "generation": 7,
+            "crc32": crc32fast::hash(body.as_bytes()),
+            "rules": list,
+        });
+        std::fs::write(d.join(SNAPSHOT), format!("{old}\n")).unwrap();
+        let r = restore(&d).unwrap();
+        assert_eq!((r.snapshot_generation, r.rules.as_slice()), (7, &rules[..]));
+        write_snapshot(&d, 7, &rules).unwrap();
+        let r = restore(&d).unwrap();
+        assert_eq!((r.snapshot_generation, r.rules.as_slice()), (7, &rules[..]));
+        // A snapshot of another format version is refused by name.
+        let text = std::fs::read_to_string(d.join(SNAPSHOT)).unwrap();
+        std::fs::write(
+            d.join(SNAPSHOT),
+            text.replace("\"version\":1", "\"version\":9"),
+        )
+        .unwrap();
+        let e = restore(&d).unwrap_err();
+        assert!(e.contains("version 9"), "{e}");
         std::fs::remove_dir_all(&d).ok();
     }
 

@@ -172,6 +172,22 @@ pub fn render(stats: &ControlStats) -> String {
         "Sum of the filters' estimated false-positive rates",
         one(f.estimated_fpr_sum),
     );
+    let m = &stats.memory;
+    metric(
+        "memory_bytes",
+        "gauge",
+        "Heap bytes of the rule set by component",
+        [
+            ("rule_store", m.rule_store),
+            ("tables", m.tables),
+            ("filters", m.filters),
+            ("rule_counters", m.rule_counters),
+            ("other", m.other),
+        ]
+        .iter()
+        .map(|(c, v)| (format!("{{component=\"{c}\"}}"), *v as f64))
+        .collect(),
+    );
     let b = &stats.batch_us;
     metric(
         "batch_latency_us",

@@ -100,6 +100,7 @@ impl ControlPlane {
             started: Instant::now(),
             count_rules: Vec::new(),
             filter: Default::default(),
+            memory: Default::default(),
             batch_us: Latency::default(),
             batches: BatchCounts::default(),
             migrated: 0,
@@ -121,6 +122,7 @@ impl ControlPlane {
             started: self.started,
             count_rules: self.store.count_rule_slots(),
             filter: self.store.filter_stats(),
+            memory: self.store.memory(),
             batch_us: Latency {
                 count: h.len(),
                 p50: h.value_at_quantile(0.5),

@@ -14,7 +14,7 @@ use std::time::Instant;
 use cfdp_engine::{LiveStats, StatsSnapshot};
 use serde::Serialize;
 
-use crate::store::{CountSlot, FilterStats, RuleCount};
+use crate::store::{CountSlot, FilterStats, MemoryStats, RuleCount};
 
 /// Batch wall-time summary, µs.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
@@ -47,6 +47,7 @@ pub struct PlaneView {
     pub started: Instant,
     pub count_rules: Vec<CountSlot>,
     pub filter: FilterStats,
+    pub memory: MemoryStats,
     pub batch_us: Latency,
     pub batches: BatchCounts,
     pub migrated: u64,
@@ -65,6 +66,8 @@ pub struct ControlStats {
     /// Counters of the `count` rules (every rule has counters: `get`/`rules`).
     pub rule_counters: Vec<RuleCount>,
     pub filter: FilterStats,
+    /// Heap memory of the rule set by component.
+    pub memory: MemoryStats,
     pub batch_us: Latency,
     pub batches: BatchCounts,
     pub migrated: u64,
@@ -85,6 +88,7 @@ impl ControlStats {
             rule_counters: view.count_rules.iter().map(|c| c.read(live)).collect(),
             dataplane,
             filter: view.filter.clone(),
+            memory: view.memory,
             batch_us: view.batch_us,
             batches: view.batches,
             migrated: view.migrated,

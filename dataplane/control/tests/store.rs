@@ -646,3 +646,111 @@ fn rule_files_with_duplicates_are_refused_naming_the_rule() {
         assert_eq!(err, want);
     }
 }
+
+/// A rule set loaded in bulk (`with_rules`: tables built at their final
+/// size, filters by `Filter::build`) answers exactly like the same rules
+/// inserted through a batch, in verify and filter-only mode; and later
+/// batches see the loaded rules (their ids, their matches, their slots).
+#[test]
+fn bulk_load_matches_the_batch_path_and_later_batches_see_it() {
+    let mut rules: Vec<Rule> = (0..20_000)
+        .map(|i| {
+            let action = [Action::Drop, Action::Allow, Action::Count][i as usize % 3];
+            flow_rule(100_000 + i, i, action)
+        })
+        .collect();
+    for (i, p) in ["10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24", "192.0.2.0/24"]
+        .iter()
+        .enumerate()
+    {
+        rules.push(prefix_rule(i as u32 + 1, p, "drop"));
+    }
+    for mode in [Mode::Verify, Mode::FilterOnly] {
+        let cfg = StoreConfig {
+            mode,
+            flow_capacity: 1024, // grown to fit by the load
+            ..StoreConfig::default()
+        };
+        let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+        let mut bulk = RuleStore::with_rules(cfg.clone(), stats, &rules).unwrap();
+        let mut batched = store(cfg);
+        let r = apply(
+            &mut batched,
+            &batch(
+                Atomicity::RollbackOnError,
+                rules.iter().map(|r| Update::Insert(*r)).collect(),
+            ),
+        );
+        assert!(r.all_ok());
+        assert_eq!(bulk.rules(), batched.rules(), "{mode:?}");
+        assert_eq!(bulk.len(), rules.len());
+        // Every rule's key and some misses, through the filters as the
+        // workers match them.
+        let keys: Vec<FlowKey> = (0..20_100).map(flow).collect();
+        for s in [&bulk, &batched] {
+            let t = s.readers().handle();
+            let t = t.enter().unwrap();
+            let (mut counters, mut sample) = (Totals::default(), 0);
+            let mut mcx = MatchCtx {
+                mode,
+                counters: &mut counters,
+                sample: &mut sample,
+            };
+            let mut wrong = 0usize;
+            for (c, chunk) in keys.chunks(MAX_BURST).enumerate() {
+                let mut out = [None; MAX_BURST];
+                match_burst(&mut mcx, &t, chunk, &[true; MAX_BURST], &mut out);
+                for (j, k) in chunk.iter().enumerate() {
+                    let i = c * MAX_BURST + j;
+                    let want = t.classify(k);
+                    if i < 20_000 {
+                        assert_eq!(want.map(|e| e.id), Some(100_000 + i as u32));
+                        assert!(out[j].is_some(), "{mode:?}: false negative, key {i}");
+                    }
+                    if mode == Mode::Verify {
+                        assert_eq!(out[j], want, "{mode:?} key {i}");
+                    } else if i < 20_000 && out[j] != want {
+                        // Filter-only: another key's entry with the same
+                        // fingerprint may answer first (a false positive).
+                        wrong += 1;
+                    }
+                }
+            }
+            assert!(wrong * 200 < 20_000, "{mode:?}: {wrong} wrong answers");
+        }
+        // Later batches see the loaded rules.
+        let r = apply(
+            &mut bulk,
+            &batch(
+                Atomicity::ContinueOnError,
+                vec![
+                    Update::Insert(flow_rule(100_005, 999_999, Action::Drop)), // id taken
+                    Update::Insert(flow_rule(7, 5, Action::Drop)),             // match taken
+                    Update::Insert(prefix_rule(8, "10.1.0.0/16", "allow")),    // match taken
+                    Update::Delete(100_006),
+                    // The deleted rule's match is free again in the same batch.
+                    Update::Insert(flow_rule(9, 6, Action::Allow)),
+                ],
+            ),
+        );
+        assert_eq!(
+            codes(&r),
+            [
+                Code::AlreadyExists,
+                Code::AlreadyExists,
+                Code::AlreadyExists,
+                Code::Ok,
+                Code::Ok
+            ],
+            "{mode:?}: {:?}",
+            r.results
+        );
+        assert_eq!(published(&bulk, &flow(6)).map(|e| e.id), Some(9));
+        let m = bulk.memory();
+        assert!(m.tables > 0 && m.rule_store > 0 && m.filters > 0 && m.rule_counters > 0);
+        assert_eq!(
+            m.total,
+            m.rule_store + m.tables + m.filters + m.rule_counters + m.other
+        );
+    }
+}

@@ -27,7 +27,7 @@ pub mod worker;
 pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx};
 pub use matcher::{filter_params, Mode, MAX_BURST};
 pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
-pub use tables::{Op, RuleRef, Tables};
+pub use tables::{ClassTables, Op, RuleRef, Tables};
 pub use worker::{FlowTable, PacketRef, Verdict, Worker, WorkerContext, WorkerOptions};
 
 #[cfg(test)]

@@ -164,6 +164,13 @@ impl SlotCounters {
         }
     }
 
+    /// Heap bytes of the counter chunks allocated so far.
+    pub fn memory_bytes(&self) -> usize {
+        let chunk = 2 * SLOT_CHUNK * std::mem::size_of::<AtomicU64>();
+        self.chunks.len() * std::mem::size_of::<OnceLock<Box<[AtomicU64]>>>()
+            + self.chunks.iter().filter(|c| c.get().is_some()).count() * chunk
+    }
+
     /// Counts one packet of `bytes` for `slot` (the owning worker only).
     #[inline]
     pub fn add(&self, slot: u32, bytes: u64) {
@@ -236,6 +243,11 @@ impl LiveStats {
     /// Allocates the counters of `slot` on every worker.
     pub fn ensure_slot(&self, slot: u32) -> bool {
         self.workers.iter().all(|w| w.rules.ensure(slot))
+    }
+
+    /// Heap bytes of every worker's per-rule counters.
+    pub fn rule_counter_bytes(&self) -> usize {
+        self.workers.iter().map(|w| w.rules.memory_bytes()).sum()
     }
 
     /// Sum over workers of `slot`'s (packets, bytes).

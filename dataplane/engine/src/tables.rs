@@ -61,21 +61,60 @@ pub struct Tables {
     pub exact: HashMap<FlowKey, RuleRef>,
     /// In priority order (longest prefix first; see `cfdp_rules::set`).
     pub classes: Vec<ClassTables>,
-    /// Rule by slot.
+    /// Rule by slot: filter-only mode reads its actions from here (the
+    /// filter's value is the slot). Empty in the other modes, which never
+    /// read it (12 bytes per rule and copy saved).
     pub slots: Vec<Option<RuleRef>>,
+    keep_slots: bool,
     /// Rule-set generation this copy shows.
     pub generation: u64,
 }
 
 impl Tables {
-    pub fn new(flow_filter: Arc<Filter>) -> Self {
+    /// Empty tables. `keep_slots`: maintain the slot array (filter-only
+    /// mode; see [`Tables::slots`]).
+    pub fn new(flow_filter: Arc<Filter>, keep_slots: bool) -> Self {
         Self {
             flow_filter,
             exact: HashMap::new(),
             classes: Vec::new(),
             slots: Vec::new(),
+            keep_slots,
             generation: 0,
         }
+    }
+
+    /// Every rule of this copy (exact flow rules, then prefix rules).
+    pub fn rules(&self) -> impl Iterator<Item = &RuleRef> {
+        self.exact
+            .values()
+            .chain(self.classes.iter().flat_map(|c| c.entries.values()))
+    }
+
+    /// The id of the rule with exactly this match in this copy.
+    pub fn rule_id_of(&self, m: &cfdp_rules::Match) -> Option<RuleId> {
+        match (m, PrefixClass::of(m)) {
+            (cfdp_rules::Match::Flow(k), _) => self.exact.get(k).map(|e| e.id),
+            (_, Some((class, addr))) => self
+                .classes
+                .iter()
+                .find(|c| c.class == class)
+                .and_then(|c| c.entries.get(&addr))
+                .map(|e| e.id),
+            (_, None) => None,
+        }
+    }
+
+    /// Heap bytes of this copy's tables (filters excluded: they are shared
+    /// by both copies and accounted once by their owner).
+    pub fn memory_bytes(&self) -> usize {
+        table_bytes(&self.exact)
+            + self
+                .classes
+                .iter()
+                .map(|c| table_bytes(&c.entries) + std::mem::size_of::<ClassTables>())
+                .sum::<usize>()
+            + self.slots.capacity() * std::mem::size_of::<Option<RuleRef>>()
     }
 
     /// Number of rules in this copy.
@@ -106,12 +145,26 @@ impl Tables {
     }
 
     fn set_slot(&mut self, slot: u32, e: Option<RuleRef>) {
+        if !self.keep_slots {
+            return;
+        }
         let s = slot as usize;
         if self.slots.len() <= s {
             self.slots.resize(s + 1, None);
         }
         self.slots[s] = e;
     }
+}
+
+/// Heap bytes of a hashbrown table: one control byte and one entry per
+/// bucket, plus a group of trailing control bytes.
+pub fn table_bytes<K, V, S>(t: &HashMap<K, V, S>) -> usize {
+    let buckets = match t.capacity() {
+        0 => return 0,
+        c if c < 8 => (c + 1).next_power_of_two(),
+        c => (c * 8 / 7).next_power_of_two(),
+    };
+    buckets * (1 + std::mem::size_of::<(K, V)>()) + 16
 }
 
 /// One change to the tables. Deterministic: applied once to each copy.
@@ -220,7 +273,7 @@ mod tests {
 
     #[test]
     fn classes_stay_in_priority_order_and_slots_follow_entries() {
-        let mut t = Tables::new(filter());
+        let mut t = Tables::new(filter(), true);
         let e = |slot| RuleRef {
             id: slot,
             action: Action::Drop,
@@ -229,12 +282,12 @@ mod tests {
         for len in [8, 24, 16] {
             t.absorb_first(
                 &mut Op::AddClass(class(len), filter()),
-                &Tables::new(filter()),
+                &Tables::new(filter(), true),
             );
         }
         let lens: Vec<u8> = t.classes.iter().map(|c| c.class.len).collect();
         assert_eq!(lens, [24, 16, 8]);
-        let other = Tables::new(filter());
+        let other = Tables::new(filter(), true);
         t.absorb_first(&mut Op::InsertPrefix(class(16), [10; 16], e(3)), &other);
         assert_eq!(t.slots[3], Some(e(3)));
         // Replacing the entry with another slot frees the old slot.

@@ -34,7 +34,10 @@ fn frame(k: &FlowKey) -> Vec<u8> {
 /// A data plane with `drop` on key 1, `count` on key 2, and 1 worker.
 fn context(mode: Mode) -> (left_right::WriteHandle<Tables, Op>, WorkerContext) {
     let filter = Arc::new(Filter::new(Config::cuckoo(1024, 16)).unwrap());
-    let (mut w, r) = left_right::new_from_empty::<Tables, Op>(Tables::new(Arc::clone(&filter)));
+    let (mut w, r) = left_right::new_from_empty::<Tables, Op>(Tables::new(
+        Arc::clone(&filter),
+        mode == Mode::FilterOnly,
+    ));
     let stats = Arc::new(LiveStats::new(1, 16));
     for (slot, (i, action)) in [(1u8, Action::Drop), (2, Action::Count)]
         .into_iter()

@@ -435,9 +435,7 @@ fn report(
     let (rules, mut rule_counters) = match handle.enter() {
         Some(t) => (
             t.len(),
-            t.slots
-                .iter()
-                .flatten()
+            t.rules()
                 .filter(|e| e.action == Action::Count)
                 .map(|e| {
                     // A fixed rule set: every slot's counters are its rule's.

@@ -155,9 +155,8 @@ impl RuleStore {
         let committed = self
             .rules
             .iter()
-            .filter(|(id, _)| !p.ids.contains_key(*id))
-            .map(|(_, s)| s);
-        let pending = p.ids.values().flatten();
+            .filter(|s| !p.ids.contains_key(&s.rule.id));
+        let pending = p.ids.values().flatten().copied();
         committed
             .chain(pending)
             .filter_map(|s| in_domain(&s.rule.matcher).map(|h| (h, self.value_for(s.slot))))

@@ -38,16 +38,20 @@ use hashbrown::HashMap;
 use left_right::{ReadHandleFactory, WriteHandle};
 use serde::Serialize;
 
+mod bulk;
 mod config;
 mod publish;
+mod ruleset;
 mod transaction;
 mod views;
 
+use ruleset::RuleSet;
+
 pub use config::StoreConfig;
-pub use views::{class_name, CountSlot, FilterStats, OneFilter, RuleCount};
+pub use views::{class_name, CountSlot, FilterStats, MemoryStats, OneFilter, RuleCount};
 
 /// A committed rule.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stored {
     rule: Rule,
     slot: u32,
@@ -161,8 +165,7 @@ pub struct RuleStore {
     w: WriteHandle<Tables, Op>,
     factory: ReadHandleFactory<Tables>,
     stats: Arc<LiveStats>,
-    rules: HashMap<RuleId, Stored>,
-    by_match: HashMap<Match, RuleId>,
+    rules: RuleSet,
     flow_filter: Arc<Filter>,
     classes: HashMap<PrefixClass, (Arc<Filter>, usize)>,
     free_slots: Vec<u32>,
@@ -183,16 +186,17 @@ impl RuleStore {
             return Err(format!("max_rules = {}: must be 1..=2^32-1", cfg.max_rules));
         }
         let flow_filter = cfg.new_filter(cfg.flow_capacity)?;
-        let (w, r) =
-            left_right::new_from_empty::<Tables, Op>(Tables::new(Arc::clone(&flow_filter)));
+        let (w, r) = left_right::new_from_empty::<Tables, Op>(Tables::new(
+            Arc::clone(&flow_filter),
+            cfg.mode == Mode::FilterOnly,
+        ));
         let factory = r.factory();
         Ok(Self {
             cfg,
             w,
             factory,
             stats,
-            rules: HashMap::new(),
-            by_match: HashMap::new(),
+            rules: RuleSet::default(),
             flow_filter,
             classes: HashMap::new(),
             free_slots: Vec::new(),
@@ -221,7 +225,10 @@ impl RuleStore {
         Ok((store, cx))
     }
 
-    /// A store holding `rules` (validated as one all-or-nothing batch).
+    /// A store holding `rules`, validated like one all-or-nothing batch
+    /// (the first problem is the error, naming the rule by position and id:
+    /// `rule #2 (id 7): ...`) and built in bulk: tables at their final
+    /// size, filters by `Filter::build`, no operation log (see `bulk`).
     pub fn with_rules(
         mut cfg: StoreConfig,
         stats: Arc<LiveStats>,
@@ -233,40 +240,10 @@ impl RuleStore {
             .count();
         cfg.flow_capacity = cfg.flow_capacity.max(flows + flows / 8);
         cfg.max_rules = cfg.max_rules.max(rules.len());
-        let mut store = Self::new(cfg, stats)?;
-        if !rules.is_empty() {
-            store.load(rules)?;
+        if rules.is_empty() {
+            return Self::new(cfg, stats);
         }
-        Ok(store)
-    }
-
-    /// Inserts `rules` as one rollback-on-error batch; the first failure is
-    /// the error, naming the rule by position and id (`rule #2 (id 7): ...`).
-    /// This is the one place a rule file's duplicate ids and matches are
-    /// refused: the same validation as a batch's.
-    pub fn load(&mut self, rules: &[Rule]) -> Result<(), String> {
-        let batch = Batch {
-            atomicity: Atomicity::RollbackOnError,
-            expected_generation: None,
-            updates: rules.iter().map(|r| Ok(Update::Insert(*r))).collect(),
-        };
-        let report = self
-            .apply(&batch, |_, _| Ok(()))
-            .map_err(|e| e.to_string())?;
-        match report
-            .results
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.code != Code::Ok && r.code != Code::Aborted)
-        {
-            Some((i, r)) => Err(format!(
-                "rule #{} (id {}): {}",
-                i + 1,
-                rules[i].id,
-                r.message
-            )),
-            None => Ok(()),
-        }
+        Self::build(cfg, stats, rules)
     }
 
     pub fn config(&self) -> &StoreConfig {

@@ -30,8 +30,12 @@ use super::*;
 impl RuleStore {
     pub(super) fn commit(&mut self, p: &mut Pending, generation: u64) {
         for &slot in &p.new_slots {
+            // A slot's counters start at zero; only a recycled slot has
+            // totals from an earlier rule to subtract.
             let now = self.stats.slot_totals(slot);
-            self.baselines.insert(slot, now);
+            if now != (0, 0) {
+                self.baselines.insert(slot, now);
+            }
         }
         for op in p.ops.drain(..) {
             self.w.append(op);
@@ -57,24 +61,16 @@ impl RuleStore {
                     } else {
                         self.count_rules.remove(&id);
                     }
-                    self.rules.insert(id, s);
+                    self.rules.insert(s);
                 }
                 None => {
                     self.count_rules.remove(&id);
-                    self.rules.remove(&id);
+                    self.rules.remove(id);
                 }
             }
         }
-        for (m, id) in p.matches.drain() {
-            match id {
-                Some(id) => {
-                    self.by_match.insert(m, id);
-                }
-                None => {
-                    self.by_match.remove(&m);
-                }
-            }
-        }
+        // `p.matches` needs no commit: the published tables index matches.
+        p.matches.clear();
         if let Some(f) = p.flow_filter.take() {
             self.flow_filter = f;
         }

@@ -149,14 +149,15 @@ impl RuleStore {
     fn get_id(&self, p: &Pending, id: RuleId) -> Option<Stored> {
         match p.ids.get(&id) {
             Some(s) => *s,
-            None => self.rules.get(&id).copied(),
+            None => self.rules.get(id),
         }
     }
 
     fn get_match(&self, p: &Pending, m: &Match) -> Option<RuleId> {
         match p.matches.get(m) {
             Some(id) => *id,
-            None => self.by_match.get(m).copied(),
+            // Between batches the published copy is the committed rule set.
+            None => self.w.enter().and_then(|t| t.rule_id_of(m)),
         }
     }
 

@@ -57,7 +57,53 @@ pub struct FilterStats {
     pub filters: BTreeMap<String, OneFilter>,
 }
 
+/// Where the rule set's memory goes, in heap bytes (`stats` → `memory`).
+/// Computed from the structures' capacities, not sampled from the
+/// allocator: it is what the rules cost, whatever else the process holds.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct MemoryStats {
+    /// The store's rule array (by counter slot) and id index.
+    pub rule_store: usize,
+    /// Both left-right copies of the exact tables (and, in filter-only
+    /// mode, of the slot array) the workers read.
+    pub tables: usize,
+    /// The filters' tables (shared by both copies). Not counted: the side
+    /// table of items in a Bloom part awaiting migration (empty after a
+    /// load; bounded by the Bloom part's size otherwise).
+    pub filters: usize,
+    /// Every worker's per-rule packet and byte counters.
+    pub rule_counters: usize,
+    /// Counter baselines of recycled slots, the `count` rule index and the
+    /// free-slot list.
+    pub other: usize,
+    pub total: usize,
+    /// `total / rules` (0 without rules).
+    pub bytes_per_rule: f64,
+}
+
 impl RuleStore {
+    /// Heap memory of the rule set by component.
+    pub fn memory(&self) -> MemoryStats {
+        let tables = self.w.enter().map_or(0, |t| t.memory_bytes());
+        let mut m = MemoryStats {
+            rule_store: self.rules.memory_bytes(),
+            // Both copies hold the same tables (the second is a clone or
+            // replays the same operations): the published one, twice.
+            tables: 2 * tables,
+            filters: self.filters().map(|(_, f)| f.stats().memory_bytes).sum(),
+            rule_counters: self.stats.rule_counter_bytes(),
+            other: cfdp_engine::tables::table_bytes(&self.baselines)
+                + self.count_rules.len() * 2 * std::mem::size_of::<(RuleId, u32)>()
+                + self.free_slots.capacity() * 4,
+            ..MemoryStats::default()
+        };
+        m.total = m.rule_store + m.tables + m.filters + m.rule_counters + m.other;
+        if !self.rules.is_empty() {
+            m.bytes_per_rule = m.total as f64 / self.rules.len() as f64;
+        }
+        m
+    }
+
     /// Every rule, sorted by id.
     pub fn rules(&self) -> Vec<Rule> {
         let mut v: Vec<Rule> = self.iter().collect();
@@ -67,16 +113,16 @@ impl RuleStore {
 
     /// Every rule, in no particular order (no copy of the whole set).
     pub fn iter(&self) -> impl Iterator<Item = Rule> + '_ {
-        self.rules.values().map(|s| s.rule)
+        self.rules.iter().map(|s| s.rule)
     }
 
     pub fn rule(&self, id: RuleId) -> Option<Rule> {
-        self.rules.get(&id).map(|s| s.rule)
+        self.rules.get(id).map(|s| s.rule)
     }
 
     /// Packets and bytes that matched rule `id` since it was installed.
     pub fn rule_counters(&self, id: RuleId) -> Option<(u64, u64)> {
-        let s = self.rules.get(&id)?;
+        let s = self.rules.get(id)?;
         let (p, b) = self.stats.slot_totals(s.slot);
         let (bp, bb) = self.baselines.get(&s.slot).copied().unwrap_or((0, 0));
         Some((p.saturating_sub(bp), b.saturating_sub(bb)))

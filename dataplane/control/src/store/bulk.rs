@@ -1,0 +1,169 @@
+//! Loading a whole rule set at once (start-up from a rule file or a
+//! snapshot, `cfdp replay`): the same validation as a batch, but no
+//! overlay, no operation log and no filter insert walk.
+//!
+//! The batch path would hold every rule three times while it runs (the
+//! overlay, the operation log, the tables growing op by op, twice for the
+//! two left-right copies) and place keys one cuckoo walk at a time. Here
+//! the exact tables are built once at their final size while validating,
+//! every filter is made by `Filter::build` (sorted bulk placement) at a
+//! size that fits its keys, and the second left-right copy is a clone.
+
+use cfdp_engine::ClassTables;
+use cfdp_filter::BuildError;
+use cfdp_rules::FlowKey;
+
+use super::*;
+
+/// One domain's keys while loading: (hash, filter value) pairs.
+type Keys = Vec<(u64, u32)>;
+
+impl RuleStore {
+    /// A store holding exactly `rules` (see [`RuleStore::with_rules`]).
+    pub(super) fn build(
+        cfg: StoreConfig,
+        stats: Arc<LiveStats>,
+        rules: &[Rule],
+    ) -> Result<Self, String> {
+        if cfg.max_rules == 0 || cfg.max_rules > u32::MAX as usize {
+            return Err(format!("max_rules = {}: must be 1..=2^32-1", cfg.max_rules));
+        }
+        let n = rules.len();
+        let at = |i: usize, r: &Rule, msg: String| format!("rule #{} (id {}): {msg}", i + 1, r.id);
+        // Per-class sizes first, so every table is allocated once.
+        let mut class_sizes: HashMap<PrefixClass, usize> = HashMap::new();
+        let mut flows = 0usize;
+        for r in rules {
+            match PrefixClass::of(&r.matcher) {
+                Some((c, _)) => *class_sizes.entry(c).or_default() += 1,
+                None => flows += 1,
+            }
+        }
+        let mut set = RuleSet::with_capacity(n);
+        let mut exact: HashMap<FlowKey, RuleRef> = HashMap::with_capacity(flows);
+        let mut flow_keys: Keys = Vec::with_capacity(flows);
+        let mut classes: HashMap<PrefixClass, (HashMap<[u8; 16], RuleRef>, Keys)> = class_sizes
+            .iter()
+            .map(|(c, &k)| (*c, (HashMap::with_capacity(k), Vec::with_capacity(k))))
+            .collect();
+        let mut count_rules = std::collections::BTreeMap::new();
+        let keep_slots = cfg.mode == Mode::FilterOnly;
+        let value_for = |slot: u32| if keep_slots { slot } else { 0 };
+        for (i, r) in rules.iter().enumerate() {
+            if set.contains(r.id) {
+                return Err(at(i, r, format!("id: rule id {} exists", r.id)));
+            }
+            let slot = i as u32;
+            if !stats.ensure_slot(slot) {
+                return Err(at(
+                    i,
+                    r,
+                    format!("{n} rules do not fit: raise control.max_rules"),
+                ));
+            }
+            let e = RuleRef {
+                id: r.id,
+                action: r.action,
+                slot,
+            };
+            let dup = match r.matcher {
+                Match::Flow(k) => {
+                    flow_keys.push((k.hash(), value_for(slot)));
+                    exact.insert(k, e)
+                }
+                m => {
+                    let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
+                    let (entries, keys) = classes.get_mut(&c).expect("counted above");
+                    keys.push((c.hash_masked(&addr), value_for(slot)));
+                    entries.insert(addr, e)
+                }
+            };
+            if let Some(o) = dup {
+                return Err(at(i, r, format!("match: same match as rule id {}", o.id)));
+            }
+            if r.action == cfdp_rules::Action::Count {
+                count_rules.insert(r.id, slot);
+            }
+            set.insert(Stored { rule: *r, slot });
+        }
+
+        let flow_filter = build_filter(&cfg, cfg.flow_capacity, &flow_keys, || "flow".into())?;
+        drop(flow_keys);
+        let mut tables = Tables::new(Arc::clone(&flow_filter), keep_slots);
+        tables.exact = exact;
+        let mut store_classes = HashMap::with_capacity(classes.len());
+        for (c, (entries, keys)) in classes {
+            let cap = cfg.prefix_capacity.max(keys.len() * 9 / 8);
+            let f = build_filter(&cfg, cap, &keys, || views::class_name(&c))?;
+            store_classes.insert(c, (Arc::clone(&f), entries.len()));
+            tables.classes.push(ClassTables {
+                class: c,
+                filter: f,
+                entries,
+            });
+        }
+        tables.classes.sort_by_key(|x| (x.class.rank(), x.class));
+        if keep_slots {
+            tables.slots = set.iter().map(|s| Some(tables_ref(&s))).collect();
+        }
+        let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
+        let factory = r.factory();
+        Ok(Self {
+            cfg,
+            w,
+            factory,
+            stats,
+            rules: set,
+            flow_filter,
+            classes: store_classes,
+            free_slots: Vec::new(),
+            next_slot: n as u32,
+            baselines: HashMap::new(),
+            count_rules,
+            generation: 0,
+        })
+    }
+}
+
+fn tables_ref(s: &Stored) -> RuleRef {
+    RuleRef {
+        id: s.rule.id,
+        action: s.rule.action,
+        slot: s.slot,
+    }
+}
+
+/// A filter holding `keys`, sized for `capacity` items and grown (doubled)
+/// until the bulk build places them all, when `auto_grow` allows.
+fn build_filter(
+    cfg: &StoreConfig,
+    capacity: usize,
+    keys: &[(u64, u32)],
+    name: impl Fn() -> String,
+) -> Result<Arc<Filter>, String> {
+    let mut fcfg = cfg.filter_config(capacity)?;
+    loop {
+        match Filter::build(fcfg.clone(), keys, 0) {
+            Ok(f) => return Ok(Arc::new(f)),
+            Err(BuildError::Full { placed, total }) if cfg.auto_grow => {
+                let log2 = fcfg
+                    .bucket_count()
+                    .map_err(|e| e.to_string())?
+                    .trailing_zeros();
+                if log2 >= 30 {
+                    return Err(format!(
+                        "{} filter: {placed} of {total} keys placed at 2^30 buckets",
+                        name()
+                    ));
+                }
+                fcfg.buckets_log2 = Some(log2 + 1);
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{} filter: {e} (enable auto_grow or raise its capacity)",
+                    name()
+                ))
+            }
+        }
+    }
+}

@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod class;
+pub mod file;
 pub mod flow;
 pub mod prefix;
 pub mod protocol;
@@ -20,12 +21,10 @@ pub use batch::{
     parse_batch, parse_update, Atomicity, Batch, BatchError, Code, Update, UpdateResult,
 };
 pub use class::PrefixClass;
+pub use file::{parse_rule_file, parse_rule_list};
 pub use flow::{proto, FlowKey};
 pub use prefix::IpPrefix;
-pub use rule::{
-    parse_rule, parse_rule_file, parse_rule_list, rule_to_json, Action, Dir, Match, Rule,
-    RuleError, RuleId,
-};
+pub use rule::{parse_rule, rule_to_json, Action, Dir, Match, Rule, RuleError, RuleId};
 
 /// Reads and parses a rule file; every field is validated (the error names
 /// the rule and the field). Duplicate ids and matches are the rule store's

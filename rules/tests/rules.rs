@@ -86,3 +86,57 @@ fn updates_round_trip_through_json() {
         }
     }
 }
+
+/// A long list is parsed by several threads in chunks: the rules come back
+/// in file order, and the error is the first problem in document order
+/// whichever thread meets it first.
+#[test]
+fn long_lists_parse_in_order_and_report_the_first_problem() {
+    let rule = |i: usize| {
+        format!(
+            r#"{{"id": {}, "match": {{"dst_prefix": "10.{}.{}.0/24"}}, "action": "drop"}}"#,
+            i + 1,
+            (i >> 8) & 255,
+            i & 255
+        )
+    };
+    let n = 50_000;
+    let list = |bad: &[usize]| -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                if bad.contains(&i) {
+                    format!(r#"{{"id": {}, "match": {{"dst_prefix": "10.0.0.1/8"}}, "action": "drop"}}"#, i + 1)
+                } else {
+                    rule(i)
+                }
+            })
+            .collect()
+    };
+    let file = |items: Vec<String>| format!("{{\"rules\": [{}]}}", items.join(",\n"));
+    let rules = parse_rule_file(&file(list(&[]))).unwrap();
+    assert_eq!(rules.len(), n);
+    assert!(rules
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.id as usize == i + 1));
+    // Two bad rules in different chunks: the earlier one is reported.
+    let e = parse_rule_file(&file(list(&[45_000, 20_000]))).unwrap_err();
+    assert_eq!(e.index, Some(20_000), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("rule #20001 (id 20001): match.dst_prefix"),
+        "{e}"
+    );
+    // A bad rule before a syntax error: the bad rule is the first problem.
+    let mut text = file(list(&[30_000]));
+    text.insert_str(text.len() - 3, ", {\"id\": ");
+    let e = parse_rule_file(&text).unwrap_err();
+    assert_eq!(e.index, Some(30_000), "{e}");
+    // A syntax error alone, late in the list.
+    let mut text = file(list(&[]));
+    text.insert_str(text.len() - 3, ", {\"id\": ");
+    assert!(parse_rule_file(&text)
+        .unwrap_err()
+        .to_string()
+        .contains("not valid JSON"));
+}

@@ -19,6 +19,7 @@ pub struct Args {
 }
 
 pub fn replay(a: Args) -> ExitCode {
+    let t = std::time::Instant::now();
     let rules = match &a.rules {
         Some(path) => match cfdp_rules::read_rule_file(path) {
             Ok(r) => r,
@@ -36,9 +37,21 @@ pub fn replay(a: Args) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let parsed = t.elapsed();
     // The store refuses duplicate ids and matches, naming the rule.
     let (_store, cx) = match RuleStore::fixed(&rules, a.mode, a.workers) {
-        Ok(x) => x,
+        Ok(x) => {
+            if let Some(path) = &a.rules {
+                eprintln!(
+                    "cfdp: {} rules from {}: read in {:.2} s, installed in {:.2} s",
+                    rules.len(),
+                    path.display(),
+                    parsed.as_secs_f64(),
+                    (t.elapsed() - parsed).as_secs_f64()
+                );
+            }
+            x
+        }
         Err(e) => {
             let file = a.rules.as_ref().map(|p| p.display().to_string());
             eprintln!("cfdp: {}: {e}", file.as_deref().unwrap_or("rules"));

@@ -1,0 +1,243 @@
+//! Large rule sets: how long `cfdp run` takes to be ready (rules enforced,
+//! socket answering) with N exact-flow rules from a rule file and from its
+//! own snapshot, what it then holds in memory (RSS, peak RSS, and the
+//! store's own accounting by component), and how long `cfdp replay` takes
+//! with the same file. One worker, pcap backend looping `pcap/mixed.pcap`
+//! at 1000 frames/s, verify and filter-only mode.
+//!
+//! `cargo build --release -p cfdp -p cfdp-bench && ./target/release/large-rules`
+//! (`--quick`: 0 and 100 k rules; `--sizes 0,1000000,...`). Writes
+//! `results/large_rules.csv`.
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cfdp_bench::{bench_flow, is_quick, machine_description, results_path, write_csv};
+use serde_json::Value;
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// A rule file of `n` exact-flow drop rules, written as a stream.
+fn rule_file(path: &Path, n: u64) {
+    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).expect("create"));
+    w.write_all(b"{\"rules\": [\n").unwrap();
+    for i in 0..n {
+        let k = bench_flow(i);
+        let ip = |b: &[u8; 16]| format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]);
+        writeln!(
+            w,
+            "{}{{\"id\": {}, \"match\": {{\"flow\": {{\"src\": \"{}\", \"dst\": \"{}\", \
+             \"proto\": \"udp\", \"sport\": {}, \"dport\": {}}}}}, \"action\": \"drop\"}}",
+            if i == 0 { "" } else { "," },
+            i + 1,
+            ip(&k.src),
+            ip(&k.dst),
+            k.sport,
+            k.dport
+        )
+        .unwrap();
+    }
+    w.write_all(b"]}\n").unwrap();
+}
+
+/// `VmRSS` and `VmHWM` of a process, bytes.
+fn rss(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+struct Run {
+    ready_s: f64,
+    rss: u64,
+    peak: u64,
+    memory: Value,
+}
+
+/// Starts `cfdp run`, waits until `stats` answers, measures, stops it.
+fn run(cfdp: &Path, dir: &Path, mode: &str, file: &Path, n: u64, state: bool) -> Run {
+    let socket = dir.join("ctl.sock");
+    let _ = std::fs::remove_file(&socket);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cfg = dir.join("cfdp.toml");
+    let state_dir = if state {
+        dir.join("state")
+    } else {
+        PathBuf::new()
+    };
+    std::fs::write(
+        &cfg,
+        format!(
+            "[dataplane]\nworkers = 1\nmode = {mode:?}\n[pcap]\ninput = {:?}\nloop = true\n\
+             pps = 1000\n[rules]\nfile = {:?}\n[control]\nsocket = {:?}\nstate_dir = {:?}\n\
+             max_rules = {}\n",
+            repo.join("pcap/mixed.pcap"),
+            if n == 0 { Path::new("") } else { file },
+            socket,
+            state_dir,
+            n.max(1 << 20),
+        ),
+    )
+    .expect("config");
+    let start = Instant::now();
+    let mut child: Child = Command::new(cfdp)
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e} (build it first)", cfdp.display()));
+    let stats = loop {
+        if let Ok(s) = UnixStream::connect(&socket) {
+            let mut w = s.try_clone().expect("clone");
+            w.write_all(b"{\"id\": 1, \"method\": \"stats\", \"params\": {}}\n")
+                .expect("write");
+            let mut line = String::new();
+            BufReader::new(s).read_line(&mut line).expect("read");
+            let v: Value = serde_json::from_str(&line).expect("JSON");
+            break v["result"].clone();
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "cfdp run exited before it was ready"
+        );
+        assert!(start.elapsed() < Duration::from_secs(600), "not ready");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let ready_s = start.elapsed().as_secs_f64();
+    assert_eq!(stats["rules"].as_u64(), Some(n), "rules installed: {stats}");
+    let (rss, peak) = rss(child.id());
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    Run {
+        ready_s,
+        rss,
+        peak,
+        memory: stats["memory"].clone(),
+    }
+}
+
+fn main() {
+    let quick = is_quick();
+    let sizes: Vec<u64> = match arg("--sizes") {
+        Some(s) => s.split(',').map(|x| x.parse().expect("--sizes")).collect(),
+        None if quick => vec![0, 100_000],
+        None => vec![0, 100_000, 1_000_000, 10_000_000],
+    };
+    let cfdp = arg("--cfdp").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::current_exe()
+            .expect("own path")
+            .with_file_name("cfdp")
+    });
+    let base = std::env::temp_dir().join(format!("cfdp-large-{}", std::process::id()));
+    std::fs::create_dir_all(&base).expect("mkdir");
+    println!("machine: {}", machine_description());
+    let mut rows = Vec::new();
+    let mut empty_rss = 0u64;
+    for &n in &sizes {
+        let file = base.join(format!("rules-{n}.json"));
+        let t = Instant::now();
+        rule_file(&file, n);
+        let mb = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) as f64 / 1e6;
+        println!(
+            "{n} rules: file {mb:.0} MB written in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        for mode in ["verify", "filter-only"] {
+            if mode == "filter-only" && n > 1 << 23 {
+                // Filter-only entries hold fingerprint + slot in 31 bits:
+                // beyond 2^23 rules the fingerprint would drop below 8 bits,
+                // which cfdp refuses (lower control.max_rules).
+                println!("  filter-only: refused above 2^23 rules (fingerprint < 8 bits)");
+                continue;
+            }
+            let dir = base.join(format!("{mode}-{n}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            let from_file = run(&cfdp, &dir, mode, &file, n, false);
+            // The first start with a state_dir saves a snapshot; the second
+            // restores from it (rule file ignored).
+            let _ = run(&cfdp, &dir, mode, &file, n, true);
+            let from_snap = run(&cfdp, &dir, mode, &file, n, true);
+            if n == 0 && mode == "verify" {
+                empty_rss = from_file.rss;
+            }
+            for (source, r) in [("file", &from_file), ("snapshot", &from_snap)] {
+                let per = |bytes: u64| {
+                    if n == 0 {
+                        0.0
+                    } else {
+                        bytes.saturating_sub(empty_rss) as f64 / n as f64
+                    }
+                };
+                let m = &r.memory;
+                println!(
+                    "  {mode:11} from {source:8}: ready {:6.2} s, RSS {:7.1} MB ({:5.0} B/rule), \
+                     peak {:7.1} MB ({:5.0} B/rule); accounted {:5.0} B/rule {m}",
+                    r.ready_s,
+                    r.rss as f64 / 1e6,
+                    per(r.rss),
+                    r.peak as f64 / 1e6,
+                    per(r.peak),
+                    m["bytes_per_rule"].as_f64().unwrap_or(0.0),
+                );
+                rows.push(format!(
+                    "{n},{mode},{source},{:.3},{},{},{:.1},{:.1},{:.1},{},{},{},{},{}",
+                    r.ready_s,
+                    r.rss,
+                    r.peak,
+                    per(r.rss),
+                    per(r.peak),
+                    m["bytes_per_rule"].as_f64().unwrap_or(0.0),
+                    m["rule_store"],
+                    m["tables"],
+                    m["filters"],
+                    m["rule_counters"],
+                    m["other"],
+                ));
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        // `cfdp replay` with the same file (verify mode, one worker).
+        let t = Instant::now();
+        let st = Command::new(&cfdp)
+            .args(["replay", "--workers", "1", "--rules"])
+            .arg(&file)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcap/mixed.pcap"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("cfdp replay");
+        assert!(st.success(), "cfdp replay failed");
+        let s = t.elapsed().as_secs_f64();
+        println!("  replay: {s:.2} s");
+        rows.push(format!("{n},verify,replay,{s:.3},,,,,,,,,,"));
+        let _ = std::fs::remove_file(&file);
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    let out = results_path("large_rules.csv");
+    write_csv(
+        &out,
+        "rules,mode,source,ready_s,rss_bytes,peak_rss_bytes,rss_per_rule,\
+         peak_per_rule,accounted_per_rule,rule_store,tables,filters,rule_counters,other",
+        &rows,
+    )
+    .expect("csv");
+    println!("wrote {}", out.display());
+}

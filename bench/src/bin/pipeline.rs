@@ -86,7 +86,7 @@ fn main() {
                 })
                 .collect();
             let mut mpps = [f64::NAN; 3];
-            let mut samples: Vec<Vec<f64>> = vec![Vec::new(); 3];
+            let mut samples: Vec<Vec<f64>> = vec![Vec::new(); matchers.len()];
             for _ in 0..rounds {
                 for (mi, (_, (_store, cx))) in matchers.iter().enumerate() {
                     let mut w = Worker::new(cx, 0, WorkerOptions::default());

@@ -15,9 +15,8 @@ use std::sync::mpsc;
 
 use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use serde_json::Value;
 
-use crate::rule::{parse_rule, Rule, RuleError};
+use crate::rule::{Rule, RuleError};
 
 /// Rules per chunk handed to a parsing thread.
 const CHUNK: usize = 16 * 1024;
@@ -139,12 +138,7 @@ type ChunkResult = (usize, Result<Vec<Rule>, RuleError>);
 fn parse_chunk(first: usize, raw: &[&RawValue]) -> Result<Vec<Rule>, RuleError> {
     raw.iter()
         .enumerate()
-        .map(|(i, r)| {
-            let v: Value = serde_json::from_str(r.get()).map_err(|e| {
-                RuleError::new(Some(first + i), None, "", format!("not valid JSON: {e}"))
-            })?;
-            parse_rule(&v, Some(first + i))
-        })
+        .map(|(i, r)| crate::fast::parse_rule_text(r.get(), Some(first + i)))
         .collect()
 }
 

@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod class;
+pub mod fast;
 pub mod file;
 pub mod flow;
 pub mod prefix;
@@ -21,6 +22,7 @@ pub use batch::{
     parse_batch, parse_update, Atomicity, Batch, BatchError, Code, Update, UpdateResult,
 };
 pub use class::PrefixClass;
+pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};
 pub use file::{parse_rule_file, parse_rule_list};
 pub use flow::{proto, FlowKey};
 pub use prefix::IpPrefix;

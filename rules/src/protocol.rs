@@ -194,6 +194,108 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ErrorReply> {
     Ok(Request { id, method, params })
 }
 
+/// A request with, for `apply`, its batch already parsed.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    pub req: Request,
+    /// `apply`'s batch, parsed from the line's text (the request's `params`
+    /// are then `{}`); `None` for other methods, or when the request took
+    /// the slow path (then parse `params` with [`crate::parse_batch`]).
+    pub batch: Option<Result<crate::Batch, crate::BatchError>>,
+}
+
+/// Parses one request line like [`parse_request`], and an `apply`'s batch
+/// straight from its text (`parse_batch_text`): no JSON tree of a
+/// thousand-rule batch is built. Anything unusual in the envelope goes
+/// through [`parse_request`], which answers and names the problem.
+pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest, ErrorReply> {
+    use serde_json::value::RawValue;
+    fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        T::deserialize(d).map(Some)
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Envelope<'a> {
+        #[serde(default, deserialize_with = "present", borrow)]
+        jsonrpc: Option<&'a str>,
+        #[serde(default, borrow)]
+        id: Option<&'a RawValue>,
+        method: &'a str,
+        #[serde(default, borrow)]
+        params: Option<&'a RawValue>,
+    }
+    /// An `apply` request in the usual spelling, in one typed pass.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Apply<'a> {
+        #[serde(default, deserialize_with = "present", borrow)]
+        jsonrpc: Option<&'a str>,
+        #[serde(default)]
+        id: Option<IdValue<'a>>,
+        method: &'a str,
+        #[serde(borrow)]
+        params: crate::fast::WholeBatch<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum IdValue<'a> {
+        Number(serde_json::Number),
+        Str(&'a str),
+    }
+    if let Ok(a) = serde_json::from_slice::<Apply>(line) {
+        if a.method == "apply" && a.jsonrpc.is_none_or(|v| v == "2.0") {
+            if let Some(batch) = a.params.checked(max_batch) {
+                let id = match a.id {
+                    None => Value::Null,
+                    Some(IdValue::Number(n)) => Value::Number(n),
+                    Some(IdValue::Str(s)) => Value::String(s.to_string()),
+                };
+                return Ok(ParsedRequest {
+                    req: Request {
+                        id,
+                        method: Method::Apply,
+                        params: json!({}),
+                    },
+                    batch: Some(Ok(batch)),
+                });
+            }
+        }
+    }
+    let fast = (|| {
+        let e: Envelope = serde_json::from_slice(line).ok()?;
+        if e.jsonrpc.is_some_and(|v| v != "2.0") {
+            return None;
+        }
+        let id = match e.id {
+            None => Value::Null,
+            Some(raw) => match serde_json::from_str(raw.get()).ok()? {
+                v @ (Value::Number(_) | Value::String(_) | Value::Null) => v,
+                _ => return None,
+            },
+        };
+        let method = Method::parse(e.method)?;
+        let (params, batch) = match e.params {
+            None => (json!({}), None),
+            Some(raw) if !raw.get().starts_with('{') => return None,
+            Some(raw) if method == Method::Apply => (
+                json!({}),
+                Some(crate::parse_batch_text(raw.get(), max_batch)),
+            ),
+            Some(raw) => (serde_json::from_str(raw.get()).ok()?, None),
+        };
+        Some(ParsedRequest {
+            req: Request { id, method, params },
+            batch,
+        })
+    })();
+    match fast {
+        Some(p) => Ok(p),
+        None => parse_request(line).map(|req| ParsedRequest { req, batch: None }),
+    }
+}
+
 /// Reads an optional non-negative integer parameter.
 pub fn param_u64(params: &Value, name: &str) -> Result<Option<u64>, String> {
     match params.get(name) {
@@ -266,5 +368,63 @@ mod tests {
             .contains("b: unknown"));
         assert_eq!(param_u64(&json!({"n": 4}), "n"), Ok(Some(4)));
         assert!(param_u64(&json!({"n": -4}), "n").is_err());
+    }
+
+    /// The line parser with its batch fast path answers exactly as
+    /// `parse_request` + `parse_batch` do, for good and bad envelopes.
+    #[test]
+    fn request_lines_parse_like_the_value_path() {
+        let batch = r#"{"updates": [{"op": "delete", "id": 3}, {"op": "insert", "rule": {"id": 4, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}}]}"#;
+        let lines = [
+            format!(r#"{{"jsonrpc": "2.0", "id": 1, "method": "apply", "params": {batch}}}"#),
+            format!(r#"{{"id": "a", "method": "apply", "params": {batch}}}"#),
+            format!(r#"{{"id": null, "method": "apply", "params": {batch}}}"#),
+            format!(r#"{{"id": [1], "method": "apply", "params": {batch}}}"#),
+            format!(r#"{{"jsonrpc": "1.0", "id": 1, "method": "apply", "params": {batch}}}"#),
+            format!(r#"{{"id": 1, "method": "apply", "params": {batch}, "x": 1}}"#),
+            format!(r#"{{"id": 1, "method": "appl\u0079", "params": {batch}}}"#),
+            r#"{"id": 1, "method": "apply", "params": [1]}"#.to_string(),
+            r#"{"id": 1, "method": "apply", "params": null}"#.to_string(),
+            r#"{"id": 1, "method": "apply"}"#.to_string(),
+            r#"{"id": 1, "method": "stats", "params": {}}"#.to_string(),
+            r#"{"id": 1, "method": "get", "params": {"id": 4}}"#.to_string(),
+            r#"{"id": 1, "method": "nope"}"#.to_string(),
+            r#"{"id": 1}"#.to_string(),
+            "[]".to_string(),
+            "{".to_string(),
+        ];
+        for line in &lines {
+            let slow = parse_request(line.as_bytes());
+            let fast = parse_request_line(line.as_bytes(), 100);
+            match (fast, slow) {
+                (Ok(f), Ok(s)) => {
+                    assert_eq!((&f.req.id, f.req.method), (&s.id, s.method), "{line}");
+                    let want =
+                        (s.method == Method::Apply).then(|| crate::parse_batch(&s.params, 100));
+                    match (f.batch, want) {
+                        (Some(fb), Some(sb)) => {
+                            let key = |b: &crate::Batch| {
+                                (b.atomicity, b.expected_generation, b.updates.clone())
+                            };
+                            assert_eq!(fb.as_ref().map(key), sb.as_ref().map(key), "{line}");
+                        }
+                        (None, None) => assert_eq!(f.req.params, s.params, "{line}"),
+                        (None, Some(sb)) => {
+                            // Slow path taken: the plane parses params.
+                            assert_eq!(f.req.params, s.params, "{line}");
+                            let _ = sb;
+                        }
+                        (Some(_), None) => panic!("a batch for a non-apply request: {line}"),
+                    }
+                }
+                (Err(f), Err(s)) => assert_eq!(f, s, "{line}"),
+                (f, s) => panic!("{line}: fast {f:?} vs slow {s:?}"),
+            }
+        }
+        // The usual spelling takes the fast path.
+        for line in &lines[..3] {
+            let p = parse_request_line(line.as_bytes(), 100).unwrap();
+            assert!(p.batch.is_some_and(|b| b.is_ok()), "{line}");
+        }
     }
 }

@@ -294,18 +294,25 @@ fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {
     Ok(FlowKey::new(src, dst, p, sport, dport))
 }
 
+/// A protocol by name (any case): tcp, udp, icmp, icmpv6 (or ipv6-icmp).
+pub(crate) fn proto_by_name(s: &str) -> Option<u8> {
+    match s.to_ascii_lowercase().as_str() {
+        "tcp" => Some(proto::TCP),
+        "udp" => Some(proto::UDP),
+        "icmp" => Some(proto::ICMP),
+        "icmpv6" | "ipv6-icmp" => Some(proto::ICMPV6),
+        _ => None,
+    }
+}
+
 fn parse_proto(v: &Value, field: &str) -> Result<u8, FieldErr> {
     match v {
-        Value::String(s) => match s.to_ascii_lowercase().as_str() {
-            "tcp" => Ok(proto::TCP),
-            "udp" => Ok(proto::UDP),
-            "icmp" => Ok(proto::ICMP),
-            "icmpv6" | "ipv6-icmp" => Ok(proto::ICMPV6),
-            _ => Err((
+        Value::String(s) => proto_by_name(s).ok_or_else(|| {
+            (
                 field.into(),
                 format!("unknown protocol \"{s}\" (a number 0..=255, or tcp, udp, icmp, icmpv6)"),
-            )),
-        },
+            )
+        }),
         Value::Number(n) => n
             .as_u64()
             .and_then(|n| u8::try_from(n).ok())

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use cfdp_rules::protocol::{
     check_params, code, param_u64, result_reply, ErrorReply, Method, Request, API_VERSION,
 };
-use cfdp_rules::{parse_batch, RuleId};
+use cfdp_rules::{parse_batch, Batch, BatchError, RuleId};
 use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
@@ -21,6 +21,8 @@ use crate::store::{ApplyError, RuleStore};
 /// A request and where its response goes.
 pub struct Job {
     pub req: Request,
+    /// `apply`'s batch when the connection thread parsed it already.
+    pub batch: Option<Result<Batch, BatchError>>,
     pub reply: Sender<Value>,
     /// µs the connection thread spent parsing the request line.
     pub parse_us: u64,
@@ -158,12 +160,19 @@ impl ControlPlane {
             };
             match jobs.recv_timeout(idle) {
                 Ok(job) => {
-                    let reply = self.handle_timed(&job.req, job.parse_us);
+                    let reply = match job.batch {
+                        Some(b) if job.req.method == Method::Apply => {
+                            self.apply_parsed(&job.req.id, b, job.parse_us)
+                        }
+                        _ => self.handle_timed(&job.req, job.parse_us),
+                    };
                     self.requests.fetch_add(1, Ordering::Relaxed);
                     // Published before the response: a client that reads
                     // `stats` after an answer sees its effect.
                     self.publish_view();
                     let _ = job.reply.send(reply);
+                    // The rest of the commit, after the answer.
+                    self.store.settle();
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if stop.load(Ordering::Relaxed) {
@@ -264,10 +273,19 @@ impl ControlPlane {
     }
 
     fn apply(&mut self, req: &Request, line_parse_us: u64) -> Value {
-        let id = &req.id;
         let t0 = Instant::now();
         let parsed = parse_batch(&req.params, self.cfg.max_batch);
         let parse_us = line_parse_us + t0.elapsed().as_micros() as u64;
+        self.apply_parsed(&req.id, parsed, parse_us)
+    }
+
+    /// Applies a parsed batch (`parse_us`: time spent parsing it).
+    fn apply_parsed(
+        &mut self,
+        id: &Value,
+        parsed: Result<Batch, BatchError>,
+        parse_us: u64,
+    ) -> Value {
         let batch = match parsed {
             Ok(b) => b,
             Err(e) => {

@@ -24,7 +24,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cfdp_rules::protocol::{check_params, code, parse_request, result_reply, ErrorReply, Method};
+use cfdp_rules::protocol::{
+    check_params, code, parse_request_line, result_reply, ErrorReply, Method,
+};
 use crossbeam::channel::{bounded, Sender};
 use serde_json::Value;
 
@@ -35,6 +37,9 @@ use crate::stats::StatsBoard;
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub max_line_bytes: usize,
+    /// Most updates in one batch (batches are parsed on the connection
+    /// thread).
+    pub max_batch: usize,
     pub idle_timeout: Duration,
     pub max_connections: usize,
     /// Peers of the Unix socket whose uid is here, or whose gid is in
@@ -351,8 +356,8 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
 /// The response to one request line.
 fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
     let t0 = std::time::Instant::now();
-    let req = match parse_request(line) {
-        Ok(r) => r,
+    let (req, batch) = match parse_request_line(line, ctx.limits.max_batch) {
+        Ok(p) => (p.req, p.batch),
         Err(e) => return e.to_json(),
     };
     if ctx.stop.load(Ordering::Relaxed) {
@@ -369,6 +374,7 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
         .jobs
         .send(Job {
             req,
+            batch,
             reply: tx,
             parse_us,
         })

@@ -541,6 +541,11 @@ fn prefix_classes_come_and_go_with_their_rules() {
         &mut s,
         &batch(Atomicity::RollbackOnError, vec![Update::Delete(2)]),
     );
+    // Published at once; the emptied class leaves in the second half of
+    // the commit (`settle`, which the control thread runs after answering).
+    assert_eq!(published(&s, &k([10, 1, 2, 3])).map(|e| e.id), Some(1));
+    assert_eq!(classes(&s), 2);
+    s.settle();
     assert_eq!(classes(&s), 1, "the /16 class left with its last rule");
     assert_eq!(published(&s, &k([10, 1, 2, 3])).map(|e| e.id), Some(1));
     // A full class filter (no auto_grow) refuses what it cannot take, keeps
@@ -567,6 +572,7 @@ fn prefix_classes_come_and_go_with_their_rules() {
     assert_eq!(classes(&tiny), 1);
     let dels: Vec<Update> = (0..200u32).map(Update::Delete).collect();
     apply(&mut tiny, &batch(Atomicity::ContinueOnError, dels));
+    tiny.settle();
     assert_eq!((classes(&tiny), tiny.len()), (0, 0));
 }
 
@@ -753,4 +759,41 @@ fn bulk_load_matches_the_batch_path_and_later_batches_see_it() {
             m.rule_store + m.tables + m.filters + m.rule_counters + m.other
         );
     }
+}
+
+/// The second half of a commit (wait for the workers to leave the old
+/// copy, then take deleted keys out of the filters and recycle their
+/// slots) runs after the answer: a deleted rule is gone from the published
+/// tables at once, its filter entry leaves at `settle`, and the next batch
+/// settles first if nobody did.
+#[test]
+fn deleted_keys_leave_the_filters_when_the_commit_settles() {
+    let mut s = store(StoreConfig::default());
+    let ins: Vec<Update> = (0..100)
+        .map(|i| Update::Insert(flow_rule(i, i, Action::Drop)))
+        .collect();
+    assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, ins)).all_ok());
+    assert_eq!(s.filter_stats().items, 100);
+    let dels: Vec<Update> = (0..10).map(Update::Delete).collect();
+    assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, dels)).all_ok());
+    assert_eq!(
+        published(&s, &flow(3)),
+        None,
+        "gone from the tables at once"
+    );
+    assert_eq!(
+        s.filter_stats().items,
+        100,
+        "filter entries wait for settle"
+    );
+    s.settle();
+    assert_eq!(s.filter_stats().items, 90);
+    s.settle(); // nothing due: no change
+    assert_eq!(s.filter_stats().items, 90);
+    // Unsettled when the next batch comes: it settles first.
+    let dels: Vec<Update> = (10..20).map(Update::Delete).collect();
+    assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, dels)).all_ok());
+    let one = vec![Update::Insert(flow_rule(500, 500, Action::Drop))];
+    assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, one)).all_ok());
+    assert_eq!(s.filter_stats().items, 81);
 }

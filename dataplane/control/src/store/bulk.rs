@@ -121,6 +121,7 @@ impl RuleStore {
             baselines: HashMap::new(),
             count_rules,
             generation: 0,
+            unsettled: None,
         })
     }
 }

@@ -176,6 +176,8 @@ pub struct RuleStore {
     /// report them without walking the whole rule set.
     count_rules: std::collections::BTreeMap<RuleId, u32>,
     generation: u64,
+    /// The second half of the last commit, when not yet run (`settle`).
+    unsettled: Option<publish::Unsettled>,
 }
 
 impl RuleStore {
@@ -204,6 +206,7 @@ impl RuleStore {
             baselines: HashMap::new(),
             count_rules: Default::default(),
             generation: 0,
+            unsettled: None,
         })
     }
 

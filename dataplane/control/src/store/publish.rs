@@ -21,6 +21,12 @@
 //! 5. Only then are deleted keys removed from the filters and their slots
 //!    recycled: no copy that still holds them can be entered any more.
 //!
+//! Steps 4 and 5 are [`RuleStore::settle`]: they change nothing a worker
+//! or a controller can observe (the batch is durable and published after
+//! step 3; a stale filter entry only costs a table probe), so the control
+//! thread runs them after it has answered, and `apply` runs them first if
+//! they are still due. The response does not wait for the workers' bursts.
+//!
 //! In verify mode a stale filter entry (a key deleted from the tables but
 //! not yet from the filter) costs a table probe, never a wrong action.
 
@@ -42,17 +48,11 @@ impl RuleStore {
         }
         self.w.append(Op::SetGeneration(generation));
         self.w.publish();
-        // Wait until no worker reads the copy from before the swap: after
-        // this second publish, deleted keys are unreachable from any copy.
-        self.w.publish();
         self.generation = generation;
-        for (f, h, v) in p.removals.drain(..) {
-            f.remove_hash(h, v);
-        }
-        for s in p.freed_slots.drain(..) {
-            self.baselines.remove(&s);
-            self.free_slots.push(s);
-        }
+        // Steps 4 and 5 (`settle`) are due before the next batch.
+        let due = self.unsettled.get_or_insert_with(Default::default);
+        due.removals.append(&mut p.removals);
+        due.freed_slots.append(&mut p.freed_slots);
         for (id, s) in p.ids.drain() {
             match s {
                 Some(s) => {
@@ -89,16 +89,48 @@ impl RuleStore {
         // inserts all failed) leave the tables.
         touched.sort_unstable();
         touched.dedup();
-        let emptied: Vec<PrefixClass> = touched
+        let emptied = touched
             .into_iter()
-            .filter(|c| self.classes.get(c).is_some_and(|e| e.1 == 0))
-            .collect();
-        if !emptied.is_empty() {
-            for c in emptied {
+            .filter(|c| self.classes.get(c).is_some_and(|e| e.1 == 0));
+        let due = self.unsettled.get_or_insert_with(Default::default);
+        due.emptied.extend(emptied);
+    }
+
+    /// Steps 4 and 5 of the last commit, if still due: waits until no
+    /// worker reads the copy from before it, then removes deleted keys from
+    /// the filters, recycles their slots, and drops prefix classes the
+    /// batch left empty. Cheap when nothing is due.
+    pub fn settle(&mut self) {
+        let Some(due) = self.unsettled.take() else {
+            return;
+        };
+        self.w.publish();
+        for (f, h, v) in due.removals {
+            f.remove_hash(h, v);
+        }
+        for s in due.freed_slots {
+            self.baselines.remove(&s);
+            self.free_slots.push(s);
+        }
+        // A class may have been refilled since: only still-empty ones go.
+        let mut removed = false;
+        for c in due.emptied {
+            if self.classes.get(&c).is_some_and(|e| e.1 == 0) {
                 self.classes.remove(&c);
                 self.w.append(Op::RemoveClass(c));
+                removed = true;
             }
+        }
+        if removed {
             self.w.publish();
         }
     }
+}
+
+/// What a commit leaves for [`RuleStore::settle`].
+#[derive(Default)]
+pub(super) struct Unsettled {
+    removals: Vec<(Arc<Filter>, u64, u32)>,
+    freed_slots: Vec<u32>,
+    emptied: Vec<PrefixClass>,
 }

@@ -44,6 +44,9 @@ impl RuleStore {
         durable: impl FnOnce(&[Update], u64) -> Result<(), String>,
     ) -> Result<BatchReport, ApplyError> {
         let start = Instant::now();
+        // The previous batch's deleted keys leave the filters first (and
+        // its slots become reusable).
+        self.settle();
         if let Some(expected) = batch.expected_generation {
             if expected != self.generation {
                 return Err(ApplyError::GenerationMismatch {

@@ -1,0 +1,440 @@
+//! The typed fast path for rules and batches: straight from JSON text into
+//! [`Rule`]s and [`Update`]s, with no JSON tree.
+//!
+//! Building a `serde_json::Value` per rule (a map per object, a string per
+//! key and value) was most of the cost of reading a rule file or a
+//! 1024-rule batch. Here each element is deserialized into borrowed,
+//! typed shapes and validated with the same checks. The fast path only
+//! *accepts*: any element it does not take as valid — an unusual spelling
+//! (escaped strings, `null` for an optional field, duplicate keys) or an
+//! invalid rule — goes to the JSON-value parser (`parse_rule`,
+//! `parse_update`, `parse_batch`), which gives the answer and the error
+//! message. A test checks that whatever the fast path accepts, the value
+//! parser accepts with the same result.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update};
+use crate::flow::{proto, FlowKey};
+use crate::prefix::IpPrefix;
+use crate::rule::{parse_rule, Action, Dir, Match, Rule, RuleError};
+
+/// An optional field that, when present, must be a `T` (`null` is not
+/// "absent" to the value parser, so it is not taken here either).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastRule<'a> {
+    id: u32,
+    #[serde(rename = "match", borrow)]
+    matcher: FastMatch<'a>,
+    action: Action,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastMatch<'a> {
+    #[serde(default, deserialize_with = "present", borrow)]
+    flow: Option<FastFlow<'a>>,
+    #[serde(default, deserialize_with = "present", borrow)]
+    src_prefix: Option<&'a str>,
+    #[serde(default, deserialize_with = "present", borrow)]
+    dst_prefix: Option<&'a str>,
+    #[serde(default, deserialize_with = "present", borrow)]
+    proto: Option<FastProto<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    port: Option<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastFlow<'a> {
+    src: &'a str,
+    dst: &'a str,
+    #[serde(borrow)]
+    proto: FastProto<'a>,
+    #[serde(default, deserialize_with = "present")]
+    sport: Option<u16>,
+    #[serde(default, deserialize_with = "present")]
+    dport: Option<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FastProto<'a> {
+    Number(u8),
+    Name(&'a str),
+}
+
+impl FastProto<'_> {
+    fn number(&self) -> Option<u8> {
+        match *self {
+            FastProto::Number(n) => Some(n),
+            FastProto::Name(s) => crate::rule::proto_by_name(s),
+        }
+    }
+}
+
+/// The rule in `text` if it is valid and in the fast path's spelling.
+pub(crate) fn rule(text: &str) -> Option<Rule> {
+    checked(serde_json::from_str(text).ok()?)
+}
+
+/// The rule a typed shape spells, if it is valid.
+fn checked(r: FastRule) -> Option<Rule> {
+    let m = r.matcher;
+    let matcher = match (m.flow, m.src_prefix, m.dst_prefix) {
+        (Some(f), None, None) if m.proto.is_none() && m.port.is_none() => {
+            let src: IpAddr = f.src.parse().ok()?;
+            let dst: IpAddr = f.dst.parse().ok()?;
+            if src.is_ipv4() != dst.is_ipv4() {
+                return None;
+            }
+            let p = f.proto.number()?;
+            let (sport, dport) = match (p == proto::TCP || p == proto::UDP, f.sport, f.dport) {
+                (true, Some(s), Some(d)) => (s, d),
+                (false, None, None) => (0, 0),
+                _ => return None,
+            };
+            Match::Flow(FlowKey::new(src, dst, p, sport, dport))
+        }
+        (None, Some(s), None) | (None, None, Some(s)) => {
+            let dir = if m.src_prefix.is_some() {
+                Dir::Src
+            } else {
+                Dir::Dst
+            };
+            let prefix: IpPrefix = s.parse().ok()?;
+            let proto = match &m.proto {
+                Some(p) => Some(p.number()?),
+                None => None,
+            };
+            if m.port.is_some() && !matches!(proto, Some(proto::TCP) | Some(proto::UDP)) {
+                return None;
+            }
+            Match::Prefix {
+                dir,
+                prefix,
+                proto,
+                port: m.port,
+            }
+        }
+        _ => return None,
+    };
+    Some(Rule {
+        id: r.id,
+        matcher,
+        action: r.action,
+    })
+}
+
+/// Parses one rule from its JSON text: the fast path, else the value parser
+/// (which names the problem).
+pub fn parse_rule_text(text: &str, index: Option<usize>) -> Result<Rule, RuleError> {
+    if let Some(r) = rule(text) {
+        return Ok(r);
+    }
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| RuleError::new(index, None, "", format!("not valid JSON: {e}")))?;
+    parse_rule(&v, index)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastUpdate<'a> {
+    op: &'a str,
+    #[serde(default, deserialize_with = "present", borrow)]
+    rule: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<u32>,
+}
+
+/// Parses one update from its JSON text, like [`parse_update`].
+pub fn parse_update_text(text: &str) -> Result<Update, String> {
+    if let Ok(u) = serde_json::from_str::<FastUpdate>(text) {
+        let fast = match (u.op, u.rule, u.id) {
+            ("delete", None, Some(id)) => Some(Update::Delete(id)),
+            ("insert", Some(r), None) => rule(r.get()).map(Update::Insert),
+            ("modify", Some(r), None) => rule(r.get()).map(Update::Modify),
+            _ => None,
+        };
+        if let Some(u) = fast {
+            return Ok(u);
+        }
+    }
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    parse_update(&v)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastBatch<'a> {
+    #[serde(default, deserialize_with = "present", borrow)]
+    atomicity: Option<&'a str>,
+    #[serde(default)]
+    expected_generation: Option<u64>,
+    #[serde(borrow)]
+    updates: Vec<&'a RawValue>,
+}
+
+/// An update in one typed pass (no raw slices kept).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WholeUpdate<'a> {
+    op: &'a str,
+    #[serde(default, deserialize_with = "present", borrow)]
+    rule: Option<FastRule<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<u32>,
+}
+
+/// A batch in one typed pass.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WholeBatch<'a> {
+    #[serde(default, deserialize_with = "present", borrow)]
+    atomicity: Option<&'a str>,
+    #[serde(default)]
+    expected_generation: Option<u64>,
+    #[serde(borrow)]
+    updates: Vec<WholeUpdate<'a>>,
+}
+
+impl WholeBatch<'_> {
+    /// The batch, if every update is valid (else the caller takes the
+    /// per-update path, which names each problem).
+    pub(crate) fn checked(self, max_updates: usize) -> Option<Batch> {
+        let atomicity = match self.atomicity {
+            None => Atomicity::default(),
+            Some(a) => Atomicity::parse(a)?,
+        };
+        if self.updates.len() > max_updates {
+            return None;
+        }
+        let updates = self
+            .updates
+            .into_iter()
+            .map(|u| match (u.op, u.rule, u.id) {
+                ("delete", None, Some(id)) => Some(Ok(Update::Delete(id))),
+                ("insert", Some(r), None) => checked(r).map(|r| Ok(Update::Insert(r))),
+                ("modify", Some(r), None) => checked(r).map(|r| Ok(Update::Modify(r))),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Batch {
+            atomicity,
+            expected_generation: self.expected_generation,
+            updates,
+        })
+    }
+}
+
+/// Parses a batch (`{"updates": [...], ...}`) from its JSON text, like
+/// [`parse_batch`] on the parsed value. A batch of valid updates in the
+/// usual spelling is read in one typed pass; otherwise each update is
+/// parsed on its own (fast path or value parser).
+pub fn parse_batch_text(text: &str, max_updates: usize) -> Result<Batch, BatchError> {
+    if let Some(b) = serde_json::from_str::<WholeBatch>(text)
+        .ok()
+        .and_then(|b| b.checked(max_updates))
+    {
+        return Ok(b);
+    }
+    if let Ok(b) = serde_json::from_str::<FastBatch>(text) {
+        let atomicity = match b.atomicity {
+            None => Some(Atomicity::default()),
+            Some(a) => Atomicity::parse(a),
+        };
+        if let Some(atomicity) = atomicity {
+            if b.updates.len() <= max_updates {
+                return Ok(Batch {
+                    atomicity,
+                    expected_generation: b.expected_generation,
+                    updates: b
+                        .updates
+                        .iter()
+                        .map(|u| parse_update_text(u.get()))
+                        .collect(),
+                });
+            }
+        }
+    }
+    let v: Value = serde_json::from_str(text).map_err(|e| BatchError {
+        field: String::new(),
+        message: format!("not valid JSON: {e}"),
+    })?;
+    parse_batch(&v, max_updates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every combination of these field spellings, valid and not: whatever
+    /// the fast path accepts, the value parser accepts with the same rule,
+    /// and the common spellings do take the fast path.
+    #[test]
+    fn the_fast_path_only_accepts_what_the_value_parser_accepts_identically() {
+        let ids = [
+            "1",
+            "4294967295",
+            "4294967296",
+            "-1",
+            "1.0",
+            "\"1\"",
+            "null",
+        ];
+        let addrs = [
+            r#""10.0.0.1""#,
+            r#""2001:db8::1""#,
+            r#""10.0.0.300""#,
+            r#""10.0.0.\u0031""#,
+            "null",
+            "7",
+        ];
+        let protos = [
+            r#""tcp""#,
+            r#""UDP""#,
+            r#""icmp""#,
+            "6",
+            "17",
+            "1",
+            "300",
+            "6.0",
+            "null",
+            r#""sctp""#,
+        ];
+        let ports = ["80", "0", "65535", "65536", "-1", "null", "\"80\""];
+        let prefixes = [
+            r#""10.0.0.0/8""#,
+            r#""10.0.0.1/8""#,
+            r#""2001:db8::/32""#,
+            "null",
+        ];
+        let actions = [
+            r#""drop""#,
+            r#""count""#,
+            r#"{"redirect": 2}"#,
+            r#"{"redirect": 70000}"#,
+            r#""reject""#,
+        ];
+        let mut texts = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            for (j, a) in addrs.iter().enumerate() {
+                for (k, p) in protos.iter().enumerate() {
+                    for (l, port) in ports.iter().enumerate() {
+                        let b = addrs[(i + j) % addrs.len()];
+                        let b = if (i + k) % 3 == 0 { r#""10.9.9.9""# } else { b };
+                        let act = actions[(j + k + l) % actions.len()];
+                        let dport = ports[(i + l) % ports.len()];
+                        texts.push(format!(
+                            r#"{{"id": {id}, "match": {{"flow": {{"src": {a}, "dst": {b}, "proto": {p}, "sport": {port}, "dport": {dport}}}}}, "action": {act}}}"#
+                        ));
+                        // Ports missing (fine for icmp, not for tcp/udp).
+                        texts.push(format!(
+                            r#"{{"id": {id}, "match": {{"flow": {{"src": {a}, "dst": {b}, "proto": {p}}}}}, "action": {act}}}"#
+                        ));
+                        let pre = prefixes[(j + l) % prefixes.len()];
+                        let dir = if k % 2 == 0 {
+                            "src_prefix"
+                        } else {
+                            "dst_prefix"
+                        };
+                        texts.push(format!(
+                            r#"{{"id": {id}, "match": {{"{dir}": {pre}, "proto": {p}, "port": {port}}}, "action": {act}}}"#
+                        ));
+                        texts.push(format!(
+                            r#"{{"id": {id}, "match": {{"{dir}": {pre}}}, "action": {act}}}"#
+                        ));
+                    }
+                }
+            }
+        }
+        // Shapes the value parser refuses or reads differently.
+        texts.push(
+            r#"{"id": 1, "id": 2, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}"#.into(),
+        );
+        texts.push(r#"{"id": 1, "match": {"dst_prefix": "10.0.0.0/8", "src_prefix": "10.0.0.0/8"}, "action": "drop"}"#.into());
+        texts.push(r#"{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": 1}, "proto": 1}, "action": "drop"}"#.into());
+        texts.push(r#"{"id": 1, "match": {}, "action": "drop"}"#.into());
+        texts.push(
+            r#"{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop", "x": 1}"#.into(),
+        );
+        texts.push(r#"[1, 2]"#.into());
+        let mut fast = 0;
+        for t in &texts {
+            let v: Value = serde_json::from_str(t).unwrap();
+            let slow = parse_rule(&v, None);
+            if let Some(r) = rule(t) {
+                fast += 1;
+                assert_eq!(slow.as_ref(), Ok(&r), "{t}");
+            }
+            // The public entry point always agrees with the value parser.
+            assert_eq!(parse_rule_text(t, None), slow, "{t}");
+        }
+        assert!(
+            fast > 300,
+            "the fast path took only {fast} of {}",
+            texts.len()
+        );
+    }
+
+    #[test]
+    fn batches_and_updates_agree_with_the_value_parser() {
+        let r = r#"{"id": 7, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}"#;
+        let updates = [
+            format!(r#"{{"op": "insert", "rule": {r}}}"#),
+            format!(r#"{{"op": "modify", "rule": {r}}}"#),
+            r#"{"op": "delete", "id": 7}"#.to_string(),
+            r#"{"op": "delete", "id": null}"#.to_string(),
+            format!(r#"{{"op": "delete", "id": 7, "rule": {r}}}"#),
+            format!(r#"{{"op": "insert", "rule": {r}, "id": 7}}"#),
+            r#"{"op": "insert", "rule": null}"#.to_string(),
+            r#"{"op": "upsert", "id": 7}"#.to_string(),
+            r#"{"id": 7}"#.to_string(),
+            "7".to_string(),
+        ];
+        for u in &updates {
+            let v: Value = serde_json::from_str(u).unwrap();
+            assert_eq!(parse_update_text(u), parse_update(&v), "{u}");
+        }
+        let list = updates.join(", ");
+        let batches = [
+            format!(r#"{{"updates": [{list}]}}"#),
+            format!(
+                r#"{{"atomicity": "dataplane_atomic", "expected_generation": 3, "updates": [{list}]}}"#
+            ),
+            format!(r#"{{"atomicity": "sometimes", "updates": [{list}]}}"#),
+            format!(r#"{{"atomicity": null, "updates": [{list}]}}"#),
+            format!(r#"{{"expected_generation": null, "updates": [{list}]}}"#),
+            format!(r#"{{"expected_generation": -1, "updates": [{list}]}}"#),
+            format!(r#"{{"updates": [{list}], "extra": 1}}"#),
+            r#"{"updates": 5}"#.to_string(),
+            r#"{}"#.to_string(),
+        ];
+        for b in &batches {
+            let v: Value = serde_json::from_str(b).unwrap();
+            for max in [3, 100] {
+                let fast = parse_batch_text(b, max);
+                let slow = parse_batch(&v, max);
+                match (&fast, &slow) {
+                    (Ok(f), Ok(s)) => {
+                        assert_eq!(
+                            (f.atomicity, f.expected_generation, &f.updates),
+                            (s.atomicity, s.expected_generation, &s.updates),
+                            "{b}"
+                        );
+                    }
+                    _ => assert_eq!(fast.as_ref().err(), slow.as_ref().err(), "{b}"),
+                }
+            }
+        }
+    }
+}

@@ -99,11 +99,30 @@ impl Conn {
 
     /// Sends a prepared line and waits for its answer, timed from the write
     /// to the parsed response.
-    fn timed(&mut self, line: &str) -> (Duration, Value) {
+    ///
+    /// Also returns the client's side of it, µs: writing the request,
+    /// waiting for the first byte of the answer, reading the rest of the
+    /// line, parsing it.
+    fn timed(&mut self, line: &str) -> (Duration, Value, [(&'static str, f64); 4]) {
         let t = Instant::now();
         self.send_line(line);
-        let r = self.recv();
-        (t.elapsed(), r)
+        let written = t.elapsed();
+        self.r.fill_buf().expect("read");
+        let first = t.elapsed();
+        let mut text = String::new();
+        self.r.read_line(&mut text).expect("read");
+        let read = t.elapsed();
+        let v: Value = serde_json::from_str(&text).expect("response is JSON");
+        assert!(v.get("error").is_none(), "server error: {v}");
+        let total = t.elapsed();
+        let us = |a: Duration, b: Duration| (b - a).as_secs_f64() * 1e6;
+        let client = [
+            ("client_write_us", us(Duration::ZERO, written)),
+            ("client_wait_us", us(written, first)),
+            ("client_read_us", us(first, read)),
+            ("client_parse_us", us(read, total)),
+        ];
+        (total, v["result"].clone(), client)
     }
 
     fn recv(&mut self) -> Value {
@@ -228,7 +247,13 @@ struct Series {
 }
 
 impl Series {
-    fn record(&mut self, rtt: Duration, result: &Value) {
+    fn record(&mut self, rtt: Duration, result: &Value, client: &[(&'static str, f64)]) {
+        for &(k, v) in client {
+            match self.stages.iter_mut().find(|(n, _)| n == k) {
+                Some((_, s)) => s.push(v),
+                None => self.stages.push((k.to_string(), vec![v])),
+            }
+        }
         self.rtt_ms.push(rtt.as_secs_f64() * 1e3);
         self.server_ms
             .push(result["wall_us"].as_f64().unwrap_or(0.0) / 1e3);
@@ -268,23 +293,23 @@ fn main() {
     let mut next = installed;
     for _ in 0..trials {
         let line = c.line("apply", &inserts(next..next + 1024));
-        let (rtt, r) = c.timed(&line);
-        ins.record(rtt, &r);
+        let (rtt, r, client) = c.timed(&line);
+        ins.record(rtt, &r, &client);
         assert_eq!(r["applied"], true, "insert batch: {r}");
         let line = c.line("apply", &deletes(next..next + 1024));
-        let (rtt, r) = c.timed(&line);
-        del.record(rtt, &r);
+        let (rtt, r, client) = c.timed(&line);
+        del.record(rtt, &r, &client);
         assert_eq!(r["applied"], true, "delete batch");
         next += 1024;
     }
     let mut one = Series::default();
     for _ in 0..trials * 2 {
         let line = c.line("apply", &inserts(next..next + 1));
-        let (rtt, r) = c.timed(&line);
-        one.record(rtt, &r);
+        let (rtt, r, client) = c.timed(&line);
+        one.record(rtt, &r, &client);
         let line = c.line("apply", &deletes(next..next + 1));
-        let (rtt, r) = c.timed(&line);
-        one.record(rtt, &r);
+        let (rtt, r, client) = c.timed(&line);
+        one.record(rtt, &r, &client);
         next += 1;
     }
     // 3. cfdp ctl against an open connection.
@@ -385,7 +410,7 @@ fn main() {
             stages += &format!(" {k}={m:.0}");
             rows.push(format!("{label},{name},stage_{k}_p50,{m:.0}"));
         }
-        println!("{:<22} server stages, µs p50:{stages}", "");
+        println!("{:<22} stages, µs p50:{stages}", "");
         rows.push(format!("{label},{name},rtt_ms_p50,{p50:.3}"));
         rows.push(format!("{label},{name},rtt_ms_p99,{p99:.3}"));
         rows.push(format!("{label},{name},rtt_ms_max,{max:.3}"));

@@ -56,6 +56,12 @@ impl Restored {
 pub struct Journal {
     dir: PathBuf,
     file: File,
+    /// Bytes of acknowledged records: a failed append is cut back to here.
+    len: u64,
+    /// Set when a failed append could not be cut back: later appends are
+    /// refused (they would follow a partial record) until a compaction
+    /// starts a new journal.
+    broken: Option<String>,
     records: u64,
     /// µs the last append spent writing and syncing.
     last: (u64, u64),
@@ -201,9 +207,12 @@ impl Journal {
             .open(&path)
             .map_err(|e| io_err(&path, e))?;
         sync_dir(dir)?;
+        let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
         Ok(Self {
             dir: dir.to_path_buf(),
             file,
+            len,
+            broken: None,
             records,
             last: (0, 0),
         })
@@ -235,11 +244,34 @@ impl Journal {
         })
         .expect("updates serialize");
         let path = self.dir.join(JOURNAL);
-        self.file
-            .write_all(crc_line(&body).as_bytes())
-            .map_err(|e| io_err(&path, e))?;
-        let t1 = std::time::Instant::now();
-        self.file.sync_data().map_err(|e| io_err(&path, e))?;
+        if let Some(why) = &self.broken {
+            return Err(format!("{}: {why}", path.display()));
+        }
+        let line = crc_line(&body);
+        let mut t1 = t0;
+        let written = self.file.write_all(line.as_bytes()).and_then(|()| {
+            t1 = std::time::Instant::now();
+            self.file.sync_data()
+        });
+        if let Err(e) = written {
+            // A full disk (ENOSPC) or an I/O error, possibly after part of
+            // the record went out: cut the journal back to its acknowledged
+            // records, so the next batch (same generation) and the next
+            // start find it exactly as before this one.
+            let cut = self
+                .file
+                .set_len(self.len)
+                .and_then(|()| self.file.sync_data());
+            if let Err(c) = cut {
+                self.broken = Some(format!(
+                    "an earlier write failed ({e}) and could not be undone ({c}): \
+                     refusing to append after a partial record (a snapshot, \
+                     `cfdp ctl snapshot`, starts a new journal)"
+                ));
+            }
+            return Err(io_err(&path, e));
+        }
+        self.len += line.len() as u64;
         self.last = (
             t1.duration_since(t0).as_micros() as u64,
             t1.elapsed().as_micros() as u64,
@@ -265,6 +297,8 @@ impl Journal {
             .append(true)
             .open(&path)
             .map_err(|e| io_err(&path, e))?;
+        self.len = 0;
+        self.broken = None;
         self.records = 0;
         Ok(())
     }

@@ -120,6 +120,9 @@ pub struct ControlConfig {
     pub max_batch: usize,
     pub max_line_bytes: usize,
     pub idle_timeout_s: u64,
+    /// A request line must arrive whole within this many seconds of its
+    /// first byte (a client trickling bytes is closed).
+    pub request_timeout_s: u64,
     pub max_connections: usize,
     pub migrate_budget: usize,
 }

@@ -164,6 +164,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
             max_line_bytes: c.max_line_bytes,
             max_batch: c.max_batch,
             idle_timeout: Duration::from_secs(c.idle_timeout_s.max(1)),
+            request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
             max_connections: c.max_connections,
             allowed_uids: if c.allowed_uids.is_empty() && c.allowed_gids.is_empty() {
                 vec![rustix::process::getuid().as_raw()]

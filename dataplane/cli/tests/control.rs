@@ -384,6 +384,53 @@ fn limits_protect_the_server_from_bad_clients() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A client that trickles a request line a byte at a time (each read well
+/// inside the idle timeout) is closed once the line is `request_timeout_s`
+/// old; a well-behaved client is not.
+#[test]
+fn a_client_trickling_a_line_is_closed_after_the_request_timeout() {
+    let dir = tmpdir("trickle");
+    let srv = Server::start(&dir, 1000, "idle_timeout_s = 60\nrequest_timeout_s = 1\n");
+    let mut good = srv.client();
+    let mut s = UnixStream::connect(&srv.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(150)))
+        .unwrap();
+    let start = std::time::Instant::now();
+    let line = b"{\"id\": 1, \"method\": \"ping\", \"params\": {}}";
+    let mut closed_after = None;
+    for &b in line.iter().cycle().take(100) {
+        if s.write_all(&[b]).is_err() {
+            closed_after = Some(start.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 256];
+        match s.read(&mut buf) {
+            Ok(0) => {
+                closed_after = Some(start.elapsed());
+                break;
+            }
+            Ok(_) => panic!("an answer to a line that never ended"),
+            Err(_) => {} // nothing yet: trickle on
+        }
+        assert_eq!(
+            good.call("ping", json!({})).unwrap()["result"]["pong"],
+            true
+        );
+    }
+    let t = closed_after.expect("the trickling client was never closed");
+    assert!(
+        t >= Duration::from_millis(900) && t < Duration::from_secs(5),
+        "closed after {t:?}"
+    );
+    assert_eq!(
+        good.call("ping", json!({})).unwrap()["result"]["pong"],
+        true
+    );
+    drop(good);
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn ctl_prints_the_response_and_sets_the_exit_status() {
     let dir = tmpdir("ctl");

@@ -41,6 +41,8 @@ pub struct Limits {
     /// thread).
     pub max_batch: usize,
     pub idle_timeout: Duration,
+    /// Most time from a request line's first byte to its newline.
+    pub request_timeout: Duration,
     pub max_connections: usize,
     /// Peers of the Unix socket whose uid is here, or whose gid is in
     /// `allowed_gids`, may connect.
@@ -320,9 +322,19 @@ pub fn read_line_limited<R: Read>(
 }
 
 fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
+    let reader = Deadlines {
+        s: reader,
+        idle: ctx.limits.idle_timeout,
+        request: ctx.limits.request_timeout,
+        line_deadline: None,
+    };
     let mut r = BufReader::with_capacity(64 << 10, reader);
     let mut line = Vec::new();
     loop {
+        // A new line: its clock starts with its first byte (now, if that
+        // byte is already buffered).
+        r.get_mut().line_deadline = (!r.buffer().is_empty())
+            .then(|| std::time::Instant::now() + ctx.limits.request_timeout);
         let reply = match read_line_limited(&mut r, &mut line, ctx.limits.max_line_bytes) {
             Ok(Line::Complete) => {
                 if line.iter().all(u8::is_ascii_whitespace) {
@@ -350,6 +362,39 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
         {
             return;
         }
+    }
+}
+
+/// A connection's reads under two clocks: waiting for a request's first
+/// byte may take `idle`; the rest of that line must come within `request`
+/// of its first byte, however it is spread over reads (a per-read timeout
+/// alone lets a client trickle a byte at a time forever).
+struct Deadlines<S> {
+    s: S,
+    idle: Duration,
+    request: Duration,
+    /// When the line being read must be complete (`None`: no byte yet).
+    line_deadline: Option<std::time::Instant>,
+}
+
+impl<S: Stream + Read> Read for Deadlines<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let timeout = match self.line_deadline {
+            None => self.idle,
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Err(ErrorKind::TimedOut.into());
+                }
+                left
+            }
+        };
+        self.s.set_read_timeout(Some(timeout))?;
+        let n = self.s.read(buf)?;
+        if n > 0 && self.line_deadline.is_none() {
+            self.line_deadline = Some(std::time::Instant::now() + self.request);
+        }
+        Ok(n)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Writes a few small, valid filter images (plain, bit-mode and tag-mode
-//! Bloom-Cuckoo, with values and Bloom elements) to a directory: the seed
+//! Bloom-Cuckoo, with values and Bloom elements; word and packed layouts)
+//! to a directory: the seed
 //! corpus of the `snapshot` fuzz target (`.ci/fuzz-seed.sh`).
 #![forbid(unsafe_code)]
 
@@ -20,13 +21,19 @@ fn main() -> std::io::Result<()> {
         }),
     ];
     for (i, bloom) in modes.into_iter().enumerate() {
-        for (log2, f_bits, v_bits) in [(1u32, 8u32, 0u32), (3, 12, 4), (4, 16, 8)] {
+        for (log2, f_bits, v_bits, packed) in [
+            (1u32, 8u32, 0u32, false),
+            (3, 12, 4, false),
+            (4, 16, 8, false),
+            (3, 12, 0, true),
+        ] {
             let f = Filter::new(Config {
                 buckets_log2: Some(log2),
                 fingerprint_bits: f_bits,
                 value_bits: v_bits,
                 bloom,
                 max_kicks: 50,
+                packed,
                 ..Config::default()
             })
             .expect("config");
@@ -38,7 +45,10 @@ fn main() -> std::io::Result<()> {
                 );
             }
             std::fs::write(
-                dir.join(format!("image-{i}-{log2}-{f_bits}-{v_bits}")),
+                dir.join(format!(
+                    "image-{i}-{log2}-{f_bits}-{v_bits}{}",
+                    if packed { "-packed" } else { "" }
+                )),
                 f.to_bytes(),
             )?;
         }

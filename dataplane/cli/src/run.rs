@@ -182,7 +182,12 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
     let mut listeners = Vec::new();
     if !c.socket.is_empty() {
         let path = PathBuf::from(&c.socket);
-        let l = server::bind_unix(&path).map_err(|e| format!("control.socket: {e}"))?;
+        let access = server::SocketAccess::for_peers(
+            rustix::process::getuid().as_raw(),
+            &c.allowed_uids,
+            &c.allowed_gids,
+        );
+        let l = server::bind_unix(&path, access).map_err(|e| format!("control.socket: {e}"))?;
         listeners.push(server::serve_unix(l, path, ctx.clone()).map_err(|e| e.to_string())?);
         eprintln!("cfdp: control socket {}", c.socket);
     }

@@ -81,14 +81,48 @@ pub struct ServerCtx {
     pub active: Arc<AtomicUsize>,
 }
 
-/// Binds the Unix socket at `path` with mode 0600.
+/// Who may open the socket file (the kernel's check, before cfdp's
+/// `SO_PEERCRED` check of every peer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketAccess {
+    /// Mode 0660 with this group (one allowed gid).
+    pub group: Option<u32>,
+    /// Mode 0666 (other users' uids, or several gids, are allowed: a file
+    /// has one group, and the peer check does the filtering).
+    pub others: bool,
+}
+
+impl SocketAccess {
+    /// What `allowed_uids` / `allowed_gids` need: 0600 when only `own_uid`
+    /// (or nobody listed) is allowed, 0660 with the group when one gid is,
+    /// 0666 when other users or several groups are.
+    pub fn for_peers(own_uid: u32, uids: &[u32], gids: &[u32]) -> Self {
+        let others = uids.iter().any(|&u| u != own_uid) || gids.len() > 1;
+        Self {
+            group: if others { None } else { gids.first().copied() },
+            others,
+        }
+    }
+
+    fn mode(&self) -> u32 {
+        match (self.others, self.group) {
+            (true, _) => 0o666,
+            (false, Some(_)) => 0o660,
+            (false, None) => 0o600,
+        }
+    }
+}
+
+/// Binds the Unix socket at `path` with the mode (and group) `access`
+/// asks for: 0600 by default.
 ///
-/// The socket is bound under a temporary name, given its mode, then renamed
-/// into place, so it is never reachable with looser permissions. An existing
+/// The socket is bound under a temporary name, given its group and mode,
+/// then renamed into place, so it is never reachable with looser
+/// permissions than configured. An existing
 /// socket that answers belongs to a running cfdp: refused. One that does not
 /// answer is a leftover of a crash: replaced. Anything else at `path` is
 /// refused.
-pub fn bind_unix(path: &Path) -> Result<UnixListener, String> {
+pub fn bind_unix(path: &Path, access: SocketAccess) -> Result<UnixListener, String> {
     let shown = path.display();
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -111,7 +145,17 @@ pub fn bind_unix(path: &Path) -> Result<UnixListener, String> {
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     let l = UnixListener::bind(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    let setup = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+    // The group is set before the mode opens the socket to it.
+    let group = match access.group {
+        Some(g) => rustix::fs::chown(&tmp, None, Some(rustix::fs::Gid::from_raw(g)))
+            .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("group {g}: {e}"))),
+        None => Ok(()),
+    };
+    let setup = group
+        .and_then(|_| {
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(access.mode()))
+        })
         .and_then(|_| std::fs::rename(&tmp, path));
     if let Err(e) = setup {
         let _ = std::fs::remove_file(&tmp);
@@ -462,5 +506,42 @@ mod tests {
                 (Line::Complete, b"last".to_vec()),
             ]
         );
+    }
+
+    /// The socket file's mode and group follow who is allowed: 0600 for
+    /// the owner alone, 0660 with the group for one gid, 0666 when other
+    /// users or several groups are (the peer check filters then).
+    #[test]
+    fn the_socket_mode_and_group_follow_the_allowed_peers() {
+        use std::os::unix::fs::MetadataExt;
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        let dir = std::env::temp_dir().join(format!("cfdp-sock-mode-{}", std::process::id()));
+        let cases = [
+            (SocketAccess::for_peers(uid, &[], &[]), 0o600, None),
+            (SocketAccess::for_peers(uid, &[uid], &[]), 0o600, None),
+            (SocketAccess::for_peers(uid, &[], &[gid]), 0o660, Some(gid)),
+            (
+                SocketAccess::for_peers(uid, &[uid, uid + 1], &[]),
+                0o666,
+                None,
+            ),
+            (
+                SocketAccess::for_peers(uid, &[], &[gid, gid + 1]),
+                0o666,
+                None,
+            ),
+        ];
+        for (i, (access, mode, group)) in cases.into_iter().enumerate() {
+            let path = dir.join(format!("s{i}.sock"));
+            let l = bind_unix(&path, access).unwrap();
+            let m = std::fs::metadata(&path).unwrap();
+            assert_eq!(m.mode() & 0o777, mode, "{access:?}");
+            if let Some(g) = group {
+                assert_eq!(m.gid(), g, "{access:?}");
+            }
+            drop(l);
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

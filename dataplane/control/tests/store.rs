@@ -797,3 +797,39 @@ fn deleted_keys_leave_the_filters_when_the_commit_settles() {
     assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, one)).all_ok());
     assert_eq!(s.filter_stats().items, 81);
 }
+
+/// Durability comes first: when the durability hook (the journal's write
+/// and fsync) runs, nothing of the batch is visible to the workers yet, and
+/// `apply` (hence the response) returns only after it; a failing hook
+/// publishes nothing. Fails if the publish moves before the hook.
+#[test]
+fn the_journal_runs_before_the_publish_and_before_the_answer() {
+    let mut s = store(StoreConfig::default());
+    let b = batch(
+        Atomicity::RollbackOnError,
+        vec![Update::Insert(flow_rule(1, 1, Action::Drop))],
+    );
+    let readers = s.readers();
+    let mut order = Vec::new();
+    let r = s
+        .apply(&b, |updates, generation| {
+            let t = readers.handle();
+            let t = t.enter().unwrap();
+            order.push(("journal", t.classify(&flow(1)).is_some(), t.generation));
+            assert_eq!((updates.len(), generation), (1, 1));
+            Ok(())
+        })
+        .unwrap();
+    order.push(("answer", published(&s, &flow(1)).is_some(), r.generation));
+    assert_eq!(order, [("journal", false, 0), ("answer", true, 1)]);
+    // A failing hook: refused, nothing published, generation unchanged.
+    let b = batch(
+        Atomicity::RollbackOnError,
+        vec![Update::Insert(flow_rule(2, 2, Action::Drop))],
+    );
+    let e = s.apply(&b, |_, _| Err("disk full".into())).unwrap_err();
+    assert!(matches!(e, ApplyError::NotDurable(_)), "{e:?}");
+    assert_eq!(published(&s, &flow(2)), None);
+    assert_eq!(s.generation(), 1);
+    assert_eq!(s.filter_stats().items, 1, "the refused insert was undone");
+}

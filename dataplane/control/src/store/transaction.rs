@@ -73,37 +73,31 @@ impl RuleStore {
             mark = now;
         };
         if batch.atomicity.all_or_nothing() {
-            // One pass: execute update by update; the first failure undoes
-            // what the batch did. Only then is the batch validated as a
-            // whole (a dry run touching nothing), so the report names every
-            // invalid update, as a validate-then-execute batch would.
-            for (i, u) in batch.updates.iter().enumerate() {
+            // Stage 1: validate everything; touch nothing.
+            let mut dry = Pending::default();
+            let mut failed = false;
+            for u in &batch.updates {
                 let r = match u {
                     Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.clone())),
-                    Ok(u) => self.step(&mut p, u, true, &hints),
+                    Ok(u) => self.step(&mut dry, u, false, &hints),
                 };
-                if let Err(e) = r {
+                failed |= r.is_err();
+                results.push(r.err().unwrap_or_else(UpdateResult::ok));
+            }
+            lap(&mut p.timing.validate_us);
+            if failed {
+                abort_results(&mut results, None);
+                return Ok(self.report(false, batch.atomicity, start, results, p));
+            }
+            // Stage 2: execute.
+            results.clear();
+            for (i, u) in batch.updates.iter().enumerate() {
+                let u = u.as_ref().expect("validated");
+                if let Err(e) = self.step(&mut p, u, true, &hints) {
                     self.undo(&mut p);
-                    lap(&mut p.timing.filter_us);
-                    let mut dry = Pending::default();
-                    results.clear();
-                    for u in &batch.updates {
-                        let r = match u {
-                            Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.clone())),
-                            Ok(u) => self.step(&mut dry, u, false, &hints),
-                        };
-                        results.push(r.err().unwrap_or_else(UpdateResult::ok));
-                    }
-                    lap(&mut p.timing.validate_us);
-                    if results.iter().any(|r| r.code != Code::Ok) {
-                        abort_results(&mut results, None);
-                    } else {
-                        // Valid, but it could not be carried out (a full
-                        // filter without auto_grow).
-                        results = vec![UpdateResult::ok(); n];
-                        results[i] = e;
-                        abort_results(&mut results, Some(i));
-                    }
+                    results = vec![UpdateResult::ok(); n];
+                    results[i] = e;
+                    abort_results(&mut results, Some(i));
                     return Ok(self.report(false, batch.atomicity, start, results, p));
                 }
                 results.push(UpdateResult::ok());

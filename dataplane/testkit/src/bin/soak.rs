@@ -15,7 +15,11 @@
 //! rule present, nothing removed or rolled back left over); that in a quiet
 //! final window the data plane's matched and dropped totals equal what the
 //! model's rules predict (no stale rule enforced); that resident memory is
-//! flat after warm-up; and that cfdp exits cleanly with no panic.
+//! flat after warm-up; and that cfdp exits cleanly with no panic. The flow
+//! filter starts sized for 16 rules (`--flow-capacity`), so the churn runs
+//! it near capacity: Bloom-part placements, migration back to cuckoo
+//! entries and an `auto_grow` rebuild happen under load, and are counted
+//! (a run of 30 s or more where one of them never happened fails).
 //!
 //! `cargo run --release -p cfdp-testkit --bin soak -- --duration 120`
 //! (CI runs 2 minutes; exit 1 on any failed check).
@@ -44,6 +48,11 @@ struct Args {
     pps: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Items the flow filter is sized for at start: small, so the soak's
+    /// rule churn runs the filter near capacity (Bloom-part placements,
+    /// migration back to cuckoo entries, `auto_grow` rebuilds).
+    #[arg(long, default_value_t = 16)]
+    flow_capacity: u64,
     /// Working directory (default: a fresh one under the temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -176,8 +185,10 @@ fn main() -> ExitCode {
             "[dataplane]\nworkers = 1\nmode = \"verify\"\noverload = \"block\"\n\
              [pcap]\ninput = {cap:?}\nloop = true\npps = {}\n\
              [rules]\nfile = \"\"\n\
+             [filter]\nflow_capacity = {}\nprefix_capacity = 16\n\
              [control]\nsocket = {socket:?}\nstate_dir = {:?}\ncompact_every = 200\n",
             args.pps,
+            args.flow_capacity,
             dir.join("state")
         ),
     )
@@ -213,6 +224,7 @@ fn main() -> ExitCode {
     let mut generation = c.call("hello", json!({})).unwrap()["result"]["generation"]
         .as_u64()
         .unwrap();
+    let (mut bloom_placed, mut grown) = (0u64, 0u64);
     let (mut batches, mut updates, mut ok_updates, mut bad_requests, mut rolled_back) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut rss_warm = 0;
@@ -351,6 +363,10 @@ fn main() -> ExitCode {
             .expect("apply answered");
         ping_us.push(t0.elapsed().as_micros() as u64);
         let after = packets(&mut c, &mut ping_rtt);
+        bloom_placed += r["result"]["filter"]["bloom"].as_u64().unwrap_or(0);
+        grown += r["result"]["filter"]["grown"]
+            .as_array()
+            .map_or(0, |g| g.len() as u64);
         batches += 1;
         updates += n as u64;
         let got: Vec<&str> = r["result"]["results"]
@@ -387,6 +403,9 @@ fn main() -> ExitCode {
     }
     // Quiet final window: no batches, two reads of the rules 1 s apart.
     std::thread::sleep(Duration::from_millis(300));
+    let migrated = c.call("stats", json!({})).unwrap()["result"]["migrated"]
+        .as_u64()
+        .unwrap_or(0);
     let r1 = c.call("rules", json!({"limit": 10000})).unwrap()["result"].clone();
     std::thread::sleep(Duration::from_secs(1));
     let r2 = c.call("rules", json!({"limit": 10000})).unwrap()["result"].clone();
@@ -495,8 +514,20 @@ fn main() -> ExitCode {
         format!("cfdp exited {status}: {stderr}")
     });
     fails.check(!stderr.contains("panicked"), || format!("panic: {stderr}"));
+    // Near capacity the filter's whole insert path must have run under load.
+    if args.duration >= 30 {
+        fails.check(bloom_placed > 0 && grown > 0 && migrated > 0, || {
+            format!(
+                "the soak did not drive the filter near capacity: {bloom_placed} Bloom \
+                 placements, {grown} growths, {migrated} migrated (flow_capacity = {})",
+                args.flow_capacity
+            )
+        });
+    }
     let summary = json!({
         "duration_s": run_start.elapsed().as_secs_f64(),
+        "flow_capacity": args.flow_capacity,
+        "bloom_placements": bloom_placed, "filters_grown": grown, "migrated": migrated,
         "batches": batches, "updates": updates, "applied_updates": ok_updates,
         "rolled_back_batches": rolled_back, "bad_requests": bad_requests,
         "rules_at_end": model.len(), "rules_checked": checked,

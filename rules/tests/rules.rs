@@ -140,3 +140,28 @@ fn long_lists_parse_in_order_and_report_the_first_problem() {
         .to_string()
         .contains("not valid JSON"));
 }
+
+/// IPv4 addresses are written by hand when rules serialize: every octet
+/// width and edge value comes out as `Ipv4Addr`'s own form.
+#[test]
+fn serialized_ipv4_addresses_match_their_display_form() {
+    use cfdp_rules::{Action, FlowKey, Match, Rule};
+    for o in [0u8, 1, 9, 10, 42, 99, 100, 199, 200, 255] {
+        let src = [o, 255 - o, o / 2, 7];
+        let dst = [10, o, 0, 255];
+        let r = Rule {
+            id: 1,
+            matcher: Match::Flow(FlowKey::v4(src, dst, 6, 1, 2)),
+            action: Action::Drop,
+        };
+        let v = serde_json::to_value(r).unwrap();
+        assert_eq!(
+            v["match"]["flow"]["src"],
+            std::net::Ipv4Addr::from(src).to_string()
+        );
+        assert_eq!(
+            v["match"]["flow"]["dst"],
+            std::net::Ipv4Addr::from(dst).to_string()
+        );
+    }
+}

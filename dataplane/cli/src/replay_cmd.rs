@@ -39,7 +39,7 @@ pub fn replay(a: Args) -> ExitCode {
     }
     let parsed = t.elapsed();
     // The store refuses duplicate ids and matches, naming the rule.
-    let (_store, cx) = match RuleStore::fixed(&rules, a.mode, a.workers) {
+    let (store, cx) = match RuleStore::fixed(&rules, a.mode, a.workers) {
         Ok(x) => {
             if let Some(path) = &a.rules {
                 eprintln!(
@@ -70,7 +70,8 @@ pub fn replay(a: Args) -> ExitCode {
         pps: 0,
     };
     match cfdp_pcap::replay(&opts, &cx, &mut |_, _| {}) {
-        Ok(report) => {
+        Ok(mut report) => {
+            report.rule_counters = store.count_rule_counters();
             if let Some(e) = &report.capture_error {
                 eprintln!(
                     "cfdp: {}: {e} (summary covers what was read)",

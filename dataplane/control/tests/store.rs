@@ -61,8 +61,17 @@ fn codes(r: &BatchReport) -> Vec<Code> {
 }
 
 /// What the workers see: the published copy's answer for a key.
-fn published(s: &RuleStore, k: &FlowKey) -> Option<RuleRef> {
-    s.readers().handle().enter().unwrap().classify(k)
+/// What the workers see: the published copy's answer for a key, as the
+/// committed rule its slot holds.
+fn published(s: &RuleStore, k: &FlowKey) -> Option<Rule> {
+    let e = s.readers().handle().enter().unwrap().classify(k)?;
+    Some(id_rule(s, e))
+}
+
+/// The committed rule a worker's `RuleRef` points to.
+fn id_rule(s: &RuleStore, e: RuleRef) -> Rule {
+    s.rule_at_slot(e.slot)
+        .expect("a published rule's slot holds a committed rule")
 }
 
 #[test]
@@ -307,7 +316,7 @@ fn auto_grow_rebuilds_the_filter_and_loses_nothing() {
     let t = t.enter().unwrap();
     for i in 0..5000 {
         assert!(t.flow_filter.contains_hash(flow(i).hash()), "flow {i}");
-        assert_eq!(t.classify(&flow(i)).map(|e| e.id), Some(i));
+        assert_eq!(t.classify(&flow(i)).map(|e| id_rule(&s, e).id), Some(i));
     }
 }
 
@@ -625,8 +634,12 @@ fn priority_is_exact_then_longest_then_specific_then_dst() {
     };
     match_burst(&mut mcx, &t, &keys, &[true; 9], &mut out);
     for (i, (k, want)) in cases.iter().enumerate() {
-        assert_eq!(t.classify(k).map(|e| e.id), *want, "classify {k:?}");
-        assert_eq!(out[i].map(|e| e.id), *want, "filters {k:?}");
+        assert_eq!(
+            t.classify(k).map(|e| id_rule(&s, e).id),
+            *want,
+            "classify {k:?}"
+        );
+        assert_eq!(out[i].map(|e| id_rule(&s, e).id), *want, "filters {k:?}");
     }
 }
 
@@ -693,8 +706,8 @@ fn bulk_load_matches_the_batch_path_and_later_batches_see_it() {
         // Every rule's key and some misses, through the filters as the
         // workers match them.
         let keys: Vec<FlowKey> = (0..20_100).map(flow).collect();
-        for s in [&bulk, &batched] {
-            let t = s.readers().handle();
+        for st in [&bulk, &batched] {
+            let t = st.readers().handle();
             let t = t.enter().unwrap();
             let (mut counters, mut sample) = (Totals::default(), 0);
             let mut mcx = MatchCtx {
@@ -710,7 +723,7 @@ fn bulk_load_matches_the_batch_path_and_later_batches_see_it() {
                     let i = c * MAX_BURST + j;
                     let want = t.classify(k);
                     if i < 20_000 {
-                        assert_eq!(want.map(|e| e.id), Some(100_000 + i as u32));
+                        assert_eq!(want.map(|e| id_rule(st, e).id), Some(100_000 + i as u32));
                         assert!(out[j].is_some(), "{mode:?}: false negative, key {i}");
                     }
                     if mode == Mode::Verify {

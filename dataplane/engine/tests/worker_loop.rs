@@ -47,14 +47,7 @@ fn context(mode: Mode) -> (left_right::WriteHandle<Tables, Op>, WorkerContext) {
         let slot = slot as u32;
         assert!(stats.ensure_slot(slot));
         filter.insert_hash(k.hash(), 0).unwrap();
-        w.append(Op::InsertFlow(
-            k,
-            RuleRef {
-                id: u32::from(i),
-                action,
-                slot,
-            },
-        ));
+        w.append(Op::InsertFlow(k, RuleRef { action, slot }));
     }
     w.publish();
     let cx = WorkerContext {

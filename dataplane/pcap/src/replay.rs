@@ -31,7 +31,7 @@ use cfdp_engine::{
     WorkerOptions, MAX_BURST,
 };
 use cfdp_packet::LinkType;
-use cfdp_rules::{Action, FlowKey};
+use cfdp_rules::FlowKey;
 use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use serde::Serialize;
 
@@ -142,7 +142,9 @@ pub struct ReplayReport {
     pub mode: Mode,
     pub rules: usize,
     pub actions: BTreeMap<&'static str, u64>,
-    /// Counters of the `count` rules.
+    /// Counters of the `count` rules, by id. Left empty here: the published
+    /// tables know rules by counter slot only, so the caller, which holds
+    /// the rule store, fills it (`RuleStore::count_rule_counters`).
     pub rule_counters: Vec<RuleCount>,
     pub filter: FilterReport,
     /// Set when the capture was damaged: what was read before is reported.
@@ -431,26 +433,7 @@ fn report(
         ("redirect", totals.redirected),
         ("no_rule", totals.packets - totals.matched),
     ]);
-    let handle = dp.readers.handle();
-    let (rules, mut rule_counters) = match handle.enter() {
-        Some(t) => (
-            t.len(),
-            t.rules()
-                .filter(|e| e.action == Action::Count)
-                .map(|e| {
-                    // A fixed rule set: every slot's counters are its rule's.
-                    let (packets, bytes) = dp.stats.slot_totals(e.slot);
-                    RuleCount {
-                        id: e.id,
-                        packets,
-                        bytes,
-                    }
-                })
-                .collect::<Vec<_>>(),
-        ),
-        None => (0, Vec::new()),
-    };
-    rule_counters.sort_by_key(|r| r.id);
+    let rules = dp.readers.handle().enter().map_or(0, |t| t.len());
     let filter = FilterReport {
         verified: totals.filter_verified,
         false_positives_caught: totals.filter_false_positives,
@@ -469,7 +452,7 @@ fn report(
         mode: dp.mode,
         rules,
         actions,
-        rule_counters,
+        rule_counters: Vec::new(),
         filter,
         capture_error: capture_error.map(|e| e.to_string()),
         stats,

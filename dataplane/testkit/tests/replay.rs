@@ -33,7 +33,7 @@ fn frames_of(path: &Path) -> Vec<Vec<u8>> {
 
 fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
-    let (_store, dp) = RuleStore::fixed(&rules, mode, workers).unwrap();
+    let (store, dp) = RuleStore::fixed(&rules, mode, workers).unwrap();
     let opts = ReplayOptions {
         input: repo().join("pcap/mixed.pcap"),
         out: Some(dir.join("out.pcap")),
@@ -45,7 +45,9 @@ fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
         drop_when_full: false,
         pps: 0,
     };
-    replay(&opts, &dp, &mut |_, _| {}).unwrap()
+    let mut r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
+    r.rule_counters = store.count_rule_counters();
+    r
 }
 
 #[test]

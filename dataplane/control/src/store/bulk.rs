@@ -62,7 +62,6 @@ impl RuleStore {
                 ));
             }
             let e = RuleRef {
-                id: r.id,
                 action: r.action,
                 slot,
             };
@@ -79,7 +78,8 @@ impl RuleStore {
                 }
             };
             if let Some(o) = dup {
-                return Err(at(i, r, format!("match: same match as rule id {}", o.id)));
+                let other = rules[o.slot as usize].id;
+                return Err(at(i, r, format!("match: same match as rule id {other}")));
             }
             if r.action == cfdp_rules::Action::Count {
                 count_rules.insert(r.id, slot);
@@ -128,7 +128,6 @@ impl RuleStore {
 
 fn tables_ref(s: &Stored) -> RuleRef {
     RuleRef {
-        id: s.rule.id,
         action: s.rule.action,
         slot: s.slot,
     }

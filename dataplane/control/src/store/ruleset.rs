@@ -44,6 +44,11 @@ impl RuleSet {
         Some(Stored { rule, slot })
     }
 
+    /// The rule at `slot`.
+    pub(super) fn at(&self, slot: u32) -> Option<Rule> {
+        self.by_slot.get(slot as usize).copied().flatten()
+    }
+
     /// Adds or replaces rule `s.rule.id` (at `s.slot`).
     pub(super) fn insert(&mut self, s: Stored) {
         if let Some(old) = self.slot_of.insert(s.rule.id, s.slot) {

@@ -160,7 +160,12 @@ impl RuleStore {
         match p.matches.get(m) {
             Some(id) => *id,
             // Between batches the published copy is the committed rule set.
-            None => self.w.enter().and_then(|t| t.rule_id_of(m)),
+            None => self
+                .w
+                .enter()
+                .and_then(|t| t.rule_slot_of(m))
+                .and_then(|slot| self.rules.at(slot))
+                .map(|r| r.id),
         }
     }
 
@@ -273,7 +278,6 @@ impl RuleStore {
     /// leaves it so far, and queues the swap.
     fn queue_insert_op(p: &mut Pending, rule: &Rule, slot: u32) {
         let e = RuleRef {
-            id: rule.id,
             action: rule.action,
             slot,
         };

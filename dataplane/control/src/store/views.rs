@@ -120,6 +120,21 @@ impl RuleStore {
         self.rules.get(id).map(|s| s.rule)
     }
 
+    /// The committed rule holding counter slot `slot` (what a worker's
+    /// `RuleRef` points to).
+    pub fn rule_at_slot(&self, slot: u32) -> Option<Rule> {
+        self.rules.at(slot)
+    }
+
+    /// Packets and bytes of every `count` rule since it was installed,
+    /// sorted by id.
+    pub fn count_rule_counters(&self) -> Vec<RuleCount> {
+        self.count_rule_slots()
+            .iter()
+            .map(|c| c.read(&self.stats))
+            .collect()
+    }
+
     /// Packets and bytes that matched rule `id` since it was installed.
     pub fn rule_counters(&self, id: RuleId) -> Option<(u64, u64)> {
         let s = self.rules.get(id)?;

@@ -15,13 +15,17 @@
 //!    `capacity_exhausted`; in the all-or-nothing modes every filter insert
 //!    of the batch is then undone.
 //! 3. **Commit**: the durability hook (the journal) runs first, then the
-//!    operations are published with one swap, then the store waits until no
-//!    worker still reads the previous copy (a second publish) and only then
-//!    removes deleted keys from the filters and recycles their slots.
+//!    operations are published with one swap; after the answer (`settle`,
+//!    or first thing in the next batch) the store waits until no worker
+//!    reads the previous copy (a second publish) and only then removes
+//!    deleted keys from the filters and recycles their slots.
 //!
 //! The code follows the stages: `transaction` (the overlay, validation,
 //! execution and undo), `config` (filter sizing and growth), `publish` (the
-//! commit and its safety argument) and `views` (read-only answers).
+//! commit and its safety argument; its second half, `settle`, runs after
+//! the answer) and `views` (read-only answers, memory accounting);
+//! `ruleset` holds the committed rules compactly (by counter slot), and
+//! `bulk` loads a whole rule set at once (start-up, `cfdp replay`).
 //!
 //! Every batch is published with one swap whatever its atomicity mode, so
 //! in verify and exact mode every packet sees the rule set from before or

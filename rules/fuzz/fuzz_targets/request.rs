@@ -1,13 +1,38 @@
 //! Any bytes as a control request line: an error reply or a request, never
 //! a panic; when the request is an `apply`, its params as a batch: a batch
-//! or a batch-level error, and every well-formed update round-trips.
+//! or a batch-level error, and every well-formed update round-trips. The
+//! server's line parser (typed fast path, `parse_request_line`) must give
+//! exactly what the JSON-value path gives, for every input.
 #![no_main]
-use cfdp_rules::protocol::{parse_request, Method};
-use cfdp_rules::{parse_batch, parse_update};
+use cfdp_rules::protocol::{parse_request, parse_request_line, Method};
+use cfdp_rules::{parse_batch, parse_batch_text, parse_update};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    match parse_request(data) {
+    // Differential: the fast line parser against the value path.
+    let slow = parse_request(data);
+    match (parse_request_line(data, 1 << 16), &slow) {
+        (Ok(f), Ok(s)) => {
+            assert_eq!((&f.req.id, f.req.method), (&s.id, s.method));
+            match f.batch {
+                Some(fb) => {
+                    let sb = parse_batch(&s.params, 1 << 16);
+                    let key = |b: cfdp_rules::Batch| (b.atomicity, b.expected_generation, b.updates);
+                    assert_eq!(fb.map(key), sb.map(key));
+                }
+                None => assert_eq!(f.req.params, s.params),
+            }
+        }
+        (Err(f), Err(s)) => assert_eq!(&f, s),
+        (f, s) => panic!("fast {f:?} vs value path {s:?}"),
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let (Ok(v), fast) = (serde_json::from_str::<serde_json::Value>(text), parse_batch_text(text, 1 << 16)) {
+            let key = |b: cfdp_rules::Batch| (b.atomicity, b.expected_generation, b.updates);
+            assert_eq!(fast.map(key), parse_batch(&v, 1 << 16).map(key));
+        }
+    }
+    match slow {
         Err(e) => {
             // The error reply is itself valid JSON with the right shape.
             let v = e.to_json();

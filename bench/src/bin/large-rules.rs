@@ -6,8 +6,9 @@
 //! at 1000 frames/s, verify and filter-only mode.
 //!
 //! `cargo build --release -p cfdp -p cfdp-bench && ./target/release/large-rules`
-//! (`--quick`: 0 and 100 k rules; `--sizes 0,1000000,...`). Writes
-//! `results/large_rules.csv`.
+//! (`--quick`: 0 and 100 k rules; `--sizes 0,1000000,...`; `--kind prefix`
+//! for /32 prefix rules). Writes `results/large_rules.csv` (prefix rules:
+//! `results/large_rules_prefix.csv`).
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
@@ -25,13 +26,25 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-/// A rule file of `n` exact-flow drop rules, written as a stream.
-fn rule_file(path: &Path, n: u64) {
+/// A rule file of `n` drop rules, written as a stream: exact flows, or
+/// (`prefix`) /32 destination prefixes, one prefix class.
+fn rule_file(path: &Path, n: u64, prefix: bool) {
     let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).expect("create"));
     w.write_all(b"{\"rules\": [\n").unwrap();
     for i in 0..n {
         let k = bench_flow(i);
         let ip = |b: &[u8; 16]| format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]);
+        if prefix {
+            writeln!(
+                w,
+                "{}{{\"id\": {}, \"match\": {{\"dst_prefix\": \"{}/32\"}}, \"action\": \"drop\"}}",
+                if i == 0 { "" } else { "," },
+                i + 1,
+                ip(&k.src),
+            )
+            .unwrap();
+            continue;
+        }
         writeln!(
             w,
             "{}{{\"id\": {}, \"match\": {{\"flow\": {{\"src\": \"{}\", \"dst\": \"{}\", \
@@ -146,6 +159,9 @@ fn main() {
             .expect("own path")
             .with_file_name("cfdp")
     });
+    // `--kind prefix`: /32 prefix rules instead of exact flows (results in
+    // their own CSV).
+    let prefix = arg("--kind").is_some_and(|k| k == "prefix");
     let base = std::env::temp_dir().join(format!("cfdp-large-{}", std::process::id()));
     std::fs::create_dir_all(&base).expect("mkdir");
     println!("machine: {}", machine_description());
@@ -154,7 +170,7 @@ fn main() {
     for &n in &sizes {
         let file = base.join(format!("rules-{n}.json"));
         let t = Instant::now();
-        rule_file(&file, n);
+        rule_file(&file, n, prefix);
         let mb = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) as f64 / 1e6;
         println!(
             "{n} rules: file {mb:.0} MB written in {:.1} s",
@@ -231,7 +247,11 @@ fn main() {
         let _ = std::fs::remove_file(&file);
     }
     let _ = std::fs::remove_dir_all(&base);
-    let out = results_path("large_rules.csv");
+    let out = results_path(if prefix {
+        "large_rules_prefix.csv"
+    } else {
+        "large_rules.csv"
+    });
     write_csv(
         &out,
         "rules,mode,source,ready_s,rss_bytes,peak_rss_bytes,rss_per_rule,\

@@ -51,7 +51,7 @@ impl RuleStore {
         let value_for = |slot: u32| if keep_slots { slot } else { 0 };
         for (i, r) in rules.iter().enumerate() {
             if set.contains(r.id) {
-                return Err(at(i, r, format!("id: rule id {} exists", r.id)));
+                return Err(at(i, r, id_taken(r.id)));
             }
             let slot = i as u32;
             if !stats.ensure_slot(slot) {
@@ -79,7 +79,7 @@ impl RuleStore {
             };
             if let Some(o) = dup {
                 let other = rules[o.slot as usize].id;
-                return Err(at(i, r, format!("match: same match as rule id {other}")));
+                return Err(at(i, r, match_taken(other)));
             }
             if r.action == cfdp_rules::Action::Count {
                 count_rules.insert(r.id, slot);

@@ -159,6 +159,17 @@ fn domain_and_hash(m: &Match) -> (Domain, u64) {
     }
 }
 
+/// Why an insert is refused: its id is taken (batches and rule files say
+/// the same).
+fn id_taken(id: RuleId) -> String {
+    format!("id: rule id {id} exists")
+}
+
+/// Why an insert or modify is refused: another rule has its match.
+fn match_taken(other: RuleId) -> String {
+    format!("match: same match as rule id {other}")
+}
+
 fn prefix_addr(m: &Match) -> [u8; 16] {
     PrefixClass::of(m).expect("flow rules have no prefix").1
 }

@@ -328,16 +328,10 @@ impl RuleStore {
         match u {
             Update::Insert(r) => {
                 if self.get_id(p, r.id).is_some() {
-                    return Err(UpdateResult::err(
-                        Code::AlreadyExists,
-                        format!("id: rule id {} exists", r.id),
-                    ));
+                    return Err(UpdateResult::err(Code::AlreadyExists, id_taken(r.id)));
                 }
                 if let Some(o) = self.get_match(p, &r.matcher) {
-                    return Err(UpdateResult::err(
-                        Code::AlreadyExists,
-                        format!("match: same match as rule id {o}"),
-                    ));
+                    return Err(UpdateResult::err(Code::AlreadyExists, match_taken(o)));
                 }
                 let slot = self.alloc_slot(p, execute).ok_or_else(|| {
                     UpdateResult::err(
@@ -376,10 +370,7 @@ impl RuleStore {
                 let same_match = old.rule.matcher == r.matcher;
                 if !same_match {
                     if let Some(o) = self.get_match(p, &r.matcher) {
-                        return Err(UpdateResult::err(
-                            Code::AlreadyExists,
-                            format!("match: same match as rule id {o}"),
-                        ));
+                        return Err(UpdateResult::err(Code::AlreadyExists, match_taken(o)));
                     }
                 }
                 if execute {

@@ -236,6 +236,34 @@ impl WholeBatch<'_> {
     }
 }
 
+/// A batch whose `updates` list is kept as its text, as received: the
+/// journal can record that text as is when the whole batch applies.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchWithText<'a> {
+    #[serde(default, deserialize_with = "present", borrow)]
+    atomicity: Option<&'a str>,
+    #[serde(default)]
+    expected_generation: Option<u64>,
+    #[serde(borrow)]
+    updates: &'a RawValue,
+}
+
+impl<'a> BatchWithText<'a> {
+    /// The batch and its updates' text, if every update is valid and in
+    /// the usual spelling.
+    pub(crate) fn checked(self, max_updates: usize) -> Option<(Batch, &'a str)> {
+        let updates: Vec<WholeUpdate> = serde_json::from_str(self.updates.get()).ok()?;
+        let batch = WholeBatch {
+            atomicity: self.atomicity,
+            expected_generation: self.expected_generation,
+            updates,
+        }
+        .checked(max_updates)?;
+        Some((batch, self.updates.get()))
+    }
+}
+
 /// Parses a batch (`{"updates": [...], ...}`) from its JSON text, like
 /// [`parse_batch`] on the parsed value. A batch of valid updates in the
 /// usual spelling is read in one typed pass; otherwise each update is

@@ -202,6 +202,11 @@ pub struct ParsedRequest {
     /// are then `{}`); `None` for other methods, or when the request took
     /// the slow path (then parse `params` with [`crate::parse_batch`]).
     pub batch: Option<Result<crate::Batch, crate::BatchError>>,
+    /// The text of the batch's `updates` list as received, when the fast
+    /// path read it (one line of JSON the value parser reads back as the
+    /// same updates): what the journal records when the whole batch
+    /// applies, instead of serializing it again.
+    pub updates_text: Option<String>,
 }
 
 /// Parses one request line like [`parse_request`], and an `apply`'s batch
@@ -236,7 +241,7 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
         id: Option<IdValue<'a>>,
         method: &'a str,
         #[serde(borrow)]
-        params: crate::fast::WholeBatch<'a>,
+        params: crate::fast::BatchWithText<'a>,
     }
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
@@ -246,7 +251,7 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
     }
     if let Ok(a) = serde_json::from_slice::<Apply>(line) {
         if a.method == "apply" && a.jsonrpc.is_none_or(|v| v == "2.0") {
-            if let Some(batch) = a.params.checked(max_batch) {
+            if let Some((batch, text)) = a.params.checked(max_batch) {
                 let id = match a.id {
                     None => Value::Null,
                     Some(IdValue::Number(n)) => Value::Number(n),
@@ -259,6 +264,7 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
                         params: json!({}),
                     },
                     batch: Some(Ok(batch)),
+                    updates_text: Some(text.to_string()),
                 });
             }
         }
@@ -288,11 +294,16 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
         Some(ParsedRequest {
             req: Request { id, method, params },
             batch,
+            updates_text: None,
         })
     })();
     match fast {
         Some(p) => Ok(p),
-        None => parse_request(line).map(|req| ParsedRequest { req, batch: None }),
+        None => parse_request(line).map(|req| ParsedRequest {
+            req,
+            batch: None,
+            updates_text: None,
+        }),
     }
 }
 
@@ -421,10 +432,20 @@ mod tests {
                 (f, s) => panic!("{line}: fast {f:?} vs slow {s:?}"),
             }
         }
-        // The usual spelling takes the fast path.
+        // The usual spelling takes the fast path, and the updates' text it
+        // keeps reads back as the same updates.
         for line in &lines[..3] {
             let p = parse_request_line(line.as_bytes(), 100).unwrap();
-            assert!(p.batch.is_some_and(|b| b.is_ok()), "{line}");
+            let batch = p.batch.expect("fast path").expect("valid");
+            let text = p.updates_text.expect("the updates' text");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            let again: Vec<_> = v
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(crate::parse_update)
+                .collect();
+            assert_eq!(again, batch.updates, "{line}");
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct Job {
     pub req: Request,
     /// `apply`'s batch when the connection thread parsed it already.
     pub batch: Option<Result<Batch, BatchError>>,
+    /// Its `updates` list as received (see `ParsedRequest::updates_text`).
+    pub updates_text: Option<String>,
     pub reply: Sender<Value>,
     /// µs the connection thread spent parsing the request line.
     pub parse_us: u64,
@@ -161,9 +163,12 @@ impl ControlPlane {
             match jobs.recv_timeout(idle) {
                 Ok(job) => {
                     let reply = match job.batch {
-                        Some(b) if job.req.method == Method::Apply => {
-                            self.apply_parsed(&job.req.id, b, job.parse_us)
-                        }
+                        Some(b) if job.req.method == Method::Apply => self.apply_parsed(
+                            &job.req.id,
+                            b,
+                            job.updates_text.as_deref(),
+                            job.parse_us,
+                        ),
                         _ => self.handle_timed(&job.req, job.parse_us),
                     };
                     self.requests.fetch_add(1, Ordering::Relaxed);
@@ -276,14 +281,17 @@ impl ControlPlane {
         let t0 = Instant::now();
         let parsed = parse_batch(&req.params, self.cfg.max_batch);
         let parse_us = line_parse_us + t0.elapsed().as_micros() as u64;
-        self.apply_parsed(&req.id, parsed, parse_us)
+        self.apply_parsed(&req.id, parsed, None, parse_us)
     }
 
-    /// Applies a parsed batch (`parse_us`: time spent parsing it).
+    /// Applies a parsed batch (`parse_us`: time spent parsing it;
+    /// `updates_text`: its updates as received, journaled as they are when
+    /// the whole batch applies).
     fn apply_parsed(
         &mut self,
         id: &Value,
         parsed: Result<Batch, BatchError>,
+        updates_text: Option<&str>,
         parse_us: u64,
     ) -> Value {
         let batch = match parsed {
@@ -294,12 +302,17 @@ impl ControlPlane {
             }
         };
         let journal = &mut self.journal;
-        let r = self
-            .store
-            .apply(&batch, |updates, generation| match journal {
-                Some(j) => j.append(generation, updates),
-                None => Ok(()),
-            });
+        let all = batch.updates.len();
+        let r = self.store.apply(&batch, |updates, generation| {
+            match (journal, updates_text) {
+                // Every update took effect (a batch's effective updates are
+                // its successful ones, in order): the request's own text is
+                // the record.
+                (Some(j), Some(text)) if updates.len() == all => j.append_text(generation, text),
+                (Some(j), _) => j.append(generation, updates),
+                (None, _) => Ok(()),
+            }
+        });
         match r {
             Ok(mut report) => {
                 report.timing.parse_us = parse_us;

@@ -445,8 +445,8 @@ impl<S: Stream + Read> Read for Deadlines<S> {
 /// The response to one request line.
 fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
     let t0 = std::time::Instant::now();
-    let (req, batch) = match parse_request_line(line, ctx.limits.max_batch) {
-        Ok(p) => (p.req, p.batch),
+    let (req, batch, updates_text) = match parse_request_line(line, ctx.limits.max_batch) {
+        Ok(p) => (p.req, p.batch, p.updates_text),
         Err(e) => return e.to_json(),
     };
     if ctx.stop.load(Ordering::Relaxed) {
@@ -464,6 +464,7 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
         .send(Job {
             req,
             batch,
+            updates_text,
             reply: tx,
             parse_us,
         })

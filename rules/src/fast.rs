@@ -25,7 +25,9 @@ use crate::rule::{parse_rule, Action, Dir, Match, Rule, RuleError};
 
 /// An optional field that, when present, must be a `T` (`null` is not
 /// "absent" to the value parser, so it is not taken here either).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
 }
 

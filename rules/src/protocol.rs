@@ -214,12 +214,8 @@ pub struct ParsedRequest {
 /// thousand-rule batch is built. Anything unusual in the envelope goes
 /// through [`parse_request`], which answers and names the problem.
 pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest, ErrorReply> {
+    use crate::fast::present;
     use serde_json::value::RawValue;
-    fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
-        d: D,
-    ) -> Result<Option<T>, D::Error> {
-        T::deserialize(d).map(Some)
-    }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Envelope<'a> {

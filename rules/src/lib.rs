@@ -2,7 +2,9 @@
 //!
 //! The rule model of the cfdp data plane, with no knowledge of filters or
 //! packets: flow keys and their hash (`flow`), IP prefixes (`prefix`), rules
-//! and rule files with field-level validation (`rule`), prefix classes and
+//! with field-level validation (`rule`), rule files and lists read as a
+//! stream on a thread per core (`file`), the typed fast path from JSON text
+//! to rules, updates and batches (`fast`), prefix classes and
 //! the priority order (`class`), rule batches (`batch`) and the control
 //! protocol's envelope (`protocol`, documented in `PROTOCOL.md`), which the
 //! control server and `cfdp ctl` share. Pure data and parsing, no I/O

@@ -385,6 +385,42 @@ fn limits_protect_the_server_from_bad_clients() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `get` reports each rule's last hit: about now for a rule the looping
+/// capture matches, null for one it never matches.
+#[test]
+fn rules_report_their_last_hit() {
+    let dir = tmpdir("last-hit");
+    let srv = Server::start(&dir, 1000, "");
+    let mut c = srv.client();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([
+            {"op": "insert", "rule": flow_rule(1, gen::PAIR_A, json!("count"))},
+            {"op": "insert", "rule": flow_rule(3, ([9, 9, 9, 9], [8, 8, 8, 8]), json!("drop"))},
+        ]),
+    );
+    assert_eq!(codes(&r), ["ok", "ok"]);
+    let get = |c: &mut Client, id: u32| c.call("get", json!({"id": id})).unwrap()["result"].clone();
+    wait_for("rule 1 counts packets", || {
+        get(&mut c, 1)["packets"].as_u64() > Some(0)
+    });
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let hit = get(&mut c, 1)["last_hit_unix_s"]
+        .as_u64()
+        .expect("rule 1 was hit");
+    assert!(hit + 5 >= unix_now() && hit <= unix_now(), "last hit {hit}");
+    assert_eq!(get(&mut c, 3)["last_hit_unix_s"], Value::Null);
+    drop(c);
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A client that trickles a request line a byte at a time (each read well
 /// inside the idle timeout) is closed once the line is `request_timeout_s`
 /// old; a well-behaved client is not.

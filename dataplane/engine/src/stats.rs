@@ -15,7 +15,7 @@
 //! count yet (see `Worker::process`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use cfdp_packet::{Malformed, NonIp};
@@ -132,7 +132,8 @@ fn bump(c: &AtomicU64, by: u64) {
 /// Rules per counter chunk.
 pub const SLOT_CHUNK: usize = 4096;
 
-/// Per-rule packet and byte counters of one worker, indexed by rule slot.
+/// Per-rule packet and byte counters of one worker, indexed by rule slot,
+/// with the time of each rule's last hit.
 ///
 /// Chunks of [`SLOT_CHUNK`] rules are allocated by the control thread when
 /// it hands out a slot in a new chunk, before the rule is published
@@ -141,7 +142,16 @@ pub const SLOT_CHUNK: usize = 4096;
 /// use, not `max_rules`.
 #[derive(Debug)]
 pub struct SlotCounters {
-    chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    chunks: Box<[OnceLock<Chunk>]>,
+}
+
+#[derive(Debug)]
+struct Chunk {
+    /// Packets and bytes, two per slot.
+    counts: Box<[AtomicU64]>,
+    /// Last hit, in seconds since the statistics were created, plus one
+    /// (0: never). Written at most once a second per rule.
+    last: Box<[AtomicU32]>,
 }
 
 impl SlotCounters {
@@ -157,7 +167,10 @@ impl SlotCounters {
     pub fn ensure(&self, slot: u32) -> bool {
         match self.chunks.get(slot as usize / SLOT_CHUNK) {
             Some(c) => {
-                c.get_or_init(|| (0..2 * SLOT_CHUNK).map(|_| AtomicU64::new(0)).collect());
+                c.get_or_init(|| Chunk {
+                    counts: (0..2 * SLOT_CHUNK).map(|_| AtomicU64::new(0)).collect(),
+                    last: (0..SLOT_CHUNK).map(|_| AtomicU32::new(0)).collect(),
+                });
                 true
             }
             None => false,
@@ -166,19 +179,43 @@ impl SlotCounters {
 
     /// Heap bytes of the counter chunks allocated so far.
     pub fn memory_bytes(&self) -> usize {
-        let chunk = 2 * SLOT_CHUNK * std::mem::size_of::<AtomicU64>();
-        self.chunks.len() * std::mem::size_of::<OnceLock<Box<[AtomicU64]>>>()
+        let chunk =
+            SLOT_CHUNK * (2 * std::mem::size_of::<AtomicU64>() + std::mem::size_of::<AtomicU32>());
+        self.chunks.len() * std::mem::size_of::<OnceLock<Chunk>>()
             + self.chunks.iter().filter(|c| c.get().is_some()).count() * chunk
     }
 
-    /// Counts one packet of `bytes` for `slot` (the owning worker only).
+    /// Counts one packet of `bytes` for `slot` at `now_s` (seconds since
+    /// the statistics were created, plus one; the owning worker only).
     #[inline]
-    pub fn add(&self, slot: u32, bytes: u64) {
+    pub fn add(&self, slot: u32, bytes: u64, now_s: u32) {
         let s = slot as usize;
         if let Some(c) = self.chunks.get(s / SLOT_CHUNK).and_then(OnceLock::get) {
             let i = 2 * (s % SLOT_CHUNK);
-            bump(&c[i], 1);
-            bump(&c[i + 1], bytes);
+            bump(&c.counts[i], 1);
+            bump(&c.counts[i + 1], bytes);
+            let last = &c.last[s % SLOT_CHUNK];
+            if last.load(Ordering::Relaxed) != now_s {
+                last.store(now_s, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The last hit of `slot` (0: never; see [`SlotCounters::add`]).
+    pub fn last_hit(&self, slot: u32) -> u32 {
+        let s = slot as usize;
+        self.chunks
+            .get(s / SLOT_CHUNK)
+            .and_then(OnceLock::get)
+            .map_or(0, |c| c.last[s % SLOT_CHUNK].load(Ordering::Relaxed))
+    }
+
+    /// Forgets `slot`'s last hit (control thread, when the slot goes to a
+    /// new rule; a burst of the old rule still in flight may set it again).
+    pub fn clear_last_hit(&self, slot: u32) {
+        let s = slot as usize;
+        if let Some(c) = self.chunks.get(s / SLOT_CHUNK).and_then(OnceLock::get) {
+            c.last[s % SLOT_CHUNK].store(0, Ordering::Relaxed);
         }
     }
 
@@ -189,8 +226,8 @@ impl SlotCounters {
             Some(c) => {
                 let i = 2 * (s % SLOT_CHUNK);
                 (
-                    c[i].load(Ordering::Relaxed),
-                    c[i + 1].load(Ordering::Relaxed),
+                    c.counts[i].load(Ordering::Relaxed),
+                    c.counts[i + 1].load(Ordering::Relaxed),
                 )
             }
             None => (0, 0),
@@ -223,6 +260,10 @@ pub const HIST_FOLD_BURSTS: u64 = 256;
 #[derive(Debug)]
 pub struct LiveStats {
     pub workers: Vec<WorkerStats>,
+    /// When these statistics were created: the origin of rules' last-hit
+    /// times.
+    pub started: std::time::Instant,
+    started_unix: std::time::SystemTime,
 }
 
 impl LiveStats {
@@ -237,6 +278,8 @@ impl LiveStats {
                     tx_dropped: AtomicU64::new(0),
                 })
                 .collect(),
+            started: std::time::Instant::now(),
+            started_unix: std::time::SystemTime::now(),
         }
     }
 
@@ -248,6 +291,32 @@ impl LiveStats {
     /// Heap bytes of every worker's per-rule counters.
     pub fn rule_counter_bytes(&self) -> usize {
         self.workers.iter().map(|w| w.rules.memory_bytes()).sum()
+    }
+
+    /// The last-hit clock value for `at` (see [`SlotCounters::add`]).
+    #[inline]
+    pub fn clock(&self, at: std::time::Instant) -> u32 {
+        let s = at.saturating_duration_since(self.started).as_secs();
+        u32::try_from(s).unwrap_or(u32::MAX - 1) + 1
+    }
+
+    /// When `slot` last matched a packet on any worker (Unix seconds), if
+    /// ever since it was handed to its rule.
+    pub fn slot_last_hit_unix_s(&self, slot: u32) -> Option<u64> {
+        let last = self.workers.iter().map(|w| w.rules.last_hit(slot)).max()?;
+        let base = self
+            .started_unix
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        (last > 0).then(|| base + u64::from(last - 1))
+    }
+
+    /// Forgets `slot`'s last hit on every worker (see
+    /// [`SlotCounters::clear_last_hit`]).
+    pub fn clear_slot_last_hit(&self, slot: u32) {
+        for w in &self.workers {
+            w.rules.clear_last_hit(slot);
+        }
     }
 
     /// Sum over workers of `slot`'s (packets, bytes).

@@ -227,12 +227,13 @@ impl Worker {
         match_burst(&mut cx, t, &keys[..n], &valid[..n], &mut rules[..n]);
 
         let shared = &self.stats.workers[self.index];
+        let now_s = self.stats.clock(start);
         for i in 0..n {
             verdicts[i] = match rules[i] {
                 None => Verdict::Forward,
                 Some(r) => {
                     c.matched += 1;
-                    shared.rules.add(r.slot, u64::from(pkts[i].orig_len));
+                    shared.rules.add(r.slot, u64::from(pkts[i].orig_len), now_s);
                     match r.action {
                         Action::Drop => Verdict::Drop,
                         Action::Allow => {

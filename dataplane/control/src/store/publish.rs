@@ -37,10 +37,12 @@ impl RuleStore {
     pub(super) fn commit(&mut self, p: &mut Pending, generation: u64) {
         for &slot in &p.new_slots {
             // A slot's counters start at zero; only a recycled slot has
-            // totals from an earlier rule to subtract.
+            // totals from an earlier rule to subtract, and a last hit to
+            // forget.
             let now = self.stats.slot_totals(slot);
             if now != (0, 0) {
                 self.baselines.insert(slot, now);
+                self.stats.clear_slot_last_hit(slot);
             }
         }
         for op in p.ops.drain(..) {

@@ -150,6 +150,13 @@ impl RuleStore {
         let mut v = cfdp_rules::rule_to_json(&r);
         v["packets"] = packets.into();
         v["bytes"] = bytes.into();
+        // Unix seconds of its last matched packet, null if none yet (a
+        // `modify` keeps the rule's slot: counters and last hit carry on).
+        v["last_hit_unix_s"] = self
+            .rules
+            .get(id)
+            .and_then(|s| self.stats.slot_last_hit_unix_s(s.slot))
+            .into();
         Some(v)
     }
 

@@ -148,87 +148,79 @@ pub fn parse_rule_text(text: &str, index: Option<usize>) -> Result<Rule, RuleErr
     parse_rule(&v, index)
 }
 
+/// An update's fields; `R` is the rule's form (its raw text, or the typed
+/// shape read in the same pass).
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FastUpdate<'a> {
+#[serde(deny_unknown_fields, bound(deserialize = "R: Deserialize<'de>"))]
+struct UpdateShape<'a, R> {
     op: &'a str,
-    #[serde(default, deserialize_with = "present", borrow)]
-    rule: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "present")]
+    rule: Option<R>,
     #[serde(default, deserialize_with = "present")]
     id: Option<u32>,
 }
 
+impl<R> UpdateShape<'_, R> {
+    /// The update, if it is valid (`rule` turns the rule's form into a
+    /// valid rule).
+    fn checked(self, rule: impl FnOnce(R) -> Option<Rule>) -> Option<Update> {
+        match (self.op, self.rule, self.id) {
+            ("delete", None, Some(id)) => Some(Update::Delete(id)),
+            ("insert", Some(r), None) => rule(r).map(Update::Insert),
+            ("modify", Some(r), None) => rule(r).map(Update::Modify),
+            _ => None,
+        }
+    }
+}
+
 /// Parses one update from its JSON text, like [`parse_update`].
 pub fn parse_update_text(text: &str) -> Result<Update, String> {
-    if let Ok(u) = serde_json::from_str::<FastUpdate>(text) {
-        let fast = match (u.op, u.rule, u.id) {
-            ("delete", None, Some(id)) => Some(Update::Delete(id)),
-            ("insert", Some(r), None) => rule(r.get()).map(Update::Insert),
-            ("modify", Some(r), None) => rule(r.get()).map(Update::Modify),
-            _ => None,
-        };
-        if let Some(u) = fast {
-            return Ok(u);
-        }
+    if let Some(u) = serde_json::from_str::<UpdateShape<&RawValue>>(text)
+        .ok()
+        .and_then(|u| u.checked(|r| rule(r.get())))
+    {
+        return Ok(u);
     }
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
     parse_update(&v)
 }
 
+/// A batch's fields; `U` is the form of its updates list: raw texts per
+/// update, typed updates read in the same pass, or the list's whole text.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FastBatch<'a> {
+#[serde(deny_unknown_fields, bound(deserialize = "U: Deserialize<'de>"))]
+pub(crate) struct BatchShape<'a, U> {
     #[serde(default, deserialize_with = "present", borrow)]
     atomicity: Option<&'a str>,
     #[serde(default)]
     expected_generation: Option<u64>,
-    #[serde(borrow)]
-    updates: Vec<&'a RawValue>,
+    updates: U,
 }
 
-/// An update in one typed pass (no raw slices kept).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WholeUpdate<'a> {
-    op: &'a str,
-    #[serde(default, deserialize_with = "present", borrow)]
-    rule: Option<FastRule<'a>>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<u32>,
-}
-
-/// A batch in one typed pass.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct WholeBatch<'a> {
-    #[serde(default, deserialize_with = "present", borrow)]
-    atomicity: Option<&'a str>,
-    #[serde(default)]
-    expected_generation: Option<u64>,
-    #[serde(borrow)]
-    updates: Vec<WholeUpdate<'a>>,
-}
-
-impl WholeBatch<'_> {
-    /// The batch, if every update is valid (else the caller takes the
-    /// per-update path, which names each problem).
-    pub(crate) fn checked(self, max_updates: usize) -> Option<Batch> {
+impl<U> BatchShape<'_, U> {
+    /// Its atomicity, if known and the batch holds at most `max_updates`
+    /// (it holds `n`).
+    fn atomicity(&self, n: usize, max_updates: usize) -> Option<Atomicity> {
         let atomicity = match self.atomicity {
             None => Atomicity::default(),
             Some(a) => Atomicity::parse(a)?,
         };
-        if self.updates.len() > max_updates {
-            return None;
-        }
+        (n <= max_updates).then_some(atomicity)
+    }
+}
+
+/// A batch read in one typed pass.
+type WholeBatch<'a> = BatchShape<'a, Vec<UpdateShape<'a, FastRule<'a>>>>;
+
+impl WholeBatch<'_> {
+    /// The batch, if every update is valid (else the caller takes the
+    /// per-update path, which names each problem).
+    fn checked(self, max_updates: usize) -> Option<Batch> {
+        let atomicity = self.atomicity(self.updates.len(), max_updates)?;
         let updates = self
             .updates
             .into_iter()
-            .map(|u| match (u.op, u.rule, u.id) {
-                ("delete", None, Some(id)) => Some(Ok(Update::Delete(id))),
-                ("insert", Some(r), None) => checked(r).map(|r| Ok(Update::Insert(r))),
-                ("modify", Some(r), None) => checked(r).map(|r| Ok(Update::Modify(r))),
-                _ => None,
-            })
+            .map(|u| u.checked(checked).map(Ok))
             .collect::<Option<Vec<_>>>()?;
         Some(Batch {
             atomicity,
@@ -240,29 +232,20 @@ impl WholeBatch<'_> {
 
 /// A batch whose `updates` list is kept as its text, as received: the
 /// journal can record that text as is when the whole batch applies.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct BatchWithText<'a> {
-    #[serde(default, deserialize_with = "present", borrow)]
-    atomicity: Option<&'a str>,
-    #[serde(default)]
-    expected_generation: Option<u64>,
-    #[serde(borrow)]
-    updates: &'a RawValue,
-}
+pub(crate) type BatchWithText<'a> = BatchShape<'a, &'a RawValue>;
 
 impl<'a> BatchWithText<'a> {
     /// The batch and its updates' text, if every update is valid and in
     /// the usual spelling.
     pub(crate) fn checked(self, max_updates: usize) -> Option<(Batch, &'a str)> {
-        let updates: Vec<WholeUpdate> = serde_json::from_str(self.updates.get()).ok()?;
+        let text = self.updates.get();
         let batch = WholeBatch {
             atomicity: self.atomicity,
             expected_generation: self.expected_generation,
-            updates,
+            updates: serde_json::from_str(text).ok()?,
         }
         .checked(max_updates)?;
-        Some((batch, self.updates.get()))
+        Some((batch, text))
     }
 }
 
@@ -277,23 +260,17 @@ pub fn parse_batch_text(text: &str, max_updates: usize) -> Result<Batch, BatchEr
     {
         return Ok(b);
     }
-    if let Ok(b) = serde_json::from_str::<FastBatch>(text) {
-        let atomicity = match b.atomicity {
-            None => Some(Atomicity::default()),
-            Some(a) => Atomicity::parse(a),
-        };
-        if let Some(atomicity) = atomicity {
-            if b.updates.len() <= max_updates {
-                return Ok(Batch {
-                    atomicity,
-                    expected_generation: b.expected_generation,
-                    updates: b
-                        .updates
-                        .iter()
-                        .map(|u| parse_update_text(u.get()))
-                        .collect(),
-                });
-            }
+    if let Ok(b) = serde_json::from_str::<BatchShape<Vec<&RawValue>>>(text) {
+        if let Some(atomicity) = b.atomicity(b.updates.len(), max_updates) {
+            return Ok(Batch {
+                atomicity,
+                expected_generation: b.expected_generation,
+                updates: b
+                    .updates
+                    .iter()
+                    .map(|u| parse_update_text(u.get()))
+                    .collect(),
+            });
         }
     }
     let v: Value = serde_json::from_str(text).map_err(|e| BatchError {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cfdp_rules::protocol::{
-    check_params, code, param_u64, result_reply, ErrorReply, Method, Request, API_VERSION,
+    check_params, code, param_u64, result_reply, ErrorReply, Method, ParsedRequest, Request,
+    API_VERSION,
 };
 use cfdp_rules::{parse_batch, Batch, BatchError, RuleId};
 use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
@@ -20,11 +21,9 @@ use crate::store::{ApplyError, RuleStore};
 
 /// A request and where its response goes.
 pub struct Job {
-    pub req: Request,
-    /// `apply`'s batch when the connection thread parsed it already.
-    pub batch: Option<Result<Batch, BatchError>>,
-    /// Its `updates` list as received (see `ParsedRequest::updates_text`).
-    pub updates_text: Option<String>,
+    /// The request, with `apply`'s batch when the connection thread parsed
+    /// it already.
+    pub request: ParsedRequest,
     pub reply: Sender<Value>,
     /// µs the connection thread spent parsing the request line.
     pub parse_us: u64,
@@ -162,14 +161,16 @@ impl ControlPlane {
             };
             match jobs.recv_timeout(idle) {
                 Ok(job) => {
-                    let reply = match job.batch {
-                        Some(b) if job.req.method == Method::Apply => self.apply_parsed(
-                            &job.req.id,
-                            b,
-                            job.updates_text.as_deref(),
-                            job.parse_us,
-                        ),
-                        _ => self.handle_timed(&job.req, job.parse_us),
+                    let ParsedRequest {
+                        req,
+                        batch,
+                        updates_text,
+                    } = job.request;
+                    let reply = match batch {
+                        Some(b) if req.method == Method::Apply => {
+                            self.apply_parsed(&req.id, b, updates_text.as_deref(), job.parse_us)
+                        }
+                        _ => self.handle_timed(&req, job.parse_us),
                     };
                     self.requests.fetch_add(1, Ordering::Relaxed);
                     // Published before the response: a client that reads

@@ -148,7 +148,6 @@ pub fn bind_unix(path: &Path, access: SocketAccess) -> Result<UnixListener, Stri
     // The group is set before the mode opens the socket to it.
     let group = match access.group {
         Some(g) => rustix::fs::chown(&tmp, None, Some(rustix::fs::Gid::from_raw(g)))
-            .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))
             .map_err(|e| std::io::Error::new(e.kind(), format!("group {g}: {e}"))),
         None => Ok(()),
     };
@@ -445,12 +444,14 @@ impl<S: Stream + Read> Read for Deadlines<S> {
 /// The response to one request line.
 fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
     let t0 = std::time::Instant::now();
-    let (req, batch, updates_text) = match parse_request_line(line, ctx.limits.max_batch) {
-        Ok(p) => (p.req, p.batch, p.updates_text),
+    let request = match parse_request_line(line, ctx.limits.max_batch) {
+        Ok(p) => p,
         Err(e) => return e.to_json(),
     };
+    let req = &request.req;
     if ctx.stop.load(Ordering::Relaxed) {
-        return ErrorReply::new(req.id, code::SHUTTING_DOWN, "cfdp is shutting down").to_json();
+        return ErrorReply::new(req.id.clone(), code::SHUTTING_DOWN, "cfdp is shutting down")
+            .to_json();
     }
     if req.method == Method::Stats && check_params(&req.params, &[]).is_ok() {
         let stats = serde_json::to_value(ctx.board.read()).expect("stats serialize");
@@ -462,9 +463,7 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
     if ctx
         .jobs
         .send(Job {
-            req,
-            batch,
-            updates_text,
+            request,
             reply: tx,
             parse_us,
         })

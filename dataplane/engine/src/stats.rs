@@ -262,7 +262,7 @@ pub struct LiveStats {
     pub workers: Vec<WorkerStats>,
     /// When these statistics were created: the origin of rules' last-hit
     /// times.
-    pub started: std::time::Instant,
+    started: std::time::Instant,
     started_unix: std::time::SystemTime,
 }
 

@@ -85,13 +85,6 @@ impl Tables {
         }
     }
 
-    /// Every rule of this copy (exact flow rules, then prefix rules).
-    pub fn rules(&self) -> impl Iterator<Item = &RuleRef> {
-        self.exact
-            .values()
-            .chain(self.classes.iter().flat_map(|c| c.entries.values()))
-    }
-
     /// The slot of the rule with exactly this match in this copy.
     pub fn rule_slot_of(&self, m: &cfdp_rules::Match) -> Option<u32> {
         match (m, PrefixClass::of(m)) {

@@ -25,9 +25,7 @@ impl RuleStore {
         stats: Arc<LiveStats>,
         rules: &[Rule],
     ) -> Result<Self, String> {
-        if cfg.max_rules == 0 || cfg.max_rules > u32::MAX as usize {
-            return Err(format!("max_rules = {}: must be 1..=2^32-1", cfg.max_rules));
-        }
+        check_max_rules(&cfg)?;
         let n = rules.len();
         let at = |i: usize, r: &Rule, msg: String| format!("rule #{} (id {}): {msg}", i + 1, r.id);
         // Per-class sizes first, so every table is allocated once.

@@ -159,6 +159,14 @@ fn domain_and_hash(m: &Match) -> (Domain, u64) {
     }
 }
 
+/// Slots are `u32`: `max_rules` must fit.
+fn check_max_rules(cfg: &StoreConfig) -> Result<(), String> {
+    if cfg.max_rules == 0 || cfg.max_rules > u32::MAX as usize {
+        return Err(format!("max_rules = {}: must be 1..=2^32-1", cfg.max_rules));
+    }
+    Ok(())
+}
+
 /// Why an insert is refused: its id is taken (batches and rule files say
 /// the same).
 fn id_taken(id: RuleId) -> String {
@@ -199,9 +207,7 @@ impl RuleStore {
     /// An empty store. `stats` must be the live statistics the workers
     /// write (their per-rule counters are allocated from here).
     pub fn new(cfg: StoreConfig, stats: Arc<LiveStats>) -> Result<Self, String> {
-        if cfg.max_rules == 0 || cfg.max_rules > u32::MAX as usize {
-            return Err(format!("max_rules = {}: must be 1..=2^32-1", cfg.max_rules));
-        }
+        check_max_rules(&cfg)?;
         let flow_filter = cfg.new_filter(cfg.flow_capacity)?;
         let (w, r) = left_right::new_from_empty::<Tables, Op>(Tables::new(
             Arc::clone(&flow_filter),

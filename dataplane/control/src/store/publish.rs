@@ -51,10 +51,6 @@ impl RuleStore {
         self.w.append(Op::SetGeneration(generation));
         self.w.publish();
         self.generation = generation;
-        // Steps 4 and 5 (`settle`) are due before the next batch.
-        let due = self.unsettled.get_or_insert_with(Default::default);
-        due.removals.append(&mut p.removals);
-        due.freed_slots.append(&mut p.freed_slots);
         for (id, s) in p.ids.drain() {
             match s {
                 Some(s) => {
@@ -91,11 +87,19 @@ impl RuleStore {
         // inserts all failed) leave the tables.
         touched.sort_unstable();
         touched.dedup();
-        let emptied = touched
+        let emptied: Vec<PrefixClass> = touched
             .into_iter()
-            .filter(|c| self.classes.get(c).is_some_and(|e| e.1 == 0));
-        let due = self.unsettled.get_or_insert_with(Default::default);
-        due.emptied.extend(emptied);
+            .filter(|c| self.classes.get(c).is_some_and(|e| e.1 == 0))
+            .collect();
+        // Steps 4 and 5 (`settle`) are due before the next batch, when the
+        // batch left anything for them (an insert-only batch does not: its
+        // operations reach the other copy with the next publish anyway).
+        if !(p.removals.is_empty() && p.freed_slots.is_empty() && emptied.is_empty()) {
+            let due = self.unsettled.get_or_insert_with(Default::default);
+            due.removals.append(&mut p.removals);
+            due.freed_slots.append(&mut p.freed_slots);
+            due.emptied.extend(emptied);
+        }
     }
 
     /// Steps 4 and 5 of the last commit, if still due: waits until no

@@ -4,7 +4,7 @@
 //! indexed by slot (no per-entry overhead, no hash-table slack) and a small
 //! id → slot index finds them by id. The rule with a given *match* is not
 //! indexed here: the published tables already map every match to its rule
-//! (`Tables::rule_id_of`), and a second index would cost ~45 bytes a rule.
+//! (`Tables::rule_slot_of`), and a second index would cost ~45 bytes a rule.
 
 use cfdp_engine::tables::table_bytes;
 use cfdp_rules::{Rule, RuleId};

@@ -131,6 +131,47 @@ pub fn is_quick() -> bool {
     std::env::args().any(|a| a == "--quick")
 }
 
+/// The value after `name` on the command line (`--label old`).
+pub fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// A comma-separated list of numbers after `name` (`--sizes 0,1000000`).
+pub fn arg_u64_list(name: &str) -> Option<Vec<u64>> {
+    arg(name).map(|s| {
+        s.split(',')
+            .map(|x| {
+                x.parse()
+                    .unwrap_or_else(|_| panic!("{name}: {x:?} is not a number"))
+            })
+            .collect()
+    })
+}
+
+/// The `cfdp` binary to drive: `--cfdp PATH`, else the one built beside
+/// this benchmark.
+pub fn cfdp_binary() -> PathBuf {
+    arg("--cfdp").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::current_exe()
+            .expect("own path")
+            .with_file_name("cfdp")
+    })
+}
+
+/// Starts `cfdp run --config cfg`, its output discarded.
+pub fn spawn_cfdp_run(cfdp: &std::path::Path, cfg: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(cfdp)
+        .args(["run", "--config"])
+        .arg(cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e} (build it first)", cfdp.display()))
+}
+
 /// `n` query keys: `positive_pct` % drawn from `keys` (inserted), the rest
 /// fresh random keys (a collision with an inserted 64-bit key is harmless
 /// and vanishingly rare).

@@ -33,15 +33,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cfdp_bench::{bench_flow, is_quick, machine_description, results_path, write_csv};
+use cfdp_bench::{
+    arg, bench_flow, cfdp_binary, is_quick, machine_description, results_path, spawn_cfdp_run,
+    write_csv,
+};
 use serde_json::{json, Value};
-
-fn arg(name: &str) -> Option<String> {
-    let a: Vec<String> = std::env::args().collect();
-    a.iter()
-        .position(|x| x == name)
-        .and_then(|i| a.get(i + 1).cloned())
-}
 
 fn flow_rule(i: u64) -> Value {
     let k = bench_flow(i);
@@ -164,13 +160,7 @@ impl Server {
             ),
         )
         .expect("config");
-        let child = Command::new(cfdp)
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e} (build it first)", cfdp.display()));
+        let child = spawn_cfdp_run(cfdp, &cfg);
         let start = Instant::now();
         while UnixStream::connect(&socket).is_err() {
             assert!(
@@ -272,11 +262,7 @@ impl Series {
 fn main() {
     let quick = is_quick();
     let label = arg("--label").unwrap_or_else(|| "this".into());
-    let cfdp = arg("--cfdp").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::current_exe()
-            .expect("own path")
-            .with_file_name("cfdp")
-    });
+    let cfdp = cfdp_binary();
     let trials = if quick { 20 } else { 100 };
     let base = std::env::temp_dir().join(format!("cfdp-ctlpath-{}", std::process::id()));
     println!("machine: {}", machine_description());

@@ -16,15 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cfdp_bench::{bench_flow, is_quick, machine_description, results_path, write_csv};
+use cfdp_bench::{
+    arg, arg_u64_list, bench_flow, cfdp_binary, is_quick, machine_description, results_path,
+    spawn_cfdp_run, write_csv,
+};
 use serde_json::Value;
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
 
 /// A rule file of `n` drop rules, written as a stream: exact flows, or
 /// (`prefix`) /32 destination prefixes, one prefix class.
@@ -108,13 +104,7 @@ fn run(cfdp: &Path, dir: &Path, mode: &str, file: &Path, n: u64, state: bool) ->
     )
     .expect("config");
     let start = Instant::now();
-    let mut child: Child = Command::new(cfdp)
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (build it first)", cfdp.display()));
+    let mut child: Child = spawn_cfdp_run(cfdp, &cfg);
     let stats = loop {
         if let Ok(s) = UnixStream::connect(&socket) {
             let mut w = s.try_clone().expect("clone");
@@ -149,16 +139,12 @@ fn run(cfdp: &Path, dir: &Path, mode: &str, file: &Path, n: u64, state: bool) ->
 
 fn main() {
     let quick = is_quick();
-    let sizes: Vec<u64> = match arg("--sizes") {
-        Some(s) => s.split(',').map(|x| x.parse().expect("--sizes")).collect(),
+    let sizes: Vec<u64> = match arg_u64_list("--sizes") {
+        Some(s) => s,
         None if quick => vec![0, 100_000],
         None => vec![0, 100_000, 1_000_000, 10_000_000],
     };
-    let cfdp = arg("--cfdp").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::current_exe()
-            .expect("own path")
-            .with_file_name("cfdp")
-    });
+    let cfdp = cfdp_binary();
     // `--kind prefix`: /32 prefix rules instead of exact flows (results in
     // their own CSV).
     let prefix = arg("--kind").is_some_and(|k| k == "prefix");

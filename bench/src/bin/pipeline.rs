@@ -18,7 +18,8 @@
 use std::time::Instant;
 
 use cfdp_bench::{
-    bench_flow, is_quick, machine_description, median, results_path, udp_frame, write_csv, SplitMix,
+    arg_u64_list, bench_flow, is_quick, machine_description, median, results_path, udp_frame,
+    write_csv, SplitMix,
 };
 use cfdp_control::RuleStore;
 use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
@@ -27,14 +28,8 @@ use cfdp_rules::{Action, Match, Rule};
 fn main() {
     let quick = is_quick();
     // `--rules 1000,10000000`: the rule-set sizes to measure.
-    let args: Vec<String> = std::env::args().collect();
-    let rule_counts: Vec<u64> = match args.iter().position(|a| a == "--rules") {
-        Some(i) => args
-            .get(i + 1)
-            .expect("--rules LIST")
-            .split(',')
-            .map(|x| x.parse().expect("--rules: numbers"))
-            .collect(),
+    let rule_counts: Vec<u64> = match arg_u64_list("--rules") {
+        Some(r) => r,
         None if quick => vec![1_000, 100_000],
         None => vec![1_000, 100_000, 1_000_000, 10_000_000],
     };

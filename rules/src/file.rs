@@ -11,8 +11,8 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 
+use crossbeam::channel;
 use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
@@ -153,12 +153,10 @@ impl<'de> Visitor<'de> for ListSeed {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         // The first chunk with a bad rule: later chunks need no parsing.
         let first_bad = AtomicUsize::new(usize::MAX);
-        let (work_tx, work_rx) = mpsc::sync_channel::<(usize, Vec<&'de RawValue>)>(2 * threads);
-        let work_rx = std::sync::Mutex::new(work_rx);
-        let (done_tx, done_rx) = mpsc::channel::<ChunkResult>();
-        let worker = |done_tx: mpsc::Sender<ChunkResult>| loop {
-            let job = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-            let Ok((c, raw)) = job else { break };
+        let (work_tx, work_rx) = channel::bounded::<(usize, Vec<&'de RawValue>)>(2 * threads);
+        let (done_tx, done_rx) = channel::unbounded::<ChunkResult>();
+        let worker = |done_tx: channel::Sender<ChunkResult>| loop {
+            let Ok((c, raw)) = work_rx.recv() else { break };
             if c > first_bad.load(Ordering::Relaxed) {
                 continue;
             }

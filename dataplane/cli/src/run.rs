@@ -159,6 +159,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
     };
     let plane = ControlPlane::new(store, journal, plane_cfg);
     let (jobs_tx, jobs_rx) = crossbeam::channel::bounded(1024);
+    let own_uid = rustix::process::getuid().as_raw();
     let ctx = ServerCtx {
         limits: Limits {
             max_line_bytes: c.max_line_bytes,
@@ -167,7 +168,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
             request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
             max_connections: c.max_connections,
             allowed_uids: if c.allowed_uids.is_empty() && c.allowed_gids.is_empty() {
-                vec![rustix::process::getuid().as_raw()]
+                vec![own_uid]
             } else {
                 c.allowed_uids.clone()
             },
@@ -182,11 +183,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
     let mut listeners = Vec::new();
     if !c.socket.is_empty() {
         let path = PathBuf::from(&c.socket);
-        let access = server::SocketAccess::for_peers(
-            rustix::process::getuid().as_raw(),
-            &c.allowed_uids,
-            &c.allowed_gids,
-        );
+        let access = server::SocketAccess::for_peers(own_uid, &c.allowed_uids, &c.allowed_gids);
         let l = server::bind_unix(&path, access).map_err(|e| format!("control.socket: {e}"))?;
         listeners.push(server::serve_unix(l, path, ctx.clone()).map_err(|e| e.to_string())?);
         eprintln!("cfdp: control socket {}", c.socket);

@@ -155,17 +155,18 @@ impl<'de> Visitor<'de> for ListSeed {
         let first_bad = AtomicUsize::new(usize::MAX);
         let (work_tx, work_rx) = channel::bounded::<(usize, Vec<&'de RawValue>)>(2 * threads);
         let (done_tx, done_rx) = channel::unbounded::<ChunkResult>();
-        let worker = |done_tx: channel::Sender<ChunkResult>| loop {
-            let Ok((c, raw)) = work_rx.recv() else { break };
-            if c > first_bad.load(Ordering::Relaxed) {
-                continue;
-            }
-            let r = parse_chunk(c * CHUNK, &raw);
-            if r.is_err() {
-                first_bad.fetch_min(c, Ordering::Relaxed);
-            }
-            if done_tx.send((c, r)).is_err() {
-                break;
+        let worker = |done_tx: channel::Sender<ChunkResult>| {
+            for (c, raw) in work_rx.iter() {
+                if c > first_bad.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let r = parse_chunk(c * CHUNK, &raw);
+                if r.is_err() {
+                    first_bad.fetch_min(c, Ordering::Relaxed);
+                }
+                if done_tx.send((c, r)).is_err() {
+                    break;
+                }
             }
         };
         let (results, scanned) = std::thread::scope(|s| {

@@ -33,10 +33,14 @@ pub struct DpdkConfig {
     /// EAL arguments (without the program name), e.g. `["-l", "0-1",
     /// "--vdev", "net_null0"]`.
     pub eal_args: Vec<String>,
-    /// Devices polled for packets (DPDK device names, e.g. `0000:01:00.0`
-    /// or `net_pcap0`).
+    /// Port pairs (DPDK device names, e.g. `0000:01:00.0` or
+    /// `net_af_packet0`): every port of a pair is polled, and a packet
+    /// forwarded from one leaves by the other. Excludes `rx_ports`.
+    pub xconnect: Vec<(String, String)>,
+    /// One-way: devices polled for packets; forwarded packets leave by
+    /// `tx_ports[0]`.
     pub rx_ports: Vec<String>,
-    /// Output ports: index n is output port n.
+    /// Output ports: index n is output port n (`redirect N`).
     pub tx_ports: Vec<String>,
     /// Worker threads = receive queues per rx port = transmit queues per
     /// tx port.

@@ -135,6 +135,10 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
                     .into(),
             );
         }
+        // The port settings are checked before the rules load (which can
+        // take seconds) and before the EAL starts.
+        #[cfg(feature = "dpdk")]
+        cfdp_dpdk::PortPlan::new(&cfg.dpdk.rx_ports, &cfg.dpdk.tx_ports, &cfg.dpdk.xconnect)?;
         usize::from(cfg.dpdk.workers.max(1))
     } else if cfg.dataplane.workers == 0 {
         default_workers
@@ -318,6 +322,7 @@ fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(),
     let opts = cfdp_dpdk::backend::DpdkOptions {
         rx_ports: d.rx_ports.clone(),
         tx_ports: d.tx_ports.clone(),
+        xconnect: d.xconnect.clone(),
         workers: d.workers,
         worker_cpus: d.worker_cpus.clone(),
         mempool_size: d.mempool_size,

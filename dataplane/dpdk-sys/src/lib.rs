@@ -74,7 +74,13 @@ mod ffi {
         pub fn cfdp_free_bulk(mbufs: *mut *mut c_void, n: u32);
         pub fn cfdp_port_name(port: u16, out: *mut c_char, len: usize) -> c_int;
         pub fn cfdp_ring_create(name: *const c_char, count: u32) -> *mut c_void;
-        pub fn cfdp_ring_port(name: *const c_char, rx: *mut c_void, tx: *mut c_void) -> c_int;
+        pub fn cfdp_ring_port(
+            name: *const c_char,
+            rx: *const *mut c_void,
+            nrx: u32,
+            tx: *const *mut c_void,
+            ntx: u32,
+        ) -> c_int;
         pub fn cfdp_ring_inject(
             ring: *mut c_void,
             pool: *mut c_void,

@@ -159,10 +159,12 @@ void *cfdp_ring_create(const char *name, unsigned count) {
     return rte_ring_create(name, count, (int)rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
 }
 
-/* A port that receives from `rx` and transmits into `tx`. */
-int cfdp_ring_port(const char *name, void *rx, void *tx) {
-    struct rte_ring *r = (struct rte_ring *)rx, *t = (struct rte_ring *)tx;
-    return rte_eth_from_rings(name, &r, 1, &t, 1, (unsigned)rte_socket_id());
+/* A port whose receive queue q takes packets from rx[q] and whose
+ * transmit queue q puts them into tx[q]. */
+int cfdp_ring_port(const char *name, void *const *rx, unsigned nrx, void *const *tx,
+                   unsigned ntx) {
+    return rte_eth_from_rings(name, (struct rte_ring *const *)rx, nrx,
+                              (struct rte_ring *const *)tx, ntx, (unsigned)rte_socket_id());
 }
 
 /* Copies n frames into fresh mbufs and enqueues them; returns how many. */

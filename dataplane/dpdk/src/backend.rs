@@ -5,14 +5,22 @@
 //! transmit by verdict, free what is dropped or not accepted by a transmit
 //! queue.
 //!
-//! Ports: `rx_ports` are polled (queue w of each by worker w, with RSS on
-//! the 5-tuple across queues where the device offers it); `tx_ports[n]` is
-//! output port n: forwarded packets leave through `tx_ports[0]`, `redirect
-//! N` through `tx_ports[N]` (a redirect to a port not listed is dropped and
-//! counted as `tx_dropped`). Worker w transmits on queue w of each port.
-//! Bursts are stamped with a monotonic clock, by which fragment entries age.
+//! Ports, two ways (see [`Ports`]):
+//! * **one-way**: `rx_ports` are polled; forwarded packets leave through
+//!   `tx_ports[0]`;
+//! * **cross-connect** (`xconnect`, VPP's l2 xconnect, l2fwd's port
+//!   pairs): every port of every pair is polled, and a packet received on
+//!   one port of a pair and forwarded leaves by the other.
+//!
+//! In both, `tx_ports[n]` is output port n for `redirect N` (a redirect to
+//! a port not listed is dropped and counted as `tx_dropped`). Queue w of
+//! every polled port is polled by worker w (RSS with a symmetric key
+//! spreads flows over the queues where the device offers it, so both
+//! directions of a flow meet at one worker), and worker w transmits on
+//! queue w of every output port. Bursts are stamped with a monotonic
+//! clock, by which fragment entries age.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use cfdp_engine::backend::{Backend, Frames, Rx};
@@ -21,8 +29,8 @@ use cfdp_packet::LinkType;
 use serde::Serialize;
 
 use crate::{
-    DpdkError, Eal, PortStats, RxBurst, RxQueue, StartedPort, ThreadRegistration, TxQueue,
-    MAX_BURST,
+    DpdkError, Eal, PortPlan, PortStats, RxBurst, RxQueue, StartedPort, ThreadRegistration,
+    TxQueue, MAX_BURST,
 };
 
 const _: () = assert!(cfdp_dpdk_sys::MAX_BURST == MAX_BURST);
@@ -30,10 +38,15 @@ const _: () = assert!(cfdp_dpdk_sys::MAX_BURST == MAX_BURST);
 /// The backend's settings (`[dpdk]` in the configuration, less the EAL's).
 #[derive(Clone, Debug)]
 pub struct DpdkOptions {
-    /// Devices polled for packets (DPDK device names).
+    /// Devices polled for packets (DPDK device names), one-way: forwarded
+    /// packets leave by `tx_ports[0]`. Empty when `xconnect` is used.
     pub rx_ports: Vec<String>,
-    /// Output ports: index n is output port n.
+    /// Output ports: index n is output port n (`redirect N`; one-way, 0
+    /// also takes forwarded packets).
     pub tx_ports: Vec<String>,
+    /// Port pairs: a packet received on one port of a pair and forwarded
+    /// leaves by the other.
+    pub xconnect: Vec<(String, String)>,
     /// Worker threads = receive queues per rx port = transmit queues per
     /// tx port.
     pub workers: u16,
@@ -88,10 +101,12 @@ pub fn init_eal(eal_args: &[String]) -> Result<Eal, DpdkError> {
     Eal::init(&args)
 }
 
-/// A received burst with its arrival time.
+/// A received burst with its arrival time and the queue it came from.
 pub struct DpdkFrames<'p> {
     burst: RxBurst<'p>,
     ts_ns: u64,
+    /// Index of the receive queue in [`DpdkBackend`]'s `rx`.
+    from: usize,
 }
 
 impl Frames for DpdkFrames<'_> {
@@ -110,12 +125,15 @@ impl Frames for DpdkFrames<'_> {
     }
 }
 
-/// One worker's queues: its receive queue on each rx port, its transmit
-/// queue on each distinct tx port, and the output-port map.
+/// One worker's queues: its receive queue on each polled port, its
+/// transmit queue on each output port, and where packets go.
 pub struct DpdkBackend<'p, 's> {
     rx: Vec<RxQueue<'p>>,
     tx: Vec<TxQueue<'p>>,
-    /// Output port n → index into `tx`.
+    /// Receive queue i → index into `tx` of forwarded packets
+    /// ([`NO_PORT`]: none; dropped and counted).
+    forward: Vec<usize>,
+    /// Output port n of `redirect N` → index into `tx`.
     out: Vec<usize>,
     next_rx: usize,
     burst: usize,
@@ -140,6 +158,7 @@ impl<'p> Backend for DpdkBackend<'p, '_> {
         DpdkFrames {
             burst: RxBurst::new(),
             ts_ns: 0,
+            from: 0,
         }
     }
 
@@ -158,6 +177,7 @@ impl<'p> Backend for DpdkBackend<'p, '_> {
                 }
                 self.last_packet_ns = self.now_ns;
                 b.ts_ns = self.now_ns;
+                b.from = i;
                 return Rx::Ready;
             }
         }
@@ -173,12 +193,14 @@ impl<'p> Backend for DpdkBackend<'p, '_> {
 
     fn tx(&mut self, b: &mut DpdkFrames<'p>, verdicts: &[Verdict]) {
         let mut dest = [None; MAX_BURST];
+        let forward = Some(self.forward[b.from]);
         for (d, v) in dest.iter_mut().zip(verdicts) {
-            // usize::MAX: no such output port (dispatch counts it dropped).
-            let port = |p: usize| Some(self.out.get(p).copied().unwrap_or(usize::MAX));
+            // NO_PORT: no such output port (dispatch counts it dropped).
             *d = match v {
-                Verdict::Forward => port(0),
-                Verdict::Redirect(p) => port(usize::from(*p)),
+                Verdict::Forward => forward,
+                Verdict::Redirect(p) => {
+                    Some(self.out.get(usize::from(*p)).copied().unwrap_or(NO_PORT))
+                }
                 Verdict::Drop => None,
             };
         }
@@ -192,6 +214,10 @@ impl<'p> Backend for DpdkBackend<'p, '_> {
 
 /// Bursts between clock reads.
 const CLOCK_EVERY: u32 = 16;
+
+/// A transmit index that names no queue: `dispatch` frees the frame and
+/// counts it as `tx_dropped`.
+const NO_PORT: usize = usize::MAX;
 
 impl DpdkBackend<'_, '_> {
     fn tick(&mut self) {
@@ -214,9 +240,6 @@ pub fn run(
             cx.stats.workers.len()
         ));
     }
-    if opts.rx_ports.is_empty() {
-        return Err("dpdk.rx_ports is empty".into());
-    }
     if !opts.worker_cpus.is_empty() && opts.worker_cpus.len() != usize::from(workers) {
         return Err(format!(
             "dpdk.worker_cpus lists {} CPUs for {workers} workers",
@@ -229,22 +252,43 @@ pub fn run(
             opts.burst
         ));
     }
-    let id = |name: &String| eal.port_by_name(name).map_err(|e| e.to_string());
-    let rx_ids: Vec<u16> = opts.rx_ports.iter().map(id).collect::<Result<_, _>>()?;
-    let tx_ids: Vec<u16> = opts.tx_ports.iter().map(id).collect::<Result<_, _>>()?;
+    let plan = PortPlan::new(&opts.rx_ports, &opts.tx_ports, &opts.xconnect)?;
+    // Names → port ids; two names of one device would make one port two.
+    let mut ids: Vec<(String, u16)> = Vec::new();
+    for name in plan.all() {
+        let id = eal.port_by_name(name).map_err(|e| e.to_string())?;
+        if let Some((other, _)) = ids.iter().find(|(_, i)| *i == id) {
+            return Err(format!(
+                "dpdk: {name:?} and {other:?} name the same port ({id})"
+            ));
+        }
+        ids.push((name.clone(), id));
+    }
+    let id = |name: &String| ids.iter().find(|(n, _)| n == name).expect("resolved").1;
+    // DPDK names pools process-wide and never frees them: a unique name
+    // per run lets one process run the backend more than once (tests).
+    static RUNS: AtomicU32 = AtomicU32::new(0);
+    let pool_name = format!("cfdp_mbufs{}", RUNS.fetch_add(1, Ordering::Relaxed));
     let pool = eal
-        .mempool("cfdp_mbufs", opts.mempool_size, 256)
+        .mempool(&pool_name, opts.mempool_size, 256)
         .map_err(|e| e.to_string())?;
-    let mut all: Vec<u16> = rx_ids.iter().chain(&tx_ids).copied().collect();
-    all.sort_unstable();
-    all.dedup();
-    let mut ports = Vec::with_capacity(all.len());
-    for &p in &all {
-        let rxq = if rx_ids.contains(&p) { workers } else { 0 };
-        let txq = if tx_ids.contains(&p) { workers } else { 0 };
+    // Every port gets `workers` receive queues if polled and `workers`
+    // transmit queues if an output; queue w of each is worker w's.
+    let mut ports = Vec::with_capacity(ids.len());
+    for (name, p) in &ids {
+        let rxq = if plan.polled.contains(name) {
+            workers
+        } else {
+            0
+        };
+        let txq = if plan.outputs.contains(name) {
+            workers
+        } else {
+            0
+        };
         ports.push(
-            StartedPort::start(eal, p, rxq, txq, opts.descriptors, &pool)
-                .map_err(|e| e.to_string())?,
+            StartedPort::start(eal, *p, rxq, txq, opts.descriptors, &pool)
+                .map_err(|e| format!("{name}: {e}"))?,
         );
     }
     let rss: Vec<bool> = ports.iter().map(StartedPort::rss).collect();
@@ -252,39 +296,44 @@ pub fn run(
         (opts.stop_when_idle_ms > 0).then(|| Duration::from_millis(opts.stop_when_idle_ms));
     let start = Instant::now();
 
-    // Hand every worker its queues: rx queue w of each rx port, tx queue w
-    // of each port used for output.
-    let mut per_worker: Vec<(Vec<RxQueue<'_>>, Vec<TxQueue<'_>>)> =
-        (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
-    let mut tx_order: Vec<u16> = Vec::new();
+    // Hand every worker its queues, in the plan's orders: receive queue w
+    // of each polled port, transmit queue w of each output port.
+    let mut rxq_of: Vec<(u16, Vec<RxQueue<'_>>)> = Vec::new();
+    let mut txq_of: Vec<(u16, Vec<TxQueue<'_>>)> = Vec::new();
     for port in ports.iter_mut() {
         let pid = port.id();
         let (rxq, txq) = port.queues().map_err(|e| e.to_string())?;
-        for (w, q) in rxq.into_iter().enumerate() {
+        rxq_of.push((pid, rxq));
+        txq_of.push((pid, txq));
+    }
+    let mut per_worker: Vec<(Vec<RxQueue<'_>>, Vec<TxQueue<'_>>)> =
+        (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
+    for name in &plan.polled {
+        let (_, qs) = rxq_of
+            .iter_mut()
+            .find(|(p, _)| *p == id(name))
+            .expect("polled port started");
+        for (w, q) in qs.drain(..).enumerate() {
             per_worker[w].0.push(q);
         }
-        if !txq.is_empty() {
-            tx_order.push(pid);
-        }
-        for (w, q) in txq.into_iter().enumerate() {
+    }
+    for name in &plan.outputs {
+        let (_, qs) = txq_of
+            .iter_mut()
+            .find(|(p, _)| *p == id(name))
+            .expect("output port started");
+        for (w, q) in qs.drain(..).enumerate() {
             per_worker[w].1.push(q);
         }
     }
-    let out: Vec<usize> = tx_ids
-        .iter()
-        .map(|p| {
-            tx_order
-                .iter()
-                .position(|x| x == p)
-                .expect("tx port started")
-        })
-        .collect();
+    let forward: Vec<usize> = plan.forward.iter().map(|f| f.unwrap_or(NO_PORT)).collect();
+    let out = plan.redirect.clone();
     let token = eal.token();
     // Scripts wait for this line (bench/dpdk.sh): the rules are loaded and
     // the ports started; the workers poll from here on.
     eprintln!(
-        "cfdp: dpdk: polling {} rx port(s) with {workers} worker(s), rss {:?}",
-        rx_ids.len(),
+        "cfdp: dpdk: polling {} port(s) with {workers} worker(s), rss {:?}",
+        plan.polled.len(),
         rss
     );
     let result: Result<Vec<u64>, String> = std::thread::scope(|s| {
@@ -293,6 +342,7 @@ pub fn run(
             .enumerate()
             .map(|(w, (rx, tx))| {
                 let out = out.clone();
+                let forward = forward.clone();
                 let cpu = opts.worker_cpus.get(w).copied();
                 s.spawn(move || -> Result<u64, String> {
                     if let Some(cpu) = cpu {
@@ -307,6 +357,7 @@ pub fn run(
                     let mut backend = DpdkBackend {
                         rx,
                         tx,
+                        forward,
                         out,
                         next_rx: 0,
                         burst: opts.burst,
@@ -337,12 +388,10 @@ pub fn run(
     let port_stats = ports
         .iter()
         .map(|p| {
-            let name = opts
-                .rx_ports
+            let name = ids
                 .iter()
-                .chain(&opts.tx_ports)
-                .find(|n| eal.port_by_name(n).ok() == Some(p.id()))
-                .cloned()
+                .find(|(_, i)| *i == p.id())
+                .map(|(n, _)| n.clone())
                 .unwrap_or_default();
             let st = p.stats().unwrap_or_default();
             (name, PortStatsJson::from(st))

@@ -27,6 +27,7 @@ pub mod backend;
 mod burst;
 #[cfg(dpdk)]
 mod eal;
+pub mod plan;
 #[cfg(dpdk)]
 mod port;
 #[cfg(dpdk)]
@@ -40,6 +41,8 @@ pub use eal::{Eal, EalRef, Mempool, ThreadRegistration};
 pub use port::{PortStats, RxQueue, StartedPort, TxQueue};
 #[cfg(dpdk)]
 pub use ring::Ring;
+
+pub use plan::PortPlan;
 
 /// Largest burst handled at once (the engine's burst).
 pub const MAX_BURST: usize = cfdp_engine::MAX_BURST;

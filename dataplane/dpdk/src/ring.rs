@@ -21,15 +21,32 @@ pub struct Ring<'eal> {
 unsafe impl Send for Ring<'_> {}
 
 impl Eal {
-    /// A `net_ring` port over two new rings: packets put into the returned
-    /// `rx` ring arrive on the port; packets the port transmits can be taken
-    /// from `tx`. Returns the port's device name (DPDK prefixes `name`).
+    /// A `net_ring` port with one receive and one transmit queue: packets
+    /// put into the returned `rx` ring arrive on the port; packets the
+    /// port transmits can be taken from `tx`. Returns the port's device
+    /// name (DPDK prefixes `name`).
     pub fn ring_port(
         &self,
         name: &str,
         size: u32,
     ) -> Result<(String, Ring<'_>, Ring<'_>), DpdkError> {
-        let ring = |suffix: &str| -> Result<Ring<'_>, DpdkError> {
+        let (port, mut rx, mut tx) = self.ring_port_queues(name, size, 1)?;
+        match (rx.pop(), tx.pop()) {
+            (Some(r), Some(t)) => Ok((port, r, t)),
+            _ => Err(DpdkError::Usage("a ring port without queues".into())),
+        }
+    }
+
+    /// A `net_ring` port with `queues` receive and transmit queues: ring
+    /// `rx[q]` feeds receive queue q, transmit queue q fills ring `tx[q]`
+    /// (a multi-queue port whose "RSS" is whatever the injector chooses).
+    pub fn ring_port_queues(
+        &self,
+        name: &str,
+        size: u32,
+        queues: u16,
+    ) -> Result<(String, Vec<Ring<'_>>, Vec<Ring<'_>>), DpdkError> {
+        let ring = |suffix: String| -> Result<Ring<'_>, DpdkError> {
             let c = CString::new(format!("{name}_{suffix}"))
                 .map_err(|e| DpdkError::Usage(e.to_string()))?;
             // SAFETY: valid C string; the EAL is up.
@@ -41,10 +58,26 @@ impl Eal {
                 })
                 .ok_or_else(|| last_error("rte_ring_create"))
         };
-        let (rx, tx) = (ring("rx")?, ring("tx")?);
+        let rx: Vec<Ring<'_>> = (0..queues)
+            .map(|q| ring(format!("rx{q}")))
+            .collect::<Result<_, _>>()?;
+        let tx: Vec<Ring<'_>> = (0..queues)
+            .map(|q| ring(format!("tx{q}")))
+            .collect::<Result<_, _>>()?;
+        let rxp: Vec<*mut c_void> = rx.iter().map(|r| r.ptr.as_ptr()).collect();
+        let txp: Vec<*mut c_void> = tx.iter().map(|r| r.ptr.as_ptr()).collect();
         let c = CString::new(name).map_err(|e| DpdkError::Usage(e.to_string()))?;
-        // SAFETY: both rings are live; rte_eth_from_rings copies the pointers.
-        let port = unsafe { sys::cfdp_ring_port(c.as_ptr(), rx.ptr.as_ptr(), tx.ptr.as_ptr()) };
+        // SAFETY: rxp/txp hold `queues` live rings each;
+        // rte_eth_from_rings copies the pointers.
+        let port = unsafe {
+            sys::cfdp_ring_port(
+                c.as_ptr(),
+                rxp.as_ptr(),
+                u32::from(queues),
+                txp.as_ptr(),
+                u32::from(queues),
+            )
+        };
         if port < 0 {
             return Err(last_error("rte_eth_from_rings"));
         }

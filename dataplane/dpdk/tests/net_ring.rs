@@ -36,6 +36,7 @@ fn frames_injected_through_net_ring_get_their_hand_worked_verdicts() {
     let opts = DpdkOptions {
         rx_ports: vec![n0.clone()],
         tx_ports: vec![n0, n1, n2],
+        xconnect: Vec::new(),
         workers: 1,
         worker_cpus: vec![0],
         mempool_size: 4095,

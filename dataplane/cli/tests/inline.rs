@@ -1,0 +1,458 @@
+//! cfdp inline on real links: two network namespaces with real kernel
+//! stacks, joined through `cfdp run` (DPDK `net_af_packet` on veth pairs,
+//! `xconnect`) — the lab of `dataplane/dpdk/scripts/veth-lab.sh`.
+//!
+//! Needs root (namespaces, veths, AF_PACKET), iproute2, ethtool and ping,
+//! and a build with `--features dpdk`. Without root or those tools each test
+//! says so and returns — unless `CFDP_REQUIRE_INLINE` is set (CI sets it),
+//! which makes that a failure.
+//!
+//! Sockets on either side are opened by a thread that entered the
+//! namespace (`setns`): a socket keeps its namespace for life, so the test
+//! then uses it from any thread.
+#![cfg(feature = "dpdk")]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cfdp_control::client::{Client, Target};
+use serde_json::{json, Value};
+
+/// The labs busy-poll a core each: one at a time on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
+}
+
+fn script() -> PathBuf {
+    repo("dataplane/dpdk/scripts/veth-lab.sh")
+}
+
+/// Why the lab cannot run here, if it cannot (a panic where it must).
+fn unavailable() -> Option<String> {
+    let why = why_unavailable();
+    if let Some(w) = &why {
+        assert!(
+            std::env::var_os("CFDP_REQUIRE_INLINE").is_none(),
+            "CFDP_REQUIRE_INLINE is set, but the inline lab cannot run: {w}"
+        );
+    }
+    why
+}
+
+fn why_unavailable() -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        return Some("not root".into());
+    }
+    for tool in ["ip", "ethtool", "ping"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("{tool} not installed"));
+        }
+    }
+    None
+}
+
+/// Two namespaces `{prefix}a` / `{prefix}b` and their veths; removed when
+/// dropped, also when the test fails.
+struct Lab {
+    prefix: String,
+}
+
+impl Lab {
+    fn up(prefix: &str, qpairs: u16) -> Lab {
+        // A lab left by a killed run is removed first.
+        let _ = Command::new(script()).args(["down", prefix]).status();
+        let lab = Lab {
+            prefix: prefix.into(),
+        };
+        let st = Command::new(script())
+            .args(["up", prefix, &qpairs.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "veth-lab.sh up {prefix} failed");
+        lab
+    }
+
+    fn ns(&self, side: char) -> String {
+        format!("{}{side}", self.prefix)
+    }
+
+    /// Runs `f` on a thread inside the namespace of `side`.
+    fn within<T: Send>(&self, side: char, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.ns(side));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let fd = std::fs::File::open(&path).unwrap();
+                rustix::thread::move_into_link_name_space(
+                    fd.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )
+                .unwrap();
+                f()
+            })
+            .join()
+            .unwrap()
+        })
+    }
+
+    fn ping(&self, from: char, to: &str) -> bool {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns(from), "ping", "-c", "3"])
+            .args(["-i", "0.2", "-W", "1", "-q", to])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).args(["down", &self.prefix]).status();
+    }
+}
+
+/// A `cfdp run` cross-connecting the lab; killed when dropped.
+struct Cfdp {
+    child: Option<Child>,
+    socket: PathBuf,
+    dir: PathBuf,
+}
+
+impl Cfdp {
+    fn start(lab: &Lab, qpairs: u16, workers: u16, rules: &str) -> Cfdp {
+        let dir = std::env::temp_dir().join(format!("cfdp-inline-{}", lab.prefix));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new(script())
+            .args(["config", &lab.prefix])
+            .args([qpairs.to_string(), workers.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let socket = dir.join("ctl.sock");
+        let rules_file = dir.join("rules.json");
+        std::fs::write(&rules_file, rules).unwrap();
+        let cfg = String::from_utf8(out.stdout)
+            .unwrap()
+            .replace(
+                &format!("socket = \"/tmp/{}.sock\"", lab.prefix),
+                &format!("socket = {socket:?}"),
+            )
+            .replace("file = \"\"", &format!("file = {rules_file:?}"));
+        let cfg_path = dir.join("cfdp.toml");
+        std::fs::write(&cfg_path, cfg).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+            .args(["run", "--config"])
+            .arg(&cfg_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let cfdp = Cfdp {
+            child: Some(child),
+            socket,
+            dir,
+        };
+        // Ready once the socket answers (the ports are started before the
+        // control thread accepts).
+        let start = Instant::now();
+        while Client::connect(&Target::Unix(&cfdp.socket)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no control socket"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cfdp
+    }
+
+    fn call(&self, method: &str, params: Value) -> Value {
+        let mut c = Client::connect(&Target::Unix(&self.socket)).unwrap();
+        let r = c.call(method, params).unwrap();
+        assert!(r.get("error").is_none(), "{method}: {r}");
+        r["result"].clone()
+    }
+
+    fn apply(&self, updates: Value) {
+        let r = self.call("apply", json!({ "updates": updates }));
+        for u in r["results"].as_array().unwrap() {
+            assert_eq!(u["code"], "ok", "{r}");
+        }
+    }
+
+    /// Stops it with SIGTERM and returns its final JSON line.
+    fn stop(mut self) -> Value {
+        let child = self.child.take().unwrap();
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "cfdp run failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().rev().find(|l| l.starts_with('{')).unwrap();
+        serde_json::from_str(last).unwrap()
+    }
+}
+
+impl Drop for Cfdp {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Deterministic payload bytes (so a corrupted or reordered transfer shows).
+fn payload(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
+
+/// One TCP connection from side A to `server` in side B: A sends `len`
+/// bytes and half-closes, B checks them and sends `len` bytes back, A
+/// checks those. Both directions carry data through cfdp.
+fn tcp_both_ways(lab: &Lab, server: SocketAddr, len: usize) {
+    let listener = lab.within('b', || TcpListener::bind(server).unwrap());
+    let up = payload(len, 0x5a);
+    let down = payload(len, 0xa5);
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let (mut c, _) = listener.accept().unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).unwrap();
+            assert!(
+                got == up,
+                "A→B: {} of {} bytes, or corrupted",
+                got.len(),
+                len
+            );
+            c.write_all(&down).unwrap();
+        });
+        let mut c = lab.within('a', || {
+            TcpStream::connect_timeout(&server, Duration::from_secs(5)).unwrap()
+        });
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(&up).unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        srv.join().unwrap();
+        assert!(
+            got == down,
+            "B→A: {} of {} bytes, or corrupted",
+            got.len(),
+            len
+        );
+    });
+}
+
+/// Whether a TCP connection from A to `server` is established within 2 s.
+fn connects(lab: &Lab, server: SocketAddr) -> bool {
+    lab.within('a', || {
+        TcpStream::connect_timeout(&server, Duration::from_secs(2)).is_ok()
+    })
+}
+
+/// A live request/response exchange: A sends 64 bytes, B echoes them.
+struct Echo {
+    client: TcpStream,
+    _server: std::thread::JoinHandle<()>,
+    local: SocketAddr,
+}
+
+impl Echo {
+    fn start(lab: &Lab, server: SocketAddr) -> Echo {
+        let listener = lab.within('b', || TcpListener::bind(server).unwrap());
+        let srv = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            while c.read_exact(&mut buf).is_ok() {
+                if c.write_all(&buf).is_err() {
+                    return;
+                }
+            }
+        });
+        let client = lab.within('a', || {
+            TcpStream::connect_timeout(&server, Duration::from_secs(5)).unwrap()
+        });
+        let local = client.local_addr().unwrap();
+        Echo {
+            client,
+            _server: srv,
+            local,
+        }
+    }
+
+    /// Sends one message; whether its echo comes back within `wait`.
+    fn round_trip(&mut self, n: u8, wait: Duration) -> bool {
+        self.client.set_read_timeout(Some(wait)).unwrap();
+        self.client.write_all(&[n; 64]).unwrap();
+        let mut buf = [0u8; 64];
+        self.client.read_exact(&mut buf).is_ok() && buf == [n; 64]
+    }
+
+    /// Waits for an echo already on its way (after a blocked round trip,
+    /// TCP retransmits it once the path is open again).
+    fn echo_arrives(&mut self, n: u8, wait: Duration) -> bool {
+        self.client.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = [0u8; 64];
+        self.client.read_exact(&mut buf).is_ok() && buf == [n; 64]
+    }
+}
+
+#[test]
+fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = unavailable() {
+        eprintln!("inline lab skipped: {why}");
+        return;
+    }
+    let lab = Lab::up(&format!("ci{}", std::process::id() % 100_000), 1);
+    let cfdp = Cfdp::start(&lab, 1, 1, r#"{"rules": []}"#);
+
+    // ARP and ND go through (no rule matches them), then ping both ways.
+    assert!(lab.ping('a', "10.77.0.2"), "IPv4 ping A→B");
+    assert!(lab.ping('b', "10.77.0.1"), "IPv4 ping B→A");
+    assert!(lab.ping('a', "fd77::2"), "IPv6 ping A→B");
+
+    // TCP transfers complete both ways, over IPv4 and IPv6.
+    tcp_both_ways(&lab, "10.77.0.2:5001".parse().unwrap(), 4 << 20);
+    tcp_both_ways(&lab, "[fd77::2]:5001".parse().unwrap(), 1 << 20);
+
+    // A drop rule on a live flow's 5-tuple stops it with the batch that
+    // installs it; deleting the rule lets it go on.
+    let mut echo = Echo::start(&lab, "10.77.0.2:5002".parse().unwrap());
+    assert!(
+        echo.round_trip(1, Duration::from_secs(5)),
+        "echo before the rule"
+    );
+    cfdp.apply(
+        json!([{"op": "insert", "rule": {"id": 10, "match": {"flow": {
+        "src": "10.77.0.1", "dst": "10.77.0.2", "proto": "tcp",
+        "sport": echo.local.port(), "dport": 5002}}, "action": "drop"}}]),
+    );
+    assert!(
+        !echo.round_trip(2, Duration::from_millis(1500)),
+        "the echo came back through a drop rule"
+    );
+    let hits = cfdp.call("get", json!({"id": 10}))["packets"]
+        .as_u64()
+        .unwrap();
+    assert!(hits >= 1, "the drop rule saw none of the flow's packets");
+    cfdp.apply(json!([{"op": "delete", "id": 10}]));
+    assert!(
+        echo.echo_arrives(2, Duration::from_secs(10)),
+        "the flow did not resume after the rule was deleted"
+    );
+    assert!(
+        echo.round_trip(3, Duration::from_secs(5)),
+        "echo after delete"
+    );
+
+    // A port rule stops TCP to that port; other ports and ping still pass.
+    cfdp.apply(json!([{"op": "insert", "rule": {"id": 11, "match": {
+        "dst_prefix": "10.77.0.2/32", "proto": "tcp", "port": 5003}, "action": "drop"}}]));
+    let _l3 = lab.within('b', || TcpListener::bind("10.77.0.2:5003").unwrap());
+    let _l4 = lab.within('b', || TcpListener::bind("10.77.0.2:5004").unwrap());
+    assert!(
+        !connects(&lab, "10.77.0.2:5003".parse().unwrap()),
+        "connected through a port rule"
+    );
+    assert!(
+        connects(&lab, "10.77.0.2:5004".parse().unwrap()),
+        "another port is blocked too"
+    );
+    assert!(
+        lab.ping('a', "10.77.0.2"),
+        "ping with the port rule in place"
+    );
+    assert!(
+        cfdp.call("get", json!({"id": 11}))["packets"].as_u64() >= Some(1),
+        "the port rule counted no SYN"
+    );
+    drop(echo);
+
+    let fin = cfdp.stop();
+    let ports = fin["dpdk"]["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 2, "{fin}");
+    for p in ports {
+        assert!(p[1]["ipackets"].as_u64() > Some(1000), "{fin}");
+        assert!(p[1]["opackets"].as_u64() > Some(1000), "{fin}");
+    }
+}
+
+#[test]
+fn two_workers_on_two_queue_pairs_carry_every_flow() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = unavailable() {
+        eprintln!("inline lab skipped: {why}");
+        return;
+    }
+    let lab = Lab::up(&format!("cq{}", std::process::id() % 100_000), 2);
+    let cfdp = Cfdp::start(&lab, 2, 2, r#"{"rules": []}"#);
+    assert!(lab.ping('a', "10.77.0.2"), "IPv4 ping A→B");
+    // Sixteen UDP flows A→B, each 200 datagrams answered by B: with two
+    // queues the flows spread over both workers, and every datagram and
+    // every answer arrives exactly once.
+    let flows = 16u16;
+    let per_flow = 200u32;
+    let server = lab.within('b', || UdpSocket::bind("10.77.0.2:6000").unwrap());
+    server
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let clients: Vec<UdpSocket> = (0..flows)
+        .map(|_| lab.within('a', || UdpSocket::bind("10.77.0.1:0").unwrap()))
+        .collect();
+    let mut seen = std::collections::HashMap::new();
+    for round in 0..per_flow {
+        for c in &clients {
+            c.send_to(&round.to_le_bytes(), "10.77.0.2:6000").unwrap();
+        }
+        // Answer what arrived so far (the kernel queue holds the rest).
+        for _ in 0..flows {
+            let mut buf = [0u8; 16];
+            let (n, from) = server.recv_from(&mut buf).unwrap();
+            *seen.entry((from, buf[..n].to_vec())).or_insert(0u32) += 1;
+            server.send_to(&buf[..n], from).unwrap();
+        }
+    }
+    assert_eq!(seen.len(), (flows as usize) * per_flow as usize);
+    assert!(seen.values().all(|&n| n == 1), "a datagram arrived twice");
+    for c in &clients {
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut got = 0;
+        let mut buf = [0u8; 16];
+        while got < per_flow && c.recv(&mut buf).is_ok() {
+            got += 1;
+        }
+        assert_eq!(got, per_flow, "answers lost on the way back");
+    }
+    tcp_both_ways(&lab, "10.77.0.2:5001".parse().unwrap(), 1 << 20);
+    let stats = cfdp.call("stats", json!({}));
+    let workers = stats["workers"].as_array().expect("per-worker stats");
+    assert_eq!(workers.len(), 2, "{stats}");
+    for w in workers {
+        assert!(
+            w["packets"].as_u64() > Some(100),
+            "a worker saw (almost) nothing: {stats}"
+        );
+    }
+    cfdp.stop();
+}

@@ -72,6 +72,13 @@ mod ffi {
         pub fn cfdp_rx_burst(port: u16, q: u16, mbufs: *mut *mut c_void, n: u16) -> u16;
         pub fn cfdp_tx_burst(port: u16, q: u16, mbufs: *mut *mut c_void, n: u16) -> u16;
         pub fn cfdp_free_bulk(mbufs: *mut *mut c_void, n: u32);
+        pub fn cfdp_mbufs_from(
+            pool: *mut c_void,
+            data: *const *const u8,
+            len: *const u32,
+            n: u32,
+            out: *mut *mut c_void,
+        ) -> u32;
         pub fn cfdp_port_name(port: u16, out: *mut c_char, len: usize) -> c_int;
         pub fn cfdp_ring_create(name: *const c_char, count: u32) -> *mut c_void;
         pub fn cfdp_ring_port(

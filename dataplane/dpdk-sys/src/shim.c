@@ -152,6 +152,26 @@ void cfdp_mbuf_views(void **mbufs, uint16_t n, const uint8_t **data, uint32_t *d
     }
 }
 
+/* Copies n frames into fresh mbufs from pool, stored in out[0..]; returns
+ * how many were made (it stops at the first that has no mbuf or does not
+ * fit one segment). */
+unsigned cfdp_mbufs_from(void *pool, const uint8_t *const *data, const uint32_t *len,
+                         unsigned n, void **out) {
+    unsigned done = 0;
+    for (; done < n; done++) {
+        struct rte_mbuf *m = rte_pktmbuf_alloc((struct rte_mempool *)pool);
+        if (m == NULL) break;
+        char *p = len[done] > UINT16_MAX ? NULL : rte_pktmbuf_append(m, (uint16_t)len[done]);
+        if (p == NULL) {
+            rte_pktmbuf_free(m);
+            break;
+        }
+        memcpy(p, data[done], len[done]);
+        out[done] = m;
+    }
+    return done;
+}
+
 /* --- net_ring: ports over rte_rings, for injecting and collecting packets
  * from the same process (tests). --- */
 

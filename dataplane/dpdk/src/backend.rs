@@ -24,13 +24,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use cfdp_engine::backend::{Backend, Frames, Rx};
-use cfdp_engine::{run_worker, PacketRef, Verdict, Worker, WorkerContext, WorkerOptions};
+use cfdp_engine::{run_worker, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions};
 use cfdp_packet::LinkType;
 use serde::Serialize;
 
 use crate::{
-    DpdkError, Eal, PortPlan, PortStats, RxBurst, RxQueue, StartedPort, ThreadRegistration,
-    TxQueue, MAX_BURST,
+    DpdkError, Eal, Mempool, PortPlan, PortStats, RxBurst, RxQueue, StartedPort,
+    ThreadRegistration, TxQueue, MAX_BURST,
 };
 
 const _: () = assert!(cfdp_dpdk_sys::MAX_BURST == MAX_BURST);
@@ -135,6 +135,8 @@ pub struct DpdkBackend<'p, 's> {
     forward: Vec<usize>,
     /// Output port n of `redirect N` → index into `tx`.
     out: Vec<usize>,
+    /// Mbufs for released fragments (copies, sent after their burst).
+    pool: &'p Mempool<'p>,
     next_rx: usize,
     burst: usize,
     stop: &'s AtomicBool,
@@ -193,18 +195,25 @@ impl<'p> Backend for DpdkBackend<'p, '_> {
 
     fn tx(&mut self, b: &mut DpdkFrames<'p>, verdicts: &[Verdict]) {
         let mut dest = [None; MAX_BURST];
-        let forward = Some(self.forward[b.from]);
         for (d, v) in dest.iter_mut().zip(verdicts) {
-            // NO_PORT: no such output port (dispatch counts it dropped).
-            *d = match v {
-                Verdict::Forward => forward,
-                Verdict::Redirect(p) => {
-                    Some(self.out.get(usize::from(*p)).copied().unwrap_or(NO_PORT))
-                }
-                Verdict::Drop => None,
-            };
+            *d = self.dest(b.from, *v);
         }
         self.tx_dropped += b.burst.dispatch(&dest, &mut self.tx).tx_dropped;
+    }
+
+    fn release(&mut self, b: &mut DpdkFrames<'p>, frames: &[Released]) {
+        // Held fragments came in where their first fragment did (one
+        // datagram, one direction): they leave as it did.
+        for chunk in frames.chunks(MAX_BURST) {
+            let data: Vec<&[u8]> = chunk.iter().map(|r| &r.frame.data[..]).collect();
+            let made = b.burst.copy_in(self.pool, &data);
+            self.tx_dropped += (chunk.len() - made) as u64;
+            let mut dest = [None; MAX_BURST];
+            for (d, r) in dest.iter_mut().zip(&chunk[..made]) {
+                *d = self.dest(b.from, r.verdict);
+            }
+            self.tx_dropped += b.burst.dispatch(&dest, &mut self.tx).tx_dropped;
+        }
     }
 
     fn now_ns(&self) -> u64 {
@@ -220,6 +229,16 @@ const CLOCK_EVERY: u32 = 16;
 const NO_PORT: usize = usize::MAX;
 
 impl DpdkBackend<'_, '_> {
+    /// Transmit index of a frame received on queue `from` with verdict `v`
+    /// (`NO_PORT`: no such output port; dispatch counts it dropped).
+    fn dest(&self, from: usize, v: Verdict) -> Option<usize> {
+        match v {
+            Verdict::Forward => Some(self.forward[from]),
+            Verdict::Redirect(p) => Some(self.out.get(usize::from(p)).copied().unwrap_or(NO_PORT)),
+            Verdict::Drop => None,
+        }
+    }
+
     fn tick(&mut self) {
         self.now_ns = self.clock.elapsed().as_nanos() as u64;
     }
@@ -343,6 +362,7 @@ pub fn run(
             .map(|(w, (rx, tx))| {
                 let out = out.clone();
                 let forward = forward.clone();
+                let pool = &pool;
                 let cpu = opts.worker_cpus.get(w).copied();
                 s.spawn(move || -> Result<u64, String> {
                     if let Some(cpu) = cpu {
@@ -359,6 +379,7 @@ pub fn run(
                         tx,
                         forward,
                         out,
+                        pool,
                         next_rx: 0,
                         burst: opts.burst,
                         stop,

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 
 use cfdp_dpdk_sys as sys;
 
+use crate::eal::Mempool;
 use crate::port::TxQueue;
 use crate::MAX_BURST;
 
@@ -78,6 +79,43 @@ impl<'p> RxBurst<'p> {
         };
         self.len = n as usize;
         self.port = port;
+        self.len
+    }
+
+    /// Fills this buffer (mbufs still held are freed first) with copies of
+    /// `frames` (at most [`MAX_BURST`]) in fresh mbufs from `pool`; returns
+    /// how many were made (fewer when the pool runs dry or a frame does not
+    /// fit one mbuf). For frames that are not received, e.g. held IP
+    /// fragments the worker releases.
+    pub fn copy_in(&mut self, pool: &'p Mempool<'p>, frames: &[&[u8]]) -> usize {
+        self.free_all();
+        let n = frames.len().min(MAX_BURST);
+        let data: [*const u8; MAX_BURST] =
+            std::array::from_fn(|i| frames.get(i).map_or(std::ptr::null(), |f| f.as_ptr()));
+        let len: [u32; MAX_BURST] =
+            std::array::from_fn(|i| frames.get(i).map_or(0, |f| f.len() as u32));
+        // SAFETY: data/len describe n live slices; mbufs has room for n
+        // pointers; the pool is live for 'p (borrowed).
+        let made = unsafe {
+            sys::cfdp_mbufs_from(
+                pool.ptr.as_ptr(),
+                data.as_ptr(),
+                len.as_ptr(),
+                n as u32,
+                self.mbufs.as_mut_ptr(),
+            )
+        } as u16;
+        // SAFETY: the first `made` entries are valid mbufs just filled.
+        unsafe {
+            sys::cfdp_mbuf_views(
+                self.mbufs.as_ptr(),
+                made,
+                self.data.as_mut_ptr(),
+                self.data_len.as_mut_ptr(),
+                self.pkt_len.as_mut_ptr(),
+            )
+        };
+        self.len = usize::from(made);
         self.len
     }
 

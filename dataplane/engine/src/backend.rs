@@ -22,7 +22,7 @@ use left_right::ReadHandle;
 
 use crate::matcher::MAX_BURST;
 use crate::tables::Tables;
-use crate::worker::{PacketRef, Verdict, Worker};
+use crate::worker::{PacketRef, Released, Verdict, Worker};
 
 /// A received burst: up to [`MAX_BURST`] frames the backend owns until it
 /// transmits them.
@@ -61,6 +61,11 @@ pub trait Backend {
     /// Hands a processed burst back with one verdict per frame: forwarded
     /// frames leave, dropped ones are released; `burst` is left empty.
     fn tx(&mut self, burst: &mut Self::Burst, verdicts: &[Verdict]);
+    /// Sends held fragments the last burst released (copies the worker
+    /// made; see `worker`), each by its verdict, after that burst's frames.
+    /// `burst` is the burst just transmitted (emptied), for backends whose
+    /// output depends on where it came in. Rare: out-of-order fragments.
+    fn release(&mut self, burst: &mut Self::Burst, frames: &[Released]);
     /// The backend's clock in nanoseconds (capture time for a replay,
     /// monotonic time for a NIC), by which fragment entries age.
     fn now_ns(&self) -> u64;
@@ -101,6 +106,10 @@ pub fn run_worker<B: Backend>(
                     }
                 }
                 backend.tx(&mut b, &verdicts[..n]);
+                if !worker.released().is_empty() {
+                    backend.release(&mut b, worker.released());
+                    worker.clear_released();
+                }
                 end.bursts += 1;
                 end.packets += n as u64;
             }
@@ -217,6 +226,15 @@ impl<'a> Backend for MemoryBackend<'a> {
         b.frames = &[];
         for v in verdicts {
             match v {
+                Verdict::Drop => self.dropped += 1,
+                _ => self.forwarded += 1,
+            }
+        }
+    }
+
+    fn release(&mut self, _: &mut MemoryBurst<'a>, frames: &[Released]) {
+        for r in frames {
+            match r.verdict {
                 Verdict::Drop => self.dropped += 1,
                 _ => self.forwarded += 1,
             }

@@ -28,7 +28,9 @@ pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx}
 pub use matcher::{filter_params, Mode, MAX_BURST};
 pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
 pub use tables::{ClassTables, Op, RuleRef, Tables};
-pub use worker::{FlowTable, PacketRef, Verdict, Worker, WorkerContext, WorkerOptions};
+pub use worker::{
+    FlowTable, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions, HOLD_LIMITS,
+};
 
 #[cfg(test)]
 mod tests {

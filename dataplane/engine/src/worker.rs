@@ -2,7 +2,17 @@
 //! resolves fragments, hashes each 5-tuple once, matches the burst through
 //! the filters with batched prefetching lookups, applies the actions and
 //! records a verdict per frame. Nothing in here allocates or locks (flow
-//! accounting, optional, allocates once per new flow).
+//! accounting, optional, allocates once per new flow; a later fragment
+//! that arrives before its first is copied into the hold table).
+//!
+//! Fragments: a later fragment takes the ports its first fragment left in
+//! the fragment table. One that arrives first is held (a copy; the backend
+//! frees the original), and when its first fragment comes, the held frames
+//! get the first fragment's verdict and are handed back to the backend
+//! ([`Worker::released`]) to leave after the burst. Held fragments whose
+//! first fragment does not come within [`HOLD_LIMITS`]`.ttl_ns`, or that do
+//! not fit, are dropped and counted (`fragments_timed_out`,
+//! `fragments_overflow`).
 //!
 //! Counters are kept in plain integers during a burst and published to the
 //! shared statistics once at its end (see `stats`).
@@ -11,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cfdp_packet::frag::FragTable;
+use cfdp_packet::frag::{FragTable, Held, HoldLimits, HoldTable};
 use cfdp_packet::prefetch::prefetch_read;
 use cfdp_packet::{decode, Decoded, Frag, LinkType};
 use cfdp_rules::{Action, FlowKey};
@@ -78,6 +88,24 @@ pub struct WorkerOptions {
 pub const FRAG_CAPACITY: usize = 8192;
 pub const FRAG_TTL_NS: u64 = 30_000_000_000;
 
+/// Per worker: out-of-order fragments held at most (frames, bytes, per
+/// datagram) and for how long — VPP's shallow reassembly defaults are of
+/// this order (1024 datagrams, 3 fragments each, 100 ms); a second covers a
+/// WAN's reordering, and 4 MiB bounds the memory an attacker can pin.
+pub const HOLD_LIMITS: HoldLimits = HoldLimits {
+    frames: 2048,
+    bytes: 4 << 20,
+    per_datagram: 16,
+    ttl_ns: 1_000_000_000,
+};
+
+/// A held fragment on its way out, with its datagram's verdict.
+#[derive(Clone, Debug)]
+pub struct Released {
+    pub frame: Held,
+    pub verdict: Verdict,
+}
+
 /// A worker's state: its fragment table, flows, running counters, and its
 /// share of the live statistics (counters, per-rule counters, histogram).
 pub struct Worker {
@@ -88,6 +116,11 @@ pub struct Worker {
     histogram: Histogram<u64>,
     flows: Option<FlowTable>,
     frags: FragTable,
+    hold: HoldTable,
+    /// Held fragments released by the current burst, per first fragment
+    /// (index in the burst); kept between bursts for its capacity.
+    releasing: Vec<(usize, Vec<Held>)>,
+    released: Vec<Released>,
     sample: u32,
 }
 
@@ -107,6 +140,9 @@ impl Worker {
             histogram: burst_histogram(),
             flows: opts.account_flows.then(|| HashMap::with_capacity(1 << 12)),
             frags: FragTable::new(FRAG_CAPACITY, FRAG_TTL_NS),
+            hold: HoldTable::new(HOLD_LIMITS),
+            releasing: Vec::new(),
+            released: Vec::new(),
             sample: 0,
         }
     }
@@ -115,15 +151,47 @@ impl Worker {
         self.index
     }
 
-    /// Called when the backend had nothing: ages the fragment table by the
+    /// Called when the backend had nothing: ages the fragment tables by the
     /// backend's clock, so entries expire without traffic too.
     pub fn idle(&mut self, now_ns: u64) {
         self.frags.expire(now_ns);
+        let expired = self.hold.expire(now_ns);
+        if expired > 0 {
+            self.count_timed_out(expired);
+            self.stats.workers[self.index].counters.publish(&self.local);
+        }
     }
 
-    /// Folds the local burst histogram into the shared one now and returns
-    /// the flow table (when accounting): the end of a worker's run.
+    /// Held fragments released by the last burst, with their verdicts: the
+    /// backend sends them ([`crate::Backend::release`]) after the burst.
+    pub fn released(&self) -> &[Released] {
+        &self.released
+    }
+
+    /// Forgets the released fragments (the backend has sent them).
+    pub fn clear_released(&mut self) {
+        self.released.clear();
+    }
+
+    /// Frames held now, waiting for their first fragment.
+    pub fn held(&self) -> usize {
+        self.hold.frames()
+    }
+
+    fn count_timed_out(&mut self, n: u64) {
+        self.local.totals.fragments_timed_out += n;
+        self.local.totals.dropped += n;
+    }
+
+    /// Drops what is still held (counted as timed out), folds the local
+    /// burst histogram into the shared one and returns the flow table (when
+    /// accounting): the end of a worker's run.
     pub fn finish(mut self) -> Option<FlowTable> {
+        let held = self.hold.clear();
+        if held > 0 {
+            self.count_timed_out(held);
+            self.stats.workers[self.index].counters.publish(&self.local);
+        }
         self.fold_histogram(true);
         self.flows.take()
     }
@@ -157,7 +225,16 @@ impl Worker {
         );
         let mut keys = [FlowKey::v4([0; 4], [0; 4], 0, 0, 0); MAX_BURST];
         let mut valid = [false; MAX_BURST];
+        // Later fragments this burst held (true) or could not hold (false).
+        let mut held: [Option<bool>; MAX_BURST] = [None; MAX_BURST];
         let mut rules: [Option<RuleRef>; MAX_BURST] = [None; MAX_BURST];
+        if let Some(last) = pkts.last() {
+            let expired = self.hold.expire(last.ts_ns);
+            if expired > 0 {
+                self.count_timed_out(expired);
+            }
+        }
+        self.released.clear();
         let l = &mut self.local;
         let c = &mut l.totals;
 
@@ -186,6 +263,9 @@ impl Worker {
                         Frag::First { id } => {
                             c.fragments += 1;
                             self.frags.first(&key, id, p.ts_ns);
+                            if let Some(v) = self.hold.take(&key, id) {
+                                self.releasing.push((i, v));
+                            }
                         }
                         Frag::Later { id } => {
                             c.fragments += 1;
@@ -195,7 +275,22 @@ impl Worker {
                                     key.dport = dp;
                                     c.fragments_resolved += 1;
                                 }
-                                None => c.fragments_unresolved += 1,
+                                None => {
+                                    // Before its first fragment: held, not
+                                    // matched with ports it does not show.
+                                    c.fragments_unresolved += 1;
+                                    let copy = Held {
+                                        link: p.link,
+                                        ts_ns: p.ts_ns,
+                                        orig_len: p.orig_len,
+                                        data: p.data.to_vec(),
+                                    };
+                                    let ok = self.hold.hold(&key, id, copy).is_ok();
+                                    if !ok {
+                                        c.fragments_overflow += 1;
+                                    }
+                                    held[i] = Some(ok);
+                                }
                             }
                         }
                     }
@@ -206,7 +301,7 @@ impl Worker {
                         e.1 += u64::from(p.orig_len);
                     }
                     keys[i] = key;
-                    valid[i] = true;
+                    valid[i] = held[i].is_none();
                 }
                 Decoded::NonIp(kind) => {
                     c.non_ip += 1;
@@ -228,12 +323,13 @@ impl Worker {
 
         let shared = &self.stats.workers[self.index];
         let now_s = self.stats.clock(start);
-        for i in 0..n {
-            verdicts[i] = match rules[i] {
+        // One frame's verdict from its rule, counted.
+        let verdict = |c: &mut crate::Totals, rule: Option<RuleRef>, orig_len: u32| {
+            let v = match rule {
                 None => Verdict::Forward,
                 Some(r) => {
                     c.matched += 1;
-                    shared.rules.add(r.slot, u64::from(pkts[i].orig_len), now_s);
+                    shared.rules.add(r.slot, u64::from(orig_len), now_s);
                     match r.action {
                         Action::Drop => Verdict::Drop,
                         Action::Allow => {
@@ -248,13 +344,34 @@ impl Worker {
                     }
                 }
             };
-            match verdicts[i] {
+            match v {
                 Verdict::Drop => c.dropped += 1,
                 Verdict::Forward => c.forwarded += 1,
                 Verdict::Redirect(_) => {
                     c.forwarded += 1;
                     c.redirected += 1;
                 }
+            }
+            v
+        };
+        for i in 0..n {
+            verdicts[i] = match held[i] {
+                None => verdict(c, rules[i], pkts[i].orig_len),
+                // Held: the copy waits; the backend frees the original.
+                Some(true) => Verdict::Drop,
+                Some(false) => {
+                    c.dropped += 1;
+                    Verdict::Drop
+                }
+            };
+        }
+        // Held fragments whose first fragment came in this burst take its
+        // rule: one verdict for the whole datagram.
+        for (i, frames) in self.releasing.drain(..) {
+            for frame in frames {
+                c.fragments_released += 1;
+                let v = verdict(c, rules[i], frame.orig_len);
+                self.released.push(Released { frame, verdict: v });
             }
         }
         c.bursts += 1;

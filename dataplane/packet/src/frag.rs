@@ -1,16 +1,24 @@
-//! The fragment table: later fragments of a datagram get the ports of its
-//! first fragment, so port rules apply to every fragment (a drop rule on a
-//! port that lets later fragments through would be a security hole).
+//! Fragments: later fragments of a datagram get the ports of its first
+//! fragment, so port rules apply to every fragment (a drop rule on a port
+//! that lets later fragments through would be a security hole).
 //!
-//! Bounded and allocation-free after construction: at most `capacity`
-//! datagrams are remembered, each for `ttl` of capture time; when full, the
-//! oldest entry is forgotten (and counted). Later fragments whose first
-//! fragment was not seen (lost, out of order, evicted) stay unresolved: the
-//! worker counts them and matches them with ports 0.
+//! * [`FragTable`] remembers the ports of first fragments. Bounded and
+//!   allocation-free after construction: at most `capacity` datagrams, each
+//!   for `ttl` of the backend's clock; when full, the oldest entry is
+//!   forgotten (and counted).
+//! * [`HoldTable`] holds later fragments that arrive *before* their first
+//!   fragment — VPP's shallow virtual reassembly: copies of them wait,
+//!   bounded in frames, bytes and time, until the first fragment gives the
+//!   ports and one verdict applies to all; what times out or does not fit
+//!   is dropped and counted, never matched with made-up ports (an attacker
+//!   who sends fragments out of order would otherwise slip past port
+//!   rules).
 
 use std::collections::{HashMap, VecDeque};
 
 use cfdp_rules::FlowKey;
+
+use crate::LinkType;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct FragId {
@@ -110,9 +118,200 @@ impl FragTable {
     }
 }
 
+/// A later fragment held until its first fragment arrives: a copy of the
+/// frame (the backend releases the original at once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub link: LinkType,
+    pub ts_ns: u64,
+    pub orig_len: u32,
+    pub data: Vec<u8>,
+}
+
+/// Limits of a [`HoldTable`].
+#[derive(Clone, Copy, Debug)]
+pub struct HoldLimits {
+    /// Frames held at most, over all datagrams.
+    pub frames: usize,
+    /// Bytes held at most, over all datagrams.
+    pub bytes: usize,
+    /// Frames held at most per datagram (a datagram of more fragments
+    /// than this arriving before its first is not worth the memory).
+    pub per_datagram: usize,
+    /// How long a datagram's fragments wait for the first one.
+    pub ttl_ns: u64,
+}
+
+/// Why a fragment was not held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldRefused {
+    /// Over a frame, byte or per-datagram limit.
+    Full,
+}
+
+/// Later fragments waiting for their first fragment (see the module docs).
+/// Copies are allocated only on this path: out-of-order fragments.
+pub struct HoldTable {
+    map: HashMap<FragId, (u64, Vec<Held>)>,
+    limits: HoldLimits,
+    frames: usize,
+    bytes: usize,
+    /// Earliest time any entry expires (`u64::MAX`: none held).
+    next_expiry_ns: u64,
+}
+
+impl HoldTable {
+    pub fn new(limits: HoldLimits) -> Self {
+        Self {
+            map: HashMap::new(),
+            limits,
+            frames: 0,
+            bytes: 0,
+            next_expiry_ns: u64::MAX,
+        }
+    }
+
+    /// Holds a later fragment of the datagram `(k, id)` seen at `ts_ns`
+    /// (k's ports are ignored: later fragments have none).
+    pub fn hold(&mut self, k: &FlowKey, id: u32, frame: Held) -> Result<(), HoldRefused> {
+        let l = self.limits;
+        if self.frames >= l.frames || self.bytes + frame.data.len() > l.bytes {
+            return Err(HoldRefused::Full);
+        }
+        let ts = frame.ts_ns;
+        let e = self
+            .map
+            .entry(FragId::of(k, id))
+            .or_insert_with(|| (ts, Vec::new()));
+        if e.1.len() >= l.per_datagram {
+            return Err(HoldRefused::Full);
+        }
+        self.frames += 1;
+        self.bytes += frame.data.len();
+        e.1.push(frame);
+        self.next_expiry_ns = self.next_expiry_ns.min(e.0.saturating_add(l.ttl_ns));
+        Ok(())
+    }
+
+    /// The held fragments of datagram `(k, id)`, whose first fragment just
+    /// arrived, in arrival order.
+    pub fn take(&mut self, k: &FlowKey, id: u32) -> Option<Vec<Held>> {
+        if self.map.is_empty() {
+            return None;
+        }
+        let (_, v) = self.map.remove(&FragId::of(k, id))?;
+        self.frames -= v.len();
+        self.bytes -= v.iter().map(|h| h.data.len()).sum::<usize>();
+        if self.map.is_empty() {
+            self.next_expiry_ns = u64::MAX;
+        }
+        Some(v)
+    }
+
+    /// Drops the datagrams whose first held fragment is older than the TTL
+    /// at `now_ns`; returns how many frames were dropped. Cheap when
+    /// nothing is due.
+    pub fn expire(&mut self, now_ns: u64) -> u64 {
+        if now_ns < self.next_expiry_ns {
+            return 0;
+        }
+        let ttl = self.limits.ttl_ns;
+        self.expire_if(|first| now_ns.saturating_sub(first) > ttl)
+    }
+
+    /// Drops everything held (the end of a run); returns how many frames.
+    pub fn clear(&mut self) -> u64 {
+        self.expire_if(|_| true)
+    }
+
+    fn expire_if(&mut self, due: impl Fn(u64) -> bool) -> u64 {
+        let mut dropped = 0u64;
+        let mut next = u64::MAX;
+        let ttl = self.limits.ttl_ns;
+        let (mut frames, mut bytes) = (self.frames, self.bytes);
+        self.map.retain(|_, (first, v)| {
+            if due(*first) {
+                dropped += v.len() as u64;
+                frames -= v.len();
+                bytes -= v.iter().map(|h| h.data.len()).sum::<usize>();
+                false
+            } else {
+                next = next.min(first.saturating_add(ttl));
+                true
+            }
+        });
+        (self.frames, self.bytes) = (frames, bytes);
+        self.next_expiry_ns = next;
+        dropped
+    }
+
+    /// Frames held now.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn held(ts_ns: u64, len: usize) -> Held {
+        Held {
+            link: LinkType::Ethernet,
+            ts_ns,
+            orig_len: len as u32,
+            data: vec![0xab; len],
+        }
+    }
+
+    #[test]
+    fn holds_until_the_first_fragment_within_every_limit() {
+        let mut t = HoldTable::new(HoldLimits {
+            frames: 4,
+            bytes: 1000,
+            per_datagram: 3,
+            ttl_ns: 1_000,
+        });
+        let k = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
+        let other = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 3], 17, 0, 0);
+        t.hold(&k, 7, held(0, 100)).unwrap();
+        t.hold(&k, 7, held(10, 100)).unwrap();
+        t.hold(&k, 7, held(20, 100)).unwrap();
+        assert_eq!(
+            t.hold(&k, 7, held(30, 100)),
+            Err(HoldRefused::Full),
+            "per datagram"
+        );
+        assert_eq!(
+            t.hold(&other, 7, held(30, 901)),
+            Err(HoldRefused::Full),
+            "bytes"
+        );
+        t.hold(&other, 7, held(30, 100)).unwrap();
+        assert_eq!(
+            t.hold(&other, 8, held(30, 1)),
+            Err(HoldRefused::Full),
+            "frames"
+        );
+        assert_eq!((t.frames(), t.bytes()), (4, 400));
+        // The first fragment of (k, 7) releases its three, in order.
+        let v = t.take(&k, 7).unwrap();
+        assert_eq!(v.iter().map(|h| h.ts_ns).collect::<Vec<_>>(), [0, 10, 20]);
+        assert_eq!(t.take(&k, 7), None);
+        assert_eq!((t.frames(), t.bytes()), (1, 100));
+        // (other, 7) times out 1000 ns after it was first held.
+        assert_eq!(t.expire(1_030), 0);
+        assert_eq!(t.expire(1_031), 1);
+        assert_eq!((t.frames(), t.bytes()), (0, 0));
+        t.hold(&k, 9, held(2_000, 10)).unwrap();
+        assert_eq!(t.clear(), 1);
+        assert_eq!(t.take(&k, 9), None);
+    }
 
     #[test]
     fn resolves_expires_and_stays_bounded() {

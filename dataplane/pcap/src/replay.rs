@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use cfdp_engine::backend::{Backend, Rx};
 use cfdp_engine::{
-    run_worker, FlowTable, Mode, RuleCount, StatsSnapshot, Verdict, Worker, WorkerContext,
-    WorkerOptions, MAX_BURST,
+    run_worker, FlowTable, Mode, Released, RuleCount, StatsSnapshot, Verdict, Worker,
+    WorkerContext, WorkerOptions, MAX_BURST,
 };
 use cfdp_packet::LinkType;
 use cfdp_rules::FlowKey;
@@ -45,6 +45,8 @@ use crate::rss::rss_worker;
 struct ChannelBackend {
     from_reader: Receiver<Box<Burst>>,
     to_writer: Sender<Box<Burst>>,
+    /// Recycled bursts, for released fragments (see `release`).
+    pool: Receiver<Box<Burst>>,
     last_ts_ns: u64,
 }
 
@@ -75,6 +77,29 @@ impl Backend for ChannelBackend {
             burst.verdicts[..verdicts.len()].copy_from_slice(verdicts);
             // A writer that stopped has reported its error: keep draining.
             let _ = self.to_writer.send(burst);
+        }
+    }
+
+    fn release(&mut self, _: &mut Slot, frames: &[Released]) {
+        // Released fragments travel to the writer like a burst of their own,
+        // in a recycled burst when one is free.
+        for chunk in frames.chunks(MAX_BURST) {
+            let mut b = self
+                .pool
+                .try_recv()
+                .unwrap_or_else(|_| Box::new(Burst::new()));
+            b.clear();
+            for (i, r) in chunk.iter().enumerate() {
+                b.push(&Frame {
+                    link: r.frame.link,
+                    ts_ns: r.frame.ts_ns,
+                    orig_len: r.frame.orig_len,
+                    iface: 0,
+                    data: &r.frame.data,
+                });
+                b.verdicts[i] = r.verdict;
+            }
+            let _ = self.to_writer.send(b);
         }
     }
 
@@ -235,12 +260,14 @@ pub fn replay(
             .enumerate()
             .map(|(wi, rx)| {
                 let out_tx = out_tx.clone();
+                let pool = pool_rx.clone();
                 let tables = dp.readers.handle();
                 s.spawn(move || {
                     let mut w = Worker::new(dp, wi, wopts);
                     let mut backend = ChannelBackend {
                         from_reader: rx,
                         to_writer: out_tx,
+                        pool,
                         last_ts_ns: 0,
                     };
                     run_worker(&mut backend, &mut w, &tables);

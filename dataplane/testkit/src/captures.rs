@@ -392,6 +392,98 @@ pub fn mixed_expected() -> ExpectedCounts {
     }
 }
 
+/// Fragments out of order, under [`MIXED_RULES`]: later fragments that
+/// arrive before their first fragment must wait for it and take its
+/// verdict (an attacker who sends them first must not slip past a port
+/// rule), and one whose first fragment never comes is dropped once it has
+/// waited longer than the hold time (`cfdp_engine::HOLD_LIMITS`): the last
+/// frame comes 2 s of capture time later and ages it out.
+pub fn reordered_fragments() -> Vec<GenFrame> {
+    use Expect::*;
+    let mut v: Vec<(Vec<u8>, Expect, &'static str)> = Vec::new();
+    // udp/53 to 192.0.2.53 (rule 2: drop), fragments 3, 2, 1.
+    let mut dns = fragments4(
+        [172, 16, 0, 7],
+        [192, 0, 2, 53],
+        5001,
+        53,
+        0x2001,
+        &[0xab; 40],
+        16,
+    );
+    dns.reverse();
+    for f in dns {
+        v.push((
+            f,
+            Drop,
+            "udp/53 fragment, reversed (rule 2 via the held path)",
+        ));
+    }
+    // An unruled port in 192.0.2.0/24, fragments 2, 1, 3: forwarded.
+    let other = fragments4(
+        [172, 16, 0, 7],
+        [192, 0, 2, 99],
+        5001,
+        99,
+        0x2002,
+        &[0xcd; 40],
+        16,
+    );
+    for i in [1, 0, 2] {
+        v.push((other[i].clone(), Forward, "udp/99 fragment, shuffled"));
+    }
+    // IPv6 udp/5353 to 2001:db8:ffff::/48 (rule 6: drop), fragments 3, 2, 1.
+    let mut mdns = fragments6(
+        v6("2001:db8:1::5"),
+        v6("2001:db8:ffff::1"),
+        5353,
+        5353,
+        0x2003,
+        &[0xee; 30],
+        16,
+    );
+    mdns.reverse();
+    for f in mdns {
+        v.push((f, Drop, "IPv6 udp/5353 fragment, reversed (rule 6)"));
+    }
+    // A later fragment whose first fragment never comes: held, timed out.
+    let orphan = fragments4(
+        [172, 16, 0, 7],
+        [192, 0, 2, 53],
+        5001,
+        53,
+        0x2004,
+        &[0x11; 40],
+        16,
+    );
+    v.push((orphan[1].clone(), Drop, "orphan later fragment (timed out)"));
+    let n = v.len() as u64;
+    let mut out: Vec<GenFrame> = v
+        .into_iter()
+        .enumerate()
+        .map(|(i, (data, verdict, note))| GenFrame {
+            data,
+            ts_ns: i as u64 * 1000,
+            verdict,
+            note,
+        })
+        .collect();
+    out.push(GenFrame {
+        data: udp4([172, 16, 0, 7], [10, 0, 0, 9], 5001, 7, b"later"),
+        ts_ns: n * 1000 + 2_000_000_000,
+        verdict: Forward,
+        note: "2 s later: ages the orphan out (rule 5 allow)",
+    });
+    out
+}
+
+/// Counts a replay of [`reordered_fragments`] must report beside its
+/// verdicts: later fragments before their first, released with it, timed
+/// out.
+pub const REORDERED_HELD: u64 = 6;
+pub const REORDERED_RELEASED: u64 = 5;
+pub const REORDERED_TIMED_OUT: u64 = 1;
+
 /// The two flows of [`pairs`]: UDP 10.9.0.1:1000 → 10.9.0.2:2000 and
 /// 10.9.0.3:1000 → 10.9.0.4:2000.
 pub const PAIR_A: ([u8; 4], [u8; 4]) = ([10, 9, 0, 1], [10, 9, 0, 2]);

@@ -267,7 +267,8 @@ fn tcp_both_ways(lab: &Lab, server: SocketAddr, len: usize) {
 /// fragments them) from A to `server` in B; returns how many arrived whole.
 fn big_datagrams(lab: &Lab, server: SocketAddr, len: usize, n: usize) -> usize {
     let rx = lab.within('b', || UdpSocket::bind(server).unwrap());
-    rx.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
     let any: SocketAddr = if server.is_ipv4() {
         "0.0.0.0:0".parse().unwrap()
     } else {
@@ -370,7 +371,11 @@ fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
     assert_eq!(big_datagrams(&lab, v6, 4000, 5), 5, "fragmented IPv6 UDP");
     cfdp.apply(json!([{"op": "insert", "rule": {"id": 21, "match": {
         "dst_prefix": "fd77::2/128", "proto": "udp", "port": 6001}, "action": "drop"}}]));
-    assert_eq!(big_datagrams(&lab, v6, 4000, 3), 0, "fragments passed a port rule");
+    assert_eq!(
+        big_datagrams(&lab, v6, 4000, 3),
+        0,
+        "fragments passed a port rule"
+    );
     let totals = cfdp.call("stats", json!({}))["totals"].clone();
     assert!(
         totals["fragments_resolved"].as_u64() >= Some(6),

@@ -33,9 +33,28 @@ fn main() {
         None if quick => vec![1_000, 100_000],
         None => vec![1_000, 100_000, 1_000_000, 10_000_000],
     };
-    let pool_size = if quick { 1 << 16 } else { 1 << 20 };
-    let rounds = if quick { 3 } else { 5 };
+    // `--passes N`: a fixed amount of work (N passes over the frames per
+    // round) instead of a fixed time — for instruction counts under
+    // callgrind, which are only comparable for the same work. Its results
+    // go to results/quick/ (a time-limited run's CSV is not overwritten).
+    let passes: Option<u64> = arg_u64_list("--passes").and_then(|v| v.first().copied());
+    let pool_size = if quick || passes.is_some() {
+        1 << 16
+    } else {
+        1 << 20
+    };
+    let rounds = if quick {
+        3
+    } else if passes.is_some() {
+        1
+    } else {
+        5
+    };
     let secs_per_round = if quick { 0.2 } else { 0.6 };
+    let limit = || match passes {
+        Some(p) => Limit::Passes(p),
+        None => Limit::Seconds(secs_per_round),
+    };
     println!("machine: {}", machine_description());
     println!("one worker, 64-byte frames from memory, median of {rounds} rounds");
     println!(
@@ -86,7 +105,7 @@ fn main() {
                 for (mi, (_, (_store, cx))) in matchers.iter().enumerate() {
                     let mut w = Worker::new(cx, 0, WorkerOptions::default());
                     let tables = cx.readers.handle();
-                    let mut backend = MemoryBackend::new(&frames, Limit::Seconds(secs_per_round));
+                    let mut backend = MemoryBackend::new(&frames, limit());
                     let start = Instant::now();
                     let done = run_worker(&mut backend, &mut w, &tables).packets;
                     samples[mi].push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
@@ -116,7 +135,13 @@ fn main() {
             }
         }
     }
-    let path = results_path("pipeline.csv");
+    let path = if passes.is_some() && !quick {
+        let dir = results_path("quick");
+        std::fs::create_dir_all(&dir).expect("results/quick");
+        dir.join("pipeline-passes.csv")
+    } else {
+        results_path("pipeline.csv")
+    };
     write_csv(&path, "backend,impl,rules,match_pct,workers,mpps", &rows).expect("write csv");
     println!("wrote {}", path.display());
 }

@@ -1,7 +1,7 @@
 //! Any bytes as a frame of any link type: decode must not panic, and an IP
 //! result must be self-consistent.
 #![no_main]
-use cfdp_packet::decode::{decode, Decoded, LinkType};
+use cfdp_packet::decode::{decode, decode_fast, Decoded, Frag, LinkType};
 use libfuzzer_sys::fuzz_target;
 
 const LINKS: [u32; 10] = [1, 113, 276, 101, 228, 229, 0, 108, 239, 147];
@@ -11,7 +11,19 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let link = LinkType::from_linktype(LINKS[sel as usize % LINKS.len()]);
-    if let Decoded::Ip(p) = decode(link, frame) {
+    let full = decode(link, frame);
+    // The worker's fast path gives what decode gives, or nothing.
+    if let Some(key) = decode_fast(link, frame) {
+        match full {
+            Decoded::Ip(p) => {
+                assert_eq!(p.key, key);
+                assert_eq!(p.frag, Frag::None);
+                assert_eq!(p.anomaly, None);
+            }
+            other => panic!("fast path {key:?}, decode {other:?}"),
+        }
+    }
+    if let Decoded::Ip(p) = full {
         assert!(p.l3.offset < frame.len());
         if !matches!(p.key.proto, 6 | 17) {
             assert_eq!((p.key.sport, p.key.dport), (0, 0));

@@ -16,4 +16,4 @@ pub mod decode;
 pub mod frag;
 pub mod prefetch;
 
-pub use decode::{decode, Decoded, Frag, IpPacket, LinkType, Malformed, NonIp, L3};
+pub use decode::{decode, decode_fast, Decoded, Frag, IpPacket, LinkType, Malformed, NonIp, L3};

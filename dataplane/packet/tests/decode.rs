@@ -261,3 +261,44 @@ fn cut_ipv6_fragment_header_is_safe() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The worker's fast path gives exactly what `decode` gives, on valid
+/// frames and on every single-byte corruption of their headers (options,
+/// fragments, other protocols, bad lengths, tags all fall back).
+#[test]
+fn fast_path_agrees_with_decode() {
+    use cfdp_packet::decode_fast;
+    let mut frames = vec![eth(0x0800, &ip_udp())];
+    let tcp = {
+        let b = PacketBuilder::ipv4([10, 3, 3, 3], [10, 4, 4, 4], 64).tcp(40000, 80, 1, 1024);
+        let mut v = Vec::new();
+        b.write(&mut v, b"GET /").unwrap();
+        v
+    };
+    frames.push(eth(0x0800, &tcp));
+    let mut fast = 0;
+    for f in &frames {
+        for at in 0..42.min(f.len()) {
+            for v in [0u8, 1, 0x20, 0x45, 0x46, 0x81, 0xff] {
+                let mut g = f.clone();
+                g[at] = v;
+                for cut in [g.len(), 37, 34, 20] {
+                    let g = &g[..cut.min(g.len())];
+                    let Some(key) = decode_fast(LinkType::Ethernet, g) else {
+                        continue;
+                    };
+                    fast += 1;
+                    match decode(LinkType::Ethernet, g) {
+                        Decoded::Ip(ip) => {
+                            assert_eq!((ip.key, ip.frag, ip.anomaly), (key, Frag::None, None));
+                        }
+                        other => panic!("fast path {key:?}, decode {other:?}"),
+                    }
+                }
+            }
+        }
+        // Not Ethernet: never the fast path.
+        assert_eq!(decode_fast(LinkType::Raw, f), None);
+    }
+    assert!(fast > 100, "the fast path took only {fast} frames");
+}

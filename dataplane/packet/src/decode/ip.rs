@@ -31,7 +31,7 @@ pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
 /// worker's time through etherparse; the unit test below checks that both
 /// paths agree on millions of generated headers.
 #[inline]
-fn ipv4_fast(p: &[u8]) -> Option<FlowKey> {
+pub(crate) fn ipv4_fast(p: &[u8]) -> Option<FlowKey> {
     let h: &[u8; 24] = p.get(..24)?.try_into().ok()?;
     let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
     let fragmenting = h[6] & 0x3f != 0 || h[7] != 0; // MF flag or an offset

@@ -9,21 +9,21 @@
 # testpmd in io and macswap forwarding modes. Rates are medians of the
 # per-second rates (testpmd) or packets / polling time (cfdp).
 #
-# Rows are appended to bench/results/pipeline.csv (backend = dpdk-null /
-# dpdk-pcap; impl = filter / testpmd-io / testpmd-macswap), replacing
-# earlier dpdk rows. Installs the Debian DPDK packages when missing.
+# Writes bench/results/dpdk.csv (its first line names the run: date,
+# commit, machine; backend = dpdk-null / dpdk-pcap; impl = filter /
+# testpmd-io / testpmd-macswap). Installs the Debian DPDK packages when
+# missing.
 #
 #   bash bench/dpdk.sh [--quick]        (DUR=seconds RULES=n override)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-csv=bench/results/pipeline.csv
+csv=bench/results/dpdk.csv
 DUR=${DUR:-10}
 RULES=${RULES:-1000000}
 if [ "${1:-}" = "--quick" ]; then
     DUR=2 RULES=100000
     mkdir -p bench/results/quick
-    csv=bench/results/quick/pipeline-dpdk.csv
-    [ -f "$csv" ] || echo "backend,impl,rules,match_pct,workers,mpps" > "$csv"
+    csv=bench/results/quick/dpdk.csv
 fi
 if ! pkg-config --exists libdpdk 2>/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
@@ -120,7 +120,11 @@ for backend in null pcap; do
         "$(python3 -c "print('%.2f' % ($ours / $macswap if $macswap > 0 else 0))")"
     rows+=("dpdk-$backend,filter,$RULES,1,1,$ours" "dpdk-$backend,testpmd-io,0,,1,$io" "dpdk-$backend,testpmd-macswap,0,,1,$macswap")
 done
-grep -v '^dpdk-' "$csv" > "$work/csv" || true
-cp "$work/csv" "$csv"
-printf '%s\n' "${rows[@]}" >> "$csv"
-echo "appended to $csv"
+commit=$(git rev-parse --short HEAD)
+git status --porcelain --untracked-files=no -- . ':!bench/results' | grep -q . && commit="$commit-dirty"
+{
+    echo "# run $(date -u +%Y-%m-%dT%H:%MZ), commit $commit, $machine"
+    echo "backend,impl,rules,match_pct,workers,mpps"
+    printf '%s\n' "${rows[@]}"
+} > "$csv"
+echo "wrote $csv"

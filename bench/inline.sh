@@ -65,7 +65,8 @@ PY
 echo '{"rules": []}' > "$work/none.json"
 
 machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(uname -r)"
-commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench/results' || echo -dirty)"
+commit=$(git rev-parse --short HEAD)
+git status --porcelain --untracked-files=no -- . ':!bench/results' | grep -q . && commit="$commit-dirty"
 echo "machine: $machine; $DUR s per test, $ROUNDS rounds"
 
 start_cfdp() { # rules-file

@@ -4,7 +4,7 @@
 //!
 //! Needs root (namespaces, veths, AF_PACKET), iproute2, ethtool and ping,
 //! and a build with `--features dpdk`. Without root or those tools each test
-//! says so and returns — unless `CFDP_REQUIRE_INLINE` is set (CI sets it),
+//! says so and returns — unless `REQUIRE_INLINE_LAB` is set (CI sets it),
 //! which makes that a failure.
 //!
 //! Sockets on either side are opened by a thread that entered the
@@ -39,8 +39,8 @@ fn unavailable() -> Option<String> {
     let why = why_unavailable();
     if let Some(w) = &why {
         assert!(
-            std::env::var_os("CFDP_REQUIRE_INLINE").is_none(),
-            "CFDP_REQUIRE_INLINE is set, but the inline lab cannot run: {w}"
+            std::env::var_os("REQUIRE_INLINE_LAB").is_none(),
+            "REQUIRE_INLINE_LAB is set, but the inline lab cannot run: {w}"
         );
     }
     why

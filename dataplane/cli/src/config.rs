@@ -22,6 +22,20 @@ pub struct RunConfig {
     pub filter: FilterConfig,
     pub control: ControlConfig,
     pub dpdk: DpdkConfig,
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]`: this node as one of a fleet sharing its rule set in etcd
+/// (cargo feature `etcd`; see `cfdp_cluster`).
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// etcd endpoints; empty: standalone.
+    pub etcd: Vec<String>,
+    /// The fleet's keys live under this prefix.
+    pub prefix: String,
+    /// This node's name, unique in the fleet (empty: the host name).
+    pub node: String,
 }
 
 /// `[dpdk]`: the NIC backend (cargo feature `dpdk`; see `cfdp_dpdk::backend`).

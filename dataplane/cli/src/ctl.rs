@@ -45,6 +45,10 @@ pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCod
         CtlCmd::Snapshot => ("snapshot", json!({})),
         CtlCmd::Ping => ("ping", json!({})),
         CtlCmd::Hello => ("hello", json!({})),
+        CtlCmd::Fleet | CtlCmd::Wait { .. } => {
+            eprintln!("cfdp ctl: fleet and wait talk to the fleet's etcd: give --etcd URL");
+            return ExitCode::from(2);
+        }
     };
     let socket = match (socket, &tcp) {
         (Some(s), _) => Some(s),
@@ -69,4 +73,75 @@ pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCod
         (None, None) => unreachable!("one target is always set"),
     };
     ExitCode::from(client::run(&target, method, params))
+}
+
+/// `cfdp ctl --etcd …`: the fleet's rule set in etcd (`cfdp_cluster::ctl`).
+#[cfg(feature = "etcd")]
+pub fn fleet(
+    etcd: &[String],
+    prefix: &str,
+    max_txn_ops: usize,
+    max_request_bytes: usize,
+    cmd: CtlCmd,
+) -> ExitCode {
+    use cfdp_cluster::ctl::{run, Command, TxnLimits};
+    let cmd = match cmd {
+        CtlCmd::Apply {
+            file,
+            atomicity,
+            expected_generation,
+        } => {
+            let mut batch = match client::read_batch(&file) {
+                Ok(b) if b.is_object() => b,
+                Ok(_) => {
+                    eprintln!("cfdp ctl: {}: a batch is a JSON object", file.display());
+                    return ExitCode::from(2);
+                }
+                Err(e) => {
+                    eprintln!("cfdp ctl: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Some(a) = atomicity {
+                batch["atomicity"] = a.into();
+            }
+            if let Some(g) = expected_generation {
+                batch["expected_generation"] = g.into();
+            }
+            Command::Apply {
+                batch,
+                limits: TxnLimits {
+                    max_txn_ops,
+                    max_request_bytes,
+                },
+            }
+        }
+        CtlCmd::Rules { .. } => Command::Rules,
+        CtlCmd::Get { id } => Command::Get { id: id.into() },
+        CtlCmd::Fleet => Command::Fleet,
+        CtlCmd::Wait {
+            generation,
+            timeout,
+        } => Command::Wait {
+            generation,
+            timeout: std::time::Duration::from_secs_f64(timeout.max(0.0)),
+        },
+        _ => {
+            eprintln!(
+                "cfdp ctl: with --etcd: apply, rules, get, fleet, wait (a node's own \
+                 statistics: --socket)"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    ExitCode::from(run(etcd, prefix, cmd))
+}
+
+#[cfg(not(feature = "etcd"))]
+pub fn fleet(_: &[String], _: &str, _: usize, _: usize, _: CtlCmd) -> ExitCode {
+    eprintln!(
+        "cfdp ctl: this cfdp was built without etcd: cargo build --release -p cfdp \
+         --features etcd (needs protoc: apt-get install protobuf-compiler)"
+    );
+    ExitCode::from(2)
 }

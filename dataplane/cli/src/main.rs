@@ -76,6 +76,20 @@ enum Cmd {
         /// TCP address of a server with control.tcp set.
         #[arg(long)]
         tcp: Option<String>,
+        /// The fleet's etcd instead of one node: endpoints
+        /// (`http://host:2379`, comma-separated). With it: apply, rules,
+        /// get, fleet, wait (a build with `--features etcd`).
+        #[arg(long, value_delimiter = ',', conflicts_with_all = ["socket", "tcp"])]
+        etcd: Vec<String>,
+        /// The fleet's key prefix in etcd (`[cluster] prefix`).
+        #[arg(long, default_value = "/cfdp/default")]
+        prefix: String,
+        /// etcd's --max-txn-ops (a batch that needs more is refused).
+        #[arg(long, default_value_t = 128)]
+        max_txn_ops: usize,
+        /// etcd's --max-request-bytes.
+        #[arg(long, default_value_t = 1536 * 1024)]
+        max_request_bytes: usize,
         #[command(subcommand)]
         cmd: CtlCmd,
     },
@@ -116,6 +130,16 @@ pub(crate) enum CtlCmd {
     Ping,
     /// API version and capabilities.
     Hello,
+    /// (--etcd) The fleet: its generation, every node with its applied
+    /// generation, liveness, last error and packet counters.
+    Fleet,
+    /// (--etcd) Wait until every live node has applied generation ≥ G;
+    /// exits 1 on time-out, naming the nodes that lag.
+    Wait {
+        generation: i64,
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+    },
 }
 
 fn default_workers() -> usize {
@@ -128,7 +152,21 @@ fn default_workers() -> usize {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Ctl { socket, tcp, cmd } => ctl::ctl(socket, tcp, cmd),
+        Cmd::Ctl {
+            socket,
+            tcp,
+            etcd,
+            prefix,
+            max_txn_ops,
+            max_request_bytes,
+            cmd,
+        } => {
+            if etcd.is_empty() {
+                ctl::ctl(socket, tcp, cmd)
+            } else {
+                ctl::fleet(&etcd, &prefix, max_txn_ops, max_request_bytes, cmd)
+            }
+        }
         Cmd::Run {
             config,
             print_config,

@@ -182,6 +182,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
         board: plane.board(),
         stop: Arc::clone(&stop),
         active: Arc::new(AtomicUsize::new(0)),
+        cluster: cluster_mode(&cfg)?,
     };
     // Listeners first: a configuration error stops the start-up here.
     let mut listeners = Vec::new();
@@ -202,6 +203,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
         listeners.push(metrics::serve(l, ctx.clone()).map_err(|e| e.to_string())?);
         eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
     }
+    let (ctx_cluster, ctx_jobs) = (ctx.cluster.clone(), ctx.jobs.clone());
     drop(ctx);
     let control = {
         let stop = Arc::clone(&stop);
@@ -214,6 +216,9 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?
     };
+    if let Some(link) = &ctx_cluster {
+        listeners.push(spawn_agent(&cfg, &ctx_jobs, &stats, link, &stop)?);
+    }
     let running = Running {
         stop: Arc::clone(&stop),
         control,
@@ -360,4 +365,78 @@ fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpL
         ));
     }
     std::net::TcpListener::bind(sa).map_err(|e| format!("{what} = {addr}: {e}"))
+}
+
+/// `[cluster]`: checked (and the link to the agent made) before anything
+/// starts.
+fn cluster_mode(cfg: &RunConfig) -> Result<Option<Arc<server::ClusterMode>>, String> {
+    let c = &cfg.cluster;
+    if c.etcd.is_empty() {
+        return Ok(None);
+    }
+    if !cfdp_cluster::AVAILABLE {
+        return Err(
+            "cluster.etcd is set, but this cfdp was built without etcd: cargo build \
+                    --release -p cfdp --features etcd (needs protoc: apt-get install \
+                    protobuf-compiler)"
+                .into(),
+        );
+    }
+    let keys = cfdp_cluster::Keys::new(&c.prefix).map_err(|e| format!("cluster.prefix: {e}"))?;
+    Ok(Some(Arc::new(server::ClusterMode {
+        prefix: keys.prefix().to_string(),
+        status: std::sync::Mutex::new(json!({"node": node_name(cfg), "generation": 0,
+            "error": "not connected to etcd yet"})),
+    })))
+}
+
+/// `cluster.node`, or the host name.
+fn node_name(cfg: &RunConfig) -> String {
+    if !cfg.cluster.node.is_empty() {
+        return cfg.cluster.node.clone();
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("node-{}", std::process::id()))
+}
+
+#[cfg(feature = "etcd")]
+fn spawn_agent(
+    cfg: &RunConfig,
+    jobs: &crossbeam::channel::Sender<cfdp_control::plane::Job>,
+    stats: &Arc<LiveStats>,
+    link: &Arc<server::ClusterMode>,
+    stop: &Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let opts = cfdp_cluster::node::NodeOptions {
+        endpoints: cfg.cluster.etcd.clone(),
+        prefix: cfg.cluster.prefix.clone(),
+        node: node_name(cfg),
+    };
+    eprintln!(
+        "cfdp: cluster node {} of {} at {}",
+        opts.node,
+        link.prefix,
+        opts.endpoints.join(",")
+    );
+    cfdp_cluster::node::spawn(
+        opts,
+        jobs.clone(),
+        Arc::clone(stats),
+        Arc::clone(link),
+        Arc::clone(stop),
+    )
+}
+
+#[cfg(not(feature = "etcd"))]
+fn spawn_agent(
+    _: &RunConfig,
+    _: &crossbeam::channel::Sender<cfdp_control::plane::Job>,
+    _: &Arc<LiveStats>,
+    _: &Arc<server::ClusterMode>,
+    _: &Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    Err("this cfdp was built without etcd".into())
 }

@@ -69,6 +69,18 @@ pub(crate) fn wait_readable(l: &impl std::os::fd::AsFd) {
     let _ = poll(&mut fds, Some(&t));
 }
 
+/// A node of a fleet takes its rules from etcd (`cfdp-cluster`): its
+/// socket refuses `apply` (one source of truth), and `stats` carries the
+/// agent's view — the fleet generation the node has applied, its last
+/// error.
+#[derive(Debug)]
+pub struct ClusterMode {
+    /// The fleet's key prefix in etcd.
+    pub prefix: String,
+    /// The agent's status, as it also writes it to etcd.
+    pub status: std::sync::Mutex<Value>,
+}
+
 /// Shared by every listener.
 #[derive(Clone)]
 pub struct ServerCtx {
@@ -79,6 +91,8 @@ pub struct ServerCtx {
     pub board: StatsBoard,
     pub stop: Arc<AtomicBool>,
     pub active: Arc<AtomicUsize>,
+    /// Set when this node is part of a fleet.
+    pub cluster: Option<Arc<ClusterMode>>,
 }
 
 /// Who may open the socket file (the kernel's check, before cfdp's
@@ -454,8 +468,24 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
             .to_json();
     }
     if req.method == Method::Stats && check_params(&req.params, &[]).is_ok() {
-        let stats = serde_json::to_value(ctx.board.read()).expect("stats serialize");
+        let mut stats = serde_json::to_value(ctx.board.read()).expect("stats serialize");
+        if let Some(c) = &ctx.cluster {
+            let status = c.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            stats["cluster"] = status;
+        }
         return result_reply(&req.id, stats);
+    }
+    if let (Method::Apply, Some(c)) = (req.method, &ctx.cluster) {
+        return ErrorReply::new(
+            req.id.clone(),
+            code::INVALID_REQUEST,
+            format!(
+                "this node takes its rules from etcd (cluster prefix {}): apply batches to \
+                 the fleet with `cfdp ctl --etcd URL --prefix {} apply FILE`",
+                c.prefix, c.prefix
+            ),
+        )
+        .to_json();
     }
     let id = req.id.clone();
     let (tx, rx) = bounded(1);
@@ -472,9 +502,18 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
         return ErrorReply::new(id, code::SHUTTING_DOWN, "the control thread has stopped")
             .to_json();
     }
-    rx.recv().unwrap_or_else(|_| {
+    let mut reply = rx.recv().unwrap_or_else(|_| {
         ErrorReply::new(id, code::INTERNAL, "the control thread dropped the request").to_json()
-    })
+    });
+    // A fleet's node answers reads with the fleet generation it has
+    // applied beside its own (local) generation.
+    if let Some(c) = &ctx.cluster {
+        if let Some(r) = reply.get_mut("result").and_then(Value::as_object_mut) {
+            let g = c.status.lock().unwrap_or_else(|e| e.into_inner())["generation"].clone();
+            r.insert("fleet_generation".into(), g);
+        }
+    }
+    reply
 }
 
 #[cfg(test)]

@@ -1,0 +1,488 @@
+//! A fleet against a real etcd (Debian's `etcd-server`): two `cfdp run`
+//! nodes sharing one rule set, `cfdp ctl --etcd` as the controller.
+//!
+//! Needs a build with `--features etcd` and the `etcd` binary; without the
+//! binary each test says so and returns — unless `REQUIRE_ETCD` is set
+//! (CI sets it), which makes that a failure.
+#![cfg(feature = "etcd")]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cfdp_control::client::{Client, Target};
+use serde_json::{json, Value};
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A throw-away single-member etcd, killed when dropped.
+struct Etcd {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Etcd {
+    fn start(name: &str) -> Option<Etcd> {
+        let found = Command::new("etcd")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            assert!(
+                std::env::var_os("REQUIRE_ETCD").is_none(),
+                "REQUIRE_ETCD is set, but there is no etcd binary (apt-get install etcd-server)"
+            );
+            eprintln!("cluster test skipped: no etcd binary (apt-get install etcd-server)");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("cfdp-etcd-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Free ports can be taken again between the probe and etcd's bind
+        // (tests run in parallel): a start whose etcd exits is retried.
+        for _ in 0..5 {
+            let (client, peer) = (free_port(), free_port());
+            let url = format!("http://127.0.0.1:{client}");
+            let child = Command::new("etcd")
+                .arg("--data-dir")
+                .arg(dir.join(format!("data-{client}")))
+                .args([
+                    "--listen-client-urls",
+                    &url,
+                    "--advertise-client-urls",
+                    &url,
+                ])
+                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+                .args([
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{peer}"),
+                ])
+                .args([
+                    "--initial-cluster",
+                    &format!("default=http://127.0.0.1:{peer}"),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut etcd = Etcd {
+                child,
+                url,
+                dir: dir.clone(),
+            };
+            let start = Instant::now();
+            loop {
+                if etcd.child.try_wait().unwrap().is_some() {
+                    break; // exited: ports taken; try others
+                }
+                // Up when the client port answers and etcd is still ours.
+                if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
+                    && etcd.child.try_wait().unwrap().is_none()
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if etcd.child.try_wait().unwrap().is_none() {
+                        return Some(etcd);
+                    }
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "etcd did not start"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // Keep the directory for the next try.
+            let _ = etcd.child.kill();
+            let _ = etcd.child.wait();
+            std::mem::forget(etcd);
+        }
+        panic!("etcd did not start in 5 tries");
+    }
+
+    /// `cfdp ctl --etcd … --prefix P ARGS`: its JSON and exit status.
+    fn ctl(&self, prefix: &str, args: &[&str]) -> (Value, i32) {
+        let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+            .args(["ctl", "--etcd", &self.url, "--prefix", prefix])
+            .args(args)
+            .output()
+            .unwrap();
+        (json_of(&out), out.status.code().unwrap_or(-1))
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn json_of(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or(Value::Null)
+}
+
+/// A `cfdp run` node of the fleet, replaying a capture in a loop.
+struct Node {
+    child: Option<Child>,
+    socket: PathBuf,
+    cfg: PathBuf,
+}
+
+impl Node {
+    fn start(etcd: &Etcd, prefix: &str, name: &str) -> Node {
+        let socket = etcd.dir.join(format!("{name}.sock"));
+        let cfg = etcd.dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                r#"[pcap]
+input = {input:?}
+loop = true
+pps = 20000
+[rules]
+file = ""
+[control]
+socket = {socket:?}
+state_dir = {state:?}
+[cluster]
+etcd = [{url:?}]
+prefix = {prefix:?}
+node = {name:?}
+"#,
+                input = repo("pcap/mixed.pcap"),
+                state = etcd.dir.join(format!("{name}-state")),
+                url = etcd.url,
+            ),
+        )
+        .unwrap();
+        let mut n = Node {
+            child: None,
+            socket,
+            cfg,
+        };
+        n.restart();
+        n
+    }
+
+    fn restart(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_cfdp"))
+                .args(["run", "--config"])
+                .arg(&self.cfg)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let start = Instant::now();
+        while Client::connect(&Target::Unix(&self.socket)).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(20), "node socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(c) = self.child.take() {
+            Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status()
+                .unwrap();
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "node exited with {:?}", out.status);
+        }
+    }
+
+    fn call(&self, method: &str, params: Value) -> Value {
+        let mut c = Client::connect(&Target::Unix(&self.socket)).unwrap();
+        c.call(method, params).unwrap()
+    }
+
+    /// The node's rules as (id, canonical rule JSON without counters).
+    fn rules(&self) -> Vec<Value> {
+        let r = self.call("rules", json!({}));
+        let mut v: Vec<Value> = r["result"]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| json!({"id": r["id"], "match": r["match"], "action": r["action"]}))
+            .collect();
+        v.sort_by_key(|r| r["id"].as_u64());
+        v
+    }
+
+    fn local_generation(&self) -> u64 {
+        self.call("stats", json!({}))["result"]["generation"]
+            .as_u64()
+            .unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn write_batch(dir: &Path, name: &str, batch: Value) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, batch.to_string()).unwrap();
+    p.display().to_string()
+}
+
+fn flow(id: u32, sport: u16) -> Value {
+    json!({"id": id, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2",
+        "proto": "tcp", "sport": sport, "dport": 80}}, "action": "drop"})
+}
+
+/// The fleet's rules as etcd holds them, sorted by id.
+fn fleet_rules(etcd: &Etcd, prefix: &str) -> Vec<Value> {
+    let (r, code) = etcd.ctl(prefix, &["rules"]);
+    assert_eq!(code, 0, "{r}");
+    r["rules"].as_array().unwrap().clone()
+}
+
+#[test]
+fn two_nodes_follow_one_rule_set_batch_by_batch() {
+    let Some(etcd) = Etcd::start("follow") else {
+        return;
+    };
+    let prefix = "/cfdp/follow";
+    let a = Node::start(&etcd, prefix, "edge-a");
+    let mut b = Node::start(&etcd, prefix, "edge-b");
+
+    // Three batches; each is one etcd transaction, whose revision is the
+    // fleet generation the nodes report once applied.
+    let batches = [
+        json!({"updates": [{"op": "insert", "rule": flow(1, 40000)},
+                           {"op": "insert", "rule": {"id": 2, "match": {"dst_prefix": "192.0.2.0/24",
+                               "proto": "udp", "port": 53}, "action": "drop"}}]}),
+        json!({"updates": [{"op": "modify", "rule": flow(1, 40001)},
+                           {"op": "insert", "rule": flow(3, 40000)}]}),
+        json!({"updates": [{"op": "delete", "id": 2}], "atomicity": "continue_on_error"}),
+    ];
+    // Wait for both nodes' first resync before counting local batches.
+    let (f, _) = etcd.ctl(prefix, &["fleet"]);
+    let g0 = f["generation"].as_i64().unwrap();
+    let (w, code) = etcd.ctl(prefix, &["wait", &g0.to_string(), "--timeout", "20"]);
+    assert_eq!(code, 0, "{w}");
+    let local0 = (a.local_generation(), b.local_generation());
+    let mut g = 0;
+    for (i, batch) in batches.iter().enumerate() {
+        let file = write_batch(&etcd.dir, &format!("b{i}.json"), batch.clone());
+        let (r, code) = etcd.ctl(prefix, &["apply", &file]);
+        assert_eq!(code, 0, "{r}");
+        assert_eq!(r["applied"], true, "{r}");
+        let next = r["generation"].as_i64().unwrap();
+        assert!(next > g, "generations increase: {g} then {next}");
+        g = next;
+    }
+    let (w, code) = etcd.ctl(prefix, &["wait", &g.to_string(), "--timeout", "20"]);
+    assert_eq!(code, 0, "{w}");
+    let want = fleet_rules(&etcd, prefix);
+    assert_eq!(want.len(), 2, "{want:?}");
+    for n in [&a, &b] {
+        assert_eq!(n.rules(), want, "a node's rules differ from the fleet's");
+        // Every revision once: one local batch per fleet batch.
+        let s = n.call("stats", json!({}))["result"].clone();
+        assert!(s["cluster"]["generation"].as_i64() >= Some(g), "{s}");
+        let r = n.call("rules", json!({}))["result"].clone();
+        assert!(r["fleet_generation"].as_i64() >= Some(g), "{r}");
+    }
+    assert_eq!(
+        (a.local_generation(), b.local_generation()),
+        (local0.0 + 3, local0.1 + 3),
+        "each fleet batch is exactly one local batch"
+    );
+
+    // A node's own socket refuses apply (one source of truth).
+    let r = a.call(
+        "apply",
+        json!({"updates": [{"op": "insert", "rule": flow(9, 9)}]}),
+    );
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains(prefix),
+        "{r}"
+    );
+
+    // A node that was down catches up: stopped, the fleet changes, it
+    // starts again (from its journal) and resyncs.
+    b.stop();
+    let (f, _) = etcd.ctl(prefix, &["fleet"]);
+    let edge_b = f["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "edge-b")
+        .cloned()
+        .unwrap();
+    assert_eq!(edge_b["live"], false, "a stopped node is not live: {f}");
+    let file = write_batch(
+        &etcd.dir,
+        "b3.json",
+        json!({"updates": [{"op": "delete", "id": 1}, {"op": "insert", "rule": flow(4, 1234)}]}),
+    );
+    let (r, code) = etcd.ctl(prefix, &["apply", &file]);
+    assert_eq!(code, 0, "{r}");
+    let g = r["generation"].as_i64().unwrap();
+    b.restart();
+    let (w, code) = etcd.ctl(prefix, &["wait", &g.to_string(), "--timeout", "20"]);
+    assert_eq!(code, 0, "{w}");
+    let want = fleet_rules(&etcd, prefix);
+    assert_eq!(b.rules(), want);
+    assert_eq!(a.rules(), want);
+
+    // wait times out for a generation nobody has, naming the nodes.
+    let (w, code) = etcd.ctl(
+        prefix,
+        &["wait", &(g + 1_000_000).to_string(), "--timeout", "1"],
+    );
+    assert_eq!(code, 1, "{w}");
+    let lagging: Vec<&str> = w["lagging"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["node"].as_str())
+        .collect();
+    assert_eq!(lagging.len(), 2, "{w}");
+}
+
+#[test]
+fn concurrent_controllers_cannot_both_win_and_batches_are_checked() {
+    let Some(etcd) = Etcd::start("race") else {
+        return;
+    };
+    let prefix = "/cfdp/race";
+    // Two controllers insert rule 7 with different matches at once, many
+    // times: each round exactly one wins.
+    for round in 0..8u16 {
+        let f1 = write_batch(
+            &etcd.dir,
+            "x.json",
+            json!({"updates": [{"op": "insert", "rule": flow(1000 + u32::from(round), 1000 + round)}]}),
+        );
+        let f2 = write_batch(
+            &etcd.dir,
+            "y.json",
+            json!({"updates": [{"op": "insert", "rule": flow(1000 + u32::from(round), 2000 + round)}]}),
+        );
+        let (r1, r2) = std::thread::scope(|s| {
+            let h1 = s.spawn(|| etcd.ctl(prefix, &["apply", &f1]));
+            let h2 = s.spawn(|| etcd.ctl(prefix, &["apply", &f2]));
+            (h1.join().unwrap(), h2.join().unwrap())
+        });
+        let won = [&r1.0, &r2.0]
+            .iter()
+            .filter(|r| r["applied"] == true)
+            .count();
+        assert_eq!(won, 1, "round {round}: {r1:?} {r2:?}");
+        let lost = if r1.0["applied"] == true {
+            &r2.0
+        } else {
+            &r1.0
+        };
+        assert_eq!(lost["results"][0]["code"], "already_exists", "{lost}");
+    }
+    assert_eq!(fleet_rules(&etcd, prefix).len(), 8);
+
+    // A match may be used once: a second rule with rule 1000's match fails,
+    // and all-or-nothing writes none of its batch.
+    let (got, code) = etcd.ctl(prefix, &["get", "1000"]);
+    assert_eq!(code, 0, "{got}");
+    let f = write_batch(
+        &etcd.dir,
+        "dup.json",
+        json!({"updates": [{"op": "insert", "rule": flow(1, 5555)},
+                           {"op": "insert", "rule": {"id": 2, "match": got["rule"]["match"],
+                                                     "action": "allow"}}]}),
+    );
+    let (r, code) = etcd.ctl(prefix, &["apply", &f]);
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(r["applied"], false);
+    assert_eq!(r["results"][0]["code"], "aborted");
+    assert_eq!(r["results"][1]["code"], "already_exists");
+    assert_eq!(fleet_rules(&etcd, prefix).len(), 8);
+
+    // expected_generation is a compare too.
+    let (f_now, _) = etcd.ctl(prefix, &["fleet"]);
+    let g = f_now["generation"].as_i64().unwrap();
+    let f = write_batch(
+        &etcd.dir,
+        "stale.json",
+        json!({"updates": [{"op": "delete", "id": 1000}],
+        "expected_generation": g - 1}),
+    );
+    let (r, code) = etcd.ctl(prefix, &["apply", &f]);
+    assert_eq!(code, 1, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("expected_generation"),
+        "{r}"
+    );
+    let f = write_batch(
+        &etcd.dir,
+        "fresh.json",
+        json!({"updates": [{"op": "delete", "id": 1000}],
+        "expected_generation": g}),
+    );
+    let (r, code) = etcd.ctl(prefix, &["apply", &f]);
+    assert_eq!(code, 0, "{r}");
+
+    // A batch too big for one etcd transaction is refused whole, saying
+    // which limit and how to raise it.
+    let updates: Vec<Value> = (0..100u32)
+        .map(|i| json!({"op": "insert", "rule": flow(5000 + i, 30000 + i as u16)}))
+        .collect();
+    let f = write_batch(&etcd.dir, "big.json", json!({ "updates": updates }));
+    let (r, code) = etcd.ctl(prefix, &["apply", &f]);
+    assert_eq!(code, 1, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("--max-txn-ops"),
+        "{r}"
+    );
+    assert_eq!(
+        fleet_rules(&etcd, prefix).len(),
+        7,
+        "nothing of it was written"
+    );
+    // The same batch, in three parts, goes through.
+    for (i, part) in updates.chunks(40).enumerate() {
+        let f = write_batch(
+            &etcd.dir,
+            &format!("part{i}.json"),
+            json!({ "updates": part }),
+        );
+        let (r, code) = etcd.ctl(prefix, &["apply", &f]);
+        assert_eq!(code, 0, "{r}");
+    }
+    assert_eq!(fleet_rules(&etcd, prefix).len(), 107);
+
+    // Bad input: a clear error, nothing written.
+    let f = write_batch(
+        &etcd.dir,
+        "bad.json",
+        json!({"updates": [{"op": "insert", "rule":
+        {"id": 1, "match": {"flow": {"src": "10.0.0.1"}}, "action": "drop"}}]}),
+    );
+    let (r, code) = etcd.ctl(prefix, &["apply", &f]);
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(r["results"][0]["code"], "invalid_argument", "{r}");
+    assert_eq!(fleet_rules(&etcd, prefix).len(), 107);
+}

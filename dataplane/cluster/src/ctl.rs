@@ -1,0 +1,303 @@
+//! `cfdp ctl --etcd URL[,URL…] --prefix P …`: the fleet's rule set in etcd.
+//!
+//! * `apply FILE` — a batch (the socket's `apply` JSON: updates, the three
+//!   atomicity modes, `expected_generation`) as one etcd transaction (see
+//!   [`crate::plan`]); prints `generation` and the per-update results.
+//! * `wait G [--timeout S]` — until every live node has applied ≥ G.
+//! * `fleet` — the generation and every node seen, live or not.
+//! * `rules`, `get ID` — the rule set as etcd holds it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use cfdp_rules::{parse_batch, parse_rule, Code};
+use serde_json::{json, Value};
+
+use crate::etcd::Etcd;
+use crate::keys::{canonical, Keys};
+use crate::plan::{plan, reads, View};
+
+/// etcd's defaults for `--max-txn-ops` and `--max-request-bytes`; `cfdp
+/// ctl` refuses a batch that would not fit them (etcd would too) unless
+/// told the servers allow more.
+#[derive(Clone, Copy, Debug)]
+pub struct TxnLimits {
+    pub max_txn_ops: usize,
+    pub max_request_bytes: usize,
+}
+
+impl Default for TxnLimits {
+    fn default() -> Self {
+        Self {
+            max_txn_ops: 128,
+            max_request_bytes: 1536 * 1024,
+        }
+    }
+}
+
+/// A ctl command against the fleet.
+#[derive(Clone, Debug)]
+pub enum Command {
+    Apply { batch: Value, limits: TxnLimits },
+    Wait { generation: i64, timeout: Duration },
+    Fleet,
+    Rules,
+    Get { id: u64 },
+}
+
+/// Runs `cmd`, prints its JSON, returns the exit code (0 done, 1 failed or
+/// timed out).
+pub fn run(endpoints: &[String], prefix: &str, cmd: Command) -> u8 {
+    let out = Keys::new(prefix)
+        .and_then(|keys| Ok((Etcd::connect(endpoints)?, keys)))
+        .and_then(|(mut etcd, keys)| match cmd {
+            Command::Apply { batch, limits } => apply(&mut etcd, &keys, &batch, limits),
+            Command::Wait {
+                generation,
+                timeout,
+            } => wait(&mut etcd, &keys, generation, timeout),
+            Command::Fleet => fleet(&mut etcd, &keys).map(|v| (v, true)),
+            Command::Rules => rules(&mut etcd, &keys).map(|v| (v, true)),
+            Command::Get { id } => get(&mut etcd, &keys, id),
+        });
+    match out {
+        Ok((v, ok)) => {
+            println!("{v}");
+            u8::from(!ok)
+        }
+        Err(e) => {
+            println!("{}", json!({"error": e}));
+            eprintln!("cfdp ctl: {e}");
+            1
+        }
+    }
+}
+
+/// How often a transaction is retried when another writer changed what
+/// it read.
+const RETRIES: usize = 20;
+
+fn apply(
+    etcd: &mut Etcd,
+    keys: &Keys,
+    batch: &Value,
+    limits: TxnLimits,
+) -> Result<(Value, bool), String> {
+    let batch = parse_batch(batch, usize::MAX).map_err(|e| {
+        if e.field.is_empty() {
+            e.message.clone()
+        } else {
+            format!("{}: {}", e.field, e.message)
+        }
+    })?;
+    let (ids, matches) = reads(&batch);
+    for attempt in 0..RETRIES {
+        // Read what the batch touches.
+        let gen_key = keys.generation();
+        let mut want: Vec<String> = vec![gen_key.clone()];
+        want.extend(ids.iter().map(|&id| keys.rule(id)));
+        want.extend(matches.iter().map(|m| keys.match_key(m)));
+        let per_txn = limits.max_txn_ops.max(1);
+        let got = etcd.get_many(&want, per_txn)?;
+        let mut view = View::default();
+        let mut old_matches = Vec::new();
+        for kv in &got {
+            if kv.key == gen_key {
+                view.generation = kv.mod_revision;
+            } else if let Some(id) = keys.rule_id(&kv.key) {
+                let v: Value = serde_json::from_slice(&kv.value)
+                    .map_err(|e| format!("{}: not JSON: {e}", kv.key))?;
+                let r = parse_rule(&v, None).map_err(|e| format!("{}: {e}", kv.key))?;
+                old_matches.push(keys.match_key(&canonical(&r).1));
+                view.rules.insert(id, (r, kv.mod_revision));
+            }
+        }
+        // The matches of rules that will be modified or deleted.
+        let more: Vec<String> = old_matches
+            .into_iter()
+            .filter(|k| !want.contains(k))
+            .collect();
+        let mut match_kvs = got;
+        match_kvs.extend(etcd.get_many(&more, per_txn)?);
+        let mprefix = keys.match_key("");
+        for kv in &match_kvs {
+            if let Some(m) = kv.key.strip_prefix(&mprefix) {
+                let owner: u32 = std::str::from_utf8(&kv.value)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("{}: not a rule id", kv.key))?;
+                view.matches.insert(m.to_string(), (owner, kv.mod_revision));
+            }
+        }
+        if let Some(g) = batch.expected_generation {
+            if g as i64 != view.generation {
+                return Err(format!(
+                    "expected_generation {g}, but the fleet is at generation {}",
+                    view.generation
+                ));
+            }
+        }
+        let p = plan(&batch, &view, keys);
+        let results = serde_json::to_value(&p.results).expect("results serialize");
+        let all_ok = p.results.iter().all(|r| r.code == Code::Ok);
+        if !p.writes() {
+            return Ok((
+                json!({"generation": view.generation, "applied": false, "results": results}),
+                all_ok,
+            ));
+        }
+        let (compares, ops) = p.ops();
+        if compares > limits.max_txn_ops || ops > limits.max_txn_ops {
+            return Err(format!(
+                "the batch needs {ops} operations and {compares} compares in one etcd \
+                 transaction; etcd allows {} (its --max-txn-ops). Nothing was applied: split \
+                 the batch, or raise --max-txn-ops on every etcd server and pass \
+                 --max-txn-ops N to cfdp ctl",
+                limits.max_txn_ops
+            ));
+        }
+        if p.bytes() > limits.max_request_bytes {
+            return Err(format!(
+                "the batch's transaction carries over {} bytes; etcd accepts {} (its \
+                 --max-request-bytes). Nothing was applied: split the batch, or raise \
+                 --max-request-bytes on every etcd server and pass --max-request-bytes N \
+                 to cfdp ctl",
+                p.bytes(),
+                limits.max_request_bytes
+            ));
+        }
+        let mut guards = p.guards.clone();
+        guards.push((gen_key.clone(), view.generation));
+        let mut puts = p.puts.clone();
+        puts.push((gen_key.clone(), String::new()));
+        match etcd.txn(&guards, &puts, &p.deletes)? {
+            Some(rev) => {
+                return Ok((
+                    json!({"generation": rev, "applied": true, "results": results,
+                           "attempts": attempt + 1}),
+                    all_ok,
+                ))
+            }
+            // Another writer changed something this batch read: read again.
+            None => std::thread::sleep(Duration::from_millis(2 << attempt.min(6))),
+        }
+    }
+    Err(format!(
+        "the rule set kept changing under this batch ({RETRIES} attempts); nothing was applied"
+    ))
+}
+
+/// Every node seen: its last status, and whether it is live (its leased
+/// key exists).
+fn nodes(etcd: &mut Etcd, keys: &Keys) -> Result<Vec<Value>, String> {
+    let (_, live) = etcd.get_prefix(&keys.nodes_prefix())?;
+    let live: HashMap<String, Value> = live
+        .into_iter()
+        .filter_map(|kv| {
+            let name = kv.key.strip_prefix(&keys.nodes_prefix())?.to_string();
+            Some((name, serde_json::from_slice(&kv.value).ok()?))
+        })
+        .collect();
+    let (_, seen) = etcd.get_prefix(&keys.seen_prefix())?;
+    let mut out = Vec::new();
+    for kv in seen {
+        let Some(name) = kv.key.strip_prefix(&keys.seen_prefix()) else {
+            continue;
+        };
+        let mut v: Value = live
+            .get(name)
+            .cloned()
+            .or_else(|| serde_json::from_slice(&kv.value).ok())
+            .unwrap_or_else(|| json!({}));
+        v["node"] = json!(name);
+        v["live"] = json!(live.contains_key(name));
+        out.push(v);
+    }
+    Ok(out)
+}
+
+fn generation(etcd: &mut Etcd, keys: &Keys) -> Result<i64, String> {
+    Ok(etcd
+        .get_many(&[keys.generation()], 1)?
+        .first()
+        .map_or(0, |kv| kv.mod_revision))
+}
+
+fn fleet(etcd: &mut Etcd, keys: &Keys) -> Result<Value, String> {
+    let g = generation(etcd, keys)?;
+    let nodes = nodes(etcd, keys)?;
+    Ok(json!({"prefix": keys.prefix(), "generation": g, "nodes": nodes}))
+}
+
+/// Waits until every live node reports generation ≥ `g` (and at least one
+/// node is live: an empty fleet has applied nothing).
+fn wait(etcd: &mut Etcd, keys: &Keys, g: i64, timeout: Duration) -> Result<(Value, bool), String> {
+    let start = Instant::now();
+    loop {
+        let nodes = nodes(etcd, keys)?;
+        let live: Vec<&Value> = nodes.iter().filter(|n| n["live"] == true).collect();
+        let lagging: Vec<Value> = live
+            .iter()
+            .filter(|n| n["generation"].as_i64().unwrap_or(0) < g)
+            .map(|n| json!({"node": n["node"], "generation": n["generation"], "error": n["error"]}))
+            .collect();
+        if !live.is_empty() && lagging.is_empty() {
+            return Ok((
+                json!({"generation": g, "nodes": live.len(), "waited_s": start.elapsed().as_secs_f64()}),
+                true,
+            ));
+        }
+        if start.elapsed() >= timeout {
+            let names: Vec<String> = lagging
+                .iter()
+                .map(|n| n["node"].as_str().unwrap_or("?").to_string())
+                .collect();
+            eprintln!(
+                "cfdp ctl wait: generation {g} not reached in {:.1} s; lagging: {}",
+                timeout.as_secs_f64(),
+                if live.is_empty() {
+                    "no live node".to_string()
+                } else {
+                    names.join(", ")
+                }
+            );
+            return Ok((
+                json!({"generation": g, "timed_out": true, "lagging": lagging,
+                       "live_nodes": live.len()}),
+                false,
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<Value, String> {
+    let g = generation(etcd, keys)?;
+    let (_, kvs) = etcd.get_prefix(&keys.rules_prefix())?;
+    let rules: Vec<Value> = kvs
+        .iter()
+        .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+        .collect();
+    Ok(json!({"generation": g, "total": rules.len(), "rules": rules}))
+}
+
+fn get(etcd: &mut Etcd, keys: &Keys, id: u64) -> Result<(Value, bool), String> {
+    let g = generation(etcd, keys)?;
+    let Ok(id) = u32::try_from(id) else {
+        return Ok((
+            json!({"generation": g, "error": format!("no rule {id}")}),
+            false,
+        ));
+    };
+    match etcd.get_many(&[keys.rule(id)], 1)?.first() {
+        Some(kv) => {
+            let rule: Value = serde_json::from_slice(&kv.value)
+                .map_err(|e| format!("{}: not JSON: {e}", kv.key))?;
+            Ok((json!({"generation": g, "rule": rule}), true))
+        }
+        None => Ok((
+            json!({"generation": g, "error": format!("no rule {id}")}),
+            false,
+        )),
+    }
+}

@@ -1,0 +1,239 @@
+//! A blocking face on the `etcd-client` crate: one current-thread tokio
+//! runtime per [`Etcd`], each call `block_on` — the node agent and `cfdp
+//! ctl` are plain threads and processes, and nothing else in cfdp is async.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream, Watcher,
+};
+
+/// A key's value and mod revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kv {
+    pub key: String,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+}
+
+/// One connection to an etcd cluster.
+pub struct Etcd {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+}
+
+/// How long one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("etcd {what}: {e}")
+}
+
+impl Etcd {
+    /// Connects to `endpoints` (`http://host:port`).
+    pub fn connect(endpoints: &[String]) -> Result<Self, String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| err("runtime", e))?;
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(REQUEST_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT);
+        let client = rt
+            .block_on(Client::connect(endpoints, Some(opts)))
+            .map_err(|e| err(&format!("connect to {}", endpoints.join(",")), e))?;
+        let mut e = Etcd { rt, client };
+        // Connecting is lazy: ask something now, so a wrong address is
+        // reported here.
+        e.get_prefix("\0cfdp-connect-check")?;
+        Ok(e)
+    }
+
+    /// Every key under `prefix`, with the store's revision at the read.
+    pub fn get_prefix(&mut self, prefix: &str) -> Result<(i64, Vec<Kv>), String> {
+        let r = self
+            .rt
+            .block_on(
+                self.client
+                    .get(prefix, Some(GetOptions::new().with_prefix())),
+            )
+            .map_err(|e| err(&format!("get {prefix}*"), e))?;
+        let rev = r.header().map_or(0, |h| h.revision());
+        Ok((rev, r.kvs().iter().map(kv).collect()))
+    }
+
+    /// The given keys (missing ones are left out), read in transactions of
+    /// at most `per_txn` gets.
+    pub fn get_many(&mut self, keys: &[String], per_txn: usize) -> Result<Vec<Kv>, String> {
+        let mut out = Vec::new();
+        for chunk in keys.chunks(per_txn.max(1)) {
+            let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
+            let r = self
+                .rt
+                .block_on(self.client.txn(Txn::new().and_then(ops)))
+                .map_err(|e| err("read", e))?;
+            for op in r.op_responses() {
+                if let TxnOpResponse::Get(g) = op {
+                    out.extend(g.kvs().iter().map(kv));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One transaction: if every `guards` key still has its mod revision
+    /// (0: absent), the puts and deletes; returns the transaction's
+    /// revision, or `None` when a guard failed (nothing written).
+    pub fn txn(
+        &mut self,
+        guards: &[(String, i64)],
+        puts: &[(String, String)],
+        deletes: &[String],
+    ) -> Result<Option<i64>, String> {
+        let compares: Vec<Compare> = guards
+            .iter()
+            .map(|(k, rev)| Compare::mod_revision(k.as_str(), CompareOp::Equal, *rev))
+            .collect();
+        let mut ops: Vec<TxnOp> = Vec::with_capacity(puts.len() + deletes.len());
+        ops.extend(deletes.iter().map(|k| TxnOp::delete(k.as_str(), None)));
+        ops.extend(
+            puts.iter()
+                .map(|(k, v)| TxnOp::put(k.as_str(), v.as_str(), None)),
+        );
+        let r = self
+            .rt
+            .block_on(self.client.txn(Txn::new().when(compares).and_then(ops)))
+            .map_err(|e| err("transaction", e))?;
+        Ok(r.succeeded()
+            .then(|| r.header().map_or(0, |h| h.revision())))
+    }
+
+    /// Puts `key` (under `lease` when not 0).
+    pub fn put(&mut self, key: &str, value: &str, lease: i64) -> Result<(), String> {
+        let opts = (lease != 0).then(|| PutOptions::new().with_lease(lease));
+        self.rt
+            .block_on(self.client.put(key, value, opts))
+            .map(|_| ())
+            .map_err(|e| err(&format!("put {key}"), e))
+    }
+
+    /// A lease of `ttl_s` seconds and its keeper.
+    pub fn lease(&mut self, ttl_s: i64) -> Result<Lease, String> {
+        let id = self
+            .rt
+            .block_on(self.client.lease_grant(ttl_s, None))
+            .map_err(|e| err("lease", e))?
+            .id();
+        let (keeper, stream) = self
+            .rt
+            .block_on(self.client.lease_keep_alive(id))
+            .map_err(|e| err("lease keep-alive", e))?;
+        Ok(Lease { id, keeper, stream })
+    }
+
+    /// Renews `lease` (its TTL starts again).
+    pub fn keep_alive(&mut self, lease: &mut Lease) -> Result<(), String> {
+        self.rt.block_on(async {
+            lease
+                .keeper
+                .keep_alive()
+                .await
+                .map_err(|e| err("keep-alive", e))?;
+            match tokio::time::timeout(REQUEST_TIMEOUT, lease.stream.message()).await {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => Ok(()),
+                Ok(Ok(_)) => Err("etcd keep-alive: the lease has expired".to_string()),
+                Ok(Err(e)) => Err(err("keep-alive", e)),
+                Err(_) => Err("etcd keep-alive: no answer".to_string()),
+            }
+        })
+    }
+
+    /// Revokes `lease`: its keys go at once.
+    pub fn revoke(&mut self, lease: Lease) {
+        let _ = self.rt.block_on(self.client.lease_revoke(lease.id));
+    }
+
+    /// Watches every key under `prefix` from revision `from` on.
+    pub fn watch(&mut self, prefix: &str, from: i64) -> Result<Watch, String> {
+        let (watcher, stream) = self
+            .rt
+            .block_on(self.client.watch(
+                prefix,
+                Some(WatchOptions::new().with_prefix().with_start_revision(from)),
+            ))
+            .map_err(|e| err(&format!("watch {prefix}*"), e))?;
+        Ok(Watch {
+            _watcher: watcher,
+            stream,
+        })
+    }
+
+    /// The next watch message within `wait`: `Ok(None)` when none came.
+    pub fn next(&mut self, w: &mut Watch, wait: Duration) -> Result<Option<WatchBatch>, String> {
+        let msg = self
+            .rt
+            .block_on(async { tokio::time::timeout(wait, w.stream.message()).await });
+        let resp = match msg {
+            Err(_) => return Ok(None),
+            Ok(Err(e)) => return Err(err("watch", e)),
+            Ok(Ok(None)) => return Err("etcd watch: the stream ended".into()),
+            Ok(Ok(Some(r))) => r,
+        };
+        if resp.canceled() {
+            return Ok(Some(WatchBatch::Canceled {
+                compact_revision: resp.compact_revision(),
+                reason: resp.cancel_reason().to_string(),
+            }));
+        }
+        let events = resp
+            .events()
+            .iter()
+            .filter_map(|e| {
+                let kv = kv(e.kv()?);
+                let put = e.event_type() == etcd_client::EventType::Put;
+                Some(Event { put, kv })
+            })
+            .collect();
+        Ok(Some(WatchBatch::Events(events)))
+    }
+}
+
+/// A granted lease, kept alive by [`Etcd::keep_alive`].
+pub struct Lease {
+    pub id: i64,
+    keeper: LeaseKeeper,
+    stream: LeaseKeepAliveStream,
+}
+
+/// A watch on a prefix.
+pub struct Watch {
+    _watcher: Watcher,
+    stream: WatchStream,
+}
+
+/// One change: a put (with the new value) or a delete of `kv.key`, at
+/// revision `kv.mod_revision`.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub put: bool,
+    pub kv: Kv,
+}
+
+/// What a watch delivered.
+pub enum WatchBatch {
+    Events(Vec<Event>),
+    /// The watch ended (e.g. its start revision was compacted away).
+    Canceled {
+        compact_revision: i64,
+        reason: String,
+    },
+}
+
+fn kv(k: &etcd_client::KeyValue) -> Kv {
+    Kv {
+        key: String::from_utf8_lossy(k.key()).into_owned(),
+        value: k.value().to_vec(),
+        mod_revision: k.mod_revision(),
+    }
+}

@@ -182,6 +182,10 @@ fn main() -> ExitCode {
                 println!("{cfg:#?}");
                 return ExitCode::SUCCESS;
             }
+            if let Err(e) = run::check(&cfg) {
+                eprintln!("cfdp: config: {e}");
+                return ExitCode::from(2);
+            }
             match run::run(cfg, default_workers()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

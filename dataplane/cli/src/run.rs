@@ -127,18 +127,8 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
             .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&stop)))
             .map_err(|e| format!("cannot install signal handler: {e}"))?;
     }
+    check(&cfg)?;
     let workers = if cfg.dpdk.enabled {
-        if !cfg!(feature = "dpdk") {
-            return Err(
-                "dpdk.enabled = true, but this cfdp was built without DPDK: \
-                        cargo build --release -p cfdp --features dpdk"
-                    .into(),
-            );
-        }
-        // The port settings are checked before the rules load (which can
-        // take seconds) and before the EAL starts.
-        #[cfg(feature = "dpdk")]
-        cfdp_dpdk::PortPlan::new(&cfg.dpdk.rx_ports, &cfg.dpdk.tx_ports, &cfg.dpdk.xconnect)?;
         usize::from(cfg.dpdk.workers.max(1))
     } else if cfg.dataplane.workers == 0 {
         default_workers
@@ -365,6 +355,24 @@ fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpL
         ));
     }
     std::net::TcpListener::bind(sa).map_err(|e| format!("{what} = {addr}: {e}"))
+}
+
+/// What the configuration asks of this build and of its ports and fleet,
+/// checked before anything starts (the rules load, which can take
+/// seconds; the EAL): a refusal here is a configuration error (exit 2).
+pub fn check(cfg: &RunConfig) -> Result<(), String> {
+    if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
+        return Err(
+            "dpdk.enabled = true, but this cfdp was built without DPDK: \
+                    cargo build --release -p cfdp --features dpdk"
+                .into(),
+        );
+    }
+    #[cfg(feature = "dpdk")]
+    if cfg.dpdk.enabled {
+        cfdp_dpdk::PortPlan::new(&cfg.dpdk.rx_ports, &cfg.dpdk.tx_ports, &cfg.dpdk.xconnect)?;
+    }
+    cluster_mode(cfg).map(|_| ())
 }
 
 /// `[cluster]`: checked (and the link to the agent made) before anything

@@ -169,3 +169,45 @@ fn absurd_worker_count_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at most 1024"));
 }
+
+/// Every shipped configuration parses (unknown keys are refused, so a
+/// renamed setting breaks this test rather than a user's start-up).
+#[test]
+fn every_shipped_configuration_parses() {
+    let mut n = 0;
+    for e in std::fs::read_dir(repo("configs")).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().and_then(|x| x.to_str()) != Some("toml") {
+            continue;
+        }
+        let out = cfdp()
+            .args(["run", "--print-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        n += 1;
+    }
+    assert!(n >= 6, "only {n} configurations found");
+}
+
+/// Asking for a fleet from a build without etcd is a configuration error
+/// (exit 2) that says how to build one.
+#[test]
+fn cluster_mode_without_etcd_support_is_refused_clearly() {
+    if cfg!(feature = "etcd") {
+        return;
+    }
+    let out = cfdp()
+        .args(["run", "--config", &repo("configs/cluster-node.toml")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features etcd"), "{err}");
+}

@@ -422,6 +422,8 @@ fn spawn_agent(
         endpoints: cfg.cluster.etcd.clone(),
         prefix: cfg.cluster.prefix.clone(),
         node: node_name(cfg),
+        state_dir: (!cfg.control.state_dir.is_empty())
+            .then(|| std::path::PathBuf::from(&cfg.control.state_dir)),
     };
     eprintln!(
         "cfdp: cluster node {} of {} at {}",

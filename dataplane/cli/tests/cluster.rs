@@ -28,9 +28,10 @@ fn free_port() -> u16 {
 
 /// A throw-away single-member etcd, killed when dropped.
 struct Etcd {
-    child: Child,
+    child: Option<Child>,
     url: String,
     dir: PathBuf,
+    ports: (u16, u16),
 }
 
 impl Etcd {
@@ -54,62 +55,77 @@ impl Etcd {
         // Free ports can be taken again between the probe and etcd's bind
         // (tests run in parallel): a start whose etcd exits is retried.
         for _ in 0..5 {
-            let (client, peer) = (free_port(), free_port());
-            let url = format!("http://127.0.0.1:{client}");
-            let child = Command::new("etcd")
-                .arg("--data-dir")
-                .arg(dir.join(format!("data-{client}")))
-                .args([
-                    "--listen-client-urls",
-                    &url,
-                    "--advertise-client-urls",
-                    &url,
-                ])
-                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-                .args([
-                    "--initial-advertise-peer-urls",
-                    &format!("http://127.0.0.1:{peer}"),
-                ])
-                .args([
-                    "--initial-cluster",
-                    &format!("default=http://127.0.0.1:{peer}"),
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
+            let ports = (free_port(), free_port());
             let mut etcd = Etcd {
-                child,
-                url,
+                child: None,
+                url: format!("http://127.0.0.1:{}", ports.0),
                 dir: dir.clone(),
+                ports,
             };
-            let start = Instant::now();
-            loop {
-                if etcd.child.try_wait().unwrap().is_some() {
-                    break; // exited: ports taken; try others
-                }
-                // Up when the client port answers and etcd is still ours.
-                if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
-                    && etcd.child.try_wait().unwrap().is_none()
-                {
-                    std::thread::sleep(Duration::from_millis(200));
-                    if etcd.child.try_wait().unwrap().is_none() {
-                        return Some(etcd);
-                    }
-                    break;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "etcd did not start"
-                );
-                std::thread::sleep(Duration::from_millis(50));
+            if etcd.spawn() {
+                return Some(etcd);
             }
-            // Keep the directory for the next try.
-            let _ = etcd.child.kill();
-            let _ = etcd.child.wait();
-            std::mem::forget(etcd);
+            etcd.dir = PathBuf::new(); // keep the directory for the next try
         }
         panic!("etcd did not start in 5 tries");
+    }
+
+    /// Starts etcd on this instance's ports and data; whether it came up.
+    fn spawn(&mut self) -> bool {
+        let (client, peer) = self.ports;
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args([
+                "--listen-client-urls",
+                &self.url,
+                "--advertise-client-urls",
+                &self.url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return false; // ports taken
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok() {
+                std::thread::sleep(Duration::from_millis(200));
+                if child.try_wait().unwrap().is_none() {
+                    self.child = Some(child);
+                    return true;
+                }
+                return false;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A client of this etcd, for what `cfdp ctl` does not do (compaction).
+    fn client(&self) -> cfdp_cluster::etcd::Etcd {
+        cfdp_cluster::etcd::Etcd::connect(std::slice::from_ref(&self.url)).unwrap()
     }
 
     /// `cfdp ctl --etcd … --prefix P ARGS`: its JSON and exit status.
@@ -125,9 +141,10 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.kill();
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -195,6 +212,36 @@ node = {name:?}
             assert!(start.elapsed() < Duration::from_secs(20), "node socket");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// `kill -9`: no clean shutdown, the lease is not revoked.
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits until the node has caught up to generation `g` (its `stats`).
+    fn caught_up(&self, g: i64) {
+        let start = Instant::now();
+        loop {
+            let s = self.call("stats", json!({}))["result"]["cluster"].clone();
+            if s["caught_up"] == true && s["generation"].as_i64() >= Some(g) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "not caught up: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn packets(&self) -> u64 {
+        self.call("stats", json!({}))["result"]["totals"]["packets"]
+            .as_u64()
+            .unwrap()
     }
 
     fn stop(&mut self) {
@@ -268,6 +315,7 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
     let prefix = "/cfdp/follow";
     let a = Node::start(&etcd, prefix, "edge-a");
     let mut b = Node::start(&etcd, prefix, "edge-b");
+    let mut c = Node::start(&etcd, prefix, "edge-c");
 
     // Three batches; each is one etcd transaction, whose revision is the
     // fleet generation the nodes report once applied.
@@ -284,7 +332,7 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
     let g0 = f["generation"].as_i64().unwrap();
     let (w, code) = etcd.ctl(prefix, &["wait", &g0.to_string(), "--timeout", "20"]);
     assert_eq!(code, 0, "{w}");
-    let local0 = (a.local_generation(), b.local_generation());
+    let local0 = [&a, &b, &c].map(|n| n.local_generation());
     let mut g = 0;
     for (i, batch) in batches.iter().enumerate() {
         let file = write_batch(&etcd.dir, &format!("b{i}.json"), batch.clone());
@@ -299,7 +347,7 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
     assert_eq!(code, 0, "{w}");
     let want = fleet_rules(&etcd, prefix);
     assert_eq!(want.len(), 2, "{want:?}");
-    for n in [&a, &b] {
+    for n in [&a, &b, &c] {
         assert_eq!(n.rules(), want, "a node's rules differ from the fleet's");
         // Every revision once: one local batch per fleet batch.
         let s = n.call("stats", json!({}))["result"].clone();
@@ -308,8 +356,8 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
         assert!(r["fleet_generation"].as_i64() >= Some(g), "{r}");
     }
     assert_eq!(
-        (a.local_generation(), b.local_generation()),
-        (local0.0 + 3, local0.1 + 3),
+        [&a, &b, &c].map(|n| n.local_generation()),
+        local0.map(|g| g + 3),
         "each fleet batch is exactly one local batch"
     );
 
@@ -344,11 +392,15 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
     assert_eq!(code, 0, "{r}");
     let g = r["generation"].as_i64().unwrap();
     b.restart();
+    // `wait` counts a node only once it has caught up.
+    b.caught_up(g);
     let (w, code) = etcd.ctl(prefix, &["wait", &g.to_string(), "--timeout", "20"]);
     assert_eq!(code, 0, "{w}");
+    assert_eq!(w["nodes"], 3, "{w}");
     let want = fleet_rules(&etcd, prefix);
     assert_eq!(b.rules(), want);
     assert_eq!(a.rules(), want);
+    assert_eq!(c.rules(), want);
 
     // wait times out for a generation nobody has, naming the nodes.
     let (w, code) = etcd.ctl(
@@ -362,7 +414,168 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
         .iter()
         .filter_map(|n| n["node"].as_str())
         .collect();
-    assert_eq!(lagging.len(), 2, "{w}");
+    assert_eq!(lagging.len(), 3, "{w}");
+
+    // A node killed with -9 leaves `wait` when its lease expires (5 s):
+    // until then it counts, and lags.
+    c.kill9();
+    let g = apply(
+        &etcd,
+        prefix,
+        "b4.json",
+        json!({"updates": [{"op": "insert", "rule": flow(5, 5555)}]}),
+    )
+    .to_string();
+    let (w, code) = etcd.ctl(prefix, &["wait", &g, "--timeout", "2"]);
+    assert_eq!(code, 1, "the dead node still holds its lease: {w}");
+    let (w, code) = etcd.ctl(prefix, &["wait", &g, "--timeout", "20"]);
+    assert_eq!(code, 0, "{w}");
+    assert_eq!(w["nodes"], 2, "{w}");
+    let (f, _) = etcd.ctl(prefix, &["fleet"]);
+    let dead = f["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "edge-c")
+        .cloned()
+        .unwrap();
+    assert_eq!(dead["live"], false, "{f}");
+}
+
+/// Applies `batch` to the fleet; returns the generation.
+fn apply(etcd: &Etcd, prefix: &str, name: &str, batch: Value) -> i64 {
+    let file = write_batch(&etcd.dir, name, batch);
+    let (r, code) = etcd.ctl(prefix, &["apply", &file]);
+    assert_eq!(code, 0, "{r}");
+    r["generation"].as_i64().unwrap()
+}
+
+fn wait_for(etcd: &Etcd, prefix: &str, g: i64) {
+    let (w, code) = etcd.ctl(prefix, &["wait", &g.to_string(), "--timeout", "30"]);
+    assert_eq!(code, 0, "{w}");
+}
+
+#[test]
+fn a_node_killed_while_batches_land_catches_up_revision_by_revision_or_by_resync() {
+    let Some(etcd) = Etcd::start("kill9") else {
+        return;
+    };
+    let prefix = "/cfdp/kill9";
+    let a = Node::start(&etcd, prefix, "edge-a");
+    let mut b = Node::start(&etcd, prefix, "edge-b");
+    let g = apply(
+        &etcd,
+        prefix,
+        "k0.json",
+        json!({"updates": [{"op": "insert", "rule": flow(1, 1)}]}),
+    );
+    wait_for(&etcd, prefix, g);
+    b.caught_up(g);
+    let local = b.local_generation();
+
+    // Killed; three batches land; restarted: its journal gives it its last
+    // rules at once, and it replays the three revisions one by one from
+    // the last it applied (three local batches, none skipped or repeated).
+    b.kill9();
+    let mut g = 0;
+    for i in 0..3u16 {
+        g = apply(
+            &etcd,
+            prefix,
+            &format!("k{}.json", i + 1),
+            json!({"updates": [{"op": "insert", "rule": flow(10 + u32::from(i), 10 + i)}]}),
+        );
+    }
+    b.restart();
+    assert_eq!(b.rules().len(), 1, "the journal's rules, enforced at once");
+    b.caught_up(g);
+    let want = fleet_rules(&etcd, prefix);
+    assert_eq!(want.len(), 4);
+    assert_eq!(b.rules(), want);
+    assert_eq!(a.rules(), want);
+    assert_eq!(
+        b.local_generation(),
+        local + 3,
+        "one local batch per revision"
+    );
+
+    // Killed again; two batches; etcd compacts its history past them: the
+    // node resyncs — the difference as one atomic batch.
+    b.kill9();
+    apply(
+        &etcd,
+        prefix,
+        "k4.json",
+        json!({"updates": [{"op": "delete", "id": 1}]}),
+    );
+    let g = apply(
+        &etcd,
+        prefix,
+        "k5.json",
+        json!({"updates": [{"op": "modify", "rule": flow(10, 999)}]}),
+    );
+    etcd.client().compact(g).unwrap();
+    b.restart();
+    b.caught_up(g);
+    let want = fleet_rules(&etcd, prefix);
+    assert_eq!(want.len(), 3);
+    assert_eq!(b.rules(), want);
+    assert_eq!(b.local_generation(), local + 4, "the resync is one batch");
+}
+
+#[test]
+fn nodes_keep_forwarding_while_etcd_is_down_and_catch_up_when_it_returns() {
+    let Some(mut etcd) = Etcd::start("outage") else {
+        return;
+    };
+    let prefix = "/cfdp/outage";
+    let a = Node::start(&etcd, prefix, "edge-a");
+    let b = Node::start(&etcd, prefix, "edge-b");
+    let g = apply(
+        &etcd,
+        prefix,
+        "o0.json",
+        json!({"updates": [{"op": "insert", "rule": flow(1, 1)}]}),
+    );
+    wait_for(&etcd, prefix, g);
+
+    etcd.kill();
+    // Still forwarding, still answering, and saying etcd is gone.
+    let start = Instant::now();
+    loop {
+        let s = a.call("stats", json!({}))["result"].clone();
+        if !s["cluster"]["error"].is_null() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no error reported: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = a.packets();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        a.packets() > before,
+        "the node stopped forwarding without etcd"
+    );
+    assert_eq!(a.rules().len(), 1, "the node lost its rules without etcd");
+
+    // etcd returns: the nodes reconnect and follow new batches.
+    assert!(etcd.spawn(), "etcd did not come back");
+    let g = apply(
+        &etcd,
+        prefix,
+        "o1.json",
+        json!({"updates": [{"op": "insert", "rule": flow(2, 2)}]}),
+    );
+    a.caught_up(g);
+    b.caught_up(g);
+    let want = fleet_rules(&etcd, prefix);
+    assert_eq!(a.rules(), want);
+    assert_eq!(b.rules(), want);
+    let s = a.call("stats", json!({}))["result"].clone();
+    assert!(s["cluster"]["error"].is_null(), "{s}");
 }
 
 #[test]

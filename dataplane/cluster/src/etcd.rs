@@ -109,6 +109,16 @@ impl Etcd {
             .then(|| r.header().map_or(0, |h| h.revision())))
     }
 
+    /// Compacts the store's history up to `revision` (what an operator's
+    /// `--auto-compaction-retention` does); watches from before it are
+    /// canceled.
+    pub fn compact(&mut self, revision: i64) -> Result<(), String> {
+        self.rt
+            .block_on(self.client.compact(revision, None))
+            .map(|_| ())
+            .map_err(|e| err("compact", e))
+    }
+
     /// Puts `key` (under `lease` when not 0).
     pub fn put(&mut self, key: &str, value: &str, lease: i64) -> Result<(), String> {
         let opts = (lease != 0).then(|| PutOptions::new().with_lease(lease));
@@ -186,6 +196,7 @@ impl Etcd {
                 reason: resp.cancel_reason().to_string(),
             }));
         }
+        let revision = resp.header().map_or(0, |h| h.revision());
         let events = resp
             .events()
             .iter()
@@ -195,7 +206,7 @@ impl Etcd {
                 Some(Event { put, kv })
             })
             .collect();
-        Ok(Some(WatchBatch::Events(events)))
+        Ok(Some(WatchBatch::Events { events, revision }))
     }
 }
 
@@ -222,7 +233,9 @@ pub struct Event {
 
 /// What a watch delivered.
 pub enum WatchBatch {
-    Events(Vec<Event>),
+    /// Events in revision order; `revision` is the store's revision when
+    /// the message was sent.
+    Events { events: Vec<Event>, revision: i64 },
     /// The watch ended (e.g. its start revision was compacted away).
     Canceled {
         compact_revision: i64,

@@ -2,13 +2,25 @@
 //! set.
 //!
 //! 1. Connects, takes a lease (its status key lives as long as the node).
-//! 2. Resyncs: lists the fleet's rules at revision R and applies the
-//!    difference to what the node holds as one `dataplane_atomic` batch
-//!    (after a restart, a lost connection, a compacted watch or a failed
-//!    batch — as Ligato's agents resync), then reports generation R.
-//! 3. Watches the rules from R + 1: the events of one revision (one batch
+//! 2. Catches up. It reads the fleet's rules at the current revision H.
+//!    If it holds exactly those, it is caught up. Otherwise, when it knows
+//!    the last revision it applied (kept in `state_dir/cluster.json`), the
+//!    watch replays every later revision, one local batch each, until its
+//!    rules are the fleet's at H (or it passes H); when there is no such
+//!    revision, etcd has compacted past it, or the replay cannot reach H,
+//!    it *resyncs*: the difference to the fleet's rules at H as one
+//!    `dataplane_atomic` batch (as Ligato's agents resync). It enforces its
+//!    journal's rules meanwhile (the control plane restored them before
+//!    the agent started), and it counts as live — its leased status key,
+//!    which `wait` reads — only once caught up.
+//! 3. Follows the watch: the events of one revision (one batch
 //!    transaction) become one local `dataplane_atomic` batch, applied in
 //!    revision order; the node reports each revision once applied.
+//!
+//! Events are translated against the rules the node holds (a put of a rule
+//! it already has is nothing, a delete of one it lacks is nothing), so a
+//! revision replayed after a crash between its batch and the revision
+//! file is not applied twice.
 //!
 //! Local batches go through the node's control thread like a socket
 //! `apply` (journal with fsync, Bloom-assisted inserts, one publish), so a
@@ -35,12 +47,18 @@ use serde_json::{json, Value};
 use crate::etcd::{Etcd, Event, WatchBatch};
 use crate::keys::{canonical, Keys};
 
+/// The fleet's rules by id: canonical text (to compare) and JSON (to apply).
+type FleetRules = HashMap<RuleId, (String, Value)>;
+
 /// What a node needs to join its fleet.
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
     pub endpoints: Vec<String>,
     pub prefix: String,
     pub node: String,
+    /// Where the last applied revision is kept (`[control] state_dir`);
+    /// `None`: the node resyncs on every start.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// Lease of the node's status key: a node that stops renewing it (killed,
@@ -76,6 +94,7 @@ pub fn spawn(
                 applied: 0,
                 error: None,
                 mirror: HashMap::new(),
+                live: false,
             };
             a.run(&stop);
         })
@@ -91,8 +110,10 @@ struct Agent {
     /// The fleet generation (etcd revision) this node has applied.
     applied: i64,
     error: Option<String>,
-    /// The rules this node holds from the fleet: id → canonical JSON.
+    /// The rules this node holds: id → canonical JSON.
     mirror: HashMap<RuleId, String>,
+    /// Caught up: the leased status key (what `wait` counts) is written.
+    live: bool,
 }
 
 impl Agent {
@@ -128,7 +149,7 @@ impl Agent {
         }
     }
 
-    /// Resync, then follow the watch until an error or `stop`.
+    /// Catch up, then follow the watch until an error or `stop`.
     fn session(
         &mut self,
         etcd: &mut Etcd,
@@ -136,26 +157,63 @@ impl Agent {
         keep_alive: &mut dyn FnMut(&mut Etcd) -> Result<(), String>,
         stop: &AtomicBool,
     ) -> Result<(), String> {
-        let rev = self.resync(etcd)?;
-        self.applied = self.applied.max(rev);
+        self.live = false;
+        self.mirror = self.local_rules()?;
+        // The fleet now: what catching up must reach.
+        let (head, fleet) = self.fleet(etcd)?;
+        let last = self.applied.max(self.saved_revision());
+        let same = self.same_as(&fleet);
+        // Replay from the last applied revision when there is one and the
+        // node differs; otherwise (or once that turns out impossible) the
+        // difference as one batch.
+        let mut target: Option<(i64, FleetRules)> = None;
+        let mut watch = if same {
+            self.caught_up(etcd, lease, head)?;
+            etcd.watch(&self.keys.rules_prefix(), head + 1)?
+        } else if last > 0 && last < head {
+            target = Some((head, fleet));
+            etcd.watch(&self.keys.rules_prefix(), last + 1)?
+        } else {
+            self.resync(&fleet)?;
+            self.caught_up(etcd, lease, head)?;
+            etcd.watch(&self.keys.rules_prefix(), head + 1)?
+        };
         self.error = None;
-        self.publish(etcd, lease)?;
-        let mut watch = etcd.watch(&self.keys.rules_prefix(), rev + 1)?;
-        let (mut renewed, mut published) = (Instant::now(), Instant::now());
+        let (mut renewed, mut published, mut heard) =
+            (Instant::now(), Instant::now(), Instant::now());
         while !stop.load(Ordering::Relaxed) {
             match etcd.next(&mut watch, Duration::from_millis(200))? {
-                None => {}
+                None => {
+                    // Replaying, and the history has nothing more (or
+                    // does not reach the fleet's state): resync.
+                    if target.is_some() && heard.elapsed() >= Duration::from_secs(1) {
+                        let (h, fleet) = target.take().expect("checked");
+                        self.resync(&fleet)?;
+                        self.caught_up(etcd, lease, h)?;
+                        published = Instant::now();
+                    }
+                }
                 Some(WatchBatch::Canceled {
                     compact_revision,
                     reason,
                 }) => {
+                    if let Some((h, fleet)) = target.take() {
+                        // The history is compacted past the last applied
+                        // revision: the difference as one batch.
+                        self.resync(&fleet)?;
+                        self.caught_up(etcd, lease, h)?;
+                        watch = etcd.watch(&self.keys.rules_prefix(), h + 1)?;
+                        continue;
+                    }
                     return Err(format!(
                         "watch canceled (compacted to {compact_revision}: {reason}); resyncing"
-                    ))
+                    ));
                 }
-                Some(WatchBatch::Events(events)) => {
+                Some(WatchBatch::Events { events, .. }) => {
+                    heard = Instant::now();
                     // Events arrive in revision order; one revision is one
-                    // batch transaction.
+                    // batch transaction. Revisions the node already has
+                    // (up to `applied`) are passed over.
                     let mut i = 0;
                     while i < events.len() {
                         let rev = events[i].kv.mod_revision;
@@ -163,11 +221,23 @@ impl Agent {
                             .iter()
                             .take_while(|e| e.kv.mod_revision == rev)
                             .count();
-                        self.apply_revision(&events[i..j])?;
-                        self.applied = rev;
+                        if rev > self.applied {
+                            self.apply_revision(&events[i..j])?;
+                            self.applied = rev;
+                            self.save_revision();
+                        }
                         i = j;
+                        let reached = target
+                            .as_ref()
+                            .is_some_and(|(h, fleet)| rev >= *h || self.same_as(fleet));
+                        if reached {
+                            let (h, _) = target.take().expect("checked");
+                            self.caught_up(etcd, lease, h.max(rev))?;
+                        }
                     }
-                    self.publish(etcd, lease)?;
+                    if self.live {
+                        self.publish(etcd, lease)?;
+                    }
                     published = Instant::now();
                 }
             }
@@ -183,10 +253,11 @@ impl Agent {
         Ok(())
     }
 
-    /// Makes the node's rules equal the fleet's; returns the revision read.
-    fn resync(&mut self, etcd: &mut Etcd) -> Result<i64, String> {
+    /// The fleet's rules now, by id (canonical text, JSON), and the
+    /// revision read.
+    fn fleet(&self, etcd: &mut Etcd) -> Result<(i64, FleetRules), String> {
         let (rev, kvs) = etcd.get_prefix(&self.keys.rules_prefix())?;
-        let mut fleet: HashMap<RuleId, (String, Value)> = HashMap::new();
+        let mut fleet = HashMap::new();
         for kv in kvs {
             let Some(id) = self.keys.rule_id(&kv.key) else {
                 continue;
@@ -196,25 +267,82 @@ impl Agent {
             let rule = parse_rule(&v, None).map_err(|e| format!("{}: {e}", kv.key))?;
             fleet.insert(id, (canonical(&rule).0, v));
         }
-        let local = self.local_rules()?;
+        Ok((rev, fleet))
+    }
+
+    /// Whether the node holds exactly `fleet`.
+    fn same_as(&self, fleet: &FleetRules) -> bool {
+        self.mirror.len() == fleet.len()
+            && fleet
+                .iter()
+                .all(|(id, (t, _))| self.mirror.get(id) == Some(t))
+    }
+
+    /// Everything up to `revision` is applied: the node counts as live.
+    fn caught_up(&mut self, etcd: &mut Etcd, lease: i64, revision: i64) -> Result<(), String> {
+        self.applied = self.applied.max(revision);
+        self.error = None;
+        self.save_revision();
+        self.live = true;
+        self.publish(etcd, lease)
+    }
+
+    fn state_file(&self) -> Option<std::path::PathBuf> {
+        self.opts.state_dir.as_ref().map(|d| d.join("cluster.json"))
+    }
+
+    /// The last revision applied by an earlier run for this prefix.
+    fn saved_revision(&self) -> i64 {
+        let Some(text) = self
+            .state_file()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+        else {
+            return 0;
+        };
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if v["prefix"] == self.keys.prefix() {
+            v["revision"].as_i64().unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// Records the applied revision (after its batch is journaled; a crash
+    /// in between replays the revision, which translates to nothing).
+    fn save_revision(&self) {
+        let Some(path) = self.state_file() else {
+            return;
+        };
+        let tmp = path.with_extension("json.tmp");
+        let text = json!({"prefix": self.keys.prefix(), "revision": self.applied}).to_string();
+        let ok = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path));
+        if let Err(e) = ok {
+            eprintln!("cfdp: cluster: {}: {e}", path.display());
+        }
+    }
+
+    /// Makes the node's rules equal `fleet` with one batch (the
+    /// difference).
+    fn resync(&mut self, fleet: &FleetRules) -> Result<(), String> {
+        let local = &self.mirror;
         let mut deletes = Vec::new();
         let mut modifies = Vec::new();
         let mut inserts = Vec::new();
-        for (id, text) in &local {
+        for (id, text) in local {
             match fleet.get(id) {
                 None => deletes.push(json!({"op": "delete", "id": id})),
                 Some((t, v)) if t != text => modifies.push(json!({"op": "modify", "rule": v})),
                 Some(_) => {}
             }
         }
-        for (id, (_, v)) in &fleet {
+        for (id, (_, v)) in fleet {
             if !local.contains_key(id) {
                 inserts.push(json!({"op": "insert", "rule": v}));
             }
         }
         self.apply_local(deletes, modifies, inserts)?;
-        self.mirror = fleet.into_iter().map(|(id, (t, _))| (id, t)).collect();
-        Ok(rev)
+        self.mirror = fleet.iter().map(|(id, (t, _))| (*id, t.clone())).collect();
+        Ok(())
     }
 
     /// One revision's events as one local batch.
@@ -354,6 +482,7 @@ impl Agent {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         json!({"node": self.opts.node, "generation": self.applied, "error": self.error,
+               "caught_up": self.live,
                "rules": self.mirror.len(), "packets": t.packets, "matched": t.matched,
                "dropped": t.dropped, "forwarded": t.forwarded, "updated_unix_s": now})
     }
@@ -364,7 +493,9 @@ impl Agent {
         let s = self.status();
         *self.link.status.lock().unwrap_or_else(|e| e.into_inner()) = s.clone();
         let text = s.to_string();
-        etcd.put(&self.keys.node(&self.opts.node), &text, lease)?;
+        if self.live {
+            etcd.put(&self.keys.node(&self.opts.node), &text, lease)?;
+        }
         etcd.put(&self.keys.seen(&self.opts.node), &text, 0)
     }
 

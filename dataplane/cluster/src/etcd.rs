@@ -23,6 +23,21 @@ pub struct Etcd {
     client: Client,
 }
 
+/// Keys per page of a prefix read.
+const PAGE: i64 = 5_000;
+
+/// The first key after every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(b) = end.pop() {
+        if b < 0xff {
+            end.push(b + 1);
+            return end;
+        }
+    }
+    vec![0] // every key
+}
+
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -50,17 +65,35 @@ impl Etcd {
         Ok(e)
     }
 
-    /// Every key under `prefix`, with the store's revision at the read.
+    /// Every key under `prefix`, with the store's revision at the read:
+    /// read in pages of [`PAGE`] keys, all at that one revision (a rule set
+    /// of 100 k rules is ~20 MB, over gRPC's 4 MiB message limit).
     pub fn get_prefix(&mut self, prefix: &str) -> Result<(i64, Vec<Kv>), String> {
-        let r = self
-            .rt
-            .block_on(
-                self.client
-                    .get(prefix, Some(GetOptions::new().with_prefix())),
-            )
-            .map_err(|e| err(&format!("get {prefix}*"), e))?;
-        let rev = r.header().map_or(0, |h| h.revision());
-        Ok((rev, r.kvs().iter().map(kv).collect()))
+        let end = prefix_end(prefix.as_bytes());
+        let mut out = Vec::new();
+        let mut from = prefix.as_bytes().to_vec();
+        let mut rev = 0;
+        loop {
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            if rev != 0 {
+                opts = opts.with_revision(rev);
+            }
+            let r = self
+                .rt
+                .block_on(self.client.get(from.clone(), Some(opts)))
+                .map_err(|e| err(&format!("get {prefix}*"), e))?;
+            if rev == 0 {
+                rev = r.header().map_or(0, |h| h.revision());
+            }
+            out.extend(r.kvs().iter().map(kv));
+            match r.kvs().last() {
+                Some(last) if r.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => return Ok((rev, out)),
+            }
+        }
     }
 
     /// The given keys (missing ones are left out), read in transactions of
@@ -248,5 +281,17 @@ fn kv(k: &etcd_client::KeyValue) -> Kv {
         key: String::from_utf8_lossy(k.key()).into_owned(),
         value: k.value().to_vec(),
         mod_revision: k.mod_revision(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_is_the_first_key_past_the_prefix() {
+        assert_eq!(prefix_end(b"/a/rules/"), b"/a/rules0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
     }
 }

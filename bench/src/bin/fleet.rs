@@ -60,9 +60,13 @@ impl Fleet {
             .output()
             .expect("cfdp ctl");
         let text = String::from_utf8_lossy(&out.stdout);
-        let v: Value = serde_json::from_str(text.lines().last().unwrap_or("null"))
-            .unwrap_or(Value::Null);
-        assert!(out.status.success(), "cfdp ctl {args:?}: {v} {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value =
+            serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or(Value::Null);
+        assert!(
+            out.status.success(),
+            "cfdp ctl {args:?}: {v} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         v
     }
 
@@ -125,10 +129,13 @@ node = {name:?}
 fn node_stats(dir: &Path, name: &str) -> Option<Value> {
     use std::io::{BufRead, BufReader, Write};
     let mut s = std::os::unix::net::UnixStream::connect(dir.join(format!("{name}.sock"))).ok()?;
-    s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"}\n").ok()?;
+    s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"}\n")
+        .ok()?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).ok()?;
-    serde_json::from_str::<Value>(&line).ok().map(|v| v["result"].clone())
+    serde_json::from_str::<Value>(&line)
+        .ok()
+        .map(|v| v["result"].clone())
 }
 
 fn main() {
@@ -144,8 +151,18 @@ fn main() {
         Command::new("etcd")
             .arg("--data-dir")
             .arg(dir.join("etcd"))
-            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
-            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
             .args(["--initial-cluster", &format!("default={peer_url}")])
             .args(["--max-txn-ops", "4096", "--max-request-bytes", "10000000"])
             .args(["--quota-backend-bytes", "8000000000"])
@@ -156,7 +173,10 @@ fn main() {
     );
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(20), "etcd did not start");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "etcd did not start"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let fleet = Fleet {
@@ -191,7 +211,10 @@ fn main() {
         if live == 3 {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "nodes did not join: {f}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nodes did not join: {f}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     println!("machine: {}", machine_description());
@@ -236,7 +259,10 @@ fn main() {
     }
     fleet.wait(g);
     let ups = total as f64 / t.elapsed().as_secs_f64();
-    println!("sustained: {total} updates in {:.1} s: {ups:.0} updates/s applied by all 3 nodes", t.elapsed().as_secs_f64());
+    println!(
+        "sustained: {total} updates in {:.1} s: {ups:.0} updates/s applied by all 3 nodes",
+        t.elapsed().as_secs_f64()
+    );
     rows.push(format!("sustained,{total},,,{ups:.0},"));
 
     // Catch-up: n3 stopped while `behind` updates land.
@@ -272,7 +298,9 @@ fn main() {
         ));
         loop {
             if let Some(s) = node_stats(&dir, "n3") {
-                if s["cluster"]["caught_up"] == true && s["cluster"]["generation"].as_i64() >= Some(g) {
+                if s["cluster"]["caught_up"] == true
+                    && s["cluster"]["generation"].as_i64() >= Some(g)
+                {
                     break;
                 }
             }

@@ -326,3 +326,140 @@ mod tests {
         }
     }
 }
+
+/// What a `replace` changes: counts by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ReplaceCounts {
+    pub inserted: usize,
+    pub modified: usize,
+    pub deleted: usize,
+    pub unchanged: usize,
+}
+
+/// The updates that turn `current` into `desired` (a controller's whole
+/// intended rule set): deletes first, then modifies, then inserts, so every
+/// match a later update needs has been freed by then — a modify whose new
+/// match another modified rule still has at that point becomes a delete
+/// and an insert instead. Meant for one `dataplane_atomic` batch: workers
+/// see the old set or the new one. `desired` must not repeat an id or a
+/// match.
+pub fn replace_updates(
+    current: &[Rule],
+    desired: &[Rule],
+) -> Result<(Vec<Update>, ReplaceCounts), String> {
+    use std::collections::HashMap;
+    let mut want: HashMap<RuleId, &Rule> = HashMap::with_capacity(desired.len());
+    let mut matches = HashMap::with_capacity(desired.len());
+    for (i, r) in desired.iter().enumerate() {
+        if want.insert(r.id, r).is_some() {
+            return Err(format!("rules[{i}]: id {} appears twice", r.id));
+        }
+        if let Some(other) = matches.insert(r.matcher, r.id) {
+            return Err(format!(
+                "rules[{i}] (id {}): the same match as rule {other}",
+                r.id
+            ));
+        }
+    }
+    let have: HashMap<RuleId, &Rule> = current.iter().map(|r| (r.id, r)).collect();
+    // Who holds each match once deletes and in-place modifies are done.
+    let held: HashMap<crate::Match, RuleId> = current
+        .iter()
+        .filter(|r| want.contains_key(&r.id))
+        .map(|r| (r.matcher, r.id))
+        .collect();
+    let mut c = ReplaceCounts::default();
+    let (mut deletes, mut modifies, mut inserts) = (Vec::new(), Vec::new(), Vec::new());
+    for r in current {
+        if !want.contains_key(&r.id) {
+            deletes.push(Update::Delete(r.id));
+            c.deleted += 1;
+        }
+    }
+    for r in desired {
+        match have.get(&r.id) {
+            None => {
+                inserts.push(Update::Insert(*r));
+                c.inserted += 1;
+            }
+            Some(old) if **old == *r => c.unchanged += 1,
+            Some(_) => {
+                c.modified += 1;
+                match held.get(&r.matcher) {
+                    // Another kept rule has this match until it is modified
+                    // itself: take the rule out first, put it back last.
+                    Some(&owner) if owner != r.id => {
+                        deletes.push(Update::Delete(r.id));
+                        inserts.push(Update::Insert(*r));
+                    }
+                    _ => modifies.push(Update::Modify(*r)),
+                }
+            }
+        }
+    }
+    deletes.extend(modifies);
+    deletes.extend(inserts);
+    Ok((deletes, c))
+}
+
+#[cfg(test)]
+mod replace_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rule(id: u32, port: u16, action: &str) -> Rule {
+        parse_rule(
+            &json!({"id": id, "match": {"dst_prefix": "192.0.2.0/24", "proto": "udp",
+                "port": port}, "action": action}),
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn replace_gives_the_difference_in_an_order_that_applies() {
+        let current = [rule(1, 1, "drop"), rule(2, 2, "drop"), rule(3, 3, "drop")];
+        // 1 unchanged, 2 modified in place, 3 gone, 4 new, 5 takes... and
+        // 6 takes rule 2's old match while 2 moves to a new one.
+        let desired = [
+            rule(1, 1, "drop"),
+            rule(2, 20, "allow"),
+            rule(4, 4, "drop"),
+            rule(6, 2, "count"),
+        ];
+        let (u, c) = replace_updates(&current, &desired).unwrap();
+        assert_eq!(
+            c,
+            ReplaceCounts {
+                inserted: 2,
+                modified: 1,
+                deleted: 1,
+                unchanged: 1
+            }
+        );
+        let ops: Vec<(&str, u32)> = u.iter().map(|u| (u.op(), u.id())).collect();
+        assert_eq!(
+            ops,
+            [("delete", 3), ("modify", 2), ("insert", 4), ("insert", 6)]
+        );
+        // Two kept rules swapping matches: one goes out and comes back.
+        let current = [rule(1, 1, "drop"), rule(2, 2, "drop")];
+        let desired = [rule(1, 2, "drop"), rule(2, 1, "drop")];
+        let (u, _) = replace_updates(&current, &desired).unwrap();
+        let ops: Vec<(&str, u32)> = u.iter().map(|u| (u.op(), u.id())).collect();
+        assert_eq!(
+            ops,
+            [("delete", 1), ("delete", 2), ("insert", 1), ("insert", 2)]
+        );
+        assert!(
+            replace_updates(&[], &[rule(1, 1, "drop"), rule(1, 2, "drop")])
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert!(
+            replace_updates(&[], &[rule(1, 1, "drop"), rule(2, 1, "drop")])
+                .unwrap_err()
+                .contains("same match")
+        );
+    }
+}

@@ -21,7 +21,8 @@ pub mod protocol;
 pub mod rule;
 
 pub use batch::{
-    parse_batch, parse_update, Atomicity, Batch, BatchError, Code, Update, UpdateResult,
+    parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,
+    Update, UpdateResult,
 };
 pub use class::PrefixClass;
 pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};

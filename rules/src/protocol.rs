@@ -22,12 +22,16 @@ pub enum Method {
     Migrate,
     Snapshot,
     Ping,
+    /// The whole intended rule set: only the difference is applied, as one
+    /// atomic batch.
+    Replace,
 }
 
 impl Method {
-    pub const ALL: [Method; 8] = [
+    pub const ALL: [Method; 9] = [
         Method::Hello,
         Method::Apply,
+        Method::Replace,
         Method::Rules,
         Method::Get,
         Method::Stats,
@@ -46,6 +50,7 @@ impl Method {
             Method::Migrate => "migrate",
             Method::Snapshot => "snapshot",
             Method::Ping => "ping",
+            Method::Replace => "replace",
         }
     }
 

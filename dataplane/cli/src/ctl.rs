@@ -35,6 +35,23 @@ pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCod
             }
             ("apply", batch)
         }
+        CtlCmd::Replace {
+            file,
+            expected_generation,
+        } => {
+            let rules = match client::read_batch(&file) {
+                Ok(v) => v.get("rules").cloned().unwrap_or(v),
+                Err(e) => {
+                    eprintln!("cfdp ctl: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut params = json!({ "rules": rules });
+            if let Some(g) = expected_generation {
+                params["expected_generation"] = g.into();
+            }
+            ("replace", params)
+        }
         CtlCmd::Rules { offset, limit } => ("rules", json!({"offset": offset, "limit": limit})),
         CtlCmd::Get { id } => ("get", json!({ "id": id })),
         CtlCmd::Stats => ("stats", json!({})),
@@ -116,6 +133,23 @@ pub fn fleet(
                 },
             }
         }
+        CtlCmd::Replace {
+            file,
+            expected_generation,
+        } => match client::read_batch(&file) {
+            Ok(rules) => Command::Replace {
+                rules,
+                expected_generation,
+                limits: TxnLimits {
+                    max_txn_ops,
+                    max_request_bytes,
+                },
+            },
+            Err(e) => {
+                eprintln!("cfdp ctl: {e}");
+                return ExitCode::from(2);
+            }
+        },
         CtlCmd::Rules { .. } => Command::Rules,
         CtlCmd::Get { id } => Command::Get { id: id.into() },
         CtlCmd::Fleet => Command::Fleet,

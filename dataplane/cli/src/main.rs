@@ -107,6 +107,14 @@ pub(crate) enum CtlCmd {
         #[arg(long)]
         expected_generation: Option<u64>,
     },
+    /// Replace the whole rule set by the rules in FILE (a rule file, `-`:
+    /// stdin): only the difference is applied, as one atomic batch.
+    Replace {
+        file: PathBuf,
+        /// Fail unless the rule set is at this generation.
+        #[arg(long)]
+        expected_generation: Option<u64>,
+    },
     /// List the rules with their counters.
     Rules {
         #[arg(long, default_value_t = 0)]

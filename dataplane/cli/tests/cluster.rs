@@ -699,3 +699,50 @@ fn concurrent_controllers_cannot_both_win_and_batches_are_checked() {
     assert_eq!(r["results"][0]["code"], "invalid_argument", "{r}");
     assert_eq!(fleet_rules(&etcd, prefix).len(), 107);
 }
+
+#[test]
+fn replace_sets_the_fleet_to_a_desired_rule_set_in_one_batch() {
+    let Some(etcd) = Etcd::start("replace") else {
+        return;
+    };
+    let prefix = "/cfdp/replace";
+    let a = Node::start(&etcd, prefix, "edge-a");
+    let g = apply(
+        &etcd,
+        prefix,
+        "r0.json",
+        json!({"updates": [{"op": "insert", "rule": flow(1, 1)},
+                           {"op": "insert", "rule": flow(2, 2)},
+                           {"op": "insert", "rule": flow(3, 3)}]}),
+    );
+    a.caught_up(g);
+    let local = a.local_generation();
+    // 1 stays, 2 changes its action, 3 goes, 4 comes; 5 takes 3's match.
+    let mut two = flow(2, 2);
+    two["action"] = json!("allow");
+    let desired = json!({"rules": [flow(1, 1), two, flow(4, 4), flow(5, 3)]});
+    let file = write_batch(&etcd.dir, "desired.json", desired.clone());
+    let (r, code) = etcd.ctl(prefix, &["replace", &file]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        r["replace"],
+        json!({"inserted": 2, "modified": 1, "deleted": 1, "unchanged": 1}),
+        "{r}"
+    );
+    let g = r["generation"].as_i64().unwrap();
+    a.caught_up(g);
+    let want: Vec<Value> = desired["rules"].as_array().unwrap().clone();
+    let got = fleet_rules(&etcd, prefix);
+    assert_eq!(got.len(), 4);
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(w["id"], g["id"]);
+        assert_eq!(w["action"], g["action"]);
+    }
+    assert_eq!(a.rules(), got);
+    assert_eq!(a.local_generation(), local + 1, "one local batch");
+    // Again: nothing to do.
+    let (r, code) = etcd.ctl(prefix, &["replace", &file]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["generation"].as_i64(), Some(g), "{r}");
+    assert_eq!(r["replace"]["unchanged"], 4);
+}

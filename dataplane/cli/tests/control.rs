@@ -734,3 +734,68 @@ fn overload_drops_are_counted_and_control_stays_responsive() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `replace` applies only the difference to the intended set, as one
+/// batch: an unchanged rule keeps its counters (it was not reinstalled), a
+/// second identical `replace` changes nothing, a bad set changes nothing.
+#[test]
+fn replace_applies_only_the_difference() {
+    let dir = tmpdir("replace");
+    let srv = Server::start(&dir, 2000, "");
+    let mut c = srv.client();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([
+            {"op": "insert", "rule": flow_rule(1, gen::PAIR_A, json!("count"))},
+            {"op": "insert", "rule": flow_rule(2, gen::PAIR_B, json!("count"))},
+            {"op": "insert", "rule": flow_rule(3, ([9, 9, 9, 9], [8, 8, 8, 8]), json!("drop"))},
+        ]),
+    );
+    assert_eq!(codes(&r), ["ok", "ok", "ok"]);
+    let get = |c: &mut Client, id: u32| c.call("get", json!({"id": id})).unwrap();
+    wait_for("rule 1 counts packets", || {
+        get(&mut c, 1)["result"]["packets"].as_u64() > Some(10)
+    });
+    let g0 = r["generation"].as_u64().unwrap();
+    let desired = json!([
+        flow_rule(1, gen::PAIR_A, json!("count")), // unchanged
+        flow_rule(2, gen::PAIR_B, json!("drop")),  // modified
+        flow_rule(4, ([7, 7, 7, 7], [6, 6, 6, 6]), json!("drop")), // new; 3 goes
+    ]);
+    let before = get(&mut c, 1)["result"]["packets"].as_u64().unwrap();
+    let r = c.call("replace", json!({ "rules": desired })).unwrap();
+    let res = &r["result"];
+    assert_eq!(res["applied"], true, "{r}");
+    assert_eq!(
+        res["replace"],
+        json!({"inserted": 1, "modified": 1, "deleted": 1, "unchanged": 1}),
+        "{r}"
+    );
+    assert_eq!(res["generation"].as_u64(), Some(g0 + 1), "one batch");
+    assert!(
+        get(&mut c, 1)["result"]["packets"].as_u64().unwrap() >= before,
+        "the unchanged rule was reinstalled (its counter restarted)"
+    );
+    assert_eq!(get(&mut c, 3)["error"]["code"], -32005, "rule 3 is gone");
+    assert_eq!(get(&mut c, 2)["result"]["action"], "drop");
+    // The same set again: nothing to do, the generation stays.
+    let r = c.call("replace", json!({ "rules": desired })).unwrap();
+    assert_eq!(r["result"]["generation"].as_u64(), Some(g0 + 1), "{r}");
+    assert_eq!(r["result"]["replace"]["unchanged"], 3, "{r}");
+    // A set that repeats an id is refused whole.
+    let bad = json!([
+        flow_rule(9, gen::PAIR_A, json!("drop")),
+        flow_rule(9, gen::PAIR_B, json!("drop"))
+    ]);
+    let r = c.call("replace", json!({ "rules": bad })).unwrap();
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("twice"),
+        "{r}"
+    );
+    let n = c.call("rules", json!({})).unwrap()["result"]["total"].clone();
+    assert_eq!(n, 3);
+    drop(c);
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -38,11 +38,26 @@ impl Default for TxnLimits {
 /// A ctl command against the fleet.
 #[derive(Clone, Debug)]
 pub enum Command {
-    Apply { batch: Value, limits: TxnLimits },
-    Wait { generation: i64, timeout: Duration },
+    Apply {
+        batch: Value,
+        limits: TxnLimits,
+    },
+    /// The whole intended rule set: the difference to the fleet's, as one
+    /// transaction.
+    Replace {
+        rules: Value,
+        expected_generation: Option<u64>,
+        limits: TxnLimits,
+    },
+    Wait {
+        generation: i64,
+        timeout: Duration,
+    },
     Fleet,
     Rules,
-    Get { id: u64 },
+    Get {
+        id: u64,
+    },
 }
 
 /// Runs `cmd`, prints its JSON, returns the exit code (0 done, 1 failed or
@@ -52,6 +67,11 @@ pub fn run(endpoints: &[String], prefix: &str, cmd: Command) -> u8 {
         .and_then(|keys| Ok((Etcd::connect(endpoints)?, keys)))
         .and_then(|(mut etcd, keys)| match cmd {
             Command::Apply { batch, limits } => apply(&mut etcd, &keys, &batch, limits),
+            Command::Replace {
+                rules,
+                expected_generation,
+                limits,
+            } => replace(&mut etcd, &keys, &rules, expected_generation, limits),
             Command::Wait {
                 generation,
                 timeout,
@@ -184,6 +204,73 @@ fn apply(
     }
     Err(format!(
         "the rule set kept changing under this batch ({RETRIES} attempts); nothing was applied"
+    ))
+}
+
+/// `replace`: reads the fleet's rules, works out the difference to
+/// `desired` (`cfdp_rules::replace_updates`) and applies it as one batch
+/// guarded on the generation it read — if another batch lands in between,
+/// it reads again (unless the caller gave `expected_generation`: then that
+/// is the only generation it applies to).
+fn replace(
+    etcd: &mut Etcd,
+    keys: &Keys,
+    desired: &Value,
+    expected: Option<u64>,
+    limits: TxnLimits,
+) -> Result<(Value, bool), String> {
+    let list = desired
+        .get("rules")
+        .unwrap_or(desired)
+        .as_array()
+        .ok_or("a rule file ({\"rules\": [...]}) or a list of rules")?;
+    let desired: Vec<cfdp_rules::Rule> = list
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_rule(v, Some(i)).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    for _ in 0..RETRIES {
+        let g = generation(etcd, keys)?;
+        let (_, kvs) = etcd.get_prefix(&keys.rules_prefix())?;
+        if generation(etcd, keys)? != g {
+            continue; // a batch landed during the read
+        }
+        let current: Vec<cfdp_rules::Rule> = kvs
+            .iter()
+            .map(|kv| {
+                let v: Value = serde_json::from_slice(&kv.value)
+                    .map_err(|e| format!("{}: not JSON: {e}", kv.key))?;
+                parse_rule(&v, None).map_err(|e| format!("{}: {e}", kv.key))
+            })
+            .collect::<Result<_, String>>()?;
+        let (updates, counts) = cfdp_rules::replace_updates(&current, &desired)?;
+        let expected_generation = expected.unwrap_or(g as u64);
+        if updates.is_empty() {
+            if expected.is_some_and(|e| e as i64 != g) {
+                return Err(format!(
+                    "expected_generation {}, but the fleet is at generation {g}",
+                    expected_generation
+                ));
+            }
+            return Ok((
+                json!({"generation": g, "applied": true, "results": [], "replace": counts}),
+                true,
+            ));
+        }
+        let batch = json!({"atomicity": "dataplane_atomic",
+            "expected_generation": expected_generation,
+            "updates": updates.iter().map(|u| u.to_json()).collect::<Vec<_>>()});
+        match apply(etcd, keys, &batch, limits) {
+            Ok((mut v, ok)) => {
+                v["replace"] = serde_json::to_value(counts).expect("counts serialize");
+                return Ok((v, ok));
+            }
+            Err(e) if expected.is_none() && e.starts_with("expected_generation") => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(format!(
+        "the rule set kept changing under this replace ({RETRIES} attempts); nothing was applied"
     ))
 }
 

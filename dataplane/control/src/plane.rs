@@ -215,6 +215,7 @@ impl ControlPlane {
             Method::Stats => check_params(p, &[])
                 .map(|_| serde_json::to_value(self.stats()).expect("stats serialize")),
             Method::Apply => return self.apply(req, parse_us),
+            Method::Replace => return self.replace(req, parse_us),
             Method::Rules => return self.rules(req),
             Method::Get => {
                 let n = check_params(p, &["id"]).and_then(|_| param_u64(p, "id"));
@@ -275,6 +276,82 @@ impl ControlPlane {
                 "max_line_bytes": self.cfg.max_line_bytes,
             },
             "generation": self.store.generation(),
+        })
+    }
+
+    /// `replace`: `{"rules": [...], "expected_generation"?}` — the whole
+    /// intended rule set; the difference to the current one is applied as
+    /// one `dataplane_atomic` batch (a controller resyncing after its
+    /// restart, without deleting and reinstalling everything).
+    fn replace(&mut self, req: &Request, line_parse_us: u64) -> Value {
+        let t0 = Instant::now();
+        let p = &req.params;
+        if let Err(e) = check_params(p, &["rules", "expected_generation"]) {
+            return err(&req.id, code::INVALID_PARAMS, e);
+        }
+        let expected = match param_u64(p, "expected_generation") {
+            Ok(g) => g,
+            Err(e) => return err(&req.id, code::INVALID_PARAMS, e),
+        };
+        let Some(list) = p.get("rules").filter(|v| v.is_array()) else {
+            return err(
+                &req.id,
+                code::INVALID_PARAMS,
+                "rules: a list of rules is required",
+            );
+        };
+        let desired = match cfdp_rules::parse_rule_list(&list.to_string()) {
+            Ok(r) => r,
+            Err(e) => return err(&req.id, code::INVALID_PARAMS, e.to_string()),
+        };
+        let (updates, counts) = match cfdp_rules::replace_updates(&self.store.rules(), &desired) {
+            Ok(x) => x,
+            Err(e) => return err(&req.id, code::INVALID_PARAMS, e),
+        };
+        // Workers see the old set or the new one; filter-only mode cannot
+        // publish a batch that way, so there it is all-or-nothing only.
+        let atomicity = if self.store.mode() == cfdp_engine::Mode::FilterOnly {
+            cfdp_rules::Atomicity::RollbackOnError
+        } else {
+            cfdp_rules::Atomicity::DataplaneAtomic
+        };
+        let batch = Batch {
+            atomicity,
+            expected_generation: expected,
+            updates: updates.into_iter().map(Ok).collect(),
+        };
+        let parse_us = line_parse_us + t0.elapsed().as_micros() as u64;
+        let mut reply = if batch.updates.is_empty() {
+            self.check_generation(&req.id, expected).unwrap_or_else(|| {
+                result_reply(
+                    &req.id,
+                    json!({"applied": true, "generation": self.store.generation(),
+                           "results": []}),
+                )
+            })
+        } else {
+            self.apply_parsed(&req.id, Ok(batch), None, parse_us)
+        };
+        if let Some(r) = reply.get_mut("result").and_then(Value::as_object_mut) {
+            r.insert(
+                "replace".into(),
+                serde_json::to_value(counts).expect("counts serialize"),
+            );
+        }
+        reply
+    }
+
+    /// A generation mismatch error, when `expected` is given and differs.
+    fn check_generation(&self, id: &Value, expected: Option<u64>) -> Option<Value> {
+        let current = self.store.generation();
+        expected.filter(|&g| g != current).map(|g| {
+            ErrorReply::new(
+                id.clone(),
+                code::GENERATION_MISMATCH,
+                format!("expected generation {g}, current {current}"),
+            )
+            .with_data(json!({"current_generation": current}))
+            .to_json()
         })
     }
 

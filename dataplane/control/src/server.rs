@@ -475,7 +475,7 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
         }
         return result_reply(&req.id, stats);
     }
-    if let (Method::Apply, Some(c)) = (req.method, &ctx.cluster) {
+    if let (Method::Apply | Method::Replace, Some(c)) = (req.method, &ctx.cluster) {
         return ErrorReply::new(
             req.id.clone(),
             code::INVALID_REQUEST,

@@ -634,6 +634,50 @@ fn concurrent_controllers_cannot_both_win_and_batches_are_checked() {
     assert_eq!(r["results"][1]["code"], "already_exists");
     assert_eq!(fleet_rules(&etcd, prefix).len(), 8);
 
+    // Two controllers that both read generation G and send a batch for
+    // it: exactly one wins, the other is told the generation moved.
+    for round in 0..6u32 {
+        let (f_now, _) = etcd.ctl(prefix, &["fleet"]);
+        let g = f_now["generation"].as_i64().unwrap();
+        let fa = write_batch(
+            &etcd.dir,
+            "ga.json",
+            json!({"expected_generation": g,
+            "updates": [{"op": "insert", "rule": flow(3000 + 2 * round, 4000 + 2 * round as u16)}]}),
+        );
+        let fb = write_batch(
+            &etcd.dir,
+            "gb.json",
+            json!({"expected_generation": g,
+            "updates": [{"op": "insert", "rule": flow(3001 + 2 * round, 4001 + 2 * round as u16)}]}),
+        );
+        let (ra, rb) = std::thread::scope(|s| {
+            let a = s.spawn(|| etcd.ctl(prefix, &["apply", &fa]));
+            let b = s.spawn(|| etcd.ctl(prefix, &["apply", &fb]));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let won: Vec<&(Value, i32)> = [&ra, &rb].into_iter().filter(|r| r.1 == 0).collect();
+        assert_eq!(won.len(), 1, "round {round}: {ra:?} {rb:?}");
+        let lost = if ra.1 == 0 { &rb.0 } else { &ra.0 };
+        assert!(
+            lost["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("expected_generation")),
+            "{lost}"
+        );
+    }
+    let base = fleet_rules(&etcd, prefix).len();
+    assert_eq!(base, 8 + 6);
+    // The ids the race rounds added, removed again for the checks below.
+    let losers: Vec<Value> = fleet_rules(&etcd, prefix)
+        .iter()
+        .filter(|r| r["id"].as_u64() >= Some(3000))
+        .map(|r| json!({"op": "delete", "id": r["id"]}))
+        .collect();
+    let f = write_batch(&etcd.dir, "cleanup.json", json!({ "updates": losers }));
+    let (r, code) = etcd.ctl(prefix, &["apply", &f]);
+    assert_eq!(code, 0, "{r}");
+
     // expected_generation is a compare too.
     let (f_now, _) = etcd.ctl(prefix, &["fleet"]);
     let g = f_now["generation"].as_i64().unwrap();

@@ -27,8 +27,10 @@
 //! node that restarts starts from its journal and resyncs the rest. A
 //! batch the node cannot apply (e.g. its `max_rules` is lower than the
 //! fleet's rule count) is not skipped: the node stays at the previous
-//! generation, reports the error in its status (`cfdp ctl … fleet`) and
-//! resyncs every few seconds.
+//! generation, reports the error in its status (`cfdp ctl … fleet`, `stats`,
+//! the `cfdp_cluster_*` metrics) and tries again, backing off from 0.25 s
+//! to 8 s while errors repeat (also while etcd is unreachable; the node
+//! forwards with the rules it has meanwhile).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,8 +71,10 @@ const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(1);
 /// Status refresh when nothing changed (packet counters): every status
 /// write is an etcd revision, so not more often than this.
 const STATUS_EVERY: Duration = Duration::from_secs(5);
-/// Wait before trying again after an error.
-const RETRY: Duration = Duration::from_secs(2);
+/// Wait before trying again after an error: doubling from the first to
+/// the last while errors repeat, back to the first after a good session.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(8);
 
 /// Starts the agent thread. It stops when `stop` is set, revoking its
 /// lease so the fleet sees it leave at once.
@@ -118,12 +122,17 @@ struct Agent {
 
 impl Agent {
     fn run(&mut self, stop: &AtomicBool) {
+        let mut retry = RETRY_FIRST;
+        let backoff = |r: &mut Duration| {
+            sleep_unless(stop, *r);
+            *r = (*r * 2).min(RETRY_MAX);
+        };
         while !stop.load(Ordering::Relaxed) {
             let mut etcd = match Etcd::connect(&self.opts.endpoints) {
                 Ok(e) => e,
                 Err(e) => {
                     self.fail(None, e);
-                    sleep_unless(stop, RETRY);
+                    backoff(&mut retry);
                     continue;
                 }
             };
@@ -131,10 +140,11 @@ impl Agent {
                 Ok(l) => l,
                 Err(e) => {
                     self.fail(None, e);
-                    sleep_unless(stop, RETRY);
+                    backoff(&mut retry);
                     continue;
                 }
             };
+            let began = Instant::now();
             let result = self.session(
                 &mut etcd,
                 lease.id,
@@ -143,7 +153,10 @@ impl Agent {
             );
             if let Err(e) = result {
                 self.fail(Some((&mut etcd, lease.id)), e);
-                sleep_unless(stop, RETRY);
+                if began.elapsed() > RETRY_MAX {
+                    retry = RETRY_FIRST; // the session ran a while: a new fault
+                }
+                backoff(&mut retry);
             }
             etcd.revoke(lease);
         }

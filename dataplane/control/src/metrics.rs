@@ -61,11 +61,33 @@ fn answer(s: TcpStream, ctx: &ServerCtx) -> std::io::Result<()> {
             body.len()
         );
     }
-    let body = render(&ctx.board.read());
+    let mut body = render(&ctx.board.read());
+    if let Some(c) = &ctx.cluster {
+        let s = c.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        body += &render_cluster(&c.prefix, &s);
+    }
     write!(
         w,
         "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
+    )
+}
+
+/// A fleet node's state as Prometheus text: the fleet generation it has
+/// applied, whether it is caught up (counted by `wait`), whether its agent
+/// has an error (etcd unreachable, a batch it cannot apply).
+pub fn render_cluster(prefix: &str, status: &serde_json::Value) -> String {
+    let l = format!("{{prefix=\"{}\"}}", prefix.replace(['"', '\\', '\n'], "_"));
+    let g = status["generation"].as_i64().unwrap_or(0);
+    let up = u8::from(status["caught_up"] == true);
+    let err = u8::from(!status["error"].is_null());
+    format!(
+        "# HELP cfdp_cluster_generation The fleet generation (etcd revision) this node has applied\n\
+         # TYPE cfdp_cluster_generation gauge\ncfdp_cluster_generation{l} {g}\n\
+         # HELP cfdp_cluster_caught_up 1 once the node has caught up with the fleet's rule set\n\
+         # TYPE cfdp_cluster_caught_up gauge\ncfdp_cluster_caught_up{l} {up}\n\
+         # HELP cfdp_cluster_error 1 while the node's agent has an error (see cfdp ctl stats)\n\
+         # TYPE cfdp_cluster_error gauge\ncfdp_cluster_error{l} {err}\n"
     )
 }
 
@@ -209,4 +231,36 @@ pub fn render(stats: &ControlStats) -> String {
             .collect(),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_fleet_node_exports_its_generation_and_state() {
+        let t = super::render_cluster(
+            "/cfdp/prod",
+            &serde_json::json!({"generation": 42, "caught_up": true, "error": null}),
+        );
+        assert!(
+            t.contains("cfdp_cluster_generation{prefix=\"/cfdp/prod\"} 42\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("cfdp_cluster_caught_up{prefix=\"/cfdp/prod\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("cfdp_cluster_error{prefix=\"/cfdp/prod\"} 0\n"),
+            "{t}"
+        );
+        let t = super::render_cluster(
+            "/p",
+            &serde_json::json!({"generation": 0, "error": "etcd connect: refused"}),
+        );
+        assert!(t.contains("cfdp_cluster_error{prefix=\"/p\"} 1\n"), "{t}");
+        assert!(
+            t.contains("cfdp_cluster_caught_up{prefix=\"/p\"} 0\n"),
+            "{t}"
+        );
+    }
 }

@@ -162,6 +162,11 @@ struct Node {
 
 impl Node {
     fn start(etcd: &Etcd, prefix: &str, name: &str) -> Node {
+        Self::start_with(etcd, prefix, name, "")
+    }
+
+    /// As `start`, with `extra` TOML appended to the configuration.
+    fn start_with(etcd: &Etcd, prefix: &str, name: &str, extra: &str) -> Node {
         let socket = etcd.dir.join(format!("{name}.sock"));
         let cfg = etcd.dir.join(format!("{name}.toml"));
         std::fs::write(
@@ -180,6 +185,7 @@ state_dir = {state:?}
 etcd = [{url:?}]
 prefix = {prefix:?}
 node = {name:?}
+{extra}
 "#,
                 input = repo("pcap/mixed.pcap"),
                 state = etcd.dir.join(format!("{name}-state")),
@@ -751,6 +757,14 @@ fn replace_sets_the_fleet_to_a_desired_rule_set_in_one_batch() {
     };
     let prefix = "/cfdp/replace";
     let a = Node::start(&etcd, prefix, "edge-a");
+    // A node in filter-only mode follows too (its local batches are
+    // all-or-nothing: that mode cannot publish one as a single switch).
+    let b = Node::start_with(
+        &etcd,
+        prefix,
+        "edge-b",
+        "[dataplane]\nmode = \"filter-only\"",
+    );
     let g = apply(
         &etcd,
         prefix,
@@ -775,6 +789,7 @@ fn replace_sets_the_fleet_to_a_desired_rule_set_in_one_batch() {
     );
     let g = r["generation"].as_i64().unwrap();
     a.caught_up(g);
+    b.caught_up(g);
     let want: Vec<Value> = desired["rules"].as_array().unwrap().clone();
     let got = fleet_rules(&etcd, prefix);
     assert_eq!(got.len(), 4);
@@ -783,6 +798,7 @@ fn replace_sets_the_fleet_to_a_desired_rule_set_in_one_batch() {
         assert_eq!(w["action"], g["action"]);
     }
     assert_eq!(a.rules(), got);
+    assert_eq!(b.rules(), got);
     assert_eq!(a.local_generation(), local + 1, "one local batch");
     // Again: nothing to do.
     let (r, code) = etcd.ctl(prefix, &["replace", &file]);

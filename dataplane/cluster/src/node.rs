@@ -99,6 +99,7 @@ pub fn spawn(
                 error: None,
                 mirror: HashMap::new(),
                 live: false,
+                atomicity: "dataplane_atomic",
             };
             a.run(&stop);
         })
@@ -118,6 +119,10 @@ struct Agent {
     mirror: HashMap<RuleId, String>,
     /// Caught up: the leased status key (what `wait` counts) is written.
     live: bool,
+    /// Of the local batches: `dataplane_atomic`, or `rollback_on_error`
+    /// on a node in filter-only mode (which cannot publish a batch as one
+    /// switch; its batches are still all-or-nothing).
+    atomicity: &'static str,
 }
 
 impl Agent {
@@ -171,6 +176,12 @@ impl Agent {
         stop: &AtomicBool,
     ) -> Result<(), String> {
         self.live = false;
+        let hello = self.call(r#"{"jsonrpc":"2.0","id":"cluster","method":"hello"}"#)?;
+        self.atomicity = if hello["result"]["capabilities"]["mode"] == "filter-only" {
+            "rollback_on_error"
+        } else {
+            "dataplane_atomic"
+        };
         self.mirror = self.local_rules()?;
         // The fleet now: what catching up must reach.
         let (head, fleet) = self.fleet(etcd)?;
@@ -425,7 +436,7 @@ impl Agent {
     fn batch(&self, updates: Vec<Value>) -> Result<(), String> {
         let n = updates.len();
         let line = json!({"jsonrpc": "2.0", "id": "cluster", "method": "apply",
-            "params": {"atomicity": "dataplane_atomic", "updates": updates}})
+            "params": {"atomicity": self.atomicity, "updates": updates}})
         .to_string();
         let reply = self.call(&line)?;
         if let Some(e) = reply.get("error") {

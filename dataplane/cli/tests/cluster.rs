@@ -806,3 +806,53 @@ fn replace_sets_the_fleet_to_a_desired_rule_set_in_one_batch() {
     assert_eq!(r["generation"].as_i64(), Some(g), "{r}");
     assert_eq!(r["replace"]["unchanged"], 4);
 }
+
+/// Something other than cfdp writes garbage under the rules' prefix: the
+/// nodes keep their rules and forward, say what is wrong, and follow again
+/// once it is gone; `ctl rules` lists it as invalid (exit 1).
+#[test]
+fn a_value_that_is_not_a_rule_is_reported_not_applied() {
+    let Some(etcd) = Etcd::start("garbage") else {
+        return;
+    };
+    let prefix = "/cfdp/garbage";
+    let a = Node::start(&etcd, prefix, "edge-a");
+    let g = apply(
+        &etcd,
+        prefix,
+        "g0.json",
+        json!({"updates": [{"op": "insert", "rule": flow(1, 1)}]}),
+    );
+    a.caught_up(g);
+    let mut raw = etcd.client();
+    let bad = format!("{prefix}/rules/0000000099");
+    raw.put(&bad, "{\"id\": 99, \"match\": \"everything\"}", 0)
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let s = a.call("stats", json!({}))["result"]["cluster"].clone();
+        if s["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("0000000099"))
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no error: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(a.rules().len(), 1, "the node kept its rules");
+    let (r, code) = etcd.ctl(prefix, &["rules"]);
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(r["invalid"][0]["key"], bad.as_str(), "{r}");
+    // Gone again: the node follows the next batch.
+    raw.delete(&bad).unwrap();
+    let g = apply(
+        &etcd,
+        prefix,
+        "g1.json",
+        json!({"updates": [{"op": "insert", "rule": flow(2, 2)}]}),
+    );
+    a.caught_up(g);
+    assert_eq!(a.rules(), fleet_rules(&etcd, prefix));
+    assert!(a.call("stats", json!({}))["result"]["cluster"]["error"].is_null());
+}

@@ -77,7 +77,7 @@ pub fn run(endpoints: &[String], prefix: &str, cmd: Command) -> u8 {
                 timeout,
             } => wait(&mut etcd, &keys, generation, timeout),
             Command::Fleet => fleet(&mut etcd, &keys).map(|v| (v, true)),
-            Command::Rules => rules(&mut etcd, &keys).map(|v| (v, true)),
+            Command::Rules => rules(&mut etcd, &keys),
             Command::Get { id } => get(&mut etcd, &keys, id),
         });
     match out {
@@ -360,14 +360,29 @@ fn wait(etcd: &mut Etcd, keys: &Keys, g: i64, timeout: Duration) -> Result<(Valu
     }
 }
 
-fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<Value, String> {
+/// The rule set; a value under the rules' prefix that is not a rule
+/// (written by something other than cfdp) is listed under `invalid` and
+/// makes the exit status 1 — nodes refuse it too, and say so.
+fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<(Value, bool), String> {
     let g = generation(etcd, keys)?;
     let (_, kvs) = etcd.get_prefix(&keys.rules_prefix())?;
-    let rules: Vec<Value> = kvs
-        .iter()
-        .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
-        .collect();
-    Ok(json!({"generation": g, "total": rules.len(), "rules": rules}))
+    let mut rules = Vec::with_capacity(kvs.len());
+    let mut invalid = Vec::new();
+    for kv in &kvs {
+        let parsed = serde_json::from_slice::<Value>(&kv.value)
+            .map_err(|e| format!("not JSON: {e}"))
+            .and_then(|v| parse_rule(&v, None).map(|_| v).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(v) => rules.push(v),
+            Err(e) => invalid.push(json!({"key": kv.key, "error": e})),
+        }
+    }
+    let ok = invalid.is_empty();
+    let mut out = json!({"generation": g, "total": rules.len(), "rules": rules});
+    if !ok {
+        out["invalid"] = json!(invalid);
+    }
+    Ok((out, ok))
 }
 
 fn get(etcd: &mut Etcd, keys: &Keys, id: u64) -> Result<(Value, bool), String> {

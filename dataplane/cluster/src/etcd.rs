@@ -164,6 +164,14 @@ impl Etcd {
             .map_err(|e| err(&format!("put {key}"), e))
     }
 
+    /// Deletes `key`.
+    pub fn delete(&mut self, key: &str) -> Result<(), String> {
+        self.rt
+            .block_on(self.client.delete(key, None))
+            .map(|_| ())
+            .map_err(|e| err(&format!("delete {key}"), e))
+    }
+
     /// A lease of `ttl_s` seconds and its keeper.
     pub fn lease(&mut self, ttl_s: i64) -> Result<Lease, String> {
         let id = self

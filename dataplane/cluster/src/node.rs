@@ -246,9 +246,25 @@ impl Agent {
                             .take_while(|e| e.kv.mod_revision == rev)
                             .count();
                         if rev > self.applied {
-                            self.apply_revision(&events[i..j])?;
-                            self.applied = rev;
-                            self.save_revision();
+                            match self.apply_revision(&events[i..j]) {
+                                Ok(()) => {
+                                    self.applied = rev;
+                                    self.save_revision();
+                                }
+                                // Replaying history that cannot be applied
+                                // (e.g. a value that was not a rule, since
+                                // removed): the head read at the start is
+                                // valid, so take it whole.
+                                Err(e) if target.is_some() => {
+                                    eprintln!("cfdp: cluster: replay stopped ({e}); resyncing");
+                                    let (h, fleet) = target.take().expect("checked");
+                                    self.resync(&fleet)?;
+                                    self.caught_up(etcd, lease, h)?;
+                                    watch = etcd.watch(&self.keys.rules_prefix(), h + 1)?;
+                                    break;
+                                }
+                                Err(e) => return Err(e),
+                            }
                         }
                         i = j;
                         let reached = target

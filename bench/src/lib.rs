@@ -10,26 +10,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-/// SplitMix64: a tiny, well-known deterministic generator for benchmark keys.
-/// A full `rand` dependency buys nothing here: keys only need to be distinct
-/// and uniform, and reproducible from a seed.
-#[derive(Clone, Debug)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+/// SplitMix64, shared with the soak harnesses.
+pub use cfdp_testkit::SplitMix;
 
 /// Median of a sample set (sorts in place). Empty input gives NaN.
 pub fn median(samples: &mut [f64]) -> f64 {

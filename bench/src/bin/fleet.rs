@@ -19,21 +19,13 @@
 //! Run: `cargo build --release -p cfdp --features etcd -p cfdp-bench &&
 //! ./target/release/fleet [--quick]`; results: `results/fleet.csv`.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cfdp_bench::{cfdp_binary, is_quick, machine_description, median, results_path, write_csv};
+use cfdp_testkit::etcd::EtcdServer;
 use serde_json::{json, Value};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Proc(Child);
 
@@ -144,41 +136,19 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("cfdp-fleet-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (client, peer) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let etcd = Proc(
-        Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.join("etcd"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .args(["--max-txn-ops", "4096", "--max-request-bytes", "10000000"])
-            .args(["--quota-backend-bytes", "8000000000"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd (apt-get install etcd-server)"),
-    );
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "etcd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let etcd = EtcdServer::start(
+        &dir,
+        &[
+            "--max-txn-ops",
+            "4096",
+            "--max-request-bytes",
+            "10000000",
+            "--quota-backend-bytes",
+            "8000000000",
+        ],
+    )
+    .expect("etcd");
+    let url = etcd.url.clone();
     let fleet = Fleet {
         cfdp: cfdp.clone(),
         url: url.clone(),

@@ -5,9 +5,46 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use cfdp_control::client::{self, Target};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::CtlCmd;
+
+/// `apply`'s batch from FILE, with the command line's overrides; on a bad
+/// file the message is printed and the exit code returned.
+fn read_apply(
+    file: &std::path::Path,
+    atomicity: Option<String>,
+    expected_generation: Option<u64>,
+) -> Result<Value, ExitCode> {
+    let mut batch = match client::read_batch(file) {
+        Ok(b) if b.is_object() => b,
+        Ok(_) => {
+            eprintln!("cfdp ctl: {}: a batch is a JSON object", file.display());
+            return Err(ExitCode::from(2));
+        }
+        Err(e) => {
+            eprintln!("cfdp ctl: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    if let Some(a) = atomicity {
+        batch["atomicity"] = a.into();
+    }
+    if let Some(g) = expected_generation {
+        batch["expected_generation"] = g.into();
+    }
+    Ok(batch)
+}
+
+/// `replace`'s rules from FILE (a rule file or a bare list).
+fn read_rules(file: &std::path::Path) -> Result<Value, ExitCode> {
+    client::read_batch(file)
+        .map(|v| v.get("rules").cloned().unwrap_or(v))
+        .map_err(|e| {
+            eprintln!("cfdp ctl: {e}");
+            ExitCode::from(2)
+        })
+}
 
 pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCode {
     let (method, params) = match cmd {
@@ -15,36 +52,17 @@ pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCod
             file,
             atomicity,
             expected_generation,
-        } => {
-            let mut batch = match client::read_batch(&file) {
-                Ok(b) => b,
-                Err(e) => {
-                    eprintln!("cfdp ctl: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            if !batch.is_object() {
-                eprintln!("cfdp ctl: {}: a batch is a JSON object", file.display());
-                return ExitCode::from(2);
-            }
-            if let Some(a) = atomicity {
-                batch["atomicity"] = a.into();
-            }
-            if let Some(g) = expected_generation {
-                batch["expected_generation"] = g.into();
-            }
-            ("apply", batch)
-        }
+        } => match read_apply(&file, atomicity, expected_generation) {
+            Ok(batch) => ("apply", batch),
+            Err(code) => return code,
+        },
         CtlCmd::Replace {
             file,
             expected_generation,
         } => {
-            let rules = match client::read_batch(&file) {
-                Ok(v) => v.get("rules").cloned().unwrap_or(v),
-                Err(e) => {
-                    eprintln!("cfdp ctl: {e}");
-                    return ExitCode::from(2);
-                }
+            let rules = match read_rules(&file) {
+                Ok(r) => r,
+                Err(code) => return code,
             };
             let mut params = json!({ "rules": rules });
             if let Some(g) = expected_generation {
@@ -102,53 +120,29 @@ pub fn fleet(
     cmd: CtlCmd,
 ) -> ExitCode {
     use cfdp_cluster::ctl::{run, Command, TxnLimits};
+    let limits = TxnLimits {
+        max_txn_ops,
+        max_request_bytes,
+    };
     let cmd = match cmd {
         CtlCmd::Apply {
             file,
             atomicity,
             expected_generation,
-        } => {
-            let mut batch = match client::read_batch(&file) {
-                Ok(b) if b.is_object() => b,
-                Ok(_) => {
-                    eprintln!("cfdp ctl: {}: a batch is a JSON object", file.display());
-                    return ExitCode::from(2);
-                }
-                Err(e) => {
-                    eprintln!("cfdp ctl: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            if let Some(a) = atomicity {
-                batch["atomicity"] = a.into();
-            }
-            if let Some(g) = expected_generation {
-                batch["expected_generation"] = g.into();
-            }
-            Command::Apply {
-                batch,
-                limits: TxnLimits {
-                    max_txn_ops,
-                    max_request_bytes,
-                },
-            }
-        }
+        } => match read_apply(&file, atomicity, expected_generation) {
+            Ok(batch) => Command::Apply { batch, limits },
+            Err(code) => return code,
+        },
         CtlCmd::Replace {
             file,
             expected_generation,
-        } => match client::read_batch(&file) {
+        } => match read_rules(&file) {
             Ok(rules) => Command::Replace {
                 rules,
                 expected_generation,
-                limits: TxnLimits {
-                    max_txn_ops,
-                    max_request_bytes,
-                },
+                limits,
             },
-            Err(e) => {
-                eprintln!("cfdp ctl: {e}");
-                return ExitCode::from(2);
-            }
+            Err(code) => return code,
         },
         CtlCmd::Rules { .. } => Command::Rules,
         CtlCmd::Get { id } => Command::Get { id: id.into() },
@@ -162,7 +156,7 @@ pub fn fleet(
         },
         _ => {
             eprintln!(
-                "cfdp ctl: with --etcd: apply, rules, get, fleet, wait (a node's own \
+                "cfdp ctl: with --etcd: apply, replace, rules, get, fleet, wait (a node's own \
                  statistics: --socket)"
             );
             return ExitCode::from(2);

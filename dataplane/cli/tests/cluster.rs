@@ -6,42 +6,29 @@
 //! (CI sets it), which makes that a failure.
 #![cfg(feature = "etcd")]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use cfdp_control::client::{Client, Target};
+use cfdp_testkit::etcd::EtcdServer;
 use serde_json::{json, Value};
 
 fn repo(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A throw-away single-member etcd, killed when dropped.
+/// A throw-away etcd (`cfdp_testkit::etcd`) in its own directory, which
+/// goes with it.
 struct Etcd {
-    child: Option<Child>,
+    server: EtcdServer,
     url: String,
     dir: PathBuf,
-    ports: (u16, u16),
 }
 
 impl Etcd {
     fn start(name: &str) -> Option<Etcd> {
-        let found = Command::new("etcd")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
+        if !EtcdServer::installed() {
             assert!(
                 std::env::var_os("REQUIRE_ETCD").is_none(),
                 "REQUIRE_ETCD is set, but there is no etcd binary (apt-get install etcd-server)"
@@ -52,75 +39,21 @@ impl Etcd {
         let dir = std::env::temp_dir().join(format!("cfdp-etcd-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        // Free ports can be taken again between the probe and etcd's bind
-        // (tests run in parallel): a start whose etcd exits is retried.
-        for _ in 0..5 {
-            let ports = (free_port(), free_port());
-            let mut etcd = Etcd {
-                child: None,
-                url: format!("http://127.0.0.1:{}", ports.0),
-                dir: dir.clone(),
-                ports,
-            };
-            if etcd.spawn() {
-                return Some(etcd);
-            }
-            etcd.dir = PathBuf::new(); // keep the directory for the next try
-        }
-        panic!("etcd did not start in 5 tries");
+        let server = EtcdServer::start(&dir, &[]).unwrap();
+        Some(Etcd {
+            url: server.url.clone(),
+            server,
+            dir,
+        })
     }
 
-    /// Starts etcd on this instance's ports and data; whether it came up.
+    /// Starts etcd again on its ports and data; whether it came up.
     fn spawn(&mut self) -> bool {
-        let (client, peer) = self.ports;
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut child = Command::new("etcd")
-            .arg("--data-dir")
-            .arg(self.dir.join("data"))
-            .args([
-                "--listen-client-urls",
-                &self.url,
-                "--advertise-client-urls",
-                &self.url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                return false; // ports taken
-            }
-            if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok() {
-                std::thread::sleep(Duration::from_millis(200));
-                if child.try_wait().unwrap().is_none() {
-                    self.child = Some(child);
-                    return true;
-                }
-                return false;
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                let _ = child.kill();
-                let _ = child.wait();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.server.spawn()
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.server.kill();
     }
 
     /// A client of this etcd, for what `cfdp ctl` does not do (compaction).
@@ -142,9 +75,7 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
-        if !self.dir.as_os_str().is_empty() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -125,9 +125,7 @@ fn apply(
             if kv.key == gen_key {
                 view.generation = kv.mod_revision;
             } else if let Some(id) = keys.rule_id(&kv.key) {
-                let v: Value = serde_json::from_slice(&kv.value)
-                    .map_err(|e| format!("{}: not JSON: {e}", kv.key))?;
-                let r = parse_rule(&v, None).map_err(|e| format!("{}: {e}", kv.key))?;
+                let (_, r) = kv.rule()?;
                 old_matches.push(keys.match_key(&canonical(&r).1));
                 view.rules.insert(id, (r, kv.mod_revision));
             }
@@ -237,11 +235,7 @@ fn replace(
         }
         let current: Vec<cfdp_rules::Rule> = kvs
             .iter()
-            .map(|kv| {
-                let v: Value = serde_json::from_slice(&kv.value)
-                    .map_err(|e| format!("{}: not JSON: {e}", kv.key))?;
-                parse_rule(&v, None).map_err(|e| format!("{}: {e}", kv.key))
-            })
+            .map(|kv| kv.rule().map(|(_, r)| r))
             .collect::<Result<_, String>>()?;
         let (updates, counts) = cfdp_rules::replace_updates(&current, &desired)?;
         let expected_generation = expected.unwrap_or(g as u64);
@@ -369,11 +363,8 @@ fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<(Value, bool), String> {
     let mut rules = Vec::with_capacity(kvs.len());
     let mut invalid = Vec::new();
     for kv in &kvs {
-        let parsed = serde_json::from_slice::<Value>(&kv.value)
-            .map_err(|e| format!("not JSON: {e}"))
-            .and_then(|v| parse_rule(&v, None).map(|_| v).map_err(|e| e.to_string()));
-        match parsed {
-            Ok(v) => rules.push(v),
+        match kv.rule() {
+            Ok((v, _)) => rules.push(v),
             Err(e) => invalid.push(json!({"key": kv.key, "error": e})),
         }
     }

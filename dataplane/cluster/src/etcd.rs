@@ -17,6 +17,17 @@ pub struct Kv {
     pub mod_revision: i64,
 }
 
+impl Kv {
+    /// The rule stored here: its JSON and the parsed rule, or what is
+    /// wrong with it, naming the key.
+    pub fn rule(&self) -> Result<(serde_json::Value, cfdp_rules::Rule), String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.value)
+            .map_err(|e| format!("{}: not JSON: {e}", self.key))?;
+        let r = cfdp_rules::parse_rule(&v, None).map_err(|e| format!("{}: {e}", self.key))?;
+        Ok((v, r))
+    }
+}
+
 /// One connection to an etcd cluster.
 pub struct Etcd {
     rt: tokio::runtime::Runtime,
@@ -247,7 +258,6 @@ impl Etcd {
                 reason: resp.cancel_reason().to_string(),
             }));
         }
-        let revision = resp.header().map_or(0, |h| h.revision());
         let events = resp
             .events()
             .iter()
@@ -257,7 +267,7 @@ impl Etcd {
                 Some(Event { put, kv })
             })
             .collect();
-        Ok(Some(WatchBatch::Events { events, revision }))
+        Ok(Some(WatchBatch::Events(events)))
     }
 }
 
@@ -284,9 +294,8 @@ pub struct Event {
 
 /// What a watch delivered.
 pub enum WatchBatch {
-    /// Events in revision order; `revision` is the store's revision when
-    /// the message was sent.
-    Events { events: Vec<Event>, revision: i64 },
+    /// Events in revision order.
+    Events(Vec<Event>),
     /// The watch ended (e.g. its start revision was compacted away).
     Canceled {
         compact_revision: i64,

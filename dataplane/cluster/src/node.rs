@@ -233,7 +233,7 @@ impl Agent {
                         "watch canceled (compacted to {compact_revision}: {reason}); resyncing"
                     ));
                 }
-                Some(WatchBatch::Events { events, .. }) => {
+                Some(WatchBatch::Events(events)) => {
                     heard = Instant::now();
                     // Events arrive in revision order; one revision is one
                     // batch transaction. Revisions the node already has
@@ -302,9 +302,7 @@ impl Agent {
             let Some(id) = self.keys.rule_id(&kv.key) else {
                 continue;
             };
-            let v: Value = serde_json::from_slice(&kv.value)
-                .map_err(|e| format!("{}: not JSON: {e}", kv.key))?;
-            let rule = parse_rule(&v, None).map_err(|e| format!("{}: {e}", kv.key))?;
+            let (v, rule) = kv.rule()?;
             fleet.insert(id, (canonical(&rule).0, v));
         }
         Ok((rev, fleet))
@@ -396,9 +394,7 @@ impl Agent {
                 continue;
             };
             if e.put {
-                let v: Value = serde_json::from_slice(&e.kv.value)
-                    .map_err(|err| format!("{}: not JSON: {err}", e.kv.key))?;
-                let rule = parse_rule(&v, None).map_err(|err| format!("{}: {err}", e.kv.key))?;
+                let (v, rule) = e.kv.rule()?;
                 let text = canonical(&rule).0;
                 match next.get(&id) {
                     Some(t) if *t == text => {}

@@ -184,20 +184,14 @@ pub fn plan(batch: &Batch, view: &View, keys: &Keys) -> Plan {
             view.rules.get(&id).map_or(0, |(_, rev)| *rev),
         ));
     }
-    let mut guarded: BTreeSet<String> = BTreeSet::new();
-    for m in ms.iter().chain(
-        view.rules
-            .values()
-            .map(|(r, _)| canonical(r).1)
-            .collect::<Vec<_>>()
-            .iter(),
-    ) {
-        if guarded.insert(m.clone()) {
-            p.guards.push((
-                keys.match_key(m),
-                view.matches.get(m).map_or(0, |(_, rev)| *rev),
-            ));
-        }
+    // The new matches (a set already), and the old ones of the rules read.
+    let mut guarded = ms;
+    guarded.extend(view.rules.values().map(|(r, _)| canonical(r).1));
+    for m in &guarded {
+        p.guards.push((
+            keys.match_key(m),
+            view.matches.get(m).map_or(0, |(_, rev)| *rev),
+        ));
     }
     // The net effect.
     for (id, r) in rules {

@@ -99,6 +99,16 @@ pub const HOLD_LIMITS: HoldLimits = HoldLimits {
     ttl_ns: 1_000_000_000,
 };
 
+/// Counts a frame for its 5-tuple when flow accounting is on.
+#[inline]
+fn account(flows: &mut Option<FlowTable>, key: FlowKey, len: u32) {
+    if let Some(flows) = flows {
+        let e = flows.entry(key).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += u64::from(len);
+    }
+}
+
 /// A burst's per-frame working arrays, kept by the worker between bursts.
 struct Scratch {
     keys: [FlowKey; MAX_BURST],
@@ -196,11 +206,6 @@ impl Worker {
         self.released.clear();
     }
 
-    /// Frames held now, waiting for their first fragment.
-    pub fn held(&self) -> usize {
-        self.hold.frames()
-    }
-
     fn count_timed_out(&mut self, n: u64) {
         self.local.totals.fragments_timed_out += n;
         self.local.totals.dropped += n;
@@ -279,11 +284,7 @@ impl Worker {
             // fragment) straight into the burst: what `decode` would say.
             if let Some(key) = decode_fast(p.link, p.data) {
                 c.ipv4 += 1;
-                if let Some(flows) = &mut self.flows {
-                    let e = flows.entry(key).or_insert((0, 0));
-                    e.0 += 1;
-                    e.1 += u64::from(p.orig_len);
-                }
+                account(&mut self.flows, key, p.orig_len);
                 keys[i] = key;
                 valid[i] = true;
                 continue;
@@ -336,12 +337,8 @@ impl Worker {
                             }
                         }
                     }
-                    if let Some(flows) = &mut self.flows {
-                        // Accounting keys on the frame's own 5-tuple.
-                        let e = flows.entry(ip.key).or_insert((0, 0));
-                        e.0 += 1;
-                        e.1 += u64::from(p.orig_len);
-                    }
+                    // Accounting keys on the frame's own 5-tuple.
+                    account(&mut self.flows, ip.key, p.orig_len);
                     keys[i] = key;
                     valid[i] = held[i].is_none();
                 }

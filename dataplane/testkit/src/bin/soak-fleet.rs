@@ -16,12 +16,13 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use cfdp_control::client::{Client, Target};
+use cfdp_testkit::etcd::EtcdServer;
+use cfdp_testkit::SplitMix;
 use clap::Parser;
 use serde_json::{json, Value};
 
@@ -46,20 +47,6 @@ struct Args {
 const IDS: u64 = 200;
 const PORTS: u64 = 240;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// The model: id → (port, action).
 type Model = BTreeMap<u64, (u64, &'static str)>;
 
@@ -73,14 +60,6 @@ fn of_rule(r: &Value) -> Option<(u64, (u64, String))> {
     let id = r["id"].as_u64()?;
     let port = r["match"]["flow"]["sport"].as_u64()? - 10_000;
     Some((id, (port, r["action"].as_str()?.to_string())))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Proc(Option<Child>);
@@ -184,35 +163,14 @@ fn main() -> ExitCode {
     let dir = std::env::temp_dir().join(format!("cfdp-soak-fleet-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (client, peer) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let _etcd = Proc(Some(
-        Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.join("etcd"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd (apt-get install etcd-server)"),
-    ));
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "etcd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let etcd = match EtcdServer::start(&dir, &[]) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("soak-fleet: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let url = etcd.url.clone();
     let fleet = Fleet {
         cfdp,
         url,
@@ -221,7 +179,7 @@ fn main() -> ExitCode {
     let names: Vec<String> = (0..args.nodes).map(|i| format!("n{i}")).collect();
     let mut nodes: Vec<Proc> = names.iter().map(|n| fleet.start_node(n)).collect();
 
-    let mut rng = Rng(args.seed);
+    let mut rng = SplitMix(args.seed);
     let mut model: Model = BTreeMap::new();
     let mut generation = 0i64;
     let mut failures: Vec<String> = Vec::new();
@@ -403,6 +361,7 @@ fn main() -> ExitCode {
     });
     println!("{summary:#}");
     drop(nodes);
+    drop(etcd);
     let _ = std::fs::remove_dir_all(&dir);
     if failures.is_empty() {
         ExitCode::SUCCESS

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use cfdp_control::client::{Client, Target};
 use cfdp_testkit::captures as gen;
+use cfdp_testkit::SplitMix;
 use clap::Parser;
 use serde_json::{json, Value};
 
@@ -64,20 +65,6 @@ const PER_FLOW: u32 = 8;
 const IDS: u32 = 96;
 /// One burst: counters lag the packet count by at most this.
 const B: u64 = 32;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A rule as the model keeps it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -219,7 +206,7 @@ fn main() -> ExitCode {
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut fails = Failures(Vec::new());
-    let mut rng = Rng(args.seed);
+    let mut rng = SplitMix(args.seed);
     let mut model: HashMap<u32, MRule> = HashMap::new();
     let mut generation = c.call("hello", json!({})).unwrap()["result"]["generation"]
         .as_u64()

@@ -1,0 +1,113 @@
+//! A throw-away single-member etcd for the fleet's tests, soak and
+//! benchmark: Debian's `etcd` binary on free loopback ports, data in a
+//! directory the caller owns.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A loopback port free at the time of asking.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A running etcd; killed when dropped.
+pub struct EtcdServer {
+    child: Option<Child>,
+    /// Client URL (`http://127.0.0.1:PORT`).
+    pub url: String,
+    data: PathBuf,
+    ports: (u16, u16),
+    extra: Vec<String>,
+}
+
+impl EtcdServer {
+    /// Whether the `etcd` binary is installed.
+    pub fn installed() -> bool {
+        Command::new("etcd")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts etcd with its data in `dir/etcd` and `extra` arguments.
+    /// Free ports can be taken again between the probe and etcd's bind
+    /// (tests run in parallel): a start whose etcd exits is retried.
+    pub fn start(dir: &Path, extra: &[&str]) -> Result<EtcdServer, String> {
+        for _ in 0..5 {
+            let ports = (free_port(), free_port());
+            let mut e = EtcdServer {
+                child: None,
+                url: format!("http://127.0.0.1:{}", ports.0),
+                data: dir.join(format!("etcd-{}", ports.0)),
+                ports,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            if e.spawn() {
+                return Ok(e);
+            }
+        }
+        Err("etcd did not start in 5 tries (apt-get install etcd-server)".into())
+    }
+
+    /// (Re)starts etcd on this instance's ports and data; whether it came
+    /// up.
+    pub fn spawn(&mut self) -> bool {
+        let (client, peer) = self.ports;
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let Ok(mut child) = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(&self.data)
+            .args(["--listen-client-urls", &self.url])
+            .args(["--advertise-client-urls", &self.url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        else {
+            return false;
+        };
+        let start = Instant::now();
+        loop {
+            if !matches!(child.try_wait(), Ok(None)) {
+                return false; // exited: a port was taken
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok() {
+                std::thread::sleep(Duration::from_millis(200));
+                if matches!(child.try_wait(), Ok(None)) {
+                    self.child = Some(child);
+                    return true;
+                }
+                return false;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills etcd (its data stays: [`EtcdServer::spawn`] brings it back).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -605,22 +605,63 @@ fn tcp_listener_and_prometheus_metrics() {
         s.read_to_string(&mut body).unwrap();
         body
     };
-    wait_for("rule 7 counted in the metrics", || {
-        let body = scrape();
-        assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+    let positive = |body: &str, series: &str| {
         body.lines().any(|l| {
-            l.starts_with("cfdp_rule_packets_total{rule=\"7\"}")
+            l.starts_with(series)
                 && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0)
         })
+    };
+    wait_for("rule 7 and bursts counted in the metrics", || {
+        let body = scrape();
+        assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+        positive(&body, "cfdp_rule_packets_total{rule=\"7\"}")
+            && positive(&body, "cfdp_burst_duration_seconds_count{worker=\"0\"}")
     });
     let body = scrape();
-    for m in [
-        "cfdp_packets_total{worker=\"0\"}",
-        "cfdp_filter_items 1",
-        "cfdp_generation 1",
-    ] {
-        assert!(body.contains(m), "{m} missing in:\n{body}");
-    }
+    let value = |series: &str| -> Option<f64> {
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    assert!(
+        value("cfdp_packets_total{worker=\"0\"}") > Some(0.0),
+        "{body}"
+    );
+    assert_eq!(value("cfdp_filter_items"), Some(1.0), "{body}");
+    assert_eq!(value("cfdp_generation"), Some(1.0), "{body}");
+    assert_eq!(
+        value("cfdp_batches_total{outcome=\"applied\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    // Latencies are histograms: the one batch is counted once, in a finite
+    // bucket, and the +Inf bucket holds every observation.
+    assert_eq!(
+        value("cfdp_batch_duration_seconds_count"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        value("cfdp_batch_duration_seconds_bucket{le=\"+Inf\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        value("cfdp_batch_duration_seconds_bucket{le=\"6.5536\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(
+        value("cfdp_batch_duration_seconds_sum") > Some(0.0),
+        "{body}"
+    );
+    let bursts = value("cfdp_burst_duration_seconds_count{worker=\"0\"}");
+    assert!(bursts > Some(0.0), "{body}");
+    assert_eq!(
+        value("cfdp_burst_duration_seconds_bucket{le=\"+Inf\",worker=\"0\"}"),
+        bursts,
+        "{body}"
+    );
+    assert!(body.ends_with("# EOF\n"), "{body}");
     // A remote (non-loopback) TCP address is refused unless allowed.
     drop(c);
     srv.stop();

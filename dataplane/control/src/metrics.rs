@@ -1,32 +1,73 @@
-//! Prometheus text exposition of the statistics on an optional loopback
-//! HTTP port.
+//! Prometheus (OpenMetrics text) exposition of the statistics on an
+//! optional loopback HTTP port.
 //!
 //! Each scrape reads the typed [`ControlStats`] from the [`StatsBoard`] the
 //! control thread publishes (never through the control thread, so a scrape
-//! answers while a batch runs). The HTTP side is hand-written on purpose:
-//! the endpoint answers one fixed `GET /metrics` on loopback, and an HTTP
-//! server crate would bring an async runtime or a general request router
-//! for a dozen lines of request-line checking.
+//! answers while a batch runs) and encodes it with `prometheus-client`:
+//! counters and gauges are built per scrape from the board
+//! ([`Exporter`] is a `Collector`), latencies are real histograms —
+//! cumulative `le` buckets, `_sum` and `_count` — so they can be summed
+//! across workers and across a fleet (quantile gauges cannot):
+//!
+//! - `cfdp_batch_duration_seconds`: every batch's wall time in the control
+//!   thread, observed into a `prometheus-client` histogram when the batch
+//!   is answered ([`StatsBoard::batch_seconds`]).
+//! - `cfdp_burst_duration_seconds{worker}`: per-burst processing time,
+//!   bucketed at scrape time from each worker's HDR histogram (which the
+//!   worker already keeps for `stats`' percentiles, 3 significant digits:
+//!   a value within 0.1 % of a bucket bound may count on either side, and
+//!   `_sum` is the histogram's, exact to the same 0.1 %).
+//!
+//! The HTTP side is hand-written on purpose: the endpoint answers one fixed
+//! `GET /metrics` on loopback, and an HTTP server crate would bring an
+//! async runtime or a general request router for a dozen lines of
+//! request-line checking.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::server::ServerCtx;
-use crate::stats::ControlStats;
+use hdrhistogram::Histogram as Hdr;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::server::{ClusterMode, ServerCtx};
+use crate::stats::{ControlStats, StatsBoard};
+
+/// The batch-latency histogram's bucket bounds (seconds): 50 µs × 2^k up
+/// to ~6.6 s.
+pub fn batch_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(50e-6, 2.0, 18))
+}
+
+/// Upper bounds (ns) of the burst-time buckets: 250 ns × 2^k up to ~8 ms.
+const BURST_BOUNDS_NS: [u64; 16] = {
+    let mut b = [0u64; 16];
+    let mut i = 0;
+    while i < 16 {
+        b[i] = 250 << i;
+        i += 1;
+    }
+    b
+};
 
 /// Serves `GET /metrics` until `ctx.stop`.
 pub fn serve(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<()>> {
     l.set_nonblocking(true)?;
+    let registry = registry(&ctx.board, ctx.cluster.clone());
     std::thread::Builder::new()
         .name("cfdp-metrics".into())
         .spawn(move || {
             while !ctx.stop.load(Ordering::Relaxed) {
                 match l.accept() {
                     Ok((s, _)) => {
-                        let _ = answer(s, &ctx);
+                        let _ = answer(s, &registry);
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => crate::server::wait_readable(&l),
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
@@ -35,7 +76,31 @@ pub fn serve(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<()>> 
         })
 }
 
-fn answer(s: TcpStream, ctx: &ServerCtx) -> std::io::Result<()> {
+/// The registry a scrape encodes: everything under the `cfdp_` prefix.
+pub fn registry(board: &StatsBoard, cluster: Option<Arc<ClusterMode>>) -> Registry {
+    let mut r = Registry::with_prefix("cfdp");
+    r.register(
+        "batch_duration_seconds",
+        "Wall time of each batch in the control thread (validation, filters, journal, publish)",
+        board.batch_seconds.clone(),
+    );
+    r.register_collector(Box::new(Exporter {
+        board: board.clone(),
+        cluster,
+    }));
+    r
+}
+
+/// The whole exposition, as a scrape returns it.
+pub fn render(r: &Registry) -> String {
+    let mut body = String::new();
+    // Writing into a String cannot fail; an encoder error would be a bug.
+    prometheus_client::encoding::text::encode(&mut body, r)
+        .unwrap_or_else(|e| body.push_str(&format!("# encoding failed: {e}\n")));
+    body
+}
+
+fn answer(s: TcpStream, registry: &Registry) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -61,59 +126,149 @@ fn answer(s: TcpStream, ctx: &ServerCtx) -> std::io::Result<()> {
             body.len()
         );
     }
-    let mut body = render(&ctx.board.read());
-    if let Some(c) = &ctx.cluster {
-        let s = c.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        body += &render_cluster(&c.prefix, &s);
-    }
+    let body = render(registry);
     write!(
         w,
-        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+        "HTTP/1.0 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
 }
 
-/// A fleet node's state as Prometheus text: the fleet generation it has
-/// applied, whether it is caught up (counted by `wait`), whether its agent
-/// has an error (etcd unreachable, a batch it cannot apply).
-pub fn render_cluster(prefix: &str, status: &serde_json::Value) -> String {
-    let l = format!("{{prefix=\"{}\"}}", prefix.replace(['"', '\\', '\n'], "_"));
-    let g = status["generation"].as_i64().unwrap_or(0);
-    let up = u8::from(status["caught_up"] == true);
-    let err = u8::from(!status["error"].is_null());
-    format!(
-        "# HELP cfdp_cluster_generation The fleet generation (etcd revision) this node has applied\n\
-         # TYPE cfdp_cluster_generation gauge\ncfdp_cluster_generation{l} {g}\n\
-         # HELP cfdp_cluster_caught_up 1 once the node has caught up with the fleet's rule set\n\
-         # TYPE cfdp_cluster_caught_up gauge\ncfdp_cluster_caught_up{l} {up}\n\
-         # HELP cfdp_cluster_error 1 while the node's agent has an error (see cfdp ctl stats)\n\
-         # TYPE cfdp_cluster_error gauge\ncfdp_cluster_error{l} {err}\n"
+/// Encodes the board's statistics on every scrape.
+#[derive(Debug)]
+pub struct Exporter {
+    board: StatsBoard,
+    cluster: Option<Arc<ClusterMode>>,
+}
+
+type Enc<'a, 'b> = &'a mut DescriptorEncoder<'b>;
+type Res = Result<(), std::fmt::Error>;
+
+/// One counter family, one sample per label value.
+fn counters<L: AsRef<str>>(
+    e: Enc,
+    name: &str,
+    help: &str,
+    label: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> Res {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (l, v) in samples {
+        m.encode_family(&[(label, l.as_ref())])?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+    }
+    Ok(())
+}
+
+/// One gauge without labels.
+fn gauge(e: Enc, name: &str, help: &str, v: f64) -> Res {
+    e.encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&v)
+}
+
+/// One gauge family, one sample per label value.
+fn gauges<L: AsRef<str>>(
+    e: Enc,
+    name: &str,
+    help: &str,
+    label: &str,
+    samples: impl IntoIterator<Item = (L, f64)>,
+) -> Res {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (l, v) in samples {
+        m.encode_family(&[(label, l.as_ref())])?.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
+/// An HDR histogram (values in ns) as Prometheus buckets in seconds:
+/// `(upper bound, count in this bucket)`, the last bound `f64::MAX` (+Inf),
+/// as `encode_histogram` takes them; plus the sum in seconds.
+pub fn hdr_buckets(h: &Hdr<u64>, bounds_ns: &[u64]) -> (Vec<(f64, u64)>, f64) {
+    let mut counts = vec![0u64; bounds_ns.len() + 1];
+    for v in h.iter_recorded() {
+        let x = h.median_equivalent(v.value_iterated_to());
+        let i = bounds_ns.partition_point(|&b| b < x);
+        counts[i] += v.count_at_value();
+    }
+    let buckets = bounds_ns
+        .iter()
+        .map(|&b| b as f64 / 1e9)
+        .chain(std::iter::once(f64::MAX))
+        .zip(counts)
+        .collect();
+    (buckets, h.mean() * h.len() as f64 / 1e9)
+}
+
+impl Collector for Exporter {
+    fn encode(&self, mut e: DescriptorEncoder) -> Res {
+        let stats = self.board.read();
+        encode_stats(&mut e, &stats)?;
+        // Burst times per worker, from the workers' own histograms.
+        let live = self.board.live();
+        let mut m = e.encode_descriptor(
+            "burst_duration_seconds",
+            "Processing time of each burst in a worker (decode, classify, counters, transmit hand-off)",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (i, w) in live.workers.iter().enumerate() {
+            let (buckets, sum) = {
+                let g = w.histogram.lock().unwrap_or_else(|p| p.into_inner());
+                let (b, s) = hdr_buckets(&g, &BURST_BOUNDS_NS);
+                (b, s)
+            };
+            let count = buckets.iter().map(|b| b.1).sum();
+            m.encode_family(&[("worker", i.to_string())])?
+                .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
+        if let Some(c) = &self.cluster {
+            let s = c.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            encode_cluster(&mut e, &c.prefix, &s)?;
+        }
+        Ok(())
+    }
+}
+
+/// A fleet node's state: the fleet generation it has applied, whether it
+/// is caught up (counted by `wait`), whether its agent has an error (etcd
+/// unreachable, a batch it cannot apply).
+fn encode_cluster(e: Enc, prefix: &str, status: &serde_json::Value) -> Res {
+    let g = status["generation"].as_i64().unwrap_or(0) as f64;
+    let up = f64::from(u8::from(status["caught_up"] == true));
+    let err = f64::from(u8::from(!status["error"].is_null()));
+    let one = |v| [(prefix, v)];
+    gauges(
+        e,
+        "cluster_generation",
+        "The fleet generation (etcd revision) this node has applied",
+        "prefix",
+        one(g),
+    )?;
+    gauges(
+        e,
+        "cluster_caught_up",
+        "1 once the node has caught up with the fleet's rule set",
+        "prefix",
+        one(up),
+    )?;
+    gauges(
+        e,
+        "cluster_error",
+        "1 while the node's agent has an error (see cfdp ctl stats)",
+        "prefix",
+        one(err),
     )
 }
 
-/// Renders the statistics as Prometheus text.
-pub fn render(stats: &ControlStats) -> String {
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
-        out += &format!("# HELP cfdp_{name} {help}\n# TYPE cfdp_{name} {kind}\n");
-        for (labels, v) in samples {
-            out += &format!("cfdp_{name}{labels} {v}\n");
-        }
-    };
-    let workers = &stats.dataplane.workers;
-    let per_worker =
-        |f: &dyn Fn(&cfdp_engine::stats::WorkerSnapshot) -> u64| -> Vec<(String, f64)> {
-            workers
-                .iter()
-                .map(|w| (format!("{{worker=\"{}\"}}", w.worker), f(w) as f64))
-                .collect()
-        };
+/// The board's counters and gauges.
+fn encode_stats(e: Enc, stats: &ControlStats) -> Res {
     type Field = (
         &'static str,
         &'static str,
         fn(&cfdp_engine::stats::WorkerSnapshot) -> u64,
     );
-    let fields: [Field; 10] = [
+    let fields: [Field; 11] = [
         ("packets", "Packets received", |w| w.totals.packets),
         ("bytes", "Bytes received (wire length)", |w| w.totals.bytes),
         ("forwarded", "Packets forwarded (incl. redirected)", |w| {
@@ -134,71 +289,106 @@ pub fn render(stats: &ControlStats) -> String {
             |w| w.rx_dropped,
         ),
         (
+            "tx_dropped",
+            "Packets a transmit queue did not take, or sent to a missing port",
+            |w| w.tx_dropped,
+        ),
+        (
             "filter_false_positives",
             "Filter positives the exact tables refuted",
             |w| w.totals.filter_false_positives,
         ),
     ];
-    for (key, help, get) in fields {
-        metric(&format!("{key}_total"), "counter", help, per_worker(&get));
+    let workers = &stats.dataplane.workers;
+    for (name, help, get) in fields {
+        counters(
+            e,
+            name,
+            help,
+            "worker",
+            workers.iter().map(|w| (w.worker.to_string(), get(w))),
+        )?;
     }
-    let per_rule = |f: fn(&crate::store::RuleCount) -> u64| -> Vec<(String, f64)> {
-        stats
-            .rule_counters
-            .iter()
-            .map(|r| (format!("{{rule=\"{}\"}}", r.id), f(r) as f64))
-            .collect()
-    };
-    metric(
-        "rule_packets_total",
-        "counter",
+    let rules = &stats.rule_counters;
+    counters(
+        e,
+        "rule_packets",
         "Packets counted by count rules",
-        per_rule(|r| r.packets),
-    );
-    metric(
-        "rule_bytes_total",
-        "counter",
+        "rule",
+        rules.iter().map(|r| (r.id.to_string(), r.packets)),
+    )?;
+    counters(
+        e,
+        "rule_bytes",
         "Bytes counted by count rules",
-        per_rule(|r| r.bytes),
-    );
-    let f = &stats.filter;
-    let one = |v: f64| vec![(String::new(), v)];
-    metric("rules", "gauge", "Installed rules", one(stats.rules as f64));
-    metric(
+        "rule",
+        rules.iter().map(|r| (r.id.to_string(), r.bytes)),
+    )?;
+    counters(
+        e,
+        "batches",
+        "Batches answered, by outcome",
+        "outcome",
+        [
+            ("applied", stats.batches.applied),
+            ("refused", stats.batches.refused),
+        ],
+    )?;
+    e.encode_descriptor(
+        "requests",
+        "Control requests answered (all methods)",
+        None,
+        MetricType::Counter,
+    )?
+    .encode_counter::<NoLabelSet, _, u64>(&stats.requests, None)?;
+    e.encode_descriptor(
+        "migrated",
+        "Items moved from the Bloom parts into cuckoo entries",
+        None,
+        MetricType::Counter,
+    )?
+    .encode_counter::<NoLabelSet, _, u64>(&stats.migrated, None)?;
+    gauge(e, "rules", "Installed rules", stats.rules as f64)?;
+    gauge(
+        e,
         "generation",
-        "gauge",
         "Rule-set generation",
-        one(stats.generation as f64),
-    );
-    metric(
-        "filter_items",
-        "gauge",
-        "Items in the filters",
-        one(f.items as f64),
-    );
-    metric(
+        stats.generation as f64,
+    )?;
+    gauge(e, "uptime_seconds", "Seconds since start", stats.uptime_s)?;
+    let f = &stats.filter;
+    gauge(e, "filter_items", "Items in the filters", f.items as f64)?;
+    gauge(
+        e,
         "filter_bloom_items",
-        "gauge",
         "Items in the filters' Bloom parts",
-        one(f.bloom_items as f64),
-    );
-    metric(
+        f.bloom_items as f64,
+    )?;
+    gauge(
+        e,
         "filter_occupancy",
-        "gauge",
         "Occupied cuckoo entries / all entries",
-        one(f.occupancy),
-    );
-    metric(
+        f.occupancy,
+    )?;
+    gauge(
+        e,
         "filter_estimated_fpr",
-        "gauge",
         "Sum of the filters' estimated false-positive rates",
-        one(f.estimated_fpr_sum),
-    );
+        f.estimated_fpr_sum,
+    )?;
+    gauges(
+        e,
+        "filter_load_factor",
+        "Occupied cuckoo entries / all entries, per filter",
+        "filter",
+        f.filters.iter().map(|(n, o)| (n.as_str(), o.load_factor)),
+    )?;
     let m = &stats.memory;
-    metric(
+    gauges(
+        e,
         "memory_bytes",
-        "gauge",
         "Heap bytes of the rule set by component",
+        "component",
         [
             ("rule_store", m.rule_store),
             ("tables", m.tables),
@@ -206,61 +396,96 @@ pub fn render(stats: &ControlStats) -> String {
             ("rule_counters", m.rule_counters),
             ("other", m.other),
         ]
-        .iter()
-        .map(|(c, v)| (format!("{{component=\"{c}\"}}"), *v as f64))
-        .collect(),
-    );
-    let b = &stats.batch_us;
-    metric(
-        "batch_latency_us",
-        "gauge",
-        "Batch apply wall time percentiles (µs)",
-        [("p50", b.p50), ("p99", b.p99), ("max", b.max)]
-            .iter()
-            .map(|(q, v)| (format!("{{quantile=\"{q}\"}}"), *v as f64))
-            .collect(),
-    );
-    let bn = &stats.dataplane.burst_ns;
-    metric(
-        "burst_ns",
-        "gauge",
-        "Per-burst processing time percentiles (ns)",
-        [("p50", bn.p50_ns), ("p99", bn.p99_ns), ("max", bn.max_ns)]
-            .iter()
-            .map(|(q, v)| (format!("{{quantile=\"{q}\"}}"), *v as f64))
-            .collect(),
-    );
-    out
+        .map(|(c, v)| (c, v as f64)),
+    )?;
+    if let Some(j) = &stats.journal {
+        gauge(
+            e,
+            "journal_records",
+            "Journal records since the last snapshot",
+            j.records as f64,
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Parses one sample line `name{labels} value` out of an exposition.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
     #[test]
     fn a_fleet_node_exports_its_generation_and_state() {
-        let t = super::render_cluster(
-            "/cfdp/prod",
-            &serde_json::json!({"generation": 42, "caught_up": true, "error": null}),
-        );
-        assert!(
-            t.contains("cfdp_cluster_generation{prefix=\"/cfdp/prod\"} 42\n"),
+        let mut r = Registry::with_prefix("cfdp");
+        #[derive(Debug)]
+        struct C(serde_json::Value);
+        impl Collector for C {
+            fn encode(&self, mut e: DescriptorEncoder) -> Res {
+                encode_cluster(&mut e, "/cfdp/prod", &self.0)
+            }
+        }
+        r.register_collector(Box::new(C(
+            serde_json::json!({"generation": 42, "caught_up": true, "error": null}),
+        )));
+        let t = render(&r);
+        assert_eq!(
+            sample(&t, "cfdp_cluster_generation{prefix=\"/cfdp/prod\"}"),
+            Some(42.0),
             "{t}"
         );
-        assert!(
-            t.contains("cfdp_cluster_caught_up{prefix=\"/cfdp/prod\"} 1\n"),
+        assert_eq!(
+            sample(&t, "cfdp_cluster_caught_up{prefix=\"/cfdp/prod\"}"),
+            Some(1.0),
             "{t}"
         );
-        assert!(
-            t.contains("cfdp_cluster_error{prefix=\"/cfdp/prod\"} 0\n"),
+        assert_eq!(
+            sample(&t, "cfdp_cluster_error{prefix=\"/cfdp/prod\"}"),
+            Some(0.0),
             "{t}"
         );
-        let t = super::render_cluster(
-            "/p",
-            &serde_json::json!({"generation": 0, "error": "etcd connect: refused"}),
-        );
-        assert!(t.contains("cfdp_cluster_error{prefix=\"/p\"} 1\n"), "{t}");
-        assert!(
-            t.contains("cfdp_cluster_caught_up{prefix=\"/p\"} 0\n"),
+        let mut r = Registry::with_prefix("cfdp");
+        r.register_collector(Box::new(C(
+            serde_json::json!({"generation": 0, "error": "etcd connect: refused"}),
+        )));
+        let t = render(&r);
+        assert_eq!(
+            sample(&t, "cfdp_cluster_error{prefix=\"/cfdp/prod\"}"),
+            Some(1.0),
             "{t}"
         );
+        assert_eq!(
+            sample(&t, "cfdp_cluster_caught_up{prefix=\"/cfdp/prod\"}"),
+            Some(0.0),
+            "{t}"
+        );
+    }
+
+    /// HDR values land in the Prometheus bucket whose bound is the first
+    /// at or above them; the buckets sum to the count, the sum is the
+    /// values' sum (within the HDR histogram's 0.1 %).
+    #[test]
+    fn hdr_values_land_in_the_right_buckets() {
+        let mut h = cfdp_engine::stats::burst_histogram();
+        for (v, n) in [
+            (100u64, 3u64),
+            (250, 2),
+            (251, 1),
+            (1_000, 4),
+            (5_000_000_000, 1),
+        ] {
+            h.saturating_record_n(v.min(1_000_000_000), n);
+        }
+        let (b, sum) = hdr_buckets(&h, &[250, 500, 1_000, 2_000]);
+        let counts: Vec<u64> = b.iter().map(|x| x.1).collect();
+        assert_eq!(counts, [5, 1, 4, 0, 1]);
+        assert_eq!(b[0].0, 250e-9);
+        assert_eq!(b[4].0, f64::MAX);
+        let exact = (3 * 100 + 2 * 250 + 251 + 4 * 1_000 + 1_000_000_000) as f64 / 1e9;
+        assert!((sum - exact).abs() / exact < 1e-3, "{sum} vs {exact}");
     }
 }

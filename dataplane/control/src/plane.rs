@@ -402,6 +402,9 @@ impl ControlPlane {
                     }
                 }
                 self.batch_us.saturating_record(report.wall_us.max(1));
+                self.board
+                    .batch_seconds
+                    .observe(report.wall_us as f64 / 1e6);
                 if report.applied {
                     self.batches_applied += 1;
                 } else {

@@ -100,10 +100,13 @@ impl ControlStats {
 
 /// Where the control thread publishes its [`PlaneView`] for readers on
 /// other threads (connection threads, the metrics exporter).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct StatsBoard {
     view: Arc<Mutex<Arc<PlaneView>>>,
     live: Arc<LiveStats>,
+    /// Every batch's wall time, seconds, as a Prometheus histogram (the
+    /// control thread observes, scrapes read; atomics inside).
+    pub batch_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl StatsBoard {
@@ -111,6 +114,7 @@ impl StatsBoard {
         Self {
             view: Arc::new(Mutex::new(Arc::new(first))),
             live,
+            batch_seconds: crate::metrics::batch_histogram(),
         }
     }
 
@@ -122,6 +126,11 @@ impl StatsBoard {
     /// The latest view (held only for an `Arc` clone).
     pub fn view(&self) -> Arc<PlaneView> {
         Arc::clone(&self.view.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The workers' live statistics.
+    pub fn live(&self) -> &Arc<LiveStats> {
+        &self.live
     }
 
     /// The current statistics.

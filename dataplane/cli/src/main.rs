@@ -21,6 +21,8 @@ mod config;
 mod ctl;
 mod replay_cmd;
 mod run;
+#[cfg(feature = "dpdk")]
+mod telemetry;
 
 #[derive(Parser)]
 #[command(

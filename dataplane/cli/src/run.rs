@@ -193,7 +193,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
         listeners.push(metrics::serve(l, ctx.clone()).map_err(|e| e.to_string())?);
         eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
     }
-    let (ctx_cluster, ctx_jobs) = (ctx.cluster.clone(), ctx.jobs.clone());
+    let (ctx_cluster, ctx_jobs, board) = (ctx.cluster.clone(), ctx.jobs.clone(), ctx.board.clone());
     drop(ctx);
     let control = {
         let stop = Arc::clone(&stop);
@@ -211,6 +211,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
     }
     let running = Running {
         stop: Arc::clone(&stop),
+        board,
         control,
         listeners,
     };
@@ -223,6 +224,10 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
 /// What the backends hand back when they are done.
 struct Running {
     stop: Arc<AtomicBool>,
+    /// The control thread's statistics, for readers beside the socket
+    /// (DPDK telemetry).
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+    board: cfdp_control::stats::StatsBoard,
     control: std::thread::JoinHandle<ControlPlane>,
     listeners: Vec<std::thread::JoinHandle<()>>,
 }
@@ -314,6 +319,12 @@ fn run_pcap(
 fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(), String> {
     let d = &cfg.dpdk;
     let eal = cfdp_dpdk::backend::init_eal(&d.eal_args).map_err(|e| e.to_string())?;
+    // Telemetry is an extra window on the statistics: a failure to
+    // register (telemetry disabled with --no-telemetry) is reported, not
+    // fatal.
+    if let Err(e) = crate::telemetry::register(&eal, &running.board) {
+        eprintln!("cfdp: DPDK telemetry commands not registered: {e}");
+    }
     let opts = cfdp_dpdk::backend::DpdkOptions {
         rx_ports: d.rx_ports.clone(),
         tx_ports: d.tx_ports.clone(),

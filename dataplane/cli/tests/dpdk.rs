@@ -209,6 +209,22 @@ fn control_socket_works_with_the_dpdk_backend() {
         s["result"]["totals"]["packets"].as_u64() > Some(1000),
         "{s}"
     );
+    // The same statistics through DPDK's telemetry socket, as
+    // dpdk-telemetry.py would ask for them.
+    let tel = telemetry(&format!("cfdp-test-{}-ctl", std::process::id()));
+    let st = tel("/cfdp/stats");
+    let st = &st["/cfdp/stats"];
+    assert_eq!(st["generation"], 1, "{st}");
+    assert_eq!(st["rules"], 7, "{st}");
+    assert!(st["totals_packets"].as_u64() > Some(1000), "{st}");
+    assert!(st["memory_tables"].as_u64() > Some(0), "{st}");
+    let w = tel("/cfdp/worker,0");
+    assert!(w["/cfdp/worker"]["packets"].as_u64() > Some(1000), "{w}");
+    let bad = tel("/cfdp/worker,7");
+    assert_eq!(
+        bad["/cfdp/worker"]["error"], "worker 7: there are 1 workers (0..0)",
+        "{bad}"
+    );
     drop(c);
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -224,4 +240,35 @@ fn control_socket_works_with_the_dpdk_backend() {
     assert_eq!(fin["final"], true);
     assert!(fin["dpdk"]["ports"][0][1]["ipackets"].as_u64() > Some(1000));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A client of the DPDK telemetry socket of the process with EAL file
+/// prefix `prefix`: sends a command, returns the parsed answer.
+fn telemetry(prefix: &str) -> impl Fn(&str) -> Value {
+    use rustix::net::{
+        connect, recv, send, socket, AddressFamily, RecvFlags, SendFlags, SocketAddrUnix,
+        SocketType,
+    };
+    let run_dir = if rustix::process::getuid().is_root() {
+        PathBuf::from("/var/run")
+    } else {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+    };
+    let path = run_dir.join("dpdk").join(prefix).join("dpdk_telemetry.v2");
+    let fd = socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();
+    connect(&fd, &SocketAddrUnix::new(&path).unwrap())
+        .unwrap_or_else(|e| panic!("telemetry socket {}: {e}", path.display()));
+    let read = move |fd: &rustix::fd::OwnedFd| -> Value {
+        let mut buf = vec![0u8; 1 << 16];
+        let (n, _) = recv(fd, &mut buf[..], RecvFlags::empty()).unwrap();
+        serde_json::from_slice(&buf[..n]).unwrap()
+    };
+    let hello = read(&fd);
+    assert!(hello["max_output_len"].as_u64() > Some(0), "{hello}");
+    move |cmd: &str| {
+        send(&fd, cmd.as_bytes(), SendFlags::empty()).unwrap();
+        read(&fd)
+    }
 }

@@ -29,6 +29,17 @@ mod ffi {
     /// Largest burst handled at once.
     pub const MAX_BURST: usize = 32;
 
+    /// A telemetry command's callback (`telemetry_cb`): the command, its
+    /// parameters (may be NULL) and the `struct rte_tel_data` to fill.
+    pub type TelemetryCb =
+        unsafe extern "C" fn(cmd: *const c_char, params: *const c_char, d: *mut c_void) -> c_int;
+
+    /// Longest telemetry dictionary key or string value, NUL included
+    /// (`RTE_TEL_MAX_STRING_LEN`).
+    pub const TEL_MAX_STRING_LEN: usize = 128;
+    /// Most entries in one telemetry dictionary (`RTE_TEL_MAX_DICT_ENTRIES`).
+    pub const TEL_MAX_DICT_ENTRIES: usize = 256;
+
     /// Device statistics of a port (`rte_eth_stats`, the fields cfdp reports).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default)]
@@ -96,6 +107,20 @@ mod ffi {
             n: u32,
         ) -> u32;
         pub fn cfdp_ring_collect(ring: *mut c_void, out: *mut u8, cap: u32) -> c_int;
+        // DPDK's telemetry library (exported functions, no shim needed).
+        // `d` is an opaque `struct rte_tel_data *` handed to a callback.
+        pub fn rte_telemetry_register_cmd(
+            cmd: *const c_char,
+            f: TelemetryCb,
+            help: *const c_char,
+        ) -> c_int;
+        pub fn rte_tel_data_start_dict(d: *mut c_void) -> c_int;
+        pub fn rte_tel_data_add_dict_u64(d: *mut c_void, name: *const c_char, val: u64) -> c_int;
+        pub fn rte_tel_data_add_dict_string(
+            d: *mut c_void,
+            name: *const c_char,
+            val: *const c_char,
+        ) -> c_int;
         pub fn cfdp_mbuf_views(
             mbufs: *const *mut c_void,
             n: u16,

@@ -32,6 +32,8 @@ pub mod plan;
 mod port;
 #[cfg(dpdk)]
 mod ring;
+#[cfg(dpdk)]
+pub mod telemetry;
 
 #[cfg(dpdk)]
 pub use burst::{Dispatched, RxBurst};

@@ -65,7 +65,21 @@ pub struct Journal {
     records: u64,
     /// µs the last append spent writing and syncing.
     last: (u64, u64),
+    /// Told when a record has been written and when it is synced (tests
+    /// check the order against the publish and the reply).
+    observer: Option<Observer>,
 }
+
+/// What [`Journal::observe`] reports, in the order it happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalEvent {
+    /// A record's bytes were handed to the file (not yet durable).
+    Written,
+    /// `fdatasync` returned: the record is on disk.
+    Synced,
+}
+
+type Observer = Box<dyn FnMut(JournalEvent) + Send>;
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> String {
     format!("{}: {e}", path.display())
@@ -215,7 +229,19 @@ impl Journal {
             broken: None,
             records,
             last: (0, 0),
+            observer: None,
         })
+    }
+
+    /// Calls `f` after each record is written and after it is synced.
+    pub fn observe(&mut self, f: impl FnMut(JournalEvent) + Send + 'static) {
+        self.observer = Some(Box::new(f));
+    }
+
+    fn tell(&mut self, e: JournalEvent) {
+        if let Some(f) = &mut self.observer {
+            f(e);
+        }
     }
 
     /// Records in the journal since the last compaction.
@@ -267,7 +293,10 @@ impl Journal {
         let mut t1 = t0;
         let written = self.file.write_all(line.as_bytes()).and_then(|()| {
             t1 = std::time::Instant::now();
-            self.file.sync_data()
+            self.tell(JournalEvent::Written);
+            self.file.sync_data()?;
+            self.tell(JournalEvent::Synced);
+            Ok(())
         });
         if let Err(e) = written {
             // A full disk (ENOSPC) or an I/O error, possibly after part of

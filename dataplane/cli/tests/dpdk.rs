@@ -168,13 +168,15 @@ fn control_socket_works_with_the_dpdk_backend() {
         ",infinite_rx=1",
         &format!("socket = {socket:?}"),
     );
-    let child = cfdp()
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Running(Some(
+        cfdp()
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     let start = Instant::now();
     let mut c = loop {
         if let Ok(c) = Client::connect(&Target::Unix(&socket)) {
@@ -226,11 +228,7 @@ fn control_socket_works_with_the_dpdk_backend() {
         "{bad}"
     );
     drop(c);
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = child.stop();
     assert!(
         out.status.success(),
         "{}",
@@ -240,6 +238,32 @@ fn control_socket_works_with_the_dpdk_backend() {
     assert_eq!(fin["final"], true);
     assert!(fin["dpdk"]["ports"][0][1]["ipackets"].as_u64() > Some(1000));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A `cfdp run` that is killed if the test fails before stopping it: its
+/// `infinite_rx` port would otherwise keep writing the output capture until
+/// the disk is full (a failed run once left 50 GB behind).
+struct Running(Option<std::process::Child>);
+
+impl Running {
+    /// SIGTERM (a clean stop, final line printed) and its output.
+    fn stop(mut self) -> std::process::Output {
+        let child = self.0.take().expect("running");
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// A client of the DPDK telemetry socket of the process with EAL file

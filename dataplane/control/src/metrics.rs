@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram as Hdr;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, NoLabelSet};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
@@ -161,7 +161,7 @@ fn counters<L: AsRef<str>>(
 }
 
 /// One gauge without labels.
-fn gauge(e: Enc, name: &str, help: &str, v: f64) -> Res {
+fn gauge(e: Enc, name: &str, help: &str, v: impl EncodeGaugeValue) -> Res {
     e.encode_descriptor(name, help, None, MetricType::Gauge)?
         .encode_gauge(&v)
 }
@@ -348,21 +348,16 @@ fn encode_stats(e: Enc, stats: &ControlStats) -> Res {
         MetricType::Counter,
     )?
     .encode_counter::<NoLabelSet, _, u64>(&stats.migrated, None)?;
-    gauge(e, "rules", "Installed rules", stats.rules as f64)?;
-    gauge(
-        e,
-        "generation",
-        "Rule-set generation",
-        stats.generation as f64,
-    )?;
+    gauge(e, "rules", "Installed rules", stats.rules as u64)?;
+    gauge(e, "generation", "Rule-set generation", stats.generation)?;
     gauge(e, "uptime_seconds", "Seconds since start", stats.uptime_s)?;
     let f = &stats.filter;
-    gauge(e, "filter_items", "Items in the filters", f.items as f64)?;
+    gauge(e, "filter_items", "Items in the filters", f.items as u64)?;
     gauge(
         e,
         "filter_bloom_items",
         "Items in the filters' Bloom parts",
-        f.bloom_items as f64,
+        f.bloom_items as u64,
     )?;
     gauge(
         e,
@@ -403,7 +398,7 @@ fn encode_stats(e: Enc, stats: &ControlStats) -> Res {
             e,
             "journal_records",
             "Journal records since the last snapshot",
-            j.records as f64,
+            j.records,
         )?;
     }
     Ok(())

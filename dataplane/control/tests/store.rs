@@ -656,6 +656,21 @@ fn rule_files_with_duplicates_are_refused_naming_the_rule() {
             r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 2, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"}]}"#,
             "rule #2 (id 2): match: same match as rule id 1",
         ),
+        // The first problem in the file is the one reported (the bulk
+        // load looks for id and match problems on two threads), and at
+        // one rule the id problem, as a batch would.
+        (
+            r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}]}"#,
+            "rule #2 (id 1): id: rule id 1 exists",
+        ),
+        (
+            r#"{"rules": [{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "udp", "sport": 1, "dport": 2}}, "action": "drop"}, {"id": 2, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "udp", "sport": 1, "dport": 2}}, "action": "drop"}, {"id": 2, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}]}"#,
+            "rule #2 (id 2): match: same match as rule id 1",
+        ),
+        (
+            r#"{"rules": [{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "udp", "sport": 1, "dport": 2}}, "action": "drop"}, {"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 3, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "udp", "sport": 1, "dport": 2}}, "action": "drop"}]}"#,
+            "rule #2 (id 1): id: rule id 1 exists",
+        ),
     ];
     for (text, want) in cases {
         let rules = cfdp_rules::parse_rule_file(text).unwrap();

@@ -37,53 +37,92 @@ impl RuleStore {
                 None => flows += 1,
             }
         }
-        let mut set = RuleSet::with_capacity(n);
-        let mut exact: HashMap<FlowKey, RuleRef> = HashMap::with_capacity(flows);
-        let mut flow_keys: Keys = Vec::with_capacity(flows);
-        let mut classes: HashMap<PrefixClass, (HashMap<[u8; 16], RuleRef>, Keys)> = class_sizes
-            .iter()
-            .map(|(c, &k)| (*c, (HashMap::with_capacity(k), Vec::with_capacity(k))))
-            .collect();
-        let mut count_rules = std::collections::BTreeMap::new();
         let keep_slots = cfg.mode == Mode::FilterOnly;
         let value_for = |slot: u32| if keep_slots { slot } else { 0 };
-        for (i, r) in rules.iter().enumerate() {
-            if set.contains(r.id) {
-                return Err(at(i, r, id_taken(r.id)));
-            }
-            let slot = i as u32;
-            if !stats.ensure_slot(slot) {
-                return Err(at(
-                    i,
-                    r,
-                    format!("{n} rules do not fit: raise control.max_rules"),
-                ));
-            }
-            let e = RuleRef {
-                action: r.action,
-                slot,
-            };
-            let dup = match r.matcher {
-                Match::Flow(k) => {
-                    flow_keys.push((k.hash(), value_for(slot)));
-                    exact.insert(k, e)
+        // Two halves on two threads, each one pass over the rules: the
+        // exact tables (matches) here, the id index, counters and filter
+        // keys beside it. Each stops at its first problem; the one earlier
+        // in the file is reported, and at the same rule the id problem
+        // (the batch path checks the id first), so the message is the one
+        // a single pass would give. Both halves are random writes into
+        // large tables, bound by memory latency, so they overlap well.
+        type Found = Option<(usize, String)>;
+        let (matches, ids) = std::thread::scope(|s| {
+            let ids = s.spawn(|| {
+                let mut set = RuleSet::with_capacity(n);
+                let mut flow_keys: Keys = Vec::with_capacity(flows);
+                let mut class_keys: HashMap<PrefixClass, Keys> = class_sizes
+                    .iter()
+                    .map(|(c, &k)| (*c, Vec::with_capacity(k)))
+                    .collect();
+                let mut count_rules = std::collections::BTreeMap::new();
+                let mut found: Found = None;
+                for (i, r) in rules.iter().enumerate() {
+                    if set.contains(r.id) {
+                        found = Some((i, id_taken(r.id)));
+                        break;
+                    }
+                    let slot = i as u32;
+                    if !stats.ensure_slot(slot) {
+                        found = Some((i, format!("{n} rules do not fit: raise control.max_rules")));
+                        break;
+                    }
+                    match r.matcher {
+                        Match::Flow(k) => flow_keys.push((k.hash(), value_for(slot))),
+                        m => {
+                            let (c, addr) =
+                                PrefixClass::of(&m).expect("a prefix match has a class");
+                            let keys = class_keys.get_mut(&c).expect("counted above");
+                            keys.push((c.hash_masked(&addr), value_for(slot)));
+                        }
+                    }
+                    if r.action == cfdp_rules::Action::Count {
+                        count_rules.insert(r.id, slot);
+                    }
+                    set.insert(Stored { rule: *r, slot });
                 }
-                m => {
-                    let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
-                    let (entries, keys) = classes.get_mut(&c).expect("counted above");
-                    keys.push((c.hash_masked(&addr), value_for(slot)));
-                    entries.insert(addr, e)
+                (set, flow_keys, class_keys, count_rules, found)
+            });
+            let mut exact: HashMap<FlowKey, RuleRef> = HashMap::with_capacity(flows);
+            let mut class_entries: HashMap<PrefixClass, HashMap<[u8; 16], RuleRef>> = class_sizes
+                .iter()
+                .map(|(c, &k)| (*c, HashMap::with_capacity(k)))
+                .collect();
+            let mut found: Found = None;
+            for (i, r) in rules.iter().enumerate() {
+                let e = RuleRef {
+                    action: r.action,
+                    slot: i as u32,
+                };
+                let dup = match r.matcher {
+                    Match::Flow(k) => exact.insert(k, e),
+                    m => {
+                        let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
+                        let entries = class_entries.get_mut(&c).expect("counted above");
+                        entries.insert(addr, e)
+                    }
+                };
+                if let Some(o) = dup {
+                    found = Some((i, match_taken(rules[o.slot as usize].id)));
+                    break;
                 }
-            };
-            if let Some(o) = dup {
-                let other = rules[o.slot as usize].id;
-                return Err(at(i, r, match_taken(other)));
             }
-            if r.action == cfdp_rules::Action::Count {
-                count_rules.insert(r.id, slot);
-            }
-            set.insert(Stored { rule: *r, slot });
+            let ids = ids.join().expect("the id pass does not panic");
+            ((exact, class_entries, found), ids)
+        });
+        let (exact, mut class_entries, match_err) = matches;
+        let (set, flow_keys, class_keys, count_rules, id_err) = ids;
+        let first = match (id_err, match_err) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        if let Some((i, msg)) = first {
+            return Err(at(i, &rules[i], msg));
         }
+        let classes: HashMap<PrefixClass, (HashMap<[u8; 16], RuleRef>, Keys)> = class_keys
+            .into_iter()
+            .map(|(c, keys)| (c, (class_entries.remove(&c).unwrap_or_default(), keys)))
+            .collect();
 
         let flow_filter = build_filter(&cfg, cfg.flow_capacity, &flow_keys, || "flow".into())?;
         drop(flow_keys);

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod binary;
 pub mod class;
 pub mod fast;
 pub mod file;

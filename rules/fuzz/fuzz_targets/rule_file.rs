@@ -1,10 +1,21 @@
 //! Any text as a rule file: a rule set or an error naming what is wrong,
-//! never a panic; a valid rule set round-trips through JSON.
+//! never a panic; a valid rule set round-trips through JSON and through
+//! the binary snapshot records. Any bytes as binary records: a rule or an
+//! error, and an accepted record is the canonical encoding of a rule the
+//! JSON form expresses identically.
 #![no_main]
-use cfdp_rules::{parse_rule_file, rule_to_json, PrefixClass};
+use cfdp_rules::binary::{decode, encode, RECORD};
+use cfdp_rules::{parse_rule, parse_rule_file, rule_to_json, PrefixClass};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    for rec in data.chunks_exact(RECORD) {
+        let rec: &[u8; RECORD] = rec.try_into().unwrap();
+        if let Ok(r) = decode(rec) {
+            assert_eq!(&encode(&r), rec, "accepted a non-canonical record");
+            assert_eq!(parse_rule(&rule_to_json(&r), None), Ok(r));
+        }
+    }
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
@@ -14,6 +25,9 @@ fuzz_target!(|data: &[u8]| {
     let again: Vec<_> = rules.iter().map(rule_to_json).collect();
     let file = serde_json::json!({ "rules": again }).to_string();
     assert_eq!(parse_rule_file(&file).expect("own output parses"), rules);
+    for r in &rules {
+        assert_eq!(decode(&encode(r)), Ok(*r));
+    }
     for r in &rules {
         // A prefix rule has a class, and its address is already masked to
         // the class's length (host bits set are refused by the parser).

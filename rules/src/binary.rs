@@ -1,0 +1,218 @@
+//! Rules as fixed-size binary records: what `cfdp run` saves its rule set
+//! in (`snapshot.bin`), so that a restart reads ten million rules without
+//! parsing 1.4 GB of JSON (48 bytes a rule instead of ~145).
+//!
+//! A record is [`RECORD`] bytes, little-endian:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | rule id |
+//! | 4 | action: 0 drop, 1 allow, 2 count, 3 redirect |
+//! | 5..7 | redirect port (0 otherwise) |
+//! | 7 | match kind: 0 flow, 1 source prefix, 2 destination prefix |
+//! | 8 | flags: bit 0 IPv6; prefixes: bit 1 a protocol, bit 2 a port |
+//! | 9 | protocol (0 when none) |
+//! | 10..12 | flow: source port; prefix: port (0 when none) |
+//! | 12..14 | flow: destination port; prefix: length in bits |
+//! | 14..30 | flow: source address; prefix: address (IPv4 in the first 4 bytes) |
+//! | 30..46 | flow: destination address |
+//! | 46..48 | zero |
+//!
+//! Decoding accepts exactly the records [`encode`] writes for rules the
+//! JSON parser accepts (unused bytes zero, IPv4 tails zero, prefix host
+//! bits zero, ports only with TCP/UDP): a damaged or crafted record is an
+//! error naming the field, never a rule the text form could not express.
+
+use crate::flow::proto;
+use crate::prefix::IpPrefix;
+use crate::rule::{Action, Dir, Match, Rule};
+use crate::FlowKey;
+
+/// Bytes of one record.
+pub const RECORD: usize = 48;
+
+/// The record of `r`.
+pub fn encode(r: &Rule) -> [u8; RECORD] {
+    let mut b = [0u8; RECORD];
+    b[0..4].copy_from_slice(&r.id.to_le_bytes());
+    let (action, port) = match r.action {
+        Action::Drop => (0, 0),
+        Action::Allow => (1, 0),
+        Action::Count => (2, 0),
+        Action::Redirect(p) => (3, p),
+    };
+    b[4] = action;
+    b[5..7].copy_from_slice(&port.to_le_bytes());
+    match r.matcher {
+        Match::Flow(k) => {
+            b[7] = 0;
+            b[8] = u8::from(k.v6);
+            b[9] = k.proto;
+            b[10..12].copy_from_slice(&k.sport.to_le_bytes());
+            b[12..14].copy_from_slice(&k.dport.to_le_bytes());
+            b[14..30].copy_from_slice(&k.src);
+            b[30..46].copy_from_slice(&k.dst);
+        }
+        Match::Prefix {
+            dir,
+            prefix,
+            proto,
+            port,
+        } => {
+            b[7] = match dir {
+                Dir::Src => 1,
+                Dir::Dst => 2,
+            };
+            b[8] = u8::from(prefix.v6)
+                | (u8::from(proto.is_some()) << 1)
+                | (u8::from(port.is_some()) << 2);
+            b[9] = proto.unwrap_or(0);
+            b[10..12].copy_from_slice(&port.unwrap_or(0).to_le_bytes());
+            b[12] = prefix.len;
+            b[14..30].copy_from_slice(&prefix.addr);
+        }
+    }
+    b
+}
+
+fn u16_at(b: &[u8; RECORD], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+fn addr_at(b: &[u8; RECORD], i: usize) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[i..i + 16]);
+    a
+}
+
+/// The rule of a record, or what is wrong with it.
+pub fn decode(b: &[u8; RECORD]) -> Result<Rule, String> {
+    let id = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let port = u16_at(b, 5);
+    let action = match (b[4], port) {
+        (0, 0) => Action::Drop,
+        (1, 0) => Action::Allow,
+        (2, 0) => Action::Count,
+        (3, p) => Action::Redirect(p),
+        (a @ 0..=2, _) => return Err(format!("action {a} with a redirect port")),
+        (a, _) => return Err(format!("unknown action {a}")),
+    };
+    let flags = b[8];
+    let v6 = flags & 1 != 0;
+    let tail_zero = |a: &[u8; 16]| v6 || a[4..].iter().all(|&x| x == 0);
+    let matcher = match b[7] {
+        0 => {
+            if flags & !1 != 0 || b[46..].iter().any(|&x| x != 0) {
+                return Err("flow: unused bits set".into());
+            }
+            let (src, dst) = (addr_at(b, 14), addr_at(b, 30));
+            if !tail_zero(&src) || !tail_zero(&dst) {
+                return Err("flow: an IPv4 address with bytes beyond its fourth".into());
+            }
+            let p = b[9];
+            let (sport, dport) = (u16_at(b, 10), u16_at(b, 12));
+            if !(p == proto::TCP || p == proto::UDP) && (sport | dport) != 0 {
+                return Err(format!("flow: ports with protocol {p} (only tcp and udp)"));
+            }
+            Match::Flow(FlowKey {
+                v6,
+                src,
+                dst,
+                proto: p,
+                sport,
+                dport,
+            })
+        }
+        k @ (1 | 2) => {
+            if flags & !7 != 0 || b[13] != 0 || b[30..].iter().any(|&x| x != 0) {
+                return Err("prefix: unused bits set".into());
+            }
+            let len = b[12];
+            if len > IpPrefix::max_len(v6) {
+                return Err(format!(
+                    "prefix: length {len} over {}",
+                    IpPrefix::max_len(v6)
+                ));
+            }
+            let addr = addr_at(b, 14);
+            if IpPrefix::mask(v6, &addr, len) != addr {
+                return Err(format!("prefix: host bits set beyond /{len}"));
+            }
+            let proto = (flags & 2 != 0).then_some(b[9]);
+            let port = (flags & 4 != 0).then_some(u16_at(b, 10));
+            if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
+                return Err("prefix: a protocol or port without its flag".into());
+            }
+            if port.is_some() && !matches!(proto, Some(proto::TCP) | Some(proto::UDP)) {
+                return Err("prefix: a port needs protocol tcp or udp".into());
+            }
+            Match::Prefix {
+                dir: if k == 1 { Dir::Src } else { Dir::Dst },
+                prefix: IpPrefix { v6, addr, len },
+                proto,
+                port,
+            }
+        }
+        k => return Err(format!("unknown match kind {k}")),
+    };
+    Ok(Rule {
+        id,
+        matcher,
+        action,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rules() -> Vec<Rule> {
+        let texts = [
+            json!({"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "192.0.2.1", "proto": "udp", "sport": 53, "dport": 65535}}, "action": "drop"}),
+            json!({"id": 4294967295u32, "match": {"flow": {"src": "2001:db8::1", "dst": "2001:db8::2", "proto": "tcp", "sport": 0, "dport": 443}}, "action": {"redirect": 65535}}),
+            json!({"id": 3, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "icmp"}}, "action": "count"}),
+            json!({"id": 4, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"}),
+            json!({"id": 5, "match": {"src_prefix": "2001:db8::/33", "proto": "udp", "port": 53}, "action": "drop"}),
+            json!({"id": 6, "match": {"dst_prefix": "0.0.0.0/0", "proto": 47}, "action": "drop"}),
+            json!({"id": 7, "match": {"src_prefix": "192.0.2.7"}, "action": {"redirect": 0}}),
+        ];
+        texts
+            .iter()
+            .map(|v| crate::parse_rule(v, None).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_kind_of_rule_round_trips() {
+        for r in rules() {
+            let b = encode(&r);
+            assert_eq!(decode(&b), Ok(r), "{r:?}");
+        }
+    }
+
+    /// Any single-byte change to a valid record either decodes to a rule
+    /// the JSON form expresses identically, or is refused; never a panic.
+    #[test]
+    fn changed_records_are_refused_or_still_valid_rules() {
+        let mut refused = 0;
+        for r in rules() {
+            let b = encode(&r);
+            for i in 0..RECORD {
+                for x in [0u8, 1, 2, 3, 4, 6, 17, 0x80, 0xff] {
+                    let mut c = b;
+                    c[i] = x;
+                    match decode(&c) {
+                        Ok(d) => {
+                            let back = crate::parse_rule(&crate::rule_to_json(&d), None);
+                            assert_eq!(back, Ok(d), "byte {i} = {x}: {c:?}");
+                            assert_eq!(encode(&d), c, "byte {i} = {x}: not canonical");
+                        }
+                        Err(_) => refused += 1,
+                    }
+                }
+            }
+        }
+        assert!(refused > 500, "only {refused} refused");
+    }
+}

@@ -752,6 +752,57 @@ fn large_rules(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
+/// `large-rules-ab`: 10 M rules, the old and new load paths alternated.
+fn large_rules_ab(d: &Path) -> R<String> {
+    let c = Csv::load(d, "large_rules_ab.csv")?;
+    let recs = c.records();
+    let mut builds: Vec<&str> = Vec::new();
+    for r in &recs {
+        if !builds.contains(&r["build"]) {
+            builds.push(r["build"]);
+        }
+    }
+    let [old, new] = builds[..] else {
+        return Err("large_rules_ab.csv: two builds expected".into());
+    };
+    let runs = |b: &str, src: &str| -> R<Vec<f64>> {
+        recs.iter()
+            .filter(|r| r["build"] == b && r["source"] == src)
+            .map(|r| num(r["ready_s"], &c.name))
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for (src, label) in [
+        ("file", "`cfdp run` ready from a rule file"),
+        ("snapshot", "`cfdp run` ready from its snapshot"),
+        ("replay", "`cfdp replay` with the rule file"),
+    ] {
+        let (a, b) = (runs(old, src)?, runs(new, src)?);
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" · ")
+        };
+        rows.push(vec![
+            label.to_owned(),
+            list(&a),
+            list(&b),
+            format!("{:.2}×", median(a.clone()) / median(b.clone())),
+        ]);
+    }
+    let (h_old, h_new) = (format!("{old}, s"), format!("{new}, s"));
+    Ok(table(
+        &[
+            "10 M exact-flow rules",
+            &h_old,
+            &h_new,
+            "speed-up (medians)",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// `control-path`: the real control path, each label's p50 · p99 side by
 /// side (labels in the order of the file: e.g. old_a, new_a, old_b, new_b).
 fn control_path(d: &Path) -> R<String> {
@@ -1082,6 +1133,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "lookup" => lookup(dir),
         "lookup-scaling" => lookup_scaling(dir),
         "large-rules" => large_rules(dir),
+        "large-rules-ab" => large_rules_ab(dir),
         "control-path" => control_path(dir),
         "control-path-stages" => control_path_stages(dir),
         "control-batch" => control_batch(dir),

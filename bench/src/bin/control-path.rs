@@ -430,8 +430,8 @@ fn main() {
     ));
     // Under --quick, results_path puts it in bench/results/quick/.
     let path = results_path("control_path.csv");
-    let header = format!(
-        "# {} | {} | cfdp {}\nlabel,what,metric,value",
+    let this = format!(
+        "# label {label}: {} | {} | cfdp {}",
         std::process::Command::new("date")
             .arg("-u")
             .arg("+%Y-%m-%dT%H:%MZ")
@@ -441,16 +441,22 @@ fn main() {
         machine_description(),
         cfdp.display()
     );
-    // Keep other labels' rows (an A/B run writes one label per build).
-    let mut keep: Vec<String> = std::fs::read_to_string(&path)
-        .map(|s| {
-            s.lines()
-                .skip_while(|l| l.starts_with('#') || l.starts_with("label,"))
-                .filter(|l| !l.starts_with(&format!("{label},")))
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    // Keep other labels' rows and their run lines (an A/B run writes one
+    // label per build).
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut labels: Vec<String> = old
+        .lines()
+        .filter(|l| l.starts_with("# label ") && !l.starts_with(&format!("# label {label}:")))
+        .map(String::from)
+        .collect();
+    labels.push(this);
+    let header = format!("{}\nlabel,what,metric,value", labels.join("\n"));
+    let mut keep: Vec<String> = old
+        .lines()
+        .skip_while(|l| l.starts_with('#') || l.starts_with("label,"))
+        .filter(|l| !l.starts_with(&format!("{label},")))
+        .map(String::from)
+        .collect();
     keep.extend(rows);
     write_csv(&path, &header, &keep).expect("write csv");
     println!("wrote {}", path.display());

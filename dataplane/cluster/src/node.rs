@@ -508,8 +508,10 @@ impl Agent {
                 parse_us: 0,
             })
             .map_err(|_| "the control thread has stopped".to_string())?;
-        rx.recv()
-            .map_err(|_| "the control thread dropped the request".to_string())
+        let reply = rx
+            .recv()
+            .map_err(|_| "the control thread dropped the request".to_string())?;
+        serde_json::from_str(reply.get()).map_err(|e| format!("internal reply: {e}"))
     }
 
     fn status(&self) -> Value {

@@ -13,6 +13,7 @@ use cfdp_rules::protocol::{
 use cfdp_rules::{parse_batch, Batch, BatchError, RuleId};
 use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
 use hdrhistogram::Histogram;
+use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{json, Value};
 
 use crate::journal::Journal;
@@ -24,7 +25,8 @@ pub struct Job {
     /// The request, with `apply`'s batch when the connection thread parsed
     /// it already.
     pub request: ParsedRequest,
-    pub reply: Sender<Value>,
+    /// The response as JSON text (one line, no newline).
+    pub reply: Sender<Box<RawValue>>,
     /// µs the connection thread spent parsing the request line.
     pub parse_us: u64,
 }
@@ -167,10 +169,14 @@ impl ControlPlane {
                         updates_text,
                     } = job.request;
                     let reply = match batch {
-                        Some(b) if req.method == Method::Apply => {
-                            self.apply_parsed(&req.id, b, updates_text.as_deref(), job.parse_us)
-                        }
-                        _ => self.handle_timed(&req, job.parse_us),
+                        Some(b) if req.method == Method::Apply => self.apply_parsed_text(
+                            &req.id,
+                            b,
+                            updates_text.as_deref(),
+                            job.parse_us,
+                        ),
+                        _ => to_raw_value(&self.handle_timed(&req, job.parse_us))
+                            .expect("JSON serializes"),
                     };
                     self.requests.fetch_add(1, Ordering::Relaxed);
                     // Published before the response: a client that reads
@@ -372,11 +378,56 @@ impl ControlPlane {
         updates_text: Option<&str>,
         parse_us: u64,
     ) -> Value {
+        match self.apply_batch(id, parsed, updates_text, parse_us) {
+            Ok(report) => result_reply(
+                id,
+                serde_json::to_value(&report).expect("report serializes"),
+            ),
+            Err(reply) => reply,
+        }
+    }
+
+    /// As [`Self::apply_parsed`], the answer as JSON text serialized
+    /// straight from the typed report: building it as a `Value` first (a
+    /// map per update result) cost ~0.75 ms for a 1024-update batch, the
+    /// text directly ~10 µs.
+    fn apply_parsed_text(
+        &mut self,
+        id: &Value,
+        parsed: Result<Batch, BatchError>,
+        updates_text: Option<&str>,
+        parse_us: u64,
+    ) -> Box<RawValue> {
+        #[derive(serde::Serialize)]
+        struct Answer<'a> {
+            jsonrpc: &'static str,
+            id: &'a Value,
+            result: &'a crate::BatchReport,
+        }
+        match self.apply_batch(id, parsed, updates_text, parse_us) {
+            Ok(report) => to_raw_value(&Answer {
+                jsonrpc: "2.0",
+                id,
+                result: &report,
+            })
+            .expect("report serializes"),
+            Err(reply) => to_raw_value(&reply).expect("JSON serializes"),
+        }
+    }
+
+    /// Applies a batch: its report, or the error reply.
+    fn apply_batch(
+        &mut self,
+        id: &Value,
+        parsed: Result<Batch, BatchError>,
+        updates_text: Option<&str>,
+        parse_us: u64,
+    ) -> Result<crate::BatchReport, Value> {
         let batch = match parsed {
             Ok(b) => b,
             Err(e) => {
                 self.batches_refused += 1;
-                return err(id, code::INVALID_PARAMS, format!("batch: {e}"));
+                return Err(err(id, code::INVALID_PARAMS, format!("batch: {e}")));
             }
         };
         let journal = &mut self.journal;
@@ -420,10 +471,7 @@ impl ControlPlane {
                         eprintln!("cfdp: control: journal compaction failed: {e}");
                     }
                 }
-                result_reply(
-                    id,
-                    serde_json::to_value(&report).expect("report serializes"),
-                )
+                Ok(report)
             }
             Err(e) => {
                 self.batches_refused += 1;
@@ -439,7 +487,7 @@ impl ControlPlane {
                 if let Some(d) = data {
                     reply = reply.with_data(d);
                 }
-                reply.to_json()
+                Err(reply.to_json())
             }
         }
     }

@@ -407,10 +407,11 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
                     ctx.limits.max_line_bytes
                 ),
             )
-            .to_json(),
+            .to_json()
+            .to_string(),
             Ok(Line::Eof | Line::Idle) | Err(_) => return,
         };
-        let mut out = reply.to_string();
+        let mut out = reply;
         out.push('\n');
         if writer
             .write_all(out.as_bytes())
@@ -455,17 +456,37 @@ impl<S: Stream + Read> Read for Deadlines<S> {
     }
 }
 
-/// The response to one request line.
-fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
+/// The response to one request line, as JSON text.
+fn answer(line: &[u8], ctx: &ServerCtx) -> String {
+    match answer_value(line, ctx) {
+        Answer::Value(v) => v.to_string(),
+        Answer::Text(t) => String::from(Box::<str>::from(t)),
+    }
+}
+
+/// A response built here, or the control thread's (already text).
+enum Answer {
+    Value(Value),
+    Text(Box<serde_json::value::RawValue>),
+}
+
+impl From<Value> for Answer {
+    fn from(v: Value) -> Self {
+        Answer::Value(v)
+    }
+}
+
+fn answer_value(line: &[u8], ctx: &ServerCtx) -> Answer {
     let t0 = std::time::Instant::now();
     let request = match parse_request_line(line, ctx.limits.max_batch) {
         Ok(p) => p,
-        Err(e) => return e.to_json(),
+        Err(e) => return e.to_json().into(),
     };
     let req = &request.req;
     if ctx.stop.load(Ordering::Relaxed) {
         return ErrorReply::new(req.id.clone(), code::SHUTTING_DOWN, "cfdp is shutting down")
-            .to_json();
+            .to_json()
+            .into();
     }
     if req.method == Method::Stats && check_params(&req.params, &[]).is_ok() {
         let mut stats = serde_json::to_value(ctx.board.read()).expect("stats serialize");
@@ -473,7 +494,7 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
             let status = c.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
             stats["cluster"] = status;
         }
-        return result_reply(&req.id, stats);
+        return result_reply(&req.id, stats).into();
     }
     if let (Method::Apply | Method::Replace, Some(c)) = (req.method, &ctx.cluster) {
         return ErrorReply::new(
@@ -485,7 +506,8 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
                 c.prefix, c.prefix
             ),
         )
-        .to_json();
+        .to_json()
+        .into();
     }
     let id = req.id.clone();
     let (tx, rx) = bounded(1);
@@ -500,20 +522,26 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> Value {
         .is_err()
     {
         return ErrorReply::new(id, code::SHUTTING_DOWN, "the control thread has stopped")
-            .to_json();
+            .to_json()
+            .into();
     }
-    let mut reply = rx.recv().unwrap_or_else(|_| {
-        ErrorReply::new(id, code::INTERNAL, "the control thread dropped the request").to_json()
-    });
+    let Ok(reply) = rx.recv() else {
+        return ErrorReply::new(id, code::INTERNAL, "the control thread dropped the request")
+            .to_json()
+            .into();
+    };
     // A fleet's node answers reads with the fleet generation it has
     // applied beside its own (local) generation.
     if let Some(c) = &ctx.cluster {
-        if let Some(r) = reply.get_mut("result").and_then(Value::as_object_mut) {
-            let g = c.status.lock().unwrap_or_else(|e| e.into_inner())["generation"].clone();
-            r.insert("fleet_generation".into(), g);
+        if let Ok(mut v) = serde_json::from_str::<Value>(reply.get()) {
+            if let Some(r) = v.get_mut("result").and_then(Value::as_object_mut) {
+                let g = c.status.lock().unwrap_or_else(|e| e.into_inner())["generation"].clone();
+                r.insert("fleet_generation".into(), g);
+            }
+            return v.into();
         }
     }
-    reply
+    Answer::Text(reply)
 }
 
 #[cfg(test)]

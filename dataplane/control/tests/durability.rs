@@ -60,7 +60,7 @@ fn the_journal_is_synced_before_the_publish_and_the_reply() {
             parse_us: 0,
         })
         .unwrap();
-        let r = answer.recv().unwrap();
+        let r: serde_json::Value = serde_json::from_str(answer.recv().unwrap().get()).unwrap();
         assert_eq!(r["result"]["applied"], true, "{r}");
         seen.lock().unwrap().push(Seen::Replied(generation()));
         let mut s = seen.lock().unwrap();

@@ -33,43 +33,43 @@ pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FastRule<'a> {
-    id: u32,
+pub(crate) struct FastRule<'a> {
+    pub(crate) id: u32,
     #[serde(rename = "match", borrow)]
-    matcher: FastMatch<'a>,
-    action: Action,
+    pub(crate) matcher: FastMatch<'a>,
+    pub(crate) action: Action,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FastMatch<'a> {
+pub(crate) struct FastMatch<'a> {
     #[serde(default, deserialize_with = "present", borrow)]
-    flow: Option<FastFlow<'a>>,
+    pub(crate) flow: Option<FastFlow<'a>>,
     #[serde(default, deserialize_with = "present", borrow)]
-    src_prefix: Option<&'a str>,
+    pub(crate) src_prefix: Option<&'a str>,
     #[serde(default, deserialize_with = "present", borrow)]
-    dst_prefix: Option<&'a str>,
+    pub(crate) dst_prefix: Option<&'a str>,
     #[serde(default, deserialize_with = "present", borrow)]
-    proto: Option<FastProto<'a>>,
+    pub(crate) proto: Option<FastProto<'a>>,
     #[serde(default, deserialize_with = "present")]
-    port: Option<u16>,
+    pub(crate) port: Option<u16>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FastFlow<'a> {
-    src: &'a str,
-    dst: &'a str,
+pub(crate) struct FastFlow<'a> {
+    pub(crate) src: &'a str,
+    pub(crate) dst: &'a str,
     #[serde(borrow)]
-    proto: FastProto<'a>,
+    pub(crate) proto: FastProto<'a>,
     #[serde(default, deserialize_with = "present")]
-    sport: Option<u16>,
+    pub(crate) sport: Option<u16>,
     #[serde(default, deserialize_with = "present")]
-    dport: Option<u16>,
+    pub(crate) dport: Option<u16>,
 }
 
 /// A protocol as a number (0–255) or a name borrowed from the text.
-enum FastProto<'a> {
+pub(crate) enum FastProto<'a> {
     Number(u8),
     Name(&'a str),
 }
@@ -114,7 +114,12 @@ impl FastProto<'_> {
 
 /// The rule in `text` if it is valid and in the fast path's spelling.
 pub(crate) fn rule(text: &str) -> Option<Rule> {
-    checked(serde_json::from_str(text).ok()?)
+    // The plain spelling byte by byte; anything else through serde. Both
+    // build the same shape, and `checked` decides.
+    match crate::strict::rule(text) {
+        Some(r) => checked(r),
+        None => checked(serde_json::from_str(text).ok()?),
+    }
 }
 
 /// The rule a typed shape spells, if it is valid.
@@ -357,8 +362,11 @@ mod tests {
         ];
         let actions = [
             r#""drop""#,
+            r#""allow""#,
             r#""count""#,
+            r#""Drop""#,
             r#"{"redirect": 2}"#,
+            r#"{"redirect": 0, "redirect": 1}"#,
             r#"{"redirect": 70000}"#,
             r#""reject""#,
         ];
@@ -406,6 +414,7 @@ mod tests {
         );
         texts.push(r#"[1, 2]"#.into());
         let mut fast = 0;
+        let mut strict = 0;
         for t in &texts {
             let v: Value = serde_json::from_str(t).unwrap();
             let slow = parse_rule(&v, None);
@@ -413,12 +422,18 @@ mod tests {
                 fast += 1;
                 assert_eq!(slow.as_ref(), Ok(&r), "{t}");
             }
+            // The byte-level reader takes only what serde reads the same.
+            if let Some(r) = crate::strict::rule(t) {
+                strict += 1;
+                let by_serde: FastRule = serde_json::from_str(t).expect("serde takes it too");
+                assert_eq!(checked(r), checked(by_serde), "{t}");
+            }
             // The public entry point always agrees with the value parser.
             assert_eq!(parse_rule_text(t, None), slow, "{t}");
         }
         assert!(
-            fast > 300,
-            "the fast path took only {fast} of {}",
+            fast > 300 && strict > 300,
+            "the fast path took only {fast} (the byte-level reader {strict}) of {}",
             texts.len()
         );
     }

@@ -20,6 +20,7 @@ pub mod flow;
 pub mod prefix;
 pub mod protocol;
 pub mod rule;
+mod strict;
 
 pub use batch::{
     parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,

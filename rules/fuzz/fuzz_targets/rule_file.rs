@@ -19,6 +19,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    // One rule's text: the fast paths (byte-level reader, serde) give
+    // exactly what the JSON-value parser gives, rule or error.
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+        assert_eq!(cfdp_rules::parse_rule_text(text, None), parse_rule(&v, None));
+    }
     let Ok(rules) = parse_rule_file(text) else {
         return;
     };

@@ -185,12 +185,12 @@ pub fn parse_rule_text(text: &str, index: Option<usize>) -> Result<Rule, RuleErr
 /// shape read in the same pass).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, bound(deserialize = "R: Deserialize<'de>"))]
-struct UpdateShape<'a, R> {
-    op: &'a str,
+pub(crate) struct UpdateShape<'a, R> {
+    pub(crate) op: &'a str,
     #[serde(default, deserialize_with = "present")]
-    rule: Option<R>,
+    pub(crate) rule: Option<R>,
     #[serde(default, deserialize_with = "present")]
-    id: Option<u32>,
+    pub(crate) id: Option<u32>,
 }
 
 impl<R> UpdateShape<'_, R> {
@@ -263,6 +263,17 @@ impl WholeBatch<'_> {
     }
 }
 
+/// The batch of a plain-spelled `apply` request (`strict::apply_request`),
+/// checked as the serde fast path checks it.
+pub(crate) fn plain_batch(p: crate::strict::PlainApply<'_>, max_updates: usize) -> Option<Batch> {
+    WholeBatch {
+        atomicity: p.atomicity,
+        expected_generation: p.expected_generation,
+        updates: p.updates,
+    }
+    .checked(max_updates)
+}
+
 /// A batch whose `updates` list is kept as its text, as received: the
 /// journal can record that text as is when the whole batch applies.
 pub(crate) type BatchWithText<'a> = BatchShape<'a, &'a RawValue>;
@@ -272,10 +283,14 @@ impl<'a> BatchWithText<'a> {
     /// the usual spelling.
     pub(crate) fn checked(self, max_updates: usize) -> Option<(Batch, &'a str)> {
         let text = self.updates.get();
+        let updates = match crate::strict::updates(text) {
+            Some(u) => u,
+            None => serde_json::from_str(text).ok()?,
+        };
         let batch = WholeBatch {
             atomicity: self.atomicity,
             expected_generation: self.expected_generation,
-            updates: serde_json::from_str(text).ok()?,
+            updates,
         }
         .checked(max_updates)?;
         Some((batch, text))
@@ -456,6 +471,28 @@ mod tests {
         for u in &updates {
             let v: Value = serde_json::from_str(u).unwrap();
             assert_eq!(parse_update_text(u), parse_update(&v), "{u}");
+        }
+        // The byte-level reader reads an updates list exactly as serde does
+        // (and takes the plain ones).
+        let valid = updates[..3].join(", ");
+        for (list, plain) in [
+            (format!("[{valid}]"), true),
+            (format!(" [ {valid} ] "), true),
+            ("[]".to_string(), true),
+            (format!("[{}]", updates.join(",")), false),
+            (format!("[{valid},]"), false),
+        ] {
+            let by_serde: Result<Vec<UpdateShape<FastRule>>, _> = serde_json::from_str(&list);
+            match crate::strict::updates(&list) {
+                Some(s) => {
+                    let d = by_serde.expect("serde takes what the reader takes");
+                    let norm = |v: Vec<UpdateShape<FastRule>>| -> Vec<Option<Update>> {
+                        v.into_iter().map(|u| u.checked(checked)).collect()
+                    };
+                    assert_eq!(norm(s), norm(d), "{list}");
+                }
+                None => assert!(!plain, "the reader left a plain list to serde: {list}"),
+            }
         }
         let list = updates.join(", ");
         let batches = [

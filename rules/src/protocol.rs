@@ -250,6 +250,24 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
         Number(serde_json::Number),
         Str(&'a str),
     }
+    // The plain spelling byte by byte (one pass, no tree), then serde.
+    if let Some(p) = std::str::from_utf8(line)
+        .ok()
+        .and_then(crate::strict::apply_request)
+    {
+        let (id, text) = (p.id.clone(), p.updates_text);
+        if let Some(batch) = crate::fast::plain_batch(p, max_batch) {
+            return Ok(ParsedRequest {
+                req: Request {
+                    id,
+                    method: Method::Apply,
+                    params: json!({}),
+                },
+                batch: Some(Ok(batch)),
+                updates_text: Some(text.to_string()),
+            });
+        }
+    }
     if let Ok(a) = serde_json::from_slice::<Apply>(line) {
         if a.method == "apply" && a.jsonrpc.is_none_or(|v| v == "2.0") {
             if let Some((batch, text)) = a.params.checked(max_batch) {
@@ -395,6 +413,11 @@ mod tests {
             format!(r#"{{"jsonrpc": "1.0", "id": 1, "method": "apply", "params": {batch}}}"#),
             format!(r#"{{"id": 1, "method": "apply", "params": {batch}, "x": 1}}"#),
             format!(r#"{{"id": 1, "method": "appl\u0079", "params": {batch}}}"#),
+            format!(r#"{{"id": 1, "id": 2, "method": "apply", "params": {batch}}}"#),
+            format!(r#"{{"id": 1.5, "method": "apply", "params": {batch}}}"#),
+            r#" {"method":"apply","params":{"atomicity":"dataplane_atomic","expected_generation":5,"updates":[ ]},"id":9} "#.to_string(),
+            r#"{"id": 1, "method": "apply", "params": {"expected_generation": 05, "updates": []}}"#.to_string(),
+            r#"{"id": 1, "method": "apply", "params": {"atomicity": "sometimes", "updates": []}}"#.to_string(),
             r#"{"id": 1, "method": "apply", "params": [1]}"#.to_string(),
             r#"{"id": 1, "method": "apply", "params": null}"#.to_string(),
             r#"{"id": 1, "method": "apply"}"#.to_string(),

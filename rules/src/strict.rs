@@ -14,8 +14,9 @@
 //! check that whatever it accepts, serde and the value parser accept with
 //! the same rule.
 
-use crate::fast::{FastFlow, FastMatch, FastProto, FastRule};
+use crate::fast::{FastFlow, FastMatch, FastProto, FastRule, UpdateShape};
 use crate::rule::Action;
+use serde_json::Value;
 
 struct Reader<'a> {
     s: &'a str,
@@ -176,29 +177,158 @@ impl<'a> Reader<'a> {
     }
 }
 
+impl<'a> Reader<'a> {
+    fn rule_object(&mut self) -> Option<FastRule<'a>> {
+        let (mut id, mut matcher, mut action) = (None, None, None);
+        self.object(|r, k| {
+            match k {
+                "id" if id.is_none() => id = Some(u32::try_from(r.uint()?).ok()?),
+                "match" if matcher.is_none() => matcher = Some(r.matcher()?),
+                "action" if action.is_none() => action = Some(r.action()?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(FastRule {
+            id: id?,
+            matcher: matcher?,
+            action: action?,
+        })
+    }
+
+    fn update(&mut self) -> Option<UpdateShape<'a, FastRule<'a>>> {
+        let (mut op, mut rule, mut id) = (None, None, None);
+        self.object(|r, k| {
+            match k {
+                "op" if op.is_none() => op = Some(r.string()?),
+                "rule" if rule.is_none() => rule = Some(r.rule_object()?),
+                "id" if id.is_none() => id = Some(u32::try_from(r.uint()?).ok()?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(UpdateShape { op: op?, rule, id })
+    }
+
+    /// Nothing but whitespace left.
+    fn at_end(&mut self) -> bool {
+        self.ws();
+        self.i == self.s.len()
+    }
+}
+
 /// The rule object `text` in the plain spelling, as the serde fast path
 /// would read it; `None` for anything else.
 pub(crate) fn rule(text: &str) -> Option<FastRule<'_>> {
     let mut r = Reader { s: text, i: 0 };
-    let (mut id, mut matcher, mut action) = (None, None, None);
+    let rule = r.rule_object()?;
+    r.at_end().then_some(rule)
+}
+
+/// A batch's `updates` list in the plain spelling, as the serde fast path
+/// would read it; `None` for anything else.
+pub(crate) fn updates(text: &str) -> Option<Vec<UpdateShape<'_, FastRule<'_>>>> {
+    let mut r = Reader { s: text, i: 0 };
+    let out = r.update_list()?;
+    r.at_end().then_some(out)
+}
+
+/// An `apply` request line in the plain spelling: its parts, and the text
+/// of its `updates` list as received (what the journal records).
+pub(crate) struct PlainApply<'a> {
+    pub(crate) id: Value,
+    pub(crate) atomicity: Option<&'a str>,
+    pub(crate) expected_generation: Option<u64>,
+    pub(crate) updates: Vec<UpdateShape<'a, FastRule<'a>>>,
+    pub(crate) updates_text: &'a str,
+}
+
+/// The `apply` request `line` in the plain spelling (`id` a plain integer
+/// or string, `jsonrpc` absent or "2.0"), as the serde fast path would read
+/// it; `None` for anything else.
+pub(crate) fn apply_request(line: &str) -> Option<PlainApply<'_>> {
+    let mut r = Reader { s: line, i: 0 };
+    let (mut jsonrpc, mut id, mut method, mut params) = (None, None, None, None);
     r.object(|r, k| {
         match k {
-            "id" if id.is_none() => id = Some(u32::try_from(r.uint()?).ok()?),
-            "match" if matcher.is_none() => matcher = Some(r.matcher()?),
-            "action" if action.is_none() => action = Some(r.action()?),
+            "jsonrpc" if jsonrpc.is_none() => jsonrpc = Some(r.string()?),
+            "id" if id.is_none() => id = Some(r.id()?),
+            "method" if method.is_none() => method = Some(r.string()?),
+            "params" if params.is_none() => params = Some(r.batch()?),
             _ => return None,
         }
         Some(())
     })?;
-    r.ws();
-    if r.i != text.len() {
+    if !r.at_end() || method? != "apply" || jsonrpc.is_some_and(|v| v != "2.0") {
         return None;
     }
-    Some(FastRule {
-        id: id?,
-        matcher: matcher?,
-        action: action?,
+    let (atomicity, expected_generation, updates, updates_text) = params?;
+    Some(PlainApply {
+        id: id.unwrap_or(Value::Null),
+        atomicity,
+        expected_generation,
+        updates,
+        updates_text,
     })
+}
+
+/// A batch's parts and its updates' text.
+type BatchParts<'a> = (
+    Option<&'a str>,
+    Option<u64>,
+    Vec<UpdateShape<'a, FastRule<'a>>>,
+    &'a str,
+);
+
+impl<'a> Reader<'a> {
+    fn update_list(&mut self) -> Option<Vec<UpdateShape<'a, FastRule<'a>>>> {
+        self.eat(b'[')?;
+        let mut out = Vec::new();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(self.update()?);
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(out);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A request id: a plain integer or string.
+    fn id(&mut self) -> Option<Value> {
+        match self.peek()? {
+            b'"' => self.string().map(|s| Value::String(s.to_owned())),
+            b'0'..=b'9' => self.uint().map(Value::from),
+            _ => None,
+        }
+    }
+
+    fn batch(&mut self) -> Option<BatchParts<'a>> {
+        let (mut atomicity, mut generation, mut updates) = (None, None, None);
+        self.object(|r, k| {
+            match k {
+                "atomicity" if atomicity.is_none() => atomicity = Some(r.string()?),
+                "expected_generation" if generation.is_none() => generation = Some(r.uint()?),
+                "updates" if updates.is_none() => {
+                    r.ws();
+                    let start = r.i;
+                    let list = r.update_list()?;
+                    updates = Some((list, &r.s[start..r.i]));
+                }
+                _ => return None,
+            }
+            Some(())
+        })?;
+        let (list, text) = updates?;
+        Some((atomicity, generation, list, text))
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,14 @@ fuzz_target!(|data: &[u8]| {
     match (parse_request_line(data, 1 << 16), &slow) {
         (Ok(f), Ok(s)) => {
             assert_eq!((&f.req.id, f.req.method), (&s.id, s.method));
+            // The updates' text kept for the journal reads back as the
+            // batch's updates.
+            if let (Some(t), Some(Ok(b))) = (&f.updates_text, &f.batch) {
+                let list: serde_json::Value = serde_json::from_str(t).expect("updates text is JSON");
+                let again = parse_batch(&serde_json::json!({ "updates": list }), 1 << 16)
+                    .expect("updates text parses");
+                assert_eq!(again.updates, b.updates);
+            }
             match f.batch {
                 Some(fb) => {
                     let sb = parse_batch(&s.params, 1 << 16);

@@ -214,6 +214,22 @@ pub struct ParsedRequest {
     pub updates_text: Option<String>,
 }
 
+impl ParsedRequest {
+    /// An `apply` whose batch was read from the line's text, with the
+    /// updates' text as received.
+    fn apply(id: Value, batch: crate::Batch, updates_text: &str) -> Self {
+        ParsedRequest {
+            req: Request {
+                id,
+                method: Method::Apply,
+                params: json!({}),
+            },
+            batch: Some(Ok(batch)),
+            updates_text: Some(updates_text.to_string()),
+        }
+    }
+}
+
 /// Parses one request line like [`parse_request`], and an `apply`'s batch
 /// straight from its text (`parse_batch_text`): no JSON tree of a
 /// thousand-rule batch is built. Anything unusual in the envelope goes
@@ -257,15 +273,7 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
     {
         let (id, text) = (p.id.clone(), p.updates_text);
         if let Some(batch) = crate::fast::plain_batch(p, max_batch) {
-            return Ok(ParsedRequest {
-                req: Request {
-                    id,
-                    method: Method::Apply,
-                    params: json!({}),
-                },
-                batch: Some(Ok(batch)),
-                updates_text: Some(text.to_string()),
-            });
+            return Ok(ParsedRequest::apply(id, batch, text));
         }
     }
     if let Ok(a) = serde_json::from_slice::<Apply>(line) {
@@ -276,15 +284,7 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
                     Some(IdValue::Number(n)) => Value::Number(n),
                     Some(IdValue::Str(s)) => Value::String(s.to_string()),
                 };
-                return Ok(ParsedRequest {
-                    req: Request {
-                        id,
-                        method: Method::Apply,
-                        params: json!({}),
-                    },
-                    batch: Some(Ok(batch)),
-                    updates_text: Some(text.to_string()),
-                });
+                return Ok(ParsedRequest::apply(id, batch, text));
             }
         }
     }

@@ -512,13 +512,7 @@ fn stats_answer_while_a_long_batch_is_applied() {
     drop(line);
     // Give the server time to read and parse the line and start applying.
     std::thread::sleep(Duration::from_millis(800));
-    let scrape = || {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body
-    };
+    let scrape = || scrape(metrics);
     for _ in 0..3 {
         let t = Instant::now();
         let st = quick.call("stats", json!({})).unwrap();
@@ -610,6 +604,15 @@ fn ctl_prints_the_response_and_sets_the_exit_status() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// One `GET /metrics` from the exporter on `port`: the whole HTTP answer.
+fn scrape(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -635,13 +638,7 @@ fn tcp_listener_and_prometheus_metrics() {
         json!([{"op": "insert", "rule": flow_rule(7, gen::PAIR_B, json!("count"))}]),
     );
     assert_eq!(codes(&r), ["ok"]);
-    let scrape = || {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body
-    };
+    let scrape = || scrape(metrics);
     let positive = |body: &str, series: &str| {
         body.lines().any(|l| {
             l.starts_with(series)

@@ -144,6 +144,20 @@ pub struct Exporter {
 type Enc<'a, 'b> = &'a mut DescriptorEncoder<'b>;
 type Res = Result<(), std::fmt::Error>;
 
+/// A label value as OpenMetrics text needs it (`prometheus-client` writes
+/// label values as given): backslash, double quote and newline escaped. A
+/// fleet's key prefix comes from the configuration and may hold any of
+/// them; unescaped, one would corrupt the whole exposition.
+fn escape(v: &str) -> std::borrow::Cow<'_, str> {
+    if !v.contains(['\\', '"', '\n']) {
+        return v.into();
+    }
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+        .into()
+}
+
 /// One counter family, one sample per label value.
 fn counters<L: AsRef<str>>(
     e: Enc,
@@ -154,7 +168,7 @@ fn counters<L: AsRef<str>>(
 ) -> Res {
     let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (l, v) in samples {
-        m.encode_family(&[(label, l.as_ref())])?
+        m.encode_family(&[(label, escape(l.as_ref()))])?
             .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
     }
     Ok(())
@@ -176,7 +190,8 @@ fn gauges<L: AsRef<str>>(
 ) -> Res {
     let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (l, v) in samples {
-        m.encode_family(&[(label, l.as_ref())])?.encode_gauge(&v)?;
+        m.encode_family(&[(label, escape(l.as_ref()))])?
+            .encode_gauge(&v)?;
     }
     Ok(())
 }
@@ -456,6 +471,32 @@ mod tests {
         assert_eq!(
             sample(&t, "cfdp_cluster_caught_up{prefix=\"/cfdp/prod\"}"),
             Some(0.0),
+            "{t}"
+        );
+    }
+
+    /// A prefix with a quote, a backslash and a newline is escaped: every
+    /// line of the exposition stays one well-formed sample.
+    #[test]
+    fn label_values_are_escaped() {
+        #[derive(Debug)]
+        struct C;
+        impl Collector for C {
+            fn encode(&self, mut e: DescriptorEncoder) -> Res {
+                encode_cluster(&mut e, "/a\"b\\c\nd", &serde_json::json!({"generation": 3}))
+            }
+        }
+        let mut r = Registry::with_prefix("cfdp");
+        r.register_collector(Box::new(C));
+        let t = render(&r);
+        assert_eq!(
+            sample(&t, r#"cfdp_cluster_generation{prefix="/a\"b\\c\nd"}"#),
+            Some(3.0),
+            "{t}"
+        );
+        assert!(
+            t.lines()
+                .all(|l| l.starts_with('#') || l.starts_with("cfdp_")),
             "{t}"
         );
     }

@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cfdp_bench::{cfdp_binary, is_quick, machine_description, median, results_path, write_csv};
-use cfdp_testkit::etcd::EtcdServer;
+use cfdp_testkit::etcd::{node_config, EtcdServer};
 use serde_json::{json, Value};
 
 struct Proc(Child);
@@ -89,35 +89,6 @@ impl Fleet {
     }
 }
 
-fn node_config(dir: &Path, url: &str, prefix: &str, name: &str) -> PathBuf {
-    let cfg = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"[pcap]
-input = {input:?}
-loop = true
-pps = 20000
-[rules]
-file = ""
-[control]
-socket = {socket:?}
-state_dir = {state:?}
-max_rules = 1048576
-[cluster]
-etcd = [{url:?}]
-prefix = {prefix:?}
-node = {name:?}
-"#,
-            input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcap/mixed.pcap"),
-            socket = dir.join(format!("{name}.sock")),
-            state = dir.join(format!("{name}-state")),
-        ),
-    )
-    .unwrap();
-    cfg
-}
-
 fn node_stats(dir: &Path, name: &str) -> Option<Value> {
     use std::io::{BufRead, BufReader, Write};
     let mut s = std::os::unix::net::UnixStream::connect(dir.join(format!("{name}.sock"))).ok()?;
@@ -159,7 +130,7 @@ fn main() {
     let mut nodes: Vec<Option<Proc>> = names
         .iter()
         .map(|n| {
-            let cfg = node_config(&dir, &url, "/bench", n);
+            let cfg = node_config(&dir, &url, "/bench", n, "");
             Some(Proc(
                 Command::new(&cfdp)
                     .args(["run", "--config"])

@@ -11,12 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use cfdp_control::client::{Client, Target};
-use cfdp_testkit::etcd::EtcdServer;
+use cfdp_testkit::etcd::{node_config, EtcdServer};
 use serde_json::{json, Value};
-
-fn repo(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
-}
 
 /// A throw-away etcd (`cfdp_testkit::etcd`) in its own directory, which
 /// goes with it.
@@ -99,31 +95,7 @@ impl Node {
     /// As `start`, with `extra` TOML appended to the configuration.
     fn start_with(etcd: &Etcd, prefix: &str, name: &str, extra: &str) -> Node {
         let socket = etcd.dir.join(format!("{name}.sock"));
-        let cfg = etcd.dir.join(format!("{name}.toml"));
-        std::fs::write(
-            &cfg,
-            format!(
-                r#"[pcap]
-input = {input:?}
-loop = true
-pps = 20000
-[rules]
-file = ""
-[control]
-socket = {socket:?}
-state_dir = {state:?}
-[cluster]
-etcd = [{url:?}]
-prefix = {prefix:?}
-node = {name:?}
-{extra}
-"#,
-                input = repo("pcap/mixed.pcap"),
-                state = etcd.dir.join(format!("{name}-state")),
-                url = etcd.url,
-            ),
-        )
-        .unwrap();
+        let cfg = node_config(&etcd.dir, &etcd.url, prefix, name, extra);
         let mut n = Node {
             child: None,
             socket,

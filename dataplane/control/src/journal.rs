@@ -31,7 +31,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use cfdp_rules::{parse_update, rule_to_json, Rule, Update};
+use cfdp_rules::{parse_update, Rule, Update};
 use serde_json::Value;
 
 const SNAPSHOT: &str = "snapshot.bin";
@@ -478,27 +478,26 @@ pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(),
     Ok(())
 }
 
-/// Writes a version-1 (JSON) snapshot, as cfdp did before the binary
-/// format; kept so the tests can check that such a state directory still
-/// loads.
-#[doc(hidden)]
-pub fn write_json_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), String> {
-    let path = dir.join(SNAPSHOT_JSON);
-    let mut text = format!(
-        "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\"generation\":{generation},\"rules\":"
-    );
-    let list = serde_json::to_string(&rules.iter().map(rule_to_json).collect::<Vec<_>>())
-        .expect("JSON serializes");
-    text += &list;
-    text += &format!(",\"crc32\":{}}}\n", crc32fast::hash(list.as_bytes()));
-    std::fs::write(&path, text).map_err(|e| io_err(&path, e))?;
-    sync_dir(dir)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cfdp_rules::rule_to_json;
     use serde_json::json;
+
+    /// Writes a version-1 (JSON) snapshot as cfdp did before the binary
+    /// format (the streamed writer's field order).
+    fn write_json_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), String> {
+        let path = dir.join(SNAPSHOT_JSON);
+        let mut text = format!(
+            "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\"generation\":{generation},\"rules\":"
+        );
+        let list = serde_json::to_string(&rules.iter().map(rule_to_json).collect::<Vec<_>>())
+            .expect("JSON serializes");
+        text += &list;
+        text += &format!(",\"crc32\":{}}}\n", crc32fast::hash(list.as_bytes()));
+        std::fs::write(&path, text).map_err(|e| io_err(&path, e))?;
+        sync_dir(dir)
+    }
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("cfdp-journal-{}-{name}", std::process::id()));

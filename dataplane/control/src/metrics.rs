@@ -228,11 +228,10 @@ impl Collector for Exporter {
             MetricType::Histogram,
         )?;
         for (i, w) in live.workers.iter().enumerate() {
-            let (buckets, sum) = {
-                let g = w.histogram.lock().unwrap_or_else(|p| p.into_inner());
-                let (b, s) = hdr_buckets(&g, &BURST_BOUNDS_NS);
-                (b, s)
-            };
+            let (buckets, sum) = hdr_buckets(
+                &w.histogram.lock().unwrap_or_else(|p| p.into_inner()),
+                &BURST_BOUNDS_NS,
+            );
             let count = buckets.iter().map(|b| b.1).sum();
             m.encode_family(&[("worker", i.to_string())])?
                 .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;

@@ -15,6 +15,28 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// Writes `dir/NAME.toml`: a fleet node `name` under `prefix` of the etcd
+/// at `url`, looping `pcap/mixed.pcap` at 20 k frames/s, its socket at
+/// `dir/NAME.sock` and its state in `dir/NAME-state`; `extra` TOML is
+/// appended (after the `[cluster]` section). The config the fleet's tests,
+/// soak and benchmark start their nodes with.
+pub fn node_config(dir: &Path, url: &str, prefix: &str, name: &str, extra: &str) -> PathBuf {
+    let cfg = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "[pcap]\ninput = {input:?}\nloop = true\npps = 20000\n[rules]\nfile = \"\"\n\
+             [control]\nsocket = {socket:?}\nstate_dir = {state:?}\n\
+             [cluster]\netcd = [{url:?}]\nprefix = {prefix:?}\nnode = {name:?}\n{extra}\n",
+            input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/mixed.pcap"),
+            socket = dir.join(format!("{name}.sock")),
+            state = dir.join(format!("{name}-state")),
+        ),
+    )
+    .expect("write the node's configuration");
+    cfg
+}
+
 /// A running etcd; killed when dropped.
 pub struct EtcdServer {
     child: Option<Child>,

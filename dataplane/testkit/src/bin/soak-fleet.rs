@@ -16,7 +16,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -96,22 +96,7 @@ impl Fleet {
     }
 
     fn start_node(&self, name: &str) -> Proc {
-        let cfg = self.dir.join(format!("{name}.toml"));
-        if !cfg.exists() {
-            std::fs::write(
-                &cfg,
-                format!(
-                    "[pcap]\ninput = {input:?}\nloop = true\npps = 20000\n[rules]\nfile = \"\"\n\
-                     [control]\nsocket = {sock:?}\nstate_dir = {state:?}\n\
-                     [cluster]\netcd = [{url:?}]\nprefix = \"/soak\"\nnode = {name:?}\n",
-                    input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/mixed.pcap"),
-                    sock = self.socket(name),
-                    state = self.dir.join(format!("{name}-state")),
-                    url = self.url,
-                ),
-            )
-            .unwrap();
-        }
+        let cfg = cfdp_testkit::etcd::node_config(&self.dir, &self.url, "/soak", name, "");
         let _ = std::fs::remove_file(self.socket(name));
         let child = Command::new(&self.cfdp)
             .args(["run", "--config"])

@@ -274,34 +274,23 @@ pub(crate) fn plain_batch(p: crate::strict::PlainApply<'_>, max_updates: usize) 
     .checked(max_updates)
 }
 
-/// A batch whose `updates` list is kept as its text, as received: the
-/// journal can record that text as is when the whole batch applies.
-pub(crate) type BatchWithText<'a> = BatchShape<'a, &'a RawValue>;
-
-impl<'a> BatchWithText<'a> {
-    /// The batch and its updates' text, if every update is valid and in
-    /// the usual spelling.
-    pub(crate) fn checked(self, max_updates: usize) -> Option<(Batch, &'a str)> {
-        let text = self.updates.get();
-        let updates = match crate::strict::updates(text) {
-            Some(u) => u,
-            None => serde_json::from_str(text).ok()?,
-        };
-        let batch = WholeBatch {
-            atomicity: self.atomicity,
-            expected_generation: self.expected_generation,
-            updates,
-        }
-        .checked(max_updates)?;
-        Some((batch, text))
-    }
-}
-
 /// Parses a batch (`{"updates": [...], ...}`) from its JSON text, like
 /// [`parse_batch`] on the parsed value. A batch of valid updates in the
 /// usual spelling is read in one typed pass; otherwise each update is
 /// parsed on its own (fast path or value parser).
 pub fn parse_batch_text(text: &str, max_updates: usize) -> Result<Batch, BatchError> {
+    if let Some(b) =
+        crate::strict::batch(text).and_then(|(atomicity, expected_generation, updates, _)| {
+            WholeBatch {
+                atomicity,
+                expected_generation,
+                updates,
+            }
+            .checked(max_updates)
+        })
+    {
+        return Ok(b);
+    }
     if let Some(b) = serde_json::from_str::<WholeBatch>(text)
         .ok()
         .and_then(|b| b.checked(max_updates))
@@ -483,7 +472,7 @@ mod tests {
             (format!("[{valid},]"), false),
         ] {
             let by_serde: Result<Vec<UpdateShape<FastRule>>, _> = serde_json::from_str(&list);
-            match crate::strict::updates(&list) {
+            match crate::strict::batch(&format!(r#"{{"updates": {list}}}"#)).map(|b| b.2) {
                 Some(s) => {
                     let d = by_serde.expect("serde takes what the reader takes");
                     let norm = |v: Vec<UpdateShape<FastRule>>| -> Vec<Option<Update>> {

@@ -248,25 +248,8 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
         #[serde(default, borrow)]
         params: Option<&'a RawValue>,
     }
-    /// An `apply` request in the usual spelling, in one typed pass.
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Apply<'a> {
-        #[serde(default, deserialize_with = "present", borrow)]
-        jsonrpc: Option<&'a str>,
-        #[serde(default)]
-        id: Option<IdValue<'a>>,
-        method: &'a str,
-        #[serde(borrow)]
-        params: crate::fast::BatchWithText<'a>,
-    }
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum IdValue<'a> {
-        Number(serde_json::Number),
-        Str(&'a str),
-    }
-    // The plain spelling byte by byte (one pass, no tree), then serde.
+    // The plain spelling byte by byte: one pass, no tree, and the updates'
+    // text kept for the journal. Anything else: the envelope with serde.
     if let Some(p) = std::str::from_utf8(line)
         .ok()
         .and_then(crate::strict::apply_request)
@@ -274,18 +257,6 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
         let (id, text) = (p.id.clone(), p.updates_text);
         if let Some(batch) = crate::fast::plain_batch(p, max_batch) {
             return Ok(ParsedRequest::apply(id, batch, text));
-        }
-    }
-    if let Ok(a) = serde_json::from_slice::<Apply>(line) {
-        if a.method == "apply" && a.jsonrpc.is_none_or(|v| v == "2.0") {
-            if let Some((batch, text)) = a.params.checked(max_batch) {
-                let id = match a.id {
-                    None => Value::Null,
-                    Some(IdValue::Number(n)) => Value::Number(n),
-                    Some(IdValue::Str(s)) => Value::String(s.to_string()),
-                };
-                return Ok(ParsedRequest::apply(id, batch, text));
-            }
         }
     }
     let fast = (|| {

@@ -225,12 +225,12 @@ pub(crate) fn rule(text: &str) -> Option<FastRule<'_>> {
     r.at_end().then_some(rule)
 }
 
-/// A batch's `updates` list in the plain spelling, as the serde fast path
-/// would read it; `None` for anything else.
-pub(crate) fn updates(text: &str) -> Option<Vec<UpdateShape<'_, FastRule<'_>>>> {
+/// A batch (`{"updates": [...], ...}`) in the plain spelling: its parts,
+/// as the serde fast path would read them; `None` for anything else.
+pub(crate) fn batch(text: &str) -> Option<BatchParts<'_>> {
     let mut r = Reader { s: text, i: 0 };
-    let out = r.update_list()?;
-    r.at_end().then_some(out)
+    let b = r.batch()?;
+    r.at_end().then_some(b)
 }
 
 /// An `apply` request line in the plain spelling: its parts, and the text
@@ -273,7 +273,7 @@ pub(crate) fn apply_request(line: &str) -> Option<PlainApply<'_>> {
 }
 
 /// A batch's parts and its updates' text.
-type BatchParts<'a> = (
+pub(crate) type BatchParts<'a> = (
     Option<&'a str>,
     Option<u64>,
     Vec<UpdateShape<'a, FastRule<'a>>>,
@@ -301,11 +301,15 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A request id: a plain integer or string.
+    /// A request id: a plain integer or string, or `null`.
     fn id(&mut self) -> Option<Value> {
         match self.peek()? {
             b'"' => self.string().map(|s| Value::String(s.to_owned())),
             b'0'..=b'9' => self.uint().map(Value::from),
+            b'n' if self.s[self.i..].starts_with("null") => {
+                self.i += 4;
+                Some(Value::Null)
+            }
             _ => None,
         }
     }

@@ -97,6 +97,18 @@ impl Csv {
             .collect()
     }
 
+    /// The values of column `c`, each once, in the order they first appear.
+    fn distinct(&self, c: &str) -> R<Vec<&str>> {
+        let i = self.col(c)?;
+        let mut out: Vec<&str> = Vec::new();
+        for r in &self.rows {
+            if !out.contains(&r[i].as_str()) {
+                out.push(&r[i]);
+            }
+        }
+        Ok(out)
+    }
+
     /// The first row where every `(column, value)` matches.
     fn find(&self, want: &[(&str, &str)]) -> R<Vec<String>> {
         let idx: Vec<usize> = want.iter().map(|(c, _)| self.col(c)).collect::<R<_>>()?;
@@ -185,20 +197,15 @@ fn pct(x: f64, digits: usize) -> String {
 /// `hashes`: median ns per hash by key length.
 fn hashes(d: &Path) -> R<String> {
     let c = Csv::load(d, "hashes.csv")?;
-    let mut order: Vec<String> = Vec::new();
-    for r in c.records() {
-        if !order.iter().any(|h| h == r["hash"]) {
-            order.push(r["hash"].to_owned());
-        }
-    }
+    let order = c.distinct("hash")?;
     let lens = ["8", "13", "37"];
     let rows = order
         .iter()
         .map(|h| {
-            let mut row = vec![if h == "rapidhash-v3" {
+            let mut row = vec![if *h == "rapidhash-v3" {
                 format!("{h} (chosen)")
             } else {
-                h.clone()
+                h.to_string()
             }];
             for l in lens {
                 row.push(f2(c.value(&[("hash", h), ("key_bytes", l)], "ns_per_hash")?));
@@ -335,12 +342,7 @@ fn layouts(d: &Path) -> R<String> {
 fn worker_ab(d: &Path) -> R<String> {
     let c = Csv::load(d, "worker_ab.csv")?;
     let recs = c.records();
-    let builds: Vec<&str> = {
-        let mut b: Vec<&str> = recs.iter().map(|r| r["build"]).collect();
-        b.dedup();
-        b
-    };
-    let [old, new] = builds[..] else {
+    let [old, new] = c.distinct("build")?[..] else {
         return Err("worker_ab.csv: two builds expected".into());
     };
     let mut rows = Vec::new();
@@ -756,13 +758,7 @@ fn large_rules(d: &Path) -> R<String> {
 fn large_rules_ab(d: &Path) -> R<String> {
     let c = Csv::load(d, "large_rules_ab.csv")?;
     let recs = c.records();
-    let mut builds: Vec<&str> = Vec::new();
-    for r in &recs {
-        if !builds.contains(&r["build"]) {
-            builds.push(r["build"]);
-        }
-    }
-    let [old, new] = builds[..] else {
+    let [old, new] = c.distinct("build")?[..] else {
         return Err("large_rules_ab.csv: two builds expected".into());
     };
     let runs = |b: &str, src: &str| -> R<Vec<f64>> {
@@ -807,13 +803,7 @@ fn large_rules_ab(d: &Path) -> R<String> {
 /// side (labels in the order of the file: e.g. old_a, new_a, old_b, new_b).
 fn control_path(d: &Path) -> R<String> {
     let c = Csv::load(d, "control_path.csv")?;
-    let recs = c.records();
-    let mut labels: Vec<&str> = Vec::new();
-    for r in &recs {
-        if !labels.contains(&r["label"]) {
-            labels.push(r["label"]);
-        }
-    }
+    let labels = c.distinct("label")?;
     let v = |l: &str, what: &str, m: &str| {
         c.value(&[("label", l), ("what", what), ("metric", m)], "value")
     };
@@ -892,12 +882,9 @@ fn control_path(d: &Path) -> R<String> {
 fn control_path_stages(d: &Path) -> R<String> {
     let c = Csv::load(d, "control_path.csv")?;
     let recs = c.records();
-    let mut labels: Vec<&str> = Vec::new();
+    let labels = c.distinct("label")?;
     let mut stages: Vec<&str> = Vec::new();
     for r in &recs {
-        if !labels.contains(&r["label"]) {
-            labels.push(r["label"]);
-        }
         if r["what"] == "insert 1024"
             && r["metric"].starts_with("stage_")
             && !stages.contains(&r["metric"])

@@ -14,12 +14,13 @@
 //! absent from both its buckets, and readers, which validate both stripes'
 //! versions, never see a move half done.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use crate::config::{BloomConfig, BloomMode, Config, ConfigError};
 use crate::hash::{fp_displacement, hash_bytes, tag_mix};
-use crate::layout::{Bucket, Layout, ENTRIES_PER_BUCKET};
-use crate::raw::{RawTable, StripeGuard, WriteGuard};
+use crate::layout::{kind, Bucket, Layout, ENTRIES_PER_BUCKET};
+use crate::raw::{RawTable, ReadView, StripeGuard, WriteGuard};
 use crate::sync::{AtomicUsize, Ordering};
 
 /// Answer of a lookup.
@@ -309,6 +310,115 @@ impl std::fmt::Debug for Filter {
     }
 }
 
+/// The alternate bucket of an item with fingerprint `fp` in `bucket`.
+#[inline(always)]
+fn alt_bucket(bucket_mask: usize, bucket: usize, fp: u32) -> usize {
+    let d = (fp_displacement(fp) as usize) & bucket_mask;
+    // Never 0: the two buckets of an item always differ, so its Bloom
+    // pair really is two buckets.
+    bucket ^ if d == 0 { 1 } else { d }
+}
+
+impl Keyed {
+    #[inline(always)]
+    fn derive(fp_mask: u64, bucket_mask: usize, h: u64) -> Self {
+        let fp = (h & fp_mask) as u32;
+        let fp = if fp == 0 { 1 } else { fp };
+        let i1 = ((h >> 32) as usize) & bucket_mask;
+        Keyed {
+            fp,
+            i1,
+            i2: alt_bucket(bucket_mask, i1, fp),
+        }
+    }
+}
+
+/// The Bloom-part value of an element with fingerprint `fp` whose buckets
+/// are `a` and `b`: 1 in bit mode, a non-zero tag in tag mode.
+#[inline(always)]
+fn bloom_tag(mode: Option<BloomMode>, fp: u32, a: usize, b: usize) -> u64 {
+    match mode {
+        Some(BloomMode::Tag { bits }) => {
+            // Multiply-shift range reduction onto 1..=2^bits-1.
+            let range = (1u64 << bits) - 1;
+            (((tag_mix(fp, a.min(b)) >> 32) * range) >> 32) + 1
+        }
+        _ => 1,
+    }
+}
+
+/// Everything a lookup reads besides the table's words and stripes, copied
+/// out of the filter once per call or batch so the loop keeps it in
+/// registers (see [`ReadView`] for why).
+///
+/// `L` is the layout as a copy (`Layout`, for batches: the copy stays in
+/// registers across the group) or as a reference (`&Layout`, for one key:
+/// copying every field for one lookup cost more than it saved, callgrind
+/// 111 → 121 instructions a single-key lookup).
+#[derive(Clone, Copy)]
+struct Reader<'a, L> {
+    view: ReadView<'a>,
+    layout: L,
+    bucket_mask: usize,
+    mode: Option<BloomMode>,
+}
+
+impl<L: Borrow<Layout>> Reader<'_, L> {
+    #[inline(always)]
+    fn derive(&self, h: u64) -> Keyed {
+        Keyed::derive(self.layout.borrow().fp_mask, self.bucket_mask, h)
+    }
+
+    /// The lookup proper, for a layout of kind `K`: one validated read of
+    /// both buckets, SWAR matching, then the Bloom field.
+    #[inline(always)]
+    fn lookup<const K: u8, const BLOOM: bool>(&self, k: &Keyed) -> Lookup {
+        let l = self.layout.borrow();
+        let (b1, b2) = self.view.read_pair::<K>(k.i1, k.i2);
+        let (hit, value) = l.probe::<K>(&b1, &b2, l.broadcast(k.fp));
+        // `&` rather than `&&`: no branch on the buckets' contents (see
+        // `Layout::probe`); the Bloom-field test is cheap arithmetic.
+        let bloom = BLOOM && {
+            let t1 = l.tag(&b1);
+            (t1 != 0) & (t1 == l.tag(&b2)) & (t1 == bloom_tag(self.mode, k.fp, k.i1, k.i2))
+        };
+        if hit {
+            Lookup::Entry(value)
+        } else if bloom {
+            Lookup::Bloom
+        } else {
+            Lookup::Miss
+        }
+    }
+    #[inline(always)]
+    fn get<const K: u8>(&self, h: u64) -> Lookup {
+        // A predicted branch per key (not per batch) on the Bloom field.
+        if self.layout.borrow().tag_bits != 0 {
+            self.lookup::<K, true>(&self.derive(h))
+        } else {
+            self.lookup::<K, false>(&self.derive(h))
+        }
+    }
+
+    #[inline(always)]
+    fn batch<const K: u8, const BLOOM: bool>(&self, hashes: &[u64], out: &mut [Lookup]) {
+        let mut group = [Keyed::default(); Filter::BATCH];
+        for (hs, os) in hashes
+            .chunks(Filter::BATCH)
+            .zip(out.chunks_mut(Filter::BATCH))
+        {
+            for (k, &h) in group.iter_mut().zip(hs) {
+                *k = self.derive(h);
+                self.view.prefetch::<K>(k.i1);
+                self.view.prefetch::<K>(k.i2);
+            }
+            for (k, o) in group.iter().zip(os.iter_mut()) {
+                *o = self.lookup::<K, BLOOM>(k);
+            }
+        }
+    }
+}
+
 /// Adds `delta` to a counter only the writer changes.
 #[inline]
 fn bump(counter: &AtomicUsize, delta: isize) {
@@ -417,22 +527,12 @@ impl Filter {
 
     #[inline(always)]
     fn alt(&self, bucket: usize, fp: u32) -> usize {
-        let d = (fp_displacement(fp) as usize) & self.raw.bucket_mask();
-        // Never 0: the two buckets of an item always differ, so its Bloom
-        // pair really is two buckets.
-        bucket ^ if d == 0 { 1 } else { d }
+        alt_bucket(self.raw.bucket_mask(), bucket, fp)
     }
 
     #[inline(always)]
     fn derive(&self, h: u64) -> Keyed {
-        let fp = (h & self.raw.layout.fp_mask) as u32;
-        let fp = if fp == 0 { 1 } else { fp };
-        let i1 = ((h >> 32) as usize) & self.raw.bucket_mask();
-        Keyed {
-            fp,
-            i1,
-            i2: self.alt(i1, fp),
-        }
+        Keyed::derive(self.raw.layout.fp_mask, self.raw.bucket_mask(), h)
     }
 
     /// The two candidate buckets and the fingerprint of a hashed key
@@ -446,50 +546,30 @@ impl Filter {
     /// buckets are `a` and `b`: 1 in bit mode, a non-zero tag in tag mode.
     #[inline(always)]
     fn tag_for(&self, fp: u32, a: usize, b: usize) -> u64 {
-        match self.bloom.map(|b| b.mode) {
-            Some(BloomMode::Tag { bits }) => {
-                // Multiply-shift range reduction onto 1..=2^bits-1.
-                let range = (1u64 << bits) - 1;
-                (((tag_mix(fp, a.min(b)) >> 32) * range) >> 32) + 1
-            }
-            _ => 1,
-        }
+        bloom_tag(self.bloom.map(|b| b.mode), fp, a, b)
     }
 
     // ----- lookups -------------------------------------------------------
 
-    /// The lookup proper, for a layout of `W` words per bucket: one
-    /// validated read of both buckets, SWAR matching, then the Bloom field.
+    /// What a lookup reads, copied out once per call or batch.
     #[inline(always)]
-    fn lookup_w<const W: usize>(&self, k: &Keyed) -> Lookup {
-        let l = &self.raw.layout;
-        let (b1, b2) = self.raw.read_pair::<W>(k.i1, k.i2);
-        let bcast = l.broadcast(k.fp);
-        let (hit1, v1) = l.probe_w::<W>(&b1, bcast);
-        let (hit2, v2) = l.probe_w::<W>(&b2, bcast);
-        // `&` rather than `&&`: no branch on the buckets' contents (see
-        // `Layout::probe_w`); the Bloom-field test is cheap arithmetic.
-        let bloom = l.tag_bits != 0 && {
-            let t1 = l.tag(&b1);
-            (t1 != 0) & (t1 == l.tag(&b2)) & (t1 == self.tag_for(k.fp, k.i1, k.i2))
-        };
-        if hit1 | hit2 {
-            Lookup::Entry(if hit1 { v1 } else { v2 })
-        } else if bloom {
-            Lookup::Bloom
-        } else {
-            Lookup::Miss
+    fn reader<'a, L: Borrow<Layout>>(&'a self, layout: L) -> Reader<'a, L> {
+        Reader {
+            view: self.raw.view(),
+            layout,
+            bucket_mask: self.raw.bucket_mask(),
+            mode: self.bloom.map(|b| b.mode),
         }
     }
 
     /// Looks up a pre-hashed key. Lock-free and write-free.
     #[inline]
     pub fn get_hash(&self, h: u64) -> Lookup {
-        let k = self.derive(h);
-        if self.raw.layout.words == 1 {
-            self.lookup_w::<1>(&k)
-        } else {
-            self.lookup_w::<2>(&k)
+        let r = self.reader(&self.raw.layout);
+        match r.layout.kind() {
+            kind::PACKED => r.get::<{ kind::PACKED }>(h),
+            kind::TWO_WORDS => r.get::<{ kind::TWO_WORDS }>(h),
+            _ => r.get::<{ kind::ONE_WORD }>(h),
         }
     }
 
@@ -516,10 +596,18 @@ impl Filter {
     /// If `out` is shorter than `hashes`.
     pub fn get_batch_hashes(&self, hashes: &[u64], out: &mut [Lookup]) {
         assert!(out.len() >= hashes.len(), "output slice too short");
-        if self.raw.layout.words == 1 {
-            self.batch_w::<1>(hashes, out);
-        } else {
-            self.batch_w::<2>(hashes, out);
+        let r = self.reader(self.raw.layout);
+        // Specialised on the Bloom field as well as the layout: a loop that
+        // never reads the field has registers to spare, and both kinds of
+        // filter measured faster so (see `ReadView`).
+        let bloom = r.layout.tag_bits != 0;
+        match r.layout.kind() {
+            kind::PACKED if bloom => r.batch::<{ kind::PACKED }, true>(hashes, out),
+            kind::PACKED => r.batch::<{ kind::PACKED }, false>(hashes, out),
+            kind::TWO_WORDS if bloom => r.batch::<{ kind::TWO_WORDS }, true>(hashes, out),
+            kind::TWO_WORDS => r.batch::<{ kind::TWO_WORDS }, false>(hashes, out),
+            _ if bloom => r.batch::<{ kind::ONE_WORD }, true>(hashes, out),
+            _ => r.batch::<{ kind::ONE_WORD }, false>(hashes, out),
         }
     }
 
@@ -527,21 +615,6 @@ impl Filter {
     /// 32 keys are 64 outstanding lines: enough to cover DRAM latency, few
     /// enough that the first lines are still in L1 when they are probed.
     pub const BATCH: usize = 32;
-
-    #[inline(always)]
-    fn batch_w<const W: usize>(&self, hashes: &[u64], out: &mut [Lookup]) {
-        let mut group = [Keyed::default(); Self::BATCH];
-        for (hs, os) in hashes.chunks(Self::BATCH).zip(out.chunks_mut(Self::BATCH)) {
-            for (k, &h) in group.iter_mut().zip(hs) {
-                *k = self.derive(h);
-                self.raw.prefetch(k.i1);
-                self.raw.prefetch(k.i2);
-            }
-            for (k, o) in group.iter().zip(os.iter_mut()) {
-                *o = self.lookup_w::<W>(k);
-            }
-        }
-    }
 
     /// Batched lookup of byte keys (hashes, then [`Filter::get_batch_hashes`]),
     /// in groups of 64 on the stack: no allocation.

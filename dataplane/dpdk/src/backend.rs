@@ -174,7 +174,7 @@ impl<'p> Backend for DpdkBackend<'p, '_> {
             self.next_rx = (i + 1) % n;
             if self.rx[i].receive(&mut b.burst, self.burst) > 0 {
                 self.bursts = self.bursts.wrapping_add(1);
-                if self.bursts % CLOCK_EVERY == 0 {
+                if self.bursts.is_multiple_of(CLOCK_EVERY) {
                     self.tick();
                 }
                 self.last_packet_ns = self.now_ns;

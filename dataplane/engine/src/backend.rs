@@ -188,7 +188,9 @@ impl<'a> MemoryBackend<'a> {
     fn done(&self) -> bool {
         match self.limit {
             Limit::Passes(p) => self.passes >= p,
-            Limit::Seconds(s) => self.bursts % 64 == 0 && self.started.elapsed().as_secs_f64() >= s,
+            Limit::Seconds(s) => {
+                self.bursts.is_multiple_of(64) && self.started.elapsed().as_secs_f64() >= s
+            }
             Limit::Flag(f) => f.load(Ordering::Relaxed),
         }
     }

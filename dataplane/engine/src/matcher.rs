@@ -104,7 +104,7 @@ impl MatchCtx<'_> {
                 // A slot not (yet, or no longer) in this copy: no rule.
                 let e = t.slots.get(v as usize).copied().flatten()?;
                 *self.sample = self.sample.wrapping_add(1);
-                if *self.sample % 64 == 0 {
+                if (*self.sample).is_multiple_of(64) {
                     c.filter_only_sampled += 1;
                     if confirm() != Some(e) {
                         c.filter_only_sampled_false += 1;

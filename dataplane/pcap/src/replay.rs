@@ -301,7 +301,7 @@ pub fn replay(
                 return std::ops::ControlFlow::Break(());
             }
             total_frames += 1;
-            if opts.pps > 0 && total_frames % 32 == 0 {
+            if opts.pps > 0 && total_frames.is_multiple_of(32) {
                 let due = start
                     + std::time::Duration::from_secs_f64(total_frames as f64 / opts.pps as f64);
                 let now = Instant::now();

@@ -248,16 +248,20 @@ fn space(d: &Path) -> R<String> {
     ))
 }
 
-/// `filter-ab-22` / `filter-ab-25`: old / new / the paper's code, medians
-/// of the rounds.
-fn filter_ab(d: &Path, log2: &str) -> R<String> {
-    let c = Csv::load(d, "filter_ab.csv")?;
+/// `filter-ab-22` / `filter-ab-25` (`filter_ab.csv`) and `read-ab-22` /
+/// `read-ab-25` (`filter_read_ab.csv`): old / new / the paper's code,
+/// medians of the rounds.
+fn filter_ab(d: &Path, file: &str, log2: &str) -> R<String> {
+    let c = Csv::load(d, file)?;
     let m = |variant: &str, metric: &str| -> Option<f64> {
         let v: Vec<f64> = c
             .records()
             .iter()
             .filter(|r| {
-                r["variant"] == variant && r["buckets_log2"] == log2 && r["metric"] == metric
+                r["variant"] == variant
+                    && r["buckets_log2"] == log2
+                    && r["metric"] == metric
+                    && r["layout"] != "packed"
             })
             .filter_map(|r| r["value"].parse().ok())
             .collect();
@@ -309,6 +313,48 @@ fn filter_ab(d: &Path, log2: &str) -> R<String> {
     .collect();
     let head = format!("2^{log2} buckets");
     Ok(table(&[&head, "old", "new", "new/old", "ref", "new/ref"], &rows) + &c.source())
+}
+
+/// `read-ab-layouts`: old / new for f = 12 with a 1-bit Bloom field, word
+/// and packed layouts, medians of the rounds.
+fn read_ab_layouts(d: &Path) -> R<String> {
+    let c = Csv::load(d, "filter_read_ab.csv")?;
+    let m = |variant: &str, layout: &str, metric: &str| -> R<f64> {
+        let v: Vec<f64> = c
+            .records()
+            .iter()
+            .filter(|r| r["variant"] == variant && r["layout"] == layout && r["metric"] == metric)
+            .filter_map(|r| r["value"].parse().ok())
+            .collect();
+        if v.is_empty() {
+            return Err(format!("{}: no {variant} {layout} {metric}", c.name).into());
+        }
+        Ok(median(v))
+    };
+    let mut rows = Vec::new();
+    for layout in ["word", "packed"] {
+        let mut row = vec![
+            layout.to_owned(),
+            f2(m("new-bloom1", layout, "bits_per_item")?),
+        ];
+        for metric in ["lookup_single_mops", "lookup_batched_mops"] {
+            let (old, new) = (m("old-bloom1", layout, metric)?, m("new-bloom1", layout, metric)?);
+            row.push(format!("{} → {}", f2(old), f2(new)));
+            row.push(format!("{:.2}×", new / old));
+        }
+        rows.push(row);
+    }
+    Ok(table(
+        &[
+            "layout (f = 12, 1-bit Bloom field, 2^22)",
+            "bits/item",
+            "single-key old → new (M/s)",
+            "",
+            "batched old → new (M/s)",
+            "",
+        ],
+        &rows,
+    ) + &c.source())
 }
 
 /// `layouts`: word vs packed layout at 2^22.
@@ -1107,8 +1153,11 @@ fn render(dir: &Path, name: &str) -> R<String> {
     match name {
         "hashes" => hashes(dir),
         "space" => space(dir),
-        "filter-ab-22" => filter_ab(dir, "22"),
-        "filter-ab-25" => filter_ab(dir, "25"),
+        "filter-ab-22" => filter_ab(dir, "filter_ab.csv", "22"),
+        "filter-ab-25" => filter_ab(dir, "filter_ab.csv", "25"),
+        "read-ab-22" => filter_ab(dir, "filter_read_ab.csv", "22"),
+        "read-ab-25" => filter_ab(dir, "filter_read_ab.csv", "25"),
+        "read-ab-layouts" => read_ab_layouts(dir),
         "layouts" => layouts(dir),
         "worker-ab" => worker_ab(dir),
         "architecture-memory" => architecture(dir, false),

@@ -15,8 +15,11 @@
 //! bucket up to three per bucket; pass 2 puts what overflowed into its
 //! alternate bucket, again chunk by chunk; pass 3 tries the primaries'
 //! last slots. Only the items whose two buckets are then full (8.3 % at 95 %
-//! load) take the ordinary insert path (breadth-first search), one by one:
-//! that part is most of the build's time. Chunks are bucket ranges, so
+//! load) take the ordinary insert path (breadth-first search), one by one,
+//! software-pipelined: while one is inserted, the buckets of the item eight
+//! ahead and the search's first level of the item four ahead are
+//! prefetched (14.2 → 19.9 M keys/s at 2^22 buckets, 11.6 → 17.9 at 2^25:
+//! before, the leftovers' dependent misses were half the build's time). Chunks are bucket ranges, so
 //! threads fill disjoint chunks with no locks; nothing is visible to readers
 //! until the build returns.
 
@@ -63,6 +66,10 @@ impl std::error::Error for BuildError {}
 /// well inside this machine kind's 2.5 MiB L2 (and two-word ones 1 MiB).
 const CHUNK_LOG2: u32 = 16;
 
+/// How many leftover inserts ahead the build prefetches (4, 8 and 16
+/// measured the same).
+const AHEAD: usize = 8;
+
 /// Below this many items the build runs on one thread.
 const PARALLEL_MIN: usize = 1 << 16;
 
@@ -108,6 +115,15 @@ impl Filter {
         f.entries_counter().store(placed, Ordering::Relaxed);
         let mut w = f.writer();
         for (i, &(h, v)) in rest.iter().enumerate() {
+            // Software pipeline over the leftovers: the buckets of the item
+            // AHEAD inserts on, the search's first level of the one half as
+            // far, so their misses overlap this insert's.
+            if let Some(&(ha, _)) = rest.get(i + AHEAD) {
+                f.prefetch_insert(ha, false);
+            }
+            if let Some(&(hc, _)) = rest.get(i + AHEAD / 2) {
+                f.prefetch_insert(hc, true);
+            }
             if w.insert_hash_with(h, v, None).is_err() {
                 return Err(BuildError::Full {
                     placed: placed + i,

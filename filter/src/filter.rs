@@ -740,6 +740,32 @@ impl Filter {
         })
     }
 
+    /// Prefetch for an insert of `h` a few inserts ahead (the bulk build's
+    /// leftovers, whose two buckets are full): the item's two buckets, and,
+    /// with `children`, the alternate buckets of their entries, the first
+    /// level of the breadth-first search. `children` reads the two buckets,
+    /// so it pays when they were prefetched some inserts earlier. Only
+    /// hints: the table may change before the insert, which then reads
+    /// what it finds.
+    pub(crate) fn prefetch_insert(&self, h: u64, children: bool) {
+        let k = self.derive(h);
+        if !children {
+            self.raw.prefetch(k.i1);
+            self.raw.prefetch(k.i2);
+            return;
+        }
+        let l = &self.raw.layout;
+        for bucket in [k.i1, k.i2] {
+            let b = self.raw.load_hint(bucket);
+            for slot in 0..ENTRIES_PER_BUCKET {
+                let fp = l.entry_fp(l.entry(&b, slot));
+                if fp != 0 {
+                    self.raw.prefetch(self.alt(bucket, fp));
+                }
+            }
+        }
+    }
+
     /// A bucket as the plan sees it: the table with the plan's placements.
     /// `on_path` holds every bucket the path
     /// touches, so most reads skip the scan of the path.

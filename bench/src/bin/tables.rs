@@ -315,6 +315,47 @@ fn filter_ab(d: &Path, file: &str, log2: &str) -> R<String> {
     Ok(table(&[&head, "old", "new", "new/old", "ref", "new/ref"], &rows) + &c.source())
 }
 
+/// `build-ab`: the bulk build with and without the leftovers' prefetching,
+/// medians of the rounds, per table size.
+fn build_ab(d: &Path) -> R<String> {
+    let c = Csv::load(d, "filter_build_ab.csv")?;
+    let m = |variant: &str, log2: &str, metric: &str| -> R<f64> {
+        let v: Vec<f64> = c
+            .records()
+            .iter()
+            .filter(|r| r["variant"] == variant && r["buckets_log2"] == log2 && r["metric"] == metric)
+            .filter_map(|r| r["value"].parse().ok())
+            .collect();
+        if v.is_empty() {
+            return Err(format!("{}: no {variant} 2^{log2} {metric}", c.name));
+        }
+        Ok(median(v))
+    };
+    let mut rows = Vec::new();
+    for log2 in c.distinct("buckets_log2")? {
+        let mut row = vec![format!("2^{log2}")];
+        for metric in ["build_mops", "lookup_batched_mops", "lookup_single_mops"] {
+            let (old, new) = (m("old", log2, metric)?, m("new", log2, metric)?);
+            row.push(format!("{} → {}", f2(old), f2(new)));
+        }
+        row.push(format!(
+            "{:.2}×",
+            m("new", log2, "build_mops")? / m("old", log2, "build_mops")?
+        ));
+        rows.push(row);
+    }
+    Ok(table(
+        &[
+            "buckets",
+            "bulk build, M keys/s",
+            "batched lookups, M/s",
+            "single-key lookups, M/s",
+            "build new/old",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// `read-ab-layouts`: old / new for f = 12 with a 1-bit Bloom field, word
 /// and packed layouts, medians of the rounds.
 fn read_ab_layouts(d: &Path) -> R<String> {
@@ -327,7 +368,7 @@ fn read_ab_layouts(d: &Path) -> R<String> {
             .filter_map(|r| r["value"].parse().ok())
             .collect();
         if v.is_empty() {
-            return Err(format!("{}: no {variant} {layout} {metric}", c.name).into());
+            return Err(format!("{}: no {variant} {layout} {metric}", c.name));
         }
         Ok(median(v))
     };
@@ -338,7 +379,10 @@ fn read_ab_layouts(d: &Path) -> R<String> {
             f2(m("new-bloom1", layout, "bits_per_item")?),
         ];
         for metric in ["lookup_single_mops", "lookup_batched_mops"] {
-            let (old, new) = (m("old-bloom1", layout, metric)?, m("new-bloom1", layout, metric)?);
+            let (old, new) = (
+                m("old-bloom1", layout, metric)?,
+                m("new-bloom1", layout, metric)?,
+            );
             row.push(format!("{} → {}", f2(old), f2(new)));
             row.push(format!("{:.2}×", new / old));
         }
@@ -1158,6 +1202,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "read-ab-22" => filter_ab(dir, "filter_read_ab.csv", "22"),
         "read-ab-25" => filter_ab(dir, "filter_read_ab.csv", "25"),
         "read-ab-layouts" => read_ab_layouts(dir),
+        "build-ab" => build_ab(dir),
         "layouts" => layouts(dir),
         "worker-ab" => worker_ab(dir),
         "architecture-memory" => architecture(dir, false),

@@ -323,7 +323,9 @@ fn build_ab(d: &Path) -> R<String> {
         let v: Vec<f64> = c
             .records()
             .iter()
-            .filter(|r| r["variant"] == variant && r["buckets_log2"] == log2 && r["metric"] == metric)
+            .filter(|r| {
+                r["variant"] == variant && r["buckets_log2"] == log2 && r["metric"] == metric
+            })
             .filter_map(|r| r["value"].parse().ok())
             .collect();
         if v.is_empty() {

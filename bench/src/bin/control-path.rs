@@ -44,7 +44,7 @@ fn flow_rule(i: u64) -> Value {
     json!({"id": i, "match": {"flow": {
         "src": k.src_ip().to_string(), "dst": k.dst_ip().to_string(),
         "proto": "udp", "sport": k.sport, "dport": k.dport}},
-        "action": if i % 2 == 0 { "drop" } else { "allow" }})
+        "action": if i.is_multiple_of(2) { "drop" } else { "allow" }})
 }
 
 fn inserts(ids: std::ops::Range<u64>) -> Value {
@@ -352,7 +352,7 @@ fn main() {
     let t0 = Instant::now();
     while done < batches {
         while sent < batches && sent - done < in_flight {
-            let b = if sent % 2 == 0 {
+            let b = if sent.is_multiple_of(2) {
                 pending_deletes.push_back(next);
                 next += 1024;
                 inserts(next - 1024..next)

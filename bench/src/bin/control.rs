@@ -38,7 +38,7 @@ fn rule(i: u64) -> Rule {
     Rule {
         id: i as u32,
         matcher: Match::Flow(bench_flow(i)),
-        action: if i % 2 == 0 {
+        action: if i.is_multiple_of(2) {
             Action::Drop
         } else {
             Action::Allow
@@ -88,7 +88,7 @@ fn frames_for(installed: u64, n: usize, seed: u64) -> Arc<Vec<Vec<u8>>> {
     Arc::new(
         (0..n)
             .map(|_| {
-                let i = if rng.next() % 2 == 0 {
+                let i = if rng.next().is_multiple_of(2) {
                     rng.next() % installed
                 } else {
                     (1 << 40) + rng.next() % (1 << 30)

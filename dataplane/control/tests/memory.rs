@@ -86,7 +86,7 @@ fn flow_rule(i: u32) -> Rule {
             1024 + (i % 60_000) as u16,
             443,
         )),
-        action: if i % 2 == 0 {
+        action: if i.is_multiple_of(2) {
             Action::Drop
         } else {
             Action::Count

@@ -412,7 +412,7 @@ fn verify_mode_answers_equal_the_exact_tables_under_churn() {
                     let keys: [FlowKey; MAX_BURST] = std::array::from_fn(|_| {
                         x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
                         let i = (x >> 8) % universe;
-                        if i % 3 == 0 {
+                        if i.is_multiple_of(3) {
                             // Hits the prefix rules below (10.i.0.0/16).
                             FlowKey::v4([1, 2, 3, 4], [10, (i % 200) as u8, 7, 7], 6, 9, 9)
                         } else {
@@ -451,7 +451,7 @@ fn verify_mode_answers_equal_the_exact_tables_under_churn() {
             };
             let u = match installed[id as usize] {
                 None => Update::Insert(rule),
-                Some(_) if x % 2 == 0 => Update::Delete(id),
+                Some(_) if x.is_multiple_of(2) => Update::Delete(id),
                 Some(_) => Update::Modify(rule),
             };
             ups.push(u);

@@ -119,6 +119,23 @@ impl Csv {
             .ok_or_else(|| format!("{}: no row {want:?}", self.name))
     }
 
+    /// The median of column `col` over the rows where every `(column,
+    /// value)` matches (the rounds of an A/B); an error when none does.
+    fn median_where(&self, want: &[(&str, &str)], col: &str) -> R<f64> {
+        let idx: Vec<usize> = want.iter().map(|(c, _)| self.col(c)).collect::<R<_>>()?;
+        let k = self.col(col)?;
+        let v: Vec<f64> = self
+            .rows
+            .iter()
+            .filter(|r| idx.iter().zip(want).all(|(&i, (_, v))| r[i] == *v))
+            .map(|r| num(&r[k], &self.name))
+            .collect::<R<_>>()?;
+        if v.is_empty() {
+            return Err(format!("{}: no row {want:?}", self.name));
+        }
+        Ok(median(v))
+    }
+
     fn value(&self, want: &[(&str, &str)], col: &str) -> R<f64> {
         let r = self.find(want)?;
         num(&r[self.col(col)?], &self.name)
@@ -319,19 +336,15 @@ fn filter_ab(d: &Path, file: &str, log2: &str) -> R<String> {
 /// medians of the rounds, per table size.
 fn build_ab(d: &Path) -> R<String> {
     let c = Csv::load(d, "filter_build_ab.csv")?;
-    let m = |variant: &str, log2: &str, metric: &str| -> R<f64> {
-        let v: Vec<f64> = c
-            .records()
-            .iter()
-            .filter(|r| {
-                r["variant"] == variant && r["buckets_log2"] == log2 && r["metric"] == metric
-            })
-            .filter_map(|r| r["value"].parse().ok())
-            .collect();
-        if v.is_empty() {
-            return Err(format!("{}: no {variant} 2^{log2} {metric}", c.name));
-        }
-        Ok(median(v))
+    let m = |variant: &str, log2: &str, metric: &str| {
+        c.median_where(
+            &[
+                ("variant", variant),
+                ("buckets_log2", log2),
+                ("metric", metric),
+            ],
+            "value",
+        )
     };
     let mut rows = Vec::new();
     for log2 in c.distinct("buckets_log2")? {
@@ -362,17 +375,11 @@ fn build_ab(d: &Path) -> R<String> {
 /// and packed layouts, medians of the rounds.
 fn read_ab_layouts(d: &Path) -> R<String> {
     let c = Csv::load(d, "filter_read_ab.csv")?;
-    let m = |variant: &str, layout: &str, metric: &str| -> R<f64> {
-        let v: Vec<f64> = c
-            .records()
-            .iter()
-            .filter(|r| r["variant"] == variant && r["layout"] == layout && r["metric"] == metric)
-            .filter_map(|r| r["value"].parse().ok())
-            .collect();
-        if v.is_empty() {
-            return Err(format!("{}: no {variant} {layout} {metric}", c.name));
-        }
-        Ok(median(v))
+    let m = |variant: &str, layout: &str, metric: &str| {
+        c.median_where(
+            &[("variant", variant), ("layout", layout), ("metric", metric)],
+            "value",
+        )
     };
     let mut rows = Vec::new();
     for layout in ["word", "packed"] {

@@ -148,13 +148,17 @@ impl<S> RawTable<S> {
         (bit >> 6, (bit & 63) as u32)
     }
 
-    /// A packed bucket, extracted from the one or two words it spans.
+    /// A bucket in the one- or two-word form, read with `order` (the
+    /// writer's and the image's reads; lookups go through [`ReadView`],
+    /// which compiles the layout in).
     #[inline(always)]
-    fn load_packed(&self, bucket: usize, order: Ordering) -> u64 {
-        let (w, o) = self.packed_pos(bucket);
-        let lo = self.word(w).load(order);
-        let hi = self.word(w + 1).load(order);
-        extract_packed(lo, hi, o, self.packed_mask)
+    fn load(&self, bucket: usize, order: Ordering) -> Bucket {
+        let v = self.view();
+        match self.layout.kind() {
+            kind::PACKED => v.load::<{ kind::PACKED }>(bucket, order),
+            kind::TWO_WORDS => v.load::<{ kind::TWO_WORDS }>(bucket, order),
+            _ => v.load::<{ kind::ONE_WORD }>(bucket, order),
+        }
     }
 
     /// Writes a packed bucket into the one or two words it spans, keeping
@@ -172,30 +176,6 @@ impl<S> RawTable<S> {
             let hi = self.word(w + 1).load(Ordering::Relaxed);
             self.word(w + 1)
                 .store((hi & !(m >> sh)) | (value >> sh), order);
-        }
-    }
-
-    #[inline(always)]
-    fn load_w<const W: usize>(&self, bucket: usize, order: Ordering) -> Bucket {
-        if W == 1 && self.packed_mask != 0 {
-            return [self.load_packed(bucket, order), 0];
-        }
-        let base = bucket * W;
-        let w0 = self.word(base).load(order);
-        let w1 = if W == 2 {
-            self.word(base + 1).load(order)
-        } else {
-            0
-        };
-        [w0, w1]
-    }
-
-    #[inline(always)]
-    fn load(&self, bucket: usize, order: Ordering) -> Bucket {
-        if self.layout.words == 1 {
-            self.load_w::<1>(bucket, order)
-        } else {
-            self.load_w::<2>(bucket, order)
         }
     }
 
@@ -317,14 +297,6 @@ impl<S> RawTable<S> {
     }
 }
 
-/// A packed bucket from the two words it may span: `o` is its first bit in
-/// `lo`, `mask` has the bucket's width in ones.
-#[inline(always)]
-fn extract_packed(lo: u64, hi: u64, o: u32, mask: u64) -> u64 {
-    // `hi << (64 - o)`, written so that o = 0 shifts by 64 safely.
-    ((lo >> o) | ((hi << 1) << (63 - o))) & mask
-}
-
 /// What a reader needs from the table, copied out of [`RawTable`] into a
 /// value a batched lookup's loop keeps in registers. Why a copy:
 /// `RawTable` holds atomics, so the compiler cannot treat `&RawTable` as
@@ -346,20 +318,21 @@ pub(crate) struct ReadView<'a> {
 impl ReadView<'_> {
     /// One bucket, extracted into the one- or two-word form.
     #[inline(always)]
-    fn load<const K: u8>(&self, bucket: usize) -> Bucket {
+    fn load<const K: u8>(&self, bucket: usize, order: Ordering) -> Bucket {
         match K {
             kind::PACKED => {
                 let bit = bucket * self.packed_bits;
                 let (w, o) = (bit >> 6, (bit & 63) as u32);
-                let lo = self.words[w].load(Ordering::Acquire);
-                let hi = self.words[w + 1].load(Ordering::Acquire);
-                [extract_packed(lo, hi, o, self.packed_mask), 0]
+                let lo = self.words[w].load(order);
+                let hi = self.words[w + 1].load(order);
+                // `hi << (64 - o)`, written so that o = 0 shifts by 64 safely.
+                [((lo >> o) | ((hi << 1) << (63 - o))) & self.packed_mask, 0]
             }
             kind::TWO_WORDS => [
-                self.words[2 * bucket].load(Ordering::Acquire),
-                self.words[2 * bucket + 1].load(Ordering::Acquire),
+                self.words[2 * bucket].load(order),
+                self.words[2 * bucket + 1].load(order),
             ],
-            _ => [self.words[bucket].load(Ordering::Acquire), 0],
+            _ => [self.words[bucket].load(order), 0],
         }
     }
 
@@ -393,8 +366,8 @@ impl ReadView<'_> {
             let v2 = s2.load(Ordering::Acquire);
             if (v1 | v2) & 1 == 0 {
                 // Acquire loads: the re-check below cannot be hoisted above them.
-                let x = self.load::<K>(b1);
-                let y = self.load::<K>(b2);
+                let x = self.load::<K>(b1, Ordering::Acquire);
+                let y = self.load::<K>(b2, Ordering::Acquire);
                 if s1.load(Ordering::Acquire) == v1 && s2.load(Ordering::Acquire) == v2 {
                     return (x, y);
                 }

@@ -20,6 +20,7 @@ pub mod flow;
 pub mod prefix;
 pub mod protocol;
 pub mod rule;
+pub mod stream;
 mod strict;
 
 pub use batch::{
@@ -36,15 +37,24 @@ pub use rule::{parse_rule, rule_to_json, Action, Dir, Match, Rule, RuleError, Ru
 /// Reads and parses a rule file; every field is validated (the error names
 /// the rule and the field). Duplicate ids and matches are the rule store's
 /// to refuse: it is the one validator of a rule set, for files and batches.
+///
+/// The file is read as a stream of blocks ([`stream`]); a file the stream
+/// does not take (another spelling, a bad rule) is read again whole and
+/// parsed by [`parse_rule_file`], which names the first problem.
 pub fn read_rule_file(path: &std::path::Path) -> Result<Vec<Rule>, RuleError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let cannot = |e: std::io::Error| {
         RuleError::new(
             None,
             None,
             "",
             format!("cannot read {}: {e}", path.display()),
         )
-    })?;
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    if let Some(rules) = stream::read_rule_stream(file, stream::BLOCK).map_err(cannot)? {
+        return Ok(rules);
+    }
+    let text = std::fs::read_to_string(path).map_err(cannot)?;
     parse_rule_file(&text)
 }
 

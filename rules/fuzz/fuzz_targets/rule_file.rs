@@ -1,10 +1,12 @@
 //! Any text as a rule file: a rule set or an error naming what is wrong,
-//! never a panic; a valid rule set round-trips through JSON and through
-//! the binary snapshot records. Any bytes as binary records: a rule or an
+//! never a panic, and the streaming reader agrees with the whole-text one;
+//! a valid rule set round-trips through JSON and through the binary
+//! snapshot records. Any bytes as binary records: a rule or an
 //! error, and an accepted record is the canonical encoding of a rule the
 //! JSON form expresses identically.
 #![no_main]
 use cfdp_rules::binary::{decode, encode, RECORD};
+use cfdp_rules::stream::read_rule_stream;
 use cfdp_rules::{parse_rule, parse_rule_file, rule_to_json, PrefixClass};
 use libfuzzer_sys::fuzz_target;
 
@@ -14,6 +16,14 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(r) = decode(rec) {
             assert_eq!(&encode(&r), rec, "accepted a non-canonical record");
             assert_eq!(parse_rule(&rule_to_json(&r), None), Ok(r));
+        }
+    }
+    // The streaming reader only accepts, and what it accepts the whole-text
+    // parser accepts with the same rules, wherever the blocks are cut.
+    for block in [150, 4096] {
+        if let Some(rules) = read_rule_stream(data, block).expect("reading a slice") {
+            let text = std::str::from_utf8(data).expect("accepted text is UTF-8");
+            assert_eq!(parse_rule_file(text).as_ref(), Ok(&rules), "block {block}");
         }
     }
     let Ok(text) = std::str::from_utf8(data) else {

@@ -789,6 +789,76 @@ fn bulk_load_matches_the_batch_path_and_later_batches_see_it() {
     }
 }
 
+/// A bulk load's exact table is a base both copies share; batches change
+/// each copy's delta, and once the changes outgrow the base they are folded
+/// into a new shared base. Both copies answer exactly the rule set before
+/// and after the fold (checked key by key on each copy).
+#[test]
+fn churn_over_a_bulk_load_folds_into_a_new_shared_base() {
+    let loaded: Vec<Rule> = (0..20_000)
+        .map(|i| flow_rule(i + 1, i, Action::Drop))
+        .collect();
+    let cfg = StoreConfig {
+        flow_capacity: 1 << 17,
+        ..StoreConfig::default()
+    };
+    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+    let mut s = RuleStore::with_rules(cfg, stats, &loaded).unwrap();
+    let n = 100_000u32;
+    // Key index → rule id, the rule set the store must show.
+    let mut want: Vec<Option<u32>> = (0..n).map(|i| (i < 20_000).then_some(i + 1)).collect();
+    let check = |s: &mut RuleStore, want: &[Option<u32>], when: &str| {
+        // Once on each copy: a one-rule batch swaps them.
+        for copy in 0..2 {
+            for (i, w) in want.iter().enumerate() {
+                let got = published(s, &flow(i as u32)).map(|r| r.id);
+                assert_eq!(got, *w, "{when}, copy {copy}, key {i}");
+            }
+            let probe = flow_rule(900_000 + copy, 900_000 + copy, Action::Allow);
+            let b = batch(Atomicity::RollbackOnError, vec![Update::Insert(probe)]);
+            assert!(apply(s, &b).all_ok());
+            let b = batch(
+                Atomicity::RollbackOnError,
+                vec![Update::Delete(900_000 + copy)],
+            );
+            assert!(apply(s, &b).all_ok());
+        }
+    };
+    check(&mut s, &want, "loaded");
+    // Every other loaded rule deleted, 80 000 new ones inserted, modified
+    // rules among them: the changes outgrow the 20 000-rule base.
+    let mut ups: Vec<Update> = (0..20_000)
+        .step_by(2)
+        .map(|i| Update::Delete(i + 1))
+        .collect();
+    ups.extend((20_000..n).map(|i| Update::Insert(flow_rule(i + 1, i, Action::Drop))));
+    ups.extend(
+        (1..20_000)
+            .step_by(2)
+            .map(|i| Update::Modify(flow_rule(i + 1, i, Action::Count))),
+    );
+    // Hash tables never shrink on removal: only a fold (a new base, empty
+    // deltas) makes the tables' memory drop between two batches.
+    let (mut last, mut folds) = (s.memory().tables, 0);
+    for chunk in ups.chunks(4096) {
+        assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, chunk.to_vec())).all_ok());
+        let now = s.memory().tables;
+        if 10 * now < 8 * last {
+            folds += 1;
+        }
+        last = now;
+    }
+    for i in (0..20_000).step_by(2) {
+        want[i] = None;
+    }
+    for (i, w) in want.iter_mut().enumerate().skip(20_000) {
+        *w = Some(i as u32 + 1);
+    }
+    check(&mut s, &want, "after the churn");
+    assert_eq!(folds, 1, "one fold: the changes outgrew the base once");
+    assert_eq!(s.len(), 90_000);
+}
+
 /// The second half of a commit (wait for the workers to leave the old
 /// copy, then take deleted keys out of the filters and recycle their
 /// slots) runs after the answer: a deleted rule is gone from the published

@@ -4,6 +4,7 @@
 //!
 //! * [`tables`]: the published rule tables workers read (filters, exact
 //!   tables, slots) and the operations that change them; the one classifier.
+//! * [`shared`]: the exact tables' map, whose bulk both copies share.
 //! * [`matcher`]: matching a burst through the filters (modes `verify`,
 //!   `filter-only`, `exact`), with batched prefetching lookups.
 //! * [`worker`]: decode → fragments → hash → match → verdict → counters for
@@ -20,14 +21,16 @@
 
 pub mod backend;
 pub mod matcher;
+pub mod shared;
 pub mod stats;
 pub mod tables;
 pub mod worker;
 
 pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx};
 pub use matcher::{filter_params, Mode, MAX_BURST};
+pub use shared::SharedMap;
 pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
-pub use tables::{ClassTables, Op, RuleRef, Tables};
+pub use tables::{ClassTables, Folded, Op, RuleRef, Tables};
 pub use worker::{
     FlowTable, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions, HOLD_LIMITS,
 };

@@ -28,6 +28,9 @@
 //! table, so the answer is exactly the copy's rule set: stale filter entries
 //! cost a table probe, never a wrong action, and no key of the copy is ever
 //! missing from the filter (filters have no false negatives).
+//!
+//! The exact tables are [`SharedMap`]s: a bulk-loaded base both copies
+//! share, and each copy's own changes since (see [`crate::shared`]).
 
 use std::sync::Arc;
 
@@ -35,6 +38,8 @@ use cfdp_filter::Filter;
 use cfdp_rules::{Action, FlowKey, PrefixClass};
 use hashbrown::HashMap;
 use left_right::Absorb;
+
+use crate::shared::SharedMap;
 
 /// An installed rule as a worker sees it: what a match resolves to. The
 /// rule's id is not here (8 bytes instead of 12, in both copies of a
@@ -52,14 +57,14 @@ pub struct RuleRef {
 pub struct ClassTables {
     pub class: PrefixClass,
     pub filter: Arc<Filter>,
-    pub entries: HashMap<[u8; 16], RuleRef>,
+    pub entries: SharedMap<[u8; 16], RuleRef>,
 }
 
 /// One copy of the published rule tables.
 #[derive(Clone)]
 pub struct Tables {
     pub flow_filter: Arc<Filter>,
-    pub exact: HashMap<FlowKey, RuleRef>,
+    pub exact: SharedMap<FlowKey, RuleRef>,
     /// In priority order (longest prefix first; see `cfdp_rules::set`).
     pub classes: Vec<ClassTables>,
     /// Rule by slot: filter-only mode reads its actions from here (the
@@ -77,7 +82,7 @@ impl Tables {
     pub fn new(flow_filter: Arc<Filter>, keep_slots: bool) -> Self {
         Self {
             flow_filter,
-            exact: HashMap::new(),
+            exact: SharedMap::default(),
             classes: Vec::new(),
             slots: Vec::new(),
             keep_slots,
@@ -99,16 +104,34 @@ impl Tables {
         }
     }
 
-    /// Heap bytes of this copy's tables (filters excluded: they are shared
-    /// by both copies and accounted once by their owner).
-    pub fn memory_bytes(&self) -> usize {
-        table_bytes(&self.exact)
+    /// Heap bytes of the exact tables' bases, which both copies share
+    /// (count them once).
+    pub fn shared_memory_bytes(&self) -> usize {
+        self.exact.shared_bytes()
             + self
                 .classes
                 .iter()
-                .map(|c| table_bytes(&c.entries) + std::mem::size_of::<ClassTables>())
+                .map(|c| c.entries.shared_bytes())
+                .sum::<usize>()
+    }
+
+    /// Heap bytes this copy holds alone: the exact tables' changes since
+    /// their bases, the slot array (filters excluded: they are shared by
+    /// both copies and accounted once by their owner).
+    pub fn own_memory_bytes(&self) -> usize {
+        self.exact.own_bytes()
+            + self
+                .classes
+                .iter()
+                .map(|c| c.entries.own_bytes() + std::mem::size_of::<ClassTables>())
                 .sum::<usize>()
             + self.slots.capacity() * std::mem::size_of::<Option<RuleRef>>()
+    }
+
+    /// Whether an exact table's changes have outgrown its base: time for
+    /// an [`Op::Fold`].
+    pub fn needs_fold(&self) -> bool {
+        self.exact.needs_fold() || self.classes.iter().any(|c| c.entries.needs_fold())
     }
 
     /// Number of rules in this copy.
@@ -178,6 +201,48 @@ pub enum Op {
     SetFlowFilter(Arc<Filter>),
     SetClassFilter(PrefixClass, Arc<Filter>),
     SetGeneration(u64),
+    /// Folds every exact table whose changes have outgrown its base into a
+    /// new base. The first copy to absorb it records the new bases here,
+    /// and the second copy takes them (both copies are in the same state
+    /// at this point of the log), so a fold is computed once.
+    Fold(Option<Folded>),
+}
+
+/// A prefix class's exact table as a shared base.
+type ClassBase = Arc<HashMap<[u8; 16], RuleRef>>;
+
+/// The new bases of a fold.
+#[derive(Clone, Default)]
+pub struct Folded {
+    exact: Option<Arc<HashMap<FlowKey, RuleRef>>>,
+    classes: Vec<(PrefixClass, ClassBase)>,
+}
+
+impl Tables {
+    fn fold(&mut self) -> Folded {
+        let mut f = Folded::default();
+        if self.exact.needs_fold() {
+            f.exact = Some(self.exact.folded());
+        }
+        for c in &self.classes {
+            if c.entries.needs_fold() {
+                f.classes.push((c.class, c.entries.folded()));
+            }
+        }
+        self.rebase(&f);
+        f
+    }
+
+    fn rebase(&mut self, f: &Folded) {
+        if let Some(b) = &f.exact {
+            self.exact.rebase(Arc::clone(b));
+        }
+        for (class, b) in &f.classes {
+            if let Some(c) = self.class_mut(class) {
+                c.entries.rebase(Arc::clone(b));
+            }
+        }
+    }
 }
 
 impl Absorb<Op> for Tables {
@@ -223,7 +288,7 @@ impl Absorb<Op> for Tables {
                         ClassTables {
                             class: *c,
                             filter: Arc::clone(f),
-                            entries: HashMap::new(),
+                            entries: SharedMap::default(),
                         },
                     );
                 }
@@ -238,6 +303,10 @@ impl Absorb<Op> for Tables {
                 }
             }
             Op::SetGeneration(g) => self.generation = *g,
+            Op::Fold(done) => match done {
+                Some(f) => self.rebase(f),
+                None => *done = Some(self.fold()),
+            },
         }
     }
 

@@ -7,9 +7,10 @@
 //! two left-right copies) and place keys one cuckoo walk at a time. Here
 //! the exact tables are built once at their final size while validating,
 //! every filter is made by `Filter::build` (sorted bulk placement) at a
-//! size that fits its keys, and the second left-right copy is a clone.
+//! size that fits its keys, and the exact tables become the bases both
+//! left-right copies share.
 
-use cfdp_engine::ClassTables;
+use cfdp_engine::{ClassTables, SharedMap};
 use cfdp_filter::BuildError;
 use cfdp_rules::FlowKey;
 
@@ -127,7 +128,9 @@ impl RuleStore {
         let flow_filter = build_filter(&cfg, cfg.flow_capacity, &flow_keys, || "flow".into())?;
         drop(flow_keys);
         let mut tables = Tables::new(Arc::clone(&flow_filter), keep_slots);
-        tables.exact = exact;
+        // The bases both left-right copies share: the second copy costs no
+        // clone of the tables (see `cfdp_engine::shared`).
+        tables.exact = SharedMap::from_base(exact);
         let mut store_classes = HashMap::with_capacity(classes.len());
         for (c, (entries, keys)) in classes {
             let cap = cfg.prefix_capacity.max(keys.len() * 9 / 8);
@@ -136,7 +139,7 @@ impl RuleStore {
             tables.classes.push(ClassTables {
                 class: c,
                 filter: f,
-                entries,
+                entries: SharedMap::from_base(entries),
             });
         }
         tables.classes.sort_by_key(|x| (x.class.rank(), x.class));

@@ -48,6 +48,12 @@ impl RuleStore {
         for op in p.ops.drain(..) {
             self.w.append(op);
         }
+        // Changes that outgrew their bulk-loaded base are folded into a new
+        // shared base (decided on the published copy, one batch behind:
+        // the fold takes whatever the log holds then).
+        if self.w.enter().is_some_and(|t| t.needs_fold()) {
+            self.w.append(Op::Fold(None));
+        }
         self.w.append(Op::SetGeneration(generation));
         self.w.publish();
         self.generation = generation;

@@ -84,12 +84,16 @@ pub struct MemoryStats {
 impl RuleStore {
     /// Heap memory of the rule set by component.
     pub fn memory(&self) -> MemoryStats {
-        let tables = self.w.enter().map_or(0, |t| t.memory_bytes());
+        let (shared, own) = self
+            .w
+            .enter()
+            .map_or((0, 0), |t| (t.shared_memory_bytes(), t.own_memory_bytes()));
         let mut m = MemoryStats {
             rule_store: self.rules.memory_bytes(),
-            // Both copies hold the same tables (the second is a clone or
-            // replays the same operations): the published one, twice.
-            tables: 2 * tables,
+            // The exact tables' bases are shared by both copies; each copy
+            // holds the same changes since (it replays the same
+            // operations): the published one's, twice.
+            tables: shared + 2 * own,
             filters: self.filters().map(|(_, f)| f.stats().memory_bytes).sum(),
             rule_counters: self.stats.rule_counter_bytes(),
             other: cfdp_engine::tables::table_bytes(&self.baselines)

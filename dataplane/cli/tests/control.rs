@@ -487,15 +487,15 @@ fn stats_answer_while_a_long_batch_is_applied() {
         &dir,
         1000,
         &format!(
-            "max_batch = 400000\nmax_line_bytes = 134217728\nmetrics = \"127.0.0.1:{metrics}\"\n"
+            "max_batch = 700000\nmax_line_bytes = 268435456\nmetrics = \"127.0.0.1:{metrics}\"\n"
         ),
     );
     let mut slow = UnixStream::connect(&srv.socket).unwrap();
     let mut quick = srv.client();
     let g0 = quick.call("stats", json!({})).unwrap()["result"]["generation"].clone();
-    // 300 000 inserts in one batch (the filter grows several times).
+    // 600 000 inserts in one batch (the filter grows several times).
     let mut line = String::from(r#"{"id": 1, "method": "apply", "params": {"updates": ["#);
-    for i in 0..300_000u32 {
+    for i in 0..600_000u32 {
         let a = std::net::Ipv4Addr::from(0x0a00_0000 + i);
         if i > 0 {
             line.push(',');

@@ -84,7 +84,12 @@ fn main() {
         // 2^23 rules the fingerprint would be under 8 bits and cfdp refuses
         // the configuration.
         .filter(|(_, mode)| *mode != Mode::FilterOnly || n <= 1 << 23)
-        .map(|(name, mode)| (name, RuleStore::fixed(&rules, mode, 1).expect("rules load")))
+        .map(|(name, mode)| {
+            (
+                name,
+                RuleStore::fixed(&rules[..], mode, 1).expect("rules load"),
+            )
+        })
         .collect();
         drop(rules);
         for match_pct in [1u64, 50] {

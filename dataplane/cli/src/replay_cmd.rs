@@ -39,12 +39,13 @@ pub fn replay(a: Args) -> ExitCode {
     }
     let parsed = t.elapsed();
     // The store refuses duplicate ids and matches, naming the rule.
-    let (store, cx) = match RuleStore::fixed(&rules, a.mode, a.workers) {
+    let n = rules.len();
+    let (store, cx) = match RuleStore::fixed(rules, a.mode, a.workers) {
         Ok(x) => {
             if let Some(path) = &a.rules {
                 eprintln!(
                     "cfdp: {} rules from {}: read in {:.2} s, installed in {:.2} s",
-                    rules.len(),
+                    n,
                     path.display(),
                     parsed.as_secs_f64(),
                     (t.elapsed() - parsed).as_secs_f64()

@@ -41,17 +41,17 @@ fn build_store(
             .map_err(|e| format!("{}: {e}", cfg.rules.file))
     };
     if cfg.control.state_dir.is_empty() {
-        let store = RuleStore::with_rules(scfg, stats, &file_rules()?)?;
+        let store = RuleStore::with_rules(scfg, stats, file_rules()?)?;
         return Ok((store, None));
     }
     let dir = Path::new(&cfg.control.state_dir);
-    let restored = journal::restore(dir).map_err(|e| format!("state_dir: {e}"))?;
+    let mut restored = journal::restore(dir).map_err(|e| format!("state_dir: {e}"))?;
     if let Some(w) = &restored.dropped_tail {
         eprintln!("cfdp: warning: {w}");
     }
     if restored.is_empty() {
         let rules = file_rules()?;
-        let store = RuleStore::with_rules(scfg, stats, &rules)?;
+        let store = RuleStore::with_rules(scfg, stats, rules)?;
         let mut j = Journal::open(dir, 0)?;
         j.compact(store.generation(), &store.rules())?;
         eprintln!(
@@ -66,7 +66,7 @@ fn build_store(
         );
         return Ok((store, Some(j)));
     }
-    let mut store = RuleStore::with_rules(scfg, stats, &restored.rules)
+    let mut store = RuleStore::with_rules(scfg, stats, std::mem::take(&mut restored.rules))
         .map_err(|e| format!("state_dir snapshot does not load: {e}"))?;
     store.set_generation(restored.snapshot_generation);
     for (g, updates) in &restored.records {

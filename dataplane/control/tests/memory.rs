@@ -106,7 +106,7 @@ fn two_million_flow_rules_fit_the_memory_bound() {
     PEAK.store(base, Relaxed);
     // The load as `cfdp run` does it: the parsed rule list, then the store.
     let rules: Vec<Rule> = (0..RULES).map(flow_rule).collect();
-    let store = RuleStore::with_rules(cfg, stats, &rules).unwrap();
+    let store = RuleStore::with_rules(cfg, stats, &rules[..]).unwrap();
     drop(rules);
     let steady = (LIVE.load(Relaxed) - base) as f64;
     let peak = (PEAK.load(Relaxed) - base) as f64;

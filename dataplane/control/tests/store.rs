@@ -600,7 +600,7 @@ const PRIORITY_FILE: &str = r#"{"rules": [
 #[test]
 fn priority_is_exact_then_longest_then_specific_then_dst() {
     let rules = cfdp_rules::parse_rule_file(PRIORITY_FILE).unwrap();
-    let (s, cx) = RuleStore::fixed(&rules, Mode::Verify, 1).unwrap();
+    let (s, cx) = RuleStore::fixed(&rules[..], Mode::Verify, 1).unwrap();
     assert_eq!(s.len(), 7);
     let v4 = |s: [u8; 4], d: [u8; 4], p: u8, sp: u16, dp: u16| FlowKey::v4(s, d, p, sp, dp);
     let v6 = |src: &str, dst: &str, p: u8, sp: u16, dp: u16| {
@@ -674,7 +674,7 @@ fn rule_files_with_duplicates_are_refused_naming_the_rule() {
     ];
     for (text, want) in cases {
         let rules = cfdp_rules::parse_rule_file(text).unwrap();
-        let err = RuleStore::fixed(&rules, Mode::Verify, 1)
+        let err = RuleStore::fixed(&rules[..], Mode::Verify, 1)
             .err()
             .expect("refused");
         assert_eq!(err, want);
@@ -706,7 +706,7 @@ fn bulk_load_matches_the_batch_path_and_later_batches_see_it() {
             ..StoreConfig::default()
         };
         let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
-        let mut bulk = RuleStore::with_rules(cfg.clone(), stats, &rules).unwrap();
+        let mut bulk = RuleStore::with_rules(cfg.clone(), stats, &rules[..]).unwrap();
         let mut batched = store(cfg);
         let r = apply(
             &mut batched,
@@ -803,7 +803,7 @@ fn churn_over_a_bulk_load_folds_into_a_new_shared_base() {
         ..StoreConfig::default()
     };
     let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
-    let mut s = RuleStore::with_rules(cfg, stats, &loaded).unwrap();
+    let mut s = RuleStore::with_rules(cfg, stats, &loaded[..]).unwrap();
     let n = 100_000u32;
     // Key index → rule id, the rule set the store must show.
     let mut want: Vec<Option<u32>> = (0..n).map(|i| (i < 20_000).then_some(i + 1)).collect();

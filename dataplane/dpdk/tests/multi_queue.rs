@@ -99,7 +99,7 @@ fn run(eal: &Eal, tag: &str, frames: &[GenFrame], queues: u16) -> Outcome {
         stop_when_idle_ms: 300,
     };
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
-    let (_store, cx) = RuleStore::fixed(&rules, Mode::Verify, usize::from(queues)).unwrap();
+    let (_store, cx) = RuleStore::fixed(&rules[..], Mode::Verify, usize::from(queues)).unwrap();
     let report = backend::run(eal, &opts, &cx, &AtomicBool::new(false)).expect("run");
     Outcome {
         out: collect

@@ -50,7 +50,7 @@ fn frames_injected_through_net_ring_get_their_hand_worked_verdicts() {
     assert_eq!(inject.inject(&pool, &data), frames.len());
 
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
-    let (_store, cx) = RuleStore::fixed(&rules, Mode::Verify, 1).unwrap();
+    let (_store, cx) = RuleStore::fixed(&rules[..], Mode::Verify, 1).unwrap();
     let report = backend::run(&eal, &opts, &cx, &AtomicBool::new(false)).expect("run");
     assert_eq!(report.tx_dropped, 0);
 

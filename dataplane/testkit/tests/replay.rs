@@ -33,7 +33,7 @@ fn frames_of(path: &Path) -> Vec<Vec<u8>> {
 
 fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
-    let (store, dp) = RuleStore::fixed(&rules, mode, workers).unwrap();
+    let (store, dp) = RuleStore::fixed(&rules[..], mode, workers).unwrap();
     let opts = ReplayOptions {
         input: repo().join("pcap/mixed.pcap"),
         out: Some(dir.join("out.pcap")),
@@ -214,7 +214,7 @@ fn fragments_sent_before_their_first_fragment_get_its_verdict() {
         let input = dir.join("reordered.pcap");
         gen::write_pcap(&input, &frames).unwrap();
         let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
-        let (_store, dp) = RuleStore::fixed(&rules, Mode::Verify, workers).unwrap();
+        let (_store, dp) = RuleStore::fixed(&rules[..], Mode::Verify, workers).unwrap();
         let opts = ReplayOptions {
             input,
             out: Some(dir.join("out.pcap")),

@@ -24,7 +24,7 @@ impl RuleStore {
     pub(super) fn build(
         cfg: StoreConfig,
         stats: Arc<LiveStats>,
-        rules: &[Rule],
+        rules: Vec<Rule>,
     ) -> Result<Self, String> {
         check_max_rules(&cfg)?;
         let n = rules.len();
@@ -32,7 +32,7 @@ impl RuleStore {
         // Per-class sizes first, so every table is allocated once.
         let mut class_sizes: HashMap<PrefixClass, usize> = HashMap::new();
         let mut flows = 0usize;
-        for r in rules {
+        for r in &rules {
             match PrefixClass::of(&r.matcher) {
                 Some((c, _)) => *class_sizes.entry(c).or_default() += 1,
                 None => flows += 1,
@@ -50,7 +50,7 @@ impl RuleStore {
         type Found = Option<(usize, String)>;
         let (matches, ids) = std::thread::scope(|s| {
             let ids = s.spawn(|| {
-                let mut set = RuleSet::with_capacity(n);
+                let mut slot_of: HashMap<RuleId, u32> = HashMap::with_capacity(n);
                 let mut flow_keys: Keys = Vec::with_capacity(flows);
                 let mut class_keys: HashMap<PrefixClass, Keys> = class_sizes
                     .iter()
@@ -59,11 +59,11 @@ impl RuleStore {
                 let mut count_rules = std::collections::BTreeMap::new();
                 let mut found: Found = None;
                 for (i, r) in rules.iter().enumerate() {
-                    if set.contains(r.id) {
+                    let slot = i as u32;
+                    if slot_of.insert(r.id, slot).is_some() {
                         found = Some((i, id_taken(r.id)));
                         break;
                     }
-                    let slot = i as u32;
                     if !stats.ensure_slot(slot) {
                         found = Some((i, format!("{n} rules do not fit: raise control.max_rules")));
                         break;
@@ -80,9 +80,8 @@ impl RuleStore {
                     if r.action == cfdp_rules::Action::Count {
                         count_rules.insert(r.id, slot);
                     }
-                    set.insert(Stored { rule: *r, slot });
                 }
-                (set, flow_keys, class_keys, count_rules, found)
+                (slot_of, flow_keys, class_keys, count_rules, found)
             });
             let mut exact: HashMap<FlowKey, RuleRef> = HashMap::with_capacity(flows);
             let mut class_entries: HashMap<PrefixClass, HashMap<[u8; 16], RuleRef>> = class_sizes
@@ -112,7 +111,7 @@ impl RuleStore {
             ((exact, class_entries, found), ids)
         });
         let (exact, mut class_entries, match_err) = matches;
-        let (set, flow_keys, class_keys, count_rules, id_err) = ids;
+        let (slot_of, flow_keys, class_keys, count_rules, id_err) = ids;
         let first = match (id_err, match_err) {
             (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
             (a, b) => a.or(b),
@@ -120,6 +119,8 @@ impl RuleStore {
         if let Some((i, msg)) = first {
             return Err(at(i, &rules[i], msg));
         }
+        // The parsed list itself becomes the rule store (rule i at slot i).
+        let set = RuleSet::from_parts(slot_of, rules);
         let classes: HashMap<PrefixClass, (HashMap<[u8; 16], RuleRef>, Keys)> = class_keys
             .into_iter()
             .map(|(c, keys)| (c, (class_entries.remove(&c).unwrap_or_default(), keys)))

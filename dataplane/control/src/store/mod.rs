@@ -235,10 +235,11 @@ impl RuleStore {
     /// workers, and the context its workers read (`cfdp replay`, tests,
     /// benchmarks). Keep the store alive while the workers run.
     pub fn fixed(
-        rules: &[Rule],
+        rules: impl Into<Vec<Rule>>,
         mode: Mode,
         workers: usize,
     ) -> Result<(RuleStore, WorkerContext), String> {
+        let rules = rules.into();
         let cfg = StoreConfig {
             mode,
             ..Default::default()
@@ -253,11 +254,14 @@ impl RuleStore {
     /// (the first problem is the error, naming the rule by position and id:
     /// `rule #2 (id 7): ...`) and built in bulk: tables at their final
     /// size, filters by `Filter::build`, no operation log (see `bulk`).
+    /// A `Vec` is taken as it is (it becomes the rule store); a slice is
+    /// copied.
     pub fn with_rules(
         mut cfg: StoreConfig,
         stats: Arc<LiveStats>,
-        rules: &[Rule],
+        rules: impl Into<Vec<Rule>>,
     ) -> Result<Self, String> {
+        let rules = rules.into();
         let flows = rules
             .iter()
             .filter(|r| matches!(r.matcher, Match::Flow(_)))

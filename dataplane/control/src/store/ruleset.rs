@@ -15,14 +15,29 @@ use super::Stored;
 #[derive(Default)]
 pub(super) struct RuleSet {
     slot_of: HashMap<RuleId, u32>,
-    by_slot: Vec<Option<Rule>>,
+    /// Rule by slot. Only slots marked in `taken` hold a committed rule (a
+    /// freed slot keeps its last rule until it is reused), so a bulk
+    /// load's parsed rule list becomes this array as it is: no second
+    /// copy of every rule while loading (480 MB at ten million rules).
+    by_slot: Vec<Rule>,
+    /// One bit per slot of `by_slot`.
+    taken: Vec<u64>,
 }
 
 impl RuleSet {
-    pub(super) fn with_capacity(n: usize) -> Self {
+    /// The rules of a bulk load, rule `i` at slot `i`, with their id index
+    /// (which must map every rule's id to its position).
+    pub(super) fn from_parts(slot_of: HashMap<RuleId, u32>, by_slot: Vec<Rule>) -> Self {
+        debug_assert_eq!(slot_of.len(), by_slot.len());
+        let n = by_slot.len();
+        let mut taken = vec![u64::MAX; n.div_ceil(64)];
+        if !n.is_multiple_of(64) {
+            taken[n / 64] = (1u64 << (n % 64)) - 1;
+        }
         Self {
-            slot_of: HashMap::with_capacity(n),
-            by_slot: Vec::with_capacity(n),
+            slot_of,
+            by_slot,
+            taken,
         }
     }
 
@@ -34,19 +49,22 @@ impl RuleSet {
         self.slot_of.is_empty()
     }
 
-    pub(super) fn contains(&self, id: RuleId) -> bool {
-        self.slot_of.contains_key(&id)
+    fn is_taken(&self, slot: u32) -> bool {
+        let s = slot as usize;
+        self.taken
+            .get(s / 64)
+            .is_some_and(|w| w & (1 << (s % 64)) != 0)
     }
 
     pub(super) fn get(&self, id: RuleId) -> Option<Stored> {
         let slot = *self.slot_of.get(&id)?;
-        let rule = self.by_slot.get(slot as usize).copied().flatten()?;
+        let rule = self.at(slot)?;
         Some(Stored { rule, slot })
     }
 
     /// The rule at `slot`.
     pub(super) fn at(&self, slot: u32) -> Option<Rule> {
-        self.by_slot.get(slot as usize).copied().flatten()
+        self.is_taken(slot).then(|| self.by_slot[slot as usize])
     }
 
     /// Adds or replaces rule `s.rule.id` (at `s.slot`).
@@ -58,9 +76,12 @@ impl RuleSet {
         }
         let i = s.slot as usize;
         if self.by_slot.len() <= i {
-            self.by_slot.resize(i + 1, None);
+            // New slots in between hold a copy of this rule, not taken.
+            self.by_slot.resize(i + 1, s.rule);
+            self.taken.resize(self.by_slot.len().div_ceil(64), 0);
         }
-        self.by_slot[i] = Some(s.rule);
+        self.by_slot[i] = s.rule;
+        self.taken[i / 64] |= 1 << (i % 64);
     }
 
     pub(super) fn remove(&mut self, id: RuleId) {
@@ -72,26 +93,23 @@ impl RuleSet {
     /// Empties `slot` if it still holds rule `id` (within one batch another
     /// rule may already have been written there).
     fn clear_slot(&mut self, slot: u32, id: RuleId) {
-        if let Some(r) = self.by_slot.get_mut(slot as usize) {
-            if r.is_some_and(|r| r.id == id) {
-                *r = None;
-            }
+        if self.at(slot).is_some_and(|r| r.id == id) {
+            let s = slot as usize;
+            self.taken[s / 64] &= !(1 << (s % 64));
         }
     }
 
     /// Every rule with its slot, in slot order.
     pub(super) fn iter(&self) -> impl Iterator<Item = Stored> + '_ {
-        self.by_slot.iter().enumerate().filter_map(|(slot, r)| {
-            r.map(|rule| Stored {
-                rule,
-                slot: slot as u32,
-            })
-        })
+        (0..self.by_slot.len() as u32)
+            .filter_map(|slot| self.at(slot).map(|rule| Stored { rule, slot }))
     }
 
-    /// Heap bytes: the id index and the slot array.
+    /// Heap bytes: the id index, the slot array and its bits.
     pub(super) fn memory_bytes(&self) -> usize {
-        table_bytes(&self.slot_of) + self.by_slot.capacity() * std::mem::size_of::<Option<Rule>>()
+        table_bytes(&self.slot_of)
+            + self.by_slot.capacity() * std::mem::size_of::<Rule>()
+            + self.taken.capacity() * 8
     }
 }
 
@@ -147,5 +165,20 @@ mod tests {
         assert_eq!(s.len(), 2);
         let ids: Vec<RuleId> = s.iter().map(|x| x.rule.id).collect();
         assert_eq!(ids, [9, 11]);
+        assert_eq!(s.at(1), None, "a slot between two rules is not taken");
+    }
+
+    #[test]
+    fn a_bulk_load_takes_exactly_its_slots() {
+        for n in [1u32, 63, 64, 65, 130] {
+            let rules: Vec<Rule> = (0..n).map(|i| rule(i + 100, 8)).collect();
+            let index = (0..n).map(|i| (i + 100, i)).collect();
+            let mut s = RuleSet::from_parts(index, rules);
+            assert_eq!(s.iter().count(), n as usize);
+            assert_eq!(s.at(n - 1).map(|r| r.id), Some(n + 99));
+            assert_eq!(s.at(n), None);
+            s.remove(100);
+            assert_eq!((s.at(0), s.get(100), s.len()), (None, None, n as usize - 1));
+        }
     }
 }

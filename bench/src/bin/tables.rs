@@ -853,12 +853,13 @@ fn large_rules(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
-/// `large-rules-ab`: 10 M rules, the old and new load paths alternated.
-fn large_rules_ab(d: &Path) -> R<String> {
-    let c = Csv::load(d, "large_rules_ab.csv")?;
+/// `large-rules-ab*`: 10 M rules, an old and a new load path alternated
+/// (ready times per run, and the peak RSS of the starts from a rule file).
+fn large_rules_ab(d: &Path, file: &str) -> R<String> {
+    let c = Csv::load(d, file)?;
     let recs = c.records();
     let [old, new] = c.distinct("build")?[..] else {
-        return Err("large_rules_ab.csv: two builds expected".into());
+        return Err(format!("{file}: two builds expected"));
     };
     let runs = |b: &str, src: &str| -> R<Vec<f64>> {
         recs.iter()
@@ -886,6 +887,25 @@ fn large_rules_ab(d: &Path) -> R<String> {
             format!("{:.2}×", median(a.clone()) / median(b.clone())),
         ]);
     }
+    let peaks = |b: &str| -> R<Vec<f64>> {
+        recs.iter()
+            .filter(|r| r["build"] == b && r["source"] == "file")
+            .map(|r| num(r["peak_rss_bytes"], &c.name).map(|x| x / 1e9))
+            .collect()
+    };
+    let (a, b) = (peaks(old)?, peaks(new)?);
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.2} GB"))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    };
+    rows.push(vec![
+        "peak RSS, `cfdp run` from a rule file".to_owned(),
+        list(&a),
+        list(&b),
+        format!("{:.2}× less", median(a.clone()) / median(b.clone())),
+    ]);
     let (h_old, h_new) = (format!("{old}, s"), format!("{new}, s"));
     Ok(table(
         &[
@@ -1223,7 +1243,8 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "lookup" => lookup(dir),
         "lookup-scaling" => lookup_scaling(dir),
         "large-rules" => large_rules(dir),
-        "large-rules-ab" => large_rules_ab(dir),
+        "large-rules-ab" => large_rules_ab(dir, "large_rules_ab.csv"),
+        "large-rules-ab-stream" => large_rules_ab(dir, "large_rules_ab_stream.csv"),
         "control-path" => control_path(dir),
         "control-path-stages" => control_path_stages(dir),
         "control-batch" => control_batch(dir),

@@ -73,8 +73,10 @@ unsafe impl GlobalAlloc for Counting {
 static COUNTING: Counting = Counting;
 
 const RULES: u32 = 2_000_000;
-/// Steady heap bytes per exact-flow rule, verify mode.
-const BOUND: f64 = 310.0;
+/// Steady heap bytes per exact-flow rule, verify mode (204 measured: the
+/// exact table's base is shared by both left-right copies; a second copy
+/// of it would be ~50 more).
+const BOUND: f64 = 230.0;
 
 fn flow_rule(i: u32) -> Rule {
     Rule {
@@ -106,8 +108,8 @@ fn two_million_flow_rules_fit_the_memory_bound() {
     PEAK.store(base, Relaxed);
     // The load as `cfdp run` does it: the parsed rule list, then the store.
     let rules: Vec<Rule> = (0..RULES).map(flow_rule).collect();
-    let store = RuleStore::with_rules(cfg, stats, &rules[..]).unwrap();
-    drop(rules);
+    // The list itself becomes the rule store.
+    let store = RuleStore::with_rules(cfg, stats, rules).unwrap();
     let steady = (LIVE.load(Relaxed) - base) as f64;
     let peak = (PEAK.load(Relaxed) - base) as f64;
     let per_rule = steady / RULES as f64;

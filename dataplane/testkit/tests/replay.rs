@@ -169,7 +169,7 @@ fn damaged_capture_reports_what_was_read() {
     }
     let cut = dir.join("cut.pcap");
     std::fs::write(&cut, &bytes[..off + 20]).unwrap();
-    let (_store, dp) = RuleStore::fixed(&[], Mode::Verify, 2).unwrap();
+    let (_store, dp) = RuleStore::fixed(Vec::new(), Mode::Verify, 2).unwrap();
     let opts = ReplayOptions {
         input: cut,
         out: None,

@@ -103,7 +103,7 @@ fn main() -> ExitCode {
     let mut failed_runs = 0;
     for cap in &captures {
         // A fresh data plane per capture: its counters are this capture's.
-        let (_store, dp) = RuleStore::fixed(&[], Mode::Verify, 2).expect("empty rule set");
+        let (_store, dp) = RuleStore::fixed(Vec::new(), Mode::Verify, 2).expect("empty rule set");
         let name = cap.file_name().unwrap().to_string_lossy().to_string();
         let opts = ReplayOptions {
             input: cap.clone(),

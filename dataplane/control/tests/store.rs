@@ -128,17 +128,26 @@ fn rollback_on_error_changes_nothing_and_names_the_failure() {
             Atomicity::RollbackOnError,
             vec![
                 Update::Insert(flow_rule(2, 2, Action::Drop)),
+                Update::Delete(42), // no rule 42
                 Update::Delete(1),
                 Update::Insert(flow_rule(3, 3, Action::Drop)),
                 Update::Modify(flow_rule(9, 9, Action::Drop)), // no rule 9
             ],
         ),
     );
+    // Every bad update is named, not only the first one met.
     assert_eq!(
         codes(&r),
-        [Code::Aborted, Code::Aborted, Code::Aborted, Code::NotFound]
+        [
+            Code::Aborted,
+            Code::NotFound,
+            Code::Aborted,
+            Code::Aborted,
+            Code::NotFound
+        ]
     );
-    assert!(r.results[3].message.contains("9"));
+    assert!(r.results[1].message.contains("42"));
+    assert!(r.results[4].message.contains("9"));
     assert!(!r.applied);
     assert_eq!((s.generation(), s.len()), (1, 1));
     assert_eq!(published(&s, &flow(1)).map(|e| e.id), Some(1));
@@ -146,7 +155,7 @@ fn rollback_on_error_changes_nothing_and_names_the_failure() {
     assert_eq!(
         s.filter_stats().items,
         filter_items,
-        "validation failed before any filter was touched"
+        "the refused batch's inserts were undone"
     );
 }
 

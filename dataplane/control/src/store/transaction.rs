@@ -73,31 +73,29 @@ impl RuleStore {
             mark = now;
         };
         if batch.atomicity.all_or_nothing() {
-            // Stage 1: validate everything; touch nothing.
-            let mut dry = Pending::default();
-            let mut failed = false;
-            for u in &batch.updates {
+            // Executed straight away and undone at the first failure. Only
+            // a failing batch is then validated as a whole, touching
+            // nothing, so its answer names every bad update (what a
+            // validation pass ahead of execution gave, for every batch:
+            // 0.26–0.5 ms of a 1024-insert batch's ~2 ms).
+            for (i, u) in batch.updates.iter().enumerate() {
                 let r = match u {
                     Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.clone())),
-                    Ok(u) => self.step(&mut dry, u, false, &hints),
+                    Ok(u) => self.step(&mut p, u, true, &hints),
                 };
-                failed |= r.is_err();
-                results.push(r.err().unwrap_or_else(UpdateResult::ok));
-            }
-            lap(&mut p.timing.validate_us);
-            if failed {
-                abort_results(&mut results, None);
-                return Ok(self.report(false, batch.atomicity, start, results, p));
-            }
-            // Stage 2: execute.
-            results.clear();
-            for (i, u) in batch.updates.iter().enumerate() {
-                let u = u.as_ref().expect("validated");
-                if let Err(e) = self.step(&mut p, u, true, &hints) {
+                if let Err(e) = r {
                     self.undo(&mut p);
-                    results = vec![UpdateResult::ok(); n];
-                    results[i] = e;
-                    abort_results(&mut results, Some(i));
+                    lap(&mut p.timing.filter_us);
+                    results = self.validate(batch, &hints);
+                    lap(&mut p.timing.validate_us);
+                    if results.iter().all(|r| r.code == Code::Ok) {
+                        // Valid, but it failed executing (e.g. a full
+                        // filter): that update is the answer.
+                        results[i] = e;
+                        abort_results(&mut results, Some(i));
+                    } else {
+                        abort_results(&mut results, None);
+                    }
                     return Ok(self.report(false, batch.atomicity, start, results, p));
                 }
                 results.push(UpdateResult::ok());
@@ -404,6 +402,23 @@ impl RuleStore {
     }
 
     /// Undoes a batch's filter inserts and slot allocations.
+    /// Every update checked against the store and the batch's earlier
+    /// updates, touching nothing: each one's result.
+    fn validate(&mut self, batch: &Batch, hints: &ClassHints) -> Vec<UpdateResult> {
+        let mut dry = Pending::default();
+        batch
+            .updates
+            .iter()
+            .map(|u| {
+                let r = match u {
+                    Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.clone())),
+                    Ok(u) => self.step(&mut dry, u, false, hints),
+                };
+                r.err().unwrap_or_else(UpdateResult::ok)
+            })
+            .collect()
+    }
+
     fn undo(&mut self, p: &mut Pending) {
         for (f, h, v) in p.inserted.drain(..).rev() {
             f.remove_hash(h, v);

@@ -168,7 +168,7 @@ mod tests {
             x ^= x >> 17;
             x ^= x << 5;
             let k = x % 2000;
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 assert_eq!(m.remove(&k), want.remove(&k), "remove {k}");
             } else {
                 assert_eq!(m.insert(k, step), want.insert(k, step), "insert {k}");

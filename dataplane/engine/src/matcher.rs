@@ -137,9 +137,14 @@ pub fn match_burst(
 ) {
     let n = keys.len();
     assert!(n <= MAX_BURST && valid.len() >= n && out.len() >= n);
+    let exact = t.exact.view();
     if cx.mode == Mode::Exact {
         for i in 0..n {
-            out[i] = if valid[i] { t.classify(&keys[i]) } else { None };
+            out[i] = if valid[i] {
+                t.classify_in(exact, &keys[i])
+            } else {
+                None
+            };
         }
         return;
     }
@@ -167,7 +172,7 @@ pub fn match_burst(
             .get_batch_hashes(&hashes[..m], &mut answers[..m]);
         for j in 0..m {
             let i = idx[j];
-            out[i] = cx.resolve(answers[j], t, || t.exact.get(&keys[i]).copied());
+            out[i] = cx.resolve(answers[j], t, || exact.get(&keys[i]).copied());
         }
     }
 
@@ -187,7 +192,7 @@ pub fn match_burst(
             continue;
         }
         cf.filter.get_batch_hashes(&hashes[..m], &mut answers[..m]);
-        let table = &cf.entries;
+        let table = cf.entries.view();
         for j in 0..m {
             let addr = masked[j];
             out[idx[j]] = cx.resolve(answers[j], t, || table.get(&addr).copied());

@@ -57,12 +57,19 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
 
     #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
-        if !self.delta.is_empty() {
-            if let Some(d) = self.delta.get(k) {
-                return d.as_ref();
-            }
+        self.view().get(k)
+    }
+
+    /// The map's two parts as plain references, for many lookups in a row
+    /// (a worker's burst): the base's `Arc` is followed once, not on every
+    /// lookup (measured: exact-mode matching at 1 M rules lost 2–6 % to
+    /// that dependent load, DRAM misses behind it).
+    #[inline]
+    pub fn view(&self) -> SharedView<'_, K, V> {
+        SharedView {
+            base: &self.base,
+            delta: (!self.delta.is_empty()).then_some(&self.delta),
         }
-        self.base.get(k)
     }
 
     /// Adds or replaces; the entry it replaced.
@@ -146,6 +153,33 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
                     .iter()
                     .filter_map(|(k, v)| v.as_ref().map(|v| (k, v))),
             )
+    }
+}
+
+/// A [`SharedMap`] for reading: see [`SharedMap::view`].
+pub struct SharedView<'a, K, V> {
+    base: &'a HashMap<K, V>,
+    /// `None` when there are no changes.
+    delta: Option<&'a HashMap<K, Option<V>>>,
+}
+
+impl<K, V> Clone for SharedView<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, V> Copy for SharedView<'_, K, V> {}
+
+impl<'a, K: Eq + Hash, V> SharedView<'a, K, V> {
+    #[inline]
+    pub fn get(self, k: &K) -> Option<&'a V> {
+        if let Some(d) = self.delta {
+            if let Some(v) = d.get(k) {
+                return v.as_ref();
+            }
+        }
+        self.base.get(k)
     }
 }
 

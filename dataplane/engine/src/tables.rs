@@ -39,7 +39,7 @@ use cfdp_rules::{Action, FlowKey, PrefixClass};
 use hashbrown::HashMap;
 use left_right::Absorb;
 
-use crate::shared::SharedMap;
+use crate::shared::{SharedMap, SharedView};
 
 /// An installed rule as a worker sees it: what a match resolves to. The
 /// rule's id is not here (8 bytes instead of 12, in both copies of a
@@ -148,7 +148,18 @@ impl Tables {
     /// one classifier — the reference the filters are checked against, the
     /// `exact` mode of the matcher, and what tests compare with.
     pub fn classify(&self, k: &FlowKey) -> Option<RuleRef> {
-        if let Some(&e) = self.exact.get(k) {
+        self.classify_in(self.exact.view(), k)
+    }
+
+    /// [`Tables::classify`] with the exact flow table's view taken once
+    /// for a burst.
+    #[inline]
+    pub fn classify_in(
+        &self,
+        exact: SharedView<'_, FlowKey, RuleRef>,
+        k: &FlowKey,
+    ) -> Option<RuleRef> {
+        if let Some(&e) = exact.get(k) {
             return Some(e);
         }
         self.classes

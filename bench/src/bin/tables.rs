@@ -861,11 +861,28 @@ fn large_rules_ab(d: &Path, file: &str) -> R<String> {
     let [old, new] = c.distinct("build")?[..] else {
         return Err(format!("{file}: two builds expected"));
     };
-    let runs = |b: &str, src: &str| -> R<Vec<f64>> {
+    // One column's values for a build and source, in run order.
+    let runs = |b: &str, src: &str, col: &str, scale: f64| -> R<Vec<f64>> {
         recs.iter()
             .filter(|r| r["build"] == b && r["source"] == src)
-            .map(|r| num(r["ready_s"], &c.name))
+            .map(|r| num(r[col], &c.name).map(|x| x * scale))
             .collect()
+    };
+    // A row: each build's runs, and the ratio of their medians.
+    let row = |label: &str, src: &str, col: &str, scale: f64, unit: &str, ratio: &str| {
+        let (a, b) = (runs(old, src, col, scale)?, runs(new, src, col, scale)?);
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.2}{unit}"))
+                .collect::<Vec<_>>()
+                .join(" · ")
+        };
+        R::Ok(vec![
+            label.to_owned(),
+            list(&a),
+            list(&b),
+            format!("{:.2}×{ratio}", median(a.clone()) / median(b.clone())),
+        ])
     };
     let mut rows = Vec::new();
     for (src, label) in [
@@ -873,39 +890,16 @@ fn large_rules_ab(d: &Path, file: &str) -> R<String> {
         ("snapshot", "`cfdp run` ready from its snapshot"),
         ("replay", "`cfdp replay` with the rule file"),
     ] {
-        let (a, b) = (runs(old, src)?, runs(new, src)?);
-        let list = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.2}"))
-                .collect::<Vec<_>>()
-                .join(" · ")
-        };
-        rows.push(vec![
-            label.to_owned(),
-            list(&a),
-            list(&b),
-            format!("{:.2}×", median(a.clone()) / median(b.clone())),
-        ]);
+        rows.push(row(label, src, "ready_s", 1.0, "", "")?);
     }
-    let peaks = |b: &str| -> R<Vec<f64>> {
-        recs.iter()
-            .filter(|r| r["build"] == b && r["source"] == "file")
-            .map(|r| num(r["peak_rss_bytes"], &c.name).map(|x| x / 1e9))
-            .collect()
-    };
-    let (a, b) = (peaks(old)?, peaks(new)?);
-    let list = |v: &[f64]| {
-        v.iter()
-            .map(|x| format!("{x:.2} GB"))
-            .collect::<Vec<_>>()
-            .join(" · ")
-    };
-    rows.push(vec![
-        "peak RSS, `cfdp run` from a rule file".to_owned(),
-        list(&a),
-        list(&b),
-        format!("{:.2}× less", median(a.clone()) / median(b.clone())),
-    ]);
+    rows.push(row(
+        "peak RSS, `cfdp run` from a rule file",
+        "file",
+        "peak_rss_bytes",
+        1e-9,
+        " GB",
+        " less",
+    )?);
     let (h_old, h_new) = (format!("{old}, s"), format!("{new}, s"));
     Ok(table(
         &[

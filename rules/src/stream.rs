@@ -19,8 +19,8 @@
 //! [`parse_rule_file`], which gives the answer and the error for the first
 //! problem in document order. Bad input costs a second read, nothing else:
 //! what the stream accepts, `parse_rule_file` accepts with the same rules
-//! (a test and the `rule_file` fuzz target check it, cutting at every
-//! block boundary).
+//! (a test and the `rule_file` fuzz target check it, with blocks small
+//! enough that rules straddle them).
 //!
 //! [`parse_rule_file`]: crate::parse_rule_file
 
@@ -233,7 +233,8 @@ fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 /// Reads a rule file (`{"rules": [...]}`) from `input` in blocks of
 /// `block` bytes; `Ok(None)` when the stream does not take it (then parse
 /// the whole text with [`crate::parse_rule_file`], which names the
-/// problem). Public for the fuzz target, which cuts at every boundary.
+/// problem). Public for the fuzz target, which reads with small blocks so
+/// that rules straddle them.
 pub fn read_rule_stream(mut input: impl Read, block: usize) -> io::Result<Option<Vec<Rule>>> {
     let block = block.max(16);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -38,9 +38,10 @@ pub use rule::{parse_rule, rule_to_json, Action, Dir, Match, Rule, RuleError, Ru
 /// the rule and the field). Duplicate ids and matches are the rule store's
 /// to refuse: it is the one validator of a rule set, for files and batches.
 ///
-/// The file is read as a stream of blocks ([`stream`]); a file the stream
-/// does not take (another spelling, a bad rule) is read again whole and
-/// parsed by [`parse_rule_file`], which names the first problem.
+/// A regular file is read as a stream of blocks ([`stream`]); a file the
+/// stream does not take (another spelling, a bad rule) is read again whole
+/// and parsed by [`parse_rule_file`], which names the first problem. Other
+/// files (pipes) are read whole once.
 pub fn read_rule_file(path: &std::path::Path) -> Result<Vec<Rule>, RuleError> {
     let cannot = |e: std::io::Error| {
         RuleError::new(
@@ -50,11 +51,17 @@ pub fn read_rule_file(path: &std::path::Path) -> Result<Vec<Rule>, RuleError> {
             format!("cannot read {}: {e}", path.display()),
         )
     };
-    let file = std::fs::File::open(path).map_err(cannot)?;
-    if let Some(rules) = stream::read_rule_stream(file, stream::BLOCK).map_err(cannot)? {
-        return Ok(rules);
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    // Only a regular file can be read a second time (a pipe, e.g. a shell's
+    // `<(...)`, cannot): anything else is read whole, once.
+    if file.metadata().map_err(cannot)?.is_file() {
+        if let Some(rules) = stream::read_rule_stream(&file, stream::BLOCK).map_err(cannot)? {
+            return Ok(rules);
+        }
+        file = std::fs::File::open(path).map_err(cannot)?;
     }
-    let text = std::fs::read_to_string(path).map_err(cannot)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).map_err(cannot)?;
     parse_rule_file(&text)
 }
 

@@ -165,3 +165,50 @@ fn serialized_ipv4_addresses_match_their_display_form() {
         );
     }
 }
+
+/// `read_rule_file` streams a regular file and falls back to the whole-text
+/// parser for its errors; a pipe (read once) gets the same answers. Seen
+/// failing for the pipe when the fallback re-opened it (a second open of
+/// a drained pipe waits for a writer that never comes).
+#[test]
+fn rule_files_and_pipes_read_alike() {
+    let dir = std::env::temp_dir().join(format!("cfdp-rules-read-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 2, "match": {"dst_prefix": "10.0.0.1/8"}, "action": "drop"}]}"#;
+    for (name, text) in [("good", FILE), ("bad", bad)] {
+        let want = parse_rule_file(text);
+        let file = dir.join(format!("{name}.json"));
+        std::fs::write(&file, text).unwrap();
+        assert_eq!(cfdp_rules::read_rule_file(&file), want, "{name}: file");
+        let fifo = dir.join(format!("{name}.fifo"));
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let writer = {
+            let (fifo, text) = (fifo.clone(), text.to_owned());
+            std::thread::spawn(move || std::fs::write(fifo, text).unwrap())
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || tx.send(cfdp_rules::read_rule_file(&fifo)).unwrap())
+        };
+        writer.join().unwrap();
+        // A reader that opens the pipe a second time waits for a writer
+        // that never comes: fail instead of hanging (and let it go).
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        if got.is_err() {
+            std::fs::write(&fifo, "").unwrap();
+        }
+        reader.join().unwrap();
+        assert_eq!(
+            got.expect("read_rule_file blocked on a pipe"),
+            want,
+            "{name}: pipe"
+        );
+    }
+    assert!(parse_rule_file(bad)
+        .unwrap_err()
+        .to_string()
+        .starts_with("rule #2 (id 2)"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     // The streaming reader only accepts, and what it accepts the whole-text
     // parser accepts with the same rules, wherever the blocks are cut.
     for block in [150, 4096] {
-        if let Some(rules) = read_rule_stream(data, block).expect("reading a slice") {
+        if let Some(rules) = read_rule_stream(data, block, 0).expect("reading a slice") {
             let text = std::str::from_utf8(data).expect("accepted text is UTF-8");
             assert_eq!(parse_rule_file(text).as_ref(), Ok(&rules), "block {block}");
         }

@@ -110,17 +110,7 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
     /// The whole map as one new base: what [`SharedMap::rebase`] takes.
     pub fn folded(&self) -> Arc<HashMap<K, V>> {
         let mut m = HashMap::with_capacity(self.len);
-        m.extend(
-            self.base
-                .iter()
-                .filter(|(k, _)| !self.delta.contains_key(*k))
-                .map(|(k, v)| (k.clone(), *v)),
-        );
-        m.extend(
-            self.delta
-                .iter()
-                .filter_map(|(k, v)| v.map(|v| (k.clone(), v))),
-        );
+        m.extend(self.iter().map(|(k, v)| (k.clone(), *v)));
         Arc::new(m)
     }
 

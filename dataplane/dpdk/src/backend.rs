@@ -364,39 +364,42 @@ pub fn run(
                 let forward = forward.clone();
                 let pool = &pool;
                 let cpu = opts.worker_cpus.get(w).copied();
-                s.spawn(move || -> Result<u64, String> {
-                    if let Some(cpu) = cpu {
-                        let mut set = rustix::thread::CpuSet::new();
-                        set.set(cpu);
-                        rustix::thread::sched_setaffinity(None, &set)
-                            .map_err(|e| format!("pinning worker {w} to CPU {cpu}: {e}"))?;
-                    }
-                    let _reg = ThreadRegistration::new(token).map_err(|e| e.to_string())?;
-                    let tables = cx.readers.handle();
-                    let mut worker = Worker::new(cx, w, WorkerOptions::default());
-                    let mut backend = DpdkBackend {
-                        rx,
-                        tx,
-                        forward,
-                        out,
-                        pool,
-                        next_rx: 0,
-                        burst: opts.burst,
-                        stop,
-                        idle_limit,
-                        clock: start,
-                        last_packet_ns: 0,
-                        now_ns: 0,
-                        bursts: 0,
-                        tx_dropped: 0,
-                    };
-                    run_worker(&mut backend, &mut worker, &tables);
-                    worker.finish();
-                    cx.stats.workers[w]
-                        .tx_dropped
-                        .fetch_add(backend.tx_dropped, Ordering::Relaxed);
-                    Ok(backend.tx_dropped)
-                })
+                std::thread::Builder::new()
+                    .name(format!("cfdp-worker-{w}"))
+                    .spawn_scoped(s, move || -> Result<u64, String> {
+                        if let Some(cpu) = cpu {
+                            let mut set = rustix::thread::CpuSet::new();
+                            set.set(cpu);
+                            rustix::thread::sched_setaffinity(None, &set)
+                                .map_err(|e| format!("pinning worker {w} to CPU {cpu}: {e}"))?;
+                        }
+                        let _reg = ThreadRegistration::new(token).map_err(|e| e.to_string())?;
+                        let tables = cx.readers.handle();
+                        let mut worker = Worker::new(cx, w, WorkerOptions::default());
+                        let mut backend = DpdkBackend {
+                            rx,
+                            tx,
+                            forward,
+                            out,
+                            pool,
+                            next_rx: 0,
+                            burst: opts.burst,
+                            stop,
+                            idle_limit,
+                            clock: start,
+                            last_packet_ns: 0,
+                            now_ns: 0,
+                            bursts: 0,
+                            tx_dropped: 0,
+                        };
+                        run_worker(&mut backend, &mut worker, &tables);
+                        worker.finish();
+                        cx.stats.workers[w]
+                            .tx_dropped
+                            .fetch_add(backend.tx_dropped, Ordering::Relaxed);
+                        Ok(backend.tx_dropped)
+                    })
+                    .expect("spawning a worker thread")
             })
             .collect();
         handles

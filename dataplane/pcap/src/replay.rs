@@ -253,7 +253,10 @@ pub fn replay(
     let (finished, writer_result, capture_result, pass, total_frames) = std::thread::scope(|s| {
         let writer = {
             let pool_tx = pool_tx.clone();
-            s.spawn(move || writer_loop(out_rx, pool_tx, outputs))
+            std::thread::Builder::new()
+                .name("cfdp-writer".into())
+                .spawn_scoped(s, move || writer_loop(out_rx, pool_tx, outputs))
+                .expect("spawning the writer thread")
         };
         let handles: Vec<_> = from_reader
             .into_iter()
@@ -262,17 +265,22 @@ pub fn replay(
                 let out_tx = out_tx.clone();
                 let pool = pool_rx.clone();
                 let tables = dp.readers.handle();
-                s.spawn(move || {
-                    let mut w = Worker::new(dp, wi, wopts);
-                    let mut backend = ChannelBackend {
-                        from_reader: rx,
-                        to_writer: out_tx,
-                        pool,
-                        last_ts_ns: 0,
-                    };
-                    run_worker(&mut backend, &mut w, &tables);
-                    w.finish()
-                })
+                // Named per worker (`top -H`, and the control-path bench
+                // reads a worker's CPU time by this name).
+                std::thread::Builder::new()
+                    .name(format!("cfdp-worker-{wi}"))
+                    .spawn_scoped(s, move || {
+                        let mut w = Worker::new(dp, wi, wopts);
+                        let mut backend = ChannelBackend {
+                            from_reader: rx,
+                            to_writer: out_tx,
+                            pool,
+                            last_ts_ns: 0,
+                        };
+                        run_worker(&mut backend, &mut w, &tables);
+                        w.finish()
+                    })
+                    .expect("spawning a worker thread")
             })
             .collect();
         drop(out_tx);

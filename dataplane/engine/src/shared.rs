@@ -18,6 +18,7 @@
 use std::hash::Hash;
 use std::sync::Arc;
 
+use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
 use crate::tables::table_bytes;
@@ -72,25 +73,43 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
         }
     }
 
-    /// Adds or replaces; the entry it replaced.
+    /// Adds or replaces; the entry it replaced. One probe of the delta
+    /// (and of the base only for a key the delta does not hold): the
+    /// control thread does this twice per insert, once per copy.
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
-        let old = self.get(&k).copied();
+        let old = match self.delta.entry(k) {
+            Entry::Occupied(mut e) => e.insert(Some(v)),
+            Entry::Vacant(e) => {
+                let old = self.base.get(e.key()).copied();
+                e.insert(Some(v));
+                old
+            }
+        };
         if old.is_none() {
             self.len += 1;
         }
-        self.delta.insert(k, Some(v));
         old
     }
 
     /// Removes; the entry removed.
     pub fn remove(&mut self, k: &K) -> Option<V> {
-        let old = *self.get(k)?;
+        let old = match self.delta.get_mut(k) {
+            // Added or replaced since the base: a base key keeps a
+            // tombstone (`None`), any other leaves the delta.
+            Some(slot) => {
+                let old = slot.take()?;
+                if !self.base.contains_key(k) {
+                    self.delta.remove(k);
+                }
+                old
+            }
+            None => {
+                let old = *self.base.get(k)?;
+                self.delta.insert(k.clone(), None);
+                old
+            }
+        };
         self.len -= 1;
-        if self.base.contains_key(k) {
-            self.delta.insert(k.clone(), None);
-        } else {
-            self.delta.remove(k);
-        }
         Some(old)
     }
 

@@ -977,12 +977,25 @@ fn control_path(d: &Path) -> R<String> {
                 ))
             }),
         ),
+        (
+            "worker packets per worker CPU-second, churn vs quiet",
+            Box::new(|l| {
+                Ok(format!(
+                    "{:+.1} %",
+                    (v(l, "sustained", "worker_mp_per_cpu_s_churn")?
+                        / v(l, "sustained", "worker_mp_per_cpu_s_quiet")?
+                        - 1.0)
+                        * 100.0
+                ))
+            }),
+        ),
     ];
     let mut rows = Vec::new();
     for (label, cell) in &rows_spec {
         let mut row = vec![label.to_string()];
         for l in &labels {
-            row.push(cell(l)?);
+            // A run by an older bench lacks the newer rows.
+            row.push(cell(l).unwrap_or_else(|_| "–".into()));
         }
         rows.push(row);
     }

@@ -1042,6 +1042,45 @@ fn control_path_stages(d: &Path) -> R<String> {
     Ok(table(&head, &rows) + &c.source())
 }
 
+/// `fold-stall`: batch wall times through a fold of the exact tables, per
+/// label.
+fn fold_stall(d: &Path) -> R<String> {
+    let c = Csv::load(d, "fold_stall.csv")?;
+    let labels = c.distinct("label")?;
+    let spec: [(&str, &str, usize); 5] = [
+        ("batch wall p50 (ms)", "batch_ms_p50", 2),
+        ("batch wall p99 (ms)", "batch_ms_p99", 1),
+        ("batch wall max (ms)", "batch_ms_max", 1),
+        (
+            "the batch that started the fold (ms)",
+            "freezing_batch_ms",
+            2,
+        ),
+        ("folds started · landed", "folds_started", 0),
+    ];
+    let mut rows = Vec::new();
+    for (name, metric, digits) in spec {
+        let mut row = vec![name.to_string()];
+        for l in &labels {
+            let v = |m: &str| c.value(&[("label", l), ("metric", m)], "value");
+            row.push(match (metric, v(metric)) {
+                ("folds_started", Ok(x)) => format!("{x:.0} · {:.0}", v("folds_landed")?),
+                (_, Ok(x)) => format!("{x:.digits$}"),
+                // The old tree folded inside a batch and reported nothing.
+                (_, Err(_)) => "–".into(),
+            });
+        }
+        rows.push(row);
+    }
+    let rules: f64 = c.records().first().ok_or("fold_stall.csv: no rows")?["rules"]
+        .parse()
+        .map_err(|e| format!("fold_stall.csv: rules: {e}"))?;
+    let first = format!("{} M loaded flow rules, churn batches of 4096", rules / 1e6);
+    let mut head = vec![first.as_str()];
+    head.extend(labels.iter().copied());
+    Ok(table(&head, &rows) + &c.source())
+}
+
 /// `control-batch`: 1024-insert batches through the rule store.
 fn control_batch(d: &Path) -> R<String> {
     let c = Csv::load(d, "control.csv")?;
@@ -1255,6 +1294,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "control-path" => control_path(dir),
         "control-path-stages" => control_path_stages(dir),
         "control-batch" => control_batch(dir),
+        "fold-stall" => fold_stall(dir),
         "control-churn" => control_churn(dir),
         "fleet" => fleet(dir),
         "inline" => inline(dir),

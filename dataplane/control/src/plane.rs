@@ -190,10 +190,12 @@ impl ControlPlane {
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    // Nothing pending: one small migration step.
+                    // Nothing pending: one small migration step, and a
+                    // fold of the exact tables lands once merged.
                     let moved = self.store.migrate(self.cfg.migrate_budget) as u64;
                     self.migrated += moved;
-                    if moved > 0 {
+                    let folded = self.store.finish_fold(false);
+                    if moved > 0 || folded {
                         self.publish_view();
                     }
                 }

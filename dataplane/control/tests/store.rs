@@ -846,25 +846,48 @@ fn churn_over_a_bulk_load_folds_into_a_new_shared_base() {
             .step_by(2)
             .map(|i| Update::Modify(flow_rule(i + 1, i, Action::Count))),
     );
-    // Hash tables never shrink on removal: only a fold (a new base, empty
-    // deltas) makes the tables' memory drop between two batches.
-    let (mut last, mut folds) = (s.memory().tables, 0);
+    // The batch whose changes outgrow the base starts a fold and returns:
+    // the merge runs on its own thread and lands with a later batch (or
+    // when the control thread is idle), never with the batch that froze.
+    let mut folds = 0;
     for chunk in ups.chunks(4096) {
+        let before = s.folds();
         assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, chunk.to_vec())).all_ok());
-        let now = s.memory().tables;
-        if 10 * now < 8 * last {
-            folds += 1;
+        for u in chunk {
+            match u {
+                Update::Delete(id) => want[*id as usize - 1] = None,
+                Update::Insert(r) | Update::Modify(r) => want[r.id as usize - 1] = Some(r.id),
+            }
         }
-        last = now;
+        let after = s.folds();
+        if after.0 == before.0 {
+            continue;
+        }
+        folds += 1;
+        assert_eq!(
+            after.1, before.1,
+            "the freezing batch did not wait for the merge"
+        );
+        // Lookups through delta, frozen layer and base (the published copy
+        // froze first).
+        for (i, w) in want.iter().enumerate() {
+            let got = published(&s, &flow(i as u32)).map(|r| r.id);
+            assert_eq!(got, *w, "fold merging, key {i}");
+        }
+        // Hash tables never shrink on removal: landing the fold (one new
+        // base for the old base and the frozen changes) brings memory down.
+        let merging = s.memory().tables;
+        assert!(s.finish_fold(true));
+        assert_eq!(s.folds(), (1, 1));
+        let landed = s.memory().tables;
+        assert!(
+            10 * landed < 8 * merging,
+            "tables {merging} B while merging, {landed} B once landed"
+        );
+        check(&mut s, &want, "the fold landed");
     }
-    for i in (0..20_000).step_by(2) {
-        want[i] = None;
-    }
-    for (i, w) in want.iter_mut().enumerate().skip(20_000) {
-        *w = Some(i as u32 + 1);
-    }
-    check(&mut s, &want, "after the churn");
     assert_eq!(folds, 1, "one fold: the changes outgrew the base once");
+    check(&mut s, &want, "after the churn");
     assert_eq!(s.len(), 90_000);
 }
 

@@ -7,13 +7,22 @@
 //! machines measured). A [`SharedMap`] keeps a frozen *base*, shared by
 //! both copies behind an `Arc`, and per copy the changes made since (the
 //! *delta*: added or replaced entries, and removals of base entries). A
-//! bulk load becomes the base; batches change the deltas; and when a delta
-//! outgrows its base the changes are folded into a new shared base
-//! ([`Op::Fold`](crate::Op::Fold)), so churn costs amortised O(1) per
-//! update and memory stays within the two-copy layout's.
+//! bulk load becomes the base; batches change the deltas.
 //!
-//! A lookup probes the delta only when it is not empty (one load), then
-//! the base: a bulk-loaded, unchanged table costs what a plain one did.
+//! When a delta outgrows its base the changes are folded into a new shared
+//! base, so churn costs amortised O(1) per update and memory stays within
+//! the two-copy layout's. A fold is O(entries) — seconds at ten million —
+//! so it does not run on the control thread: [`Op::Freeze`] turns the
+//! delta into a third, *frozen* layer both copies share (O(1)), a
+//! background thread merges base and frozen layer into a new base
+//! ([`merge`]), and [`Op::Rebase`] swaps it in (O(1)) with whichever batch
+//! comes next. Meanwhile lookups probe delta, frozen layer, base.
+//!
+//! A lookup probes each layer only when it is not empty: a bulk-loaded,
+//! unchanged table costs what a plain one did.
+//!
+//! [`Op::Freeze`]: crate::Op::Freeze
+//! [`Op::Rebase`]: crate::Op::Rebase
 
 use std::hash::Hash;
 use std::sync::Arc;
@@ -27,12 +36,21 @@ use crate::tables::table_bytes;
 /// the scale of the base, not for a small rule set built by batches).
 const FOLD_MIN: usize = 1 << 16;
 
-/// A map of a frozen shared base and this copy's changes since.
+/// Changes frozen for a fold: `Some` added or replaced, `None` removed.
+pub type Changes<K, V> = HashMap<K, Option<V>>;
+
+/// What a fold merges: a base and the frozen changes on top of it.
+pub type FoldInput<K, V> = (Arc<HashMap<K, V>>, Arc<Changes<K, V>>);
+
+/// A map of a frozen shared base, the changes a fold in progress is
+/// merging into it, and this copy's changes since.
 #[derive(Clone, Debug)]
 pub struct SharedMap<K, V> {
     base: Arc<HashMap<K, V>>,
-    /// `Some`: added or replaced; `None`: a base entry removed.
-    delta: HashMap<K, Option<V>>,
+    /// Set while a fold is in progress (both copies share it).
+    frozen: Option<Arc<Changes<K, V>>>,
+    /// `Some`: added or replaced; `None`: an entry of a lower layer removed.
+    delta: Changes<K, V>,
     len: usize,
 }
 
@@ -40,6 +58,7 @@ impl<K, V> Default for SharedMap<K, V> {
     fn default() -> Self {
         Self {
             base: Arc::new(HashMap::new()),
+            frozen: None,
             delta: HashMap::new(),
             len: 0,
         }
@@ -52,6 +71,7 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
         Self {
             len: base.len(),
             base: Arc::new(base),
+            frozen: None,
             delta: HashMap::new(),
         }
     }
@@ -61,26 +81,38 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
         self.view().get(k)
     }
 
-    /// The map's two parts as plain references, for many lookups in a row
-    /// (a worker's burst): the base's `Arc` is followed once, not on every
+    /// The map's layers as plain references, for many lookups in a row
+    /// (a worker's burst): the `Arc`s are followed once, not on every
     /// lookup (measured: exact-mode matching at 1 M rules lost 2–6 % to
     /// that dependent load, DRAM misses behind it).
     #[inline]
     pub fn view(&self) -> SharedView<'_, K, V> {
         SharedView {
             base: &self.base,
+            frozen: self.frozen.as_deref(),
             delta: (!self.delta.is_empty()).then_some(&self.delta),
         }
     }
 
+    /// The entry below the delta: the frozen layer's word, else the base's.
+    fn below(&self, k: &K) -> Option<V> {
+        match self.frozen.as_ref().and_then(|f| f.get(k)) {
+            Some(v) => *v,
+            None => self.base.get(k).copied(),
+        }
+    }
+
     /// Adds or replaces; the entry it replaced. One probe of the delta
-    /// (and of the base only for a key the delta does not hold): the
-    /// control thread does this twice per insert, once per copy.
+    /// (and of the layers below only for a key the delta does not hold):
+    /// the control thread does this twice per insert, once per copy.
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
         let old = match self.delta.entry(k) {
             Entry::Occupied(mut e) => e.insert(Some(v)),
             Entry::Vacant(e) => {
-                let old = self.base.get(e.key()).copied();
+                let old = match self.frozen.as_ref().and_then(|f| f.get(e.key())) {
+                    Some(v) => *v,
+                    None => self.base.get(e.key()).copied(),
+                };
                 e.insert(Some(v));
                 old
             }
@@ -93,18 +125,20 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
 
     /// Removes; the entry removed.
     pub fn remove(&mut self, k: &K) -> Option<V> {
-        let old = match self.delta.get_mut(k) {
-            // Added or replaced since the base: a base key keeps a
-            // tombstone (`None`), any other leaves the delta.
-            Some(slot) => {
-                let old = slot.take()?;
-                if !self.base.contains_key(k) {
+        let old = match self.delta.get(k) {
+            // Added or replaced in this delta: a key the layers below hold
+            // keeps a tombstone (`None`), any other leaves the delta.
+            Some(v) => {
+                let old = (*v)?;
+                if self.below(k).is_some() {
+                    self.delta.insert(k.clone(), None);
+                } else {
                     self.delta.remove(k);
                 }
                 old
             }
             None => {
-                let old = *self.base.get(k)?;
+                let old = self.below(k)?;
                 self.delta.insert(k.clone(), None);
                 old
             }
@@ -121,30 +155,50 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
         self.len == 0
     }
 
-    /// Whether the changes have outgrown the base (see [`FOLD_MIN`]).
+    /// Whether the changes have outgrown the base (see [`FOLD_MIN`]) and
+    /// no fold is in progress.
     pub fn needs_fold(&self) -> bool {
-        self.delta.len() >= FOLD_MIN && self.delta.len() > self.base.len()
+        self.frozen.is_none() && self.delta.len() >= FOLD_MIN && self.delta.len() > self.base.len()
     }
 
-    /// The whole map as one new base: what [`SharedMap::rebase`] takes.
-    pub fn folded(&self) -> Arc<HashMap<K, V>> {
-        let mut m = HashMap::with_capacity(self.len);
-        m.extend(self.iter().map(|(k, v)| (k.clone(), *v)));
-        Arc::new(m)
+    /// Starts a fold: this copy's changes become the frozen layer, which
+    /// the other copy takes with [`SharedMap::adopt`].
+    pub fn freeze(&mut self) -> Arc<Changes<K, V>> {
+        debug_assert!(self.frozen.is_none(), "one fold at a time");
+        let f = Arc::new(std::mem::take(&mut self.delta));
+        self.frozen = Some(Arc::clone(&f));
+        f
     }
 
-    /// Replaces base and delta by `base`, which must hold exactly this
-    /// map's entries (a [`SharedMap::folded`] of it or of a copy in the
-    /// same state).
-    pub fn rebase(&mut self, base: Arc<HashMap<K, V>>) {
-        debug_assert_eq!(base.len(), self.len);
-        self.base = base;
+    /// Takes the frozen layer the other copy made of the same changes (both
+    /// copies are in the same state at this point of the operation log).
+    pub fn adopt(&mut self, frozen: &Arc<Changes<K, V>>) {
+        debug_assert_eq!(self.delta.len(), frozen.len());
         self.delta = HashMap::new();
+        self.frozen = Some(Arc::clone(frozen));
     }
 
-    /// Heap bytes of the shared base (count it once for all copies).
+    /// The base and frozen layer of a fold in progress, for [`merge`].
+    pub fn fold_input(&self) -> Option<FoldInput<K, V>> {
+        let f = self.frozen.as_ref()?;
+        Some((Arc::clone(&self.base), Arc::clone(f)))
+    }
+
+    /// Ends a fold: `base` (the [`merge`] of this map's base and `frozen`)
+    /// replaces both. False, changing nothing, when `frozen` is not this
+    /// map's frozen layer (the map was replaced since the fold started).
+    pub fn rebase(&mut self, frozen: &Arc<Changes<K, V>>, base: &Arc<HashMap<K, V>>) -> bool {
+        if !self.frozen.as_ref().is_some_and(|f| Arc::ptr_eq(f, frozen)) {
+            return false;
+        }
+        self.base = Arc::clone(base);
+        self.frozen = None;
+        true
+    }
+
+    /// Heap bytes of the shared layers (count them once for all copies).
     pub fn shared_bytes(&self) -> usize {
-        table_bytes(&self.base)
+        table_bytes(&self.base) + self.frozen.as_deref().map_or(0, table_bytes)
     }
 
     /// Heap bytes of this copy's own changes.
@@ -154,9 +208,18 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
 
     /// Every entry, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        let frozen = self.frozen.as_deref();
+        let hidden = move |k: &K| self.delta.contains_key(k);
         self.base
             .iter()
-            .filter(|(k, _)| !self.delta.contains_key(*k))
+            .filter(move |(k, _)| !hidden(k) && !frozen.is_some_and(|f| f.contains_key(*k)))
+            .chain(
+                frozen
+                    .into_iter()
+                    .flatten()
+                    .filter(move |(k, _)| !hidden(k))
+                    .filter_map(|(k, v)| v.as_ref().map(|v| (k, v))),
+            )
             .chain(
                 self.delta
                     .iter()
@@ -165,11 +228,41 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
     }
 }
 
+/// `base` with `changes` applied, as a new base (what a fold's background
+/// thread computes; built at its final size).
+pub fn merge<K: Eq + Hash + Clone, V: Copy>(
+    base: &HashMap<K, V>,
+    changes: &Changes<K, V>,
+) -> HashMap<K, V> {
+    let mut n = base.len();
+    for (k, v) in changes {
+        match (v.is_some(), base.contains_key(k)) {
+            (true, false) => n += 1,
+            (false, true) => n -= 1,
+            _ => {}
+        }
+    }
+    let mut m = HashMap::with_capacity(n);
+    m.extend(
+        base.iter()
+            .filter(|(k, _)| !changes.contains_key(*k))
+            .map(|(k, v)| (k.clone(), *v)),
+    );
+    m.extend(
+        changes
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| (k.clone(), v))),
+    );
+    m
+}
+
 /// A [`SharedMap`] for reading: see [`SharedMap::view`].
 pub struct SharedView<'a, K, V> {
     base: &'a HashMap<K, V>,
+    /// `None` when no fold is in progress.
+    frozen: Option<&'a Changes<K, V>>,
     /// `None` when there are no changes.
-    delta: Option<&'a HashMap<K, Option<V>>>,
+    delta: Option<&'a Changes<K, V>>,
 }
 
 impl<K, V> Clone for SharedView<'_, K, V> {
@@ -183,8 +276,8 @@ impl<K, V> Copy for SharedView<'_, K, V> {}
 impl<'a, K: Eq + Hash, V> SharedView<'a, K, V> {
     #[inline]
     pub fn get(self, k: &K) -> Option<&'a V> {
-        if let Some(d) = self.delta {
-            if let Some(v) = d.get(k) {
+        for layer in [self.delta, self.frozen].into_iter().flatten() {
+            if let Some(v) = layer.get(k) {
                 return v.as_ref();
             }
         }
@@ -198,42 +291,71 @@ mod tests {
     use std::collections::BTreeMap;
 
     /// Random inserts, replacements and removals over a bulk-loaded base,
-    /// with folds and clones between: the map answers like a plain map.
+    /// applied to two copies as left-right does, with folds started
+    /// (freeze), carried on through (changes on top of the frozen layer)
+    /// and finished (merge, rebase) in between: both copies answer like a
+    /// plain map at every step.
     #[test]
     fn answers_like_a_plain_map_through_changes_and_folds() {
         let base: HashMap<u32, u32> = (0..1000).map(|k| (k, k)).collect();
-        let mut m = SharedMap::from_base(base);
-        let mut clone = m.clone();
+        let mut a = SharedMap::from_base(base);
+        let mut b = a.clone();
+        let untouched = a.clone();
         let mut want: BTreeMap<u32, u32> = (0..1000).map(|k| (k, k)).collect();
         let mut x = 0x9e37_79b9u32;
-        for step in 0..20_000u32 {
+        let mut fold: Option<FoldInput<u32, u32>> = None;
+        let (mut started, mut finished) = (0, 0);
+        for step in 0..30_000u32 {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
             let k = x % 2000;
             if x.is_multiple_of(3) {
-                assert_eq!(m.remove(&k), want.remove(&k), "remove {k}");
+                let w = want.remove(&k);
+                assert_eq!(a.remove(&k), w, "remove {k}");
+                assert_eq!(b.remove(&k), w, "remove {k}, copy b");
             } else {
-                assert_eq!(m.insert(k, step), want.insert(k, step), "insert {k}");
+                let w = want.insert(k, step);
+                assert_eq!(a.insert(k, step), w, "insert {k}");
+                assert_eq!(b.insert(k, step), w, "insert {k}, copy b");
             }
-            assert_eq!(m.len(), want.len());
-            if step % 5000 == 4999 {
-                let f = m.folded();
-                m.rebase(Arc::clone(&f));
-                assert!(m.delta.is_empty());
+            assert_eq!((a.len(), b.len()), (want.len(), want.len()));
+            match step % 4000 {
+                1000 => {
+                    let f = a.freeze();
+                    b.adopt(&f);
+                    fold = a.fold_input();
+                    started += 1;
+                }
+                3000 => {
+                    let (base, frozen) = fold.take().expect("a fold in progress");
+                    let merged = Arc::new(merge(&base, &frozen));
+                    assert!(a.rebase(&frozen, &merged) && b.rebase(&frozen, &merged));
+                    assert!(!a.rebase(&frozen, &merged), "a fold lands once");
+                    finished += 1;
+                }
+                _ => {}
+            }
+            if step % 997 == 0 {
+                for k in 0..2000 {
+                    assert_eq!(a.get(&k), want.get(&k), "key {k} at step {step}");
+                    assert_eq!(b.get(&k), want.get(&k), "key {k} at step {step}, copy b");
+                }
             }
         }
-        for k in 0..2000 {
-            assert_eq!(m.get(&k), want.get(&k), "key {k}");
+        assert_eq!((started, finished), (8, 7));
+        assert!(a.frozen.is_some(), "the last fold is still in progress");
+        for m in [&a, &b] {
+            let mut all: Vec<(u32, u32)> = m.iter().map(|(k, v)| (*k, *v)).collect();
+            all.sort_unstable();
+            assert_eq!(all, want.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
         }
-        let mut all: Vec<(u32, u32)> = m.iter().map(|(k, v)| (*k, *v)).collect();
-        all.sort_unstable();
-        assert_eq!(all, want.into_iter().collect::<Vec<_>>());
-        // The clone taken before the changes still shows the base alone.
-        assert_eq!(clone.len(), 1000);
-        assert_eq!(clone.remove(&7), Some(7));
-        assert_eq!(clone.get(&7), None);
-        assert_eq!(clone.len(), 999);
+        // A clone taken before the changes still shows the base alone.
+        let mut c = untouched;
+        assert_eq!(c.len(), 1000);
+        assert_eq!(c.remove(&7), Some(7));
+        assert_eq!(c.get(&7), None);
+        assert_eq!(c.len(), 999);
     }
 
     #[test]
@@ -249,5 +371,18 @@ mod tests {
         assert_eq!(m.remove(&3), Some(30));
         assert!(!m.delta.contains_key(&3));
         assert!(!m.needs_fold(), "small deltas are never folded");
+        // Frozen: a key of the frozen layer removed above it leaves a
+        // tombstone; the merge drops it and the frozen tombstone's key.
+        let f = m.freeze();
+        assert_eq!(m.remove(&1), Some(11));
+        assert!(m.delta.contains_key(&1));
+        assert_eq!(m.insert(4, 40), None);
+        let merged = merge(&m.base, &f);
+        assert_eq!(merged.len(), 2, "base 1 and 2, 1 replaced: {merged:?}");
+        assert!(m.rebase(&f, &Arc::new(merged)));
+        let mut all: Vec<(u8, u8)> = m.iter().map(|(k, v)| (*k, *v)).collect();
+        all.sort_unstable();
+        assert_eq!(all, [(2, 20), (4, 40)]);
+        assert_eq!(m.len(), 2);
     }
 }

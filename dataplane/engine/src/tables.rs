@@ -39,7 +39,7 @@ use cfdp_rules::{Action, FlowKey, PrefixClass};
 use hashbrown::HashMap;
 use left_right::Absorb;
 
-use crate::shared::{SharedMap, SharedView};
+use crate::shared::{merge, Changes, SharedMap, SharedView};
 
 /// An installed rule as a worker sees it: what a match resolves to. The
 /// rule's id is not here (8 bytes instead of 12, in both copies of a
@@ -128,8 +128,8 @@ impl Tables {
             + self.slots.capacity() * std::mem::size_of::<Option<RuleRef>>()
     }
 
-    /// Whether an exact table's changes have outgrown its base: time for
-    /// an [`Op::Fold`].
+    /// Whether an exact table's changes have outgrown its base and no fold
+    /// is in progress: time for an [`Op::Freeze`].
     pub fn needs_fold(&self) -> bool {
         self.exact.needs_fold() || self.classes.iter().any(|c| c.entries.needs_fold())
     }
@@ -212,45 +212,112 @@ pub enum Op {
     SetFlowFilter(Arc<Filter>),
     SetClassFilter(PrefixClass, Arc<Filter>),
     SetGeneration(u64),
-    /// Folds every exact table whose changes have outgrown its base into a
-    /// new base. The first copy to absorb it records the new bases here,
-    /// and the second copy takes them (both copies are in the same state
-    /// at this point of the log), so a fold is computed once.
-    Fold(Option<Folded>),
+    /// Starts a fold of every exact table whose changes have outgrown its
+    /// base: the changes become a frozen layer both copies share (see
+    /// [`crate::shared`]). The first copy to absorb it records the frozen
+    /// layers here and the second copy takes them (both copies are in the
+    /// same state at this point of the log).
+    Freeze(Option<Frozen>),
+    /// Ends a fold: new bases (merged off the control thread from a
+    /// [`FoldJob`]) replace base and frozen layer.
+    Rebase(Arc<Folded>),
 }
 
-/// A prefix class's exact table as a shared base.
+type FlowChanges = Arc<Changes<FlowKey, RuleRef>>;
+type ClassChanges = Arc<Changes<[u8; 16], RuleRef>>;
+type FlowBase = Arc<HashMap<FlowKey, RuleRef>>;
 type ClassBase = Arc<HashMap<[u8; 16], RuleRef>>;
 
-/// The new bases of a fold.
+/// The frozen layers of a fold started by [`Op::Freeze`].
 #[derive(Clone, Default)]
+pub struct Frozen {
+    exact: Option<FlowChanges>,
+    classes: Vec<(PrefixClass, ClassChanges)>,
+}
+
+/// A fold in progress: each table's base and frozen layer, to merge.
+pub struct FoldJob {
+    exact: Option<(FlowBase, FlowChanges)>,
+    classes: Vec<(PrefixClass, ClassBase, ClassChanges)>,
+}
+
+/// A finished fold: each frozen layer with the new base that replaces it
+/// and the base below it.
 pub struct Folded {
-    exact: Option<Arc<HashMap<FlowKey, RuleRef>>>,
-    classes: Vec<(PrefixClass, ClassBase)>,
+    exact: Option<(FlowChanges, FlowBase)>,
+    classes: Vec<(PrefixClass, ClassChanges, ClassBase)>,
+}
+
+impl FoldJob {
+    /// Merges every table's base and frozen layer (O(entries): run it off
+    /// the control thread).
+    pub fn run(self) -> Folded {
+        Folded {
+            exact: self
+                .exact
+                .map(|(b, f)| (Arc::clone(&f), Arc::new(merge(&b, &f)))),
+            classes: self
+                .classes
+                .into_iter()
+                .map(|(c, b, f)| (c, Arc::clone(&f), Arc::new(merge(&b, &f))))
+                .collect(),
+        }
+    }
 }
 
 impl Tables {
-    fn fold(&mut self) -> Folded {
-        let mut f = Folded::default();
+    /// Whether a fold is in progress (an [`Op::Freeze`] without its
+    /// [`Op::Rebase`] yet).
+    pub fn folding(&self) -> bool {
+        self.fold_job().is_some()
+    }
+
+    /// What a fold in progress has to merge (`None`: no fold).
+    pub fn fold_job(&self) -> Option<FoldJob> {
+        let job = FoldJob {
+            exact: self.exact.fold_input(),
+            classes: self
+                .classes
+                .iter()
+                .filter_map(|c| c.entries.fold_input().map(|(b, f)| (c.class, b, f)))
+                .collect(),
+        };
+        (job.exact.is_some() || !job.classes.is_empty()).then_some(job)
+    }
+
+    fn freeze(&mut self) -> Frozen {
+        let mut f = Frozen::default();
         if self.exact.needs_fold() {
-            f.exact = Some(self.exact.folded());
+            f.exact = Some(self.exact.freeze());
         }
-        for c in &self.classes {
+        for c in &mut self.classes {
             if c.entries.needs_fold() {
-                f.classes.push((c.class, c.entries.folded()));
+                f.classes.push((c.class, c.entries.freeze()));
             }
         }
-        self.rebase(&f);
         f
     }
 
-    fn rebase(&mut self, f: &Folded) {
-        if let Some(b) = &f.exact {
-            self.exact.rebase(Arc::clone(b));
+    fn adopt(&mut self, f: &Frozen) {
+        if let Some(x) = &f.exact {
+            self.exact.adopt(x);
         }
-        for (class, b) in &f.classes {
+        for (class, x) in &f.classes {
             if let Some(c) = self.class_mut(class) {
-                c.entries.rebase(Arc::clone(b));
+                c.entries.adopt(x);
+            }
+        }
+    }
+
+    fn rebase(&mut self, f: &Folded) {
+        if let Some((frozen, base)) = &f.exact {
+            self.exact.rebase(frozen, base);
+        }
+        for (class, frozen, base) in &f.classes {
+            // A class removed (and perhaps added anew) since the fold
+            // started has another frozen layer or none: left alone.
+            if let Some(c) = self.class_mut(class) {
+                c.entries.rebase(frozen, base);
             }
         }
     }
@@ -314,10 +381,11 @@ impl Absorb<Op> for Tables {
                 }
             }
             Op::SetGeneration(g) => self.generation = *g,
-            Op::Fold(done) => match done {
-                Some(f) => self.rebase(f),
-                None => *done = Some(self.fold()),
+            Op::Freeze(done) => match done {
+                Some(f) => self.adopt(f),
+                None => *done = Some(self.freeze()),
             },
+            Op::Rebase(f) => self.rebase(f),
         }
     }
 

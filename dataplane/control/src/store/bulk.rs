@@ -163,6 +163,8 @@ impl RuleStore {
             count_rules,
             generation: 0,
             unsettled: None,
+            fold: None,
+            folds: (0, 0),
         })
     }
 }

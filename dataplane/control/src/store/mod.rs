@@ -201,6 +201,11 @@ pub struct RuleStore {
     generation: u64,
     /// The second half of the last commit, when not yet run (`settle`).
     unsettled: Option<publish::Unsettled>,
+    /// The exact tables' fold in progress, merging on its own thread
+    /// (see `publish`).
+    fold: Option<std::thread::JoinHandle<cfdp_engine::Folded>>,
+    /// Folds started and landed.
+    folds: (u64, u64),
 }
 
 impl RuleStore {
@@ -228,6 +233,8 @@ impl RuleStore {
             count_rules: Default::default(),
             generation: 0,
             unsettled: None,
+            fold: None,
+            folds: (0, 0),
         })
     }
 

@@ -45,18 +45,24 @@ impl RuleStore {
                 self.stats.clear_slot_last_hit(slot);
             }
         }
+        // A fold that finished merging lands with this batch.
+        self.land_fold(false);
         for op in p.ops.drain(..) {
             self.w.append(op);
         }
-        // Changes that outgrew their bulk-loaded base are folded into a new
-        // shared base (decided on the published copy, one batch behind:
-        // the fold takes whatever the log holds then).
-        if self.w.enter().is_some_and(|t| t.needs_fold()) {
-            self.w.append(Op::Fold(None));
+        // Changes that outgrew their base start a fold (decided on the
+        // published copy, one batch behind: the freeze takes whatever the
+        // copy holds when it is absorbed).
+        let freeze = self.fold.is_none() && self.w.enter().is_some_and(|t| t.needs_fold());
+        if freeze {
+            self.w.append(Op::Freeze(None));
         }
         self.w.append(Op::SetGeneration(generation));
         self.w.publish();
         self.generation = generation;
+        if freeze {
+            self.start_fold();
+        }
         for (id, s) in p.ids.drain() {
             match s {
                 Some(s) => {
@@ -136,6 +142,79 @@ impl RuleStore {
         if removed {
             self.w.publish();
         }
+    }
+}
+
+impl RuleStore {
+    /// Starts merging the frozen layers of the published copy (the copy
+    /// that absorbed the [`Op::Freeze`] first) on a thread of its own: a
+    /// fold is O(entries), seconds at ten million rules, and the control
+    /// thread keeps answering meanwhile. If no thread can be started the
+    /// merge runs here.
+    fn start_fold(&mut self) {
+        let Some(job) = self.w.enter().and_then(|t| t.fold_job()) else {
+            return;
+        };
+        self.folds.0 += 1;
+        let spawned = std::thread::Builder::new()
+            .name("cfdp-fold".into())
+            .spawn(move || job.run());
+        match spawned {
+            Ok(h) => self.fold = Some(h),
+            Err(e) => {
+                eprintln!("cfdp: control: no thread for the tables' fold ({e}): merging here");
+                if let Some(job) = self.w.enter().and_then(|t| t.fold_job()) {
+                    self.w.append(Op::Rebase(Arc::new(job.run())));
+                    self.folds.1 += 1;
+                }
+            }
+        }
+    }
+
+    /// Appends the finished fold's [`Op::Rebase`] (waiting for the merge
+    /// when `wait`); true when one was appended. The caller publishes.
+    fn land_fold(&mut self, wait: bool) -> bool {
+        if !self.fold.as_ref().is_some_and(|h| wait || h.is_finished()) {
+            return false;
+        }
+        let h = self.fold.take().expect("checked above");
+        match h.join() {
+            Ok(folded) => {
+                self.w.append(Op::Rebase(Arc::new(folded)));
+                self.folds.1 += 1;
+                true
+            }
+            Err(_) => {
+                // The frozen layers stay (lookups stay right, one probe
+                // more); the next commit starts the merge again.
+                eprintln!("cfdp: control: the tables' fold failed: retrying");
+                self.folds.0 -= 1;
+                false
+            }
+        }
+    }
+
+    /// Lands a finished fold between batches (the control thread's idle
+    /// loop; with `wait`, waits for the merge): both copies take the new
+    /// bases, the old ones are freed. True when a fold landed.
+    pub fn finish_fold(&mut self, wait: bool) -> bool {
+        if !self.land_fold(wait) {
+            // A merge that failed (or a store restored mid-fold) restarts.
+            if self.fold.is_none() && self.w.enter().is_some_and(|t| t.folding()) {
+                self.start_fold();
+            }
+            return false;
+        }
+        self.settle();
+        // Two publishes: the second copy absorbs the rebase too.
+        self.w.publish();
+        self.w.publish();
+        true
+    }
+
+    /// Folds of the exact tables (started, landed) since the store began.
+    pub fn folds(&self) -> (u64, u64) {
+        self.folds
     }
 }
 

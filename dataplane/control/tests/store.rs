@@ -881,7 +881,7 @@ fn churn_over_a_bulk_load_folds_into_a_new_shared_base() {
         assert_eq!(s.folds(), (1, 1));
         let landed = s.memory().tables;
         assert!(
-            10 * landed < 8 * merging,
+            10 * landed < 9 * merging,
             "tables {merging} B while merging, {landed} B once landed"
         );
         check(&mut s, &want, "the fold landed");

@@ -128,10 +128,11 @@ impl Tables {
             + self.slots.capacity() * std::mem::size_of::<Option<RuleRef>>()
     }
 
-    /// Whether an exact table's changes have outgrown its base and no fold
-    /// is in progress: time for an [`Op::Freeze`].
-    pub fn needs_fold(&self) -> bool {
-        self.exact.needs_fold() || self.classes.iter().any(|c| c.entries.needs_fold())
+    /// Whether an exact table needs a fold before `incoming` more changes
+    /// (see [`SharedMap::needs_fold`]): time for an [`Op::Freeze`].
+    pub fn needs_fold(&self, incoming: usize) -> bool {
+        self.exact.needs_fold(incoming)
+            || self.classes.iter().any(|c| c.entries.needs_fold(incoming))
     }
 
     /// Number of rules in this copy.
@@ -212,12 +213,12 @@ pub enum Op {
     SetFlowFilter(Arc<Filter>),
     SetClassFilter(PrefixClass, Arc<Filter>),
     SetGeneration(u64),
-    /// Starts a fold of every exact table whose changes have outgrown its
-    /// base: the changes become a frozen layer both copies share (see
+    /// Starts a fold of every exact table that needs one before the given
+    /// number of changes ([`Tables::needs_fold`]): its changes become a frozen layer both copies share (see
     /// [`crate::shared`]). The first copy to absorb it records the frozen
     /// layers here and the second copy takes them (both copies are in the
     /// same state at this point of the log).
-    Freeze(Option<Frozen>),
+    Freeze(usize, Option<Frozen>),
     /// Ends a fold: new bases (merged off the control thread from a
     /// [`FoldJob`]) replace base and frozen layer.
     Rebase(Arc<Folded>),
@@ -285,13 +286,13 @@ impl Tables {
         (job.exact.is_some() || !job.classes.is_empty()).then_some(job)
     }
 
-    fn freeze(&mut self) -> Frozen {
+    fn freeze(&mut self, incoming: usize) -> Frozen {
         let mut f = Frozen::default();
-        if self.exact.needs_fold() {
+        if self.exact.needs_fold(incoming) {
             f.exact = Some(self.exact.freeze());
         }
         for c in &mut self.classes {
-            if c.entries.needs_fold() {
+            if c.entries.needs_fold(incoming) {
                 f.classes.push((c.class, c.entries.freeze()));
             }
         }
@@ -381,9 +382,9 @@ impl Absorb<Op> for Tables {
                 }
             }
             Op::SetGeneration(g) => self.generation = *g,
-            Op::Freeze(done) => match done {
+            Op::Freeze(incoming, done) => match done {
                 Some(f) => self.adopt(f),
-                None => *done = Some(self.freeze()),
+                None => *done = Some(self.freeze(*incoming)),
             },
             Op::Rebase(f) => self.rebase(f),
         }

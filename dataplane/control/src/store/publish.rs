@@ -47,15 +47,17 @@ impl RuleStore {
         }
         // A fold that finished merging lands with this batch.
         self.land_fold(false);
+        // Changes that outgrew their base, or that this batch could make
+        // double, start a fold before the batch's operations (decided on
+        // the published copy, which holds what the copy being written will
+        // hold when it reaches the freeze: both replay the same log).
+        let incoming = p.ops.len();
+        let freeze = self.fold.is_none() && self.w.enter().is_some_and(|t| t.needs_fold(incoming));
+        if freeze {
+            self.w.append(Op::Freeze(incoming, None));
+        }
         for op in p.ops.drain(..) {
             self.w.append(op);
-        }
-        // Changes that outgrew their base start a fold (decided on the
-        // published copy, one batch behind: the freeze takes whatever the
-        // copy holds when it is absorbed).
-        let freeze = self.fold.is_none() && self.w.enter().is_some_and(|t| t.needs_fold());
-        if freeze {
-            self.w.append(Op::Freeze(None));
         }
         self.w.append(Op::SetGeneration(generation));
         self.w.publish();

@@ -63,6 +63,11 @@ pub struct InsertOutcome {
     /// went there, or an entry evicted along the walk did (Algorithm 2,
     /// line 33).
     pub bloom_added: bool,
+    /// The value of the entry evicted into the Bloom part along the walk
+    /// (Algorithm 2, line 33), if one was: that item's lookups now answer
+    /// [`Lookup::Bloom`], without its value — a caller that resolves items
+    /// by value must learn which one moved.
+    pub evicted: Option<u32>,
     /// Iterations (bucket accesses) of Algorithm 2: 1 when a candidate
     /// bucket had room.
     pub iterations: u32,
@@ -725,6 +730,7 @@ impl Filter {
                 return Ok(InsertOutcome {
                     placement: Placement::Entry,
                     bloom_added: false,
+                    evicted: None,
                     iterations: 1,
                 });
             }
@@ -732,10 +738,15 @@ impl Filter {
         let plan = self
             .plan(&k, entry, threshold, &mut w.rng)
             .map_err(|iterations| InsertError::Full { iterations })?;
+        let evicted = match (plan.terminal, plan.path.last()) {
+            (Terminal::Bloom { .. }, Some(last)) => Some(self.raw.layout.entry_value(last.orig)),
+            _ => None,
+        };
         let (placement, bloom_added) = self.execute(w, &k, entry, &plan, Final::Insert);
         Ok(InsertOutcome {
             placement,
             bloom_added,
+            evicted,
             iterations: plan.iterations,
         })
     }

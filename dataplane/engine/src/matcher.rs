@@ -12,9 +12,12 @@
 //!   A negative is final (a filter has no false negatives), which is where
 //!   the filter saves work: most packets match no rule and never touch the
 //!   exact tables.
-//! * `filter-only`: the action comes from the filter's value. False
-//!   positives are possible; every 64th positive is also verified and the
-//!   sampled false-positive rate is reported.
+//! * `filter-only`: the action comes from the filter's value (the rule's
+//!   slot in the slot array). False positives are possible; every 64th
+//!   positive is also verified — against a 32-bit check of the rule's key
+//!   hash kept beside its action, not against the key itself, which this
+//!   mode does not keep (see `tables`) — and the sampled false-positive
+//!   rate is reported.
 //!
 //! Matching is per burst (at most [`MAX_BURST`] packets), with batched,
 //! prefetching filter lookups, and allocates nothing.
@@ -23,7 +26,7 @@ use cfdp_filter::Lookup;
 use cfdp_rules::FlowKey;
 
 use crate::stats::Totals;
-use crate::tables::{RuleRef, Tables};
+use crate::tables::{key_check, RuleRef, Tables};
 
 /// Largest burst a worker hands to the matcher.
 pub const MAX_BURST: usize = 32;
@@ -89,12 +92,14 @@ pub struct MatchCtx<'a> {
 }
 
 impl MatchCtx<'_> {
-    /// Resolves one filter answer for a key into a rule.
+    /// Resolves one filter answer for a key (`h`: its filter hash) into a
+    /// rule. `confirm` looks the key up in the copy's exact table.
     #[inline]
     fn resolve(
         &mut self,
         answer: Lookup,
         t: &Tables,
+        h: u64,
         confirm: impl Fn() -> Option<RuleRef>,
     ) -> Option<RuleRef> {
         let c = &mut *self.counters;
@@ -106,13 +111,33 @@ impl MatchCtx<'_> {
                 *self.sample = self.sample.wrapping_add(1);
                 if (*self.sample).is_multiple_of(64) {
                     c.filter_only_sampled += 1;
-                    if confirm() != Some(e) {
+                    if key_check(h) != e.check {
                         c.filter_only_sampled_false += 1;
                     }
                 }
-                Some(e)
+                Some(RuleRef {
+                    action: e.action,
+                    slot: v,
+                })
             }
-            // Verify mode, and Bloom-part answers (they carry no value).
+            // A Bloom-part answer carries no value: filter-only mode keeps
+            // those keys in the exact tables (key → slot) and takes the
+            // action from the slot array, where changes to it land.
+            (Lookup::Bloom, Mode::FilterOnly) => {
+                let got = confirm().and_then(|r| {
+                    let e = t.slots.get(r.slot as usize).copied().flatten()?;
+                    Some(RuleRef {
+                        action: e.action,
+                        slot: r.slot,
+                    })
+                });
+                match got {
+                    Some(_) => c.filter_verified += 1,
+                    None => c.filter_false_positives += 1,
+                }
+                got
+            }
+            // Verify mode.
             _ => {
                 let got = confirm();
                 match got {
@@ -167,12 +192,19 @@ pub fn match_burst(
             m += 1;
         }
     }
-    if m > 0 && !t.exact.is_empty() {
+    // In filter-only mode the exact table holds only Bloom-part keys: the
+    // skip is decided on the copy's slot array instead (any rule at all).
+    let flow_rules = if cx.mode == Mode::FilterOnly {
+        t.live_slots > 0
+    } else {
+        !t.exact.is_empty()
+    };
+    if m > 0 && flow_rules {
         t.flow_filter
             .get_batch_hashes(&hashes[..m], &mut answers[..m]);
         for j in 0..m {
             let i = idx[j];
-            out[i] = cx.resolve(answers[j], t, || exact.get(&keys[i]).copied());
+            out[i] = cx.resolve(answers[j], t, hashes[j], || exact.get(&keys[i]).copied());
         }
     }
 
@@ -195,7 +227,7 @@ pub fn match_burst(
         let table = cf.entries.view();
         for j in 0..m {
             let addr = masked[j];
-            out[idx[j]] = cx.resolve(answers[j], t, || table.get(&addr).copied());
+            out[idx[j]] = cx.resolve(answers[j], t, hashes[j], || table.get(&addr).copied());
         }
     }
 }

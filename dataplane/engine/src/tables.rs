@@ -5,6 +5,12 @@
 //! that confirm filter positives, and a slot array (filter value → rule, for
 //! filter-only mode). The control thread is the single writer.
 //!
+//! In filter-only mode a filter entry's value is its rule's slot, and the
+//! slot array gives the action: the exact tables hold only the keys the
+//! control thread placed in a filter's Bloom part (whose answers carry no
+//! value), key → slot. That is where filter-only saves memory: no exact
+//! table of every rule, in either copy.
+//!
 //! # How updates reach the workers
 //!
 //! `Tables` lives in a [`left_right`] pair: two copies, workers read one,
@@ -52,6 +58,29 @@ pub struct RuleRef {
     pub slot: u32,
 }
 
+/// A rule in the slot array (filter-only mode): its action, and a check
+/// of its key to verify a sample of the filter's answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRule {
+    pub action: Action,
+    /// [`key_check`] of the rule's filter hash.
+    pub check: u32,
+}
+
+/// 32 bits of a key's 64-bit filter hash, mixed so that keys whose
+/// fingerprints and buckets collide (a filter false positive) still differ
+/// here unless their whole hashes do: filter-only mode verifies a sample
+/// of its answers with it instead of keeping every rule's key (a 2^-32
+/// chance of missing a false positive).
+#[inline]
+pub fn key_check(hash: u64) -> u32 {
+    // The finaliser of SplitMix64 (Steele, Lea, Flood 2014).
+    let mut z = hash.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 32) as u32
+}
+
 /// One prefix class: its filter and exact table.
 #[derive(Clone)]
 pub struct ClassTables {
@@ -69,8 +98,10 @@ pub struct Tables {
     pub classes: Vec<ClassTables>,
     /// Rule by slot: filter-only mode reads its actions from here (the
     /// filter's value is the slot). Empty in the other modes, which never
-    /// read it (12 bytes per rule and copy saved).
-    pub slots: Vec<Option<RuleRef>>,
+    /// read it.
+    pub slots: Vec<Option<SlotRule>>,
+    /// Slots holding a rule (filter-only mode).
+    pub live_slots: usize,
     keep_slots: bool,
     /// Rule-set generation this copy shows.
     pub generation: u64,
@@ -85,6 +116,7 @@ impl Tables {
             exact: SharedMap::default(),
             classes: Vec::new(),
             slots: Vec::new(),
+            live_slots: 0,
             keep_slots,
             generation: 0,
         }
@@ -125,7 +157,7 @@ impl Tables {
                 .iter()
                 .map(|c| c.entries.own_bytes() + std::mem::size_of::<ClassTables>())
                 .sum::<usize>()
-            + self.slots.capacity() * std::mem::size_of::<Option<RuleRef>>()
+            + self.slots.capacity() * std::mem::size_of::<Option<SlotRule>>()
     }
 
     /// Whether an exact table needs a fold before `incoming` more changes
@@ -137,6 +169,9 @@ impl Tables {
 
     /// Number of rules in this copy.
     pub fn len(&self) -> usize {
+        if self.keep_slots {
+            return self.live_slots;
+        }
         self.exact.len() + self.classes.iter().map(|c| c.entries.len()).sum::<usize>()
     }
 
@@ -173,13 +208,18 @@ impl Tables {
         self.classes.iter_mut().find(|c| c.class == *class)
     }
 
-    fn set_slot(&mut self, slot: u32, e: Option<RuleRef>) {
+    fn set_slot(&mut self, slot: u32, e: Option<SlotRule>) {
         if !self.keep_slots {
             return;
         }
         let s = slot as usize;
         if self.slots.len() <= s {
             self.slots.resize(s + 1, None);
+        }
+        match (self.slots[s].is_some(), e.is_some()) {
+            (false, true) => self.live_slots += 1,
+            (true, false) => self.live_slots -= 1,
+            _ => {}
         }
         self.slots[s] = e;
     }
@@ -199,7 +239,8 @@ pub fn table_bytes<K, V, S>(t: &HashMap<K, V, S>) -> usize {
 /// One change to the tables. Deterministic: applied once to each copy.
 #[derive(Clone)]
 pub enum Op {
-    /// Adds or replaces an exact flow rule.
+    /// Adds or replaces an exact flow rule (in filter-only mode: a key the
+    /// flow filter holds in its Bloom part).
     InsertFlow(FlowKey, RuleRef),
     RemoveFlow(FlowKey),
     /// Adds or replaces a prefix rule (the class must exist).
@@ -213,6 +254,8 @@ pub enum Op {
     SetFlowFilter(Arc<Filter>),
     SetClassFilter(PrefixClass, Arc<Filter>),
     SetGeneration(u64),
+    /// Sets or clears a slot of the slot array (filter-only mode).
+    SetSlot(u32, Option<SlotRule>),
     /// Starts a fold of every exact table that needs one before the given
     /// number of changes ([`Tables::needs_fold`]): its changes become a frozen layer both copies share (see
     /// [`crate::shared`]). The first copy to absorb it records the frozen
@@ -328,35 +371,24 @@ impl Absorb<Op> for Tables {
     fn absorb_first(&mut self, op: &mut Op, _: &Self) {
         match op {
             Op::InsertFlow(k, e) => {
-                if let Some(old) = self.exact.insert(*k, *e) {
-                    if old.slot != e.slot {
-                        self.set_slot(old.slot, None);
-                    }
-                }
-                self.set_slot(e.slot, Some(*e));
+                self.exact.insert(*k, *e);
             }
             Op::RemoveFlow(k) => {
-                if let Some(old) = self.exact.remove(k) {
-                    self.set_slot(old.slot, None);
-                }
+                self.exact.remove(k);
             }
             Op::InsertPrefix(c, a, e) => {
                 let Some(ct) = self.class_mut(c) else {
                     debug_assert!(false, "insert into a missing class");
                     return;
                 };
-                let old = ct.entries.insert(*a, *e);
-                if let Some(old) = old.filter(|o| o.slot != e.slot) {
-                    self.set_slot(old.slot, None);
-                }
-                self.set_slot(e.slot, Some(*e));
+                ct.entries.insert(*a, *e);
             }
             Op::RemovePrefix(c, a) => {
-                let old = self.class_mut(c).and_then(|ct| ct.entries.remove(a));
-                if let Some(old) = old {
-                    self.set_slot(old.slot, None);
+                if let Some(ct) = self.class_mut(c) {
+                    ct.entries.remove(a);
                 }
             }
+            Op::SetSlot(slot, e) => self.set_slot(*slot, *e),
             Op::AddClass(c, f) => {
                 if self.class_mut(c).is_none() {
                     let at = self
@@ -415,11 +447,15 @@ mod tests {
     }
 
     #[test]
-    fn classes_stay_in_priority_order_and_slots_follow_entries() {
+    fn classes_stay_in_priority_order_and_slots_count_their_rules() {
         let mut t = Tables::new(filter(), true);
         let e = |slot| RuleRef {
             action: Action::Drop,
             slot,
+        };
+        let sr = |check| SlotRule {
+            action: Action::Drop,
+            check,
         };
         for len in [8, 24, 16] {
             t.absorb_first(
@@ -431,15 +467,32 @@ mod tests {
         assert_eq!(lens, [24, 16, 8]);
         let other = Tables::new(filter(), true);
         t.absorb_first(&mut Op::InsertPrefix(class(16), [10; 16], e(3)), &other);
-        assert_eq!(t.slots[3], Some(e(3)));
-        // Replacing the entry with another slot frees the old slot.
-        t.absorb_first(&mut Op::InsertPrefix(class(16), [10; 16], e(5)), &other);
-        assert_eq!((t.slots[3], t.slots[5]), (None, Some(e(5))));
+        t.absorb_first(&mut Op::SetSlot(3, Some(sr(7))), &other);
+        assert_eq!((t.slots[3], t.len()), (Some(sr(7)), 1));
+        // Setting a live slot again replaces it; clearing counts down.
+        t.absorb_first(&mut Op::SetSlot(3, Some(sr(8))), &other);
+        t.absorb_first(&mut Op::SetSlot(5, Some(sr(9))), &other);
+        assert_eq!((t.slots[3], t.live_slots), (Some(sr(8)), 2));
+        t.absorb_first(&mut Op::SetSlot(3, None), &other);
+        t.absorb_first(&mut Op::SetSlot(3, None), &other);
+        assert_eq!((t.slots[3], t.live_slots), (None, 1));
         t.absorb_first(&mut Op::RemoveClass(class(16)), &other);
         assert_eq!(t.classes.len(), 3, "a class with entries is kept");
         t.absorb_first(&mut Op::RemovePrefix(class(16), [10; 16]), &other);
         t.absorb_first(&mut Op::RemoveClass(class(16)), &other);
         assert_eq!(t.classes.len(), 2);
-        assert_eq!(t.slots[5], None);
+        // Outside filter-only mode there is no slot array.
+        let mut v = Tables::new(filter(), false);
+        v.absorb_first(&mut Op::SetSlot(1, Some(sr(1))), &other);
+        assert!(v.slots.is_empty());
+    }
+
+    #[test]
+    fn key_checks_differ_where_hashes_differ_in_any_bits() {
+        let base = 0x1234_5678_9abc_def0u64;
+        let c = key_check(base);
+        for bit in 0..64 {
+            assert_ne!(key_check(base ^ (1 << bit)), c, "bit {bit}");
+        }
     }
 }

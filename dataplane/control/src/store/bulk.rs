@@ -10,10 +10,11 @@
 //! size that fits its keys, and the exact tables become the bases both
 //! left-right copies share.
 
-use cfdp_engine::{ClassTables, SharedMap};
+use cfdp_engine::{key_check, ClassTables, SharedMap, SlotRule};
 use cfdp_filter::BuildError;
 use cfdp_rules::FlowKey;
 
+use super::ruleset::MatchIndex;
 use super::*;
 
 /// One domain's keys while loading: (hash, filter value) pairs.
@@ -83,10 +84,14 @@ impl RuleStore {
                 }
                 (slot_of, flow_keys, class_keys, count_rules, found)
             });
-            let mut exact: HashMap<FlowKey, RuleRef> = HashMap::with_capacity(flows);
+            // Filter-only mode keeps no exact table of every rule (see
+            // `cfdp_engine::tables`): matches are indexed by slot instead.
+            let mut index = keep_slots.then(|| MatchIndex::with_capacity(n));
+            let sized = |k: usize| if keep_slots { 0 } else { k };
+            let mut exact: HashMap<FlowKey, RuleRef> = HashMap::with_capacity(sized(flows));
             let mut class_entries: HashMap<PrefixClass, HashMap<[u8; 16], RuleRef>> = class_sizes
                 .iter()
-                .map(|(c, &k)| (*c, HashMap::with_capacity(k)))
+                .map(|(c, &k)| (*c, HashMap::with_capacity(sized(k))))
                 .collect();
             let mut found: Found = None;
             for (i, r) in rules.iter().enumerate() {
@@ -94,23 +99,30 @@ impl RuleStore {
                     action: r.action,
                     slot: i as u32,
                 };
-                let dup = match r.matcher {
-                    Match::Flow(k) => exact.insert(k, e),
-                    m => {
+                let dup = match (&mut index, r.matcher) {
+                    (Some(idx), m) => match idx.find(&rules, &m) {
+                        Some(o) => Some(o),
+                        None => {
+                            idx.add(&rules, e.slot);
+                            None
+                        }
+                    },
+                    (None, Match::Flow(k)) => exact.insert(k, e).map(|o| o.slot),
+                    (None, m) => {
                         let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
                         let entries = class_entries.get_mut(&c).expect("counted above");
-                        entries.insert(addr, e)
+                        entries.insert(addr, e).map(|o| o.slot)
                     }
                 };
                 if let Some(o) = dup {
-                    found = Some((i, match_taken(rules[o.slot as usize].id)));
+                    found = Some((i, match_taken(rules[o as usize].id)));
                     break;
                 }
             }
             let ids = ids.join().expect("the id pass does not panic");
-            ((exact, class_entries, found), ids)
+            ((exact, class_entries, index, found), ids)
         });
-        let (exact, mut class_entries, match_err) = matches;
+        let (exact, mut class_entries, index, match_err) = matches;
         let (slot_of, flow_keys, class_keys, count_rules, id_err) = ids;
         let first = match (id_err, match_err) {
             (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
@@ -119,8 +131,23 @@ impl RuleStore {
         if let Some((i, msg)) = first {
             return Err(at(i, &rules[i], msg));
         }
+        // Filter-only mode: each rule's action and key check by slot, from
+        // the keys' hashes (computed once, for the filters).
+        let slots: Vec<Option<SlotRule>> = if keep_slots {
+            let mut slots = vec![None; n];
+            let keys = flow_keys.iter().chain(class_keys.values().flatten());
+            for &(h, slot) in keys {
+                slots[slot as usize] = Some(SlotRule {
+                    action: rules[slot as usize].action,
+                    check: key_check(h),
+                });
+            }
+            slots
+        } else {
+            Vec::new()
+        };
         // The parsed list itself becomes the rule store (rule i at slot i).
-        let set = RuleSet::from_parts(slot_of, rules);
+        let set = RuleSet::from_parts(slot_of, rules, index);
         let classes: HashMap<PrefixClass, (HashMap<[u8; 16], RuleRef>, Keys)> = class_keys
             .into_iter()
             .map(|(c, keys)| (c, (class_entries.remove(&c).unwrap_or_default(), keys)))
@@ -144,9 +171,8 @@ impl RuleStore {
             });
         }
         tables.classes.sort_by_key(|x| (x.class.rank(), x.class));
-        if keep_slots {
-            tables.slots = set.iter().map(|s| Some(tables_ref(&s))).collect();
-        }
+        tables.live_slots = slots.len();
+        tables.slots = slots;
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
         let factory = r.factory();
         Ok(Self {
@@ -166,13 +192,6 @@ impl RuleStore {
             fold: None,
             folds: (0, 0),
         })
-    }
-}
-
-fn tables_ref(s: &Stored) -> RuleRef {
-    RuleRef {
-        action: s.rule.action,
-        slot: s.slot,
     }
 }
 

@@ -219,12 +219,17 @@ impl RuleStore {
             cfg.mode == Mode::FilterOnly,
         ));
         let factory = r.factory();
+        let rules = if cfg.mode == Mode::FilterOnly {
+            RuleSet::with_match_index()
+        } else {
+            RuleSet::default()
+        };
         Ok(Self {
             cfg,
             w,
             factory,
             stats,
-            rules: RuleSet::default(),
+            rules,
             flow_filter,
             classes: HashMap::new(),
             free_slots: Vec::new(),

@@ -47,6 +47,7 @@ impl RuleStore {
         }
         // A fold that finished merging lands with this batch.
         self.land_fold(false);
+        self.queue_evicted(p);
         // Changes that outgrew their base, or that this batch could make
         // double, start a fold before the batch's operations (decided on
         // the published copy, which holds what the copy being written will

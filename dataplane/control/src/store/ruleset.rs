@@ -2,13 +2,18 @@
 //!
 //! Every rule owns a dense counter slot, so the rules live in an array
 //! indexed by slot (no per-entry overhead, no hash-table slack) and a small
-//! id → slot index finds them by id. The rule with a given *match* is not
-//! indexed here: the published tables already map every match to its rule
-//! (`Tables::rule_slot_of`), and a second index would cost ~45 bytes a rule.
+//! id → slot index finds them by id. The rule with a given *match* is found
+//! in verify and exact mode through the published tables, which already map
+//! every match to its rule (`Tables::rule_slot_of`); filter-only mode keeps
+//! no such table, so the rule set indexes matches itself — slots in a hash
+//! table hashed by their rule's match (4 bytes an entry: the match is the
+//! rule's own, in the slot array).
+
+use std::hash::BuildHasher;
 
 use cfdp_engine::tables::table_bytes;
-use cfdp_rules::{Rule, RuleId};
-use hashbrown::HashMap;
+use cfdp_rules::{Match, Rule, RuleId};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
 use super::Stored;
 
@@ -22,12 +27,78 @@ pub(super) struct RuleSet {
     by_slot: Vec<Rule>,
     /// One bit per slot of `by_slot`.
     taken: Vec<u64>,
+    /// Filter-only mode: every taken slot, by its rule's match.
+    by_match: Option<MatchIndex>,
+}
+
+/// Slots by their rule's match (see the module docs).
+#[derive(Default)]
+pub(super) struct MatchIndex {
+    table: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+}
+
+impl MatchIndex {
+    pub(super) fn with_capacity(n: usize) -> Self {
+        Self {
+            table: HashTable::with_capacity(n),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
+    fn hash(&self, m: &Match) -> u64 {
+        self.hasher.hash_one(m)
+    }
+
+    /// The slot among `rules` whose rule has match `m`.
+    pub(super) fn find(&self, rules: &[Rule], m: &Match) -> Option<u32> {
+        self.table
+            .find(self.hash(m), |&s| rules[s as usize].matcher == *m)
+            .copied()
+    }
+
+    /// Adds `slot` (whose rule in `rules` no other indexed slot's match
+    /// equals).
+    pub(super) fn add(&mut self, rules: &[Rule], slot: u32) {
+        let h = self.hash(&rules[slot as usize].matcher);
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(h, slot, |&s| hasher.hash_one(rules[s as usize].matcher));
+    }
+
+    fn remove(&mut self, rules: &[Rule], slot: u32) {
+        let h = self.hash(&rules[slot as usize].matcher);
+        if let Ok(e) = self.table.find_entry(h, |&s| s == slot) {
+            e.remove();
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self.table.capacity() {
+            0 => 0,
+            c if c < 8 => (c + 1).next_power_of_two() * 5 + 16,
+            c => (c * 8 / 7).next_power_of_two() * 5 + 16,
+        }
+    }
 }
 
 impl RuleSet {
+    /// An empty set that indexes matches (filter-only mode).
+    pub(super) fn with_match_index() -> Self {
+        Self {
+            by_match: Some(MatchIndex::default()),
+            ..Self::default()
+        }
+    }
+
     /// The rules of a bulk load, rule `i` at slot `i`, with their id index
-    /// (which must map every rule's id to its position).
-    pub(super) fn from_parts(slot_of: HashMap<RuleId, u32>, by_slot: Vec<Rule>) -> Self {
+    /// (which must map every rule's id to its position) and, in filter-only
+    /// mode, their match index.
+    pub(super) fn from_parts(
+        slot_of: HashMap<RuleId, u32>,
+        by_slot: Vec<Rule>,
+        by_match: Option<MatchIndex>,
+    ) -> Self {
         debug_assert_eq!(slot_of.len(), by_slot.len());
         let n = by_slot.len();
         let mut taken = vec![u64::MAX; n.div_ceil(64)];
@@ -38,6 +109,7 @@ impl RuleSet {
             slot_of,
             by_slot,
             taken,
+            by_match,
         }
     }
 
@@ -62,6 +134,18 @@ impl RuleSet {
         Some(Stored { rule, slot })
     }
 
+    /// Whether this set indexes matches (filter-only mode).
+    pub(super) fn indexes_matches(&self) -> bool {
+        self.by_match.is_some()
+    }
+
+    /// The rule with match `m` (only when [`Self::indexes_matches`]).
+    pub(super) fn by_match(&self, m: &Match) -> Option<Stored> {
+        let slot = self.by_match.as_ref()?.find(&self.by_slot, m)?;
+        let rule = self.at(slot)?;
+        Some(Stored { rule, slot })
+    }
+
     /// The rule at `slot`.
     pub(super) fn at(&self, slot: u32) -> Option<Rule> {
         self.is_taken(slot).then(|| self.by_slot[slot as usize])
@@ -80,8 +164,18 @@ impl RuleSet {
             self.by_slot.resize(i + 1, s.rule);
             self.taken.resize(self.by_slot.len().div_ceil(64), 0);
         }
+        // The rule the slot held (this rule before a modify, or a rule
+        // whose removal is still to come in this commit) leaves the match
+        // index before its entry is overwritten: the index finds it by it.
+        let held = self.is_taken(s.slot);
+        if let (Some(idx), true) = (&mut self.by_match, held) {
+            idx.remove(&self.by_slot, s.slot);
+        }
         self.by_slot[i] = s.rule;
         self.taken[i / 64] |= 1 << (i % 64);
+        if let Some(idx) = &mut self.by_match {
+            idx.add(&self.by_slot, s.slot);
+        }
     }
 
     pub(super) fn remove(&mut self, id: RuleId) {
@@ -94,6 +188,9 @@ impl RuleSet {
     /// rule may already have been written there).
     fn clear_slot(&mut self, slot: u32, id: RuleId) {
         if self.at(slot).is_some_and(|r| r.id == id) {
+            if let Some(idx) = &mut self.by_match {
+                idx.remove(&self.by_slot, slot);
+            }
             let s = slot as usize;
             self.taken[s / 64] &= !(1 << (s % 64));
         }
@@ -105,11 +202,13 @@ impl RuleSet {
             .filter_map(|slot| self.at(slot).map(|rule| Stored { rule, slot }))
     }
 
-    /// Heap bytes: the id index, the slot array and its bits.
+    /// Heap bytes: the id index, the slot array and its bits, the match
+    /// index.
     pub(super) fn memory_bytes(&self) -> usize {
         table_bytes(&self.slot_of)
             + self.by_slot.capacity() * std::mem::size_of::<Rule>()
             + self.taken.capacity() * 8
+            + self.by_match.as_ref().map_or(0, MatchIndex::bytes)
     }
 }
 
@@ -173,7 +272,7 @@ mod tests {
         for n in [1u32, 63, 64, 65, 130] {
             let rules: Vec<Rule> = (0..n).map(|i| rule(i + 100, 8)).collect();
             let index = (0..n).map(|i| (i + 100, i)).collect();
-            let mut s = RuleSet::from_parts(index, rules);
+            let mut s = RuleSet::from_parts(index, rules, None);
             assert_eq!(s.iter().count(), n as usize);
             assert_eq!(s.at(n - 1).map(|r| r.id), Some(n + 99));
             assert_eq!(s.at(n), None);

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use cfdp_engine::{key_check, SlotRule};
 use cfdp_filter::{InsertError, Placement};
 
 use super::views::domain_name;
@@ -32,6 +33,12 @@ pub(super) struct Pending {
     /// Slots a dry run would hand out.
     pub(super) dry_slots: usize,
     pub(super) timing: Timing,
+    /// Filter-only mode: slots whose filter entry an insert of this batch
+    /// evicted into a Bloom part (their keys must go into the exact
+    /// tables: Bloom answers carry no slot).
+    pub(super) evicted: Vec<u32>,
+    /// The rule each slot handed out in this batch went to.
+    pub(super) slot_ids: HashMap<u32, RuleId>,
 }
 
 impl RuleStore {
@@ -157,6 +164,8 @@ impl RuleStore {
     fn get_match(&self, p: &Pending, m: &Match) -> Option<RuleId> {
         match p.matches.get(m) {
             Some(id) => *id,
+            // Filter-only mode: the rule set's own match index.
+            None if self.rules.indexes_matches() => self.rules.by_match(m).map(|s| s.rule.id),
             // Between batches the published copy is the committed rule set.
             None => self
                 .w
@@ -219,7 +228,7 @@ impl RuleStore {
         rule: &Rule,
         slot: u32,
         hints: &ClassHints,
-    ) -> Result<(), UpdateResult> {
+    ) -> Result<Placement, UpdateResult> {
         let (domain, h) = domain_and_hash(&rule.matcher);
         let value = self.value_for(slot);
         let mut filter = match self.current_filter(p, &domain) {
@@ -269,33 +278,80 @@ impl RuleStore {
         r.max_iterations = r.max_iterations.max(outcome.iterations);
         p.iterations_sum += u64::from(outcome.iterations);
         p.inserted.push((filter, h, value));
-        Ok(())
+        if let (Some(v), Mode::FilterOnly) = (outcome.evicted, self.cfg.mode) {
+            p.evicted.push(v);
+        }
+        Ok(outcome.placement)
     }
 
-    /// Rebuilds `old` at twice its size from the rule set as the batch
-    /// leaves it so far, and queues the swap.
-    fn queue_insert_op(p: &mut Pending, rule: &Rule, slot: u32) {
+    /// Queues the table operations of a rule now at `slot`: `placed` says
+    /// where its filter insert put the key (`None`: the match is unchanged
+    /// and was not inserted again). In filter-only mode the slot array
+    /// carries the rule, and only a key placed in a Bloom part (whose
+    /// answers carry no slot) goes into the exact tables.
+    fn queue_insert_op(&self, p: &mut Pending, rule: &Rule, slot: u32, placed: Option<Placement>) {
+        let (domain, h) = domain_and_hash(&rule.matcher);
+        let filter_only = self.cfg.mode == Mode::FilterOnly;
+        if filter_only {
+            p.ops.push(Op::SetSlot(
+                slot,
+                Some(SlotRule {
+                    action: rule.action,
+                    check: key_check(h),
+                }),
+            ));
+        }
+        if !filter_only || placed == Some(Placement::Bloom) {
+            Self::queue_table_entry(p, rule, slot);
+        }
+        if let Domain::Class(c) = domain {
+            *p.class_delta.entry(c).or_default() += 1;
+        }
+    }
+
+    /// Queues the exact-table entry of `rule` at `slot`.
+    fn queue_table_entry(p: &mut Pending, rule: &Rule, slot: u32) {
         let e = RuleRef {
             action: rule.action,
             slot,
         };
-        match domain_and_hash(&rule.matcher) {
-            (Domain::Flow, _) => {
-                let Match::Flow(k) = rule.matcher else {
-                    unreachable!()
-                };
-                p.ops.push(Op::InsertFlow(k, e));
+        match rule.matcher {
+            Match::Flow(k) => p.ops.push(Op::InsertFlow(k, e)),
+            m => {
+                let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
+                p.ops.push(Op::InsertPrefix(c, addr, e));
             }
-            (Domain::Class(c), _) => {
-                p.ops
-                    .push(Op::InsertPrefix(c, prefix_addr(&rule.matcher), e));
-                *p.class_delta.entry(c).or_default() += 1;
+        }
+    }
+
+    /// Filter-only mode: queues the exact-table entries of the rules whose
+    /// filter entries this batch's inserts evicted into a Bloom part, as
+    /// the batch leaves those rules (one deleted since has none; one
+    /// modified since gets its new key, which costs nothing if the new key
+    /// sits in an entry).
+    pub(super) fn queue_evicted(&self, p: &mut Pending) {
+        for v in std::mem::take(&mut p.evicted) {
+            let id = self
+                .rules
+                .at(v)
+                .map(|r| r.id)
+                .or_else(|| p.slot_ids.get(&v).copied());
+            let rule = match id.map(|id| p.ids.get(&id)) {
+                Some(Some(Some(s))) if s.slot == v => Some(s.rule),
+                Some(Some(_)) | None => None,
+                Some(None) => self.rules.at(v),
+            };
+            if let Some(r) = rule {
+                Self::queue_table_entry(p, &r, v);
             }
         }
     }
 
     fn queue_remove(&self, p: &mut Pending, s: &Stored) {
         let (d, h) = domain_and_hash(&s.rule.matcher);
+        if self.cfg.mode == Mode::FilterOnly {
+            p.ops.push(Op::SetSlot(s.slot, None));
+        }
         match &d {
             Domain::Flow => {
                 let Match::Flow(k) = s.rule.matcher else {
@@ -338,12 +394,16 @@ impl RuleStore {
                     )
                 })?;
                 if execute {
-                    if let Err(e) = self.place(p, r, slot, hints) {
-                        p.new_slots.retain(|&s| s != slot);
-                        self.free_slots.push(slot);
-                        return Err(e);
-                    }
-                    Self::queue_insert_op(p, r, slot);
+                    p.slot_ids.insert(slot, r.id);
+                    let placed = match self.place(p, r, slot, hints) {
+                        Ok(placed) => placed,
+                        Err(e) => {
+                            p.new_slots.retain(|&s| s != slot);
+                            self.free_slots.push(slot);
+                            return Err(e);
+                        }
+                    };
+                    self.queue_insert_op(p, r, slot, Some(placed));
                     p.effective.push(*u);
                 }
                 p.ids.insert(r.id, Some(Stored { rule: *r, slot }));
@@ -373,15 +433,15 @@ impl RuleStore {
                 }
                 if execute {
                     if same_match {
-                        Self::queue_insert_op(p, r, old.slot);
+                        self.queue_insert_op(p, r, old.slot, None);
                         if let (Domain::Class(c), _) = domain_and_hash(&r.matcher) {
                             // An overwrite, not a new entry.
                             *p.class_delta.entry(c).or_default() -= 1;
                         }
                     } else {
-                        self.place(p, r, old.slot, hints)?;
+                        let placed = self.place(p, r, old.slot, hints)?;
                         self.queue_remove(p, &old);
-                        Self::queue_insert_op(p, r, old.slot);
+                        self.queue_insert_op(p, r, old.slot, Some(placed));
                     }
                     p.effective.push(*u);
                 }
@@ -438,6 +498,25 @@ impl RuleStore {
         }
         for s in p.new_slots.drain(..) {
             self.free_slots.push(s);
+        }
+        // Entries the undone inserts evicted into a Bloom part stay there
+        // (removing the inserts does not move them back): committed rules
+        // among them get their exact-table entries now, or their Bloom
+        // answers would find no rule.
+        let moved: Vec<Op> = std::mem::take(&mut p.evicted)
+            .into_iter()
+            .filter_map(|v| self.rules.at(v).map(|r| (r, v)))
+            .map(|(r, v)| {
+                let mut q = Pending::default();
+                Self::queue_table_entry(&mut q, &r, v);
+                q.ops.pop().expect("one entry queued")
+            })
+            .collect();
+        if !moved.is_empty() {
+            for op in moved {
+                self.w.append(op);
+            }
+            self.w.publish();
         }
     }
 }

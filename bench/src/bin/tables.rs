@@ -853,6 +853,57 @@ fn large_rules(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
+/// `large-rules-filter-only`: memory per rule of an old and a new build,
+/// alternated, per size and mode (each build's runs in order).
+fn large_rules_filter_only(d: &Path) -> R<String> {
+    let c = Csv::load(d, "large_rules_filter_only.csv")?;
+    let recs = c.records();
+    let [old, new] = c.distinct("build")?[..] else {
+        return Err("large_rules_filter_only.csv: two builds expected".into());
+    };
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for mode in ["filter-only", "verify"] {
+        for r in &recs {
+            if r["mode"] == mode && !keys.contains(&(r["rules"], mode)) {
+                keys.push((r["rules"], mode));
+            }
+        }
+    }
+    let runs = |b: &str, rules: &str, mode: &str, col: &str| -> R<String> {
+        let v: Vec<String> = recs
+            .iter()
+            .filter(|r| {
+                r["build"] == b && r["rules"] == rules && r["mode"] == mode && r["source"] == "file"
+            })
+            .map(|r| num(r[col], &c.name).map(|x| format!("{x:.0} B")))
+            .collect::<R<_>>()?;
+        Ok(v.join(" · "))
+    };
+    let mut rows = Vec::new();
+    for (rules, mode) in keys {
+        let mut row = vec![count_short(num(rules, &c.name)? as u64), mode.to_owned()];
+        for col in ["rss_per_rule", "peak_per_rule", "accounted_per_rule"] {
+            row.push(runs(old, rules, mode, col)?);
+            row.push(runs(new, rules, mode, col)?);
+        }
+        rows.push(row);
+    }
+    let h = |what: &str, b: &str| format!("{what}, {b}");
+    Ok(table(
+        &[
+            "rules",
+            "mode",
+            &h("RSS per rule", old),
+            &h("RSS per rule", new),
+            &h("peak per rule", old),
+            &h("peak per rule", new),
+            &h("accounted per rule", old),
+            &h("accounted per rule", new),
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// `large-rules-ab*`: 10 M rules, an old and a new load path alternated
 /// (ready times per run, and the peak RSS of the starts from a rule file).
 fn large_rules_ab(d: &Path, file: &str) -> R<String> {
@@ -1290,6 +1341,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "lookup-scaling" => lookup_scaling(dir),
         "large-rules" => large_rules(dir),
         "large-rules-ab" => large_rules_ab(dir, "large_rules_ab.csv"),
+        "large-rules-filter-only" => large_rules_filter_only(dir),
         "large-rules-ab-stream" => large_rules_ab(dir, "large_rules_ab_stream.csv"),
         "control-path" => control_path(dir),
         "control-path-stages" => control_path_stages(dir),

@@ -257,3 +257,56 @@ fn tag_mode_cuts_bloom_false_positives() {
         "tag mode did not cut Bloom false positives: {rates:?}"
     );
 }
+
+/// An insert whose walk evicts an entry into the Bloom part reports that
+/// entry's value: the item now answers `Bloom`, without it (a caller that
+/// resolves items by value must learn which one moved). Items carry their
+/// index as value; every reported one must be an earlier item that now
+/// answers from the Bloom part, and every item in the Bloom part must be
+/// accounted for: placed there itself, or reported as evicted.
+#[test]
+fn an_insert_reports_the_value_it_evicted_into_the_bloom_part() {
+    let f = Filter::new(Config {
+        buckets_log2: Some(10),
+        fingerprint_bits: 16,
+        value_bits: 12,
+        bloom: Some(BloomConfig {
+            mode: BloomMode::Bit,
+            threshold: 2,
+        }),
+        max_kicks: 500,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut keys = Keys::new(9);
+    let mut hashes = Vec::new();
+    let mut in_bloom = std::collections::BTreeSet::new();
+    let mut evictions = 0;
+    for v in 0..(f.slots() as u32) {
+        let h = cfdp_filter::hash::hash_u64(keys.next_key());
+        let out = match f.insert_hash(h, v) {
+            Ok(out) => out,
+            Err(InsertError::Full { .. }) => break,
+            Err(e) => panic!("{e}"),
+        };
+        hashes.push(h);
+        if out.placement == Placement::Bloom {
+            in_bloom.insert(v);
+        }
+        if let Some(e) = out.evicted {
+            assert!(e < v, "evicted value {e} is not an earlier item's");
+            assert!(out.bloom_added);
+            in_bloom.insert(e);
+            evictions += 1;
+        }
+    }
+    assert!(evictions > 0, "no entry evicted into the Bloom part");
+    assert_eq!(
+        f.bloom_len(),
+        in_bloom.len(),
+        "Bloom items not accounted for"
+    );
+    for &v in &in_bloom {
+        assert_eq!(f.get_hash(hashes[v as usize]), Lookup::Bloom, "item {v}");
+    }
+}

@@ -1137,3 +1137,40 @@ fn filter_only_finds_bloom_part_keys_through_changes_and_migration() {
         "{falses} of {sampled} sampled false"
     );
 }
+
+/// Filter-only mode: a batch that deletes a rule and gives its match to a
+/// new rule leaves the deleted rule's filter entry in place until the
+/// commit settles (a worker may still read the copy that has it), so a
+/// lookup may meet that entry first; the new rule must be found all the
+/// same, before and after the settle.
+#[test]
+fn filter_only_finds_a_match_reused_within_one_batch() {
+    let cfg = StoreConfig {
+        mode: Mode::FilterOnly,
+        ..StoreConfig::default()
+    };
+    let mut s = store(cfg);
+    let n = 2000u32;
+    let ups = (0..n)
+        .map(|i| Update::Insert(flow_rule(i + 1, i, Action::Drop)))
+        .collect();
+    assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, ups)).all_ok());
+    let ups = (0..n)
+        .map(|i| Update::Delete(i + 1))
+        .chain((0..n).map(|i| Update::Insert(flow_rule(10_000 + i, i, Action::Allow))))
+        .collect();
+    assert!(apply(&mut s, &batch(Atomicity::RollbackOnError, ups)).all_ok());
+    for settled in [false, true] {
+        if settled {
+            s.settle();
+        }
+        for i in 0..n {
+            let got = matched(&s, &flow(i)).map(|r| (r.id, r.action));
+            assert_eq!(
+                got,
+                Some((10_000 + i, Action::Allow)),
+                "key {i}, settled {settled}"
+            );
+        }
+    }
+}

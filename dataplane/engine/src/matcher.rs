@@ -106,8 +106,19 @@ impl MatchCtx<'_> {
         match (answer, self.mode) {
             (Lookup::Miss, _) => None,
             (Lookup::Entry(v), Mode::FilterOnly) => {
-                // A slot not (yet, or no longer) in this copy: no rule.
-                let e = t.slots.get(v as usize).copied().flatten()?;
+                let Some(e) = t.slots.get(v as usize).copied().flatten() else {
+                    // A slot not (yet, or no longer) in this copy: a
+                    // deleted rule's entry stays in the filter until its
+                    // commit settles, and a rule given the same key in
+                    // that batch is in the exact tables (key → slot).
+                    return confirm().and_then(|r| {
+                        let e = t.slots.get(r.slot as usize).copied().flatten()?;
+                        Some(RuleRef {
+                            action: e.action,
+                            slot: r.slot,
+                        })
+                    });
+                };
                 *self.sample = self.sample.wrapping_add(1);
                 if (*self.sample).is_multiple_of(64) {
                     c.filter_only_sampled += 1;

@@ -8,8 +8,10 @@
 //! In filter-only mode a filter entry's value is its rule's slot, and the
 //! slot array gives the action: the exact tables hold only the keys the
 //! control thread placed in a filter's Bloom part (whose answers carry no
-//! value), key → slot. That is where filter-only saves memory: no exact
-//! table of every rule, in either copy.
+//! value), and keys a batch gave to a new rule while their deleted rule's
+//! filter entry (pointing at a dead slot) is still in the filter, key →
+//! slot. That is where filter-only saves memory: no exact table of every
+//! rule, in either copy.
 //!
 //! # How updates reach the workers
 //!

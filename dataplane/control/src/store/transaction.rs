@@ -301,7 +301,12 @@ impl RuleStore {
                 }),
             ));
         }
-        if !filter_only || placed == Some(Placement::Bloom) {
+        // A match whose rule this batch deleted still has that rule's
+        // filter entry until the commit settles, and a lookup may meet it
+        // first: the new rule's key goes into the exact tables too, where
+        // a lookup that lands on the deleted rule's slot looks next.
+        let freed_here = p.matches.get(&rule.matcher) == Some(&None);
+        if !filter_only || placed == Some(Placement::Bloom) || (placed.is_some() && freed_here) {
             Self::queue_table_entry(p, rule, slot);
         }
         if let Domain::Class(c) = domain {

@@ -45,7 +45,8 @@ pub struct PlaneView {
     pub generation: u64,
     pub rules: usize,
     pub started: Instant,
-    pub count_rules: Vec<CountSlot>,
+    /// Shared with the control thread's cache: rebuilt only when it changes.
+    pub count_rules: Arc<Vec<CountSlot>>,
     pub filter: FilterStats,
     pub memory: MemoryStats,
     pub batch_us: Latency,

@@ -1174,3 +1174,58 @@ fn filter_only_finds_a_match_reused_within_one_batch() {
         }
     }
 }
+
+/// The control thread publishes its statistics before every answer; the
+/// list of `count` rules in them is rebuilt only when it changed (it was
+/// rebuilt for every request: O(count rules) ahead of each answer, 6–27 ms
+/// measured at a million `count` rules), and `stats` shows a change at
+/// once.
+#[test]
+fn the_count_rules_list_is_rebuilt_only_when_it_changes() {
+    use cfdp_control::plane::{ControlPlane, PlaneConfig};
+    use cfdp_rules::protocol::parse_request;
+    let rules: Vec<Rule> = (0..1000)
+        .map(|i| flow_rule(i + 1, i, Action::Count))
+        .collect();
+    let cfg = StoreConfig::default();
+    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+    let store = RuleStore::with_rules(cfg, stats, rules).unwrap();
+    let mut plane = ControlPlane::new(store, None, PlaneConfig::default());
+    let board = plane.board();
+    let list = || board.view().count_rules.clone();
+    let first = list();
+    assert_eq!(first.len(), 1000);
+    let req = |line: &str| parse_request(line.as_bytes()).unwrap();
+    let ping = req(r#"{"id": 1, "method": "ping"}"#);
+    plane.handle(&ping);
+    plane.publish_view();
+    assert!(Arc::ptr_eq(&first, &list()), "rebuilt without a change");
+    // A batch that changes no `count` rule keeps the list.
+    let drop_rule = req(
+        r#"{"id": 2, "method": "apply", "params": {"updates": [{"op": "insert", "rule": {"id": 5000, "match": {"dst_prefix": "10.9.0.0/16"}, "action": "drop"}}]}}"#,
+    );
+    assert_eq!(plane.handle(&drop_rule)["result"]["applied"], true);
+    plane.publish_view();
+    assert!(Arc::ptr_eq(&first, &list()), "rebuilt for a drop rule");
+    // One that adds a `count` rule: `stats` shows it before the next
+    // publish, and the published list after it.
+    let count_rule = req(
+        r#"{"id": 3, "method": "apply", "params": {"updates": [{"op": "insert", "rule": {"id": 5001, "match": {"dst_prefix": "10.8.0.0/16"}, "action": "count"}}]}}"#,
+    );
+    assert_eq!(plane.handle(&count_rule)["result"]["applied"], true);
+    assert_eq!(plane.stats().rule_counters.len(), 1001);
+    plane.publish_view();
+    assert_eq!(list().len(), 1001);
+    // A `count` rule turned into `drop`: gone from the list.
+    let modify = req(
+        r#"{"id": 4, "method": "apply", "params": {"updates": [{"op": "modify", "rule": {"id": 1, "match": {"flow": {"src": "10.0.0.0", "dst": "192.0.2.1", "proto": "udp", "sport": 1, "dport": 53}}, "action": "drop"}}]}}"#,
+    );
+    assert_eq!(
+        plane.handle(&modify)["result"]["applied"],
+        true,
+        "{}",
+        plane.handle(&ping)
+    );
+    plane.publish_view();
+    assert_eq!(list().len(), 1000);
+}

@@ -187,6 +187,7 @@ impl RuleStore {
             next_slot: n as u32,
             baselines: HashMap::new(),
             count_rules,
+            count_version: fresh_version(),
             generation: 0,
             unsettled: None,
             fold: None,

@@ -159,6 +159,12 @@ fn domain_and_hash(m: &Match) -> (Domain, u64) {
     }
 }
 
+/// A version number no earlier call returned (in this process).
+fn fresh_version() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Slots are `u32`: `max_rules` must fit.
 fn check_max_rules(cfg: &StoreConfig) -> Result<(), String> {
     if cfg.max_rules == 0 || cfg.max_rules > u32::MAX as usize {
@@ -198,6 +204,9 @@ pub struct RuleStore {
     /// The `count` rules by id (kept at commit): `stats` and every scrape
     /// report them without walking the whole rule set.
     count_rules: std::collections::BTreeMap<RuleId, u32>,
+    /// Changes whenever `count_rules` does, to a value no other state of
+    /// any store had (see [`RuleStore::count_rules_version`]).
+    count_version: u64,
     generation: u64,
     /// The second half of the last commit, when not yet run (`settle`).
     unsettled: Option<publish::Unsettled>,
@@ -236,6 +245,7 @@ impl RuleStore {
             next_slot: 0,
             baselines: HashMap::new(),
             count_rules: Default::default(),
+            count_version: fresh_version(),
             generation: 0,
             unsettled: None,
             fold: None,

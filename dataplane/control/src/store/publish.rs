@@ -66,21 +66,27 @@ impl RuleStore {
         if freeze {
             self.start_fold();
         }
+        let mut counted = false;
         for (id, s) in p.ids.drain() {
             match s {
                 Some(s) => {
                     if s.rule.action == cfdp_rules::Action::Count {
-                        self.count_rules.insert(id, s.slot);
+                        counted |= self.count_rules.insert(id, s.slot) != Some(s.slot);
+                        // A recycled slot's baseline is new.
+                        counted |= self.baselines.contains_key(&s.slot);
                     } else {
-                        self.count_rules.remove(&id);
+                        counted |= self.count_rules.remove(&id).is_some();
                     }
                     self.rules.insert(s);
                 }
                 None => {
-                    self.count_rules.remove(&id);
+                    counted |= self.count_rules.remove(&id).is_some();
                     self.rules.remove(id);
                 }
             }
+        }
+        if counted {
+            self.count_version = fresh_version();
         }
         // `p.matches` needs no commit: the published tables index matches.
         p.matches.clear();

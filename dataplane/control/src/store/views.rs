@@ -216,6 +216,13 @@ impl RuleStore {
 
     /// Where the counters of every `count` rule are, by id: what the
     /// control thread publishes so that statistics can be read without it.
+    /// Changes whenever [`Self::count_rule_slots`] would answer otherwise
+    /// (unique across stores: a cache keyed by it never mistakes one
+    /// store's list for another's).
+    pub fn count_rules_version(&self) -> u64 {
+        self.count_version
+    }
+
     pub fn count_rule_slots(&self) -> Vec<CountSlot> {
         self.count_rules
             .iter()

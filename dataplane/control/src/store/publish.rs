@@ -112,15 +112,16 @@ impl RuleStore {
             .into_iter()
             .filter(|c| self.classes.get(c).is_some_and(|e| e.1 == 0))
             .collect();
-        // Steps 4 and 5 (`settle`) are due before the next batch, when the
-        // batch left anything for them (an insert-only batch does not: its
-        // operations reach the other copy with the next publish anyway).
-        if !(p.removals.is_empty() && p.freed_slots.is_empty() && emptied.is_empty()) {
-            let due = self.unsettled.get_or_insert_with(Default::default);
-            due.removals.append(&mut p.removals);
-            due.freed_slots.append(&mut p.freed_slots);
-            due.emptied.extend(emptied);
-        }
+        // Steps 4 and 5 (`settle`) are due before the next batch — for
+        // every batch, including an insert-only one that leaves nothing to
+        // remove: settle's publish also brings the other copy up to date
+        // with this batch's operations, which would otherwise be replayed
+        // inside the next batch's publish, before its answer. The control
+        // thread settles after answering.
+        let due = self.unsettled.get_or_insert_with(Default::default);
+        due.removals.append(&mut p.removals);
+        due.freed_slots.append(&mut p.freed_slots);
+        due.emptied.extend(emptied);
     }
 
     /// Steps 4 and 5 of the last commit, if still due: waits until no

@@ -14,7 +14,7 @@ use cfdp_engine::{key_check, ClassTables, SharedMap, SlotRule};
 use cfdp_filter::BuildError;
 use cfdp_rules::FlowKey;
 
-use super::ruleset::MatchIndex;
+use super::ruleset::{IdIndex, MatchIndex};
 use super::*;
 
 /// One domain's keys while loading: (hash, filter value) pairs.
@@ -51,7 +51,7 @@ impl RuleStore {
         type Found = Option<(usize, String)>;
         let (matches, ids) = std::thread::scope(|s| {
             let ids = s.spawn(|| {
-                let mut slot_of: HashMap<RuleId, u32> = HashMap::with_capacity(n);
+                let mut by_id = IdIndex::with_capacity(n);
                 let mut flow_keys: Keys = Vec::with_capacity(flows);
                 let mut class_keys: HashMap<PrefixClass, Keys> = class_sizes
                     .iter()
@@ -61,10 +61,11 @@ impl RuleStore {
                 let mut found: Found = None;
                 for (i, r) in rules.iter().enumerate() {
                     let slot = i as u32;
-                    if slot_of.insert(r.id, slot).is_some() {
+                    if by_id.find(&rules, r.id).is_some() {
                         found = Some((i, id_taken(r.id)));
                         break;
                     }
+                    by_id.add(&rules, slot);
                     if !stats.ensure_slot(slot) {
                         found = Some((i, format!("{n} rules do not fit: raise control.max_rules")));
                         break;
@@ -82,7 +83,7 @@ impl RuleStore {
                         count_rules.insert(r.id, slot);
                     }
                 }
-                (slot_of, flow_keys, class_keys, count_rules, found)
+                (by_id, flow_keys, class_keys, count_rules, found)
             });
             // Filter-only mode keeps no exact table of every rule (see
             // `cfdp_engine::tables`): matches are indexed by slot instead.
@@ -123,7 +124,7 @@ impl RuleStore {
             ((exact, class_entries, index, found), ids)
         });
         let (exact, mut class_entries, index, match_err) = matches;
-        let (slot_of, flow_keys, class_keys, count_rules, id_err) = ids;
+        let (by_id, flow_keys, class_keys, count_rules, id_err) = ids;
         let first = match (id_err, match_err) {
             (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
             (a, b) => a.or(b),
@@ -147,7 +148,7 @@ impl RuleStore {
             Vec::new()
         };
         // The parsed list itself becomes the rule store (rule i at slot i).
-        let set = RuleSet::from_parts(slot_of, rules, index);
+        let set = RuleSet::from_parts(by_id, rules, index);
         let classes: HashMap<PrefixClass, (HashMap<[u8; 16], RuleRef>, Keys)> = class_keys
             .into_iter()
             .map(|(c, keys)| (c, (class_entries.remove(&c).unwrap_or_default(), keys)))

@@ -1,8 +1,10 @@
 //! The committed rules, stored compactly.
 //!
 //! Every rule owns a dense counter slot, so the rules live in an array
-//! indexed by slot (no per-entry overhead, no hash-table slack) and a small
-//! id → slot index finds them by id. The rule with a given *match* is found
+//! indexed by slot (no per-entry overhead, no hash-table slack) and an
+//! id → slot index finds them by id: slots in a hash table hashed by their
+//! rule's id (4 bytes an entry, not 8: the id is the rule's own, in the
+//! slot array). The rule with a given *match* is found
 //! in verify and exact mode through the published tables, which already map
 //! every match to its rule (`Tables::rule_slot_of`); filter-only mode keeps
 //! no such table, so the rule set indexes matches itself — slots in a hash
@@ -11,15 +13,15 @@
 
 use std::hash::BuildHasher;
 
-use cfdp_engine::tables::table_bytes;
 use cfdp_rules::{Match, Rule, RuleId};
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::Stored;
 
 #[derive(Default)]
 pub(super) struct RuleSet {
-    slot_of: HashMap<RuleId, u32>,
+    /// Every taken slot, by its rule's id.
+    by_id: IdIndex,
     /// Rule by slot. Only slots marked in `taken` hold a committed rule (a
     /// freed slot keeps its last rule until it is reused), so a bulk
     /// load's parsed rule list becomes this array as it is: no second
@@ -29,6 +31,62 @@ pub(super) struct RuleSet {
     taken: Vec<u64>,
     /// Filter-only mode: every taken slot, by its rule's match.
     by_match: Option<MatchIndex>,
+}
+
+/// Slots by their rule's id (see the module docs).
+#[derive(Default)]
+pub(super) struct IdIndex {
+    table: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+}
+
+impl IdIndex {
+    pub(super) fn with_capacity(n: usize) -> Self {
+        Self {
+            table: HashTable::with_capacity(n),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
+    /// The slot among `rules` whose rule has id `id`.
+    pub(super) fn find(&self, rules: &[Rule], id: RuleId) -> Option<u32> {
+        self.table
+            .find(self.hasher.hash_one(id), |&s| rules[s as usize].id == id)
+            .copied()
+    }
+
+    /// Adds `slot` (whose rule's id no other indexed slot's rule has).
+    pub(super) fn add(&mut self, rules: &[Rule], slot: u32) {
+        let hasher = &self.hasher;
+        let h = hasher.hash_one(rules[slot as usize].id);
+        self.table
+            .insert_unique(h, slot, |&s| hasher.hash_one(rules[s as usize].id));
+    }
+
+    fn remove(&mut self, rules: &[Rule], slot: u32) {
+        let h = self.hasher.hash_one(rules[slot as usize].id);
+        if let Ok(e) = self.table.find_entry(h, |&s| s == slot) {
+            e.remove();
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    fn bytes(&self) -> usize {
+        slot_table_bytes(&self.table)
+    }
+}
+
+/// Heap bytes of a hash table of slots (hashbrown: a control byte and an
+/// entry per bucket, plus a group of trailing control bytes).
+fn slot_table_bytes(t: &HashTable<u32>) -> usize {
+    match t.capacity() {
+        0 => 0,
+        c if c < 8 => (c + 1).next_power_of_two() * 5 + 16,
+        c => (c * 8 / 7).next_power_of_two() * 5 + 16,
+    }
 }
 
 /// Slots by their rule's match (see the module docs).
@@ -74,11 +132,7 @@ impl MatchIndex {
     }
 
     fn bytes(&self) -> usize {
-        match self.table.capacity() {
-            0 => 0,
-            c if c < 8 => (c + 1).next_power_of_two() * 5 + 16,
-            c => (c * 8 / 7).next_power_of_two() * 5 + 16,
-        }
+        slot_table_bytes(&self.table)
     }
 }
 
@@ -92,21 +146,21 @@ impl RuleSet {
     }
 
     /// The rules of a bulk load, rule `i` at slot `i`, with their id index
-    /// (which must map every rule's id to its position) and, in filter-only
-    /// mode, their match index.
+    /// (which must hold every slot) and, in filter-only mode, their match
+    /// index.
     pub(super) fn from_parts(
-        slot_of: HashMap<RuleId, u32>,
+        by_id: IdIndex,
         by_slot: Vec<Rule>,
         by_match: Option<MatchIndex>,
     ) -> Self {
-        debug_assert_eq!(slot_of.len(), by_slot.len());
+        debug_assert_eq!(by_id.len(), by_slot.len());
         let n = by_slot.len();
         let mut taken = vec![u64::MAX; n.div_ceil(64)];
         if !n.is_multiple_of(64) {
             taken[n / 64] = (1u64 << (n % 64)) - 1;
         }
         Self {
-            slot_of,
+            by_id,
             by_slot,
             taken,
             by_match,
@@ -114,11 +168,11 @@ impl RuleSet {
     }
 
     pub(super) fn len(&self) -> usize {
-        self.slot_of.len()
+        self.by_id.len()
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.slot_of.is_empty()
+        self.len() == 0
     }
 
     fn is_taken(&self, slot: u32) -> bool {
@@ -129,7 +183,7 @@ impl RuleSet {
     }
 
     pub(super) fn get(&self, id: RuleId) -> Option<Stored> {
-        let slot = *self.slot_of.get(&id)?;
+        let slot = self.by_id.find(&self.by_slot, id)?;
         let rule = self.at(slot)?;
         Some(Stored { rule, slot })
     }
@@ -153,9 +207,10 @@ impl RuleSet {
 
     /// Adds or replaces rule `s.rule.id` (at `s.slot`).
     pub(super) fn insert(&mut self, s: Stored) {
-        if let Some(old) = self.slot_of.insert(s.rule.id, s.slot) {
+        // The same id at another slot: that slot is emptied.
+        if let Some(old) = self.by_id.find(&self.by_slot, s.rule.id) {
             if old != s.slot {
-                self.clear_slot(old, s.rule.id);
+                self.clear_slot(old);
             }
         }
         let i = s.slot as usize;
@@ -164,36 +219,34 @@ impl RuleSet {
             self.by_slot.resize(i + 1, s.rule);
             self.taken.resize(self.by_slot.len().div_ceil(64), 0);
         }
-        // The rule the slot held (this rule before a modify, or a rule
-        // whose removal is still to come in this commit) leaves the match
-        // index before its entry is overwritten: the index finds it by it.
-        let held = self.is_taken(s.slot);
-        if let (Some(idx), true) = (&mut self.by_match, held) {
-            idx.remove(&self.by_slot, s.slot);
+        // The rule the slot held (this rule before a modify, or another
+        // rule whose removal would come later) leaves the indexes before
+        // its entry is overwritten: they find it by it.
+        if self.is_taken(s.slot) {
+            self.clear_slot(s.slot);
         }
         self.by_slot[i] = s.rule;
         self.taken[i / 64] |= 1 << (i % 64);
+        self.by_id.add(&self.by_slot, s.slot);
         if let Some(idx) = &mut self.by_match {
             idx.add(&self.by_slot, s.slot);
         }
     }
 
     pub(super) fn remove(&mut self, id: RuleId) {
-        if let Some(slot) = self.slot_of.remove(&id) {
-            self.clear_slot(slot, id);
+        if let Some(slot) = self.by_id.find(&self.by_slot, id) {
+            self.clear_slot(slot);
         }
     }
 
-    /// Empties `slot` if it still holds rule `id` (within one batch another
-    /// rule may already have been written there).
-    fn clear_slot(&mut self, slot: u32, id: RuleId) {
-        if self.at(slot).is_some_and(|r| r.id == id) {
-            if let Some(idx) = &mut self.by_match {
-                idx.remove(&self.by_slot, slot);
-            }
-            let s = slot as usize;
-            self.taken[s / 64] &= !(1 << (s % 64));
+    /// Empties a taken `slot`: its rule leaves the indexes.
+    fn clear_slot(&mut self, slot: u32) {
+        self.by_id.remove(&self.by_slot, slot);
+        if let Some(idx) = &mut self.by_match {
+            idx.remove(&self.by_slot, slot);
         }
+        let s = slot as usize;
+        self.taken[s / 64] &= !(1 << (s % 64));
     }
 
     /// Every rule with its slot, in slot order.
@@ -205,7 +258,7 @@ impl RuleSet {
     /// Heap bytes: the id index, the slot array and its bits, the match
     /// index.
     pub(super) fn memory_bytes(&self) -> usize {
-        table_bytes(&self.slot_of)
+        self.by_id.bytes()
             + self.by_slot.capacity() * std::mem::size_of::<Rule>()
             + self.taken.capacity() * 8
             + self.by_match.as_ref().map_or(0, MatchIndex::bytes)
@@ -252,8 +305,8 @@ mod tests {
             slot: 3,
         });
         assert_eq!(s.get(7).map(|x| x.rule), Some(rule(7, 24)));
-        // Slot 3 reused by another rule before 7's removal is seen: the
-        // removal must not clear the newcomer.
+        // Slot 3 written with another rule while 7 still held it: 7 leaves
+        // the indexes, and a later removal of 7 must not clear the newcomer.
         s.insert(Stored {
             rule: rule(11, 4),
             slot: 3,
@@ -271,7 +324,10 @@ mod tests {
     fn a_bulk_load_takes_exactly_its_slots() {
         for n in [1u32, 63, 64, 65, 130] {
             let rules: Vec<Rule> = (0..n).map(|i| rule(i + 100, 8)).collect();
-            let index = (0..n).map(|i| (i + 100, i)).collect();
+            let mut index = IdIndex::with_capacity(n as usize);
+            for i in 0..n {
+                index.add(&rules, i);
+            }
             let mut s = RuleSet::from_parts(index, rules, None);
             assert_eq!(s.iter().count(), n as usize);
             assert_eq!(s.at(n - 1).map(|r| r.id), Some(n + 99));
@@ -279,5 +335,31 @@ mod tests {
             s.remove(100);
             assert_eq!((s.at(0), s.get(100), s.len()), (None, None, n as usize - 1));
         }
+    }
+
+    /// Filter-only mode's match index follows inserts, modifies that change
+    /// a match, and removals.
+    #[test]
+    fn the_match_index_follows_the_rules() {
+        let mut s = RuleSet::with_match_index();
+        for (id, len, slot) in [(1, 8, 0), (2, 16, 1), (3, 24, 2)] {
+            s.insert(Stored {
+                rule: rule(id, len),
+                slot,
+            });
+        }
+        let m = |len| rule(0, len).matcher;
+        assert_eq!(s.by_match(&m(16)).map(|x| x.rule.id), Some(2));
+        // Rule 2 modified to another match: the old match is free.
+        s.insert(Stored {
+            rule: rule(2, 20),
+            slot: 1,
+        });
+        assert_eq!(s.by_match(&m(16)), None);
+        assert_eq!(s.by_match(&m(20)).map(|x| x.slot), Some(1));
+        s.remove(3);
+        assert_eq!(s.by_match(&m(24)), None);
+        assert_eq!((s.len(), s.get(3)), (2, None));
+        assert_eq!(s.by_match(&m(8)).map(|x| x.rule.id), Some(1));
     }
 }

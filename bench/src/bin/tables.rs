@@ -853,6 +853,59 @@ fn large_rules(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
+/// `large-rules-components*`: the store's own accounting (`stats` →
+/// `memory`) by component, bytes per rule, for each size and mode of a
+/// large-rules CSV (rule file loads; with `build`, that build's first
+/// round).
+fn large_rules_components(d: &Path, file: &str, build: Option<&str>) -> R<String> {
+    let c = Csv::load(d, file)?;
+    let recs: Vec<_> = c
+        .records()
+        .into_iter()
+        .filter(|r| {
+            r["source"] == "file"
+                && r["rules"] != "0"
+                && build.is_none_or(|b| r["build"].starts_with(b) && r["round"] == "1")
+        })
+        .collect();
+    if recs.is_empty() {
+        return Err(format!(
+            "{file}: no rule-file loads{}",
+            build.map_or(String::new(), |b| format!(" of {b}"))
+        ));
+    }
+    let mut rows = Vec::new();
+    for mode in ["verify", "filter-only"] {
+        for r in recs.iter().filter(|r| r["mode"] == mode) {
+            let n = num(r["rules"], &c.name)?;
+            let per = |k: &str| -> R<String> { Ok(format!("{:.0} B", num(r[k], &c.name)? / n)) };
+            rows.push(vec![
+                count_short(n as u64),
+                mode.to_owned(),
+                per("rule_store")?,
+                per("tables")?,
+                per("filters")?,
+                per("rule_counters")?,
+                per("other")?,
+                format!("{:.0} B", num(r["accounted_per_rule"], &c.name)?),
+            ]);
+        }
+    }
+    Ok(table(
+        &[
+            "rules",
+            "mode",
+            "rule store",
+            "tables (both copies)",
+            "filters",
+            "rule counters (1 worker)",
+            "other",
+            "total",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// `large-rules-filter-only`: memory per rule of an old and a new build,
 /// alternated, per size and mode (each build's runs in order).
 fn large_rules_filter_only(d: &Path) -> R<String> {
@@ -1342,6 +1395,10 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "large-rules" => large_rules(dir),
         "large-rules-ab" => large_rules_ab(dir, "large_rules_ab.csv"),
         "large-rules-filter-only" => large_rules_filter_only(dir),
+        "large-rules-components" => large_rules_components(dir, "large_rules.csv", None),
+        "large-rules-components-now" => {
+            large_rules_components(dir, "large_rules_filter_only.csv", Some("new-"))
+        }
         "large-rules-ab-stream" => large_rules_ab(dir, "large_rules_ab_stream.csv"),
         "control-path" => control_path(dir),
         "control-path-stages" => control_path_stages(dir),

@@ -95,29 +95,36 @@ impl RuleStore {
                 .map(|(c, &k)| (*c, HashMap::with_capacity(sized(k))))
                 .collect();
             let mut found: Found = None;
-            for (i, r) in rules.iter().enumerate() {
-                let e = RuleRef {
-                    action: r.action,
-                    slot: i as u32,
-                };
-                let dup = match (&mut index, r.matcher) {
-                    (Some(idx), m) => match idx.find(&rules, &m) {
-                        Some(o) => Some(o),
-                        None => {
-                            idx.add(&rules, e.slot);
-                            None
-                        }
-                    },
-                    (None, Match::Flow(k)) => exact.insert(k, e).map(|o| o.slot),
-                    (None, m) => {
-                        let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
-                        let entries = class_entries.get_mut(&c).expect("counted above");
-                        entries.insert(addr, e).map(|o| o.slot)
+            // Two loops, not one with the mode inside: the verify-mode
+            // loop is the old one exactly (one loop with a match on the
+            // mode per rule measured ~2 s slower at 10 M rules).
+            if let Some(idx) = &mut index {
+                for (i, r) in rules.iter().enumerate() {
+                    if let Some(o) = idx.find(&rules, &r.matcher) {
+                        found = Some((i, match_taken(rules[o as usize].id)));
+                        break;
                     }
-                };
-                if let Some(o) = dup {
-                    found = Some((i, match_taken(rules[o as usize].id)));
-                    break;
+                    idx.add(&rules, i as u32);
+                }
+            } else {
+                for (i, r) in rules.iter().enumerate() {
+                    let e = RuleRef {
+                        action: r.action,
+                        slot: i as u32,
+                    };
+                    let dup = match r.matcher {
+                        Match::Flow(k) => exact.insert(k, e),
+                        m => {
+                            let (c, addr) =
+                                PrefixClass::of(&m).expect("a prefix match has a class");
+                            let entries = class_entries.get_mut(&c).expect("counted above");
+                            entries.insert(addr, e)
+                        }
+                    };
+                    if let Some(o) = dup {
+                        found = Some((i, match_taken(rules[o.slot as usize].id)));
+                        break;
+                    }
                 }
             }
             let ids = ids.join().expect("the id pass does not panic");

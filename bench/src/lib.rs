@@ -79,6 +79,18 @@ pub fn run_header() -> String {
     format!("# run {date}, commit {commit}, {}", machine_description())
 }
 
+/// The data rows of a labelled results CSV at `path` whose label is not
+/// `label` (an A/B run writes one label per build and keeps the others').
+pub fn rows_of_other_labels(path: &std::path::Path, label: &str) -> Vec<String> {
+    let old = fs::read_to_string(path).unwrap_or_default();
+    let own = format!("{label},");
+    old.lines()
+        .skip_while(|l| l.starts_with('#') || l.starts_with("label,"))
+        .filter(|l| !l.starts_with(&own))
+        .map(String::from)
+        .collect()
+}
+
 /// Writes a CSV file: the [`run_header`] comment, the given header line and
 /// rows (already comma-joined).
 pub fn write_csv(path: &std::path::Path, header: &str, rows: &[String]) -> io::Result<()> {

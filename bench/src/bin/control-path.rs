@@ -589,12 +589,7 @@ fn main() {
         .collect();
     labels.push(this);
     let header = format!("{}\nlabel,what,metric,value", labels.join("\n"));
-    let mut keep: Vec<String> = old
-        .lines()
-        .skip_while(|l| l.starts_with('#') || l.starts_with("label,"))
-        .filter(|l| !l.starts_with(&format!("{label},")))
-        .map(String::from)
-        .collect();
+    let mut keep = cfdp_bench::rows_of_other_labels(&path, &label);
     keep.extend(rows);
     write_csv(&path, &header, &keep).expect("write csv");
     println!("wrote {}", path.display());

@@ -114,13 +114,7 @@ fn main() {
         rows.push(format!("{label},{n},freezing_batch_ms,{ms:.3}"));
     }
     let path = results_path("fold_stall.csv");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let mut keep: Vec<String> = old
-        .lines()
-        .skip_while(|l| l.starts_with('#') || l.starts_with("label,"))
-        .filter(|l| !l.starts_with(&format!("{label},")))
-        .map(String::from)
-        .collect();
+    let mut keep = cfdp_bench::rows_of_other_labels(&path, &label);
     keep.extend(rows);
     write_csv(&path, "label,rules,metric,value", &keep).expect("write csv");
     println!("wrote {}", path.display());

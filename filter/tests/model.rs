@@ -161,16 +161,27 @@ proptest! {
         prop_assert_eq!(f.bloom_len(), 0);
     }
 
+    /// Batched lookups answer as `Filter::get_hash` does, in every bucket
+    /// layout: one word with and without a Bloom field, two words, packed.
     #[test]
     fn batched_lookup_equals_single_lookups(
         keys in prop::collection::vec(any::<u64>(), 0..300),
         probes in prop::collection::vec(any::<u64>(), 0..300),
+        layout in 0..4usize,
     ) {
+        let bit = Some(BloomConfig { mode: BloomMode::Bit, threshold: 0 });
+        let (fingerprint_bits, value_bits, bloom, packed) = match layout {
+            0 => (8, 4, bit, false),
+            1 => (12, 4, None, false),
+            2 => (16, 8, Some(BloomConfig { mode: BloomMode::Tag { bits: 4 }, threshold: 0 }), false),
+            _ => (8, 4, bit, true),
+        };
         let f = Filter::new(Config {
             buckets_log2: Some(6),
-            fingerprint_bits: 8,
-            value_bits: 4,
-            bloom: Some(BloomConfig { mode: BloomMode::Bit, threshold: 0 }),
+            fingerprint_bits,
+            value_bits,
+            bloom,
+            packed,
             ..Config::default()
         }).unwrap();
         for (i, k) in keys.iter().enumerate() {

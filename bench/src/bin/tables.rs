@@ -332,6 +332,66 @@ fn filter_ab(d: &Path, file: &str, log2: &str) -> R<String> {
     Ok(table(&[&head, "old", "new", "new/old", "ref", "new/ref"], &rows) + &c.source())
 }
 
+/// `lookup-anatomy`: single-key lookup rates of cfdp, bare probes and the
+/// paper's code, medians of the rounds, each against the paper's code.
+fn lookup_anatomy(d: &Path) -> R<String> {
+    let c = Csv::load(d, "lookup_anatomy.csv")?;
+    let m = |variant: &str, log2: &str| {
+        c.median_where(&[("variant", variant), ("buckets_log2", log2)], "mops")
+    };
+    let variants = [
+        (
+            "ref-cuckoo12",
+            "the paper authors' `Cuckoo12` (no validation, multiply-shift hash, 6-byte buckets)",
+        ),
+        (
+            "bare-multiply-shift",
+            "bare probe of one-word buckets, no validation, multiply-shift hash",
+        ),
+        (
+            "bare-rapidhash",
+            "bare probe, no validation, rapidhash (cfdp's hash)",
+        ),
+        (
+            "seqlock1-multiply-shift",
+            "+ one stripe counter validated, multiply-shift",
+        ),
+        (
+            "seqlock1-rapidhash",
+            "+ one stripe counter validated, rapidhash",
+        ),
+        (
+            "seqlock2-multiply-shift",
+            "+ both stripe counters (cfdp's protocol), multiply-shift",
+        ),
+        (
+            "seqlock2-rapidhash",
+            "+ both stripe counters (cfdp's protocol), rapidhash",
+        ),
+        ("cfdp-single", "cfdp `Filter::contains_hash` (rapidhash)"),
+    ];
+    let mut rows = Vec::new();
+    for (variant, what) in variants {
+        let mut row = vec![what.to_owned()];
+        for log2 in ["22", "25"] {
+            let (x, r) = (m(variant, log2)?, m("ref-cuckoo12", log2)?);
+            row.push(f2(x));
+            row.push(format!("{:.2}×", x / r));
+        }
+        rows.push(row);
+    }
+    Ok(table(
+        &[
+            "single-key lookup (f = 12, 50 % positive, hashing included)",
+            "2^22 (M/s)",
+            "/ref",
+            "2^25 (M/s)",
+            "/ref",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// `build-ab`: the bulk build with and without the leftovers' prefetching,
 /// medians of the rounds, per table size.
 fn build_ab(d: &Path) -> R<String> {
@@ -1382,6 +1442,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "read-ab-25" => filter_ab(dir, "filter_read_ab.csv", "25"),
         "read-ab-layouts" => read_ab_layouts(dir),
         "build-ab" => build_ab(dir),
+        "lookup-anatomy" => lookup_anatomy(dir),
         "layouts" => layouts(dir),
         "worker-ab" => worker_ab(dir),
         "architecture-memory" => architecture(dir, false),

@@ -265,8 +265,9 @@ fn space(d: &Path) -> R<String> {
     ))
 }
 
-/// `filter-ab-22` / `filter-ab-25` (`filter_ab.csv`) and `read-ab-22` /
-/// `read-ab-25` (`filter_read_ab.csv`): old / new / the paper's code,
+/// `filter-ab-22` / `filter-ab-25` (`filter_ab.csv`), `read-ab-22` /
+/// `read-ab-25` (`filter_read_ab.csv`) and `issue12-ab-22` /
+/// `issue12-ab-25` (`filter_issue12_ab.csv`): old / new / the paper's code,
 /// medians of the rounds.
 fn filter_ab(d: &Path, file: &str, log2: &str) -> R<String> {
     let c = Csv::load(d, file)?;
@@ -1441,6 +1442,8 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "read-ab-22" => filter_ab(dir, "filter_read_ab.csv", "22"),
         "read-ab-25" => filter_ab(dir, "filter_read_ab.csv", "25"),
         "read-ab-layouts" => read_ab_layouts(dir),
+        "issue12-ab-22" => filter_ab(dir, "filter_issue12_ab.csv", "22"),
+        "issue12-ab-25" => filter_ab(dir, "filter_issue12_ab.csv", "25"),
         "build-ab" => build_ab(dir),
         "lookup-anatomy" => lookup_anatomy(dir),
         "layouts" => layouts(dir),

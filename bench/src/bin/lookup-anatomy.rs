@@ -31,7 +31,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use cfdp_bench::{machine_description, median, results_path, write_csv, SplitMix};
+use cfdp_bench::{
+    arg, arg_u64_list, machine_description, median, results_path, write_csv, SplitMix,
+};
 use cfdp_filter::hash::hash_u64;
 use cfdp_filter::{Config, Filter};
 
@@ -75,15 +77,16 @@ struct Bare {
 }
 
 impl Bare {
-    /// A table of `2^log2` one-word buckets, `keys` placed first-fit.
-    fn new(log2: u32, keys: &[u64]) -> Self {
+    /// A table of `2^log2` one-word buckets, `keys` hashed by `hash` and
+    /// placed first-fit.
+    fn new(log2: u32, keys: &[u64], hash: fn(u64) -> u64) -> Self {
         let t = Bare {
             words: (0..1usize << log2).map(|_| AtomicU64::new(0)).collect(),
             stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             mask: (1 << log2) - 1,
         };
         for &k in keys {
-            let (fp, a, b) = derive(hash_u64(k), t.mask);
+            let (fp, a, b) = derive(hash(k), t.mask);
             for i in [a, b] {
                 let w = t.words[i].load(Ordering::Relaxed);
                 if let Some(lane) = (0..4).find(|l| (w >> (12 * l)) & 0xfff == 0) {
@@ -151,19 +154,11 @@ fn pass(qs: &[u64], look: impl Fn(u64) -> bool) -> (f64, usize) {
     (mops, black_box(hits))
 }
 
-fn arg(name: &str) -> Option<String> {
-    std::env::args().skip_while(|a| a != name).nth(1)
-}
-
 fn main() {
     let quick = cfdp_bench::is_quick();
-    let sizes: Vec<u32> = arg("--sizes").map_or_else(
+    let sizes: Vec<u32> = arg_u64_list("--sizes").map_or_else(
         || if quick { vec![16] } else { vec![22, 25] },
-        |l| {
-            l.split(',')
-                .map(|x| x.parse().expect("--sizes: log2 bucket counts"))
-                .collect()
-        },
+        |l| l.into_iter().map(|x| x as u32).collect(),
     );
     let rounds: usize = arg("--rounds").map_or(if quick { 3 } else { 11 }, |r| {
         r.parse().expect("--rounds: a count")
@@ -188,21 +183,8 @@ fn main() {
             }
         }
         // The multiply-shift variants need their own table (other buckets).
-        let bare_rh = Bare::new(log2, &keys);
-        let bare_ms = {
-            let mut t = Bare::new(log2, &[]);
-            for &k in &keys {
-                let (fp, a, b) = derive(multiply_shift(k), t.mask);
-                for i in [a, b] {
-                    let w = t.words[i].get_mut();
-                    if let Some(lane) = (0..4).find(|l| (*w >> (12 * l)) & 0xfff == 0) {
-                        *w |= fp << (12 * lane);
-                        break;
-                    }
-                }
-            }
-            t
-        };
+        let bare_rh = Bare::new(log2, &keys, hash_u64);
+        let bare_ms = Bare::new(log2, &keys, multiply_shift);
         let n = if quick { 1 << 20 } else { 1 << 23 };
         let qs: Vec<u64> = (0..n)
             .map(|i| {

@@ -149,7 +149,7 @@ impl UpdateResult {
 pub struct Batch {
     pub atomicity: Atomicity,
     pub expected_generation: Option<u64>,
-    pub updates: Vec<Result<Update, String>>,
+    pub updates: Vec<Result<Update, UpdateError>>,
 }
 
 /// Why a whole batch was refused before any update was looked at.
@@ -172,6 +172,31 @@ impl fmt::Display for BatchError {
 
 impl std::error::Error for BatchError {}
 
+/// Why one update of a batch could not be read (it is answered
+/// `invalid_argument` at its position); the message names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UpdateError(pub String);
+
+impl From<&str> for UpdateError {
+    fn from(s: &str) -> Self {
+        UpdateError(s.to_string())
+    }
+}
+
+/// Why a `replace` rule set cannot be a rule set.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplaceError {
+    #[error("rules[{index}]: id {id} appears twice")]
+    DuplicateId { index: usize, id: RuleId },
+    #[error("rules[{index}] (id {id}): the same match as rule {other}")]
+    DuplicateMatch {
+        index: usize,
+        id: RuleId,
+        other: RuleId,
+    },
+}
+
 fn batch_err(field: &str, message: impl Into<String>) -> BatchError {
     BatchError {
         field: field.into(),
@@ -181,7 +206,7 @@ fn batch_err(field: &str, message: impl Into<String>) -> BatchError {
 
 /// Parses one update object: `{"op": "insert"|"modify", "rule": {...}}` or
 /// `{"op": "delete", "id": N}`. The error names the field.
-pub fn parse_update(v: &Value) -> Result<Update, String> {
+pub fn parse_update(v: &Value) -> Result<Update, UpdateError> {
     let obj = v
         .as_object()
         .ok_or("an update is an object {\"op\": ..., ...}")?;
@@ -192,10 +217,14 @@ pub fn parse_update(v: &Value) -> Result<Update, String> {
     let allowed: &[&str] = match op {
         "insert" | "modify" => &["op", "rule"],
         "delete" => &["op", "id"],
-        _ => return Err(format!("op: unknown '{op}' (insert, delete or modify)")),
+        _ => {
+            return Err(UpdateError(format!(
+                "op: unknown '{op}' (insert, delete or modify)"
+            )))
+        }
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(format!("{k}: unknown field for op '{op}'"));
+        return Err(UpdateError(format!("{k}: unknown field for op '{op}'")));
     }
     match op {
         "delete" => {
@@ -210,11 +239,11 @@ pub fn parse_update(v: &Value) -> Result<Update, String> {
         _ => {
             let r = obj.get("rule").ok_or("rule: missing")?;
             let rule = parse_rule(r, None).map_err(|e| {
-                if e.field.is_empty() {
+                UpdateError(if e.field.is_empty() {
                     format!("rule: {}", e.message)
                 } else {
                     format!("rule.{}: {}", e.field, e.message)
-                }
+                })
             })?;
             Ok(if op == "insert" {
                 Update::Insert(rule)
@@ -294,8 +323,8 @@ mod tests {
         assert_eq!(b.atomicity, Atomicity::ContinueOnError);
         assert_eq!(b.updates[0], Ok(Update::Delete(3)));
         let e1 = b.updates[1].as_ref().unwrap_err();
-        assert!(e1.starts_with("rule.match.dst_prefix"), "{e1}");
-        assert!(b.updates[2].as_ref().unwrap_err().contains("unknown"));
+        assert!(e1.0.starts_with("rule.match.dst_prefix"), "{e1}");
+        assert!(b.updates[2].as_ref().unwrap_err().0.contains("unknown"));
         assert!(matches!(b.updates[3], Ok(Update::Modify(_))));
     }
 
@@ -346,19 +375,20 @@ pub struct ReplaceCounts {
 pub fn replace_updates(
     current: &[Rule],
     desired: &[Rule],
-) -> Result<(Vec<Update>, ReplaceCounts), String> {
+) -> Result<(Vec<Update>, ReplaceCounts), ReplaceError> {
     use std::collections::HashMap;
     let mut want: HashMap<RuleId, &Rule> = HashMap::with_capacity(desired.len());
     let mut matches = HashMap::with_capacity(desired.len());
     for (i, r) in desired.iter().enumerate() {
         if want.insert(r.id, r).is_some() {
-            return Err(format!("rules[{i}]: id {} appears twice", r.id));
+            return Err(ReplaceError::DuplicateId { index: i, id: r.id });
         }
         if let Some(other) = matches.insert(r.matcher, r.id) {
-            return Err(format!(
-                "rules[{i}] (id {}): the same match as rule {other}",
-                r.id
-            ));
+            return Err(ReplaceError::DuplicateMatch {
+                index: i,
+                id: r.id,
+                other,
+            });
         }
     }
     let have: HashMap<RuleId, &Rule> = current.iter().map(|r| (r.id, r)).collect();
@@ -451,15 +481,17 @@ mod replace_tests {
             ops,
             [("delete", 1), ("delete", 2), ("insert", 1), ("insert", 2)]
         );
-        assert!(
-            replace_updates(&[], &[rule(1, 1, "drop"), rule(1, 2, "drop")])
-                .unwrap_err()
-                .contains("twice")
+        assert_eq!(
+            replace_updates(&[], &[rule(1, 1, "drop"), rule(1, 2, "drop")]).unwrap_err(),
+            ReplaceError::DuplicateId { index: 1, id: 1 }
         );
-        assert!(
-            replace_updates(&[], &[rule(1, 1, "drop"), rule(2, 1, "drop")])
-                .unwrap_err()
-                .contains("same match")
+        assert_eq!(
+            replace_updates(&[], &[rule(1, 1, "drop"), rule(2, 1, "drop")]).unwrap_err(),
+            ReplaceError::DuplicateMatch {
+                index: 1,
+                id: 2,
+                other: 1
+            }
         );
     }
 }

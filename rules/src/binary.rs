@@ -85,8 +85,19 @@ fn addr_at(b: &[u8; RECORD], i: usize) -> [u8; 16] {
     a
 }
 
+/// What is wrong with a binary rule record.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+
+impl From<String> for DecodeError {
+    fn from(s: String) -> Self {
+        DecodeError(s)
+    }
+}
+
 /// The rule of a record, or what is wrong with it.
-pub fn decode(b: &[u8; RECORD]) -> Result<Rule, String> {
+pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
     let id = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let port = u16_at(b, 5);
     let action = match (b[4], port) {
@@ -94,8 +105,8 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, String> {
         (1, 0) => Action::Allow,
         (2, 0) => Action::Count,
         (3, p) => Action::Redirect(p),
-        (a @ 0..=2, _) => return Err(format!("action {a} with a redirect port")),
-        (a, _) => return Err(format!("unknown action {a}")),
+        (a @ 0..=2, _) => return Err(DecodeError(format!("action {a} with a redirect port"))),
+        (a, _) => return Err(DecodeError(format!("unknown action {a}"))),
     };
     let flags = b[8];
     let v6 = flags & 1 != 0;
@@ -103,16 +114,20 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, String> {
     let matcher = match b[7] {
         0 => {
             if flags & !1 != 0 || b[46..].iter().any(|&x| x != 0) {
-                return Err("flow: unused bits set".into());
+                return Err(DecodeError("flow: unused bits set".into()));
             }
             let (src, dst) = (addr_at(b, 14), addr_at(b, 30));
             if !tail_zero(&src) || !tail_zero(&dst) {
-                return Err("flow: an IPv4 address with bytes beyond its fourth".into());
+                return Err(DecodeError(
+                    "flow: an IPv4 address with bytes beyond its fourth".into(),
+                ));
             }
             let p = b[9];
             let (sport, dport) = (u16_at(b, 10), u16_at(b, 12));
             if !(p == proto::TCP || p == proto::UDP) && (sport | dport) != 0 {
-                return Err(format!("flow: ports with protocol {p} (only tcp and udp)"));
+                return Err(DecodeError(format!(
+                    "flow: ports with protocol {p} (only tcp and udp)"
+                )));
             }
             Match::Flow(FlowKey {
                 v6,
@@ -125,26 +140,30 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, String> {
         }
         k @ (1 | 2) => {
             if flags & !7 != 0 || b[13] != 0 || b[30..].iter().any(|&x| x != 0) {
-                return Err("prefix: unused bits set".into());
+                return Err(DecodeError("prefix: unused bits set".into()));
             }
             let len = b[12];
             if len > IpPrefix::max_len(v6) {
-                return Err(format!(
+                return Err(DecodeError(format!(
                     "prefix: length {len} over {}",
                     IpPrefix::max_len(v6)
-                ));
+                )));
             }
             let addr = addr_at(b, 14);
             if IpPrefix::mask(v6, &addr, len) != addr {
-                return Err(format!("prefix: host bits set beyond /{len}"));
+                return Err(DecodeError(format!("prefix: host bits set beyond /{len}")));
             }
             let proto = (flags & 2 != 0).then_some(b[9]);
             let port = (flags & 4 != 0).then_some(u16_at(b, 10));
             if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
-                return Err("prefix: a protocol or port without its flag".into());
+                return Err(DecodeError(
+                    "prefix: a protocol or port without its flag".into(),
+                ));
             }
             if port.is_some() && !matches!(proto, Some(proto::TCP) | Some(proto::UDP)) {
-                return Err("prefix: a port needs protocol tcp or udp".into());
+                return Err(DecodeError(
+                    "prefix: a port needs protocol tcp or udp".into(),
+                ));
             }
             Match::Prefix {
                 dir: if k == 1 { Dir::Src } else { Dir::Dst },
@@ -153,7 +172,7 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, String> {
                 port,
             }
         }
-        k => return Err(format!("unknown match kind {k}")),
+        k => return Err(DecodeError(format!("unknown match kind {k}"))),
     };
     Ok(Rule {
         id,

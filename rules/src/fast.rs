@@ -18,7 +18,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update};
+use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update, UpdateError};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
 use crate::rule::{parse_rule, Action, Dir, Match, Rule, RuleError};
@@ -207,14 +207,15 @@ impl<R> UpdateShape<'_, R> {
 }
 
 /// Parses one update from its JSON text, like [`parse_update`].
-pub fn parse_update_text(text: &str) -> Result<Update, String> {
+pub fn parse_update_text(text: &str) -> Result<Update, UpdateError> {
     if let Some(u) = serde_json::from_str::<UpdateShape<&RawValue>>(text)
         .ok()
         .and_then(|u| u.checked(|r| rule(r.get())))
     {
         return Ok(u);
     }
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| UpdateError(format!("not valid JSON: {e}")))?;
     parse_update(&v)
 }
 

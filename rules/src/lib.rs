@@ -25,7 +25,7 @@ mod strict;
 
 pub use batch::{
     parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,
-    Update, UpdateResult,
+    ReplaceError, Update, UpdateError, UpdateResult,
 };
 pub use class::PrefixClass;
 pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};

@@ -297,32 +297,40 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
     }
 }
 
+/// Why a request's parameters were refused (answered `invalid_params`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParamError {
+    #[error("params: must be an object")]
+    NotAnObject,
+    /// `allowed`: the method's parameters, comma-separated (empty: none).
+    #[error("{name}: unknown parameter ({})", if allowed.is_empty() { "this method takes none" } else { allowed })]
+    Unknown { name: String, allowed: String },
+    #[error("{0}: not a non-negative integer")]
+    NotUnsigned(String),
+}
+
 /// Reads an optional non-negative integer parameter.
-pub fn param_u64(params: &Value, name: &str) -> Result<Option<u64>, String> {
+pub fn param_u64(params: &Value, name: &str) -> Result<Option<u64>, ParamError> {
     match params.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
             .map(Some)
-            .ok_or_else(|| format!("{name}: not a non-negative integer")),
+            .ok_or_else(|| ParamError::NotUnsigned(name.to_string())),
     }
 }
 
 /// Refuses parameters other than `allowed`.
-pub fn check_params(params: &Value, allowed: &[&str]) -> Result<(), String> {
+pub fn check_params(params: &Value, allowed: &[&str]) -> Result<(), ParamError> {
     match params.as_object() {
         Some(o) => match o.keys().find(|k| !allowed.contains(&k.as_str())) {
-            Some(k) => Err(format!(
-                "{k}: unknown parameter{}",
-                if allowed.is_empty() {
-                    " (this method takes none)".to_string()
-                } else {
-                    format!(" ({})", allowed.join(", "))
-                }
-            )),
+            Some(k) => Err(ParamError::Unknown {
+                name: k.clone(),
+                allowed: allowed.join(", "),
+            }),
             None => Ok(()),
         },
-        None => Err("params: must be an object".into()),
+        None => Err(ParamError::NotAnObject),
     }
 }
 
@@ -364,9 +372,17 @@ mod tests {
     #[test]
     fn params_are_checked() {
         assert!(check_params(&json!({"a": 1}), &["a"]).is_ok());
-        assert!(check_params(&json!({"b": 1}), &["a"])
-            .unwrap_err()
-            .contains("b: unknown"));
+        assert_eq!(
+            check_params(&json!({"b": 1}), &["a"]).unwrap_err(),
+            ParamError::Unknown {
+                name: "b".into(),
+                allowed: "a".into()
+            }
+        );
+        assert_eq!(
+            check_params(&json!({"b": 1}), &[]).unwrap_err().to_string(),
+            "b: unknown parameter (this method takes none)"
+        );
         assert_eq!(param_u64(&json!({"n": 4}), "n"), Ok(Some(4)));
         assert!(param_u64(&json!({"n": -4}), "n").is_err());
     }

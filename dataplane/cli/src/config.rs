@@ -10,6 +10,8 @@ use cfdp_engine::Mode;
 use cfdp_filter::BloomMode;
 use serde::Deserialize;
 
+use crate::error::RunError;
+
 /// The embedded default configuration.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/default.toml");
 
@@ -147,28 +149,30 @@ pub struct ControlConfig {
 
 impl RunConfig {
     /// The rule store's parameters.
-    pub fn store_config(&self) -> Result<StoreConfig, String> {
+    pub fn store_config(&self) -> Result<StoreConfig, RunError> {
         let f = &self.filter;
         let bloom = match (f.insert, f.bloom_tag_bits) {
             (InsertPath::Cuckoo, _) => None,
             (InsertPath::Bloom, 0) => Some(BloomMode::Bit),
             (InsertPath::Bloom, b @ 2..=32) => Some(BloomMode::Tag { bits: b }),
             (InsertPath::Bloom, b) => {
-                return Err(format!("filter.bloom_tag_bits = {b}: must be 0 or 2..=32"))
+                return Err(RunError::Config(format!(
+                    "filter.bloom_tag_bits = {b}: must be 0 or 2..=32"
+                )))
             }
         };
         if !(1..=cfdp_filter::MAX_KICKS_LIMIT).contains(&f.max_kicks) {
-            return Err(format!(
+            return Err(RunError::Config(format!(
                 "filter.max_kicks = {}: must be 1..={}",
                 f.max_kicks,
                 cfdp_filter::MAX_KICKS_LIMIT
-            ));
+            )));
         }
         let c = &self.control;
         if c.max_batch == 0 || c.max_line_bytes < 1024 || c.max_connections == 0 {
-            return Err("control: max_batch and max_connections must be ≥ 1, \
-                        max_line_bytes ≥ 1024"
-                .into());
+            return Err(RunError::Config(
+                "control: max_batch and max_connections must be ≥ 1, max_line_bytes ≥ 1024".into(),
+            ));
         }
         Ok(StoreConfig {
             mode: self.dataplane.mode,
@@ -184,13 +188,16 @@ impl RunConfig {
 }
 
 /// Loads the embedded default, then `path` over it, then the environment.
-pub fn load_config(path: Option<&Path>) -> Result<RunConfig, String> {
+pub fn load_config(path: Option<&Path>) -> Result<RunConfig, RunError> {
     use config::{Environment, File, FileFormat};
     let mut b =
         config::Config::builder().add_source(File::from_str(DEFAULT_CONFIG, FileFormat::Toml));
     if let Some(p) = path {
         if !p.exists() {
-            return Err(format!("config file {} does not exist", p.display()));
+            return Err(RunError::Config(format!(
+                "config file {} does not exist",
+                p.display()
+            )));
         }
         b = b.add_source(File::from(p).format(FileFormat::Toml));
     }
@@ -203,5 +210,5 @@ pub fn load_config(path: Option<&Path>) -> Result<RunConfig, String> {
     let what = path.map_or("embedded default".to_string(), |p| p.display().to_string());
     b.build()
         .and_then(|c| c.try_deserialize::<RunConfig>())
-        .map_err(|e| format!("{what}: {e}"))
+        .map_err(|source| RunError::ConfigLoad { what, source })
 }

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 mod config;
 mod ctl;
+mod error;
 mod replay_cmd;
 mod run;
 #[cfg(feature = "dpdk")]
@@ -184,7 +185,7 @@ fn main() -> ExitCode {
             let cfg = match config::load_config(config.as_deref()) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("cfdp: config: {e}");
+                    eprintln!("cfdp: config: {}", error::chain(&e));
                     return ExitCode::from(2);
                 }
             };
@@ -193,13 +194,13 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             if let Err(e) = run::check(&cfg) {
-                eprintln!("cfdp: config: {e}");
+                eprintln!("cfdp: config: {}", error::chain(&e));
                 return ExitCode::from(2);
             }
             match run::run(cfg, default_workers()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("cfdp: {e}");
+                    eprintln!("cfdp: {}", error::chain(&e));
                     ExitCode::from(1)
                 }
             }

@@ -25,35 +25,41 @@ use cfdp_rules::{Atomicity, Batch, Code, Rule};
 use serde_json::{json, Value};
 
 use crate::config::{Overload, RunConfig};
+use crate::error::RunError;
 
 /// Builds the rule store: restored from `control.state_dir` when it holds
 /// state, else loaded from `rules.file`. Returns the journal to append to.
 fn build_store(
     cfg: &RunConfig,
     stats: Arc<LiveStats>,
-) -> Result<(RuleStore, Option<Journal>), String> {
+) -> Result<(RuleStore, Option<Journal>), RunError> {
     let scfg = cfg.store_config()?;
-    let file_rules = || -> Result<Vec<Rule>, String> {
+    let file_rules = || -> Result<Vec<Rule>, RunError> {
         if cfg.rules.file.is_empty() {
             return Ok(Vec::new());
         }
-        cfdp_rules::read_rule_file(Path::new(&cfg.rules.file))
-            .map_err(|e| format!("{}: {e}", cfg.rules.file))
+        cfdp_rules::read_rule_file(Path::new(&cfg.rules.file)).map_err(|source| {
+            RunError::RuleFile {
+                file: cfg.rules.file.clone(),
+                source,
+            }
+        })
     };
     if cfg.control.state_dir.is_empty() {
-        let store = RuleStore::with_rules(scfg, stats, file_rules()?)?;
+        let store = RuleStore::with_rules(scfg, stats, file_rules()?).map_err(RunError::Store)?;
         return Ok((store, None));
     }
     let dir = Path::new(&cfg.control.state_dir);
-    let mut restored = journal::restore(dir).map_err(|e| format!("state_dir: {e}"))?;
+    let mut restored = journal::restore(dir).map_err(RunError::State)?;
     if let Some(w) = &restored.dropped_tail {
         eprintln!("cfdp: warning: {w}");
     }
     if restored.is_empty() {
         let rules = file_rules()?;
-        let store = RuleStore::with_rules(scfg, stats, rules)?;
-        let mut j = Journal::open(dir, 0)?;
-        j.compact(store.generation(), &store.rules())?;
+        let store = RuleStore::with_rules(scfg, stats, rules).map_err(RunError::Store)?;
+        let mut j = Journal::open(dir, 0).map_err(RunError::State)?;
+        j.compact(store.generation(), &store.rules())
+            .map_err(RunError::State)?;
         eprintln!(
             "cfdp: state_dir {} was empty: saved {} rules from {}",
             dir.display(),
@@ -67,7 +73,7 @@ fn build_store(
         return Ok((store, Some(j)));
     }
     let mut store = RuleStore::with_rules(scfg, stats, std::mem::take(&mut restored.rules))
-        .map_err(|e| format!("state_dir snapshot does not load: {e}"))?;
+        .map_err(RunError::Snapshot)?;
     store.set_generation(restored.snapshot_generation);
     for (g, updates) in &restored.records {
         let batch = Batch {
@@ -77,26 +83,28 @@ fn build_store(
         };
         let r = store
             .apply(&batch, |_, _| Ok(()))
-            .map_err(|e| format!("journal record {g}: {e}"))?;
+            .map_err(|source| RunError::Replay {
+                generation: *g,
+                source,
+            })?;
         if let Some((i, res)) = r
             .results
             .iter()
             .enumerate()
             .find(|(_, r)| r.code != Code::Ok)
         {
-            return Err(format!(
-                "journal record {g}, update {}: {:?}: {} (does the configuration still fit \
-                 the saved rules?)",
-                i + 1,
-                res.code,
-                res.message
-            ));
+            return Err(RunError::ReplayUpdate {
+                generation: *g,
+                index: i,
+                code: res.code,
+                message: res.message.clone(),
+            });
         }
         if store.generation() != *g {
-            return Err(format!(
-                "journal record {g} restored as generation {}",
-                store.generation()
-            ));
+            return Err(RunError::ReplayGeneration {
+                generation: *g,
+                got: store.generation(),
+            });
         }
     }
     if !cfg.rules.file.is_empty() {
@@ -113,19 +121,19 @@ fn build_store(
         restored.snapshot_generation,
         restored.records.len()
     );
-    let j = Journal::open(dir, restored.records.len() as u64)?;
+    let j = Journal::open(dir, restored.records.len() as u64).map_err(RunError::State)?;
     Ok((store, Some(j)))
 }
 
 /// Runs until a signal (or, without `pcap.loop`, until the input is replayed
 /// and a signal arrives).
-pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
+pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         // A second signal while stopping exits at once.
         signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))
             .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&stop)))
-            .map_err(|e| format!("cannot install signal handler: {e}"))?;
+            .map_err(RunError::io("cannot install signal handler"))?;
     }
     check(&cfg)?;
     let workers = if cfg.dpdk.enabled {
@@ -136,9 +144,9 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
         cfg.dataplane.workers
     };
     if workers > MAX_WORKERS {
-        return Err(format!(
+        return Err(RunError::Config(format!(
             "dataplane.workers = {workers}: at most {MAX_WORKERS} are supported"
-        ));
+        )));
     }
     let stats = Arc::new(LiveStats::new(workers, cfg.control.max_rules));
     let (store, journal) = build_store(&cfg, Arc::clone(&stats))?;
@@ -168,7 +176,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
             },
             allowed_gids: c.allowed_gids.clone(),
         },
-        jobs: jobs_tx,
+        control: cfdp_control::ControlHandle::new(jobs_tx),
         board: plane.board(),
         stop: Arc::clone(&stop),
         active: Arc::new(AtomicUsize::new(0)),
@@ -179,21 +187,26 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
     if !c.socket.is_empty() {
         let path = PathBuf::from(&c.socket);
         let access = server::SocketAccess::for_peers(own_uid, &c.allowed_uids, &c.allowed_gids);
-        let l = server::bind_unix(&path, access).map_err(|e| format!("control.socket: {e}"))?;
-        listeners.push(server::serve_unix(l, path, ctx.clone()).map_err(|e| e.to_string())?);
+        let l = server::bind_unix(&path, access)?;
+        listeners.push(
+            server::serve_unix(l, path, ctx.clone())
+                .map_err(RunError::io("control socket thread"))?,
+        );
         eprintln!("cfdp: control socket {}", c.socket);
     }
     if !c.tcp.is_empty() {
         let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
-        listeners.push(server::serve_tcp(l, ctx.clone()).map_err(|e| e.to_string())?);
+        listeners
+            .push(server::serve_tcp(l, ctx.clone()).map_err(RunError::io("control TCP thread"))?);
         eprintln!("cfdp: control over TCP on {}", c.tcp);
     }
     if !c.metrics.is_empty() {
         let l = bind_tcp(&c.metrics, false, "control.metrics")?;
-        listeners.push(metrics::serve(l, ctx.clone()).map_err(|e| e.to_string())?);
+        listeners.push(metrics::serve(l, ctx.clone()).map_err(RunError::io("metrics thread"))?);
         eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
     }
-    let (ctx_cluster, ctx_jobs, board) = (ctx.cluster.clone(), ctx.jobs.clone(), ctx.board.clone());
+    let (ctx_cluster, handle, board) =
+        (ctx.cluster.clone(), ctx.control.clone(), ctx.board.clone());
     drop(ctx);
     let control = {
         let stop = Arc::clone(&stop);
@@ -204,10 +217,10 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), String> {
                 plane.run(jobs_rx, &stop);
                 plane
             })
-            .map_err(|e| e.to_string())?
+            .map_err(RunError::io("control thread"))?
     };
     if let Some(link) = &ctx_cluster {
-        listeners.push(spawn_agent(&cfg, &ctx_jobs, &stats, link, &stop)?);
+        listeners.push(spawn_agent(&cfg, &handle, &stats, link, &stop)?);
     }
     let running = Running {
         stop: Arc::clone(&stop),
@@ -237,16 +250,13 @@ impl Running {
     /// are journaled before they are acknowledged) and the listeners, and
     /// returns the final line's common part: the control plane's typed
     /// statistics, `final: true` and the backend's name.
-    fn finish(self, backend: &str) -> Result<Value, String> {
+    fn finish(self, backend: &str) -> Result<Value, RunError> {
         self.stop.store(true, Ordering::Relaxed);
-        let plane = self
-            .control
-            .join()
-            .map_err(|_| "control thread panicked".to_string())?;
+        let plane = self.control.join().map_err(|_| RunError::ControlPanicked)?;
         for l in self.listeners {
             let _ = l.join();
         }
-        let mut line = serde_json::to_value(plane.stats()).map_err(|e| e.to_string())?;
+        let mut line = serde_json::to_value(plane.stats()).map_err(RunError::Json)?;
         line["final"] = true.into();
         line["backend"] = backend.into();
         Ok(line)
@@ -258,7 +268,7 @@ fn run_pcap(
     cx: &WorkerContext,
     workers: usize,
     running: Running,
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     let stop = Arc::clone(&running.stop);
     let opts = ReplayOptions {
         input: cfg.pcap.input.clone(),
@@ -296,7 +306,7 @@ fn run_pcap(
     }
     // The reader has stopped and the workers drained.
     let mut line = running.finish("pcap")?;
-    let report = result.map_err(|e| e.to_string())?;
+    let report = result.map_err(|e| RunError::Backend(e.to_string()))?;
     line["replay"] = json!({
         "passes": report.passes,
         "frames_read": report.frames_read,
@@ -316,9 +326,10 @@ fn run_pcap(
 /// The DPDK backend's run: workers poll until a signal (or idle), then the
 /// control thread stops and the final line is printed.
 #[cfg(feature = "dpdk")]
-fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(), String> {
+fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(), RunError> {
     let d = &cfg.dpdk;
-    let eal = cfdp_dpdk::backend::init_eal(&d.eal_args).map_err(|e| e.to_string())?;
+    let eal = cfdp_dpdk::backend::init_eal(&d.eal_args)
+        .map_err(|e| RunError::Backend(format!("EAL: {e}")))?;
     // Telemetry is an extra window on the statistics: a failure to
     // register (telemetry disabled with --no-telemetry) is reported, not
     // fatal.
@@ -339,73 +350,78 @@ fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(),
     let result = cfdp_dpdk::backend::run(&eal, &opts, cx, &running.stop);
     let finished = running.finish("dpdk");
     eal.cleanup();
-    let report = result?;
+    let report = result.map_err(|e| RunError::Backend(e.to_string()))?;
     let mut line = finished?;
-    line["dpdk"] = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+    line["dpdk"] = serde_json::to_value(&report).map_err(RunError::Json)?;
     println!("{line}");
     eprintln!("cfdp: stopped");
     Ok(())
 }
 
 #[cfg(not(feature = "dpdk"))]
-fn run_dpdk(_: &RunConfig, _: &WorkerContext, running: Running) -> Result<(), String> {
+fn run_dpdk(_: &RunConfig, _: &WorkerContext, running: Running) -> Result<(), RunError> {
     // Refused at start-up without the dpdk feature; stop cleanly anyway.
     running.finish("dpdk")?;
-    Err("this cfdp was built without DPDK".into())
+    Err(RunError::Config("this cfdp was built without DPDK".into()))
 }
 
 /// Binds a TCP listener; a non-loopback address needs `allow_remote`.
-fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpListener, String> {
-    let sa: std::net::SocketAddr = addr
-        .parse()
-        .map_err(|e| format!("{what} = {addr:?}: not an IP:port address ({e})"))?;
+fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpListener, RunError> {
+    let sa: std::net::SocketAddr = addr.parse().map_err(|e| {
+        RunError::Config(format!("{what} = {addr:?}: not an IP:port address ({e})"))
+    })?;
     if !sa.ip().is_loopback() && !allow_remote {
-        return Err(format!(
+        return Err(RunError::Config(format!(
             "{what} = {addr}: not a loopback address (set control.tcp_allow_remote = true \
              to accept that; the protocol has no authentication on TCP)"
-        ));
+        )));
     }
-    std::net::TcpListener::bind(sa).map_err(|e| format!("{what} = {addr}: {e}"))
+    std::net::TcpListener::bind(sa).map_err(RunError::io(format!("{what} = {addr}")))
 }
 
 /// What the configuration asks of this build and of its ports and fleet,
 /// checked before anything starts (the rules load, which can take
 /// seconds; the EAL): a refusal here is a configuration error (exit 2).
-pub fn check(cfg: &RunConfig) -> Result<(), String> {
+pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
-        return Err(
+        return Err(RunError::Config(
             "dpdk.enabled = true, but this cfdp was built without DPDK: \
-                    cargo build --release -p cfdp --features dpdk"
+             cargo build --release -p cfdp --features dpdk"
                 .into(),
-        );
+        ));
     }
     #[cfg(feature = "dpdk")]
     if cfg.dpdk.enabled {
-        cfdp_dpdk::PortPlan::new(&cfg.dpdk.rx_ports, &cfg.dpdk.tx_ports, &cfg.dpdk.xconnect)?;
+        cfdp_dpdk::PortPlan::new(&cfg.dpdk.rx_ports, &cfg.dpdk.tx_ports, &cfg.dpdk.xconnect)
+            .map_err(|e| RunError::Config(e.to_string()))?;
     }
     cluster_mode(cfg).map(|_| ())
 }
 
 /// `[cluster]`: checked (and the link to the agent made) before anything
 /// starts.
-fn cluster_mode(cfg: &RunConfig) -> Result<Option<Arc<server::ClusterMode>>, String> {
+fn cluster_mode(cfg: &RunConfig) -> Result<Option<Arc<server::ClusterMode>>, RunError> {
     let c = &cfg.cluster;
     if c.etcd.is_empty() {
         return Ok(None);
     }
     if !cfdp_cluster::AVAILABLE {
-        return Err(
+        return Err(RunError::Config(
             "cluster.etcd is set, but this cfdp was built without etcd: cargo build \
-                    --release -p cfdp --features etcd (needs protoc: apt-get install \
-                    protobuf-compiler)"
+             --release -p cfdp --features etcd (needs protoc: apt-get install \
+             protobuf-compiler)"
                 .into(),
-        );
+        ));
     }
-    let keys = cfdp_cluster::Keys::new(&c.prefix).map_err(|e| format!("cluster.prefix: {e}"))?;
+    let keys = cfdp_cluster::Keys::new(&c.prefix)
+        .map_err(|e| RunError::Config(format!("cluster.prefix: {e}")))?;
     Ok(Some(Arc::new(server::ClusterMode {
         prefix: keys.prefix().to_string(),
-        status: std::sync::Mutex::new(json!({"node": node_name(cfg), "generation": 0,
-            "error": "not connected to etcd yet"})),
+        status: std::sync::Mutex::new(cfdp_control::api::NodeStatus {
+            node: node_name(cfg),
+            error: Some("not connected to etcd yet".into()),
+            ..Default::default()
+        }),
     })))
 }
 
@@ -424,11 +440,11 @@ fn node_name(cfg: &RunConfig) -> String {
 #[cfg(feature = "etcd")]
 fn spawn_agent(
     cfg: &RunConfig,
-    jobs: &crossbeam::channel::Sender<cfdp_control::plane::Job>,
+    jobs: &cfdp_control::ControlHandle,
     stats: &Arc<LiveStats>,
     link: &Arc<server::ClusterMode>,
     stop: &Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, String> {
+) -> Result<std::thread::JoinHandle<()>, RunError> {
     let opts = cfdp_cluster::node::NodeOptions {
         endpoints: cfg.cluster.etcd.clone(),
         prefix: cfg.cluster.prefix.clone(),
@@ -449,15 +465,16 @@ fn spawn_agent(
         Arc::clone(link),
         Arc::clone(stop),
     )
+    .map_err(RunError::Cluster)
 }
 
 #[cfg(not(feature = "etcd"))]
 fn spawn_agent(
     _: &RunConfig,
-    _: &crossbeam::channel::Sender<cfdp_control::plane::Job>,
+    _: &cfdp_control::ControlHandle,
     _: &Arc<LiveStats>,
     _: &Arc<server::ClusterMode>,
     _: &Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, String> {
-    Err("this cfdp was built without etcd".into())
+) -> Result<std::thread::JoinHandle<()>, RunError> {
+    Err(RunError::Config("this cfdp was built without etcd".into()))
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use cfdp_rules::{parse_batch, parse_rule, Code};
 use serde_json::{json, Value};
 
+use crate::error::ClusterError;
 use crate::etcd::Etcd;
 use crate::keys::{canonical, Keys};
 use crate::plan::{plan, reads, View};
@@ -86,7 +87,7 @@ pub fn run(endpoints: &[String], prefix: &str, cmd: Command) -> u8 {
             u8::from(!ok)
         }
         Err(e) => {
-            println!("{}", json!({"error": e}));
+            println!("{}", json!({"error": e.to_string()}));
             eprintln!("cfdp ctl: {e}");
             1
         }
@@ -102,13 +103,13 @@ fn apply(
     keys: &Keys,
     batch: &Value,
     limits: TxnLimits,
-) -> Result<(Value, bool), String> {
+) -> Result<(Value, bool), ClusterError> {
     let batch = parse_batch(batch, usize::MAX).map_err(|e| {
-        if e.field.is_empty() {
+        ClusterError::BadRequest(if e.field.is_empty() {
             e.message.clone()
         } else {
             format!("{}: {}", e.field, e.message)
-        }
+        })
     })?;
     let (ids, matches) = reads(&batch);
     for attempt in 0..RETRIES {
@@ -143,16 +144,18 @@ fn apply(
                 let owner: u32 = std::str::from_utf8(&kv.value)
                     .ok()
                     .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| format!("{}: not a rule id", kv.key))?;
+                    .ok_or_else(|| {
+                        ClusterError::BadRequest(format!("{}: not a rule id", kv.key))
+                    })?;
                 view.matches.insert(m.to_string(), (owner, kv.mod_revision));
             }
         }
         if let Some(g) = batch.expected_generation {
             if g as i64 != view.generation {
-                return Err(format!(
-                    "expected_generation {g}, but the fleet is at generation {}",
-                    view.generation
-                ));
+                return Err(ClusterError::GenerationMismatch {
+                    expected: g,
+                    current: view.generation,
+                });
             }
         }
         let p = plan(&batch, &view, keys);
@@ -166,23 +169,23 @@ fn apply(
         }
         let (compares, ops) = p.ops();
         if compares > limits.max_txn_ops || ops > limits.max_txn_ops {
-            return Err(format!(
+            return Err(ClusterError::BadRequest(format!(
                 "the batch needs {ops} operations and {compares} compares in one etcd \
                  transaction; etcd allows {} (its --max-txn-ops). Nothing was applied: split \
                  the batch, or raise --max-txn-ops on every etcd server and pass \
                  --max-txn-ops N to cfdp ctl",
                 limits.max_txn_ops
-            ));
+            )));
         }
         if p.bytes() > limits.max_request_bytes {
-            return Err(format!(
+            return Err(ClusterError::BadRequest(format!(
                 "the batch's transaction carries over {} bytes; etcd accepts {} (its \
                  --max-request-bytes). Nothing was applied: split the batch, or raise \
                  --max-request-bytes on every etcd server and pass --max-request-bytes N \
                  to cfdp ctl",
                 p.bytes(),
                 limits.max_request_bytes
-            ));
+            )));
         }
         let mut guards = p.guards.clone();
         guards.push((gen_key.clone(), view.generation));
@@ -200,9 +203,9 @@ fn apply(
             None => std::thread::sleep(Duration::from_millis(2 << attempt.min(6))),
         }
     }
-    Err(format!(
+    Err(ClusterError::Contended(format!(
         "the rule set kept changing under this batch ({RETRIES} attempts); nothing was applied"
-    ))
+    )))
 }
 
 /// `replace`: reads the fleet's rules, works out the difference to
@@ -216,16 +219,18 @@ fn replace(
     desired: &Value,
     expected: Option<u64>,
     limits: TxnLimits,
-) -> Result<(Value, bool), String> {
+) -> Result<(Value, bool), ClusterError> {
     let list = desired
         .get("rules")
         .unwrap_or(desired)
         .as_array()
-        .ok_or("a rule file ({\"rules\": [...]}) or a list of rules")?;
+        .ok_or_else(|| {
+            ClusterError::BadRequest("a rule file ({\"rules\": [...]}) or a list of rules".into())
+        })?;
     let desired: Vec<cfdp_rules::Rule> = list
         .iter()
         .enumerate()
-        .map(|(i, v)| parse_rule(v, Some(i)).map_err(|e| e.to_string()))
+        .map(|(i, v)| parse_rule(v, Some(i)).map_err(|e| ClusterError::BadRequest(e.to_string())))
         .collect::<Result<_, _>>()?;
     for _ in 0..RETRIES {
         let g = generation(etcd, keys)?;
@@ -236,15 +241,16 @@ fn replace(
         let current: Vec<cfdp_rules::Rule> = kvs
             .iter()
             .map(|kv| kv.rule().map(|(_, r)| r))
-            .collect::<Result<_, String>>()?;
-        let (updates, counts) = cfdp_rules::replace_updates(&current, &desired)?;
+            .collect::<Result<_, ClusterError>>()?;
+        let (updates, counts) = cfdp_rules::replace_updates(&current, &desired)
+            .map_err(|e| ClusterError::BadRequest(e.to_string()))?;
         let expected_generation = expected.unwrap_or(g as u64);
         if updates.is_empty() {
             if expected.is_some_and(|e| e as i64 != g) {
-                return Err(format!(
-                    "expected_generation {}, but the fleet is at generation {g}",
-                    expected_generation
-                ));
+                return Err(ClusterError::GenerationMismatch {
+                    expected: expected_generation,
+                    current: g,
+                });
             }
             return Ok((
                 json!({"generation": g, "applied": true, "results": [], "replace": counts}),
@@ -259,18 +265,18 @@ fn replace(
                 v["replace"] = serde_json::to_value(counts).expect("counts serialize");
                 return Ok((v, ok));
             }
-            Err(e) if expected.is_none() && e.starts_with("expected_generation") => continue,
+            Err(ClusterError::GenerationMismatch { .. }) if expected.is_none() => continue,
             Err(e) => return Err(e),
         }
     }
-    Err(format!(
+    Err(ClusterError::Contended(format!(
         "the rule set kept changing under this replace ({RETRIES} attempts); nothing was applied"
-    ))
+    )))
 }
 
 /// Every node seen: its last status, and whether it is live (its leased
 /// key exists).
-fn nodes(etcd: &mut Etcd, keys: &Keys) -> Result<Vec<Value>, String> {
+fn nodes(etcd: &mut Etcd, keys: &Keys) -> Result<Vec<Value>, ClusterError> {
     let (_, live) = etcd.get_prefix(&keys.nodes_prefix())?;
     let live: HashMap<String, Value> = live
         .into_iter()
@@ -297,14 +303,14 @@ fn nodes(etcd: &mut Etcd, keys: &Keys) -> Result<Vec<Value>, String> {
     Ok(out)
 }
 
-fn generation(etcd: &mut Etcd, keys: &Keys) -> Result<i64, String> {
+fn generation(etcd: &mut Etcd, keys: &Keys) -> Result<i64, ClusterError> {
     Ok(etcd
         .get_many(&[keys.generation()], 1)?
         .first()
         .map_or(0, |kv| kv.mod_revision))
 }
 
-fn fleet(etcd: &mut Etcd, keys: &Keys) -> Result<Value, String> {
+fn fleet(etcd: &mut Etcd, keys: &Keys) -> Result<Value, ClusterError> {
     let g = generation(etcd, keys)?;
     let nodes = nodes(etcd, keys)?;
     Ok(json!({"prefix": keys.prefix(), "generation": g, "nodes": nodes}))
@@ -312,7 +318,12 @@ fn fleet(etcd: &mut Etcd, keys: &Keys) -> Result<Value, String> {
 
 /// Waits until every live node reports generation ≥ `g` (and at least one
 /// node is live: an empty fleet has applied nothing).
-fn wait(etcd: &mut Etcd, keys: &Keys, g: i64, timeout: Duration) -> Result<(Value, bool), String> {
+fn wait(
+    etcd: &mut Etcd,
+    keys: &Keys,
+    g: i64,
+    timeout: Duration,
+) -> Result<(Value, bool), ClusterError> {
     let start = Instant::now();
     loop {
         let nodes = nodes(etcd, keys)?;
@@ -357,7 +368,7 @@ fn wait(etcd: &mut Etcd, keys: &Keys, g: i64, timeout: Duration) -> Result<(Valu
 /// The rule set; a value under the rules' prefix that is not a rule
 /// (written by something other than cfdp) is listed under `invalid` and
 /// makes the exit status 1 — nodes refuse it too, and say so.
-fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<(Value, bool), String> {
+fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<(Value, bool), ClusterError> {
     let g = generation(etcd, keys)?;
     let (_, kvs) = etcd.get_prefix(&keys.rules_prefix())?;
     let mut rules = Vec::with_capacity(kvs.len());
@@ -365,7 +376,7 @@ fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<(Value, bool), String> {
     for kv in &kvs {
         match kv.rule() {
             Ok((v, _)) => rules.push(v),
-            Err(e) => invalid.push(json!({"key": kv.key, "error": e})),
+            Err(e) => invalid.push(json!({"key": kv.key, "error": e.to_string()})),
         }
     }
     let ok = invalid.is_empty();
@@ -376,7 +387,7 @@ fn rules(etcd: &mut Etcd, keys: &Keys) -> Result<(Value, bool), String> {
     Ok((out, ok))
 }
 
-fn get(etcd: &mut Etcd, keys: &Keys, id: u64) -> Result<(Value, bool), String> {
+fn get(etcd: &mut Etcd, keys: &Keys, id: u64) -> Result<(Value, bool), ClusterError> {
     let g = generation(etcd, keys)?;
     let Ok(id) = u32::try_from(id) else {
         return Ok((
@@ -386,8 +397,11 @@ fn get(etcd: &mut Etcd, keys: &Keys, id: u64) -> Result<(Value, bool), String> {
     };
     match etcd.get_many(&[keys.rule(id)], 1)?.first() {
         Some(kv) => {
-            let rule: Value = serde_json::from_slice(&kv.value)
-                .map_err(|e| format!("{}: not JSON: {e}", kv.key))?;
+            let rule: Value =
+                serde_json::from_slice(&kv.value).map_err(|source| ClusterError::NotJson {
+                    key: kv.key.clone(),
+                    source,
+                })?;
             Ok((json!({"generation": g, "rule": rule}), true))
         }
         None => Ok((

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::error::ClusterError;
+
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
     PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream, Watcher,
@@ -20,10 +22,16 @@ pub struct Kv {
 impl Kv {
     /// The rule stored here: its JSON and the parsed rule, or what is
     /// wrong with it, naming the key.
-    pub fn rule(&self) -> Result<(serde_json::Value, cfdp_rules::Rule), String> {
-        let v: serde_json::Value = serde_json::from_slice(&self.value)
-            .map_err(|e| format!("{}: not JSON: {e}", self.key))?;
-        let r = cfdp_rules::parse_rule(&v, None).map_err(|e| format!("{}: {e}", self.key))?;
+    pub fn rule(&self) -> Result<(serde_json::Value, cfdp_rules::Rule), ClusterError> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&self.value).map_err(|source| ClusterError::NotJson {
+                key: self.key.clone(),
+                source,
+            })?;
+        let r = cfdp_rules::parse_rule(&v, None).map_err(|source| ClusterError::BadRule {
+            key: self.key.clone(),
+            source,
+        })?;
         Ok((v, r))
     }
 }
@@ -55,17 +63,20 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn err(what: &str, e: impl std::fmt::Display) -> String {
-    format!("etcd {what}: {e}")
+fn err(what: &str, source: etcd_client::Error) -> ClusterError {
+    ClusterError::Etcd {
+        what: what.to_string(),
+        source,
+    }
 }
 
 impl Etcd {
     /// Connects to `endpoints` (`http://host:port`).
-    pub fn connect(endpoints: &[String]) -> Result<Self, String> {
+    pub fn connect(endpoints: &[String]) -> Result<Self, ClusterError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| err("runtime", e))?;
+            .map_err(ClusterError::Runtime)?;
         let opts = ConnectOptions::new()
             .with_connect_timeout(REQUEST_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT);
@@ -82,7 +93,7 @@ impl Etcd {
     /// Every key under `prefix`, with the store's revision at the read:
     /// read in pages of [`PAGE`] keys, all at that one revision (a rule set
     /// of 100 k rules is ~20 MB, over gRPC's 4 MiB message limit).
-    pub fn get_prefix(&mut self, prefix: &str) -> Result<(i64, Vec<Kv>), String> {
+    pub fn get_prefix(&mut self, prefix: &str) -> Result<(i64, Vec<Kv>), ClusterError> {
         let end = prefix_end(prefix.as_bytes());
         let mut out = Vec::new();
         let mut from = prefix.as_bytes().to_vec();
@@ -112,7 +123,7 @@ impl Etcd {
 
     /// The given keys (missing ones are left out), read in transactions of
     /// at most `per_txn` gets.
-    pub fn get_many(&mut self, keys: &[String], per_txn: usize) -> Result<Vec<Kv>, String> {
+    pub fn get_many(&mut self, keys: &[String], per_txn: usize) -> Result<Vec<Kv>, ClusterError> {
         let mut out = Vec::new();
         for chunk in keys.chunks(per_txn.max(1)) {
             let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
@@ -137,7 +148,7 @@ impl Etcd {
         guards: &[(String, i64)],
         puts: &[(String, String)],
         deletes: &[String],
-    ) -> Result<Option<i64>, String> {
+    ) -> Result<Option<i64>, ClusterError> {
         let compares: Vec<Compare> = guards
             .iter()
             .map(|(k, rev)| Compare::mod_revision(k.as_str(), CompareOp::Equal, *rev))
@@ -159,7 +170,7 @@ impl Etcd {
     /// Compacts the store's history up to `revision` (what an operator's
     /// `--auto-compaction-retention` does); watches from before it are
     /// canceled.
-    pub fn compact(&mut self, revision: i64) -> Result<(), String> {
+    pub fn compact(&mut self, revision: i64) -> Result<(), ClusterError> {
         self.rt
             .block_on(self.client.compact(revision, None))
             .map(|_| ())
@@ -167,7 +178,7 @@ impl Etcd {
     }
 
     /// Puts `key` (under `lease` when not 0).
-    pub fn put(&mut self, key: &str, value: &str, lease: i64) -> Result<(), String> {
+    pub fn put(&mut self, key: &str, value: &str, lease: i64) -> Result<(), ClusterError> {
         let opts = (lease != 0).then(|| PutOptions::new().with_lease(lease));
         self.rt
             .block_on(self.client.put(key, value, opts))
@@ -176,7 +187,7 @@ impl Etcd {
     }
 
     /// Deletes `key`.
-    pub fn delete(&mut self, key: &str) -> Result<(), String> {
+    pub fn delete(&mut self, key: &str) -> Result<(), ClusterError> {
         self.rt
             .block_on(self.client.delete(key, None))
             .map(|_| ())
@@ -184,7 +195,7 @@ impl Etcd {
     }
 
     /// A lease of `ttl_s` seconds and its keeper.
-    pub fn lease(&mut self, ttl_s: i64) -> Result<Lease, String> {
+    pub fn lease(&mut self, ttl_s: i64) -> Result<Lease, ClusterError> {
         let id = self
             .rt
             .block_on(self.client.lease_grant(ttl_s, None))
@@ -198,7 +209,7 @@ impl Etcd {
     }
 
     /// Renews `lease` (its TTL starts again).
-    pub fn keep_alive(&mut self, lease: &mut Lease) -> Result<(), String> {
+    pub fn keep_alive(&mut self, lease: &mut Lease) -> Result<(), ClusterError> {
         self.rt.block_on(async {
             lease
                 .keeper
@@ -207,9 +218,9 @@ impl Etcd {
                 .map_err(|e| err("keep-alive", e))?;
             match tokio::time::timeout(REQUEST_TIMEOUT, lease.stream.message()).await {
                 Ok(Ok(Some(r))) if r.ttl() > 0 => Ok(()),
-                Ok(Ok(_)) => Err("etcd keep-alive: the lease has expired".to_string()),
+                Ok(Ok(_)) => Err(ClusterError::Lease("the lease has expired")),
                 Ok(Err(e)) => Err(err("keep-alive", e)),
-                Err(_) => Err("etcd keep-alive: no answer".to_string()),
+                Err(_) => Err(ClusterError::Lease("no answer")),
             }
         })
     }
@@ -220,7 +231,7 @@ impl Etcd {
     }
 
     /// Watches every key under `prefix` from revision `from` on.
-    pub fn watch(&mut self, prefix: &str, from: i64) -> Result<Watch, String> {
+    pub fn watch(&mut self, prefix: &str, from: i64) -> Result<Watch, ClusterError> {
         // A node catching up gets past revisions in few, large messages
         // (16 MB for 100 k updates): over gRPC's 4 MiB default. Not etcd's
         // fragmenting: it would split one revision's events over messages.
@@ -242,14 +253,18 @@ impl Etcd {
     }
 
     /// The next watch message within `wait`: `Ok(None)` when none came.
-    pub fn next(&mut self, w: &mut Watch, wait: Duration) -> Result<Option<WatchBatch>, String> {
+    pub fn next(
+        &mut self,
+        w: &mut Watch,
+        wait: Duration,
+    ) -> Result<Option<WatchBatch>, ClusterError> {
         let msg = self
             .rt
             .block_on(async { tokio::time::timeout(wait, w.stream.message()).await });
         let resp = match msg {
             Err(_) => return Ok(None),
             Ok(Err(e)) => return Err(err("watch", e)),
-            Ok(Ok(None)) => return Err("etcd watch: the stream ended".into()),
+            Ok(Ok(None)) => return Err(ClusterError::WatchEnded),
             Ok(Ok(Some(r))) => r,
         };
         if resp.canceled() {

@@ -8,6 +8,7 @@
 //! | `P/nodes/{node}` | a live node's status, under the node's lease (gone when the node is) |
 //! | `P/seen/{node}` | the last status of every node ever seen (no lease) |
 
+use crate::error::ClusterError;
 use cfdp_rules::{rule_to_json, Rule, RuleId};
 
 /// The key layout of one fleet.
@@ -18,12 +19,10 @@ pub struct Keys {
 
 impl Keys {
     /// `prefix` must start with `/`; a trailing `/` is dropped.
-    pub fn new(prefix: &str) -> Result<Self, String> {
+    pub fn new(prefix: &str) -> Result<Self, ClusterError> {
         let p = prefix.trim_end_matches('/');
         if !p.starts_with('/') || p.len() < 2 {
-            return Err(format!(
-                "cluster prefix {prefix:?}: must start with '/' and name something, e.g. \"/cfdp/prod\""
-            ));
+            return Err(ClusterError::BadPrefix(prefix.to_string()));
         }
         Ok(Self { prefix: p.into() })
     }

@@ -22,6 +22,7 @@
 //! transaction.
 #![forbid(unsafe_code)]
 
+pub mod error;
 pub mod keys;
 pub mod plan;
 
@@ -35,4 +36,5 @@ pub mod node;
 /// Whether this build can talk to etcd.
 pub const AVAILABLE: bool = cfg!(feature = "etcd");
 
+pub use error::ClusterError;
 pub use keys::Keys;

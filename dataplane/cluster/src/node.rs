@@ -38,19 +38,26 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cfdp_control::plane::Job;
+use cfdp_control::api::NodeStatus;
 use cfdp_control::server::ClusterMode;
-use cfdp_engine::LiveStats;
-use cfdp_rules::protocol::parse_request_line;
-use cfdp_rules::{parse_rule, RuleId};
-use crossbeam::channel::{bounded, Sender};
-use serde_json::{json, Value};
+use cfdp_control::ControlHandle;
+use cfdp_engine::{LiveStats, Mode};
+use cfdp_rules::{Atomicity, Batch, Code, Rule, RuleId, Update};
 
+use crate::error::ClusterError;
 use crate::etcd::{Etcd, Event, WatchBatch};
-use crate::keys::{canonical, Keys};
+use crate::keys::Keys;
 
-/// The fleet's rules by id: canonical text (to compare) and JSON (to apply).
-type FleetRules = HashMap<RuleId, (String, Value)>;
+/// The fleet's rules by id.
+type FleetRules = HashMap<RuleId, Rule>;
+
+/// What `state_dir/cluster.json` keeps: the last revision applied for a
+/// prefix.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedRevision {
+    prefix: String,
+    revision: i64,
+}
 
 /// What a node needs to join its fleet.
 #[derive(Clone, Debug)]
@@ -80,11 +87,11 @@ const RETRY_MAX: Duration = Duration::from_secs(8);
 /// lease so the fleet sees it leave at once.
 pub fn spawn(
     opts: NodeOptions,
-    jobs: Sender<Job>,
+    control: ControlHandle,
     stats: Arc<LiveStats>,
     link: Arc<ClusterMode>,
     stop: Arc<AtomicBool>,
-) -> Result<JoinHandle<()>, String> {
+) -> Result<JoinHandle<()>, ClusterError> {
     let keys = Keys::new(&opts.prefix)?;
     std::thread::Builder::new()
         .name("cfdp-cluster".into())
@@ -92,37 +99,37 @@ pub fn spawn(
             let mut a = Agent {
                 opts,
                 keys,
-                jobs,
+                control,
                 stats,
                 link,
                 applied: 0,
                 error: None,
                 mirror: HashMap::new(),
                 live: false,
-                atomicity: "dataplane_atomic",
+                atomicity: Atomicity::DataplaneAtomic,
             };
             a.run(&stop);
         })
-        .map_err(|e| e.to_string())
+        .map_err(ClusterError::Spawn)
 }
 
 struct Agent {
     opts: NodeOptions,
     keys: Keys,
-    jobs: Sender<Job>,
+    control: ControlHandle,
     stats: Arc<LiveStats>,
     link: Arc<ClusterMode>,
     /// The fleet generation (etcd revision) this node has applied.
     applied: i64,
     error: Option<String>,
-    /// The rules this node holds: id → canonical JSON.
-    mirror: HashMap<RuleId, String>,
+    /// The rules this node holds.
+    mirror: HashMap<RuleId, Rule>,
     /// Caught up: the leased status key (what `wait` counts) is written.
     live: bool,
     /// Of the local batches: `dataplane_atomic`, or `rollback_on_error`
     /// on a node in filter-only mode (which cannot publish a batch as one
     /// switch; its batches are still all-or-nothing).
-    atomicity: &'static str,
+    atomicity: Atomicity,
 }
 
 impl Agent {
@@ -172,15 +179,15 @@ impl Agent {
         &mut self,
         etcd: &mut Etcd,
         lease: i64,
-        keep_alive: &mut dyn FnMut(&mut Etcd) -> Result<(), String>,
+        keep_alive: &mut dyn FnMut(&mut Etcd) -> Result<(), ClusterError>,
         stop: &AtomicBool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         self.live = false;
-        let hello = self.call(r#"{"jsonrpc":"2.0","id":"cluster","method":"hello"}"#)?;
-        self.atomicity = if hello["result"]["capabilities"]["mode"] == "filter-only" {
-            "rollback_on_error"
+        let hello = self.control.hello()?;
+        self.atomicity = if hello.capabilities.mode == Mode::FilterOnly {
+            Atomicity::RollbackOnError
         } else {
-            "dataplane_atomic"
+            Atomicity::DataplaneAtomic
         };
         self.mirror = self.local_rules()?;
         // The fleet now: what catching up must reach.
@@ -229,9 +236,10 @@ impl Agent {
                         watch = etcd.watch(&self.keys.rules_prefix(), h + 1)?;
                         continue;
                     }
-                    return Err(format!(
-                        "watch canceled (compacted to {compact_revision}: {reason}); resyncing"
-                    ));
+                    return Err(ClusterError::WatchCanceled {
+                        compact_revision,
+                        reason,
+                    });
                 }
                 Some(WatchBatch::Events(events)) => {
                     heard = Instant::now();
@@ -293,31 +301,31 @@ impl Agent {
         Ok(())
     }
 
-    /// The fleet's rules now, by id (canonical text, JSON), and the
-    /// revision read.
-    fn fleet(&self, etcd: &mut Etcd) -> Result<(i64, FleetRules), String> {
+    /// The fleet's rules now, by id, and the revision read.
+    fn fleet(&self, etcd: &mut Etcd) -> Result<(i64, FleetRules), ClusterError> {
         let (rev, kvs) = etcd.get_prefix(&self.keys.rules_prefix())?;
         let mut fleet = HashMap::new();
         for kv in kvs {
             let Some(id) = self.keys.rule_id(&kv.key) else {
                 continue;
             };
-            let (v, rule) = kv.rule()?;
-            fleet.insert(id, (canonical(&rule).0, v));
+            fleet.insert(id, kv.rule()?.1);
         }
         Ok((rev, fleet))
     }
 
     /// Whether the node holds exactly `fleet`.
     fn same_as(&self, fleet: &FleetRules) -> bool {
-        self.mirror.len() == fleet.len()
-            && fleet
-                .iter()
-                .all(|(id, (t, _))| self.mirror.get(id) == Some(t))
+        self.mirror == *fleet
     }
 
     /// Everything up to `revision` is applied: the node counts as live.
-    fn caught_up(&mut self, etcd: &mut Etcd, lease: i64, revision: i64) -> Result<(), String> {
+    fn caught_up(
+        &mut self,
+        etcd: &mut Etcd,
+        lease: i64,
+        revision: i64,
+    ) -> Result<(), ClusterError> {
         self.applied = self.applied.max(revision);
         self.error = None;
         self.save_revision();
@@ -337,11 +345,9 @@ impl Agent {
         else {
             return 0;
         };
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if v["prefix"] == self.keys.prefix() {
-            v["revision"].as_i64().unwrap_or(0)
-        } else {
-            0
+        match serde_json::from_str::<SavedRevision>(&text) {
+            Ok(saved) if saved.prefix == self.keys.prefix() => saved.revision,
+            _ => 0,
         }
     }
 
@@ -352,7 +358,11 @@ impl Agent {
             return;
         };
         let tmp = path.with_extension("json.tmp");
-        let text = json!({"prefix": self.keys.prefix(), "revision": self.applied}).to_string();
+        let saved = SavedRevision {
+            prefix: self.keys.prefix().to_string(),
+            revision: self.applied,
+        };
+        let text = serde_json::to_string(&saved).unwrap_or_default();
         let ok = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path));
         if let Err(e) = ok {
             eprintln!("cfdp: cluster: {}: {e}", path.display());
@@ -361,30 +371,30 @@ impl Agent {
 
     /// Makes the node's rules equal `fleet` with one batch (the
     /// difference).
-    fn resync(&mut self, fleet: &FleetRules) -> Result<(), String> {
+    fn resync(&mut self, fleet: &FleetRules) -> Result<(), ClusterError> {
         let local = &self.mirror;
         let mut deletes = Vec::new();
         let mut modifies = Vec::new();
         let mut inserts = Vec::new();
-        for (id, text) in local {
+        for (id, rule) in local {
             match fleet.get(id) {
-                None => deletes.push(json!({"op": "delete", "id": id})),
-                Some((t, v)) if t != text => modifies.push(json!({"op": "modify", "rule": v})),
+                None => deletes.push(Update::Delete(*id)),
+                Some(r) if r != rule => modifies.push(*r),
                 Some(_) => {}
             }
         }
-        for (id, (_, v)) in fleet {
+        for (id, r) in fleet {
             if !local.contains_key(id) {
-                inserts.push(json!({"op": "insert", "rule": v}));
+                inserts.push(Update::Insert(*r));
             }
         }
         self.apply_local(deletes, modifies, inserts)?;
-        self.mirror = fleet.iter().map(|(id, (t, _))| (*id, t.clone())).collect();
+        self.mirror = fleet.clone();
         Ok(())
     }
 
     /// One revision's events as one local batch.
-    fn apply_revision(&mut self, events: &[Event]) -> Result<(), String> {
+    fn apply_revision(&mut self, events: &[Event]) -> Result<(), ClusterError> {
         let mut deletes = Vec::new();
         let mut modifies = Vec::new();
         let mut inserts = Vec::new();
@@ -394,16 +404,15 @@ impl Agent {
                 continue;
             };
             if e.put {
-                let (v, rule) = e.kv.rule()?;
-                let text = canonical(&rule).0;
+                let rule = e.kv.rule()?.1;
                 match next.get(&id) {
-                    Some(t) if *t == text => {}
-                    Some(_) => modifies.push(json!({"op": "modify", "rule": v})),
-                    None => inserts.push(json!({"op": "insert", "rule": v})),
+                    Some(r) if *r == rule => {}
+                    Some(_) => modifies.push(rule),
+                    None => inserts.push(Update::Insert(rule)),
                 }
-                next.insert(id, text);
+                next.insert(id, rule);
             } else if next.remove(&id).is_some() {
-                deletes.push(json!({"op": "delete", "id": id}));
+                deletes.push(Update::Delete(id));
             }
         }
         self.apply_local(deletes, modifies, inserts)?;
@@ -418,119 +427,78 @@ impl Agent {
     /// and an insert — still one atomic batch.
     fn apply_local(
         &self,
-        deletes: Vec<Value>,
-        modifies: Vec<Value>,
-        inserts: Vec<Value>,
-    ) -> Result<(), String> {
+        deletes: Vec<Update>,
+        modifies: Vec<Rule>,
+        inserts: Vec<Update>,
+    ) -> Result<(), ClusterError> {
         if deletes.is_empty() && modifies.is_empty() && inserts.is_empty() {
             return Ok(());
         }
         let mut updates = deletes.clone();
-        updates.extend(modifies.iter().cloned());
-        updates.extend(inserts.iter().cloned());
+        updates.extend(modifies.iter().map(|r| Update::Modify(*r)));
+        updates.extend(inserts.iter().copied());
         match self.batch(updates) {
             Ok(()) => Ok(()),
             Err(e) if modifies.is_empty() => Err(e),
             Err(_) => {
                 let mut updates = deletes;
-                for m in &modifies {
-                    updates.push(json!({"op": "delete", "id": m["rule"]["id"]}));
-                }
-                for m in modifies {
-                    updates.push(json!({"op": "insert", "rule": m["rule"]}));
-                }
+                updates.extend(modifies.iter().map(|r| Update::Delete(r.id)));
+                updates.extend(modifies.iter().map(|r| Update::Insert(*r)));
                 updates.extend(inserts);
                 self.batch(updates)
             }
         }
     }
 
-    fn batch(&self, updates: Vec<Value>) -> Result<(), String> {
+    fn batch(&self, updates: Vec<Update>) -> Result<(), ClusterError> {
         let n = updates.len();
-        let line = json!({"jsonrpc": "2.0", "id": "cluster", "method": "apply",
-            "params": {"atomicity": self.atomicity, "updates": updates}})
-        .to_string();
-        let reply = self.call(&line)?;
-        if let Some(e) = reply.get("error") {
-            return Err(format!(
-                "local batch of {n} updates refused: {}",
-                e["message"]
-            ));
-        }
-        let r = &reply["result"];
-        if r["applied"] != true {
-            let first = r["results"]
-                .as_array()
-                .and_then(|v| {
-                    v.iter()
-                        .find(|u| u["code"] != "ok" && u["code"] != "aborted")
-                })
-                .cloned()
-                .unwrap_or(Value::Null);
-            return Err(format!("local batch of {n} updates not applied: {first}"));
+        let report = self.control.apply(Batch {
+            atomicity: self.atomicity,
+            expected_generation: None,
+            updates: updates.into_iter().map(Ok).collect(),
+        })?;
+        if !report.applied {
+            let first = report
+                .results
+                .iter()
+                .find(|u| u.code != Code::Ok && u.code != Code::Aborted)
+                .map_or_else(String::new, |u| format!("{:?}: {}", u.code, u.message));
+            return Err(ClusterError::NotApplied { n, first });
         }
         Ok(())
     }
 
-    /// The node's rules as canonical JSON, read page by page.
-    fn local_rules(&self) -> Result<HashMap<RuleId, String>, String> {
-        let mut out = HashMap::new();
-        let mut offset = 0u64;
-        loop {
-            let line = json!({"jsonrpc": "2.0", "id": "cluster", "method": "rules",
-                "params": {"offset": offset, "limit": 10_000}})
-            .to_string();
-            let reply = self.call(&line)?;
-            let page = reply["result"]["rules"]
-                .as_array()
-                .ok_or_else(|| format!("local rules: unexpected answer {reply}"))?;
-            for r in page {
-                let v = json!({"id": r["id"], "match": r["match"], "action": r["action"]});
-                let rule = parse_rule(&v, None).map_err(|e| format!("local rule: {e}"))?;
-                out.insert(rule.id, canonical(&rule).0);
-            }
-            if page.len() < 10_000 {
-                return Ok(out);
-            }
-            offset += page.len() as u64;
-        }
+    /// The node's rules, read page by page.
+    fn local_rules(&self) -> Result<HashMap<RuleId, Rule>, ClusterError> {
+        let entries = self.control.all_rules()?;
+        Ok(entries.into_iter().map(|e| (e.rule.id, e.rule)).collect())
     }
 
-    /// One request through the node's control thread.
-    fn call(&self, line: &str) -> Result<Value, String> {
-        let request = parse_request_line(line.as_bytes(), usize::MAX)
-            .map_err(|e| format!("internal request: {}", e.to_json()))?;
-        let (tx, rx) = bounded(1);
-        self.jobs
-            .send(Job {
-                request,
-                reply: tx,
-                parse_us: 0,
-            })
-            .map_err(|_| "the control thread has stopped".to_string())?;
-        let reply = rx
-            .recv()
-            .map_err(|_| "the control thread dropped the request".to_string())?;
-        serde_json::from_str(reply.get()).map_err(|e| format!("internal reply: {e}"))
-    }
-
-    fn status(&self) -> Value {
+    fn status(&self) -> NodeStatus {
         let t = self.stats.totals();
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        json!({"node": self.opts.node, "generation": self.applied, "error": self.error,
-               "caught_up": self.live,
-               "rules": self.mirror.len(), "packets": t.packets, "matched": t.matched,
-               "dropped": t.dropped, "forwarded": t.forwarded, "updated_unix_s": now})
+        NodeStatus {
+            node: self.opts.node.clone(),
+            generation: self.applied,
+            error: self.error.clone(),
+            caught_up: self.live,
+            rules: self.mirror.len(),
+            packets: t.packets,
+            matched: t.matched,
+            dropped: t.dropped,
+            forwarded: t.forwarded,
+            updated_unix_s: now,
+        }
     }
 
     /// Writes the status locally and to etcd (live key under the lease,
     /// last-seen key without).
-    fn publish(&self, etcd: &mut Etcd, lease: i64) -> Result<(), String> {
+    fn publish(&self, etcd: &mut Etcd, lease: i64) -> Result<(), ClusterError> {
         let s = self.status();
-        *self.link.status.lock().unwrap_or_else(|e| e.into_inner()) = s.clone();
-        let text = s.to_string();
+        let text = serde_json::to_string(&s).unwrap_or_default();
+        *self.link.status.lock().unwrap_or_else(|e| e.into_inner()) = s;
         if self.live {
             etcd.put(&self.keys.node(&self.opts.node), &text, lease)?;
         }
@@ -538,7 +506,8 @@ impl Agent {
     }
 
     /// Records an error; tells etcd too when connected.
-    fn fail(&mut self, etcd: Option<(&mut Etcd, i64)>, e: String) {
+    fn fail(&mut self, etcd: Option<(&mut Etcd, i64)>, e: ClusterError) {
+        let e = error_chain(&e);
         eprintln!("cfdp: cluster: {e}");
         self.error = Some(e);
         *self.link.status.lock().unwrap_or_else(|e| e.into_inner()) = self.status();
@@ -553,4 +522,20 @@ fn sleep_unless(stop: &AtomicBool, d: Duration) {
     while !stop.load(Ordering::Relaxed) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// An error with its causes, as one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        // thiserror messages often repeat their source already.
+        if !out.contains(&text) {
+            out += ": ";
+            out += &text;
+        }
+        cause = c.source();
+    }
+    out
 }

@@ -106,7 +106,7 @@ pub fn plan(batch: &Batch, view: &View, keys: &Keys) -> Plan {
         let u = match u {
             Ok(u) => u,
             Err(e) => {
-                results.push(UpdateResult::err(Code::InvalidArgument, e.clone()));
+                results.push(UpdateResult::err(Code::InvalidArgument, e.to_string()));
                 continue;
             }
         };

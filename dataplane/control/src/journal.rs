@@ -92,11 +92,57 @@ pub enum JournalEvent {
 
 type Observer = Box<dyn FnMut(JournalEvent) + Send>;
 
-fn io_err(path: &Path, e: impl std::fmt::Display) -> String {
-    format!("{}: {e}", path.display())
+/// Why the journal or a snapshot could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// A file or directory operation failed (a full disk, permissions).
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A snapshot that is not one, or is damaged.
+    #[error("{}: {what}", path.display())]
+    BadSnapshot { path: PathBuf, what: Damage },
+    /// A journal record that is damaged, or out of sequence.
+    #[error("{}: line {line}: {what}", path.display())]
+    BadRecord {
+        path: PathBuf,
+        line: u64,
+        what: Damage,
+    },
+    /// An earlier append failed and could not be cut back: appends are
+    /// refused until a snapshot starts a new journal.
+    #[error("{}: {why}", path.display())]
+    Broken { path: PathBuf, why: String },
 }
 
-fn sync_dir(dir: &Path) -> Result<(), String> {
+/// What is wrong with the contents of a snapshot or a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Damage(pub String);
+
+impl From<&str> for Damage {
+    fn from(s: &str) -> Self {
+        Damage(s.to_string())
+    }
+}
+
+impl From<String> for Damage {
+    fn from(s: String) -> Self {
+        Damage(s)
+    }
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> JournalError {
+    JournalError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), JournalError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io_err(dir, e))
@@ -107,19 +153,25 @@ fn crc_line(body: &str) -> String {
 }
 
 /// Reads the snapshot and journal of `dir` (created when missing).
-pub fn restore(dir: &Path) -> Result<Restored, String> {
+pub fn restore(dir: &Path) -> Result<Restored, JournalError> {
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     let mut out = Restored::default();
     let snap = dir.join(SNAPSHOT);
     let old = dir.join(SNAPSHOT_JSON);
     if snap.exists() {
         let f = File::open(&snap).map_err(|e| io_err(&snap, e))?;
-        let (g, rules) = read_binary_snapshot(f).map_err(|e| io_err(&snap, e))?;
+        let (g, rules) = read_binary_snapshot(f).map_err(|what| JournalError::BadSnapshot {
+            path: snap.clone(),
+            what,
+        })?;
         out.snapshot_generation = g;
         out.rules = rules;
     } else if old.exists() {
         let text = std::fs::read_to_string(&old).map_err(|e| io_err(&old, e))?;
-        let (g, rules) = parse_snapshot(&text).map_err(|e| io_err(&old, e))?;
+        let (g, rules) = parse_snapshot(&text).map_err(|what| JournalError::BadSnapshot {
+            path: old.clone(),
+            what,
+        })?;
         out.snapshot_generation = g;
         out.rules = rules;
     }
@@ -150,16 +202,20 @@ pub fn restore(dir: &Path) -> Result<Restored, String> {
             ));
             break;
         }
-        let at = |e: String| format!("{}: line {lineno}: {e}", jpath.display());
+        let at = |what: Damage| JournalError::BadRecord {
+            path: jpath.clone(),
+            line: lineno,
+            what,
+        };
         let (g, updates) = parse_record(&line[..n - 1]).map_err(at)?;
         good_len += n as u64;
         if g <= out.snapshot_generation {
             continue; // already in the snapshot (a crash between compaction steps)
         }
         if g != expect {
-            return Err(at(format!(
+            return Err(at(Damage(format!(
                 "generation {g} where {expect} was expected: records are missing"
-            )));
+            ))));
         }
         expect += 1;
         out.records.push((g, updates));
@@ -188,14 +244,14 @@ struct SnapshotDoc<'a> {
     rules: &'a serde_json::value::RawValue,
 }
 
-fn parse_snapshot(text: &str) -> Result<(u64, Vec<Rule>), String> {
+fn parse_snapshot(text: &str) -> Result<(u64, Vec<Rule>), Damage> {
     let doc: SnapshotDoc =
         serde_json::from_str(text).map_err(|e| format!("snapshot is not valid JSON: {e}"))?;
     if doc.format != FORMAT || doc.version != VERSION {
-        return Err(format!(
+        return Err(Damage(format!(
             "not a cfdp rule snapshot of version {VERSION} (format {:?}, version {})",
             doc.format, doc.version
-        ));
+        )));
     }
     // Written compactly (no whitespace), so the list's bytes on disk are
     // its serialization: what the checksum covers.
@@ -209,7 +265,7 @@ fn parse_snapshot(text: &str) -> Result<(u64, Vec<Rule>), String> {
 
 /// Reads a binary snapshot as a stream (the file is never held whole):
 /// header, records decoded as they come, CRC checked at the end.
-fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), String> {
+fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), Damage> {
     use cfdp_rules::binary::{decode, RECORD};
     use std::io::Read;
     let mut r = BufReader::with_capacity(1 << 20, f);
@@ -221,9 +277,9 @@ fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), String> {
     let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
     let long = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
     if &head[..8] != MAGIC || word(8) != BIN_VERSION || word(12) as usize != RECORD {
-        return Err(format!(
+        return Err(Damage(format!(
             "not a cfdp binary rule snapshot of version {BIN_VERSION} with {RECORD}-byte records"
-        ));
+        )));
     }
     let (generation, count) = (long(16), long(24));
     // The count comes from the file: reserve only what the file can hold,
@@ -246,14 +302,14 @@ fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), String> {
                 Ok(0) => break,
                 Ok(k) => got += k,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("snapshot: {e}")),
+                Err(e) => return Err(Damage(format!("snapshot: {e}"))),
             }
         }
         if got < buf.len() {
-            return Err(format!(
+            return Err(Damage(format!(
                 "snapshot: {} of {count} rules present (the file is cut short)",
                 count - left + (got / RECORD) as u64
-            ));
+            )));
         }
         crc.update(buf);
         for (j, rec) in buf.chunks_exact(RECORD).enumerate() {
@@ -267,10 +323,10 @@ fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), String> {
     r.read_to_end(&mut tail)
         .map_err(|e| format!("snapshot: {e}"))?;
     if tail.len() != 4 {
-        return Err(format!(
+        return Err(Damage(format!(
             "snapshot: {} bytes after the rules where the 4-byte checksum belongs (the file is damaged)",
             tail.len()
-        ));
+        )));
     }
     if u32::from_le_bytes(tail[..4].try_into().expect("4 bytes")) != crc.finalize() {
         return Err("snapshot: checksum mismatch (the file is damaged)".into());
@@ -278,8 +334,8 @@ fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), String> {
     Ok((generation, rules))
 }
 
-fn parse_record(line: &[u8]) -> Result<(u64, Vec<Update>), String> {
-    let text = std::str::from_utf8(line).map_err(|_| "not UTF-8 (damaged)".to_string())?;
+fn parse_record(line: &[u8]) -> Result<(u64, Vec<Update>), Damage> {
+    let text = std::str::from_utf8(line).map_err(|_| Damage::from("not UTF-8 (damaged)"))?;
     let (crc, body) = text
         .split_once(' ')
         .ok_or("not a journal record (no checksum)")?;
@@ -294,13 +350,14 @@ fn parse_record(line: &[u8]) -> Result<(u64, Vec<Update>), String> {
         .ok_or("updates missing")?
         .iter()
         .map(parse_update)
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Damage(e.to_string()))?;
     Ok((g, updates))
 }
 
 impl Journal {
     /// Opens `dir`'s journal for appending (after [`restore`]).
-    pub fn open(dir: &Path, records: u64) -> Result<Self, String> {
+    pub fn open(dir: &Path, records: u64) -> Result<Self, JournalError> {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
         let path = dir.join(JOURNAL);
         let file = OpenOptions::new()
@@ -344,7 +401,7 @@ impl Journal {
     }
 
     /// Appends one batch and waits until it is on disk.
-    pub fn append(&mut self, generation: u64, updates: &[Update]) -> Result<(), String> {
+    pub fn append(&mut self, generation: u64, updates: &[Update]) -> Result<(), JournalError> {
         #[derive(serde::Serialize)]
         struct Record<'a> {
             generation: u64,
@@ -364,7 +421,7 @@ impl Journal {
     /// client sent it (`ParsedRequest::updates_text`: one line, and the
     /// updates the batch applied, all of them, in order), and waits until
     /// it is on disk. Restore parses it like any record.
-    pub fn append_text(&mut self, generation: u64, updates_json: &str) -> Result<(), String> {
+    pub fn append_text(&mut self, generation: u64, updates_json: &str) -> Result<(), JournalError> {
         let t0 = std::time::Instant::now();
         let body = format!("{{\"generation\":{generation},\"updates\":{updates_json}}}");
         self.write_record(&body, t0)
@@ -372,10 +429,13 @@ impl Journal {
 
     /// Writes one record line and syncs it; on failure the journal is cut
     /// back to its acknowledged records.
-    fn write_record(&mut self, body: &str, t0: std::time::Instant) -> Result<(), String> {
+    fn write_record(&mut self, body: &str, t0: std::time::Instant) -> Result<(), JournalError> {
         let path = self.dir.join(JOURNAL);
         if let Some(why) = &self.broken {
-            return Err(format!("{}: {why}", path.display()));
+            return Err(JournalError::Broken {
+                path,
+                why: why.clone(),
+            });
         }
         let line = crc_line(body);
         let mut t1 = t0;
@@ -414,7 +474,7 @@ impl Journal {
     }
 
     /// Writes a snapshot of `rules` at `generation` and empties the journal.
-    pub fn compact(&mut self, generation: u64, rules: &[Rule]) -> Result<(), String> {
+    pub fn compact(&mut self, generation: u64, rules: &[Rule]) -> Result<(), JournalError> {
         write_snapshot(&self.dir, generation, rules)?;
         // The snapshot covers every record: start an empty journal the same
         // atomic way (a crash in between leaves records ≤ the snapshot's
@@ -440,7 +500,7 @@ impl Journal {
 /// Writes `snapshot.bin` atomically (temporary file, fsync, rename, fsync
 /// of the directory), then removes a version-1 `snapshot.json` it
 /// replaces.
-pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), String> {
+pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), JournalError> {
     let path = dir.join(SNAPSHOT);
     let tmp = dir.join(format!("{SNAPSHOT}.tmp"));
     let f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
@@ -486,7 +546,11 @@ mod tests {
 
     /// Writes a version-1 (JSON) snapshot as cfdp did before the binary
     /// format (the streamed writer's field order).
-    fn write_json_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), String> {
+    fn write_json_snapshot(
+        dir: &Path,
+        generation: u64,
+        rules: &[Rule],
+    ) -> Result<(), JournalError> {
         let path = dir.join(SNAPSHOT_JSON);
         let mut text = format!(
             "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\"generation\":{generation},\"rules\":"
@@ -497,6 +561,12 @@ mod tests {
         text += &format!(",\"crc32\":{}}}\n", crc32fast::hash(list.as_bytes()));
         std::fs::write(&path, text).map_err(|e| io_err(&path, e))?;
         sync_dir(dir)
+    }
+
+    /// Whether `e` is a damaged record at `line` whose reason says `why`.
+    fn bad_record(e: &JournalError, line: u64, why: &str) -> bool {
+        matches!(e, JournalError::BadRecord { line: l, what, .. }
+            if *l == line && what.0.contains(why))
     }
 
     fn tmp(name: &str) -> PathBuf {
@@ -557,7 +627,7 @@ mod tests {
         bad[i] ^= 0x20;
         std::fs::write(&path, &bad).unwrap();
         let e = restore(&d).unwrap_err();
-        assert!(e.contains("line 1") && e.contains("damaged"), "{e}");
+        assert!(bad_record(&e, 1, "damaged"), "{e}");
         // A damaged snapshot: a changed address, a cut file, extra bytes,
         // a foreign header, a rule no rule file could express.
         std::fs::write(&path, &good).unwrap();
@@ -570,7 +640,8 @@ mod tests {
             std::fs::write(&snap, &b).unwrap();
             let e = restore(&d).unwrap_err();
             assert!(
-                e.contains(want) && e.contains("snapshot.bin"),
+                matches!(&e, JournalError::BadSnapshot { path, what }
+                    if path.ends_with(SNAPSHOT) && what.0.contains(want)),
                 "{want}: {e}"
             );
         };
@@ -624,7 +695,7 @@ mod tests {
         bytes[i] ^= 0x01;
         std::fs::write(&path, &bytes).unwrap();
         let e = restore(&d).unwrap_err();
-        assert!(e.contains("line 2") && e.contains("damaged"), "{e}");
+        assert!(bad_record(&e, 2, "damaged"), "{e}");
         std::fs::remove_dir_all(&d).ok();
     }
 
@@ -660,7 +731,11 @@ mod tests {
         )
         .unwrap();
         let e = restore(&d).unwrap_err();
-        assert!(e.contains("version 9"), "{e}");
+        assert!(
+            matches!(&e, JournalError::BadSnapshot { path, what }
+                if path.ends_with(SNAPSHOT_JSON) && what.0.contains("version 9")),
+            "{e}"
+        );
         write_snapshot(&d, 9, &rules).unwrap();
         assert!(
             !d.join(SNAPSHOT_JSON).exists(),
@@ -678,7 +753,7 @@ mod tests {
         j.append(1, &[Update::Insert(rule(1))]).unwrap();
         j.append(3, &[Update::Insert(rule(3))]).unwrap();
         let e = restore(&d).unwrap_err();
-        assert!(e.contains("line 2") && e.contains("missing"), "{e}");
+        assert!(bad_record(&e, 2, "missing"), "{e}");
         std::fs::remove_dir_all(&d).ok();
     }
 }

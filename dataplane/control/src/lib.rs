@@ -17,6 +17,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod client;
 pub mod journal;
 pub mod metrics;
@@ -24,6 +25,8 @@ pub mod plane;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod wire;
 
+pub use api::{Command, ControlError, ControlHandle};
 pub use stats::{ControlStats, StatsBoard};
-pub use store::{ApplyError, BatchReport, RuleStore, StoreConfig, Timing};
+pub use store::{ApplyError, BatchReport, RuleStore, StoreConfig, StoreError, Timing};

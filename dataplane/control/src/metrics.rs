@@ -247,10 +247,10 @@ impl Collector for Exporter {
 /// A fleet node's state: the fleet generation it has applied, whether it
 /// is caught up (counted by `wait`), whether its agent has an error (etcd
 /// unreachable, a batch it cannot apply).
-fn encode_cluster(e: Enc, prefix: &str, status: &serde_json::Value) -> Res {
-    let g = status["generation"].as_i64().unwrap_or(0) as f64;
-    let up = f64::from(u8::from(status["caught_up"] == true));
-    let err = f64::from(u8::from(!status["error"].is_null()));
+fn encode_cluster(e: Enc, prefix: &str, status: &crate::api::NodeStatus) -> Res {
+    let g = status.generation as f64;
+    let up = f64::from(u8::from(status.caught_up));
+    let err = f64::from(u8::from(status.error.is_some()));
     let one = |v| [(prefix, v)];
     gauges(
         e,
@@ -432,15 +432,17 @@ mod tests {
     fn a_fleet_node_exports_its_generation_and_state() {
         let mut r = Registry::with_prefix("cfdp");
         #[derive(Debug)]
-        struct C(serde_json::Value);
+        struct C(crate::api::NodeStatus);
         impl Collector for C {
             fn encode(&self, mut e: DescriptorEncoder) -> Res {
                 encode_cluster(&mut e, "/cfdp/prod", &self.0)
             }
         }
-        r.register_collector(Box::new(C(
-            serde_json::json!({"generation": 42, "caught_up": true, "error": null}),
-        )));
+        r.register_collector(Box::new(C(crate::api::NodeStatus {
+            generation: 42,
+            caught_up: true,
+            ..Default::default()
+        })));
         let t = render(&r);
         assert_eq!(
             sample(&t, "cfdp_cluster_generation{prefix=\"/cfdp/prod\"}"),
@@ -458,9 +460,10 @@ mod tests {
             "{t}"
         );
         let mut r = Registry::with_prefix("cfdp");
-        r.register_collector(Box::new(C(
-            serde_json::json!({"generation": 0, "error": "etcd connect: refused"}),
-        )));
+        r.register_collector(Box::new(C(crate::api::NodeStatus {
+            error: Some("etcd connect: refused".into()),
+            ..Default::default()
+        })));
         let t = render(&r);
         assert_eq!(
             sample(&t, "cfdp_cluster_error{prefix=\"/cfdp/prod\"}"),
@@ -482,7 +485,14 @@ mod tests {
         struct C;
         impl Collector for C {
             fn encode(&self, mut e: DescriptorEncoder) -> Res {
-                encode_cluster(&mut e, "/a\"b\\c\nd", &serde_json::json!({"generation": 3}))
+                encode_cluster(
+                    &mut e,
+                    "/a\"b\\c\nd",
+                    &crate::api::NodeStatus {
+                        generation: 3,
+                        ..Default::default()
+                    },
+                )
             }
         }
         let mut r = Registry::with_prefix("cfdp");

@@ -24,14 +24,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cfdp_rules::protocol::{
-    check_params, code, parse_request_line, result_reply, ErrorReply, Method,
-};
-use crossbeam::channel::{bounded, Sender};
+use cfdp_rules::protocol::{check_params, code, parse_request_line, ErrorReply, Method};
 use serde_json::Value;
 
-use crate::plane::Job;
+use crate::api::{Command, ControlError, ControlHandle, NodeStatus, Response};
 use crate::stats::StatsBoard;
+use crate::wire;
 
 /// Limits and access rules of the listeners.
 #[derive(Clone, Debug)]
@@ -78,14 +76,14 @@ pub struct ClusterMode {
     /// The fleet's key prefix in etcd.
     pub prefix: String,
     /// The agent's status, as it also writes it to etcd.
-    pub status: std::sync::Mutex<Value>,
+    pub status: std::sync::Mutex<NodeStatus>,
 }
 
 /// Shared by every listener.
 #[derive(Clone)]
 pub struct ServerCtx {
     pub limits: Limits,
-    pub jobs: Sender<Job>,
+    pub control: ControlHandle,
     /// Statistics published by the control thread: `stats` is answered
     /// from here, without queueing behind a batch.
     pub board: StatsBoard,
@@ -136,29 +134,28 @@ impl SocketAccess {
 /// socket that answers belongs to a running cfdp: refused. One that does not
 /// answer is a leftover of a crash: replaced. Anything else at `path` is
 /// refused.
-pub fn bind_unix(path: &Path, access: SocketAccess) -> Result<UnixListener, String> {
-    let shown = path.display();
+pub fn bind_unix(path: &Path, access: SocketAccess) -> Result<UnixListener, SocketError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SocketError::Io { path, source }
+    };
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(format!(
-                "{shown} exists and is not a socket: refusing to replace it"
-            ));
+            return Err(SocketError::NotASocket(path.to_path_buf()));
         }
         if UnixStream::connect(path).is_ok() {
-            return Err(format!(
-                "{shown}: another cfdp is already serving on this socket"
-            ));
+            return Err(SocketError::InUse(path.to_path_buf()));
         }
-        std::fs::remove_file(path).map_err(|e| format!("{shown}: stale socket: {e}"))?;
+        std::fs::remove_file(path).map_err(io(path))?;
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
-    let l = UnixListener::bind(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let l = UnixListener::bind(&tmp).map_err(io(&tmp))?;
     // The group is set before the mode opens the socket to it.
     let group = match access.group {
         Some(g) => rustix::fs::chown(&tmp, None, Some(rustix::fs::Gid::from_raw(g)))
@@ -172,23 +169,43 @@ pub fn bind_unix(path: &Path, access: SocketAccess) -> Result<UnixListener, Stri
         .and_then(|_| std::fs::rename(&tmp, path));
     if let Err(e) = setup {
         let _ = std::fs::remove_file(&tmp);
-        return Err(format!("{shown}: {e}"));
+        return Err(io(path)(e));
     }
     Ok(l)
 }
 
+/// Why the control socket could not be bound, or a peer was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("control.socket {}: exists and is not a socket: refusing to replace it", .0.display())]
+    NotASocket(PathBuf),
+    #[error("control.socket {}: another cfdp is already serving on this socket", .0.display())]
+    InUse(PathBuf),
+    #[error("control.socket {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read peer credentials: {0}")]
+    PeerCredentials(#[source] std::io::Error),
+    #[error("peer uid {uid} gid {gid} (pid {pid}) is not allowed on this socket")]
+    PeerRefused { uid: u32, gid: u32, pid: i32 },
+}
+
 /// Whether a Unix-socket peer may use the socket (SO_PEERCRED).
-fn peer_allowed(s: &UnixStream, limits: &Limits) -> Result<(), String> {
+fn peer_allowed(s: &UnixStream, limits: &Limits) -> Result<(), SocketError> {
     let cred = rustix::net::sockopt::socket_peercred(s)
-        .map_err(|e| format!("cannot read peer credentials: {e}"))?;
+        .map_err(|e| SocketError::PeerCredentials(e.into()))?;
     let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
     if limits.allowed_uids.contains(&uid) || limits.allowed_gids.contains(&gid) {
         Ok(())
     } else {
-        Err(format!(
-            "peer uid {uid} gid {gid} (pid {}) is not allowed on this socket",
-            cred.pid.as_raw_nonzero()
-        ))
+        Err(SocketError::PeerRefused {
+            uid,
+            gid,
+            pid: cred.pid.as_raw_nonzero().get(),
+        })
     }
 }
 
@@ -212,7 +229,7 @@ pub fn serve_unix(
                     Ok((s, _)) => {
                         if let Err(msg) = peer_allowed(&s, &ctx.limits) {
                             eprintln!("cfdp: control: {msg}");
-                            refuse(&s, &msg);
+                            refuse(&s, &msg.to_string());
                             continue;
                         }
                         admit(s, &ctx, |s| s.try_clone());
@@ -458,90 +475,42 @@ impl<S: Stream + Read> Read for Deadlines<S> {
 
 /// The response to one request line, as JSON text.
 fn answer(line: &[u8], ctx: &ServerCtx) -> String {
-    match answer_value(line, ctx) {
-        Answer::Value(v) => v.to_string(),
-        Answer::Text(t) => String::from(Box::<str>::from(t)),
-    }
-}
-
-/// A response built here, or the control thread's (already text).
-enum Answer {
-    Value(Value),
-    Text(Box<serde_json::value::RawValue>),
-}
-
-impl From<Value> for Answer {
-    fn from(v: Value) -> Self {
-        Answer::Value(v)
-    }
-}
-
-fn answer_value(line: &[u8], ctx: &ServerCtx) -> Answer {
     let t0 = std::time::Instant::now();
     let request = match parse_request_line(line, ctx.limits.max_batch) {
         Ok(p) => p,
-        Err(e) => return e.to_json().into(),
+        Err(e) => return e.to_json().to_string(),
     };
-    let req = &request.req;
+    let id = request.req.id.clone();
     if ctx.stop.load(Ordering::Relaxed) {
-        return ErrorReply::new(req.id.clone(), code::SHUTTING_DOWN, "cfdp is shutting down")
-            .to_json()
-            .into();
+        return wire::answer_line(&id, &Err(ControlError::ShuttingDown), None);
     }
-    if req.method == Method::Stats && check_params(&req.params, &[]).is_ok() {
-        let mut stats = serde_json::to_value(ctx.board.read()).expect("stats serialize");
-        if let Some(c) = &ctx.cluster {
-            let status = c.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            stats["cluster"] = status;
-        }
-        return result_reply(&req.id, stats).into();
+    let fleet = ctx.cluster.as_ref().map(|c| {
+        let status = c.status.lock().unwrap_or_else(|e| e.into_inner());
+        (c.prefix.clone(), status.clone())
+    });
+    // `stats` is answered from the published board, without queueing
+    // behind a batch.
+    if request.req.method == Method::Stats && check_params(&request.req.params, &[]).is_ok() {
+        let stats = Response::Stats(Box::new(ctx.board.read()));
+        let extra = fleet.map(|(_, s)| ("cluster", serde_json::to_value(s).unwrap_or_default()));
+        return wire::answer_line(&id, &Ok(stats), extra);
     }
-    if let (Method::Apply | Method::Replace, Some(c)) = (req.method, &ctx.cluster) {
-        return ErrorReply::new(
-            req.id.clone(),
-            code::INVALID_REQUEST,
-            format!(
-                "this node takes its rules from etcd (cluster prefix {}): apply batches to \
-                 the fleet with `cfdp ctl --etcd URL --prefix {} apply FILE`",
-                c.prefix, c.prefix
-            ),
-        )
-        .to_json()
-        .into();
+    if let (Method::Apply | Method::Replace, Some((prefix, _))) = (request.req.method, &fleet) {
+        let e = ControlError::FleetOwned {
+            prefix: prefix.clone(),
+        };
+        return wire::answer_line(&id, &Err(e), None);
     }
-    let id = req.id.clone();
-    let (tx, rx) = bounded(1);
     let parse_us = t0.elapsed().as_micros() as u64;
-    if ctx
-        .jobs
-        .send(Job {
-            request,
-            reply: tx,
-            parse_us,
-        })
-        .is_err()
-    {
-        return ErrorReply::new(id, code::SHUTTING_DOWN, "the control thread has stopped")
-            .to_json()
-            .into();
-    }
-    let Ok(reply) = rx.recv() else {
-        return ErrorReply::new(id, code::INTERNAL, "the control thread dropped the request")
-            .to_json()
-            .into();
+    let command: Command = match wire::command(request, ctx.limits.max_batch, parse_us) {
+        Ok(c) => c,
+        Err(e) => return e.to_json().to_string(),
     };
+    let answer = ctx.control.call(command);
     // A fleet's node answers reads with the fleet generation it has
     // applied beside its own (local) generation.
-    if let Some(c) = &ctx.cluster {
-        if let Ok(mut v) = serde_json::from_str::<Value>(reply.get()) {
-            if let Some(r) = v.get_mut("result").and_then(Value::as_object_mut) {
-                let g = c.status.lock().unwrap_or_else(|e| e.into_inner())["generation"].clone();
-                r.insert("fleet_generation".into(), g);
-            }
-            return v.into();
-        }
-    }
-    Answer::Text(reply)
+    let extra = fleet.map(|(_, s)| ("fleet_generation", Value::from(s.generation)));
+    wire::answer_line(&id, &answer, extra)
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cfdp_control::journal::{restore, Journal, JournalEvent};
-use cfdp_control::plane::{ControlPlane, Job, PlaneConfig};
-use cfdp_control::{RuleStore, StoreConfig};
+use cfdp_control::plane::{ControlPlane, PlaneConfig};
+use cfdp_control::{wire, ControlHandle, RuleStore, StoreConfig};
 use cfdp_engine::LiveStats;
 use cfdp_rules::protocol::parse_request_line;
 
@@ -43,6 +43,7 @@ fn the_journal_is_synced_before_the_publish_and_the_reply() {
     }
     let mut plane = ControlPlane::new(store, Some(journal), PlaneConfig::default());
     let (jobs, rx) = crossbeam::channel::unbounded();
+    let handle = ControlHandle::new(jobs.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let control = {
         let stop = Arc::clone(&stop);
@@ -52,16 +53,14 @@ fn the_journal_is_synced_before_the_publish_and_the_reply() {
         let line = format!(
             r#"{{"id": {g}, "method": "apply", "params": {{"updates": [{{"op": "insert", "rule": {{"id": {g}, "match": {{"src_prefix": "10.{g}.0.0/16"}}, "action": "drop"}}}}]}}}}"#
         );
+        // The socket's way in: the line's own text is what is journaled.
         let request = parse_request_line(line.as_bytes(), 1024).unwrap();
-        let (reply, answer) = crossbeam::channel::bounded(1);
-        jobs.send(Job {
-            request,
-            reply,
-            parse_us: 0,
-        })
-        .unwrap();
-        let r: serde_json::Value = serde_json::from_str(answer.recv().unwrap().get()).unwrap();
-        assert_eq!(r["result"]["applied"], true, "{r}");
+        let command = wire::command(request, 1024, 0).unwrap();
+        let report = match handle.call(command).unwrap() {
+            cfdp_control::api::Response::Batch(r) => r,
+            other => panic!("not a batch report: {other:?}"),
+        };
+        assert!(report.applied, "{report:?}");
         seen.lock().unwrap().push(Seen::Replied(generation()));
         let mut s = seen.lock().unwrap();
         assert_eq!(
@@ -76,7 +75,7 @@ fn the_journal_is_synced_before_the_publish_and_the_reply() {
         s.clear();
     }
     stop.store(true, Ordering::Relaxed);
-    drop(jobs);
+    drop((jobs, handle));
     control.join().unwrap();
     // And what was answered is what a restart restores.
     assert_eq!(restore(&dir).unwrap().records.len(), 3);

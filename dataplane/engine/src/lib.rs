@@ -27,7 +27,7 @@ pub mod tables;
 pub mod worker;
 
 pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx};
-pub use matcher::{filter_params, Mode, MAX_BURST};
+pub use matcher::{filter_params, FingerprintTooNarrow, Mode, MAX_BURST};
 pub use shared::SharedMap;
 pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
 pub use tables::{key_check, ClassTables, FoldJob, Folded, Frozen, Op, RuleRef, SlotRule, Tables};

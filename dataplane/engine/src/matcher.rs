@@ -42,14 +42,19 @@ pub enum Mode {
     Exact,
 }
 
+/// A mode name that is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode '{0}' (verify, filter-only or exact)")]
+pub struct UnknownMode(pub String);
+
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, UnknownMode> {
         match s {
             "verify" => Ok(Mode::Verify),
             "filter-only" => Ok(Mode::FilterOnly),
             "exact" => Ok(Mode::Exact),
-            _ => Err(format!("unknown mode '{s}' (verify, filter-only or exact)")),
+            _ => Err(UnknownMode(s.to_string())),
         }
     }
 }
@@ -64,7 +69,7 @@ pub fn filter_params(
     mode: Mode,
     value_bits: u32,
     bloom_field_bits: u32,
-) -> Result<(u32, u32), String> {
+) -> Result<(u32, u32), FingerprintTooNarrow> {
     let (fp, v) = if mode == Mode::FilterOnly {
         (
             (64u32.saturating_sub(bloom_field_bits) / 2).saturating_sub(value_bits),
@@ -75,12 +80,27 @@ pub fn filter_params(
     };
     let fp = fp.min(16);
     if fp < 8 {
-        return Err(format!(
-            "{value_bits} value bits and a {bloom_field_bits}-bit Bloom field leave a {fp}-bit \
-             fingerprint: too many rules (lower control.max_rules) or too wide a Bloom tag"
-        ));
+        return Err(FingerprintTooNarrow {
+            value_bits,
+            bloom_field_bits,
+            fingerprint_bits: fp,
+        });
     }
     Ok((fp, v))
+}
+
+/// A filter layout whose value bits and Bloom field leave too short a
+/// fingerprint for a useful false-positive rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{value_bits} value bits and a {bloom_field_bits}-bit Bloom field leave a \
+     {fingerprint_bits}-bit fingerprint: too many rules (lower control.max_rules) or too wide \
+     a Bloom tag"
+)]
+pub struct FingerprintTooNarrow {
+    pub value_bits: u32,
+    pub bloom_field_bits: u32,
+    pub fingerprint_bits: u32,
 }
 
 /// What a burst's matching needs beside the tables: the mode, the worker's

@@ -26,10 +26,14 @@ impl RuleStore {
         cfg: StoreConfig,
         stats: Arc<LiveStats>,
         rules: Vec<Rule>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StoreError> {
         check_max_rules(&cfg)?;
         let n = rules.len();
-        let at = |i: usize, r: &Rule, msg: String| format!("rule #{} (id {}): {msg}", i + 1, r.id);
+        let at = |index: usize, r: &Rule, why: String| StoreError::Rule {
+            index,
+            id: r.id,
+            why,
+        };
         // Per-class sizes first, so every table is allocated once.
         let mut class_sizes: HashMap<PrefixClass, usize> = HashMap::new();
         let mut flows = 0usize;
@@ -211,29 +215,27 @@ fn build_filter(
     capacity: usize,
     keys: &[(u64, u32)],
     name: impl Fn() -> String,
-) -> Result<Arc<Filter>, String> {
+) -> Result<Arc<Filter>, StoreError> {
     let mut fcfg = cfg.filter_config(capacity)?;
     loop {
         match Filter::build(fcfg.clone(), keys, 0) {
             Ok(f) => return Ok(Arc::new(f)),
             Err(BuildError::Full { placed, total }) if cfg.auto_grow => {
-                let log2 = fcfg
-                    .bucket_count()
-                    .map_err(|e| e.to_string())?
-                    .trailing_zeros();
+                let log2 = fcfg.bucket_count()?.trailing_zeros();
                 if log2 >= 30 {
-                    return Err(format!(
-                        "{} filter: {placed} of {total} keys placed at 2^30 buckets",
-                        name()
-                    ));
+                    return Err(StoreError::TooLarge {
+                        name: name(),
+                        placed,
+                        total,
+                    });
                 }
                 fcfg.buckets_log2 = Some(log2 + 1);
             }
-            Err(e) => {
-                return Err(format!(
-                    "{} filter: {e} (enable auto_grow or raise its capacity)",
-                    name()
-                ))
+            Err(source) => {
+                return Err(StoreError::Build {
+                    name: name(),
+                    source,
+                })
             }
         }
     }

@@ -63,7 +63,7 @@ impl StoreConfig {
     }
 
     /// The filter configuration for `capacity` items.
-    pub fn filter_config(&self, capacity: usize) -> Result<Config, String> {
+    pub fn filter_config(&self, capacity: usize) -> Result<Config, StoreError> {
         let (fp, v) = filter_params(self.mode, self.value_bits(), self.bloom_field_bits())?;
         Ok(Config {
             capacity: capacity.max(16),
@@ -78,9 +78,9 @@ impl StoreConfig {
         })
     }
 
-    pub(super) fn new_filter(&self, capacity: usize) -> Result<Arc<Filter>, String> {
+    pub(super) fn new_filter(&self, capacity: usize) -> Result<Arc<Filter>, StoreError> {
         let cfg = self.filter_config(capacity)?;
-        Filter::new(cfg).map(Arc::new).map_err(|e| e.to_string())
+        Ok(Arc::new(Filter::new(cfg)?))
     }
 }
 

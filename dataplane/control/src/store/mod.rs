@@ -42,6 +42,8 @@ use hashbrown::HashMap;
 use left_right::{ReadHandleFactory, WriteHandle};
 use serde::Serialize;
 
+use crate::journal::JournalError;
+
 mod bulk;
 mod config;
 mod publish;
@@ -62,29 +64,16 @@ struct Stored {
 }
 
 /// Why a batch was refused as a whole (no update was applied).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    GenerationMismatch {
-        expected: u64,
-        current: u64,
-    },
+    #[error("expected generation {expected}, but the rule set is at generation {current}")]
+    GenerationMismatch { expected: u64, current: u64 },
     /// The durability hook failed: nothing was published.
-    NotDurable(String),
+    #[error("batch not applied: journal: {0}")]
+    NotDurable(#[source] JournalError),
     /// The batch cannot be honoured in this configuration.
+    #[error("{0}")]
     Refused(String),
-}
-
-impl std::fmt::Display for ApplyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ApplyError::GenerationMismatch { expected, current } => write!(
-                f,
-                "expected generation {expected}, but the rule set is at generation {current}"
-            ),
-            ApplyError::NotDurable(e) => write!(f, "batch not applied: journal: {e}"),
-            ApplyError::Refused(e) => f.write_str(e),
-        }
-    }
 }
 
 /// How a batch's filter inserts went.
@@ -165,10 +154,43 @@ fn fresh_version() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Why a rule store could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Slots are `u32`: `max_rules` must fit.
+    #[error("max_rules = {0}: must be 1..=2^32-1")]
+    MaxRules(usize),
+    #[error(transparent)]
+    Fingerprint(#[from] cfdp_engine::FingerprintTooNarrow),
+    #[error("filter: {0}")]
+    FilterConfig(#[from] cfdp_filter::ConfigError),
+    /// A filter that cannot hold its keys even at the largest size.
+    #[error("{name} filter: {placed} of {total} keys placed at 2^30 buckets")]
+    TooLarge {
+        name: String,
+        placed: usize,
+        total: usize,
+    },
+    #[error("{name} filter: {source} (enable auto_grow or raise its capacity)")]
+    Build {
+        name: String,
+        #[source]
+        source: cfdp_filter::BuildError,
+    },
+    /// A rule the set cannot take (a taken id or match, a bad value);
+    /// `index` is its 0-based position.
+    #[error("rule #{} (id {id}): {why}", index + 1)]
+    Rule {
+        index: usize,
+        id: RuleId,
+        why: String,
+    },
+}
+
 /// Slots are `u32`: `max_rules` must fit.
-fn check_max_rules(cfg: &StoreConfig) -> Result<(), String> {
+fn check_max_rules(cfg: &StoreConfig) -> Result<(), StoreError> {
     if cfg.max_rules == 0 || cfg.max_rules > u32::MAX as usize {
-        return Err(format!("max_rules = {}: must be 1..=2^32-1", cfg.max_rules));
+        return Err(StoreError::MaxRules(cfg.max_rules));
     }
     Ok(())
 }
@@ -220,7 +242,7 @@ pub struct RuleStore {
 impl RuleStore {
     /// An empty store. `stats` must be the live statistics the workers
     /// write (their per-rule counters are allocated from here).
-    pub fn new(cfg: StoreConfig, stats: Arc<LiveStats>) -> Result<Self, String> {
+    pub fn new(cfg: StoreConfig, stats: Arc<LiveStats>) -> Result<Self, StoreError> {
         check_max_rules(&cfg)?;
         let flow_filter = cfg.new_filter(cfg.flow_capacity)?;
         let (w, r) = left_right::new_from_empty::<Tables, Op>(Tables::new(
@@ -260,7 +282,7 @@ impl RuleStore {
         rules: impl Into<Vec<Rule>>,
         mode: Mode,
         workers: usize,
-    ) -> Result<(RuleStore, WorkerContext), String> {
+    ) -> Result<(RuleStore, WorkerContext), StoreError> {
         let rules = rules.into();
         let cfg = StoreConfig {
             mode,
@@ -282,7 +304,7 @@ impl RuleStore {
         mut cfg: StoreConfig,
         stats: Arc<LiveStats>,
         rules: impl Into<Vec<Rule>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StoreError> {
         let rules = rules.into();
         let flows = rules
             .iter()

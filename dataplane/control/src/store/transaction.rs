@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use cfdp_engine::{key_check, SlotRule};
 use cfdp_filter::{InsertError, Placement};
+use cfdp_rules::UpdateError;
 
 use super::views::domain_name;
 use super::*;
@@ -48,7 +49,7 @@ impl RuleStore {
     pub fn apply(
         &mut self,
         batch: &Batch,
-        durable: impl FnOnce(&[Update], u64) -> Result<(), String>,
+        durable: impl FnOnce(&[Update], u64) -> Result<(), JournalError>,
     ) -> Result<BatchReport, ApplyError> {
         let start = Instant::now();
         // The previous batch's deleted keys leave the filters first (and
@@ -244,7 +245,7 @@ impl RuleStore {
                 let f = self
                     .cfg
                     .new_filter(cap)
-                    .map_err(|e| UpdateResult::err(Code::InvalidArgument, e))?;
+                    .map_err(|e| UpdateResult::err(Code::InvalidArgument, e.to_string()))?;
                 p.class_filters.insert(c, Arc::clone(&f));
                 p.ops.push(Op::AddClass(c, Arc::clone(&f)));
                 f
@@ -471,12 +472,12 @@ impl RuleStore {
     fn step_update(
         &mut self,
         p: &mut Pending,
-        u: &Result<Update, String>,
+        u: &Result<Update, UpdateError>,
         execute: bool,
         hints: &ClassHints,
     ) -> Result<(), UpdateResult> {
         match u {
-            Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.clone())),
+            Err(msg) => Err(UpdateResult::err(Code::InvalidArgument, msg.to_string())),
             Ok(u) => self.step(p, u, execute, hints),
         }
     }

@@ -3,8 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::*;
 
 pub use cfdp_engine::RuleCount;
@@ -147,21 +145,12 @@ impl RuleStore {
         Some((p.saturating_sub(bp), b.saturating_sub(bb)))
     }
 
-    /// The JSON form of a rule with its counters.
-    pub fn rule_json(&self, id: RuleId) -> Option<Value> {
-        let r = self.rule(id)?;
-        let (packets, bytes) = self.rule_counters(id).unwrap_or((0, 0));
-        let mut v = cfdp_rules::rule_to_json(&r);
-        v["packets"] = packets.into();
-        v["bytes"] = bytes.into();
-        // Unix seconds of its last matched packet, null if none yet (a
-        // `modify` keeps the rule's slot: counters and last hit carry on).
-        v["last_hit_unix_s"] = self
-            .rules
+    /// Unix seconds of rule `id`'s last matched packet, `None` if none yet
+    /// (a `modify` keeps the rule's slot: counters and last hit carry on).
+    pub fn rule_last_hit_unix_s(&self, id: RuleId) -> Option<u64> {
+        self.rules
             .get(id)
             .and_then(|s| self.stats.slot_last_hit_unix_s(s.slot))
-            .into();
-        Some(v)
     }
 
     fn filters(&self) -> impl Iterator<Item = (String, &Arc<Filter>)> {

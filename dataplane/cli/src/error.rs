@@ -1,0 +1,92 @@
+//! What `cfdp run` can fail with; `main` prints each with its causes
+//! ([`chain`]) and picks the exit code.
+
+use cfdp_control::journal::JournalError;
+use cfdp_control::{ApplyError, StoreError};
+use cfdp_rules::{Code, RuleError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A configuration value this build or machine cannot honour.
+    #[error("{0}")]
+    Config(String),
+    /// The configuration files or environment could not be read.
+    #[error("{what}")]
+    ConfigLoad {
+        what: String,
+        #[source]
+        source: config::ConfigError,
+    },
+    #[error("{file}")]
+    RuleFile {
+        file: String,
+        #[source]
+        source: RuleError,
+    },
+    #[error("state_dir")]
+    State(#[source] JournalError),
+    #[error("rule store")]
+    Store(#[source] StoreError),
+    #[error("state_dir snapshot does not load")]
+    Snapshot(#[source] StoreError),
+    #[error("journal record {generation}")]
+    Replay {
+        generation: u64,
+        #[source]
+        source: ApplyError,
+    },
+    #[error(
+        "journal record {generation}, update {}: {code:?}: {message} (does the configuration \
+         still fit the saved rules?)",
+        index + 1
+    )]
+    ReplayUpdate {
+        generation: u64,
+        index: usize,
+        code: Code,
+        message: String,
+    },
+    #[error("journal record {generation} restored as generation {got}")]
+    ReplayGeneration { generation: u64, got: u64 },
+    /// An operating-system call failed (`what`: which, and on what).
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Socket(#[from] cfdp_control::server::SocketError),
+    #[error("control thread panicked")]
+    ControlPanicked,
+    #[error("cluster")]
+    Cluster(#[source] cfdp_cluster::ClusterError),
+    /// The packet backend stopped with an error.
+    #[error("{0}")]
+    Backend(String),
+    #[error("output")]
+    Json(#[source] serde_json::Error),
+}
+
+impl RunError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+        let what = what.into();
+        move |source| RunError::Io { what, source }
+    }
+}
+
+/// An error with its causes, one line: `a: b: c` (a cause whose text the
+/// message already carries is not repeated).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out += ": ";
+            out += &text;
+        }
+        cause = c.source();
+    }
+    out
+}

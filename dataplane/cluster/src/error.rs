@@ -1,0 +1,67 @@
+//! What can go wrong between a node, its fleet and etcd.
+
+/// Why a fleet operation failed. The agent records the message in its
+/// status and tries again; `cfdp ctl --etcd` prints it with its causes.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A key prefix that cannot name a fleet.
+    #[error("cluster prefix {0:?}: must start with '/' and name something, e.g. \"/cfdp/prod\"")]
+    BadPrefix(String),
+    /// etcd refused or did not answer (`what`: the operation).
+    #[cfg(feature = "etcd")]
+    #[error("etcd {what}: {source}")]
+    Etcd {
+        what: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// A lease could not be renewed.
+    #[error("etcd keep-alive: {0}")]
+    Lease(&'static str),
+    /// The agent's async runtime could not start.
+    #[error("etcd runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The watch stream ended without being canceled.
+    #[error("etcd watch: the stream ended")]
+    WatchEnded,
+    /// etcd canceled the watch (its start revision was compacted away).
+    #[error("watch canceled (compacted to {compact_revision}: {reason}); resyncing")]
+    WatchCanceled {
+        compact_revision: i64,
+        reason: String,
+    },
+    /// A value under the rules prefix that is not JSON.
+    #[error("{key}: not JSON: {source}")]
+    NotJson {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A value under the rules prefix that is not a valid rule.
+    #[error("{key}: {source}")]
+    BadRule {
+        key: String,
+        #[source]
+        source: cfdp_rules::RuleError,
+    },
+    /// A batch or rule set given to `cfdp ctl --etcd` that cannot be applied
+    /// as it is (the message names the field).
+    #[error("{0}")]
+    BadRequest(String),
+    /// `expected_generation` differs from the fleet's generation.
+    #[error("expected_generation {expected}, but the fleet is at generation {current}")]
+    GenerationMismatch { expected: u64, current: i64 },
+    /// Other writers kept changing what a transaction read.
+    #[error("{0}")]
+    Contended(String),
+    /// The node's own control plane refused a request.
+    #[error("the node's control plane: {0}")]
+    Control(#[from] cfdp_control::ControlError),
+    /// A local batch was refused update by update (`first`: the first
+    /// failing update's answer).
+    #[error("local batch of {n} updates not applied: {first}")]
+    NotApplied { n: usize, first: String },
+    /// The agent thread could not be started.
+    #[error("cannot start the cluster agent: {0}")]
+    Spawn(#[source] std::io::Error),
+}

@@ -1,0 +1,384 @@
+//! The control plane's typed API: what can be asked of the control thread
+//! ([`Command`]), what it answers (one type per command), and why it
+//! refuses ([`ControlError`]).
+//!
+//! In-process callers — the fleet agent, the CLI, tests and benches — use
+//! [`ControlHandle`], whose methods take and return these types. JSON
+//! exists only where bytes cross a process boundary: the socket server
+//! turns a request line into a [`Command`] ([`crate::wire`]) and an answer
+//! back into a line, and `cfdp ctl` reads those lines.
+
+use cfdp_engine::Mode;
+use cfdp_rules::protocol::code;
+use cfdp_rules::{Atomicity, Batch, BatchError, ReplaceCounts, Rule, RuleId};
+use crossbeam::channel::{bounded, Sender};
+use serde::Serialize;
+
+use crate::journal::JournalError;
+use crate::stats::ControlStats;
+use crate::store::BatchReport;
+
+/// Version reported by `hello`; bumped on incompatible changes.
+pub use cfdp_rules::protocol::API_VERSION;
+
+/// A request to the control thread.
+#[derive(Debug)]
+pub enum Command {
+    /// Who is there and what it can do.
+    Hello,
+    Ping,
+    Stats,
+    /// A batch of updates.
+    Apply(ApplyCommand),
+    /// The whole intended rule set; only the difference is applied, as one
+    /// atomic batch.
+    Replace {
+        rules: Vec<Rule>,
+        expected_generation: Option<u64>,
+    },
+    /// A page of the rule set, in id order.
+    Rules {
+        offset: u64,
+        limit: u64,
+    },
+    /// One rule with its counters.
+    Get(RuleId),
+    /// Move Bloom-part elements back to cuckoo entries now (`None`: all).
+    Migrate {
+        budget: Option<u64>,
+    },
+    /// Write a snapshot and empty the journal.
+    Snapshot,
+}
+
+/// An `apply` as the control thread takes it.
+#[derive(Debug)]
+pub struct ApplyCommand {
+    /// The batch, or why the edge could not read it (the control thread
+    /// counts the refusal and answers it).
+    pub batch: Result<Batch, BatchError>,
+    /// The updates' JSON text as received, when the whole batch came from
+    /// one request line: the journal records it as it is instead of
+    /// serializing the updates again.
+    pub updates_text: Option<String>,
+    /// µs the edge spent reading the batch (reported in its timing).
+    pub parse_us: u64,
+}
+
+impl ApplyCommand {
+    /// A batch built in process.
+    pub fn new(batch: Batch) -> Self {
+        Self {
+            batch: Ok(batch),
+            updates_text: None,
+            parse_us: 0,
+        }
+    }
+}
+
+/// Largest page of `rules`.
+pub const MAX_PAGE: u64 = 10_000;
+
+/// `hello`'s answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct Hello {
+    pub server: String,
+    pub api_version: u32,
+    pub methods: Vec<&'static str>,
+    pub capabilities: Capabilities,
+    pub generation: u64,
+}
+
+/// What this control plane can do.
+#[derive(Clone, Debug, Serialize)]
+pub struct Capabilities {
+    pub atomicity: [Atomicity; 3],
+    pub mode: Mode,
+    /// `bit`, `tagN`, or none (plain cuckoo inserts).
+    pub bloom: Option<String>,
+    pub threshold: u32,
+    pub auto_grow: bool,
+    /// A journal makes every applied batch durable.
+    pub durable: bool,
+    pub max_rules: usize,
+    pub max_batch: usize,
+    pub max_line_bytes: usize,
+}
+
+/// `ping`'s answer.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Pong {
+    pub pong: bool,
+    pub generation: u64,
+    pub uptime_s: f64,
+    pub packets: u64,
+}
+
+/// A rule with its counters (`get`, and each entry of `rules`).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RuleEntry {
+    #[serde(flatten)]
+    pub rule: Rule,
+    /// Packets and bytes matched since it was installed.
+    pub packets: u64,
+    pub bytes: u64,
+    /// Unix seconds of its last matched packet, `None` if none yet (a
+    /// `modify` keeps the rule's slot: counters and last hit carry on).
+    pub last_hit_unix_s: Option<u64>,
+}
+
+/// A page of `rules`.
+#[derive(Clone, Debug, Serialize)]
+pub struct RulesPage {
+    pub generation: u64,
+    /// Rules in the whole set.
+    pub total: usize,
+    pub offset: u64,
+    /// Packets received before the counters were read: the counters cover
+    /// at least every packet up to one burst before this count.
+    pub packets: u64,
+    pub matched: u64,
+    pub dropped: u64,
+    /// Packets received after the page was read.
+    pub packets_after: u64,
+    pub rules: Vec<RuleEntry>,
+}
+
+/// `migrate`'s answer.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct MigrateReport {
+    pub moved: usize,
+    pub bloom_items_before: usize,
+    pub bloom_items_after: usize,
+    pub wall_us: u64,
+}
+
+/// `snapshot`'s answer.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct SnapshotReport {
+    pub generation: u64,
+    pub rules: usize,
+}
+
+/// `replace`'s answer: the batch it applied (none when nothing differed)
+/// and what it changed.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplaceReport {
+    #[serde(flatten)]
+    pub batch: ReplaceBatch,
+    pub replace: ReplaceCounts,
+}
+
+/// The batch a `replace` applied.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum ReplaceBatch {
+    Applied(BatchReport),
+    /// The rule set was already the one asked for.
+    Nothing {
+        applied: bool,
+        generation: u64,
+        results: [(); 0],
+    },
+}
+
+/// Any answer of the control thread, for the socket's edge (each typed
+/// call of [`ControlHandle`] takes its own variant out).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Response {
+    Hello(Hello),
+    Pong(Pong),
+    Stats(Box<ControlStats>),
+    Batch(BatchReport),
+    Replace(ReplaceReport),
+    Rules(RulesPage),
+    Rule(RuleEntry),
+    Migrated(MigrateReport),
+    Snapshot(SnapshotReport),
+}
+
+/// Why the control plane refused a request. Every variant has its
+/// protocol error code ([`ControlError::code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// A parameter is missing, unknown or malformed (the message names it).
+    #[error("{0}")]
+    InvalidParams(String),
+    /// The batch itself could not be read.
+    #[error("batch: {0}")]
+    BadBatch(#[source] BatchError),
+    /// The batch cannot be honoured in this configuration (the store says
+    /// why); nothing was applied.
+    #[error("{0}")]
+    Refused(String),
+    #[error("expected generation {expected}, but the rule set is at generation {current}")]
+    GenerationMismatch { expected: u64, current: u64 },
+    /// The journal could not make the batch durable: nothing was applied.
+    #[error("batch not applied: journal: {0}")]
+    NotDurable(#[source] JournalError),
+    #[error("no rule with id {0}")]
+    NotFound(u64),
+    #[error("no state_dir configured: this cfdp keeps no snapshot")]
+    NoStateDir,
+    #[error("snapshot failed: {0}")]
+    Snapshot(#[source] JournalError),
+    /// A fleet node takes its rules from etcd: its socket refuses changes.
+    #[error(
+        "this node takes its rules from etcd (cluster prefix {prefix}): apply batches to the \
+         fleet with `cfdp ctl --etcd URL --prefix {prefix} apply FILE`"
+    )]
+    FleetOwned { prefix: String },
+    #[error("cfdp is shutting down")]
+    ShuttingDown,
+    #[error("the control thread has stopped")]
+    Stopped,
+    #[error("the control thread dropped the request")]
+    Dropped,
+    /// The control thread answered with another kind of response (a bug).
+    #[error("internal: unexpected answer to {0}")]
+    UnexpectedAnswer(&'static str),
+}
+
+impl ControlError {
+    /// The protocol's error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            Self::InvalidParams(_) | Self::BadBatch(_) | Self::Refused(_) => code::INVALID_PARAMS,
+            Self::GenerationMismatch { .. } => code::GENERATION_MISMATCH,
+            Self::NotDurable(_) | Self::Snapshot(_) => code::NOT_DURABLE,
+            Self::NotFound(_) => code::NOT_FOUND,
+            Self::NoStateDir | Self::FleetOwned { .. } => code::INVALID_REQUEST,
+            Self::ShuttingDown | Self::Stopped => code::SHUTTING_DOWN,
+            Self::Dropped | Self::UnexpectedAnswer(_) => code::INTERNAL,
+        }
+    }
+
+    /// The current generation, for a mismatch (the error's `data`).
+    pub fn current_generation(&self) -> Option<u64> {
+        match self {
+            Self::GenerationMismatch { current, .. } => Some(*current),
+            _ => None,
+        }
+    }
+}
+
+/// A fleet node's status, as its agent writes it to etcd and as `stats`
+/// and the metrics report it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct NodeStatus {
+    pub node: String,
+    /// The fleet generation (etcd revision) the node has applied.
+    pub generation: i64,
+    /// The last error, until a session succeeds.
+    pub error: Option<String>,
+    /// Caught up with the fleet: counted as live.
+    pub caught_up: bool,
+    pub rules: usize,
+    pub packets: u64,
+    pub matched: u64,
+    pub dropped: u64,
+    pub forwarded: u64,
+    pub updated_unix_s: u64,
+}
+
+/// A request and where its answer goes.
+pub struct Job {
+    pub command: Command,
+    pub reply: Sender<Result<Response, ControlError>>,
+}
+
+/// The typed way into a running control thread from another thread of the
+/// same process. Cloning is cheap; every call waits for its answer.
+#[derive(Clone)]
+pub struct ControlHandle {
+    jobs: Sender<Job>,
+}
+
+/// Takes one variant out of a [`Response`], or says the answer was not it.
+macro_rules! answer {
+    ($r:expr, $v:ident, $what:literal) => {
+        match $r? {
+            Response::$v(x) => Ok(x),
+            _ => Err(ControlError::UnexpectedAnswer($what)),
+        }
+    };
+}
+
+impl ControlHandle {
+    pub fn new(jobs: Sender<Job>) -> Self {
+        Self { jobs }
+    }
+
+    /// Any command, answered.
+    pub fn call(&self, command: Command) -> Result<Response, ControlError> {
+        let (tx, rx) = bounded(1);
+        self.jobs
+            .send(Job { command, reply: tx })
+            .map_err(|_| ControlError::Stopped)?;
+        rx.recv().map_err(|_| ControlError::Dropped)?
+    }
+
+    pub fn hello(&self) -> Result<Hello, ControlError> {
+        answer!(self.call(Command::Hello), Hello, "hello")
+    }
+
+    pub fn ping(&self) -> Result<Pong, ControlError> {
+        answer!(self.call(Command::Ping), Pong, "ping")
+    }
+
+    pub fn stats(&self) -> Result<ControlStats, ControlError> {
+        answer!(self.call(Command::Stats), Stats, "stats").map(|s| *s)
+    }
+
+    /// Applies a batch; an update that failed is in the report, not an
+    /// error (see [`BatchReport::applied`]).
+    pub fn apply(&self, batch: Batch) -> Result<BatchReport, ControlError> {
+        answer!(
+            self.call(Command::Apply(ApplyCommand::new(batch))),
+            Batch,
+            "apply"
+        )
+    }
+
+    pub fn replace(
+        &self,
+        rules: Vec<Rule>,
+        expected_generation: Option<u64>,
+    ) -> Result<ReplaceReport, ControlError> {
+        let c = Command::Replace {
+            rules,
+            expected_generation,
+        };
+        answer!(self.call(c), Replace, "replace")
+    }
+
+    pub fn rules(&self, offset: u64, limit: u64) -> Result<RulesPage, ControlError> {
+        answer!(self.call(Command::Rules { offset, limit }), Rules, "rules")
+    }
+
+    /// Every rule, read page by page.
+    pub fn all_rules(&self) -> Result<Vec<RuleEntry>, ControlError> {
+        let mut out = Vec::new();
+        loop {
+            let page = self.rules(out.len() as u64, MAX_PAGE)?;
+            let n = page.rules.len();
+            out.extend(page.rules);
+            if n < MAX_PAGE as usize {
+                return Ok(out);
+            }
+        }
+    }
+
+    pub fn get(&self, id: RuleId) -> Result<RuleEntry, ControlError> {
+        answer!(self.call(Command::Get(id)), Rule, "get")
+    }
+
+    pub fn migrate(&self, budget: Option<u64>) -> Result<MigrateReport, ControlError> {
+        answer!(self.call(Command::Migrate { budget }), Migrated, "migrate")
+    }
+
+    pub fn snapshot(&self) -> Result<SnapshotReport, ControlError> {
+        answer!(self.call(Command::Snapshot), Snapshot, "snapshot")
+    }
+}

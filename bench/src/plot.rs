@@ -43,8 +43,28 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
+/// Why a chart was not drawn.
+#[derive(Debug)]
+pub enum PlotError {
+    NoPoints(std::path::PathBuf),
+    /// The drawing backend's message (plotters' errors are generic over
+    /// the backend, so their text is what is kept).
+    Draw(String),
+}
+
+impl std::fmt::Display for PlotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlotError::NoPoints(p) => write!(f, "{}: no points to plot", p.display()),
+            PlotError::Draw(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for PlotError {}
+
 /// Draws `chart` to a 900×560 PNG at `path`.
-pub fn line_chart(path: &Path, chart: &Chart<'_>) -> Result<(), String> {
+pub fn line_chart(path: &Path, chart: &Chart<'_>) -> Result<(), PlotError> {
     register_font();
     let pts = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
@@ -55,13 +75,14 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>) -> Result<(), String> {
         y1 = y1.max(y);
     }
     if x0 > x1 {
-        return Err(format!("{}: no points to plot", path.display()));
+        return Err(PlotError::NoPoints(path.to_path_buf()));
     }
     if x0 == x1 {
         x1 = x0 + 1.0;
     }
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&WHITE)
+        .map_err(|e| PlotError::Draw(e.to_string()))?;
     let mut b = ChartBuilder::on(&root);
     b.caption(chart.title, ("sans-serif", 22))
         .margin(12)
@@ -76,17 +97,17 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>) -> Result<(), String> {
                 .y_desc(chart.y_label)
                 .label_style(("sans-serif", 14))
                 .draw()
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| PlotError::Draw(e.to_string()))?;
             for (i, s) in chart.series.iter().enumerate() {
                 let c = series_style(i);
                 ctx.draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
-                    .map_err(|e| e.to_string())?
+                    .map_err(|e| PlotError::Draw(e.to_string()))?
                     .label(s.name.clone())
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
                     });
                 ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| PlotError::Draw(e.to_string()))?;
             }
             ctx.configure_series_labels()
                 .background_style(WHITE.mix(0.85))
@@ -94,7 +115,7 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>) -> Result<(), String> {
                 .label_font(("sans-serif", 13))
                 .position(SeriesLabelPosition::UpperLeft)
                 .draw()
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| PlotError::Draw(e.to_string()))?;
         }};
     }
     if chart.log_y {
@@ -102,14 +123,14 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>) -> Result<(), String> {
         let hi = y1.max(lo * 10.0) * 1.5;
         draw!(b
             .build_cartesian_2d(x0..x1, (lo..hi).log_scale())
-            .map_err(|e| e.to_string())?);
+            .map_err(|e| PlotError::Draw(e.to_string()))?);
     } else {
         let hi = if y1 <= 0.0 { 1.0 } else { y1 * 1.1 };
         draw!(b
             .build_cartesian_2d(x0..x1, 0f64.min(y0)..hi)
-            .map_err(|e| e.to_string())?);
+            .map_err(|e| PlotError::Draw(e.to_string()))?);
     }
-    root.present().map_err(|e| e.to_string())
+    root.present().map_err(|e| PlotError::Draw(e.to_string()))
 }
 
 /// Draws `chart` to `bench/results/<file>` (or `results/quick/` under

@@ -25,7 +25,7 @@ struct Csv {
     rows: Vec<Vec<String>>,
 }
 
-type R<T> = Result<T, String>;
+type R<T> = Result<T, Box<dyn std::error::Error>>;
 
 impl Csv {
     fn load(dir: &Path, name: &str) -> R<Csv> {
@@ -71,7 +71,7 @@ impl Csv {
             }
         }
         if c.run.is_empty() {
-            return Err(format!("{name}: no run record (a first `# run …` line)"));
+            return Err(format!("{name}: no run record (a first `# run …` line)").into());
         }
         Ok(c)
     }
@@ -80,7 +80,7 @@ impl Csv {
         self.cols
             .iter()
             .position(|x| x == c)
-            .ok_or_else(|| format!("{}: no column {c}", self.name))
+            .ok_or_else(|| format!("{}: no column {c}", self.name).into())
     }
 
     /// Rows as column → value maps.
@@ -116,7 +116,7 @@ impl Csv {
             .iter()
             .find(|r| idx.iter().zip(want).all(|(&i, (_, v))| r[i] == *v))
             .cloned()
-            .ok_or_else(|| format!("{}: no row {want:?}", self.name))
+            .ok_or_else(|| format!("{}: no row {want:?}", self.name).into())
     }
 
     /// The median of column `col` over the rows where every `(column,
@@ -131,7 +131,7 @@ impl Csv {
             .map(|r| num(&r[k], &self.name))
             .collect::<R<_>>()?;
         if v.is_empty() {
-            return Err(format!("{}: no row {want:?}", self.name));
+            return Err(format!("{}: no row {want:?}", self.name).into());
         }
         Ok(median(v))
     }
@@ -154,7 +154,7 @@ impl Csv {
 fn num(s: &str, file: &str) -> R<f64> {
     s.trim()
         .parse()
-        .map_err(|_| format!("{file}: {s:?} is not a number"))
+        .map_err(|_| format!("{file}: {s:?} is not a number").into())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -680,7 +680,7 @@ fn bcf_burst(d: &Path, sizes: bool) -> R<String> {
     let get = |filter: &str, t: &str, burst: &str, k: &str| -> R<f64> {
         size.iter()
             .find(|r| r["filter"] == filter && r["t"] == t && r["burst"] == burst)
-            .ok_or_else(|| format!("bcf_burst.csv: no {filter} t={t} burst {burst}"))
+            .ok_or_else(|| format!("bcf_burst.csv: no {filter} t={t} burst {burst}").into())
             .and_then(|r| n(r[k]))
     };
     let mut bursts: Vec<&str> = size.iter().map(|r| r["burst"]).collect();
@@ -933,7 +933,8 @@ fn large_rules_components(d: &Path, file: &str, build: Option<&str>) -> R<String
         return Err(format!(
             "{file}: no rule-file loads{}",
             build.map_or(String::new(), |b| format!(" of {b}"))
-        ));
+        )
+        .into());
     }
     let mut rows = Vec::new();
     for mode in ["verify", "filter-only"] {
@@ -1024,7 +1025,7 @@ fn large_rules_ab(d: &Path, file: &str) -> R<String> {
     let c = Csv::load(d, file)?;
     let recs = c.records();
     let [old, new] = c.distinct("build")?[..] else {
-        return Err(format!("{file}: two builds expected"));
+        return Err(format!("{file}: two builds expected").into());
     };
     // One column's values for a build and source, in run order.
     let runs = |b: &str, src: &str, col: &str, scale: f64| -> R<Vec<f64>> {
@@ -1472,7 +1473,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "fleet" => fleet(dir),
         "inline" => inline(dir),
         "dpdk" => dpdk(dir),
-        other => Err(format!("no renderer for table {other:?}")),
+        other => Err(format!("no renderer for table {other:?}").into()),
     }
 }
 
@@ -1576,7 +1577,10 @@ mod tests {
         );
         assert!(regenerate("<!-- table: nope -->\n<!-- /table -->", &dir).is_err());
         std::fs::write(dir.join("hashes.csv"), "hash,key_bytes,ns_per_hash\n").unwrap();
-        assert!(regenerate(doc, &dir).unwrap_err().contains("no run record"));
+        assert!(regenerate(doc, &dir)
+            .unwrap_err()
+            .to_string()
+            .contains("no run record"));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -59,6 +59,7 @@ pub enum RunError {
     Socket(#[from] cfdp_control::server::SocketError),
     #[error("control thread panicked")]
     ControlPanicked,
+    #[cfg(feature = "etcd")]
     #[error("cluster")]
     Cluster(#[source] cfdp_cluster::ClusterError),
     /// The packet backend stopped with an error.

@@ -11,7 +11,7 @@
 //! through the control thread, like `stats` and Prometheus scrapes.
 
 use cfdp_control::stats::StatsBoard;
-use cfdp_dpdk::telemetry::{self, TelAnswer, TelValue};
+use cfdp_dpdk::telemetry::{self, TelAnswer, TelError, TelValue};
 use cfdp_dpdk::{DpdkError, Eal};
 use serde_json::Value;
 
@@ -24,7 +24,7 @@ pub fn register(eal: &Eal, board: &StatsBoard) -> Result<(), DpdkError> {
         "cfdp statistics (as `cfdp ctl stats`, flattened; no parameters)",
         Box::new(move |_| {
             Ok(flatten(
-                &serde_json::to_value(b.read()).map_err(|e| e.to_string())?,
+                &serde_json::to_value(b.read()).map_err(|e| TelError(e.to_string()))?,
             ))
         }),
     )?;
@@ -41,18 +41,18 @@ fn worker(board: &StatsBoard, params: &str) -> TelAnswer {
     let stats = board.read();
     let n = stats.dataplane.workers.len();
     let i: usize = params.parse().map_err(|_| {
-        format!(
+        TelError(format!(
             "parameter {params:?}: a worker number 0..{} is needed",
             n - 1
-        )
+        ))
     })?;
     let w = stats
         .dataplane
         .workers
         .get(i)
-        .ok_or_else(|| format!("worker {i}: there are {n} workers (0..{})", n - 1))?;
+        .ok_or_else(|| TelError(format!("worker {i}: there are {n} workers (0..{})", n - 1)))?;
     Ok(flatten(
-        &serde_json::to_value(w).map_err(|e| e.to_string())?,
+        &serde_json::to_value(w).map_err(|e| TelError(e.to_string()))?,
     ))
 }
 

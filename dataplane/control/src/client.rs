@@ -16,6 +16,42 @@ pub enum Target<'a> {
     Tcp(&'a str),
 }
 
+/// Why a request could not be made or its answer read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{target}: {source}")]
+    Connect {
+        target: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("send: {0}")]
+    Send(#[source] std::io::Error),
+    #[error("receive: {0}")]
+    Receive(#[source] std::io::Error),
+    #[error("the server closed the connection")]
+    Closed,
+    #[error("bad response: {source}: {line}")]
+    BadResponse {
+        line: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The batch file could not be read.
+    #[error("{}: {source}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not valid JSON: {source}", path.display())]
+    NotJson {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// A connection speaking the control protocol.
 pub struct Client {
     reader: BufReader<Box<dyn Read + Send>>,
@@ -24,24 +60,26 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn connect(target: &Target<'_>) -> Result<Self, String> {
+    pub fn connect(target: &Target<'_>) -> Result<Self, ClientError> {
         let timeout = Some(Duration::from_secs(600));
         let (r, w): (Box<dyn Read + Send>, Box<dyn Write + Send>) = match target {
             Target::Unix(p) => {
-                let s = UnixStream::connect(p).map_err(|e| format!("{}: {e}", p.display()))?;
-                s.set_read_timeout(timeout).map_err(|e| e.to_string())?;
-                (
-                    Box::new(s.try_clone().map_err(|e| e.to_string())?),
-                    Box::new(s),
-                )
+                let at = |source| ClientError::Connect {
+                    target: p.display().to_string(),
+                    source,
+                };
+                let s = UnixStream::connect(p).map_err(at)?;
+                s.set_read_timeout(timeout).map_err(at)?;
+                (Box::new(s.try_clone().map_err(at)?), Box::new(s))
             }
             Target::Tcp(a) => {
-                let s = std::net::TcpStream::connect(a).map_err(|e| format!("{a}: {e}"))?;
-                s.set_read_timeout(timeout).map_err(|e| e.to_string())?;
-                (
-                    Box::new(s.try_clone().map_err(|e| e.to_string())?),
-                    Box::new(s),
-                )
+                let at = |source| ClientError::Connect {
+                    target: a.to_string(),
+                    source,
+                };
+                let s = std::net::TcpStream::connect(a).map_err(at)?;
+                s.set_read_timeout(timeout).map_err(at)?;
+                (Box::new(s.try_clone().map_err(at)?), Box::new(s))
             }
         };
         Ok(Self {
@@ -52,7 +90,7 @@ impl Client {
     }
 
     /// Sends one request and returns the whole response object.
-    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -60,16 +98,17 @@ impl Client {
     }
 
     /// Sends one raw line and reads one response line.
-    pub fn send_raw(&mut self, line: &str) -> Result<Value, String> {
+    pub fn send_raw(&mut self, line: &str) -> Result<Value, ClientError> {
         self.writer
             .write_all(format!("{line}\n").as_bytes())
             .and_then(|_| self.writer.flush())
-            .map_err(|e| format!("send: {e}"))?;
+            .map_err(ClientError::Send)?;
         let mut resp = String::new();
         match self.reader.read_line(&mut resp) {
-            Ok(0) => Err("the server closed the connection".into()),
-            Ok(_) => serde_json::from_str(&resp).map_err(|e| format!("bad response: {e}: {resp}")),
-            Err(e) => Err(format!("receive: {e}")),
+            Ok(0) => Err(ClientError::Closed),
+            Ok(_) => serde_json::from_str(&resp)
+                .map_err(|source| ClientError::BadResponse { line: resp, source }),
+            Err(e) => Err(ClientError::Receive(e)),
         }
     }
 }
@@ -116,15 +155,20 @@ pub fn run(target: &Target<'_>, method: &str, params: Value) -> u8 {
 }
 
 /// Reads the batch of `cfdp ctl apply FILE` (`-`: standard input).
-pub fn read_batch(file: &Path) -> Result<Value, String> {
+pub fn read_batch(file: &Path) -> Result<Value, ClientError> {
+    let cannot = |source| ClientError::File {
+        path: file.to_path_buf(),
+        source,
+    };
     let text = if file.as_os_str() == "-" {
         let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|e| format!("stdin: {e}"))?;
+        std::io::stdin().read_to_string(&mut s).map_err(cannot)?;
         s
     } else {
-        std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?
+        std::fs::read_to_string(file).map_err(cannot)?
     };
-    serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", file.display()))
+    serde_json::from_str(&text).map_err(|source| ClientError::NotJson {
+        path: file.to_path_buf(),
+        source,
+    })
 }

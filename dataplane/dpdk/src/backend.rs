@@ -251,35 +251,35 @@ pub fn run(
     opts: &DpdkOptions,
     cx: &WorkerContext,
     stop: &AtomicBool,
-) -> Result<DpdkReport, String> {
+) -> Result<DpdkReport, DpdkError> {
     let workers = opts.workers.max(1);
     if cx.stats.workers.len() < usize::from(workers) {
-        return Err(format!(
+        return Err(DpdkError::Usage(format!(
             "statistics for {} workers, {workers} asked for",
             cx.stats.workers.len()
-        ));
+        )));
     }
     if !opts.worker_cpus.is_empty() && opts.worker_cpus.len() != usize::from(workers) {
-        return Err(format!(
+        return Err(DpdkError::Usage(format!(
             "dpdk.worker_cpus lists {} CPUs for {workers} workers",
             opts.worker_cpus.len()
-        ));
+        )));
     }
     if !(1..=MAX_BURST).contains(&opts.burst) {
-        return Err(format!(
+        return Err(DpdkError::Usage(format!(
             "dpdk.burst = {}: must be 1..={MAX_BURST}",
             opts.burst
-        ));
+        )));
     }
     let plan = PortPlan::new(&opts.rx_ports, &opts.tx_ports, &opts.xconnect)?;
     // Names → port ids; two names of one device would make one port two.
     let mut ids: Vec<(String, u16)> = Vec::new();
     for name in plan.all() {
-        let id = eal.port_by_name(name).map_err(|e| e.to_string())?;
+        let id = eal.port_by_name(name)?;
         if let Some((other, _)) = ids.iter().find(|(_, i)| *i == id) {
-            return Err(format!(
+            return Err(DpdkError::Usage(format!(
                 "dpdk: {name:?} and {other:?} name the same port ({id})"
-            ));
+            )));
         }
         ids.push((name.clone(), id));
     }
@@ -288,9 +288,7 @@ pub fn run(
     // per run lets one process run the backend more than once (tests).
     static RUNS: AtomicU32 = AtomicU32::new(0);
     let pool_name = format!("cfdp_mbufs{}", RUNS.fetch_add(1, Ordering::Relaxed));
-    let pool = eal
-        .mempool(&pool_name, opts.mempool_size, 256)
-        .map_err(|e| e.to_string())?;
+    let pool = eal.mempool(&pool_name, opts.mempool_size, 256)?;
     // Every port gets `workers` receive queues if polled and `workers`
     // transmit queues if an output; queue w of each is worker w's.
     let mut ports = Vec::with_capacity(ids.len());
@@ -307,7 +305,7 @@ pub fn run(
         };
         ports.push(
             StartedPort::start(eal, *p, rxq, txq, opts.descriptors, &pool)
-                .map_err(|e| format!("{name}: {e}"))?,
+                .map_err(|e| DpdkError::Usage(format!("{name}: {e}")))?,
         );
     }
     let rss: Vec<bool> = ports.iter().map(StartedPort::rss).collect();
@@ -321,7 +319,7 @@ pub fn run(
     let mut txq_of: Vec<(u16, Vec<TxQueue<'_>>)> = Vec::new();
     for port in ports.iter_mut() {
         let pid = port.id();
-        let (rxq, txq) = port.queues().map_err(|e| e.to_string())?;
+        let (rxq, txq) = port.queues()?;
         rxq_of.push((pid, rxq));
         txq_of.push((pid, txq));
     }
@@ -355,7 +353,7 @@ pub fn run(
         plan.polled.len(),
         rss
     );
-    let result: Result<Vec<u64>, String> = std::thread::scope(|s| {
+    let result: Result<Vec<u64>, DpdkError> = std::thread::scope(|s| {
         let handles: Vec<_> = per_worker
             .into_iter()
             .enumerate()
@@ -366,14 +364,15 @@ pub fn run(
                 let cpu = opts.worker_cpus.get(w).copied();
                 std::thread::Builder::new()
                     .name(format!("cfdp-worker-{w}"))
-                    .spawn_scoped(s, move || -> Result<u64, String> {
+                    .spawn_scoped(s, move || -> Result<u64, DpdkError> {
                         if let Some(cpu) = cpu {
                             let mut set = rustix::thread::CpuSet::new();
                             set.set(cpu);
-                            rustix::thread::sched_setaffinity(None, &set)
-                                .map_err(|e| format!("pinning worker {w} to CPU {cpu}: {e}"))?;
+                            rustix::thread::sched_setaffinity(None, &set).map_err(|e| {
+                                DpdkError::Usage(format!("pinning worker {w} to CPU {cpu}: {e}"))
+                            })?;
                         }
-                        let _reg = ThreadRegistration::new(token).map_err(|e| e.to_string())?;
+                        let _reg = ThreadRegistration::new(token)?;
                         let tables = cx.readers.handle();
                         let mut worker = Worker::new(cx, w, WorkerOptions::default());
                         let mut backend = DpdkBackend {
@@ -404,7 +403,10 @@ pub fn run(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().map_err(|_| "DPDK worker panicked".to_string())?)
+            .map(|h| {
+                h.join()
+                    .map_err(|_| DpdkError::Usage("DPDK worker panicked".into()))?
+            })
             .collect()
     });
     let elapsed = start.elapsed().as_secs_f64();

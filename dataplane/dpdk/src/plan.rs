@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 
+use crate::DpdkError;
+
 /// The ports of a run and the paths between them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortPlan {
@@ -27,11 +29,11 @@ impl PortPlan {
         rx_ports: &[String],
         tx_ports: &[String],
         xconnect: &[(String, String)],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, DpdkError> {
         let mut seen = HashSet::new();
         for p in rx_ports {
             if !seen.insert(p) {
-                return Err(format!("dpdk.rx_ports lists {p:?} twice"));
+                return Err(DpdkError::Usage(format!("dpdk.rx_ports lists {p:?} twice")));
             }
         }
         let mut polled: Vec<String> = Vec::new();
@@ -39,18 +41,20 @@ impl PortPlan {
         let mut peer: Vec<Option<&String>> = Vec::new();
         match (rx_ports.is_empty(), xconnect.is_empty()) {
             (true, true) => {
-                return Err("dpdk: no port to poll: set dpdk.xconnect (port pairs) \
+                return Err(DpdkError::Usage(
+                    "dpdk: no port to poll: set dpdk.xconnect (port pairs) \
                             or dpdk.rx_ports (one-way)"
-                    .into())
+                        .into(),
+                ))
             }
             (false, false) => {
-                return Err(
+                return Err(DpdkError::Usage(
                     "dpdk.rx_ports and dpdk.xconnect are both set: with xconnect \
                             every port of every pair is polled and forwards to its peer, \
                             so list the pairs only (tx_ports keeps numbering the ports \
                             of `redirect N`)"
                         .into(),
-                )
+                ))
             }
             (false, true) => {
                 polled.extend(rx_ports.iter().cloned());
@@ -60,15 +64,15 @@ impl PortPlan {
                 let mut paired = HashSet::new();
                 for (a, b) in xconnect {
                     if a == b {
-                        return Err(format!(
+                        return Err(DpdkError::Usage(format!(
                             "dpdk.xconnect pairs {a:?} with itself: a pair joins two ports"
-                        ));
+                        )));
                     }
                     for p in [a, b] {
                         if !paired.insert(p) {
-                            return Err(format!(
+                            return Err(DpdkError::Usage(format!(
                                 "dpdk.xconnect lists {p:?} in two pairs: a port has one peer"
-                            ));
+                            )));
                         }
                     }
                     polled.push(a.clone());
@@ -152,15 +156,20 @@ mod tests {
 
     #[test]
     fn mixed_or_inconsistent_settings_are_refused_with_the_reason() {
-        let e = PortPlan::new(&s(&["a"]), &[], &pairs(&[("a", "b")])).unwrap_err();
+        // Every refusal is a usage error; its text says why.
+        let usage = |e: DpdkError| match e {
+            DpdkError::Usage(why) => why,
+            other => panic!("not a usage error: {other}"),
+        };
+        let e = usage(PortPlan::new(&s(&["a"]), &[], &pairs(&[("a", "b")])).unwrap_err());
         assert!(e.contains("both set"), "{e}");
-        let e = PortPlan::new(&[], &[], &[]).unwrap_err();
+        let e = usage(PortPlan::new(&[], &[], &[]).unwrap_err());
         assert!(e.contains("no port to poll"), "{e}");
-        let e = PortPlan::new(&[], &[], &pairs(&[("a", "a")])).unwrap_err();
+        let e = usage(PortPlan::new(&[], &[], &pairs(&[("a", "a")])).unwrap_err());
         assert!(e.contains("with itself"), "{e}");
-        let e = PortPlan::new(&[], &[], &pairs(&[("a", "b"), ("b", "c")])).unwrap_err();
+        let e = usage(PortPlan::new(&[], &[], &pairs(&[("a", "b"), ("b", "c")])).unwrap_err());
         assert!(e.contains("\"b\" in two pairs"), "{e}");
-        let e = PortPlan::new(&s(&["a", "a"]), &[], &[]).unwrap_err();
+        let e = usage(PortPlan::new(&s(&["a", "a"]), &[], &[]).unwrap_err());
         assert!(e.contains("twice"), "{e}");
     }
 }

@@ -26,9 +26,21 @@ pub enum TelValue {
     Str(String),
 }
 
-/// What a command answers: its dictionary, or an error message for the
-/// client (answered as `{"error": message}`).
-pub type TelAnswer = Result<Vec<(String, TelValue)>, String>;
+/// What a command answers: its dictionary, or why not (sent to the client
+/// as `{"error": message}`).
+pub type TelAnswer = Result<Vec<(String, TelValue)>, TelError>;
+
+/// A telemetry command's refusal, as its client reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TelError(pub String);
+
+impl std::fmt::Display for TelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TelError {}
 
 /// A command's provider: called with the command's parameters (the text
 /// after the comma, empty if none).
@@ -92,7 +104,7 @@ fn c_text(s: &str) -> CString {
 fn dictionary(answer: TelAnswer) -> Vec<(CString, TelValue)> {
     let entries = match answer {
         Ok(e) => e,
-        Err(msg) => vec![("error".to_owned(), TelValue::Str(msg))],
+        Err(TelError(msg)) => vec![("error".to_owned(), TelValue::Str(msg))],
     };
     let max = sys::TEL_MAX_DICT_ENTRIES;
     let mut out: Vec<(CString, TelValue)> = Vec::with_capacity(entries.len().min(max));
@@ -128,7 +140,7 @@ unsafe extern "C" fn callback(cmd: *const c_char, params: *const c_char, d: *mut
             let p = providers().lock().unwrap_or_else(|e| e.into_inner());
             match p.get(cmd.as_ref()) {
                 Some(f) => f(params.trim()),
-                None => Err(format!("{cmd}: no provider")),
+                None => Err(TelError(format!("{cmd}: no provider"))),
             }
         };
         // SAFETY: `d` is the `rte_tel_data` DPDK handed this callback;
@@ -170,7 +182,7 @@ mod tests {
         let c = c_text(&key);
         assert!(c.as_bytes().len() <= 127);
         assert!(std::str::from_utf8(c.as_bytes()).is_ok());
-        let e = dictionary(Err("worker 9 does not exist".into()));
+        let e = dictionary(Err(TelError("worker 9 does not exist".into())));
         assert_eq!(e[0].0.to_str().unwrap(), "error");
     }
 }

@@ -18,6 +18,25 @@ use pcap_file::DataLink;
 
 use crate::burst::{Burst, Meta};
 
+/// Why an output capture could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("port {port}: {source}")]
+    Write {
+        port: u16,
+        #[source]
+        source: pcap_file::PcapError,
+    },
+    #[error("flush: {0}")]
+    Flush(#[source] std::io::Error),
+}
+
 /// Output files: port 0 to `out`, port N to `out` with `.portN` before the extension.
 pub(crate) struct Outputs {
     base: PathBuf,
@@ -51,36 +70,35 @@ impl Outputs {
         }
     }
 
-    fn sink(&mut self, port: u16) -> Result<&mut Sink, String> {
+    fn sink(&mut self, port: u16) -> Result<&mut Sink, OutputError> {
+        let write = |source| OutputError::Write { port, source };
         if !self.files.contains_key(&port) {
             let path = port_path(&self.base, port);
-            let f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let f = File::create(&path).map_err(|source| OutputError::Create { path, source })?;
             let w = BufWriter::with_capacity(1 << 20, f);
             let sink = if self.pcapng {
-                Sink::PcapNg(
-                    PcapNgWriter::new(w).map_err(|e| e.to_string())?,
-                    HashMap::new(),
-                )
+                Sink::PcapNg(PcapNgWriter::new(w).map_err(write)?, HashMap::new())
             } else {
                 let header = PcapHeader {
                     datalink: DataLink::from(self.link.to_linktype()),
                     ts_resolution: pcap_file::TsResolution::NanoSecond,
                     ..PcapHeader::default()
                 };
-                Sink::Pcap(PcapWriter::with_header(w, header).map_err(|e| e.to_string())?)
+                Sink::Pcap(PcapWriter::with_header(w, header).map_err(write)?)
             };
             self.files.insert(port, sink);
         }
         Ok(self.files.get_mut(&port).expect("just inserted"))
     }
 
-    pub(crate) fn write(&mut self, port: u16, m: &Meta, data: &[u8]) -> Result<(), String> {
+    pub(crate) fn write(&mut self, port: u16, m: &Meta, data: &[u8]) -> Result<(), OutputError> {
+        let write = |source| OutputError::Write { port, source };
         let ts = std::time::Duration::from_nanos(m.ts_ns);
         match self.sink(port)? {
             Sink::Pcap(w) => w
                 .write_packet(&PcapPacket::new(ts, m.orig_len, data))
                 .map(|_| ())
-                .map_err(|e| e.to_string()),
+                .map_err(write),
             Sink::PcapNg(w, ifaces) => {
                 let next = ifaces.len() as u32;
                 let iface = *ifaces.entry(m.link).or_insert(next);
@@ -90,7 +108,7 @@ impl Outputs {
                         snaplen: 0,
                         options: vec![],
                     };
-                    w.write_pcapng_block(idb).map_err(|e| e.to_string())?;
+                    w.write_pcapng_block(idb).map_err(write)?;
                 }
                 let epb = EnhancedPacketBlock {
                     interface_id: iface,
@@ -99,21 +117,19 @@ impl Outputs {
                     data: std::borrow::Cow::Borrowed(data),
                     options: vec![],
                 };
-                w.write_pcapng_block(epb)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                w.write_pcapng_block(epb).map(|_| ()).map_err(write)
             }
         }
     }
 
     /// Flushes and closes every output file, reporting write errors.
-    pub(crate) fn finish(self) -> Result<(), String> {
+    pub(crate) fn finish(self) -> Result<(), OutputError> {
         for (_, s) in self.files {
             match s {
                 Sink::Pcap(w) => w.into_writer().flush(),
                 Sink::PcapNg(w, _) => w.into_inner().flush(),
             }
-            .map_err(|e| e.to_string())?;
+            .map_err(OutputError::Flush)?;
         }
         Ok(())
     }
@@ -125,7 +141,7 @@ pub(crate) fn writer_loop(
     rx: Receiver<Box<Burst>>,
     pool: Sender<Box<Burst>>,
     mut outputs: Option<Outputs>,
-) -> Result<(), String> {
+) -> Result<(), OutputError> {
     let mut err = None;
     if let Some(o) = &mut outputs {
         // The port-0 output exists even when nothing is forwarded.

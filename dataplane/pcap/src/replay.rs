@@ -37,7 +37,7 @@ use serde::Serialize;
 
 use crate::burst::{Burst, Slot};
 use crate::capture::{Capture, CaptureError, Frame};
-use crate::output::{writer_loop, Outputs};
+use crate::output::{writer_loop, OutputError, Outputs};
 use crate::rss::rss_worker;
 
 /// A worker's side of the replay: bursts from the reader in, processed
@@ -186,24 +186,21 @@ pub struct FilterReport {
 }
 
 /// Errors that stop a replay before it produces a report.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    #[error(transparent)]
     Capture(CaptureError),
-    Output(String),
+    #[error("output: {0}")]
+    Output(#[source] OutputError),
+    #[error("flows: {}: {source}", path.display())]
+    Flows {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
     Config(String),
 }
-
-impl std::fmt::Display for ReplayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReplayError::Capture(e) => write!(f, "{e}"),
-            ReplayError::Output(e) => write!(f, "output: {e}"),
-            ReplayError::Config(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ReplayError {}
 
 /// Replays a capture through the workers. Returns the report (with
 /// `capture_error` set if the file was damaged part-way). `on_pass(n,
@@ -457,8 +454,10 @@ fn report(
         }
     }
     if let Some(path) = &opts.flows_csv {
-        write_flows(path, &flows)
-            .map_err(|e| ReplayError::Output(format!("{}: {e}", path.display())))?;
+        write_flows(path, &flows).map_err(|source| ReplayError::Flows {
+            path: path.clone(),
+            source,
+        })?;
     }
     let sampled = totals.filter_only_sampled;
     let actions = BTreeMap::from([

@@ -60,7 +60,7 @@ impl EtcdServer {
     /// Starts etcd with its data in `dir/etcd` and `extra` arguments.
     /// Free ports can be taken again between the probe and etcd's bind
     /// (tests run in parallel): a start whose etcd exits is retried.
-    pub fn start(dir: &Path, extra: &[&str]) -> Result<EtcdServer, String> {
+    pub fn start(dir: &Path, extra: &[&str]) -> Result<EtcdServer, EtcdNotStarted> {
         for _ in 0..5 {
             let ports = (free_port(), free_port());
             let mut e = EtcdServer {
@@ -74,7 +74,7 @@ impl EtcdServer {
                 return Ok(e);
             }
         }
-        Err("etcd did not start in 5 tries (apt-get install etcd-server)".into())
+        Err(EtcdNotStarted)
     }
 
     /// (Re)starts etcd on this instance's ports and data; whether it came
@@ -133,3 +133,15 @@ impl Drop for EtcdServer {
         self.kill();
     }
 }
+
+/// etcd did not come up (not installed, or its ports kept being taken).
+#[derive(Debug)]
+pub struct EtcdNotStarted;
+
+impl std::fmt::Display for EtcdNotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("etcd did not start in 5 tries (apt-get install etcd-server)")
+    }
+}
+
+impl std::error::Error for EtcdNotStarted {}

@@ -29,17 +29,28 @@ fn key(src: &str, dst: &str, proto: &str, sport: &str, dport: &str) -> String {
     format!("{src},{dst},{proto},{sp},{dp}")
 }
 
-fn read_csv(path: &Path, count_col: usize) -> Result<Flows, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// A flow-truth file that cannot be read, with where and why.
+#[derive(Debug)]
+struct CsvError(String);
+
+impl std::fmt::Display for CsvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn read_csv(path: &Path, count_col: usize) -> Result<Flows, CsvError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| CsvError(format!("{}: {e}", path.display())))?;
     let mut flows = Flows::new();
     for (n, line) in text.lines().enumerate().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         if f.len() <= count_col {
-            return Err(format!("{}:{}: short row", path.display(), n + 1));
+            return Err(CsvError(format!("{}:{}: short row", path.display(), n + 1)));
         }
         let packets: u64 = f[count_col]
             .parse()
-            .map_err(|_| format!("{}:{}: bad packet count", path.display(), n + 1))?;
+            .map_err(|_| CsvError(format!("{}:{}: bad packet count", path.display(), n + 1)))?;
         *flows.entry(key(f[0], f[1], f[2], f[3], f[4])).or_default() += packets;
     }
     Ok(flows)

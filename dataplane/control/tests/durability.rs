@@ -34,7 +34,7 @@ fn the_journal_is_synced_before_the_publish_and_the_reply() {
     let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
     let store = RuleStore::new(cfg, stats).unwrap();
     let readers = store.readers();
-    let generation = move || readers.handle().enter().map_or(0, |t| t.generation);
+    let generation = move || readers.handle().enter().map_or(0, |t| t.generation());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut journal = Journal::open(&dir, 0).unwrap();
     {

@@ -1,3 +1,5 @@
+// A counting global allocator wraps the system one: unsafe by its trait.
+#![allow(unsafe_code)]
 //! The memory bound of a large rule set (issue: ten million rules in a few
 //! gigabytes): 2 M exact-flow rules (half of them `count` rules) loaded in
 //! verify mode must cost at most 200 heap bytes a rule at rest — both

@@ -350,7 +350,7 @@ fn auto_grow_rebuilds_the_filter_and_loses_nothing() {
     let t = s.readers().handle();
     let t = t.enter().unwrap();
     for i in 0..5000 {
-        assert!(t.flow_filter.contains_hash(flow(i).hash()), "flow {i}");
+        assert!(t.flow_filter().contains_hash(flow(i).hash()), "flow {i}");
         assert_eq!(t.classify(&flow(i)).map(|e| id_rule(&s, e).id), Some(i));
     }
 }
@@ -411,7 +411,7 @@ fn bloom_assisted_burst_into_a_97_percent_full_filter_then_migration() {
     let t = s.readers().handle();
     let t = t.enter().unwrap();
     for i in 0..next + 1024 {
-        assert!(t.flow_filter.contains_hash(flow(i).hash()), "flow {i}");
+        assert!(t.flow_filter().contains_hash(flow(i).hash()), "flow {i}");
     }
 }
 
@@ -464,7 +464,7 @@ fn verify_mode_answers_equal_the_exact_tables_under_churn() {
                     };
                     match_burst(&mut cx, &t, &keys, &valid, &mut out);
                     for (k, got) in keys.iter().zip(out) {
-                        assert_eq!(got, t.classify(k), "key {k:?} generation {}", t.generation);
+                        assert_eq!(got, t.classify(k), "key {k:?} generation {}", t.generation());
                     }
                     checked.fetch_add(MAX_BURST as u64, Ordering::Relaxed);
                 }
@@ -543,7 +543,7 @@ fn dataplane_atomic_pairs_switch_together_for_readers() {
                 let t = h.enter().unwrap();
                 let a = t.classify(&flow(1)).map(|e| e.action);
                 let b = t.classify(&flow(2)).map(|e| e.action);
-                assert_eq!(a, b, "a mix at generation {}", t.generation);
+                assert_eq!(a, b, "a mix at generation {}", t.generation());
                 seen.fetch_add(1, Ordering::Relaxed);
             }
         })
@@ -563,7 +563,7 @@ fn dataplane_atomic_pairs_switch_together_for_readers() {
 #[test]
 fn prefix_classes_come_and_go_with_their_rules() {
     let mut s = store(StoreConfig::default());
-    let classes = |s: &RuleStore| s.readers().handle().enter().unwrap().classes.len();
+    let classes = |s: &RuleStore| s.readers().handle().enter().unwrap().class_count();
     let r = apply(
         &mut s,
         &batch(
@@ -983,7 +983,7 @@ fn the_journal_runs_before_the_publish_and_before_the_answer() {
         .apply(&b, |updates, generation| {
             let t = readers.handle();
             let t = t.enter().unwrap();
-            order.push(("journal", t.classify(&flow(1)).is_some(), t.generation));
+            order.push(("journal", t.classify(&flow(1)).is_some(), t.generation()));
             assert_eq!((updates.len(), generation), (1, 1));
             Ok(())
         })

@@ -15,6 +15,8 @@
 //! the DPDK 22.11 we can install; bindgen would need libclang at build time
 //! for a dozen functions.
 #![no_std]
+// The raw FFI declarations are this crate: unsafe by nature.
+#![allow(unsafe_code)]
 
 /// Whether this build found the system DPDK.
 pub const AVAILABLE: bool = cfg!(dpdk);

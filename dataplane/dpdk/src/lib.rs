@@ -24,15 +24,20 @@ pub const AVAILABLE: bool = cfg!(dpdk);
 #[cfg(dpdk)]
 pub mod backend;
 #[cfg(dpdk)]
+#[allow(unsafe_code)] // DPDK FFI
 mod burst;
 #[cfg(dpdk)]
+#[allow(unsafe_code)] // DPDK FFI
 mod eal;
 pub mod plan;
 #[cfg(dpdk)]
+#[allow(unsafe_code)] // DPDK FFI
 mod port;
 #[cfg(dpdk)]
+#[allow(unsafe_code)] // DPDK FFI
 mod ring;
 #[cfg(dpdk)]
+#[allow(unsafe_code)] // DPDK FFI
 pub mod telemetry;
 
 #[cfg(dpdk)]

@@ -30,7 +30,7 @@ pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx}
 pub use matcher::{filter_params, FingerprintTooNarrow, Mode, MAX_BURST};
 pub use shared::SharedMap;
 pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
-pub use tables::{key_check, ClassTables, FoldJob, Folded, Frozen, Op, RuleRef, SlotRule, Tables};
+pub use tables::{key_check, ClassPart, FoldJob, Folded, Frozen, Op, RuleRef, SlotRule, Tables};
 pub use worker::{
     FlowTable, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions, HOLD_LIMITS,
 };

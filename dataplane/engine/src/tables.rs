@@ -85,28 +85,42 @@ pub fn key_check(hash: u64) -> u32 {
 
 /// One prefix class: its filter and exact table.
 #[derive(Clone)]
-pub struct ClassTables {
-    pub class: PrefixClass,
-    pub filter: Arc<Filter>,
-    pub entries: SharedMap<[u8; 16], RuleRef>,
+pub(crate) struct ClassTables {
+    pub(crate) class: PrefixClass,
+    pub(crate) filter: Arc<Filter>,
+    pub(crate) entries: SharedMap<[u8; 16], RuleRef>,
 }
 
 /// One copy of the published rule tables.
+///
+/// Invariants (kept by the constructors and [`Op`]s, the only ways in):
+/// every rule's key is in its domain's filter and in the exact table
+/// behind it; `classes` are in priority order; in filter-only mode
+/// `slots[s]` holds rule `s`'s action and key check and `live_slots`
+/// counts the occupied ones.
 #[derive(Clone)]
 pub struct Tables {
-    pub flow_filter: Arc<Filter>,
-    pub exact: SharedMap<FlowKey, RuleRef>,
-    /// In priority order (longest prefix first; see `cfdp_rules::set`).
-    pub classes: Vec<ClassTables>,
+    pub(crate) flow_filter: Arc<Filter>,
+    pub(crate) exact: SharedMap<FlowKey, RuleRef>,
+    /// In priority order (longest prefix first; see `cfdp_rules::class`).
+    pub(crate) classes: Vec<ClassTables>,
     /// Rule by slot: filter-only mode reads its actions from here (the
     /// filter's value is the slot). Empty in the other modes, which never
     /// read it.
-    pub slots: Vec<Option<SlotRule>>,
+    pub(crate) slots: Vec<Option<SlotRule>>,
     /// Slots holding a rule (filter-only mode).
-    pub live_slots: usize,
+    pub(crate) live_slots: usize,
     keep_slots: bool,
     /// Rule-set generation this copy shows.
-    pub generation: u64,
+    generation: u64,
+}
+
+/// A prefix class's part of a bulk-built [`Tables`]: its filter (holding
+/// every key of `entries`) and its exact table.
+pub struct ClassPart {
+    pub class: PrefixClass,
+    pub filter: Arc<Filter>,
+    pub entries: HashMap<[u8; 16], RuleRef>,
 }
 
 impl Tables {
@@ -122,6 +136,55 @@ impl Tables {
             keep_slots,
             generation: 0,
         }
+    }
+
+    /// Tables holding a whole rule set at once (the bulk load): the flow
+    /// filter and exact table, the prefix classes (any order), and in
+    /// filter-only mode the slot array (`None`: another mode). Each filter
+    /// must hold every key of its exact table.
+    pub fn from_parts(
+        flow_filter: Arc<Filter>,
+        exact: HashMap<FlowKey, RuleRef>,
+        classes: Vec<ClassPart>,
+        slots: Option<Vec<Option<SlotRule>>>,
+    ) -> Self {
+        let mut classes: Vec<ClassTables> = classes
+            .into_iter()
+            .map(|c| ClassTables {
+                class: c.class,
+                filter: c.filter,
+                // The bases both left-right copies share: the second copy
+                // costs no clone of the tables (see `shared`).
+                entries: SharedMap::from_base(c.entries),
+            })
+            .collect();
+        classes.sort_by_key(|x| (x.class.rank(), x.class));
+        let keep_slots = slots.is_some();
+        let slots = slots.unwrap_or_default();
+        Self {
+            flow_filter,
+            exact: SharedMap::from_base(exact),
+            classes,
+            live_slots: slots.iter().filter(|s| s.is_some()).count(),
+            slots,
+            keep_slots,
+            generation: 0,
+        }
+    }
+
+    /// Rule-set generation this copy shows.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The flow rules' filter (read-only: changes go through [`Op`]s).
+    pub fn flow_filter(&self) -> &Filter {
+        &self.flow_filter
+    }
+
+    /// Prefix classes holding rules in this copy.
+    pub fn class_count(&self) -> usize {
+        self.classes.len()
     }
 
     /// The slot of the rule with exactly this match in this copy.

@@ -10,7 +10,7 @@
 //! size that fits its keys, and the exact tables become the bases both
 //! left-right copies share.
 
-use cfdp_engine::{key_check, ClassTables, SharedMap, SlotRule};
+use cfdp_engine::{key_check, ClassPart, SlotRule};
 use cfdp_filter::BuildError;
 use cfdp_rules::FlowKey;
 
@@ -167,24 +167,20 @@ impl RuleStore {
 
         let flow_filter = build_filter(&cfg, cfg.flow_capacity, &flow_keys, || "flow".into())?;
         drop(flow_keys);
-        let mut tables = Tables::new(Arc::clone(&flow_filter), keep_slots);
-        // The bases both left-right copies share: the second copy costs no
-        // clone of the tables (see `cfdp_engine::shared`).
-        tables.exact = SharedMap::from_base(exact);
         let mut store_classes = HashMap::with_capacity(classes.len());
+        let mut parts = Vec::with_capacity(classes.len());
         for (c, (entries, keys)) in classes {
             let cap = cfg.prefix_capacity.max(keys.len() * 9 / 8);
             let f = build_filter(&cfg, cap, &keys, || views::class_name(&c))?;
             store_classes.insert(c, (Arc::clone(&f), entries.len()));
-            tables.classes.push(ClassTables {
+            parts.push(ClassPart {
                 class: c,
                 filter: f,
-                entries: SharedMap::from_base(entries),
+                entries,
             });
         }
-        tables.classes.sort_by_key(|x| (x.class.rank(), x.class));
-        tables.live_slots = slots.len();
-        tables.slots = slots;
+        let slots = keep_slots.then_some(slots);
+        let tables = Tables::from_parts(Arc::clone(&flow_filter), exact, parts, slots);
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
         let factory = r.factory();
         Ok(Self {

@@ -18,7 +18,7 @@ pub fn median(samples: &mut [f64]) -> f64 {
     if samples.is_empty() {
         return f64::NAN;
     }
-    samples.sort_by(|a, b| a.total_cmp(b));
+    samples.sort_by(f64::total_cmp);
     let n = samples.len();
     if n % 2 == 1 {
         samples[n / 2]
@@ -115,7 +115,7 @@ pub fn machine_description() -> String {
         })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
+        .map(std::num::NonZero::get)
         .unwrap_or(1);
     format!("{model}, {cores} cores")
 }

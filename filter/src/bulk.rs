@@ -95,7 +95,7 @@ impl Filter {
             });
         }
         let threads = match threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             t => t,
         };
         let threads = if items.len() < PARALLEL_MIN {

@@ -192,7 +192,9 @@ std::thread_local! {
 
 impl Plan {
     fn buffer() -> Vec<Step> {
-        let mut path = PATH_BUFFER.try_with(|b| b.take()).unwrap_or_default();
+        let mut path = PATH_BUFFER
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default();
         path.clear();
         path
     }
@@ -964,7 +966,9 @@ impl Filter {
             slot: 0,
             victim: 0,
         };
-        let mut nodes = BFS_NODES.try_with(|b| b.take()).unwrap_or_default();
+        let mut nodes = BFS_NODES
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default();
         nodes.clear();
         nodes.push(root(k.i1));
         nodes.push(root(k.i2));

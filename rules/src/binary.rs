@@ -160,7 +160,7 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
                     "prefix: a protocol or port without its flag".into(),
                 ));
             }
-            if port.is_some() && !matches!(proto, Some(proto::TCP) | Some(proto::UDP)) {
+            if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
                 return Err(DecodeError(
                     "prefix: a port needs protocol tcp or udp".into(),
                 ));

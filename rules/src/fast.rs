@@ -151,7 +151,7 @@ fn checked(r: FastRule) -> Option<Rule> {
                 Some(p) => Some(p.number()?),
                 None => None,
             };
-            if m.port.is_some() && !matches!(proto, Some(proto::TCP) | Some(proto::UDP)) {
+            if m.port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
                 return None;
             }
             Match::Prefix {

@@ -43,7 +43,10 @@ where
     let found = seed.found();
     let mut de = serde_json::Deserializer::from_str(text);
     let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
-    let first = found.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let first = found
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
     match (parsed, first) {
         (_, Some(e)) => Err(e),
         (Ok(v), None) => Ok(v),
@@ -113,7 +116,10 @@ struct ListSeed {
 
 impl ListSeed {
     fn record(&self, e: RuleError) {
-        *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        *self
+            .found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
     }
 }
 
@@ -150,13 +156,13 @@ impl<'de> Visitor<'de> for ListSeed {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         // The first chunk with a bad rule: later chunks need no parsing.
         let first_bad = AtomicUsize::new(usize::MAX);
         let (work_tx, work_rx) = channel::bounded::<(usize, Vec<&'de RawValue>)>(2 * threads);
         let (done_tx, done_rx) = channel::unbounded::<ChunkResult>();
         let worker = |done_tx: channel::Sender<ChunkResult>| {
-            for (c, raw) in work_rx.iter() {
+            for (c, raw) in &work_rx {
                 if c > first_bad.load(Ordering::Relaxed) {
                     continue;
                 }

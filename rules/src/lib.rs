@@ -55,7 +55,7 @@ pub fn read_rule_file(path: &std::path::Path) -> Result<Vec<Rule>, RuleError> {
     // Only a regular file can be read a second time (a pipe, e.g. a shell's
     // `<(...)`, cannot): anything else is read whole, once.
     if file.metadata().map_err(cannot)?.is_file() {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let streamed = stream::read_rule_stream(&file, stream::BLOCK, threads);
         if let Some(rules) = streamed.map_err(cannot)? {
             return Ok(rules);

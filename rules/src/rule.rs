@@ -241,7 +241,7 @@ fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
         .get("port")
         .map(|p| parse_port(p, "match.port"))
         .transpose()?;
-    if port.is_some() && !matches!(proto, Some(proto::TCP) | Some(proto::UDP)) {
+    if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
         return Err((
             "match.port".into(),
             "a port needs \"proto\": \"tcp\" or \"udp\"".into(),

@@ -259,7 +259,7 @@ pub fn read_rule_stream(
     let (work_tx, work_rx) = channel::bounded::<Piece>(threads);
     let (done_tx, done_rx) = channel::unbounded::<(usize, Option<Vec<Rule>>, Vec<u8>)>();
     let worker = |done_tx: channel::Sender<_>| {
-        for p in work_rx.iter() {
+        for p in &work_rx {
             let r = if failed.load(Ordering::Relaxed) {
                 None
             } else {
@@ -336,7 +336,7 @@ pub fn read_rule_stream(
         })();
         drop(work_tx);
         drop(done_tx);
-        for (no, r, _) in done_rx.iter() {
+        for (no, r, _) in &done_rx {
             store(&mut results, no, r);
         }
         run

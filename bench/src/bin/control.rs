@@ -225,9 +225,9 @@ fn main() {
                     (live.totals().packets - d0) as f64 / start.elapsed().as_secs_f64() / 1e6;
                 churned += sent;
                 if with_churn {
-                    churn.push(mpps)
+                    churn.push(mpps);
                 } else {
-                    quiet.push(mpps)
+                    quiet.push(mpps);
                 }
             }
         }

@@ -183,7 +183,7 @@ fn main() {
             w.push(wait_s * 1e3);
             t.push((apply_s + wait_s) * 1e3);
         }
-        let max = t.iter().cloned().fold(0.0, f64::max);
+        let max = t.iter().copied().fold(0.0, f64::max);
         let (ma, mw, mt) = (median(&mut a), median(&mut w), median(&mut t));
         println!("{n:>8} {ma:>12.1} {mw:>12.1} {mt:>12.1} {max:>12.1}");
         rows.push(format!("apply_wait,{n},{ma:.2},{mw:.2},{mt:.2},{max:.2}"));

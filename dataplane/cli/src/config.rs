@@ -209,6 +209,6 @@ pub fn load_config(path: Option<&Path>) -> Result<RunConfig, RunError> {
     );
     let what = path.map_or("embedded default".to_string(), |p| p.display().to_string());
     b.build()
-        .and_then(|c| c.try_deserialize::<RunConfig>())
+        .and_then(config::Config::try_deserialize::<RunConfig>)
         .map_err(|source| RunError::ConfigLoad { what, source })
 }

@@ -241,7 +241,7 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
     let g0 = f["generation"].as_i64().unwrap();
     let (w, code) = etcd.ctl(prefix, &["wait", &g0.to_string(), "--timeout", "20"]);
     assert_eq!(code, 0, "{w}");
-    let local0 = [&a, &b, &c].map(|n| n.local_generation());
+    let local0 = [&a, &b, &c].map(Node::local_generation);
     let mut g = 0;
     for (i, batch) in batches.iter().enumerate() {
         let file = write_batch(&etcd.dir, &format!("b{i}.json"), batch.clone());
@@ -265,7 +265,7 @@ fn two_nodes_follow_one_rule_set_batch_by_batch() {
         assert!(r["fleet_generation"].as_i64() >= Some(g), "{r}");
     }
     assert_eq!(
-        [&a, &b, &c].map(|n| n.local_generation()),
+        [&a, &b, &c].map(Node::local_generation),
         local0.map(|g| g + 3),
         "each fleet batch is exactly one local batch"
     );

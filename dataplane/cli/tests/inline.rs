@@ -343,7 +343,9 @@ impl Echo {
 
 #[test]
 fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(why) = unavailable() {
         eprintln!("inline lab skipped: {why}");
         return;
@@ -447,7 +449,9 @@ fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
 
 #[test]
 fn two_workers_on_two_queue_pairs_carry_every_flow() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(why) = unavailable() {
         eprintln!("inline lab skipped: {why}");
         return;

@@ -259,7 +259,7 @@ fn replace(
         }
         let batch = json!({"atomicity": "dataplane_atomic",
             "expected_generation": expected_generation,
-            "updates": updates.iter().map(|u| u.to_json()).collect::<Vec<_>>()});
+            "updates": updates.iter().map(cfdp_rules::Update::to_json).collect::<Vec<_>>()});
         match apply(etcd, keys, &batch, limits) {
             Ok((mut v, ok)) => {
                 v["replace"] = serde_json::to_value(counts).expect("counts serialize");

@@ -108,7 +108,7 @@ impl Etcd {
                 .block_on(self.client.get(from.clone(), Some(opts)))
                 .map_err(|e| err(&format!("get {prefix}*"), e))?;
             if rev == 0 {
-                rev = r.header().map_or(0, |h| h.revision());
+                rev = r.header().map_or(0, etcd_client::ResponseHeader::revision);
             }
             out.extend(r.kvs().iter().map(kv));
             match r.kvs().last() {
@@ -164,7 +164,7 @@ impl Etcd {
             .block_on(self.client.txn(Txn::new().when(compares).and_then(ops)))
             .map_err(|e| err("transaction", e))?;
         Ok(r.succeeded()
-            .then(|| r.header().map_or(0, |h| h.revision())))
+            .then(|| r.header().map_or(0, etcd_client::ResponseHeader::revision)))
     }
 
     /// Compacts the store's history up to `revision` (what an operator's

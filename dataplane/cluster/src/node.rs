@@ -498,7 +498,11 @@ impl Agent {
     fn publish(&self, etcd: &mut Etcd, lease: i64) -> Result<(), ClusterError> {
         let s = self.status();
         let text = serde_json::to_string(&s).unwrap_or_default();
-        *self.link.status.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        *self
+            .link
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = s;
         if self.live {
             etcd.put(&self.keys.node(&self.opts.node), &text, lease)?;
         }
@@ -510,7 +514,11 @@ impl Agent {
         let e = error_chain(&e);
         eprintln!("cfdp: cluster: {e}");
         self.error = Some(e);
-        *self.link.status.lock().unwrap_or_else(|e| e.into_inner()) = self.status();
+        *self
+            .link
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.status();
         if let Some((etcd, lease)) = etcd {
             let _ = self.publish(etcd, lease);
         }

@@ -229,7 +229,9 @@ impl Collector for Exporter {
         )?;
         for (i, w) in live.workers.iter().enumerate() {
             let (buckets, sum) = hdr_buckets(
-                &w.histogram.lock().unwrap_or_else(|p| p.into_inner()),
+                &w.histogram
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
                 &BURST_BOUNDS_NS,
             );
             let count = buckets.iter().map(|b| b.1).sum();
@@ -237,7 +239,11 @@ impl Collector for Exporter {
                 .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
         }
         if let Some(c) = &self.cluster {
-            let s = c.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let s = c
+                .status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
             encode_cluster(&mut e, &c.prefix, &s)?;
         }
         Ok(())

@@ -232,7 +232,7 @@ pub fn serve_unix(
                             refuse(&s, &msg.to_string());
                             continue;
                         }
-                        admit(s, &ctx, |s| s.try_clone());
+                        admit(s, &ctx, std::os::unix::net::UnixStream::try_clone);
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => wait_readable(&l),
                     Err(e) => {
@@ -254,7 +254,7 @@ pub fn serve_tcp(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<(
         .spawn(move || {
             while !ctx.stop.load(Ordering::Relaxed) {
                 match l.accept() {
-                    Ok((s, _)) => admit(s, &ctx, |s| s.try_clone()),
+                    Ok((s, _)) => admit(s, &ctx, std::net::TcpStream::try_clone),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => wait_readable(&l),
                     Err(e) => {
                         eprintln!("cfdp: control: accept: {e}");
@@ -485,7 +485,10 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> String {
         return wire::answer_line(&id, &Err(ControlError::ShuttingDown), None);
     }
     let fleet = ctx.cluster.as_ref().map(|c| {
-        let status = c.status.lock().unwrap_or_else(|e| e.into_inner());
+        let status = c
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (c.prefix.clone(), status.clone())
     });
     // `stats` is answered from the published board, without queueing

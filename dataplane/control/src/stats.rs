@@ -121,12 +121,20 @@ impl StatsBoard {
 
     /// Replaces the published view (control thread).
     pub fn publish(&self, v: PlaneView) {
-        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(v);
+        *self
+            .view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(v);
     }
 
     /// The latest view (held only for an `Arc` clone).
     pub fn view(&self) -> Arc<PlaneView> {
-        Arc::clone(&self.view.lock().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(
+            &self
+                .view
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The workers' live statistics.

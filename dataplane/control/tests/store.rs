@@ -464,7 +464,12 @@ fn verify_mode_answers_equal_the_exact_tables_under_churn() {
                     };
                     match_burst(&mut cx, &t, &keys, &valid, &mut out);
                     for (k, got) in keys.iter().zip(out) {
-                        assert_eq!(got, t.classify(k), "key {k:?} generation {}", t.generation());
+                        assert_eq!(
+                            got,
+                            t.classify(k),
+                            "key {k:?} generation {}",
+                            t.generation()
+                        );
                     }
                     checked.fetch_add(MAX_BURST as u64, Ordering::Relaxed);
                 }

@@ -317,7 +317,7 @@ pub fn run(
     // of each polled port, transmit queue w of each output port.
     let mut rxq_of: Vec<(u16, Vec<RxQueue<'_>>)> = Vec::new();
     let mut txq_of: Vec<(u16, Vec<TxQueue<'_>>)> = Vec::new();
-    for port in ports.iter_mut() {
+    for port in &mut ports {
         let pid = port.id();
         let (rxq, txq) = port.queues()?;
         rxq_of.push((pid, rxq));

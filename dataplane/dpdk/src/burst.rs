@@ -75,7 +75,7 @@ impl<'p> RxBurst<'p> {
                 self.data.as_mut_ptr(),
                 self.data_len.as_mut_ptr(),
                 self.pkt_len.as_mut_ptr(),
-            )
+            );
         };
         self.len = n as usize;
         self.port = port;
@@ -113,7 +113,7 @@ impl<'p> RxBurst<'p> {
                 self.data.as_mut_ptr(),
                 self.data_len.as_mut_ptr(),
                 self.pkt_len.as_mut_ptr(),
-            )
+            );
         };
         self.len = usize::from(made);
         self.len

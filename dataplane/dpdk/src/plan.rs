@@ -119,7 +119,7 @@ mod tests {
     use super::*;
 
     fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
+        v.iter().map(std::string::ToString::to_string).collect()
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -104,7 +104,7 @@ fn run(eal: &Eal, tag: &str, frames: &[GenFrame], queues: u16) -> Outcome {
     Outcome {
         out: collect
             .iter_mut()
-            .map(|qs| qs.iter_mut().map(|r| r.collect()).collect())
+            .map(|qs| qs.iter_mut().map(cfdp_dpdk::Ring::collect).collect())
             .collect(),
         totals: cx.stats.totals(),
         per_worker: cx

@@ -410,7 +410,10 @@ impl LiveStats {
     pub fn burst_histogram(&self) -> Histogram<u64> {
         let mut h = burst_histogram();
         for w in &self.workers {
-            let g = w.histogram.lock().unwrap_or_else(|e| e.into_inner());
+            let g = w
+                .histogram
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             h.add(&*g).expect("same histogram bounds");
         }
         h

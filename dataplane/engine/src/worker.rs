@@ -227,7 +227,11 @@ impl Worker {
     fn fold_histogram(&mut self, wait: bool) {
         let shared = &self.stats.workers[self.index].histogram;
         let guard = if wait {
-            Some(shared.lock().unwrap_or_else(|e| e.into_inner()))
+            Some(
+                shared
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            )
         } else {
             shared.try_lock().ok()
         };

@@ -68,7 +68,7 @@ impl EtcdServer {
                 url: format!("http://127.0.0.1:{}", ports.0),
                 data: dir.join(format!("etcd-{}", ports.0)),
                 ports,
-                extra: extra.iter().map(|s| s.to_string()).collect(),
+                extra: extra.iter().map(std::string::ToString::to_string).collect(),
             };
             if e.spawn() {
                 return Ok(e);

@@ -15,7 +15,11 @@ use cfdp_filter::BuildError;
 use cfdp_rules::FlowKey;
 
 use super::ruleset::{IdIndex, MatchIndex};
-use super::*;
+use super::{
+    check_max_rules, fresh_version, id_taken, match_taken, views, Arc, Filter, HashMap, LiveStats,
+    Match, Mode, Op, PrefixClass, Rule, RuleRef, RuleSet, RuleStore, StoreConfig, StoreError,
+    Tables,
+};
 
 /// One domain's keys while loading: (hash, filter value) pairs.
 type Keys = Vec<(u64, u32)>;

@@ -5,7 +5,10 @@
 
 use super::transaction::Pending;
 use super::views::domain_name;
-use super::*;
+use super::{
+    domain_and_hash, Arc, Code, Domain, Filter, Match, Mode, Op, RuleStore, StoreError,
+    UpdateResult,
+};
 use cfdp_engine::filter_params;
 use cfdp_filter::{BloomConfig, BloomMode, BuildError, Config};
 

@@ -31,7 +31,7 @@
 //! not yet from the filter) costs a table probe, never a wrong action.
 
 use super::transaction::Pending;
-use super::*;
+use super::{fresh_version, Arc, Filter, Op, PrefixClass, RuleStore};
 
 impl RuleStore {
     pub(super) fn commit(&mut self, p: &mut Pending, generation: u64) {

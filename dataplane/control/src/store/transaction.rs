@@ -9,7 +9,11 @@ use cfdp_filter::{InsertError, Placement};
 use cfdp_rules::UpdateError;
 
 use super::views::domain_name;
-use super::*;
+use super::{
+    domain_and_hash, id_taken, match_taken, prefix_addr, ApplyError, Arc, Atomicity, Batch,
+    BatchReport, Code, Domain, Filter, HashMap, InsertReport, JournalError, Match, Mode, Op,
+    PrefixClass, Rule, RuleId, RuleRef, RuleStore, Stored, Timing, Update, UpdateResult,
+};
 
 /// A batch in progress: an overlay over the committed state.
 #[derive(Default)]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::*;
+use super::{Arc, Domain, Filter, LiveStats, PrefixClass, Rule, RuleId, RuleStore, Serialize};
 
 pub use cfdp_engine::RuleCount;
 

@@ -146,7 +146,7 @@ fn ip_at(offset: usize) -> LinkResult {
 /// IPv4 or IPv6 by the version nibble at `offset`.
 fn by_version(frame: &[u8], offset: usize) -> LinkResult {
     match frame.get(offset).map(|b| b >> 4) {
-        Some(4) | Some(6) => ip_at(offset),
+        Some(4 | 6) => ip_at(offset),
         Some(_) => LinkResult::Malformed(Malformed::IpBadHeader),
         None => LinkResult::Malformed(Malformed::IpTruncated),
     }
@@ -193,7 +193,7 @@ fn ether_payload(frame: &[u8], mut off: usize, mut et: u16, mut tags: u16) -> Li
                 l3.mpls = true;
                 l3.vlan_tags = tags;
                 return match frame.get(off).map(|b| b >> 4) {
-                    Some(4) | Some(6) => {
+                    Some(4 | 6) => {
                         l3.offset = off;
                         LinkResult::Ip(l3)
                     }

@@ -61,7 +61,7 @@ type Diff = (String, String, String, String);
 
 fn compare(file: &str, ours: &Flows, truth: &Flows) -> Vec<Diff> {
     let keys: BTreeSet<&String> = ours.keys().chain(truth.keys()).collect();
-    let show = |v: Option<&u64>| v.map_or("-".to_string(), |n| n.to_string());
+    let show = |v: Option<&u64>| v.map_or("-".to_string(), std::string::ToString::to_string);
     keys.into_iter()
         .filter(|k| ours.get(*k) != truth.get(*k))
         .map(|k| {

@@ -332,7 +332,7 @@ fn main() -> ExitCode {
         }
         let failed = predicted.iter().any(|c| *c != "ok");
         if failed && atomicity != "continue_on_error" {
-            for p in predicted.iter_mut() {
+            for p in &mut predicted {
                 if *p == "ok" {
                     *p = "aborted";
                 }

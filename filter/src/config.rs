@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::layout::ENTRIES_PER_BUCKET;
+/// Number of entries per bucket (`b` in the papers).
+pub const ENTRIES_PER_BUCKET: usize = 4;
 
 /// What the per-bucket Bloom field holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

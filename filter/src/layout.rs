@@ -36,8 +36,7 @@ use crate::config::ConfigError;
 /// one-word layout, which keeps every helper branch-free on the layout.
 pub(crate) type Bucket = [u64; 2];
 
-/// Number of entries per bucket (`b` in the papers).
-pub const ENTRIES_PER_BUCKET: usize = 4;
+pub use crate::config::ENTRIES_PER_BUCKET;
 
 /// The bucket layouts the read path is compiled for, as a const parameter:
 /// a lookup loop then has no branch on the layout (the caller dispatches

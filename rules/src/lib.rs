@@ -20,6 +20,7 @@ pub mod flow;
 pub mod prefix;
 pub mod protocol;
 pub mod rule;
+mod shape;
 pub mod stream;
 mod strict;
 

@@ -235,7 +235,7 @@ impl ParsedRequest {
 /// thousand-rule batch is built. Anything unusual in the envelope goes
 /// through [`parse_request`], which answers and names the problem.
 pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest, ErrorReply> {
-    use crate::fast::present;
+    use crate::shape::present;
     use serde_json::value::RawValue;
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -33,18 +33,11 @@ use std::time::Duration;
 use hdrhistogram::Histogram as Hdr;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, NoLabelSet};
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::server::{ClusterMode, ServerCtx};
 use crate::stats::{ControlStats, StatsBoard};
-
-/// The batch-latency histogram's bucket bounds (seconds): 50 µs × 2^k up
-/// to ~6.6 s.
-pub fn batch_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(50e-6, 2.0, 18))
-}
 
 /// Upper bounds (ns) of the burst-time buckets: 250 ns × 2^k up to ~8 ms.
 const BURST_BOUNDS_NS: [u64; 16] = {

@@ -115,7 +115,7 @@ impl StatsBoard {
         Self {
             view: Arc::new(Mutex::new(Arc::new(first))),
             live,
-            batch_seconds: crate::metrics::batch_histogram(),
+            batch_seconds: batch_histogram(),
         }
     }
 
@@ -146,4 +146,11 @@ impl StatsBoard {
     pub fn read(&self) -> ControlStats {
         ControlStats::read(&self.view(), &self.live)
     }
+}
+
+/// The batch-latency histogram's bucket bounds (seconds): 50 µs × 2^k up
+/// to ~6.6 s.
+pub fn batch_histogram() -> prometheus_client::metrics::histogram::Histogram {
+    use prometheus_client::metrics::histogram::exponential_buckets;
+    prometheus_client::metrics::histogram::Histogram::new(exponential_buckets(50e-6, 2.0, 18))
 }

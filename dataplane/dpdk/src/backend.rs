@@ -172,7 +172,7 @@ impl<'p> Backend for DpdkBackend<'p, '_> {
         for _ in 0..n {
             let i = self.next_rx;
             self.next_rx = (i + 1) % n;
-            if self.rx[i].receive(&mut b.burst, self.burst) > 0 {
+            if b.burst.receive_from(&mut self.rx[i], self.burst) > 0 {
                 self.bursts = self.bursts.wrapping_add(1);
                 if self.bursts.is_multiple_of(CLOCK_EVERY) {
                     self.tick();

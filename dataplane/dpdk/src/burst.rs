@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use cfdp_dpdk_sys as sys;
 
 use crate::eal::Mempool;
-use crate::port::TxQueue;
+use crate::queue::{RxQueue, TxQueue};
 use crate::MAX_BURST;
 
 /// One received burst. Owns its mbufs until [`RxBurst::dispatch`] sends or
@@ -54,14 +54,24 @@ impl<'p> RxBurst<'p> {
         }
     }
 
+    /// Receives up to `max` (≤ [`MAX_BURST`]) packets from `q` into this
+    /// buffer (mbufs still held are freed first); returns how many.
+    pub fn receive_from(&mut self, q: &mut RxQueue<'p>, max: usize) -> usize {
+        let (port, queue) = q.ids();
+        // SAFETY: (port, queue) is a configured receive queue of a started
+        // port that outlives 'p (the handle borrows it), polled only through
+        // this unique handle.
+        unsafe { self.receive(port, queue, max) }
+    }
+
     /// Receives up to `max` (≤ [`MAX_BURST`]) packets from `(port, queue)`
     /// into this buffer (mbufs still held are freed first).
     ///
     /// # Safety
     /// `(port, queue)` must be a configured receive queue of a started port
     /// (and its mempool) that outlives `'p`, and no other thread may poll
-    /// that queue meanwhile. [`crate::RxQueue::receive`] guarantees both.
-    pub(crate) unsafe fn receive(&mut self, port: u16, queue: u16, max: usize) -> usize {
+    /// that queue meanwhile. [`RxBurst::receive_from`] guarantees both.
+    unsafe fn receive(&mut self, port: u16, queue: u16, max: usize) -> usize {
         self.free_all();
         let max = max.min(MAX_BURST) as u16;
         // SAFETY: mbufs has room for max pointers; the caller guarantees the

@@ -35,6 +35,9 @@ pub mod plan;
 mod port;
 #[cfg(dpdk)]
 #[allow(unsafe_code)] // DPDK FFI
+mod queue;
+#[cfg(dpdk)]
+#[allow(unsafe_code)] // DPDK FFI
 mod ring;
 #[cfg(dpdk)]
 #[allow(unsafe_code)] // DPDK FFI
@@ -45,7 +48,9 @@ pub use burst::{Dispatched, RxBurst};
 #[cfg(dpdk)]
 pub use eal::{Eal, EalRef, Mempool, ThreadRegistration};
 #[cfg(dpdk)]
-pub use port::{PortStats, RxQueue, StartedPort, TxQueue};
+pub use port::{PortStats, StartedPort};
+#[cfg(dpdk)]
+pub use queue::{RxQueue, TxQueue};
 #[cfg(dpdk)]
 pub use ring::Ring;
 

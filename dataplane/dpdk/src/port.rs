@@ -14,8 +14,8 @@ use std::marker::PhantomData;
 
 use cfdp_dpdk_sys as sys;
 
-use crate::burst::RxBurst;
 use crate::eal::{rte_error, Eal, Mempool};
+use crate::queue::{RxQueue, TxQueue};
 use crate::DpdkError;
 
 pub use sys::PortStats;
@@ -124,50 +124,5 @@ impl Drop for StartedPort<'_> {
         // SAFETY: the port was started by `start`; its queue handles borrow
         // it, so none is in use any more.
         unsafe { sys::cfdp_port_stop(self.id) }
-    }
-}
-
-/// A receive queue of a started port, used by one thread at a time.
-pub struct RxQueue<'p> {
-    port: u16,
-    queue: u16,
-    _port: PhantomData<&'p mut ()>,
-}
-
-// SAFETY: a queue handle is unique (handed out once by `queues`), and DPDK
-// queues may be polled from any one thread at a time.
-unsafe impl Send for RxQueue<'_> {}
-
-impl<'p> RxQueue<'p> {
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Receives up to `max` (≤ [`crate::MAX_BURST`]) packets into `burst`
-    /// (whose earlier mbufs are freed first); returns how many.
-    pub fn receive(&mut self, burst: &mut RxBurst<'p>, max: usize) -> usize {
-        // SAFETY: (port, queue) is a configured receive queue of a started
-        // port that outlives 'p, polled only through this unique handle.
-        unsafe { burst.receive(self.port, self.queue, max) }
-    }
-}
-
-/// A transmit queue of a started port, used by one thread at a time.
-pub struct TxQueue<'p> {
-    port: u16,
-    queue: u16,
-    _port: PhantomData<&'p mut ()>,
-}
-
-// SAFETY: as for RxQueue.
-unsafe impl Send for TxQueue<'_> {}
-
-impl TxQueue<'_> {
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub(crate) fn ids(&self) -> (u16, u16) {
-        (self.port, self.queue)
     }
 }

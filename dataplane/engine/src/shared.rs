@@ -30,8 +30,6 @@ use std::sync::Arc;
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
-use crate::tables::table_bytes;
-
 /// Deltas smaller than this are never folded (folding is for changes on
 /// the scale of the base, not for a small rule set built by batches).
 const FOLD_MIN: usize = 1 << 16;
@@ -289,6 +287,17 @@ impl<'a, K: Eq + Hash, V> SharedView<'a, K, V> {
         }
         self.base.get(k)
     }
+}
+
+/// Heap bytes of a hashbrown table: one control byte and one entry per
+/// bucket, plus a group of trailing control bytes.
+pub fn table_bytes<K, V, S>(t: &HashMap<K, V, S>) -> usize {
+    let buckets = match t.capacity() {
+        0 => return 0,
+        c if c < 8 => (c + 1).next_power_of_two(),
+        c => (c * 8 / 7).next_power_of_two(),
+    };
+    buckets * (1 + std::mem::size_of::<(K, V)>()) + 16
 }
 
 #[cfg(test)]

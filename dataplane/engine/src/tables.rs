@@ -290,17 +290,6 @@ impl Tables {
     }
 }
 
-/// Heap bytes of a hashbrown table: one control byte and one entry per
-/// bucket, plus a group of trailing control bytes.
-pub fn table_bytes<K, V, S>(t: &HashMap<K, V, S>) -> usize {
-    let buckets = match t.capacity() {
-        0 => return 0,
-        c if c < 8 => (c + 1).next_power_of_two(),
-        c => (c * 8 / 7).next_power_of_two(),
-    };
-    buckets * (1 + std::mem::size_of::<(K, V)>()) + 16
-}
-
 /// One change to the tables. Deterministic: applied once to each copy.
 #[derive(Clone)]
 pub enum Op {

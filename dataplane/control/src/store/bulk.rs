@@ -14,12 +14,18 @@ use cfdp_engine::{key_check, ClassPart, SlotRule};
 use cfdp_filter::BuildError;
 use cfdp_rules::FlowKey;
 
-use super::ruleset::{IdIndex, MatchIndex};
-use super::{
-    check_max_rules, fresh_version, id_taken, match_taken, views, Arc, Filter, HashMap, LiveStats,
-    Match, Mode, Op, PrefixClass, Rule, RuleRef, RuleSet, RuleStore, StoreConfig, StoreError,
-    Tables,
-};
+use std::sync::Arc;
+
+use cfdp_engine::{LiveStats, Mode, Op, RuleRef, Tables};
+use cfdp_filter::Filter;
+use cfdp_rules::{Match, PrefixClass, Rule};
+use hashbrown::HashMap;
+
+use super::config::StoreConfig;
+use super::ruleset::{IdIndex, MatchIndex, RuleSet};
+use super::state::RuleStore;
+use super::types::{fresh_version, id_taken, match_taken, StoreError};
+use super::views;
 
 /// One domain's keys while loading: (hash, filter value) pairs.
 type Keys = Vec<(u64, u32)>;
@@ -31,7 +37,7 @@ impl RuleStore {
         stats: Arc<LiveStats>,
         rules: Vec<Rule>,
     ) -> Result<Self, StoreError> {
-        check_max_rules(&cfg)?;
+        cfg.check_max_rules()?;
         let n = rules.len();
         let at = |index: usize, r: &Rule, why: String| StoreError::Rule {
             index,

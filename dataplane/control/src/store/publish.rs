@@ -30,8 +30,14 @@
 //! In verify mode a stale filter entry (a key deleted from the tables but
 //! not yet from the filter) costs a table probe, never a wrong action.
 
+use std::sync::Arc;
+
+use cfdp_engine::Op;
+use cfdp_rules::PrefixClass;
+
+use super::state::RuleStore;
 use super::transaction::Pending;
-use super::{fresh_version, Arc, Filter, Op, PrefixClass, RuleStore};
+use super::types::fresh_version;
 
 impl RuleStore {
     pub(super) fn commit(&mut self, p: &mut Pending, generation: u64) {
@@ -226,12 +232,4 @@ impl RuleStore {
     pub fn folds(&self) -> (u64, u64) {
         self.folds
     }
-}
-
-/// What a commit leaves for [`RuleStore::settle`].
-#[derive(Default)]
-pub(super) struct Unsettled {
-    removals: Vec<(Arc<Filter>, u64, u32)>,
-    freed_slots: Vec<u32>,
-    emptied: Vec<PrefixClass>,
 }

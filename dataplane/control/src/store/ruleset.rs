@@ -16,7 +16,7 @@ use std::hash::BuildHasher;
 use cfdp_rules::{Match, Rule, RuleId};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use super::Stored;
+use super::types::Stored;
 
 #[derive(Default)]
 pub(super) struct RuleSet {

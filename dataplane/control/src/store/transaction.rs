@@ -8,12 +8,20 @@ use cfdp_engine::{key_check, SlotRule};
 use cfdp_filter::{InsertError, Placement};
 use cfdp_rules::UpdateError;
 
-use super::views::domain_name;
-use super::{
-    domain_and_hash, id_taken, match_taken, prefix_addr, ApplyError, Arc, Atomicity, Batch,
-    BatchReport, Code, Domain, Filter, HashMap, InsertReport, JournalError, Match, Mode, Op,
-    PrefixClass, Rule, RuleId, RuleRef, RuleStore, Stored, Timing, Update, UpdateResult,
+use std::sync::Arc;
+
+use cfdp_engine::{Mode, Op, RuleRef};
+use cfdp_filter::Filter;
+use cfdp_rules::{Atomicity, Batch, Code, Match, PrefixClass, Rule, RuleId, Update, UpdateResult};
+use hashbrown::HashMap;
+
+use super::state::RuleStore;
+use super::types::{
+    domain_and_hash, id_taken, match_taken, prefix_addr, ApplyError, BatchReport, Domain,
+    InsertReport, Stored, Timing,
 };
+use super::views::domain_name;
+use crate::journal::JournalError;
 
 /// A batch in progress: an overlay over the committed state.
 #[derive(Default)]

@@ -3,7 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use super::{Arc, Domain, Filter, LiveStats, PrefixClass, Rule, RuleId, RuleStore, Serialize};
+use std::sync::Arc;
+
+use cfdp_engine::LiveStats;
+use cfdp_filter::Filter;
+use cfdp_rules::{PrefixClass, Rule, RuleId};
+use serde::Serialize;
+
+use super::state::RuleStore;
+use super::types::Domain;
 
 pub use cfdp_engine::RuleCount;
 
@@ -94,7 +102,7 @@ impl RuleStore {
             tables: shared + 2 * own,
             filters: self.filters().map(|(_, f)| f.stats().memory_bytes).sum(),
             rule_counters: self.stats.rule_counter_bytes(),
-            other: cfdp_engine::tables::table_bytes(&self.baselines)
+            other: cfdp_engine::shared::table_bytes(&self.baselines)
                 + self.count_rules.len() * 2 * std::mem::size_of::<(RuleId, u32)>()
                 + self.free_slots.capacity() * 4,
             ..MemoryStats::default()

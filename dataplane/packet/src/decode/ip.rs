@@ -6,7 +6,7 @@ use cfdp_rules::{proto, FlowKey};
 use etherparse::err::ip::LaxHeaderSliceError;
 use etherparse::LaxIpSlice;
 
-use super::{Decoded, Frag, IpPacket, Malformed, L3};
+use super::outcome::{Decoded, Frag, IpPacket, Malformed, L3};
 
 pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
     let Some(slice) = frame.get(l3.offset..) else {

@@ -6,7 +6,7 @@
 //! sessions, and the capture link types BSD NULL/LOOP and NFLOG. The IP
 //! layer itself is decoded with etherparse (`ip.rs`).
 
-use super::{Malformed, NonIp};
+use super::outcome::{Malformed, NonIp, L3};
 
 /// Capture link types this decoder understands (pcap LINKTYPE_* values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,16 +59,6 @@ impl LinkType {
             LinkType::Other(v) => v,
         }
     }
-}
-
-/// Where the IP header starts, and what the link layer carried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct L3 {
-    pub offset: usize,
-    /// 802.1Q / 802.1ad / 0x9100 tags crossed.
-    pub vlan_tags: u16,
-    pub mpls: bool,
-    pub pppoe: bool,
 }
 
 pub(crate) enum LinkResult {

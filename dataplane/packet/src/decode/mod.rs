@@ -14,112 +14,12 @@
 
 mod ip;
 mod link;
+mod outcome;
 
-pub use link::{LinkType, L3};
+pub use link::LinkType;
+pub use outcome::{Decoded, Frag, IpPacket, Malformed, NonIp, L3};
 
 use cfdp_rules::FlowKey;
-
-/// Fragmentation of an IP packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Frag {
-    /// Not a fragment (or an atomic IPv6 fragment: offset 0, no more).
-    None,
-    /// Offset 0 with more to come: carries the transport header.
-    First { id: u32 },
-    /// A later fragment: no transport header, ports unknown in this frame.
-    Later { id: u32 },
-}
-
-/// A decoded IP packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IpPacket {
-    /// The outer 5-tuple as this frame shows it (ports 0 for a later fragment).
-    pub key: FlowKey,
-    pub frag: Frag,
-    pub l3: L3,
-    /// Something was wrong but the 5-tuple could still be read.
-    pub anomaly: Option<Malformed>,
-}
-
-/// Frames that carry no IP packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum NonIp {
-    Arp,
-    /// IEEE 802.3 length field (LLC/SNAP, STP, ...).
-    Llc,
-    MplsNonIp,
-    PppNonIp,
-    OtherProtocol,
-    UnsupportedLinkType,
-}
-
-impl NonIp {
-    pub const ALL: [NonIp; 6] = [
-        NonIp::Arp,
-        NonIp::Llc,
-        NonIp::MplsNonIp,
-        NonIp::PppNonIp,
-        NonIp::OtherProtocol,
-        NonIp::UnsupportedLinkType,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            NonIp::Arp => "arp",
-            NonIp::Llc => "llc",
-            NonIp::MplsNonIp => "mpls_non_ip",
-            NonIp::PppNonIp => "ppp_non_ip",
-            NonIp::OtherProtocol => "other_protocol",
-            NonIp::UnsupportedLinkType => "unsupported_link_type",
-        }
-    }
-}
-
-/// Why a frame is malformed. Counted by reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Malformed {
-    /// The link-layer header (or a tag, label, PPPoE header) is cut.
-    LinkTruncated,
-    /// The IP header is cut (snaplen, truncated file, garbage).
-    IpTruncated,
-    /// The IP header is invalid (version, header length).
-    IpBadHeader,
-    /// An IPv6 extension header is cut or invalid; the protocol is the
-    /// last next-header that could be read.
-    IpExtTruncated,
-    /// A TCP/UDP packet too short to hold its ports; ports are 0.
-    TransportTruncated,
-}
-
-impl Malformed {
-    pub const ALL: [Malformed; 5] = [
-        Malformed::LinkTruncated,
-        Malformed::IpTruncated,
-        Malformed::IpBadHeader,
-        Malformed::IpExtTruncated,
-        Malformed::TransportTruncated,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Malformed::LinkTruncated => "link_truncated",
-            Malformed::IpTruncated => "ip_truncated",
-            Malformed::IpBadHeader => "ip_bad_header",
-            Malformed::IpExtTruncated => "ip_ext_truncated",
-            Malformed::TransportTruncated => "transport_truncated",
-        }
-    }
-}
-
-/// Result of decoding one frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decoded {
-    Ip(IpPacket),
-    NonIp(NonIp),
-    Malformed(Malformed),
-}
 
 /// The 5-tuple of the most common frame, if `frame` is one: untagged
 /// Ethernet, IPv4 without options, not fragmented, TCP or UDP, lengths

@@ -1,0 +1,169 @@
+//! The rule store itself: its state, construction and plain accessors.
+//! The stages (`transaction`, `publish`, `grow`, `bulk`, `views`) add
+//! their methods in their own files.
+
+use std::sync::Arc;
+
+use cfdp_engine::{LiveStats, Mode, Op, Tables, WorkerContext};
+use cfdp_filter::Filter;
+use cfdp_rules::{Match, PrefixClass, Rule, RuleId};
+use hashbrown::HashMap;
+use left_right::{ReadHandleFactory, WriteHandle};
+
+use super::config::StoreConfig;
+use super::ruleset::RuleSet;
+use super::types::{fresh_version, StoreError, Unsettled};
+
+/// The authoritative rule set and the writer of the published tables.
+pub struct RuleStore {
+    pub(super) cfg: StoreConfig,
+    pub(super) w: WriteHandle<Tables, Op>,
+    pub(super) factory: ReadHandleFactory<Tables>,
+    pub(super) stats: Arc<LiveStats>,
+    pub(super) rules: RuleSet,
+    pub(super) flow_filter: Arc<Filter>,
+    pub(super) classes: HashMap<PrefixClass, (Arc<Filter>, usize)>,
+    pub(super) free_slots: Vec<u32>,
+    pub(super) next_slot: u32,
+    /// Counter totals of a slot when its current rule got it.
+    pub(super) baselines: HashMap<u32, (u64, u64)>,
+    /// The `count` rules by id (kept at commit): `stats` and every scrape
+    /// report them without walking the whole rule set.
+    pub(super) count_rules: std::collections::BTreeMap<RuleId, u32>,
+    /// Changes whenever `count_rules` does, to a value no other state of
+    /// any store had (see [`RuleStore::count_rules_version`]).
+    pub(super) count_version: u64,
+    pub(super) generation: u64,
+    /// The second half of the last commit, when not yet run (`settle`).
+    pub(super) unsettled: Option<Unsettled>,
+    /// The exact tables' fold in progress, merging on its own thread
+    /// (see `publish`).
+    pub(super) fold: Option<std::thread::JoinHandle<cfdp_engine::Folded>>,
+    /// Folds started and landed.
+    pub(super) folds: (u64, u64),
+}
+
+impl RuleStore {
+    /// An empty store. `stats` must be the live statistics the workers
+    /// write (their per-rule counters are allocated from here).
+    pub fn new(cfg: StoreConfig, stats: Arc<LiveStats>) -> Result<Self, StoreError> {
+        cfg.check_max_rules()?;
+        let flow_filter = cfg.new_filter(cfg.flow_capacity)?;
+        let (w, r) = left_right::new_from_empty::<Tables, Op>(Tables::new(
+            Arc::clone(&flow_filter),
+            cfg.mode == Mode::FilterOnly,
+        ));
+        let factory = r.factory();
+        let rules = if cfg.mode == Mode::FilterOnly {
+            RuleSet::with_match_index()
+        } else {
+            RuleSet::default()
+        };
+        Ok(Self {
+            cfg,
+            w,
+            factory,
+            stats,
+            rules,
+            flow_filter,
+            classes: HashMap::new(),
+            free_slots: Vec::new(),
+            next_slot: 0,
+            baselines: HashMap::new(),
+            count_rules: Default::default(),
+            count_version: fresh_version(),
+            generation: 0,
+            unsettled: None,
+            fold: None,
+            folds: (0, 0),
+        })
+    }
+
+    /// A store holding a fixed rule set, with statistics for `workers`
+    /// workers, and the context its workers read (`cfdp replay`, tests,
+    /// benchmarks). Keep the store alive while the workers run.
+    pub fn fixed(
+        rules: impl Into<Vec<Rule>>,
+        mode: Mode,
+        workers: usize,
+    ) -> Result<(RuleStore, WorkerContext), StoreError> {
+        let rules = rules.into();
+        let cfg = StoreConfig {
+            mode,
+            ..Default::default()
+        };
+        let stats = Arc::new(LiveStats::new(workers, cfg.max_rules.max(rules.len())));
+        let store = RuleStore::with_rules(cfg, stats, rules)?;
+        let cx = store.worker_context();
+        Ok((store, cx))
+    }
+
+    /// A store holding `rules`, validated like one all-or-nothing batch
+    /// (the first problem is the error, naming the rule by position and id:
+    /// `rule #2 (id 7): ...`) and built in bulk: tables at their final
+    /// size, filters by `Filter::build`, no operation log (see `bulk`).
+    /// A `Vec` is taken as it is (it becomes the rule store); a slice is
+    /// copied.
+    pub fn with_rules(
+        mut cfg: StoreConfig,
+        stats: Arc<LiveStats>,
+        rules: impl Into<Vec<Rule>>,
+    ) -> Result<Self, StoreError> {
+        let rules = rules.into();
+        let flows = rules
+            .iter()
+            .filter(|r| matches!(r.matcher, Match::Flow(_)))
+            .count();
+        cfg.flow_capacity = cfg.flow_capacity.max(flows + flows / 8);
+        cfg.max_rules = cfg.max_rules.max(rules.len());
+        if rules.is_empty() {
+            return Self::new(cfg, stats);
+        }
+        Self::build(cfg, stats, rules)
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.cfg.mode
+    }
+
+    /// What the workers of a backend need to read this store's tables.
+    pub fn worker_context(&self) -> WorkerContext {
+        WorkerContext {
+            mode: self.cfg.mode,
+            readers: self.readers(),
+            stats: Arc::clone(&self.stats),
+        }
+    }
+
+    /// Workers get their read handles from here.
+    pub fn readers(&self) -> ReadHandleFactory<Tables> {
+        self.factory.clone()
+    }
+
+    pub fn live_stats(&self) -> &Arc<LiveStats> {
+        &self.stats
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Sets the generation (when restoring persisted state).
+    pub fn set_generation(&mut self, generation: u64) {
+        self.generation = generation;
+        self.w.append(Op::SetGeneration(generation));
+        self.w.publish();
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}

@@ -8,7 +8,7 @@ pub const ENTRIES_PER_BUCKET: usize = 4;
 /// What the per-bucket Bloom field holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BloomMode {
-    /// Seed 004 exactly: one `bf` bit per bucket. An element in the Bloom
+    /// The Bloom-Cuckoo paper exactly: one `bf` bit per bucket. An element in the Bloom
     /// part sets the bits of both its buckets.
     Bit,
     /// Beyond the paper (its "future work"): a `bits`-wide tag per bucket.
@@ -31,7 +31,7 @@ impl BloomMode {
     }
 }
 
-/// The Bloom-Cuckoo insert path of seed 004 (Algorithm 2).
+/// The Bloom-Cuckoo insert path of the Bloom-Cuckoo paper (Algorithm 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BloomConfig {
     pub mode: BloomMode,
@@ -60,7 +60,7 @@ pub struct Config {
     pub value_bits: u32,
     /// `None`: plain cuckoo filter. `Some`: Bloom-Cuckoo filter.
     pub bloom: Option<BloomConfig>,
-    /// MaxNumKicks of the cuckoo filter paper, `max_iter` of seed 004: the
+    /// MaxNumKicks of the cuckoo filter paper, `max_iter` of the Bloom-Cuckoo paper: the
     /// most iterations (bucket accesses) one insert may take.
     pub max_kicks: u32,
     /// Number of lock stripes (power of two); 0 picks one from the size.

@@ -1,5 +1,5 @@
 //! The safe, concurrent filter: lookups, the Bloom-Cuckoo insert path
-//! (seed 004, Algorithm 2), delete (Algorithm 1), the Bloom-part side table
+//! (the Bloom-Cuckoo paper, Algorithm 2), delete (Algorithm 1), the Bloom-part side table
 //! and migration.
 //!
 //! Writers never modify the table along a random walk as they go. They first
@@ -118,12 +118,12 @@ pub struct Stats {
     pub bits_per_item: f64,
     /// Estimated false-positive rate: cuckoo part plus Bloom part (crate docs).
     pub estimated_fpr: f64,
-    /// The filter's theoretical upper bound 1 − (1 − 2^−f)^(2b) (SPEC §2).
+    /// The filter's theoretical upper bound 1 − (1 − 2^−f)^(2b).
     pub fpr_bound: f64,
     pub memory_bytes: usize,
 }
 
-/// An element of the Bloom part, as kept in the side table (seed 004 keeps
+/// An element of the Bloom part, as kept in the side table (the Bloom-Cuckoo paper keeps
 /// `(h1, fp)`; we keep the bucket pair and the value too, so migration can
 /// restore the entry exactly). Keyed by the lower bucket of the pair: each
 /// bucket's Bloom field belongs to at most one element.
@@ -660,7 +660,7 @@ impl Filter {
     }
 
     /// Inserts a pre-hashed key with an associated value, through Algorithm
-    /// 2 of seed 004 when the filter has a Bloom part, else through the
+    /// 2 of the Bloom-Cuckoo paper when the filter has a Bloom part, else through the
     /// plain cuckoo walk. On error the filter is unchanged.
     pub fn insert_hash(&self, h: u64, value: u32) -> Result<InsertOutcome, InsertError> {
         self.writer().insert_hash(h, value)
@@ -684,7 +684,7 @@ impl Filter {
         self.remove_hash(hash_bytes(key), 0)
     }
 
-    /// Algorithm 1 of seed 004; see [`FilterWriter::remove_hash`].
+    /// Algorithm 1 of the Bloom-Cuckoo paper; see [`FilterWriter::remove_hash`].
     pub fn remove_hash(&self, h: u64, value: u32) -> bool {
         self.writer().remove_hash(h, value)
     }
@@ -1448,7 +1448,7 @@ impl FilterWriter<'_> {
             .insert_locked(&mut self.guard, h, value, threshold)
     }
 
-    /// Algorithm 1 of seed 004: removes one copy of the item (fingerprint
+    /// Algorithm 1 of the Bloom-Cuckoo paper: removes one copy of the item (fingerprint
     /// and value) from its cuckoo entries, else from the Bloom part. Only
     /// items that were inserted may be removed (as for any cuckoo filter);
     /// the Bloom part is cleared only when the side table confirms that the
@@ -1466,7 +1466,7 @@ impl FilterWriter<'_> {
     }
 
     /// Moves up to `budget` elements from the Bloom part back into cuckoo
-    /// entries (seed 004, end of section III), restoring the FPR and the
+    /// entries (the Bloom-Cuckoo paper, end of section III), restoring the FPR and the
     /// room for the next burst. Each element's fingerprint is written before
     /// its Bloom fields are cleared. Elements with no room within
     /// `max_kicks` stay in the Bloom part. Returns how many moved.

@@ -44,7 +44,7 @@ pub fn hash_u64(key: u64) -> u64 {
 /// Mixes a fingerprint into the XOR distance between an item's two buckets.
 ///
 /// Hashing the fingerprint (rather than XOR-ing it directly) matters: short
-/// fingerprints would otherwise only reach nearby buckets (SPEC §2).
+/// fingerprints would otherwise only reach nearby buckets.
 #[inline]
 pub(crate) fn fp_displacement(fp: u32) -> u64 {
     (u64::from(fp) | (u64::from(fp) << 32)).wrapping_mul(0xc6a4_a793_5bd1_e995) >> 17

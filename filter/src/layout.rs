@@ -21,7 +21,7 @@
 //! A fingerprint is never zero, so an entry whose fingerprint bits are zero
 //! is empty. The Bloom-part field `T` (0 when the filter has no Bloom part)
 //! sits in the top bits of word 0, so a lookup reads it with the entries: no
-//! extra memory access, exactly as seed 004 asks of its `bf` bit.
+//! extra memory access, exactly as the Bloom-Cuckoo paper asks of its `bf` bit.
 //!
 //! Matching uses SWAR ("SIMD within a register"): the probe fingerprint is
 //! broadcast to every lane, XOR-ed with the word and masked to the

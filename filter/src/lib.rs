@@ -2,14 +2,14 @@
 //!
 //! A concurrent cuckoo filter (Fan, Andersen, Kaminsky, Mitzenmacher,
 //! CoNEXT 2014) with the integrated Bloom part of the Bloom-Cuckoo filter
-//! (seed 004 in `shared/seeds`), built for a packet data plane: worker
+//! (J. Li, "Bloom-Cuckoo filter: accelerating the insertion of cuckoo filters with an integrated Bloom filter"), built for a packet data plane: worker
 //! threads look keys up without locks while a control thread inserts,
 //! removes and migrates.
 //!
 //! * **Cuckoo filter**: partial-key cuckoo hashing, 4 entries per bucket, a
 //!   power-of-two bucket count, `f`-bit fingerprints (4..=32), an optional
 //!   `v`-bit value per entry returned by lookups (approximate table lookup).
-//! * **Bloom-Cuckoo insert path**: Algorithm 2 of seed 004 with threshold
+//! * **Bloom-Cuckoo insert path**: Algorithm 2 of the Bloom-Cuckoo paper with threshold
 //!   `t` and `max_iter` (= [`Config::max_kicks`]); Algorithm 1 for delete;
 //!   a side table of the Bloom-part elements and [`Filter::migrate`].
 //! * **Tag mode** ([`BloomMode::Tag`]): the Bloom field holds a `T`-bit tag
@@ -54,11 +54,11 @@
 //! probe compares against 2b = 8 entries, each occupied with probability α
 //! and equal with probability 1/(2^f − 1):
 //! `fpr_cf = 1 − (1 − α/(2^f − 1))^8 ≈ 8α/2^f`, bounded by
-//! `1 − (1 − 2^−f)^8` (SPEC §2).
+//! `1 − (1 − 2^−f)^8`.
 //!
 //! Bloom part with `n` elements in `m` buckets: 2n Bloom fields are set. In
 //! bit mode a negative probe is positive when both its buckets are set:
-//! `fpr_bf ≈ (2n/m)²` (seed 004). In tag mode each set field holds a tag
+//! `fpr_bf ≈ (2n/m)²` (the Bloom-Cuckoo paper). In tag mode each set field holds a tag
 //! drawn uniformly from 2^T − 1 non-zero values, from the owner's
 //! fingerprint and bucket pair, and the probe must find *its own* tag in
 //! both buckets: `fpr_tag ≈ ((2n/m) / (2^T − 1))²`, i.e. the bit mode's

@@ -1,4 +1,4 @@
-//! The Bloom-Cuckoo filter (seed 004): Bloom-part placement, delete,
+//! The Bloom-Cuckoo filter (the Bloom-Cuckoo paper): Bloom-part placement, delete,
 //! migration, and the tag mode.
 
 mod common;

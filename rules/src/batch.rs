@@ -197,6 +197,14 @@ pub enum ReplaceError {
     },
 }
 
+/// A batch of `n` updates where at most `max` are taken.
+pub fn too_many(n: usize, max: usize) -> BatchError {
+    batch_err(
+        "updates",
+        format!("{n} updates: at most {max} per batch (split the batch)"),
+    )
+}
+
 fn batch_err(field: &str, message: impl Into<String>) -> BatchError {
     BatchError {
         field: field.into(),
@@ -288,13 +296,7 @@ pub fn parse_batch(v: &Value, max_updates: usize) -> Result<Batch, BatchError> {
         .and_then(Value::as_array)
         .ok_or_else(|| batch_err("updates", "missing or not a list"))?;
     if list.len() > max_updates {
-        return Err(batch_err(
-            "updates",
-            format!(
-                "{} updates: at most {max_updates} per batch (split the batch)",
-                list.len()
-            ),
-        ));
+        return Err(too_many(list.len(), max_updates));
     }
     Ok(Batch {
         atomicity,

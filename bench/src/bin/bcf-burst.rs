@@ -1,4 +1,4 @@
-//! Seed 004's experiments (SPEC §3), for the plain cuckoo filter (`cf`), the
+//! The Bloom-Cuckoo paper's experiments, for the plain cuckoo filter (`cf`), the
 //! paper's Bloom-Cuckoo filter (`bcf`, one bit per bucket) and our tag mode
 //! (`bcf-tag`, a 16-bit tag per bucket in the spare bits of the bucket word).
 //!

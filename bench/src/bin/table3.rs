@@ -1,4 +1,4 @@
-//! The CoNEXT 2014 Table 3 experiment (SPEC §2): fill a filter of 2^25
+//! The CoNEXT 2014 Table 3 experiment ("Cuckoo Filter: Practically Better Than Bloom"): fill a filter of 2^25
 //! buckets with 64-bit random keys until the first insert fails, then
 //! report items stored, bits per item, measured FPR (10^6 negative queries)
 //! and construction rate; beside it, in the same run, the structures a user

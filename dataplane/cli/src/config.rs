@@ -23,7 +23,7 @@ pub struct RunConfig {
     pub rules: RulesConfig,
     pub filter: FilterConfig,
     pub control: ControlConfig,
-    pub dpdk: DpdkConfig,
+    pub dpdk: cfdp_dpdk::DpdkOptions,
     pub cluster: ClusterConfig,
 }
 
@@ -38,39 +38,6 @@ pub struct ClusterConfig {
     pub prefix: String,
     /// This node's name, unique in the fleet (empty: the host name).
     pub node: String,
-}
-
-/// `[dpdk]`: the NIC backend (cargo feature `dpdk`; see `cfdp_dpdk::backend`).
-#[derive(Clone, Debug, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct DpdkConfig {
-    /// Use DPDK instead of pcap replay.
-    pub enabled: bool,
-    /// EAL arguments (without the program name), e.g. `["-l", "0-1",
-    /// "--vdev", "net_null0"]`.
-    pub eal_args: Vec<String>,
-    /// Port pairs (DPDK device names, e.g. `0000:01:00.0` or
-    /// `net_af_packet0`): every port of a pair is polled, and a packet
-    /// forwarded from one leaves by the other. Excludes `rx_ports`.
-    pub xconnect: Vec<(String, String)>,
-    /// One-way: devices polled for packets; forwarded packets leave by
-    /// `tx_ports[0]`.
-    pub rx_ports: Vec<String>,
-    /// Output ports: index n is output port n (`redirect N`).
-    pub tx_ports: Vec<String>,
-    /// Worker threads = receive queues per rx port = transmit queues per
-    /// tx port.
-    pub workers: u16,
-    /// CPU of each worker (worker w is pinned to `worker_cpus[w]`); empty:
-    /// not pinned. Keep them off the EAL's main lcore (`-l`).
-    pub worker_cpus: Vec<usize>,
-    pub mempool_size: u32,
-    pub descriptors: u16,
-    /// Packets per receive burst (1..=32).
-    pub burst: usize,
-    /// Stop after this long without a packet on any queue (0: never; for
-    /// replays of finite captures through net_pcap).
-    pub stop_when_idle_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]

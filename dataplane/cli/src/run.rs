@@ -152,9 +152,12 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     let (store, journal) = build_store(&cfg, Arc::clone(&stats))?;
     let cx = store.worker_context();
     let c = &cfg.control;
-    let plane_cfg = PlaneConfig {
+    let requests = cfdp_control::api::RequestLimits {
         max_batch: c.max_batch,
         max_line_bytes: c.max_line_bytes,
+    };
+    let plane_cfg = PlaneConfig {
+        requests,
         compact_every: c.compact_every.max(1),
         migrate_budget: c.migrate_budget.max(1),
         ..PlaneConfig::default()
@@ -164,8 +167,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     let own_uid = rustix::process::getuid().as_raw();
     let ctx = ServerCtx {
         limits: Limits {
-            max_line_bytes: c.max_line_bytes,
-            max_batch: c.max_batch,
+            requests,
             idle_timeout: Duration::from_secs(c.idle_timeout_s.max(1)),
             request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
             max_connections: c.max_connections,
@@ -336,18 +338,7 @@ fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(),
     if let Err(e) = crate::telemetry::register(&eal, &running.board) {
         eprintln!("cfdp: DPDK telemetry commands not registered: {e}");
     }
-    let opts = cfdp_dpdk::backend::DpdkOptions {
-        rx_ports: d.rx_ports.clone(),
-        tx_ports: d.tx_ports.clone(),
-        xconnect: d.xconnect.clone(),
-        workers: d.workers,
-        worker_cpus: d.worker_cpus.clone(),
-        mempool_size: d.mempool_size,
-        descriptors: d.descriptors,
-        burst: d.burst,
-        stop_when_idle_ms: d.stop_when_idle_ms,
-    };
-    let result = cfdp_dpdk::backend::run(&eal, &opts, cx, &running.stop);
+    let result = cfdp_dpdk::backend::run(&eal, d, cx, &running.stop);
     let finished = running.finish("dpdk");
     eal.cleanup();
     let report = result.map_err(|e| RunError::Backend(e.to_string()))?;

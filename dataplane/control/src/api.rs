@@ -76,6 +76,26 @@ impl ApplyCommand {
     }
 }
 
+/// How large a request may be: the socket refuses longer lines and larger
+/// batches while reading them, and `hello` reports both. One definition,
+/// held by the control plane's settings and the listeners' limits alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Most updates in one batch.
+    pub max_batch: usize,
+    /// Longest request line, bytes.
+    pub max_line_bytes: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            max_batch: 65_536,
+            max_line_bytes: 16 << 20,
+        }
+    }
+}
+
 /// Largest page of `rules`.
 pub const MAX_PAGE: u64 = 10_000;
 

@@ -14,8 +14,8 @@ use hdrhistogram::Histogram;
 
 use crate::api::{
     ApplyCommand, Capabilities, Command, ControlError, Hello, Job, MigrateReport, Pong,
-    ReplaceBatch, ReplaceReport, Response, RuleEntry, RulesPage, SnapshotReport, API_VERSION,
-    MAX_PAGE,
+    ReplaceBatch, ReplaceReport, RequestLimits, Response, RuleEntry, RulesPage, SnapshotReport,
+    API_VERSION, MAX_PAGE,
 };
 use crate::journal::Journal;
 use crate::stats::{BatchCounts, ControlStats, JournalStats, Latency, PlaneView, StatsBoard};
@@ -24,8 +24,8 @@ use crate::store::{ApplyError, BatchReport, CountSlot, RuleStore};
 /// Control-thread settings.
 #[derive(Clone, Debug)]
 pub struct PlaneConfig {
-    pub max_batch: usize,
-    pub max_line_bytes: usize,
+    /// Reported by `hello`; the socket enforces them while reading.
+    pub requests: RequestLimits,
     /// Compact the journal into a snapshot after this many records.
     pub compact_every: u64,
     /// Bloom-part elements moved per filter per migration step.
@@ -37,8 +37,7 @@ pub struct PlaneConfig {
 impl Default for PlaneConfig {
     fn default() -> Self {
         Self {
-            max_batch: 65_536,
-            max_line_bytes: 16 << 20,
+            requests: RequestLimits::default(),
             compact_every: 1000,
             migrate_budget: 64,
             migrate_interval: Duration::from_millis(2),
@@ -226,8 +225,8 @@ impl ControlPlane {
                 auto_grow: c.auto_grow,
                 durable: self.journal.is_some(),
                 max_rules: c.max_rules,
-                max_batch: self.cfg.max_batch,
-                max_line_bytes: self.cfg.max_line_bytes,
+                max_batch: self.cfg.requests.max_batch,
+                max_line_bytes: self.cfg.requests.max_line_bytes,
             },
             generation: self.store.generation(),
         }
@@ -301,7 +300,15 @@ impl ControlPlane {
     /// the whole batch was refused. When `updates_text` is given and every
     /// update applies, the journal records that text as it is.
     pub fn apply(&mut self, cmd: ApplyCommand) -> Result<BatchReport, ControlError> {
+        let max = self.cfg.requests.max_batch;
         let batch = match cmd.batch {
+            // In-process callers are held to the socket's bound too.
+            Ok(b) if b.updates.len() > max => {
+                Err(cfdp_rules::batch::too_many(b.updates.len(), max))
+            }
+            other => other,
+        };
+        let batch = match batch {
             Ok(b) => b,
             Err(e) => {
                 self.batches_refused += 1;

@@ -27,17 +27,16 @@ use std::time::Duration;
 use cfdp_rules::protocol::{check_params, code, parse_request_line, ErrorReply, Method};
 use serde_json::Value;
 
-use crate::api::{Command, ControlError, ControlHandle, NodeStatus, Response};
+use crate::api::{Command, ControlError, ControlHandle, NodeStatus, RequestLimits, Response};
 use crate::stats::StatsBoard;
 use crate::wire;
 
 /// Limits and access rules of the listeners.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    pub max_line_bytes: usize,
-    /// Most updates in one batch (batches are parsed on the connection
+    /// Line length and batch size (batches are parsed on the connection
     /// thread).
-    pub max_batch: usize,
+    pub requests: RequestLimits,
     pub idle_timeout: Duration,
     /// Most time from a request line's first byte to its newline.
     pub request_timeout: Duration,
@@ -409,7 +408,7 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
         // byte is already buffered).
         r.get_mut().line_deadline = (!r.buffer().is_empty())
             .then(|| std::time::Instant::now() + ctx.limits.request_timeout);
-        let reply = match read_line_limited(&mut r, &mut line, ctx.limits.max_line_bytes) {
+        let reply = match read_line_limited(&mut r, &mut line, ctx.limits.requests.max_line_bytes) {
             Ok(Line::Complete) => {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
@@ -421,7 +420,7 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
                 code::REQUEST_TOO_LARGE,
                 format!(
                     "request line longer than max_line_bytes = {} (skipped)",
-                    ctx.limits.max_line_bytes
+                    ctx.limits.requests.max_line_bytes
                 ),
             )
             .to_json()
@@ -476,7 +475,7 @@ impl<S: Stream + Read> Read for Deadlines<S> {
 /// The response to one request line, as JSON text.
 fn answer(line: &[u8], ctx: &ServerCtx) -> String {
     let t0 = std::time::Instant::now();
-    let request = match parse_request_line(line, ctx.limits.max_batch) {
+    let request = match parse_request_line(line, ctx.limits.requests.max_batch) {
         Ok(p) => p,
         Err(e) => return e.to_json().to_string(),
     };
@@ -505,7 +504,7 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> String {
         return wire::answer_line(&id, &Err(e), None);
     }
     let parse_us = t0.elapsed().as_micros() as u64;
-    let command: Command = match wire::command(request, ctx.limits.max_batch, parse_us) {
+    let command: Command = match wire::command(request, ctx.limits.requests.max_batch, parse_us) {
         Ok(c) => c,
         Err(e) => return e.to_json().to_string(),
     };

@@ -1242,3 +1242,40 @@ fn the_count_rules_list_is_rebuilt_only_when_it_changes() {
     plane.publish_view();
     assert_eq!(list().len(), 1000);
 }
+
+/// The typed API holds in-process callers to the batch bound the socket
+/// enforces while parsing: a larger batch is refused whole and counted.
+#[test]
+fn typed_batches_over_max_batch_are_refused_whole() {
+    use cfdp_control::api::{ApplyCommand, RequestLimits};
+    use cfdp_control::plane::{ControlPlane, PlaneConfig};
+    use cfdp_control::ControlError;
+    let mut plane = ControlPlane::new(
+        store(StoreConfig::default()),
+        None,
+        PlaneConfig {
+            requests: RequestLimits {
+                max_batch: 2,
+                ..RequestLimits::default()
+            },
+            ..PlaneConfig::default()
+        },
+    );
+    let three = (1..=3).map(|i| Update::Insert(flow_rule(i, i, Action::Drop)));
+    let e = plane
+        .apply(ApplyCommand::new(batch(
+            Atomicity::ContinueOnError,
+            three.collect(),
+        )))
+        .unwrap_err();
+    assert!(matches!(e, ControlError::BadBatch(_)), "{e:?}");
+    assert_eq!((plane.stats().rules, plane.stats().batches.refused), (0, 1));
+    let two = (1..=2).map(|i| Update::Insert(flow_rule(i, i, Action::Drop)));
+    let r = plane
+        .apply(ApplyCommand::new(batch(
+            Atomicity::ContinueOnError,
+            two.collect(),
+        )))
+        .unwrap();
+    assert!(r.applied);
+}

@@ -29,36 +29,11 @@ use cfdp_packet::LinkType;
 use serde::Serialize;
 
 use crate::{
-    DpdkError, Eal, Mempool, PortPlan, PortStats, RxBurst, RxQueue, StartedPort,
+    DpdkError, DpdkOptions, Eal, Mempool, PortPlan, PortStats, RxBurst, RxQueue, StartedPort,
     ThreadRegistration, TxQueue, MAX_BURST,
 };
 
 const _: () = assert!(cfdp_dpdk_sys::MAX_BURST == MAX_BURST);
-
-/// The backend's settings (`[dpdk]` in the configuration, less the EAL's).
-#[derive(Clone, Debug)]
-pub struct DpdkOptions {
-    /// Devices polled for packets (DPDK device names), one-way: forwarded
-    /// packets leave by `tx_ports[0]`. Empty when `xconnect` is used.
-    pub rx_ports: Vec<String>,
-    /// Output ports: index n is output port n (`redirect N`; one-way, 0
-    /// also takes forwarded packets).
-    pub tx_ports: Vec<String>,
-    /// Port pairs: a packet received on one port of a pair and forwarded
-    /// leaves by the other.
-    pub xconnect: Vec<(String, String)>,
-    /// Worker threads = receive queues per rx port = transmit queues per
-    /// tx port.
-    pub workers: u16,
-    /// CPU of each worker; empty: not pinned.
-    pub worker_cpus: Vec<usize>,
-    pub mempool_size: u32,
-    pub descriptors: u16,
-    /// Packets per receive burst (1..=32).
-    pub burst: usize,
-    /// Stop after this long without a packet on any queue (0: never).
-    pub stop_when_idle_ms: u64,
-}
 
 /// What a DPDK run reports beside the live statistics.
 #[derive(Clone, Debug, Serialize)]

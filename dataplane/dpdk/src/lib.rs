@@ -29,6 +29,7 @@ mod burst;
 #[cfg(dpdk)]
 #[allow(unsafe_code)] // DPDK FFI
 mod eal;
+mod options;
 pub mod plan;
 #[cfg(dpdk)]
 #[allow(unsafe_code)] // DPDK FFI
@@ -54,6 +55,7 @@ pub use queue::{RxQueue, TxQueue};
 #[cfg(dpdk)]
 pub use ring::Ring;
 
+pub use options::DpdkOptions;
 pub use plan::PortPlan;
 
 /// Largest burst handled at once (the engine's burst).

@@ -13,7 +13,8 @@
 use std::sync::atomic::AtomicBool;
 
 use cfdp_control::RuleStore;
-use cfdp_dpdk::backend::{self, DpdkOptions};
+use cfdp_dpdk::backend;
+use cfdp_dpdk::DpdkOptions;
 use cfdp_dpdk::Eal;
 use cfdp_engine::Mode;
 use cfdp_engine::Totals;
@@ -97,6 +98,7 @@ fn run(eal: &Eal, tag: &str, frames: &[GenFrame], queues: u16) -> Outcome {
         descriptors: 512,
         burst: 32,
         stop_when_idle_ms: 300,
+        ..Default::default()
     };
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
     let (_store, cx) = RuleStore::fixed(&rules[..], Mode::Verify, usize::from(queues)).unwrap();

@@ -9,7 +9,8 @@
 use std::sync::atomic::AtomicBool;
 
 use cfdp_control::RuleStore;
-use cfdp_dpdk::backend::{self, DpdkOptions};
+use cfdp_dpdk::backend;
+use cfdp_dpdk::DpdkOptions;
 use cfdp_engine::Mode;
 use cfdp_rules::parse_rule_file;
 use cfdp_testkit::captures::{self as gen, Expect};
@@ -43,6 +44,7 @@ fn frames_injected_through_net_ring_get_their_hand_worked_verdicts() {
         descriptors: 512,
         burst: 32,
         stop_when_idle_ms: 300,
+        ..Default::default()
     };
     let pool = eal.mempool("inject", 1023, 0).expect("pool");
     let frames = gen::mixed();

@@ -138,6 +138,7 @@ impl Filter {
     /// One pass: sorts `items` by the chunk of their `target` bucket, fills
     /// the chunks (split between `threads`) up to `cap` entries per bucket,
     /// returns the items that found no room in that bucket.
+    #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
     fn fill_pass(
         &self,
         items: &[(u64, u32)],

@@ -50,6 +50,7 @@ fn writer_churn(f: &Filter, seed: u64, mut churn: Vec<u64>, deadline: Instant) -
     done
 }
 
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn stress(mode: BloomMode, fp_bits: u32, value_bits: u32, writers: usize, packed: bool) {
     let f = Arc::new(
         Filter::new(Config {

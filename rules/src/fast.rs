@@ -213,6 +213,7 @@ mod tests {
     /// the fast path accepts, the value parser accepts with the same rule,
     /// and the common spellings do take the fast path.
     #[test]
+    #[allow(clippy::too_many_lines)] // a scenario read top to bottom
     fn the_fast_path_only_accepts_what_the_value_parser_accepts_identically() {
         let ids = [
             "1",

@@ -238,6 +238,7 @@ fn print(r: &Row) {
     );
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     let trials = if quick { 4 } else { 100 };

@@ -373,6 +373,7 @@ impl Series {
     }
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     let label = arg("--label").unwrap_or_else(|| "this".into());

@@ -118,6 +118,7 @@ fn filled(bloom: bool, occupancy: f64) -> (RuleStore, u64) {
     (store, next)
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     let trials = if quick { 5 } else { 30 };

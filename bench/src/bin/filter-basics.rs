@@ -138,6 +138,7 @@ fn lookup_mops(f: &Filter, qs: &[u64], batched: bool, rounds: usize) -> f64 {
     median(&mut samples)
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = cfdp_bench::is_quick();
     let mut rows = Vec::new();

@@ -101,6 +101,7 @@ fn node_stats(dir: &Path, name: &str) -> Option<Value> {
         .map(|v| v["result"].clone())
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     let cfdp = cfdp_binary();

@@ -28,6 +28,7 @@ use hdrhistogram::Histogram;
 
 const BANDS: [(f64, f64); 4] = [(0.90, 0.93), (0.93, 0.95), (0.95, 0.96), (0.96, 0.97)];
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     let log2 = if quick { 16 } else { 20 };

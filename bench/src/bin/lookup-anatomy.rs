@@ -154,6 +154,7 @@ fn pass(qs: &[u64], look: impl Fn(u64) -> bool) -> (f64, usize) {
     (mops, black_box(hits))
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = cfdp_bench::is_quick();
     let sizes: Vec<u32> = arg_u64_list("--sizes").map_or_else(

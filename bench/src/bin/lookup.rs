@@ -55,6 +55,7 @@ fn cfdp_batched(f: &Filter, qs: &[u64]) -> usize {
     hits
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     let sizes: &[u32] = if quick { &[16] } else { &[20, 25] };

@@ -25,6 +25,7 @@ use cfdp_control::RuleStore;
 use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
 use cfdp_rules::{Action, Match, Rule};
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     // `--rules 1000,10000000`: the rule-set sizes to measure.

@@ -87,6 +87,7 @@ fn ours(
     )
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
     let quick = is_quick();
     let log2 = if quick { 18 } else { 25 };

@@ -616,6 +616,7 @@ fn architecture(d: &Path, dpdk: bool) -> R<String> {
 /// `bcf-burst` (the occupancy experiment) and `bcf-burst-size` (the
 /// burst-size experiment): the CSV holds the first, then the second (which
 /// starts at the first row of burst 0).
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn bcf_burst(d: &Path, sizes: bool) -> R<String> {
     let c = Csv::load(d, "bcf_burst.csv")?;
     let recs = c.records();
@@ -1080,6 +1081,7 @@ fn large_rules_ab(d: &Path, file: &str) -> R<String> {
 
 /// `control-path`: the real control path, each label's p50 · p99 side by
 /// side (labels in the order of the file: e.g. old_a, new_a, old_b, new_b).
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn control_path(d: &Path) -> R<String> {
     let c = Csv::load(d, "control_path.csv")?;
     let labels = c.distinct("label")?;

@@ -29,6 +29,7 @@ use crate::error::RunError;
 
 /// Builds the rule store: restored from `control.state_dir` when it holds
 /// state, else loaded from `rules.file`. Returns the journal to append to.
+#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 fn build_store(
     cfg: &RunConfig,
     stats: Arc<LiveStats>,
@@ -127,6 +128,7 @@ fn build_store(
 
 /// Runs until a signal (or, without `pcap.loop`, until the input is replayed
 /// and a signal arrives).
+#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -217,6 +217,7 @@ fn fleet_rules(etcd: &Etcd, prefix: &str) -> Vec<Value> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn two_nodes_follow_one_rule_set_batch_by_batch() {
     let Some(etcd) = Etcd::start("follow") else {
         return;
@@ -488,6 +489,7 @@ fn nodes_keep_forwarding_while_etcd_is_down_and_catch_up_when_it_returns() {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn concurrent_controllers_cannot_both_win_and_batches_are_checked() {
     let Some(etcd) = Etcd::start("race") else {
         return;

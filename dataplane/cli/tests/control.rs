@@ -150,6 +150,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn batches_change_forwarding_roll_back_cleanly_and_survive_a_restart() {
     let dir = tmpdir("main");
     let srv = Server::start(&dir, 20_000, "");
@@ -622,6 +623,7 @@ fn free_port() -> u16 {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn tcp_listener_and_prometheus_metrics() {
     let dir = tmpdir("tcp");
     let (tcp, metrics) = (free_port(), free_port());

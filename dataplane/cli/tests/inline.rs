@@ -342,6 +342,7 @@ impl Echo {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
     let _serial = SERIAL
         .lock()

@@ -421,6 +421,7 @@ fn bloom_assisted_burst_into_a_97_percent_full_filter_then_migration() {
 /// the same copy — which fails if any key of a readable copy were missing
 /// from its filter.
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn verify_mode_answers_equal_the_exact_tables_under_churn() {
     let cfg = StoreConfig {
         flow_capacity: 256,
@@ -730,6 +731,7 @@ fn rule_files_with_duplicates_are_refused_naming_the_rule() {
 /// inserted through a batch, in verify and filter-only mode; and later
 /// batches see the loaded rules (their ids, their matches, their slots).
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn bulk_load_matches_the_batch_path_and_later_batches_see_it() {
     let mut rules: Vec<Rule> = (0..20_000)
         .map(|i| {
@@ -1017,6 +1019,7 @@ fn the_journal_runs_before_the_publish_and_before_the_answer() {
 /// (every 64th positive, against a check of the key's hash) counts false
 /// positives.
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn filter_only_finds_bloom_part_keys_through_changes_and_migration() {
     let cfg = StoreConfig {
         mode: Mode::FilterOnly,

@@ -125,6 +125,7 @@ fn sorted(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn two_workers_on_two_queues_give_every_frame_once_and_the_one_worker_verdicts() {
     let eal_args = [
         "--no-huge",

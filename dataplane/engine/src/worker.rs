@@ -262,149 +262,35 @@ impl Worker {
                 self.count_timed_out(expired);
             }
         }
-        // The burst's scratch arrays live in the worker: set per frame
-        // below, never cleared as a whole (a 1.3 KB memset per burst).
+        self.released.clear();
+        self.decode_burst(pkts);
+        // The burst's scratch arrays live in the worker: set per frame by
+        // `decode_burst`, never cleared as a whole (a 1.3 KB memset a burst).
         let Scratch {
             keys,
             valid,
             held,
             rules,
         } = &mut *self.scratch;
-        self.released.clear();
-        let l = &mut self.local;
-        let c = &mut l.totals;
-
-        // Prefetch every frame's first line before decoding (l3fwd's pattern):
-        // the frames' cache misses overlap instead of adding up.
-        for p in pkts {
-            prefetch_read(p.data.as_ptr());
-        }
-        for (i, p) in pkts.iter().enumerate() {
-            c.packets += 1;
-            c.bytes += u64::from(p.orig_len);
-            held[i] = None;
-            valid[i] = false;
-            // The common frame (Ethernet, IPv4, TCP/UDP, no options, not a
-            // fragment) straight into the burst: what `decode` would say.
-            if let Some(key) = decode_fast(p.link, p.data) {
-                c.ipv4 += 1;
-                account(&mut self.flows, key, p.orig_len);
-                keys[i] = key;
-                valid[i] = true;
-                continue;
-            }
-            match decode(p.link, p.data) {
-                Decoded::Ip(ip) => {
-                    if ip.key.v6 {
-                        c.ipv6 += 1;
-                    } else {
-                        c.ipv4 += 1;
-                    }
-                    if let Some(a) = ip.anomaly {
-                        c.malformed += 1;
-                        l.malformed_by[a as usize] += 1;
-                    }
-                    let mut key = ip.key;
-                    match ip.frag {
-                        Frag::None => {}
-                        Frag::First { id } => {
-                            c.fragments += 1;
-                            self.frags.first(&key, id, p.ts_ns);
-                            if let Some(v) = self.hold.take(&key, id) {
-                                self.releasing.push((i, v));
-                            }
-                        }
-                        Frag::Later { id } => {
-                            c.fragments += 1;
-                            match self.frags.resolve(&key, id, p.ts_ns) {
-                                Some((sp, dp)) => {
-                                    key.sport = sp;
-                                    key.dport = dp;
-                                    c.fragments_resolved += 1;
-                                }
-                                None => {
-                                    // Before its first fragment: held, not
-                                    // matched with ports it does not show.
-                                    c.fragments_unresolved += 1;
-                                    let copy = Held {
-                                        link: p.link,
-                                        ts_ns: p.ts_ns,
-                                        orig_len: p.orig_len,
-                                        data: p.data.to_vec(),
-                                    };
-                                    let ok = self.hold.hold(&key, id, copy).is_ok();
-                                    if !ok {
-                                        c.fragments_overflow += 1;
-                                    }
-                                    held[i] = Some(ok);
-                                }
-                            }
-                        }
-                    }
-                    // Accounting keys on the frame's own 5-tuple.
-                    account(&mut self.flows, ip.key, p.orig_len);
-                    keys[i] = key;
-                    valid[i] = held[i].is_none();
-                }
-                Decoded::NonIp(kind) => {
-                    c.non_ip += 1;
-                    l.non_ip_by[kind as usize] += 1;
-                }
-                Decoded::Malformed(r) => {
-                    c.malformed += 1;
-                    l.malformed_by[r as usize] += 1;
-                }
-            }
-        }
-
         let mut cx = MatchCtx {
             mode: self.mode,
-            counters: &mut *c,
+            counters: &mut self.local.totals,
             sample: &mut self.sample,
         };
         match_burst(&mut cx, t, &keys[..n], &valid[..n], &mut rules[..n]);
-        let (held, rules) = (&held[..n], &rules[..n]);
-
         let shared = &self.stats.workers[self.index];
-        let now_s = self.stats.clock(start);
-        // One frame's verdict from its rule, counted.
-        let verdict = |c: &mut crate::Totals, rule: Option<RuleRef>, orig_len: u32| {
-            let v = match rule {
-                None => Verdict::Forward,
-                Some(r) => {
-                    c.matched += 1;
-                    shared.rules.add(r.slot, u64::from(orig_len), now_s);
-                    match r.action {
-                        Action::Drop => Verdict::Drop,
-                        Action::Allow => {
-                            c.allowed += 1;
-                            Verdict::Forward
-                        }
-                        Action::Count => {
-                            c.counted += 1;
-                            Verdict::Forward
-                        }
-                        Action::Redirect(port) => Verdict::Redirect(port),
-                    }
-                }
-            };
-            match v {
-                Verdict::Drop => c.dropped += 1,
-                Verdict::Forward => c.forwarded += 1,
-                Verdict::Redirect(_) => {
-                    c.forwarded += 1;
-                    c.redirected += 1;
-                }
-            }
-            v
+        let mut judge = Judge {
+            c: &mut self.local.totals,
+            rules: &shared.rules,
+            now_s: self.stats.clock(start),
         };
         for i in 0..n {
             verdicts[i] = match held[i] {
-                None => verdict(c, rules[i], pkts[i].orig_len),
+                None => judge.verdict(rules[i], pkts[i].orig_len),
                 // Held: the copy waits; the backend frees the original.
                 Some(true) => Verdict::Drop,
                 Some(false) => {
-                    c.dropped += 1;
+                    judge.c.dropped += 1;
                     Verdict::Drop
                 }
             };
@@ -413,17 +299,172 @@ impl Worker {
         // rule: one verdict for the whole datagram.
         for (i, frames) in self.releasing.drain(..) {
             for frame in frames {
-                c.fragments_released += 1;
-                let v = verdict(c, rules[i], frame.orig_len);
+                judge.c.fragments_released += 1;
+                let v = judge.verdict(rules[i], frame.orig_len);
                 self.released.push(Released { frame, verdict: v });
             }
         }
-        c.bursts += 1;
+        judge.c.bursts += 1;
         shared.counters.publish(&self.local);
         self.histogram
             .saturating_record(start.elapsed().as_nanos() as u64);
         if start.duration_since(self.folded) >= HIST_FOLD_INTERVAL {
             self.fold_histogram(false);
         }
+    }
+
+    /// Decodes a burst into the scratch arrays: each frame's key, whether
+    /// it is matched (`valid`), and whether it was held (a later fragment
+    /// before its first: `held[i] = Some(room was found)`).
+    #[inline]
+    fn decode_burst(&mut self, pkts: &[PacketRef<'_>]) {
+        // Prefetch every frame's first line before decoding (l3fwd's
+        // pattern): the frames' cache misses overlap instead of adding up.
+        for p in pkts {
+            prefetch_read(p.data.as_ptr());
+        }
+        for (i, p) in pkts.iter().enumerate() {
+            let c = &mut self.local.totals;
+            c.packets += 1;
+            c.bytes += u64::from(p.orig_len);
+            let s = &mut *self.scratch;
+            s.held[i] = None;
+            s.valid[i] = false;
+            // The common frame (Ethernet, IPv4, TCP/UDP, no options, not a
+            // fragment) straight into the burst: what `decode` would say.
+            if let Some(key) = decode_fast(p.link, p.data) {
+                c.ipv4 += 1;
+                account(&mut self.flows, key, p.orig_len);
+                s.keys[i] = key;
+                s.valid[i] = true;
+                continue;
+            }
+            self.decode_slow(i, p);
+        }
+    }
+
+    /// Any frame `decode_fast` does not take: every link type, IPv6,
+    /// options, fragments, non-IP and malformed frames.
+    fn decode_slow(&mut self, i: usize, p: &PacketRef<'_>) {
+        let l = &mut self.local;
+        let c = &mut l.totals;
+        match decode(p.link, p.data) {
+            Decoded::Ip(ip) => {
+                if ip.key.v6 {
+                    c.ipv6 += 1;
+                } else {
+                    c.ipv4 += 1;
+                }
+                if let Some(a) = ip.anomaly {
+                    c.malformed += 1;
+                    l.malformed_by[a as usize] += 1;
+                }
+                let mut key = ip.key;
+                let held = self.fragment(i, p, &mut key, ip.frag);
+                // Accounting keys on the frame's own 5-tuple.
+                account(&mut self.flows, ip.key, p.orig_len);
+                let s = &mut *self.scratch;
+                s.keys[i] = key;
+                s.held[i] = held;
+                s.valid[i] = held.is_none();
+            }
+            Decoded::NonIp(kind) => {
+                c.non_ip += 1;
+                l.non_ip_by[kind as usize] += 1;
+            }
+            Decoded::Malformed(r) => {
+                c.malformed += 1;
+                l.malformed_by[r as usize] += 1;
+            }
+        }
+    }
+
+    /// A fragment's part: a first fragment records its ports (and releases
+    /// later fragments held for it); a later one takes them, or is held
+    /// until its first fragment comes (`Some(whether there was room)`).
+    fn fragment(
+        &mut self,
+        i: usize,
+        p: &PacketRef<'_>,
+        key: &mut FlowKey,
+        frag: Frag,
+    ) -> Option<bool> {
+        let c = &mut self.local.totals;
+        match frag {
+            Frag::None => None,
+            Frag::First { id } => {
+                c.fragments += 1;
+                self.frags.first(key, id, p.ts_ns);
+                if let Some(v) = self.hold.take(key, id) {
+                    self.releasing.push((i, v));
+                }
+                None
+            }
+            Frag::Later { id } => {
+                c.fragments += 1;
+                if let Some((sp, dp)) = self.frags.resolve(key, id, p.ts_ns) {
+                    key.sport = sp;
+                    key.dport = dp;
+                    c.fragments_resolved += 1;
+                    return None;
+                }
+                // Before its first fragment: held, not matched with ports
+                // it does not show.
+                c.fragments_unresolved += 1;
+                let copy = Held {
+                    link: p.link,
+                    ts_ns: p.ts_ns,
+                    orig_len: p.orig_len,
+                    data: p.data.to_vec(),
+                };
+                let ok = self.hold.hold(key, id, copy).is_ok();
+                if !ok {
+                    c.fragments_overflow += 1;
+                }
+                Some(ok)
+            }
+        }
+    }
+}
+
+/// Turns a frame's rule into its verdict, counting both.
+struct Judge<'a> {
+    c: &'a mut crate::Totals,
+    rules: &'a crate::stats::SlotCounters,
+    now_s: u32,
+}
+
+impl Judge<'_> {
+    #[inline]
+    fn verdict(&mut self, rule: Option<RuleRef>, orig_len: u32) -> Verdict {
+        let c = &mut *self.c;
+        let v = match rule {
+            None => Verdict::Forward,
+            Some(r) => {
+                c.matched += 1;
+                self.rules.add(r.slot, u64::from(orig_len), self.now_s);
+                match r.action {
+                    Action::Drop => Verdict::Drop,
+                    Action::Allow => {
+                        c.allowed += 1;
+                        Verdict::Forward
+                    }
+                    Action::Count => {
+                        c.counted += 1;
+                        Verdict::Forward
+                    }
+                    Action::Redirect(port) => Verdict::Redirect(port),
+                }
+            }
+        };
+        match v {
+            Verdict::Drop => c.dropped += 1,
+            Verdict::Forward => c.forwarded += 1,
+            Verdict::Redirect(_) => {
+                c.forwarded += 1;
+                c.redirected += 1;
+            }
+        }
+        v
     }
 }

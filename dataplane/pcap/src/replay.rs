@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use cfdp_engine::backend::{Backend, Rx};
 use cfdp_engine::{
-    run_worker, FlowTable, Mode, Released, RuleCount, StatsSnapshot, Verdict, Worker,
+    run_worker, FlowTable, LiveStats, Mode, Released, RuleCount, StatsSnapshot, Verdict, Worker,
     WorkerContext, WorkerOptions, MAX_BURST,
 };
 use cfdp_packet::LinkType;
@@ -222,13 +222,11 @@ pub fn replay(
             dp.stats.workers.len()
         )));
     }
-    let mut cap = Capture::open(&opts.input).map_err(ReplayError::Capture)?;
-    let file_len = std::fs::metadata(&opts.input).map(|m| m.len()).unwrap_or(0);
-    let pcapng = cap.is_pcapng();
+    let cap = Capture::open(&opts.input).map_err(ReplayError::Capture)?;
     let outputs = opts.out.as_ref().map(|base| {
         Outputs::new(
             base.clone(),
-            pcapng,
+            cap.is_pcapng(),
             cap.link_type().unwrap_or(LinkType::Ethernet),
         )
     });
@@ -236,18 +234,11 @@ pub fn replay(
         account_flows: opts.flows_csv.is_some(),
     };
     let start = Instant::now();
-
     let (pool_tx, pool_rx) = unbounded::<Box<Burst>>();
     let (out_tx, out_rx) = bounded::<Box<Burst>>(256);
-    let mut to_workers = Vec::with_capacity(workers);
-    let mut from_reader = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let (tx, rx) = bounded::<Box<Burst>>(64);
-        to_workers.push(tx);
-        from_reader.push(rx);
-    }
-
-    let (finished, writer_result, capture_result, pass, total_frames) = std::thread::scope(|s| {
+    let (to_workers, from_reader): (Vec<_>, Vec<_>) =
+        (0..workers).map(|_| bounded::<Box<Burst>>(64)).unzip();
+    let (finished, writer_result, read) = std::thread::scope(|s| {
         let writer = {
             let pool_tx = pool_tx.clone();
             std::thread::Builder::new()
@@ -255,183 +246,298 @@ pub fn replay(
                 .spawn_scoped(s, move || writer_loop(out_rx, pool_tx, outputs))
                 .expect("spawning the writer thread")
         };
-        let handles: Vec<_> = from_reader
-            .into_iter()
-            .enumerate()
-            .map(|(wi, rx)| {
-                let out_tx = out_tx.clone();
-                let pool = pool_rx.clone();
-                let tables = dp.readers.handle();
-                // Named per worker (`top -H`, and the control-path bench
-                // reads a worker's CPU time by this name).
-                std::thread::Builder::new()
-                    .name(format!("cfdp-worker-{wi}"))
-                    .spawn_scoped(s, move || {
-                        let mut w = Worker::new(dp, wi, wopts);
-                        let mut backend = ChannelBackend {
-                            from_reader: rx,
-                            to_writer: out_tx,
-                            pool,
-                            last_ts_ns: 0,
-                        };
-                        run_worker(&mut backend, &mut w, &tables);
-                        w.finish()
-                    })
-                    .expect("spawning a worker thread")
-            })
-            .collect();
+        let handles = spawn_workers(s, dp, wopts, from_reader, &out_tx, &pool_rx);
         drop(out_tx);
+        let mut reader = Reader {
+            opts,
+            stats: &dp.stats,
+            start,
+            pending: (0..workers).map(|_| Box::new(Burst::new())).collect(),
+            to_workers,
+            pool: (pool_tx, pool_rx),
+            total_frames: 0,
+            progress: Progress::new(opts),
+        };
+        let read = reader.read_all(cap, on_pass);
+        reader.finish();
+        let finished: Vec<Option<FlowTable>> = handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread panicked"))
+            .collect();
+        let writer_result = writer.join().expect("writer thread panicked");
+        (finished, writer_result, read)
+    });
+    writer_result.map_err(ReplayError::Output)?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut r = report(dp, &finished, elapsed, read.passes, read.result.err(), opts)?;
+    r.frames_read = read.frames;
+    Ok(r)
+}
 
-        // Reader: fill per-worker bursts, hand them over when full.
-        let mut pending: Vec<Box<Burst>> = (0..workers).map(|_| Box::new(Burst::new())).collect();
-        let progress = opts.progress && std::io::stderr().is_terminal() && file_len > (64 << 20);
-        let mut read_bytes = 0u64;
-        let mut last_report = Instant::now();
-        let stop = opts.stop.clone();
-        let mut pass = 0u64;
-        let mut total_frames = 0u64;
-        let stopped = || {
-            stop.as_ref()
-                .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
-        };
-        let stats = &dp.stats;
-        // Loops keep the frames of the first pass in memory (up to
-        // LOOP_CACHE_BYTES) and replay them from there: no re-opening and
-        // re-parsing per pass (pcap-file allocates an 8 MiB buffer per
-        // reader, which for a short capture looping thousands of times a
-        // second cost throughput and, through the allocator, memory).
-        let mut cache: Option<FrameCache> = opts.repeat.then(FrameCache::default);
-        let mut handle = |f: &Frame<'_>| {
-            if stopped() {
-                return std::ops::ControlFlow::Break(());
-            }
-            total_frames += 1;
-            if opts.pps > 0 && total_frames.is_multiple_of(32) {
-                let due = start
-                    + std::time::Duration::from_secs_f64(total_frames as f64 / opts.pps as f64);
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
-            }
-            let wi = rss_worker(f.link, f.data, workers);
-            let b = &mut pending[wi];
-            b.push(f);
-            if b.meta.len() == MAX_BURST {
-                let fresh = pool_rx
-                    .try_recv()
-                    .unwrap_or_else(|_| Box::new(Burst::new()));
-                let mut full = std::mem::replace(&mut pending[wi], fresh);
-                pending[wi].clear();
-                full.verdicts = [Verdict::Forward; MAX_BURST];
-                if opts.drop_when_full {
-                    if let Err(TrySendError::Full(b)) = to_workers[wi].try_send(full) {
-                        stats.workers[wi]
-                            .rx_dropped
-                            .fetch_add(b.meta.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                        let _ = pool_tx.send(b);
-                    }
-                } else {
-                    let _ = to_workers[wi].send(full);
-                }
-            }
-            if progress {
-                read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
-                if last_report.elapsed().as_millis() >= 100 {
-                    last_report = Instant::now();
-                    let frac = (read_bytes as f64 / file_len.max(1) as f64).min(1.0);
-                    let done = (frac * 40.0) as usize;
-                    eprint!(
-                        "\rreplaying [{}{}] {:5.1} %",
-                        "#".repeat(done),
-                        " ".repeat(40 - done),
-                        frac * 100.0
-                    );
-                }
-            }
-            std::ops::ControlFlow::Continue(())
-        };
-        let capture_result = loop {
-            pass += 1;
-            let mut frames = 0u64;
-            let r = if let (true, Some(FrameCache { buf, metas })) = (pass > 1, &cache) {
-                for &(link, ts_ns, orig_len, iface, off, len) in metas {
-                    let f = Frame {
-                        link,
-                        ts_ns,
-                        orig_len,
-                        iface,
-                        data: &buf[off..off + len],
+/// Starts one worker thread per queue, each running the engine's worker
+/// loop over the bursts the reader sends it.
+fn spawn_workers<'s, 'e>(
+    s: &'s std::thread::Scope<'s, 'e>,
+    dp: &'e WorkerContext,
+    wopts: WorkerOptions,
+    from_reader: Vec<Receiver<Box<Burst>>>,
+    out_tx: &Sender<Box<Burst>>,
+    pool_rx: &Receiver<Box<Burst>>,
+) -> Vec<std::thread::ScopedJoinHandle<'s, Option<FlowTable>>> {
+    from_reader
+        .into_iter()
+        .enumerate()
+        .map(|(wi, rx)| {
+            let out_tx = out_tx.clone();
+            let pool = pool_rx.clone();
+            let tables = dp.readers.handle();
+            // Named per worker (`top -H`, and the control-path bench reads
+            // a worker's CPU time by this name).
+            std::thread::Builder::new()
+                .name(format!("cfdp-worker-{wi}"))
+                .spawn_scoped(s, move || {
+                    let mut w = Worker::new(dp, wi, wopts);
+                    let mut backend = ChannelBackend {
+                        from_reader: rx,
+                        to_writer: out_tx,
+                        pool,
+                        last_ts_ns: 0,
                     };
-                    frames += 1;
-                    if handle(&f).is_break() {
-                        break;
-                    }
-                }
-                Ok(frames)
-            } else {
-                cap.for_each(|f| {
-                    if let Some(FrameCache { buf, metas }) = &mut cache {
-                        if buf.len() + f.data.len() > LOOP_CACHE_BYTES {
-                            cache = None; // too big: later passes re-read the file
-                        } else {
-                            metas.push((
-                                f.link,
-                                f.ts_ns,
-                                f.orig_len,
-                                f.iface,
-                                buf.len(),
-                                f.data.len(),
-                            ));
-                            buf.extend_from_slice(f.data);
-                        }
-                    }
-                    frames += 1;
-                    handle(f)
+                    run_worker(&mut backend, &mut w, &tables);
+                    w.finish()
                 })
+                .expect("spawning a worker thread")
+        })
+        .collect()
+}
+
+/// What the reader did: passes, frames, and how the last pass ended.
+struct ReadOutcome {
+    passes: u64,
+    frames: u64,
+    result: Result<u64, CaptureError>,
+}
+
+/// The reader thread's state: per-worker bursts being filled, the queues to
+/// the workers and the pool of recycled bursts.
+struct Reader<'a> {
+    opts: &'a ReplayOptions,
+    stats: &'a LiveStats,
+    start: Instant,
+    // Boxed: a full burst moves to its worker and a pooled one takes its
+    // place, pointer-sized swaps.
+    #[allow(clippy::vec_box)]
+    pending: Vec<Box<Burst>>,
+    to_workers: Vec<Sender<Box<Burst>>>,
+    pool: (Sender<Box<Burst>>, Receiver<Box<Burst>>),
+    total_frames: u64,
+    progress: Option<Progress>,
+}
+
+impl Reader<'_> {
+    fn stopped(&self) -> bool {
+        self.opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Reads every pass (one without `repeat`). Loops keep the frames of
+    /// the first pass in memory (up to LOOP_CACHE_BYTES) and replay them
+    /// from there: no re-opening and re-parsing per pass (pcap-file
+    /// allocates an 8 MiB buffer per reader, which for a short capture
+    /// looping thousands of times a second cost throughput and, through
+    /// the allocator, memory).
+    fn read_all(&mut self, mut cap: Capture, on_pass: &mut dyn FnMut(u64, u64)) -> ReadOutcome {
+        let mut cache: Option<FrameCache> = self.opts.repeat.then(FrameCache::default);
+        let mut pass = 0u64;
+        let result = loop {
+            pass += 1;
+            let r = match (&cache, pass > 1) {
+                (Some(c), true) => Ok(self.replay_cached(c)),
+                _ => self.read_file(&mut cap, &mut cache),
             };
-            if r.is_err() || stopped() {
+            if r.is_err() || self.stopped() {
                 break r;
             }
+            let frames = *r.as_ref().expect("checked");
             on_pass(pass, frames);
-            if !opts.repeat {
+            if !self.opts.repeat {
                 break r;
             }
             if cache.is_none() {
                 // Next pass: the same file from the start.
-                match Capture::open(&opts.input) {
+                match Capture::open(&self.opts.input) {
                     Ok(c) => cap = c,
                     Err(e) => break Err(e),
                 }
             }
             if frames == 0 {
                 // An empty capture would spin: wait for the stop signal.
-                while !stopped() {
+                while !self.stopped() {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
             }
         };
-        if progress {
-            eprintln!("\rreplaying [{}] done   ", "#".repeat(40));
+        if let Some(p) = &self.progress {
+            p.done();
         }
-        for (wi, b) in pending.into_iter().enumerate() {
-            if !b.meta.is_empty() {
-                let _ = to_workers[wi].send(b);
+        ReadOutcome {
+            passes: pass,
+            frames: self.total_frames,
+            result,
+        }
+    }
+
+    /// One pass over the file, keeping its frames in `cache` while they fit.
+    fn read_file(
+        &mut self,
+        cap: &mut Capture,
+        cache: &mut Option<FrameCache>,
+    ) -> Result<u64, CaptureError> {
+        let mut frames = 0u64;
+        cap.for_each(|f| {
+            if let Some(FrameCache { buf, metas }) = cache {
+                if buf.len() + f.data.len() > LOOP_CACHE_BYTES {
+                    *cache = None; // too big: later passes re-read the file
+                } else {
+                    metas.push((
+                        f.link,
+                        f.ts_ns,
+                        f.orig_len,
+                        f.iface,
+                        buf.len(),
+                        f.data.len(),
+                    ));
+                    buf.extend_from_slice(f.data);
+                }
+            }
+            frames += 1;
+            self.push(f)
+        })
+        .map(|_| frames)
+    }
+
+    /// One pass over the frames cached by the first.
+    fn replay_cached(&mut self, c: &FrameCache) -> u64 {
+        let mut frames = 0u64;
+        for &(link, ts_ns, orig_len, iface, off, len) in &c.metas {
+            let f = Frame {
+                link,
+                ts_ns,
+                orig_len,
+                iface,
+                data: &c.buf[off..off + len],
+            };
+            frames += 1;
+            if self.push(&f).is_break() {
+                break;
             }
         }
-        drop(to_workers);
-        let finished: Vec<Option<FlowTable>> = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker thread panicked"))
-            .collect();
-        let writer_result = writer.join().expect("writer thread panicked");
-        (finished, writer_result, capture_result, pass, total_frames)
-    });
-    writer_result.map_err(ReplayError::Output)?;
-    let elapsed = start.elapsed().as_secs_f64();
-    let mut r = report(dp, &finished, elapsed, pass, capture_result.err(), opts)?;
-    r.frames_read = total_frames;
-    Ok(r)
+        frames
+    }
+
+    /// Adds a frame to its worker's burst (RSS), sending the burst when full.
+    fn push(&mut self, f: &Frame<'_>) -> std::ops::ControlFlow<()> {
+        if self.stopped() {
+            return std::ops::ControlFlow::Break(());
+        }
+        self.total_frames += 1;
+        self.pace();
+        let wi = rss_worker(f.link, f.data, self.pending.len());
+        self.pending[wi].push(f);
+        if self.pending[wi].meta.len() == MAX_BURST {
+            self.send(wi);
+        }
+        if let Some(p) = &mut self.progress {
+            p.frame(f);
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    /// Sleeps to keep to `pps` frames a second, when set.
+    fn pace(&self) {
+        let pps = self.opts.pps;
+        if pps > 0 && self.total_frames.is_multiple_of(32) {
+            let due = self.start
+                + std::time::Duration::from_secs_f64(self.total_frames as f64 / pps as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+    }
+
+    /// Hands worker `wi` its full burst (dropping it, counted, when the
+    /// worker's queue is full and `drop_when_full` is set).
+    fn send(&mut self, wi: usize) {
+        let fresh = self
+            .pool
+            .1
+            .try_recv()
+            .unwrap_or_else(|_| Box::new(Burst::new()));
+        let mut full = std::mem::replace(&mut self.pending[wi], fresh);
+        self.pending[wi].clear();
+        full.verdicts = [Verdict::Forward; MAX_BURST];
+        if self.opts.drop_when_full {
+            if let Err(TrySendError::Full(b)) = self.to_workers[wi].try_send(full) {
+                self.stats.workers[wi]
+                    .rx_dropped
+                    .fetch_add(b.meta.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                let _ = self.pool.0.send(b);
+            }
+        } else {
+            let _ = self.to_workers[wi].send(full);
+        }
+    }
+
+    /// Sends the partly filled bursts and closes the workers' queues.
+    fn finish(self) {
+        for (wi, b) in self.pending.into_iter().enumerate() {
+            if !b.meta.is_empty() {
+                let _ = self.to_workers[wi].send(b);
+            }
+        }
+    }
+}
+
+/// A progress bar on a terminal, for captures over 64 MiB.
+struct Progress {
+    file_len: u64,
+    read_bytes: u64,
+    last_report: Instant,
+}
+
+impl Progress {
+    fn new(opts: &ReplayOptions) -> Option<Self> {
+        let file_len = std::fs::metadata(&opts.input).map_or(0, |m| m.len());
+        (opts.progress && std::io::stderr().is_terminal() && file_len > (64 << 20)).then(|| {
+            Progress {
+                file_len,
+                read_bytes: 0,
+                last_report: Instant::now(),
+            }
+        })
+    }
+
+    fn frame(&mut self, f: &Frame<'_>) {
+        self.read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
+        if self.last_report.elapsed().as_millis() >= 100 {
+            self.last_report = Instant::now();
+            let frac = (self.read_bytes as f64 / self.file_len.max(1) as f64).min(1.0);
+            let done = (frac * 40.0) as usize;
+            eprint!(
+                "\rreplaying [{}{}] {:5.1} %",
+                "#".repeat(done),
+                " ".repeat(40 - done),
+                frac * 100.0
+            );
+        }
+    }
+
+    fn done(&self) {
+        eprintln!("\rreplaying [{}] done   ", "#".repeat(40));
+    }
 }
 
 fn report(

@@ -75,6 +75,7 @@ fn compare(file: &str, ours: &Flows, truth: &Flows) -> Vec<Diff> {
         .collect()
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(dir) = args.first().map(PathBuf::from) else {

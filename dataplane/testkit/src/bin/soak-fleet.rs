@@ -138,6 +138,7 @@ fn as_model(m: &Model) -> BTreeMap<u64, (u64, String)> {
         .collect()
 }
 
+#[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() -> ExitCode {
     let args = Args::parse();
     let cfdp = args.cfdp.clone().unwrap_or_else(|| {

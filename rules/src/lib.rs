@@ -11,6 +11,7 @@
 //! beyond [`read_rule_file`].
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod batch;
 pub mod binary;
 pub mod class;
@@ -24,6 +25,7 @@ mod shape;
 pub mod stream;
 mod strict;
 
+pub use acl::{AclMatch, AclRule, PortRange};
 pub use batch::{
     parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,
     ReplaceError, Update, UpdateError, UpdateResult,

@@ -19,6 +19,7 @@
 //! crate; the rule store (`cfdp-control`) writes the tables it reads.
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod backend;
 pub mod matcher;
 pub mod shared;

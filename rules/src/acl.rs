@@ -1,0 +1,427 @@
+//! Multi-field rules with priorities: a source and a destination prefix
+//! (IPv4 or IPv6; `/0` is any), a protocol (one value, or any), and a
+//! source and a destination port range (inclusive; `0..=65535` is any). The
+//! highest priority wins; at equal priority the lower id wins, so every
+//! packet has exactly one answer.
+//!
+//! This is the rule language of ACLs and SDN tables (ClassBench's sets,
+//! P4Runtime's ternary and range matches); [`classbench`] reads
+//! ClassBench's filter and trace files.
+
+use std::fmt;
+
+use crate::flow::FlowKey;
+use crate::prefix::IpPrefix;
+use crate::rule::{Action, RuleId};
+
+/// An inclusive range of ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortRange {
+    pub lo: u16,
+    pub hi: u16,
+}
+
+impl PortRange {
+    /// Every port.
+    pub const ANY: PortRange = PortRange { lo: 0, hi: 65535 };
+
+    /// `lo..=hi`, or `None` when `lo > hi`.
+    pub fn new(lo: u16, hi: u16) -> Option<Self> {
+        (lo <= hi).then_some(Self { lo, hi })
+    }
+
+    pub fn exact(p: u16) -> Self {
+        Self { lo: p, hi: p }
+    }
+
+    #[inline]
+    pub fn contains(self, p: u16) -> bool {
+        self.lo <= p && p <= self.hi
+    }
+
+    pub fn is_any(self) -> bool {
+        self == Self::ANY
+    }
+
+    pub fn is_exact(self) -> bool {
+        self.lo == self.hi
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_exact() {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
+        }
+    }
+}
+
+/// What a multi-field rule matches. Both prefixes are of one family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AclMatch {
+    pub src: IpPrefix,
+    pub dst: IpPrefix,
+    /// `None`: any protocol.
+    pub proto: Option<u8>,
+    pub sport: PortRange,
+    pub dport: PortRange,
+}
+
+impl AclMatch {
+    pub fn v6(&self) -> bool {
+        self.src.v6
+    }
+
+    /// Whether a packet with this 5-tuple matches. Ports are compared as
+    /// the key carries them (0 for protocols without ports), as `rte_acl`
+    /// and ClassBench's traces do.
+    #[inline]
+    pub fn matches(&self, k: &FlowKey) -> bool {
+        self.src.v6 == k.v6
+            && self.proto.is_none_or(|p| p == k.proto)
+            && self.sport.contains(k.sport)
+            && self.dport.contains(k.dport)
+            && IpPrefix::mask(k.v6, &k.src, self.src.len) == self.src.addr
+            && IpPrefix::mask(k.v6, &k.dst, self.dst.len) == self.dst.addr
+    }
+}
+
+/// A multi-field rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AclRule {
+    pub id: RuleId,
+    /// Higher wins.
+    pub priority: u32,
+    pub matcher: AclMatch,
+    pub action: Action,
+}
+
+impl AclRule {
+    /// Whether this rule beats `other` for a packet both match: the higher
+    /// priority, then the lower id.
+    #[inline]
+    pub fn beats(&self, other: &AclRule) -> bool {
+        (self.priority, std::cmp::Reverse(self.id)) > (other.priority, std::cmp::Reverse(other.id))
+    }
+}
+
+/// The winner among `rules` for `k` by a plain scan: the reference every
+/// classifier is checked against.
+pub fn first_match<'a>(rules: &'a [AclRule], k: &FlowKey) -> Option<&'a AclRule> {
+    rules
+        .iter()
+        .filter(|r| r.matcher.matches(k))
+        .fold(None, |best: Option<&AclRule>, r| match best {
+            Some(b) if !r.beats(b) => Some(b),
+            _ => Some(r),
+        })
+}
+
+pub mod classbench {
+    //! ClassBench files (Taylor & Turner): filter sets and header traces.
+    //!
+    //! Filter line, tab separated: `@SRC/LEN DST/LEN SPORT_LO : SPORT_HI
+    //! DPORT_LO : DPORT_HI PROTO/MASK FLAGS/MASK`. The first matching line
+    //! wins: line `i` (1-based) of `n` becomes rule id `i` with priority
+    //! `n - i + 1`, so ids are the line numbers the tools report. The TCP
+    //! flags column is not part of cfdp's rules (nor of `rte_acl`'s): it is
+    //! read, checked and ignored ([`Import::flags_ignored`] counts the
+    //! rules where it was not a wildcard).
+
+    use std::fmt;
+
+    use super::{AclMatch, AclRule, PortRange};
+    use crate::flow::FlowKey;
+    use crate::prefix::IpPrefix;
+    use crate::rule::Action;
+
+    /// A line that is not what ClassBench writes, with its number.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ClassBenchError {
+        /// 1-based.
+        pub line: usize,
+        /// The field, e.g. `source prefix`.
+        pub field: &'static str,
+        pub message: String,
+    }
+
+    impl fmt::Display for ClassBenchError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "line {}: {}: {}", self.line, self.field, self.message)
+        }
+    }
+
+    impl std::error::Error for ClassBenchError {}
+
+    /// A filter set read from ClassBench's format.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Import {
+        pub rules: Vec<AclRule>,
+        /// Rules whose TCP-flags column was not `0x0000/0x0000`.
+        pub flags_ignored: usize,
+    }
+
+    /// Reads a filter set; every rule gets `action`.
+    pub fn parse_rules(text: &str, action: Action) -> Result<Import, ClassBenchError> {
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .collect();
+        let n = lines.len();
+        let mut rules = Vec::with_capacity(n);
+        let mut flags_ignored = 0;
+        for (i, &(lineno, line)) in lines.iter().enumerate() {
+            let err = |field, message: String| ClassBenchError {
+                line: lineno + 1,
+                field,
+                message,
+            };
+            let (matcher, flags_any) = parse_line(line).map_err(|(f, m)| err(f, m))?;
+            flags_ignored += usize::from(!flags_any);
+            let id = u32::try_from(i + 1).map_err(|_| err("line", "too many rules".into()))?;
+            rules.push(AclRule {
+                id,
+                priority: (n - i) as u32,
+                matcher,
+                action,
+            });
+        }
+        Ok(Import {
+            rules,
+            flags_ignored,
+        })
+    }
+
+    type FieldError = (&'static str, String);
+
+    /// One filter line: the match, and whether its flags column was a
+    /// wildcard.
+    fn parse_line(line: &str) -> Result<(AclMatch, bool), FieldError> {
+        let line = line
+            .trim()
+            .strip_prefix('@')
+            .ok_or(("line", "does not start with '@'".to_string()))?;
+        let f: Vec<&str> = line
+            .split('\t')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if f.len() != 6 {
+            return Err((
+                "line",
+                format!("{} tab-separated fields, 6 expected", f.len()),
+            ));
+        }
+        let prefix = |s: &str, field| {
+            s.parse::<IpPrefix>()
+                .map_err(|e| (field, format!("{s:?}: {e}")))
+        };
+        let src = prefix(f[0], "source prefix")?;
+        let dst = prefix(f[1], "destination prefix")?;
+        if src.v6 != dst.v6 {
+            return Err(("destination prefix", "not of the source's family".into()));
+        }
+        let sport = range(f[2]).map_err(|m| ("source ports", m))?;
+        let dport = range(f[3]).map_err(|m| ("destination ports", m))?;
+        let proto = match value_mask(f[4]).map_err(|m| ("protocol", m))? {
+            (_, 0) => None,
+            (v, 0xff) if v <= 0xff => Some(v as u8),
+            (v, m) => {
+                return Err((
+                    "protocol",
+                    format!("{v:#x}/{m:#x}: only an exact protocol (mask 0xFF) or any (0x00/0x00)"),
+                ))
+            }
+        };
+        let flags = value_mask(f[5]).map_err(|m| ("TCP flags", m))?;
+        let matcher = AclMatch {
+            src,
+            dst,
+            proto,
+            sport,
+            dport,
+        };
+        Ok((matcher, flags.1 == 0))
+    }
+
+    fn range(s: &str) -> Result<PortRange, String> {
+        let (lo, hi) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?}: not LO : HI"))?;
+        let port = |p: &str| {
+            p.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("{p:?}: not a port"))
+        };
+        PortRange::new(port(lo)?, port(hi)?).ok_or_else(|| format!("{s:?}: LO above HI"))
+    }
+
+    fn value_mask(s: &str) -> Result<(u32, u32), String> {
+        let (v, m) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: not VALUE/MASK"))?;
+        let hex = |x: &str| {
+            x.strip_prefix("0x")
+                .or_else(|| x.strip_prefix("0X"))
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("{x:?}: not a hexadecimal number"))
+        };
+        Ok((hex(v)?, hex(m)?))
+    }
+
+    /// One packet of a trace and the rule line the generator aimed at (not
+    /// necessarily its first match).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct TracePacket {
+        pub key: FlowKey,
+        pub aimed_at: u32,
+    }
+
+    /// Reads a header trace: `SRC DST SPORT DPORT PROTO FLAGS RULE`,
+    /// decimal, IPv4.
+    pub fn parse_trace(text: &str) -> Result<Vec<TracePacket>, ClassBenchError> {
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let bad = |field, message: String| ClassBenchError {
+                line: i + 1,
+                field,
+                message,
+            };
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 5 {
+                return Err(bad("line", format!("{} fields, 7 expected", f.len())));
+            }
+            let num = |j: usize, field| {
+                f[j].parse::<u64>()
+                    .map_err(|_| bad(field, format!("{:?}: not a number", f[j])))
+            };
+            let (src, dst) = (num(0, "source")?, num(1, "destination")?);
+            let (sport, dport, proto) = (
+                num(2, "source port")?,
+                num(3, "destination port")?,
+                num(4, "protocol")?,
+            );
+            let small = |v: u64, max: u64, field| {
+                if v <= max {
+                    Ok(v)
+                } else {
+                    Err(bad(field, format!("{v} over {max}")))
+                }
+            };
+            let ip = |v: u64, field| {
+                small(v, u64::from(u32::MAX), field)
+                    .map(|v| std::net::IpAddr::from((v as u32).to_be_bytes()))
+            };
+            let key = FlowKey::new(
+                ip(src, "source")?,
+                ip(dst, "destination")?,
+                small(proto, 255, "protocol")? as u8,
+                small(sport, 65535, "source port")? as u16,
+                small(dport, 65535, "destination port")? as u16,
+            );
+            let aimed_at = match f.get(6) {
+                Some(r) => r
+                    .parse()
+                    .map_err(|_| bad("rule", format!("{r:?}: not a number")))?,
+                None => 0,
+            };
+            out.push(TracePacket { key, aimed_at });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::classbench::{parse_rules, parse_trace};
+    use super::*;
+
+    const SET: &str = "@10.0.0.0/8\t192.168.1.0/24\t0 : 65535\t53 : 53\t0x11/0xFF\t0x0000/0x0000\t\n\
+                       @10.1.0.0/16\t0.0.0.0/0\t1024 : 65535\t0 : 65535\t0x06/0xFF\t0x1000/0x1000\t\n\
+                       @0.0.0.0/0\t0.0.0.0/0\t0 : 65535\t0 : 65535\t0x00/0x00\t0x0000/0x0000\t\n";
+
+    #[test]
+    fn classbench_lines_become_rules_in_priority_order() {
+        let imp = parse_rules(SET, Action::Drop).unwrap();
+        assert_eq!(imp.rules.len(), 3);
+        assert_eq!(imp.flags_ignored, 1);
+        let r = &imp.rules;
+        assert_eq!(
+            (r[0].id, r[0].priority, r[2].id, r[2].priority),
+            (1, 3, 3, 1)
+        );
+        assert_eq!(r[0].matcher.proto, Some(17));
+        assert_eq!(r[0].matcher.dport, PortRange::exact(53));
+        assert_eq!(r[1].matcher.sport, PortRange::new(1024, 65535).unwrap());
+        assert_eq!(r[2].matcher.proto, None);
+        // First match in line order, by priority.
+        let trace = parse_trace(
+            "167837953\t3232235777\t999\t53\t17\t0\t1\n\
+             167837953\t3232235777\t2000\t80\t6\t0\t2\n\
+             16777216\t1\t1\t1\t1\t0\t3\n",
+        )
+        .unwrap();
+        let won: Vec<u32> = trace
+            .iter()
+            .map(|p| first_match(r, &p.key).map_or(0, |r| r.id))
+            .collect();
+        assert_eq!(won, [1, 2, 3]);
+    }
+
+    #[test]
+    fn bad_classbench_lines_name_the_line_and_field() {
+        let e = parse_rules(
+            "@10.0.0.1/8\t0.0.0.0/0\t0 : 1\t0 : 1\t0x06/0xFF\t0x0/0x0",
+            Action::Drop,
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.field), (1, "source prefix"));
+        let e = parse_rules(
+            "@10.0.0.0/8\t0.0.0.0/0\t0 : 1\t0 : 1\t0x06/0xFF\t0x0/0x0\n\
+             @10.0.0.0/8\t0.0.0.0/0\t9 : 1\t0 : 1\t0x06/0xFF\t0x0/0x0",
+            Action::Drop,
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.field), (2, "source ports"));
+        let e = parse_rules(
+            "@10.0.0.0/8\t0.0.0.0/0\t0 : 1\t0 : 1\t0x06/0xF0\t0x0/0x0",
+            Action::Drop,
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "protocol");
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_id() {
+        let m = AclMatch {
+            src: "10.0.0.0/8".parse().unwrap(),
+            dst: "0.0.0.0/0".parse().unwrap(),
+            proto: None,
+            sport: PortRange::ANY,
+            dport: PortRange::ANY,
+        };
+        let a = AclRule {
+            id: 7,
+            priority: 5,
+            matcher: m,
+            action: Action::Drop,
+        };
+        let b = AclRule { id: 3, ..a };
+        assert!(b.beats(&a) && !a.beats(&b));
+        let k = FlowKey::new(
+            "10.1.1.1".parse().unwrap(),
+            "1.1.1.1".parse().unwrap(),
+            6,
+            1,
+            2,
+        );
+        assert_eq!(first_match(&[a, b], &k).unwrap().id, 3);
+        assert_eq!(first_match(&[b, a], &k).unwrap().id, 3);
+    }
+}

@@ -12,7 +12,9 @@ use proptest::prelude::*;
 /// A few base addresses, so that prefixes overlap often.
 const BASES: [[u8; 16]; 3] = [
     [10, 1, 2, 3, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 7],
-    [10, 1, 200, 9, 0x20, 0x01, 0x0d, 0xb8, 0xff, 0, 0, 0, 0, 0, 0, 1],
+    [
+        10, 1, 200, 9, 0x20, 0x01, 0x0d, 0xb8, 0xff, 0, 0, 0, 0, 0, 0, 1,
+    ],
     [192, 168, 7, 1, 0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
 ];
 
@@ -26,7 +28,11 @@ fn v6_addr(b: &[u8; 16]) -> [u8; 16] {
 fn prefix(v6: bool, base: usize, len_frac: u8) -> IpPrefix {
     let max = IpPrefix::max_len(v6);
     let len = (u16::from(len_frac) * u16::from(max) / 255) as u8;
-    let a = if v6 { v6_addr(&BASES[base]) } else { BASES[base] };
+    let a = if v6 {
+        v6_addr(&BASES[base])
+    } else {
+        BASES[base]
+    };
     IpPrefix {
         v6,
         addr: IpPrefix::mask(v6, &a, len),

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# cfdp's multi-field classifier against DPDK's rte_acl (dpdk-test-acl) on
+# ClassBench sets, side by side in one run, one core each:
+#   * verdicts: dpdk-test-acl --verbose=2 (scalar) gives every trace
+#     packet's first matching rule; cfdp's classbench --verdicts gives its
+#     own; the differences are counted (dpdk-test-acl reports a rule by its
+#     0-based line — the first line reads as 0, like "no match" — so cfdp's
+#     1-based line N is compared as N-1, and its "none" as 0);
+#   * speed: dpdk-test-acl --iter=ITER with every algorithm this CPU runs
+#     (scalar, sse, avx2, and avx512x16/x32 where the CPU has AVX-512: its
+#     batch API over the whole trace), median of ROUNDS runs; cfdp's
+#     classbench (median of ROUNDS passes, single-packet and in bursts of
+#     32).
+# Sets: ../shared/classbench (acl1_1k, acl1_10k, fw1_10k, ipc1_10k,
+# acl1_100k; SETS= overrides). Writes bench/results/classbench.csv (first
+# line: date, commit, machine). Installs Debian's dpdk package if missing.
+#
+#   bash bench/classbench.sh [--quick]      (ROUNDS, ITER, SETS override)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=${CLASSBENCH:-../shared/classbench}
+csv=bench/results/classbench.csv
+ROUNDS=${ROUNDS:-5}
+ITER=${ITER:-20}
+SETS=${SETS:-acl1_1k acl1_10k fw1_10k ipc1_10k acl1_100k}
+if [ "${1:-}" = "--quick" ]; then
+    ROUNDS=1 ITER=2 SETS=${SETS_QUICK:-acl1_1k}
+    mkdir -p bench/results/quick
+    csv=bench/results/quick/classbench.csv
+fi
+if [ ! -d "$data" ]; then
+    echo "classbench: $data not found (the ClassBench sets live in ../shared)" >&2
+    exit 1
+fi
+if ! command -v dpdk-test-acl >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q && apt-get install -y -q dpdk
+fi
+cargo build --release -q -p cfdp-bench --bin classbench
+bin=target/release/classbench
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+algs="scalar sse avx2"
+if grep -qw avx512bw /proc/cpuinfo; then algs="$algs avx512x16 avx512x32"; fi
+
+acl() { # set alg iter verbose
+    local wide=""
+    case "$2" in avx512*) wide="--force-max-simd-bitwidth=512" ;; esac
+    dpdk-test-acl -l 0 --no-huge -m 2048 --no-pci --no-telemetry --file-prefix "cb$$" $wide -- \
+        --rulesf="$data/$1" --tracef="$data/${1}_trace" --rulenum=200000 --tracenum=200000 \
+        --iter="$3" --verbose="$4" --alg="$2" 2>&1
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+{
+    "$bin" --run-header
+    echo "set,rules,impl,mpps,tables,probes_per_packet,build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs"
+} >"$work/out.csv"
+
+for set in $SETS; do
+    [ -f "$data/$set" ] || { echo "classbench: $data/$set missing" >&2; exit 1; }
+    # Verdicts.
+    acl "$set" scalar 1 2 | sed -n 's/.*result: //p' >"$work/truth"
+    "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --verdicts "$work/ours" --rounds 1 >/dev/null
+    diffs=$(awk '{print ($1 > 0) ? $1 - 1 : 0}' "$work/ours" | paste - "$work/truth" | awk '$1 != $2' | wc -l)
+    if [ "$(wc -l <"$work/truth")" != "$(wc -l <"$work/ours")" ]; then
+        echo "classbench: $set: $(wc -l <"$work/truth") dpdk verdicts, $(wc -l <"$work/ours") cfdp's" >&2
+        exit 1
+    fi
+    # Speed, alternated: each round runs every algorithm and cfdp once.
+    : >"$work/cfdp.jsonl"
+    for alg in $algs; do : >"$work/$alg"; done
+    for _ in $(seq "$ROUNDS"); do
+        for alg in $algs; do
+            acl "$set" "$alg" "$ITER" 0 | sed -n 's/.* \([0-9.]*\) pkt\/sec$/\1/p' >>"$work/$alg"
+        done
+        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 >>"$work/cfdp.jsonl"
+    done
+    rules=$(grep -c . "$data/$set")
+    for alg in $algs; do
+        [ -s "$work/$alg" ] || continue
+        mpps=$(median <"$work/$alg" | awk '{printf "%.2f", $1 / 1e6}')
+        echo "$set,$rules,rte_acl-$alg,$mpps,,,,,,,,$diffs" >>"$work/out.csv"
+    done
+    python3 - "$work/cfdp.jsonl" "$set" "$rules" "$diffs" >>"$work/out.csv" <<'PY'
+import json, statistics, sys
+path, name, rules, diffs = sys.argv[1:]
+runs = [json.loads(l) for l in open(path) if l.strip()]
+med = lambda k: statistics.median(r[k] for r in runs)
+last = runs[-1]
+for impl, key in (("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched")):
+    print(f"{name},{rules},{impl},{med(key):.2f},{last['tables']},"
+          f"{last['tables_probed_per_packet']:.2f},{med('build_s'):.4f},{last['bytes']},"
+          f"{med('insert_us_p50'):.2f},{med('insert_us_p99'):.2f},{med('delete_us_p99'):.2f},{diffs}")
+PY
+    echo "classbench: $set: $diffs verdict differences" >&2
+done
+mkdir -p "$(dirname "$csv")"
+cp "$work/out.csv" "$csv"
+column -s, -t <"$csv" | sed 1d

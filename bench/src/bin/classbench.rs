@@ -63,6 +63,14 @@ fn main() {
     let mut c = AclClassifier::with_rules(rules).expect("ClassBench ids are unique");
     let build_s = t0.elapsed().as_secs_f64();
 
+    if std::env::args().any(|a| a == "--tables") {
+        for (t, rules, buckets, longest) in c.table_shapes() {
+            eprintln!(
+                "table v6={} src/{} dst/{}: {rules} rules, {buckets} buckets, longest {longest}",
+                t.v6, t.src_len, t.dst_len
+            );
+        }
+    }
     if let Some(out) = arg("--verdicts") {
         write_verdicts(&out, &c, &keys);
     }

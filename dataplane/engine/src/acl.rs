@@ -30,41 +30,39 @@
 //! plus a sorted insert into one bucket (no rebuild).
 
 use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::ops::BitAnd;
 
 use cfdp_rules::{AclRule, FlowKey, RuleId};
 use hashbrown::HashMap;
 
 /// Largest prefix-length difference between a rule and the table that
 /// takes it.
-pub const RELAX: u8 = 4;
+pub const RELAX: u8 = 8;
 /// New tables round the rule's prefix lengths down to a multiple of this.
-pub const ROUND: u8 = 4;
+pub const ROUND: u8 = 8;
 /// Rules one bucket takes before a rule goes to a table of its own shape.
-pub const MAX_BUCKET: usize = 12;
+pub const MAX_BUCKET: usize = 16;
 /// Most tables per address family.
 pub const MAX_TABLES: usize = 32;
 
-/// A table's shape: the key bits it hashes.
+/// A table's shape: the prefix bits it hashes. The protocol and the ports
+/// are verified, never hashed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Tuple {
     pub v6: bool,
     pub src_len: u8,
     pub dst_len: u8,
-    /// The protocol is part of the key (every rule here names one).
-    pub proto: bool,
 }
 
 impl Tuple {
     /// Whether a rule of shape `r` can live in a table of this shape.
     fn admits(&self, r: &Tuple) -> bool {
-        self.v6 == r.v6
-            && self.src_len <= r.src_len
-            && self.dst_len <= r.dst_len
-            && (!self.proto || r.proto)
+        self.v6 == r.v6 && self.src_len <= r.src_len && self.dst_len <= r.dst_len
     }
 
     fn specificity(&self) -> u16 {
-        u16::from(self.src_len) + u16::from(self.dst_len) + u16::from(self.proto) * 8
+        u16::from(self.src_len) + u16::from(self.dst_len)
     }
 
     fn of(r: &AclRule) -> Tuple {
@@ -72,128 +70,321 @@ impl Tuple {
             v6: r.matcher.v6(),
             src_len: r.matcher.src.len,
             dst_len: r.matcher.dst.len,
-            proto: r.matcher.proto.is_some(),
+        }
+    }
+
+    /// Whether a rule of shape `r` is within [`RELAX`] bits of this shape.
+    fn close(&self, r: &Tuple) -> bool {
+        r.src_len - self.src_len <= RELAX && r.dst_len - self.dst_len <= RELAX
+    }
+}
+
+/// An address as one machine word: `u32` for IPv4, `u128` for IPv6.
+trait Word: Copy + Eq + Hash + BitAnd<Output = Self> + Default + std::fmt::Debug {
+    fn of(a: &[u8; 16]) -> Self;
+    /// The first `len` bits.
+    fn mask(len: u8) -> Self;
+}
+
+impl Word for u32 {
+    #[inline(always)]
+    fn of(a: &[u8; 16]) -> Self {
+        u32::from_be_bytes([a[0], a[1], a[2], a[3]])
+    }
+    #[inline(always)]
+    fn mask(len: u8) -> Self {
+        u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
+    }
+}
+
+impl Word for u128 {
+    #[inline(always)]
+    fn of(a: &[u8; 16]) -> Self {
+        u128::from_be_bytes(*a)
+    }
+    #[inline(always)]
+    fn mask(len: u8) -> Self {
+        u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
+    }
+}
+
+/// A rule as a bucket holds it: every field an integer compare, the rule
+/// itself in the classifier's slab (`slot`). 36 bytes for IPv4.
+#[derive(Clone, Copy, Debug)]
+struct Entry<W> {
+    src: W,
+    src_mask: W,
+    dst: W,
+    dst_mask: W,
+    sport: (u16, u16),
+    dport: (u16, u16),
+    /// 0..=255, or 256 for any.
+    proto: u16,
+    priority: u32,
+    id: RuleId,
+    slot: u32,
+}
+
+impl<W: Word> Entry<W> {
+    fn new(r: &AclRule, slot: u32) -> Self {
+        let m = &r.matcher;
+        Self {
+            src: W::of(&m.src.addr),
+            src_mask: W::mask(m.src.len),
+            dst: W::of(&m.dst.addr),
+            dst_mask: W::mask(m.dst.len),
+            sport: (m.sport.lo, m.sport.hi),
+            dport: (m.dport.lo, m.dport.hi),
+            proto: m.proto.map_or(256, u16::from),
+            priority: r.priority,
+            id: r.id,
+            slot,
+        }
+    }
+
+    #[inline(always)]
+    fn matches(&self, p: &Packet<W>) -> bool {
+        (p.src & self.src_mask) == self.src
+            && (p.dst & self.dst_mask) == self.dst
+            && (self.proto == 256 || self.proto == p.proto)
+            && self.sport.0 <= p.sport
+            && p.sport <= self.sport.1
+            && self.dport.0 <= p.dport
+            && p.dport <= self.dport.1
+    }
+
+    /// Higher priority, then lower id: as [`AclRule::beats`].
+    #[inline(always)]
+    fn rank(&self) -> (u32, std::cmp::Reverse<RuleId>) {
+        (self.priority, std::cmp::Reverse(self.id))
+    }
+}
+
+/// A packet's fields as the tables compare them.
+struct Packet<W> {
+    src: W,
+    dst: W,
+    proto: u16,
+    sport: u16,
+    dport: u16,
+}
+
+impl<W: Word> Packet<W> {
+    #[inline(always)]
+    fn of(k: &FlowKey) -> Self {
+        Self {
+            src: W::of(&k.src),
+            dst: W::of(&k.dst),
+            proto: u16::from(k.proto),
+            sport: k.sport,
+            dport: k.dport,
         }
     }
 }
 
-/// The bits of a packet (or rule) a table hashes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Masked {
-    src: u128,
-    dst: u128,
-    proto: u8,
-}
-
-#[inline]
-fn addr(a: &[u8; 16]) -> u128 {
-    u128::from_be_bytes(*a)
-}
-
-/// The first `len` bits of a 128-bit address word (IPv4 addresses sit in
-/// the top 32 bits).
-#[inline]
-fn prefix_mask(len: u8) -> u128 {
-    if len == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(len))
-    }
-}
-
-/// One table: rules of shapes its tuple admits, bucketed by masked key.
-struct Table {
+/// One table: rules of shapes its tuple admits, bucketed by their masked
+/// prefixes, each bucket best first (a scan stops at its first match).
+struct Table<W> {
     tuple: Tuple,
-    src_mask: u128,
-    dst_mask: u128,
-    buckets: HashMap<Masked, Vec<AclRule>>,
+    src_mask: W,
+    dst_mask: W,
+    buckets: HashMap<(W, W), Vec<Entry<W>>>,
     /// Priorities held, with their counts: the maximum in O(log n) after a
     /// delete.
     priorities: BTreeMap<u32, u32>,
+    /// The highest priority held, cached for the lookup's early exit.
+    top: u32,
     rules: usize,
 }
 
-impl Table {
+impl<W: Word> Table<W> {
     fn new(tuple: Tuple) -> Self {
         Self {
             tuple,
-            src_mask: prefix_mask(tuple.src_len),
-            dst_mask: prefix_mask(tuple.dst_len),
+            src_mask: W::mask(tuple.src_len),
+            dst_mask: W::mask(tuple.dst_len),
             buckets: HashMap::new(),
             priorities: BTreeMap::new(),
+            top: 0,
             rules: 0,
         }
     }
 
-    fn max_priority(&self) -> Option<u32> {
-        self.priorities.keys().next_back().copied()
+    fn key(&self, e: &Entry<W>) -> (W, W) {
+        (e.src & self.src_mask, e.dst & self.dst_mask)
     }
 
-    #[inline]
-    fn key_of(&self, src: u128, dst: u128, proto: u8) -> Masked {
-        Masked {
-            src: src & self.src_mask,
-            dst: dst & self.dst_mask,
-            proto: if self.tuple.proto { proto } else { 0 },
-        }
+    fn bucket_len(&self, e: &Entry<W>) -> usize {
+        self.buckets.get(&self.key(e)).map_or(0, Vec::len)
     }
 
-    fn rule_key(&self, r: &AclRule) -> Masked {
-        let m = &r.matcher;
-        self.key_of(addr(&m.src.addr), addr(&m.dst.addr), m.proto.unwrap_or(0))
-    }
-
-    fn bucket_len(&self, r: &AclRule) -> usize {
-        self.buckets.get(&self.rule_key(r)).map_or(0, Vec::len)
-    }
-
-    fn insert(&mut self, r: AclRule) {
-        let b = self.buckets.entry(self.rule_key(&r)).or_default();
-        // Best first: a scan stops at its first match.
-        let at = b.partition_point(|x| x.beats(&r));
-        b.insert(at, r);
-        *self.priorities.entry(r.priority).or_default() += 1;
+    fn insert(&mut self, e: Entry<W>) {
+        let b = self.buckets.entry(self.key(&e)).or_default();
+        let at = b.partition_point(|x| x.rank() > e.rank());
+        b.insert(at, e);
+        *self.priorities.entry(e.priority).or_default() += 1;
+        self.top = self.top.max(e.priority);
         self.rules += 1;
     }
 
-    fn remove(&mut self, r: &AclRule) -> bool {
-        let key = self.rule_key(r);
+    fn remove(&mut self, e: &Entry<W>) -> bool {
+        let key = self.key(e);
         let Some(b) = self.buckets.get_mut(&key) else {
             return false;
         };
-        let Some(i) = b.iter().position(|x| x.id == r.id) else {
+        let Some(i) = b.iter().position(|x| x.id == e.id) else {
             return false;
         };
         b.remove(i);
         if b.is_empty() {
             self.buckets.remove(&key);
         }
-        if let Some(n) = self.priorities.get_mut(&r.priority) {
+        if let Some(n) = self.priorities.get_mut(&e.priority) {
             *n -= 1;
             if *n == 0 {
-                self.priorities.remove(&r.priority);
+                self.priorities.remove(&e.priority);
             }
         }
+        self.top = self.priorities.keys().next_back().copied().unwrap_or(0);
         self.rules -= 1;
         true
     }
 
-    /// The best rule of this table matching `k`.
-    #[inline]
-    fn lookup(&self, k: &FlowKey, src: u128, dst: u128) -> Option<&AclRule> {
-        let b = self.buckets.get(&self.key_of(src, dst, k.proto))?;
-        b.iter().find(|r| r.matcher.matches(k))
+    /// The best entry of this table matching `p`.
+    #[inline(always)]
+    fn lookup(&self, p: &Packet<W>) -> Option<&Entry<W>> {
+        let b = self
+            .buckets
+            .get(&(p.src & self.src_mask, p.dst & self.dst_mask))?;
+        b.iter().find(|e| e.matches(p))
     }
 
     fn bytes(&self) -> usize {
-        let entry = std::mem::size_of::<(Masked, Vec<AclRule>)>() + 1;
-        self.buckets.capacity() * entry
+        let slot = std::mem::size_of::<((W, W), Vec<Entry<W>>)>() + 1;
+        self.buckets.capacity() * slot
             + self
                 .buckets
                 .values()
-                .map(|b| b.capacity() * std::mem::size_of::<AclRule>())
+                .map(|b| b.capacity() * std::mem::size_of::<Entry<W>>())
                 .sum::<usize>()
             + self.priorities.len() * 32
+    }
+}
+
+/// The tables of one address family, ordered by the highest priority they
+/// hold.
+struct Family<W> {
+    tables: Vec<Table<W>>,
+}
+
+impl<W> Default for Family<W> {
+    fn default() -> Self {
+        Self { tables: Vec::new() }
+    }
+}
+
+impl<W: Word> Family<W> {
+    fn position(&self, tuple: Tuple) -> Option<usize> {
+        self.tables.iter().position(|t| t.tuple == tuple)
+    }
+
+    /// The index of the table a rule of shape `shape` (as entry `e`) goes
+    /// into, creating it when needed (see the module docs).
+    fn table_for(&mut self, shape: Tuple, e: &Entry<W>) -> usize {
+        let best = self
+            .tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.tuple.admits(&shape) && t.tuple.close(&shape) && t.bucket_len(e) < MAX_BUCKET
+            })
+            .max_by_key(|(_, t)| t.tuple.specificity())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            return i;
+        }
+        // The last table a family may open is its catch-all, which every
+        // rule of the family fits: the bound holds whatever comes next.
+        let full = self.tables.len() + 1 >= MAX_TABLES;
+        if full {
+            if let Some((i, _)) = self
+                .tables
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.tuple.admits(&shape))
+                .max_by_key(|(_, t)| t.tuple.specificity())
+            {
+                return i;
+            }
+        }
+        let crowded = self.tables.iter().any(|t| {
+            t.tuple.admits(&shape) && t.tuple.close(&shape) && t.bucket_len(e) >= MAX_BUCKET
+        });
+        let tuple = if full {
+            Tuple {
+                v6: shape.v6,
+                src_len: 0,
+                dst_len: 0,
+            }
+        } else if crowded {
+            shape
+        } else {
+            Tuple {
+                src_len: shape.src_len - shape.src_len % ROUND,
+                dst_len: shape.dst_len - shape.dst_len % ROUND,
+                ..shape
+            }
+        };
+        if let Some(i) = self.position(tuple) {
+            return i;
+        }
+        self.tables.push(Table::new(tuple));
+        self.tables.len() - 1
+    }
+
+    /// Moves table `i` to its place in the order.
+    fn reorder(&mut self, i: usize) {
+        let t = self.tables.remove(i);
+        let at = self.tables.partition_point(|x| x.top >= t.top);
+        self.tables.insert(at, t);
+    }
+
+    fn insert(&mut self, shape: Tuple, e: Entry<W>) -> Tuple {
+        let i = self.table_for(shape, &e);
+        self.tables[i].insert(e);
+        let tuple = self.tables[i].tuple;
+        self.reorder(i);
+        tuple
+    }
+
+    fn remove(&mut self, tuple: Tuple, e: &Entry<W>) {
+        let i = self.position(tuple).expect("a rule's table exists");
+        let removed = self.tables[i].remove(e);
+        debug_assert!(removed, "the index and the table agree");
+        if self.tables[i].rules == 0 {
+            self.tables.remove(i);
+        } else {
+            self.reorder(i);
+        }
+    }
+
+    /// The best entry for `p`: tables in order, stopping once no later
+    /// table can beat the best match found.
+    #[inline(always)]
+    fn classify(&self, p: &Packet<W>, probes: &mut Probes) -> Option<&Entry<W>> {
+        let mut best: Option<&Entry<W>> = None;
+        for t in &self.tables {
+            if best.is_some_and(|b| b.priority > t.top) {
+                break;
+            }
+            probes.tables += 1;
+            if let Some(e) = t.lookup(p) {
+                if best.is_none_or(|b| e.rank() > b.rank()) {
+                    best = Some(e);
+                }
+            }
+        }
+        best
     }
 }
 
@@ -208,20 +399,22 @@ pub enum AclError {
     MixedFamilies(RuleId),
 }
 
-/// Counters of one lookup pass, for the benchmarks.
+/// Counters of lookups, for the benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Probes {
     pub packets: u64,
     pub tables: u64,
 }
 
-/// The classifier: tables of both families, ordered by the highest
-/// priority they hold.
+/// The classifier: each family's tables, and the rules in a slab.
 #[derive(Default)]
 pub struct AclClassifier {
-    tables: Vec<Table>,
-    /// Each rule's table (by tuple) and the rule itself.
-    by_id: HashMap<RuleId, (Tuple, AclRule)>,
+    v4: Family<u32>,
+    v6: Family<u128>,
+    slab: Vec<AclRule>,
+    free: Vec<u32>,
+    /// Each rule's table and slot.
+    by_id: HashMap<RuleId, (Tuple, u32)>,
 }
 
 impl AclClassifier {
@@ -250,24 +443,37 @@ impl AclClassifier {
         self.by_id.is_empty()
     }
 
-    /// Tables in use.
+    /// Tables in use (both families).
     pub fn tables(&self) -> usize {
-        self.tables.len()
+        self.v4.tables.len() + self.v6.tables.len()
     }
 
-    /// The tuples in probe order.
-    pub fn tuples(&self) -> Vec<Tuple> {
-        self.tables.iter().map(|t| t.tuple).collect()
+    /// Each table in probe order (IPv4's, then IPv6's): its tuple, rules,
+    /// buckets and longest bucket.
+    pub fn table_shapes(&self) -> Vec<(Tuple, usize, usize, usize)> {
+        fn shapes<W: Word>(
+            f: &Family<W>,
+        ) -> impl Iterator<Item = (Tuple, usize, usize, usize)> + '_ {
+            f.tables.iter().map(|t| {
+                let longest = t.buckets.values().map(Vec::len).max().unwrap_or(0);
+                (t.tuple, t.rules, t.buckets.len(), longest)
+            })
+        }
+        shapes(&self.v4).chain(shapes(&self.v6)).collect()
     }
 
-    /// Heap bytes of the tables and the id index.
+    /// Heap bytes of the tables, the slab and the id index.
     pub fn bytes(&self) -> usize {
-        self.tables.iter().map(Table::bytes).sum::<usize>()
-            + self.by_id.capacity() * (std::mem::size_of::<(RuleId, (Tuple, AclRule))>() + 1)
+        self.v4.tables.iter().map(Table::bytes).sum::<usize>()
+            + self.v6.tables.iter().map(Table::bytes).sum::<usize>()
+            + self.slab.capacity() * std::mem::size_of::<AclRule>()
+            + self.by_id.capacity() * (std::mem::size_of::<(RuleId, (Tuple, u32))>() + 1)
     }
 
     pub fn rule(&self, id: RuleId) -> Option<&AclRule> {
-        self.by_id.get(&id).map(|(_, r)| r)
+        self.by_id
+            .get(&id)
+            .map(|&(_, slot)| &self.slab[slot as usize])
     }
 
     /// Adds a rule to the table it fits best (see the module docs).
@@ -278,104 +484,37 @@ impl AclClassifier {
         if self.by_id.contains_key(&r.id) {
             return Err(AclError::IdTaken(r.id));
         }
-        let i = self.table_for(&r);
-        self.tables[i].insert(r);
-        let tuple = self.tables[i].tuple;
-        self.by_id.insert(r.id, (tuple, r));
-        self.reorder(i);
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = r;
+                s
+            }
+            None => {
+                self.slab.push(r);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        let shape = Tuple::of(&r);
+        let tuple = if shape.v6 {
+            self.v6.insert(shape, Entry::new(&r, slot))
+        } else {
+            self.v4.insert(shape, Entry::new(&r, slot))
+        };
+        self.by_id.insert(r.id, (tuple, slot));
         Ok(())
     }
 
     /// Removes rule `id`.
     pub fn remove(&mut self, id: RuleId) -> Result<AclRule, AclError> {
-        let (tuple, r) = self.by_id.remove(&id).ok_or(AclError::NotFound(id))?;
-        let i = self
-            .tables
-            .iter()
-            .position(|t| t.tuple == tuple)
-            .expect("a rule's table exists");
-        let removed = self.tables[i].remove(&r);
-        debug_assert!(removed, "the index and the table agree");
-        if self.tables[i].rules == 0 {
-            self.tables.remove(i);
+        let (tuple, slot) = self.by_id.remove(&id).ok_or(AclError::NotFound(id))?;
+        let r = self.slab[slot as usize];
+        if tuple.v6 {
+            self.v6.remove(tuple, &Entry::new(&r, slot));
         } else {
-            self.reorder(i);
+            self.v4.remove(tuple, &Entry::new(&r, slot));
         }
+        self.free.push(slot);
         Ok(r)
-    }
-
-    /// The index of the table `r` goes into, creating it when needed.
-    fn table_for(&mut self, r: &AclRule) -> usize {
-        let shape = Tuple::of(r);
-        let fits = |t: &Table| t.tuple.admits(&shape);
-        let close = |t: &Table| {
-            shape.src_len - t.tuple.src_len <= RELAX && shape.dst_len - t.tuple.dst_len <= RELAX
-        };
-        let best = self
-            .tables
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| fits(t) && close(t) && t.bucket_len(r) < MAX_BUCKET)
-            .max_by_key(|(_, t)| t.tuple.specificity())
-            .map(|(i, _)| i);
-        if let Some(i) = best {
-            return i;
-        }
-        let family = self
-            .tables
-            .iter()
-            .filter(|t| t.tuple.v6 == shape.v6)
-            .count();
-        // The last table a family may open is its catch-all, which every
-        // rule of the family fits: the bound holds whatever comes next.
-        let full = family + 1 >= MAX_TABLES;
-        if full {
-            // Bounded: the most specific table it fits, however far.
-            if let Some((i, _)) = self
-                .tables
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| fits(t))
-                .max_by_key(|(_, t)| t.tuple.specificity())
-            {
-                return i;
-            }
-            // None fits: the family's catch-all, which always does.
-        }
-        let crowded = self
-            .tables
-            .iter()
-            .any(|t| fits(t) && close(t) && t.bucket_len(r) >= MAX_BUCKET);
-        let tuple = if full {
-            Tuple {
-                v6: shape.v6,
-                src_len: 0,
-                dst_len: 0,
-                proto: false,
-            }
-        } else if crowded {
-            shape
-        } else {
-            Tuple {
-                src_len: shape.src_len - shape.src_len % ROUND,
-                dst_len: shape.dst_len - shape.dst_len % ROUND,
-                ..shape
-            }
-        };
-        if let Some(i) = self.tables.iter().position(|t| t.tuple == tuple) {
-            return i;
-        }
-        self.tables.push(Table::new(tuple));
-        self.tables.len() - 1
-    }
-
-    /// Moves table `i` to its place in the order (highest priority held
-    /// first).
-    fn reorder(&mut self, i: usize) {
-        let key = |t: &Table| std::cmp::Reverse(t.max_priority());
-        let t = self.tables.remove(i);
-        let at = self.tables.partition_point(|x| key(x) <= key(&t));
-        self.tables.insert(at, t);
     }
 
     /// The winning rule for one packet.
@@ -387,31 +526,24 @@ impl AclClassifier {
     /// [`Self::classify`], counting the tables probed.
     #[inline]
     pub fn classify_counted(&self, k: &FlowKey, probes: &mut Probes) -> Option<&AclRule> {
-        let (src, dst) = (addr(&k.src), addr(&k.dst));
-        let mut best: Option<&AclRule> = None;
         probes.packets += 1;
-        for t in &self.tables {
-            let top = t.max_priority().unwrap_or(0);
-            if best.is_some_and(|b| b.priority > top) {
-                break;
-            }
-            if t.tuple.v6 != k.v6 {
-                continue;
-            }
-            probes.tables += 1;
-            if let Some(r) = t.lookup(k, src, dst) {
-                if best.is_none_or(|b| r.beats(b)) {
-                    best = Some(r);
-                }
-            }
-        }
-        best
+        let slot = if k.v6 {
+            self.v6.classify(&Packet::of(k), probes).map(|e| e.slot)
+        } else {
+            self.v4.classify(&Packet::of(k), probes).map(|e| e.slot)
+        };
+        slot.map(|s| &self.slab[s as usize])
     }
 
     /// The winning rule's id for each key of a burst (`None`: no rule).
     pub fn classify_burst(&self, keys: &[FlowKey], out: &mut [Option<RuleId>]) {
+        let mut probes = Probes::default();
         for (k, o) in keys.iter().zip(out.iter_mut()) {
-            *o = self.classify(k).map(|r| r.id);
+            *o = if k.v6 {
+                self.v6.classify(&Packet::of(k), &mut probes).map(|e| e.id)
+            } else {
+                self.v4.classify(&Packet::of(k), &mut probes).map(|e| e.id)
+            };
         }
     }
 }

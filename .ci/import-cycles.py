@@ -5,7 +5,9 @@ or around a longer loop (ARCHITECTURE.md: no module imports its importers).
 A file depends on another when it names it: `use crate::a::…`,
 `crate::a::f()`, `super::…` (the parent, or a sibling through it), or, for a
 parent, `use child::…` / `child::f()`. Test modules and comments are left
-out. Hand-written (no crate does this for Rust sources); run by .ci/run.
+out; an inline module (`mod x { … }`) counts as its file, so it names
+its file's items by `crate::` paths, not `super::`. Hand-written (no crate
+does this for Rust sources); run by .ci/run.
 """
 import os
 import re

@@ -8,85 +8,9 @@
 //! P4Runtime's ternary and range matches); [`classbench`] reads
 //! ClassBench's filter and trace files.
 
-use std::fmt;
-
+use crate::acl_match::AclMatch;
 use crate::flow::FlowKey;
-use crate::prefix::IpPrefix;
 use crate::rule::{Action, RuleId};
-
-/// An inclusive range of ports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PortRange {
-    pub lo: u16,
-    pub hi: u16,
-}
-
-impl PortRange {
-    /// Every port.
-    pub const ANY: PortRange = PortRange { lo: 0, hi: 65535 };
-
-    /// `lo..=hi`, or `None` when `lo > hi`.
-    pub fn new(lo: u16, hi: u16) -> Option<Self> {
-        (lo <= hi).then_some(Self { lo, hi })
-    }
-
-    pub fn exact(p: u16) -> Self {
-        Self { lo: p, hi: p }
-    }
-
-    #[inline]
-    pub fn contains(self, p: u16) -> bool {
-        self.lo <= p && p <= self.hi
-    }
-
-    pub fn is_any(self) -> bool {
-        self == Self::ANY
-    }
-
-    pub fn is_exact(self) -> bool {
-        self.lo == self.hi
-    }
-}
-
-impl fmt::Display for PortRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_exact() {
-            write!(f, "{}", self.lo)
-        } else {
-            write!(f, "{}-{}", self.lo, self.hi)
-        }
-    }
-}
-
-/// What a multi-field rule matches. Both prefixes are of one family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AclMatch {
-    pub src: IpPrefix,
-    pub dst: IpPrefix,
-    /// `None`: any protocol.
-    pub proto: Option<u8>,
-    pub sport: PortRange,
-    pub dport: PortRange,
-}
-
-impl AclMatch {
-    pub fn v6(&self) -> bool {
-        self.src.v6
-    }
-
-    /// Whether a packet with this 5-tuple matches. Ports are compared as
-    /// the key carries them (0 for protocols without ports), as `rte_acl`
-    /// and ClassBench's traces do.
-    #[inline]
-    pub fn matches(&self, k: &FlowKey) -> bool {
-        self.src.v6 == k.v6
-            && self.proto.is_none_or(|p| p == k.proto)
-            && self.sport.contains(k.sport)
-            && self.dport.contains(k.dport)
-            && IpPrefix::mask(k.v6, &k.src, self.src.len) == self.src.addr
-            && IpPrefix::mask(k.v6, &k.dst, self.dst.len) == self.dst.addr
-    }
-}
 
 /// A multi-field rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,7 +56,8 @@ pub mod classbench {
 
     use std::fmt;
 
-    use super::{AclMatch, AclRule, PortRange};
+    use crate::acl::AclRule;
+    use crate::acl_match::{AclMatch, PortRange};
     use crate::flow::FlowKey;
     use crate::prefix::IpPrefix;
     use crate::rule::Action;
@@ -341,6 +266,7 @@ pub mod classbench {
 mod tests {
     use super::classbench::{parse_rules, parse_trace};
     use super::*;
+    use crate::acl_match::PortRange;
 
     const SET: &str = "@10.0.0.0/8\t192.168.1.0/24\t0 : 65535\t53 : 53\t0x11/0xFF\t0x0000/0x0000\t\n\
                        @10.1.0.0/16\t0.0.0.0/0\t1024 : 65535\t0 : 65535\t0x06/0xFF\t0x1000/0x1000\t\n\

@@ -18,29 +18,171 @@
 //! | 30..46 | flow: destination address |
 //! | 46..48 | zero |
 //!
+//! A multi-field rule (with a priority) needs more: a set holding one is
+//! written in [`RECORD_WIDE`]-byte records, whose first 48 bytes are the
+//! layout above for the other kinds (the rest zero), and for kind 3:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 7 | match kind: 3 multi-field |
+//! | 8 | flags: bit 0 IPv6, bit 1 a protocol |
+//! | 9 | protocol (0 when any) |
+//! | 10..14 | source ports, low and high |
+//! | 14..30 | source prefix address |
+//! | 30..46 | destination prefix address |
+//! | 46, 47 | source and destination prefix lengths |
+//! | 48..52 | destination ports, low and high |
+//! | 52..56 | priority |
+//! | 56..64 | zero |
+//!
 //! Decoding accepts exactly the records [`encode`] writes for rules the
 //! JSON parser accepts (unused bytes zero, IPv4 tails zero, prefix host
 //! bits zero, ports only with TCP/UDP): a damaged or crafted record is an
 //! error naming the field, never a rule the text form could not express.
 
+use crate::acl_match::{AclMatch, PortRange};
 use crate::flow::proto;
 use crate::prefix::IpPrefix;
-use crate::rule::{Action, Dir, Match, Rule};
+use crate::rule::{Action, Dir, Match, Rule, RuleId};
 use crate::FlowKey;
 
 /// Bytes of one record.
 pub const RECORD: usize = 48;
+/// Bytes of one record of a set holding multi-field rules.
+pub const RECORD_WIDE: usize = 64;
 
-/// The record of `r`.
-pub fn encode(r: &Rule) -> [u8; RECORD] {
-    let mut b = [0u8; RECORD];
-    b[0..4].copy_from_slice(&r.id.to_le_bytes());
-    let (action, port) = match r.action {
+/// The wide record of any rule.
+pub fn encode_wide(r: &Rule) -> [u8; RECORD_WIDE] {
+    let mut b = [0u8; RECORD_WIDE];
+    match r.matcher {
+        Match::Acl { m, priority } => {
+            b[0..4].copy_from_slice(&r.id.to_le_bytes());
+            let (action, port) = action_bytes(r.action);
+            b[4] = action;
+            b[5..7].copy_from_slice(&port.to_le_bytes());
+            b[7] = 3;
+            b[8] = u8::from(m.src.v6) | (u8::from(m.proto.is_some()) << 1);
+            b[9] = m.proto.unwrap_or(0);
+            b[10..12].copy_from_slice(&m.sport.lo.to_le_bytes());
+            b[12..14].copy_from_slice(&m.sport.hi.to_le_bytes());
+            b[14..30].copy_from_slice(&m.src.addr);
+            b[30..46].copy_from_slice(&m.dst.addr);
+            b[46] = m.src.len;
+            b[47] = m.dst.len;
+            b[48..50].copy_from_slice(&m.dport.lo.to_le_bytes());
+            b[50..52].copy_from_slice(&m.dport.hi.to_le_bytes());
+            b[52..56].copy_from_slice(&priority.to_le_bytes());
+        }
+        _ => {
+            let short = encode(r).expect("not a multi-field rule");
+            b[..RECORD].copy_from_slice(&short);
+        }
+    }
+    b
+}
+
+fn action_bytes(a: Action) -> (u8, u16) {
+    match a {
         Action::Drop => (0, 0),
         Action::Allow => (1, 0),
         Action::Count => (2, 0),
         Action::Redirect(p) => (3, p),
+    }
+}
+
+/// The rule of a wide record, or what is wrong with it.
+pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
+    if b[7] != 3 {
+        if b[RECORD..].iter().any(|&x| x != 0) {
+            return Err(DecodeError("unused bytes set".into()));
+        }
+        let short: &[u8; RECORD] = b[..RECORD].try_into().expect("48 bytes");
+        return decode(short);
+    }
+    let short: &[u8; RECORD] = b[..RECORD].try_into().expect("48 bytes");
+    let (id, action) = head(short)?;
+    let flags = b[8];
+    let v6 = flags & 1 != 0;
+    if flags & !3 != 0 || b[56..].iter().any(|&x| x != 0) {
+        return Err(DecodeError("multi-field: unused bits set".into()));
+    }
+    let prefix = |at: usize, len: u8, what: &str| -> Result<IpPrefix, DecodeError> {
+        let addr = addr_at(short, at);
+        if len > IpPrefix::max_len(v6) || IpPrefix::mask(v6, &addr, len) != addr {
+            return Err(DecodeError(format!(
+                "multi-field: {what} prefix /{len} invalid"
+            )));
+        }
+        Ok(IpPrefix { v6, addr, len })
     };
+    let (src, dst) = (
+        prefix(14, b[46], "source")?,
+        prefix(30, b[47], "destination")?,
+    );
+    let proto = (flags & 2 != 0).then_some(b[9]);
+    if proto.is_none() && b[9] != 0 {
+        return Err(DecodeError(
+            "multi-field: a protocol without its flag".into(),
+        ));
+    }
+    let range = |at: usize| {
+        PortRange::new(u16_wide(b, at), u16_wide(b, at + 2))
+            .ok_or_else(|| DecodeError("multi-field: a port range low above high".into()))
+    };
+    let (sport, dport) = (range(10)?, range(48)?);
+    let ported = matches!(proto, None | Some(proto::TCP | proto::UDP));
+    if !(ported || sport.is_any() && dport.is_any()) {
+        return Err(DecodeError(
+            "multi-field: ports with a protocol that has none".into(),
+        ));
+    }
+    let priority = u32::from_le_bytes([b[52], b[53], b[54], b[55]]);
+    if priority > crate::rule::MAX_PRIORITY {
+        return Err(DecodeError(format!(
+            "multi-field: priority {priority} too high"
+        )));
+    }
+    Ok(Rule {
+        id,
+        matcher: Match::Acl {
+            m: AclMatch {
+                src,
+                dst,
+                proto,
+                sport,
+                dport,
+            },
+            priority,
+        },
+        action,
+    })
+}
+
+fn u16_wide(b: &[u8; RECORD_WIDE], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+/// A record's id and action.
+fn head(b: &[u8; RECORD]) -> Result<(RuleId, Action), DecodeError> {
+    let id = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let port = u16_at(b, 5);
+    let action = match (b[4], port) {
+        (0, 0) => Action::Drop,
+        (1, 0) => Action::Allow,
+        (2, 0) => Action::Count,
+        (3, p) => Action::Redirect(p),
+        (a @ 0..=2, _) => return Err(DecodeError(format!("action {a} with a redirect port"))),
+        (a, _) => return Err(DecodeError(format!("unknown action {a}"))),
+    };
+    Ok((id, action))
+}
+
+/// The 48-byte record of `r`; `None` for a multi-field rule, which needs
+/// [`encode_wide`].
+pub fn encode(r: &Rule) -> Option<[u8; RECORD]> {
+    let mut b = [0u8; RECORD];
+    b[0..4].copy_from_slice(&r.id.to_le_bytes());
+    let (action, port) = action_bytes(r.action);
     b[4] = action;
     b[5..7].copy_from_slice(&port.to_le_bytes());
     match r.matcher {
@@ -71,8 +213,9 @@ pub fn encode(r: &Rule) -> [u8; RECORD] {
             b[12] = prefix.len;
             b[14..30].copy_from_slice(&prefix.addr);
         }
+        Match::Acl { .. } => return None,
     }
-    b
+    Some(b)
 }
 
 fn u16_at(b: &[u8; RECORD], i: usize) -> u16 {
@@ -99,16 +242,7 @@ impl From<String> for DecodeError {
 /// The rule of a record, or what is wrong with it.
 #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
-    let id = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    let port = u16_at(b, 5);
-    let action = match (b[4], port) {
-        (0, 0) => Action::Drop,
-        (1, 0) => Action::Allow,
-        (2, 0) => Action::Count,
-        (3, p) => Action::Redirect(p),
-        (a @ 0..=2, _) => return Err(DecodeError(format!("action {a} with a redirect port"))),
-        (a, _) => return Err(DecodeError(format!("unknown action {a}"))),
-    };
+    let (id, action) = head(b)?;
     let flags = b[8];
     let v6 = flags & 1 != 0;
     let tail_zero = |a: &[u8; 16]| v6 || a[4..].iter().all(|&x| x == 0);
@@ -206,8 +340,13 @@ mod tests {
     #[test]
     fn every_kind_of_rule_round_trips() {
         for r in rules() {
-            let b = encode(&r);
+            let b = encode(&r).expect("a 48-byte rule");
             assert_eq!(decode(&b), Ok(r), "{r:?}");
+            assert_eq!(decode_wide(&encode_wide(&r)), Ok(r), "{r:?}");
+        }
+        for r in wide_rules() {
+            assert_eq!(encode(&r), None);
+            assert_eq!(decode_wide(&encode_wide(&r)), Ok(r), "{r:?}");
         }
     }
 
@@ -217,7 +356,7 @@ mod tests {
     fn changed_records_are_refused_or_still_valid_rules() {
         let mut refused = 0;
         for r in rules() {
-            let b = encode(&r);
+            let b = encode(&r).expect("a 48-byte rule");
             for i in 0..RECORD {
                 for x in [0u8, 1, 2, 3, 4, 6, 17, 0x80, 0xff] {
                     let mut c = b;
@@ -226,7 +365,7 @@ mod tests {
                         Ok(d) => {
                             let back = crate::parse_rule(&crate::rule_to_json(&d), None);
                             assert_eq!(back, Ok(d), "byte {i} = {x}: {c:?}");
-                            assert_eq!(encode(&d), c, "byte {i} = {x}: not canonical");
+                            assert_eq!(encode(&d), Some(c), "byte {i} = {x}: not canonical");
                         }
                         Err(_) => refused += 1,
                     }
@@ -234,5 +373,36 @@ mod tests {
             }
         }
         assert!(refused > 500, "only {refused} refused");
+        let mut refused = 0;
+        for r in wide_rules().into_iter().chain(rules()) {
+            let b = encode_wide(&r);
+            for i in 0..RECORD_WIDE {
+                for x in [0u8, 1, 2, 3, 4, 6, 17, 0x80, 0xff] {
+                    let mut c = b;
+                    c[i] = x;
+                    match decode_wide(&c) {
+                        Ok(d) => {
+                            let back = crate::parse_rule(&crate::rule_to_json(&d), None);
+                            assert_eq!(back, Ok(d), "byte {i} = {x}: {c:?}");
+                            assert_eq!(encode_wide(&d), c, "byte {i} = {x}: not canonical");
+                        }
+                        Err(_) => refused += 1,
+                    }
+                }
+            }
+        }
+        assert!(refused > 500, "only {refused} refused");
+    }
+
+    fn wide_rules() -> Vec<Rule> {
+        let texts = [
+            json!({"id": 8, "priority": 7, "match": {"src_prefix": "10.0.0.0/8", "dst_prefix": "192.168.0.0/16", "proto": "tcp", "sport": "1024-65535", "dport": 80}, "action": "drop"}),
+            json!({"id": 9, "priority": 0, "match": {"dst_prefix": "2001:db8::/32"}, "action": {"redirect": 3}}),
+            json!({"id": 10, "priority": 2147483647, "match": {"src_prefix": "0.0.0.0/0", "proto": 47}, "action": "count"}),
+        ];
+        texts
+            .iter()
+            .map(|v| crate::parse_rule(v, None).unwrap())
+            .collect()
     }
 }

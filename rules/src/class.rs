@@ -35,10 +35,10 @@ pub struct PrefixClass {
 
 impl PrefixClass {
     /// The class of a prefix rule's match and its (masked) address; `None`
-    /// for an exact flow match.
+    /// for an exact flow match or a multi-field one.
     pub fn of(m: &Match) -> Option<(Self, [u8; 16])> {
         match *m {
-            Match::Flow(_) => None,
+            Match::Flow(_) | Match::Acl { .. } => None,
             Match::Prefix {
                 dir,
                 prefix,

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod acl;
+pub mod acl_match;
 pub mod batch;
 pub mod binary;
 pub mod class;
@@ -25,7 +26,8 @@ mod shape;
 pub mod stream;
 mod strict;
 
-pub use acl::{AclMatch, AclRule, PortRange};
+pub use acl::AclRule;
+pub use acl_match::{AclMatch, PortRange};
 pub use batch::{
     parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,
     ReplaceError, Update, UpdateError, UpdateResult,

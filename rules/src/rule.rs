@@ -31,6 +31,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::acl_match::{AclMatch, PortRange};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
 
@@ -78,7 +79,19 @@ pub enum Match {
         /// Destination port; only with proto TCP or UDP.
         port: Option<u16>,
     },
+    /// A multi-field match with an explicit priority (highest wins, ties
+    /// to the lower id). Two rules may share a [`AclMatch`] at different
+    /// priorities.
+    Acl {
+        m: AclMatch,
+        priority: u32,
+    },
 }
+
+/// Highest explicit priority a rule may take: the rule forms without one
+/// (exact flows, single prefixes) rank above every explicit priority, in
+/// today's order.
+pub const MAX_PRIORITY: u32 = i32::MAX as u32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rule {
@@ -138,7 +151,7 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
     let obj = v
         .as_object()
         .ok_or_else(|| err("", "a rule is an object with id, match, action".into()))?;
-    check_keys(obj, &["id", "match", "action"], "").map_err(|(f, m)| err(&f, m))?;
+    check_keys(obj, &["id", "priority", "match", "action"], "").map_err(|(f, m)| err(&f, m))?;
     let id = match obj.get("id") {
         Some(Value::Number(n)) => n
             .as_u64()
@@ -161,7 +174,11 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
         .ok_or_else(|| err("match", "missing".into()))?
         .as_object()
         .ok_or_else(|| err("match", "expected an object".into()))?;
-    let matcher = parse_match(m).map_err(|(f, msg)| err(&f, msg))?;
+    let matcher = match obj.get("priority") {
+        None => parse_match(m),
+        Some(p) => parse_priority(p).and_then(|priority| parse_acl(m, priority)),
+    }
+    .map_err(|(f, msg)| err(&f, msg))?;
     Ok(Rule {
         id,
         matcher,
@@ -189,7 +206,135 @@ fn join(path: &str, k: &str) -> String {
     }
 }
 
+fn parse_priority(p: &Value) -> Result<u32, FieldErr> {
+    p.as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| n <= MAX_PRIORITY)
+        .ok_or_else(|| {
+            (
+                "priority".into(),
+                format!("{p} is not an integer 0..={MAX_PRIORITY}"),
+            )
+        })
+}
+
+/// A multi-field match: `src_prefix` and/or `dst_prefix` (the other
+/// defaults to any address of the same family), `proto`, `sport` and
+/// `dport` (a port, `"LO-HI"`, or absent for any).
+fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
+    check_keys(
+        m,
+        &["src_prefix", "dst_prefix", "proto", "sport", "dport"],
+        "match",
+    )?;
+    let prefix = |k: &str| -> Result<Option<IpPrefix>, FieldErr> {
+        let field = format!("match.{k}");
+        m.get(k)
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| {
+                        (
+                            field.clone(),
+                            "expected a string like \"10.0.0.0/8\"".into(),
+                        )
+                    })?
+                    .parse::<IpPrefix>()
+                    .map_err(|e| (field.clone(), e.0))
+            })
+            .transpose()
+    };
+    let any = |v6: bool| IpPrefix {
+        v6,
+        addr: [0; 16],
+        len: 0,
+    };
+    let (src, dst) = match (prefix("src_prefix")?, prefix("dst_prefix")?) {
+        (None, None) => {
+            return Err((
+                "match".into(),
+                "a rule with a priority needs \"src_prefix\" or \"dst_prefix\" \
+                 (\"0.0.0.0/0\" or \"::/0\" for any address)"
+                    .into(),
+            ))
+        }
+        (Some(s), None) => (s, any(s.v6)),
+        (None, Some(d)) => (any(d.v6), d),
+        (Some(s), Some(d)) if s.v6 != d.v6 => {
+            return Err((
+                "match.dst_prefix".into(),
+                "not of the source prefix's IP version".into(),
+            ))
+        }
+        (Some(s), Some(d)) => (s, d),
+    };
+    let proto = m
+        .get("proto")
+        .map(|p| parse_proto(p, "match.proto"))
+        .transpose()?;
+    let range = |k: &str| -> Result<PortRange, FieldErr> {
+        m.get(k).map_or(Ok(PortRange::ANY), |v| {
+            parse_range(v, &format!("match.{k}"))
+        })
+    };
+    let (sport, dport) = (range("sport")?, range("dport")?);
+    let ported = matches!(proto, None | Some(proto::TCP | proto::UDP));
+    if !(ported || sport.is_any() && dport.is_any()) {
+        return Err((
+            if sport.is_any() {
+                "match.dport"
+            } else {
+                "match.sport"
+            }
+            .into(),
+            "ports need \"proto\": \"tcp\" or \"udp\" (or no protocol)".into(),
+        ));
+    }
+    Ok(Match::Acl {
+        m: AclMatch {
+            src,
+            dst,
+            proto,
+            sport,
+            dport,
+        },
+        priority,
+    })
+}
+
+/// A port (`80`) or an inclusive range (`"1024-65535"`, or `"80"`).
+fn parse_range(v: &Value, field: &str) -> Result<PortRange, FieldErr> {
+    if let Some(s) = v.as_str() {
+        let (lo, hi) = s.split_once('-').unwrap_or((s, s));
+        let port = |p: &str| p.trim().parse::<u16>().ok();
+        return match (port(lo), port(hi)) {
+            (Some(lo), Some(hi)) => PortRange::new(lo, hi).ok_or_else(|| {
+                (
+                    field.into(),
+                    format!("\"{s}\": the low port is above the high one"),
+                )
+            }),
+            _ => Err((
+                field.into(),
+                format!("\"{s}\" is not a port or a range \"LO-HI\""),
+            )),
+        };
+    }
+    parse_port(v, field).map(PortRange::exact)
+}
+
 fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
+    if let Some(k) = ["sport", "dport"].iter().find(|k| m.contains_key(**k)) {
+        return Err((
+            format!("match.{k}"),
+            "port ranges are for rules with a \"priority\" (add one)".into(),
+        ));
+    }
+    if m.contains_key("src_prefix") && m.contains_key("dst_prefix") {
+        return Err((
+            "priority".into(),
+            "a rule matching both prefixes needs a \"priority\"".into(),
+        ));
+    }
     check_keys(
         m,
         &["flow", "src_prefix", "dst_prefix", "proto", "port"],
@@ -342,8 +487,15 @@ fn parse_port(v: &Value, field: &str) -> Result<u16, FieldErr> {
 impl Serialize for Rule {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(3))?;
+        let priority = match self.matcher {
+            Match::Acl { priority, .. } => Some(priority),
+            _ => None,
+        };
+        let mut m = s.serialize_map(Some(3 + usize::from(priority.is_some())))?;
         m.serialize_entry("id", &self.id)?;
+        if let Some(p) = priority {
+            m.serialize_entry("priority", &p)?;
+        }
         m.serialize_entry("match", &MatchJson(&self.matcher))?;
         m.serialize_entry("action", &self.action)?;
         m.end()
@@ -445,6 +597,26 @@ impl Serialize for MatchJson<'_> {
                 }
                 if let Some(p) = port {
                     m.serialize_entry("port", &p)?;
+                }
+                m.end()
+            }
+            Match::Acl { m: ref a, .. } => {
+                let n = 2
+                    + usize::from(a.proto.is_some())
+                    + usize::from(!a.sport.is_any())
+                    + usize::from(!a.dport.is_any());
+                let mut m = s.serialize_map(Some(n))?;
+                m.serialize_entry("src_prefix", &Shown(a.src))?;
+                m.serialize_entry("dst_prefix", &Shown(a.dst))?;
+                if let Some(p) = a.proto {
+                    m.serialize_entry("proto", &p)?;
+                }
+                for (key, r) in [("sport", a.sport), ("dport", a.dport)] {
+                    if r.is_exact() {
+                        m.serialize_entry(key, &r.lo)?;
+                    } else if !r.is_any() {
+                        m.serialize_entry(key, &Shown(r))?;
+                    }
                 }
                 m.end()
             }

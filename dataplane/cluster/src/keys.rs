@@ -75,7 +75,13 @@ impl Keys {
 /// are sorted, so equal rules give equal text however they were written.
 pub fn canonical(rule: &Rule) -> (String, String) {
     let v = rule_to_json(rule);
-    (v.to_string(), v["match"].to_string())
+    // Multi-field rules may share a match at different priorities: their
+    // match key is the pair.
+    let m = match v.get("priority") {
+        Some(p) => format!("{p}/{}", v["match"]),
+        None => v["match"].to_string(),
+    };
+    (v.to_string(), m)
 }
 
 #[cfg(test)]

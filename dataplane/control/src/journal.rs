@@ -39,6 +39,8 @@ const SNAPSHOT: &str = "snapshot.bin";
 const SNAPSHOT_JSON: &str = "snapshot.json";
 const MAGIC: &[u8; 8] = b"CFDPSNAP";
 const BIN_VERSION: u32 = 2;
+/// Snapshots holding multi-field rules: 64-byte records.
+const BIN_VERSION_WIDE: u32 = 3;
 const HEADER: usize = 32;
 const JOURNAL: &str = "journal.ndjson";
 const FORMAT: &str = "cfdp-rules";
@@ -266,7 +268,7 @@ fn parse_snapshot(text: &str) -> Result<(u64, Vec<Rule>), Damage> {
 /// Reads a binary snapshot as a stream (the file is never held whole):
 /// header, records decoded as they come, CRC checked at the end.
 fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), Damage> {
-    use cfdp_rules::binary::{decode, RECORD};
+    use cfdp_rules::binary::{decode, decode_wide, RECORD, RECORD_WIDE};
     use std::io::Read;
     let mut r = BufReader::with_capacity(1 << 20, f);
     let mut crc = crc32fast::Hasher::new();
@@ -276,26 +278,33 @@ fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), Damage> {
     crc.update(&head);
     let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
     let long = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
-    if &head[..8] != MAGIC || word(8) != BIN_VERSION || word(12) as usize != RECORD {
-        return Err(Damage(format!(
-            "not a cfdp binary rule snapshot of version {BIN_VERSION} with {RECORD}-byte records"
-        )));
-    }
+    // Version 2: 48-byte records; version 3: 64-byte records (a set with
+    // multi-field rules).
+    let record = match (&head[..8] == MAGIC, word(8), word(12) as usize) {
+        (true, BIN_VERSION, RECORD) => RECORD,
+        (true, BIN_VERSION_WIDE, RECORD_WIDE) => RECORD_WIDE,
+        _ => {
+            return Err(Damage(format!(
+                "not a cfdp binary rule snapshot of version {BIN_VERSION} with {RECORD}-byte \
+                 records or {BIN_VERSION_WIDE} with {RECORD_WIDE}-byte records"
+            )))
+        }
+    };
     let (generation, count) = (long(16), long(24));
     // The count comes from the file: reserve only what the file can hold,
     // so a damaged count cannot make this allocate without bound.
     let cap = r
         .get_ref()
         .metadata()
-        .map(|m| m.len().saturating_sub(HEADER as u64) / RECORD as u64)
+        .map(|m| m.len().saturating_sub(HEADER as u64) / record as u64)
         .unwrap_or(0)
         .min(count);
     let mut rules = Vec::with_capacity(cap as usize);
-    let mut block = vec![0u8; RECORD * 8192];
+    let mut block = vec![0u8; record * 8192];
     let mut left = count;
     while left > 0 {
         let n = left.min(8192) as usize;
-        let buf = &mut block[..n * RECORD];
+        let buf = &mut block[..n * record];
         let mut got = 0;
         while got < buf.len() {
             match r.read(&mut buf[got..]) {
@@ -308,14 +317,18 @@ fn read_binary_snapshot(f: File) -> Result<(u64, Vec<Rule>), Damage> {
         if got < buf.len() {
             return Err(Damage(format!(
                 "snapshot: {} of {count} rules present (the file is cut short)",
-                count - left + (got / RECORD) as u64
+                count - left + (got / record) as u64
             )));
         }
         crc.update(buf);
-        for (j, rec) in buf.chunks_exact(RECORD).enumerate() {
-            let rec: &[u8; RECORD] = rec.try_into().expect("a whole record");
+        for (j, rec) in buf.chunks_exact(record).enumerate() {
+            let rule = if record == RECORD {
+                decode(rec.try_into().expect("a whole record"))
+            } else {
+                decode_wide(rec.try_into().expect("a whole record"))
+            };
             let i = count - left + j as u64;
-            rules.push(decode(rec).map_err(|e| format!("snapshot: rule #{}: {e}", i + 1))?);
+            rules.push(rule.map_err(|e| format!("snapshot: rule #{}: {e}", i + 1))?);
         }
         left -= n as u64;
     }
@@ -509,16 +522,26 @@ pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(),
         let mut crc = crc32fast::Hasher::new();
         let mut head = [0u8; HEADER];
         head[..8].copy_from_slice(MAGIC);
-        head[8..12].copy_from_slice(&BIN_VERSION.to_le_bytes());
-        head[12..16].copy_from_slice(&(cfdp_rules::binary::RECORD as u32).to_le_bytes());
+        // Sets without multi-field rules keep the 48-byte records.
+        let wide = rules
+            .iter()
+            .any(|r| matches!(r.matcher, cfdp_rules::Match::Acl { .. }));
+        let (version, record) = if wide {
+            (BIN_VERSION_WIDE, cfdp_rules::binary::RECORD_WIDE)
+        } else {
+            (BIN_VERSION, cfdp_rules::binary::RECORD)
+        };
+        head[8..12].copy_from_slice(&version.to_le_bytes());
+        head[12..16].copy_from_slice(&(record as u32).to_le_bytes());
         head[16..24].copy_from_slice(&generation.to_le_bytes());
         head[24..32].copy_from_slice(&(rules.len() as u64).to_le_bytes());
         crc.update(&head);
         out.write_all(&head)?;
         for r in rules {
-            let rec = cfdp_rules::binary::encode(r);
-            crc.update(&rec);
-            out.write_all(&rec)?;
+            let rec = cfdp_rules::binary::encode_wide(r);
+            let rec = &rec[..record];
+            crc.update(rec);
+            out.write_all(rec)?;
         }
         out.write_all(&crc.finalize().to_le_bytes())?;
         out.flush()?;

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::ops::BitAnd;
 
-use cfdp_rules::{AclRule, FlowKey, RuleId};
+use cfdp_rules::{AclMatch, AclRule, FlowKey, RuleId};
 use hashbrown::HashMap;
 
 /// Largest prefix-length difference between a rule and the table that
@@ -184,6 +184,7 @@ impl<W: Word> Packet<W> {
 
 /// One table: rules of shapes its tuple admits, bucketed by their masked
 /// prefixes, each bucket best first (a scan stops at its first match).
+#[derive(Clone)]
 struct Table<W> {
     tuple: Tuple,
     src_mask: W,
@@ -273,6 +274,7 @@ impl<W: Word> Table<W> {
 
 /// The tables of one address family, ordered by the highest priority they
 /// hold.
+#[derive(Clone)]
 struct Family<W> {
     tables: Vec<Table<W>>,
 }
@@ -406,15 +408,19 @@ pub struct Probes {
     pub tables: u64,
 }
 
-/// The classifier: each family's tables, and the rules in a slab.
-#[derive(Default)]
+/// The classifier: each family's tables, and the rules in a slab with a
+/// tag each (the caller's: the rule store's counter slot).
+#[derive(Clone, Default)]
 pub struct AclClassifier {
     v4: Family<u32>,
     v6: Family<u128>,
-    slab: Vec<AclRule>,
+    slab: Vec<(AclRule, u32)>,
     free: Vec<u32>,
     /// Each rule's table and slot.
     by_id: HashMap<RuleId, (Tuple, u32)>,
+    /// Each (match, priority): the rule store refuses a second rule with
+    /// both the same.
+    by_match: HashMap<(AclMatch, u32), RuleId>,
 }
 
 impl AclClassifier {
@@ -466,18 +472,31 @@ impl AclClassifier {
     pub fn bytes(&self) -> usize {
         self.v4.tables.iter().map(Table::bytes).sum::<usize>()
             + self.v6.tables.iter().map(Table::bytes).sum::<usize>()
-            + self.slab.capacity() * std::mem::size_of::<AclRule>()
+            + self.slab.capacity() * std::mem::size_of::<(AclRule, u32)>()
             + self.by_id.capacity() * (std::mem::size_of::<(RuleId, (Tuple, u32))>() + 1)
+            + self.by_match.capacity() * (std::mem::size_of::<((AclMatch, u32), RuleId)>() + 1)
     }
 
     pub fn rule(&self, id: RuleId) -> Option<&AclRule> {
         self.by_id
             .get(&id)
-            .map(|&(_, slot)| &self.slab[slot as usize])
+            .map(|&(_, slot)| &self.slab[slot as usize].0)
+    }
+
+    /// The rule with this match and priority, with its tag.
+    pub fn by_match(&self, m: &AclMatch, priority: u32) -> Option<(RuleId, u32)> {
+        let id = *self.by_match.get(&(*m, priority))?;
+        let &(_, slot) = self.by_id.get(&id)?;
+        Some((id, self.slab[slot as usize].1))
     }
 
     /// Adds a rule to the table it fits best (see the module docs).
     pub fn insert(&mut self, r: AclRule) -> Result<(), AclError> {
+        self.insert_tagged(r, 0)
+    }
+
+    /// [`Self::insert`], with a tag [`Self::classify_tagged`] returns.
+    pub fn insert_tagged(&mut self, r: AclRule, tag: u32) -> Result<(), AclError> {
         if r.matcher.src.v6 != r.matcher.dst.v6 {
             return Err(AclError::MixedFamilies(r.id));
         }
@@ -486,14 +505,15 @@ impl AclClassifier {
         }
         let slot = match self.free.pop() {
             Some(s) => {
-                self.slab[s as usize] = r;
+                self.slab[s as usize] = (r, tag);
                 s
             }
             None => {
-                self.slab.push(r);
+                self.slab.push((r, tag));
                 (self.slab.len() - 1) as u32
             }
         };
+        self.by_match.insert((r.matcher, r.priority), r.id);
         let shape = Tuple::of(&r);
         let tuple = if shape.v6 {
             self.v6.insert(shape, Entry::new(&r, slot))
@@ -507,7 +527,10 @@ impl AclClassifier {
     /// Removes rule `id`.
     pub fn remove(&mut self, id: RuleId) -> Result<AclRule, AclError> {
         let (tuple, slot) = self.by_id.remove(&id).ok_or(AclError::NotFound(id))?;
-        let r = self.slab[slot as usize];
+        let r = self.slab[slot as usize].0;
+        if self.by_match.get(&(r.matcher, r.priority)) == Some(&id) {
+            self.by_match.remove(&(r.matcher, r.priority));
+        }
         if tuple.v6 {
             self.v6.remove(tuple, &Entry::new(&r, slot));
         } else {
@@ -532,7 +555,26 @@ impl AclClassifier {
         } else {
             self.v4.classify(&Packet::of(k), probes).map(|e| e.slot)
         };
-        slot.map(|s| &self.slab[s as usize])
+        slot.map(|s| &self.slab[s as usize].0)
+    }
+
+    /// The winning rule's id and tag for one packet.
+    #[inline]
+    pub fn classify_tagged(&self, k: &FlowKey) -> Option<(RuleId, u32)> {
+        let mut probes = Probes::default();
+        let slot = if k.v6 {
+            self.v6
+                .classify(&Packet::of(k), &mut probes)
+                .map(|e| e.slot)
+        } else {
+            self.v4
+                .classify(&Packet::of(k), &mut probes)
+                .map(|e| e.slot)
+        };
+        slot.map(|s| {
+            let (r, tag) = &self.slab[s as usize];
+            (r.id, *tag)
+        })
     }
 
     /// The winning rule's id for each key of a burst (`None`: no rule).

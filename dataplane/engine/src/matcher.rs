@@ -261,4 +261,13 @@ pub fn match_burst(
             out[idx[j]] = cx.resolve(answers[j], t, hashes[j], || table.get(&addr).copied());
         }
     }
+
+    // 3. Multi-field rules (explicit priorities, below every rule above).
+    if t.has_acl() {
+        for i in 0..n {
+            if valid[i] && out[i].is_none() {
+                out[i] = t.classify_acl(&keys[i]);
+            }
+        }
+    }
 }

@@ -43,7 +43,9 @@
 use std::sync::Arc;
 
 use cfdp_filter::Filter;
-use cfdp_rules::{Action, FlowKey, PrefixClass};
+use cfdp_rules::{AclRule, Action, FlowKey, PrefixClass, RuleId};
+
+use crate::acl::AclClassifier;
 use hashbrown::HashMap;
 use left_right::Absorb;
 
@@ -113,6 +115,10 @@ pub struct Tables {
     keep_slots: bool,
     /// Rule-set generation this copy shows.
     generation: u64,
+    /// The multi-field rules (with explicit priorities), each tagged with
+    /// its counter slot. They rank below every rule of the other forms,
+    /// which is looked up first.
+    pub(crate) acl: AclClassifier,
 }
 
 /// A prefix class's part of a bulk-built [`Tables`]: its filter (holding
@@ -135,6 +141,7 @@ impl Tables {
             live_slots: 0,
             keep_slots,
             generation: 0,
+            acl: AclClassifier::new(),
         }
     }
 
@@ -147,6 +154,7 @@ impl Tables {
         exact: HashMap<FlowKey, RuleRef>,
         classes: Vec<ClassPart>,
         slots: Option<Vec<Option<SlotRule>>>,
+        acl: AclClassifier,
     ) -> Self {
         let mut classes: Vec<ClassTables> = classes
             .into_iter()
@@ -169,6 +177,7 @@ impl Tables {
             slots,
             keep_slots,
             generation: 0,
+            acl,
         }
     }
 
@@ -191,6 +200,9 @@ impl Tables {
     pub fn rule_slot_of(&self, m: &cfdp_rules::Match) -> Option<u32> {
         match (m, PrefixClass::of(m)) {
             (cfdp_rules::Match::Flow(k), _) => self.exact.get(k).map(|e| e.slot),
+            (cfdp_rules::Match::Acl { m, priority }, _) => {
+                self.acl.by_match(m, *priority).map(|(_, slot)| slot)
+            }
             (_, Some((class, addr))) => self
                 .classes
                 .iter()
@@ -223,6 +235,7 @@ impl Tables {
                 .map(|c| c.entries.own_bytes() + std::mem::size_of::<ClassTables>())
                 .sum::<usize>()
             + self.slots.capacity() * std::mem::size_of::<Option<SlotRule>>()
+            + self.acl.bytes()
     }
 
     /// Whether an exact table needs a fold before `incoming` more changes
@@ -235,9 +248,11 @@ impl Tables {
     /// Number of rules in this copy.
     pub fn len(&self) -> usize {
         if self.keep_slots {
-            return self.live_slots;
+            return self.live_slots + self.acl.len();
         }
-        self.exact.len() + self.classes.iter().map(|c| c.entries.len()).sum::<usize>()
+        self.exact.len()
+            + self.classes.iter().map(|c| c.entries.len()).sum::<usize>()
+            + self.acl.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -267,6 +282,20 @@ impl Tables {
             .iter()
             .filter(|c| c.class.admits(k))
             .find_map(|c| c.entries.get(&c.class.masked(k)).copied())
+            .or_else(|| self.classify_acl(k))
+    }
+
+    /// The winning multi-field rule for `k`, if any.
+    #[inline]
+    pub fn classify_acl(&self, k: &FlowKey) -> Option<RuleRef> {
+        let (id, slot) = self.acl.classify_tagged(k)?;
+        let action = self.acl.rule(id)?.action;
+        Some(RuleRef { action, slot })
+    }
+
+    /// Whether this copy holds multi-field rules.
+    pub fn has_acl(&self) -> bool {
+        !self.acl.is_empty()
     }
 
     fn class_mut(&mut self, class: &PrefixClass) -> Option<&mut ClassTables> {
@@ -319,6 +348,10 @@ pub enum Op {
     /// Ends a fold: new bases (merged off the control thread from a
     /// [`FoldJob`]) replace base and frozen layer.
     Rebase(Arc<Folded>),
+    /// Adds a multi-field rule at its counter slot, or replaces the rule
+    /// with its id.
+    InsertAcl(AclRule, u32),
+    RemoveAcl(RuleId),
 }
 
 type FlowChanges = Arc<Changes<FlowKey, RuleRef>>;
@@ -473,6 +506,14 @@ impl Absorb<Op> for Tables {
                 None => *done = Some(self.freeze(*incoming)),
             },
             Op::Rebase(f) => self.rebase(f),
+            Op::InsertAcl(r, slot) => {
+                let _ = self.acl.remove(r.id);
+                let added = self.acl.insert_tagged(*r, *slot);
+                debug_assert!(added.is_ok(), "the store validated it");
+            }
+            Op::RemoveAcl(id) => {
+                let _ = self.acl.remove(*id);
+            }
         }
     }
 

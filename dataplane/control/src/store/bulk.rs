@@ -10,6 +10,7 @@
 //! size that fits its keys, and the exact tables become the bases both
 //! left-right copies share.
 
+use cfdp_engine::acl::AclClassifier;
 use cfdp_engine::{key_check, ClassPart, SlotRule};
 use cfdp_filter::BuildError;
 use cfdp_rules::FlowKey;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use cfdp_engine::{LiveStats, Mode, Op, RuleRef, Tables};
 use cfdp_filter::Filter;
-use cfdp_rules::{Match, PrefixClass, Rule};
+use cfdp_rules::{AclRule, Match, PrefixClass, Rule};
 use hashbrown::HashMap;
 
 use super::config::StoreConfig;
@@ -87,6 +88,8 @@ impl RuleStore {
                     }
                     match r.matcher {
                         Match::Flow(k) => flow_keys.push((k.hash(), value_for(slot))),
+                        // Multi-field rules: in the classifier, no filter.
+                        Match::Acl { .. } => {}
                         m => {
                             let (c, addr) =
                                 PrefixClass::of(&m).expect("a prefix match has a class");
@@ -109,6 +112,9 @@ impl RuleStore {
                 .iter()
                 .map(|(c, &k)| (*c, HashMap::with_capacity(sized(k))))
                 .collect();
+            // Multi-field rules by (match, priority): verify mode's duplicate
+            // check for them (filter-only mode's index covers every form).
+            let mut acl_matches: HashMap<Match, u32> = HashMap::new();
             let mut found: Found = None;
             // Two loops, not one with the mode inside: the verify-mode
             // loop is the old one exactly (one loop with a match on the
@@ -129,6 +135,12 @@ impl RuleStore {
                     };
                     let dup = match r.matcher {
                         Match::Flow(k) => exact.insert(k, e),
+                        m @ Match::Acl { .. } => {
+                            acl_matches.insert(m, e.slot).map(|slot| RuleRef {
+                                action: r.action,
+                                slot,
+                            })
+                        }
                         m => {
                             let (c, addr) =
                                 PrefixClass::of(&m).expect("a prefix match has a class");
@@ -191,7 +203,8 @@ impl RuleStore {
             });
         }
         let slots = keep_slots.then_some(slots);
-        let tables = Tables::from_parts(Arc::clone(&flow_filter), exact, parts, slots);
+        let acl = multi_field(&set)?;
+        let tables = Tables::from_parts(Arc::clone(&flow_filter), exact, parts, slots, acl);
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
         let factory = r.factory();
         Ok(Self {
@@ -246,4 +259,26 @@ fn build_filter(
             }
         }
     }
+}
+
+/// The classifier of a rule set's multi-field rules, each tagged with its
+/// slot.
+fn multi_field(set: &RuleSet) -> Result<AclClassifier, StoreError> {
+    let mut acl = AclClassifier::new();
+    for (index, s) in set.iter().enumerate() {
+        if let Match::Acl { m, priority } = s.rule.matcher {
+            let r = AclRule {
+                id: s.rule.id,
+                priority,
+                matcher: m,
+                action: s.rule.action,
+            };
+            acl.insert_tagged(r, s.slot).map_err(|e| StoreError::Rule {
+                index,
+                id: s.rule.id,
+                why: e.to_string(),
+            })?;
+        }
+    }
+    Ok(acl)
 }

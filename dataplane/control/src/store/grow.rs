@@ -50,6 +50,7 @@ impl RuleStore {
                         p.flow_filter = Some(Arc::clone(&f));
                         p.ops.push(Op::SetFlowFilter(Arc::clone(&f)));
                     }
+                    Domain::Acl => unreachable!("multi-field rules are in no filter"),
                     Domain::Class(c) => {
                         let is_new =
                             p.class_filters.contains_key(c) && !self.classes.contains_key(c);

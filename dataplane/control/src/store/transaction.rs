@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use cfdp_engine::{Mode, Op, RuleRef};
 use cfdp_filter::Filter;
-use cfdp_rules::{Atomicity, Batch, Code, Match, PrefixClass, Rule, RuleId, Update, UpdateResult};
+use cfdp_rules::{
+    AclRule, Atomicity, Batch, Code, Match, PrefixClass, Rule, RuleId, Update, UpdateResult,
+};
 use hashbrown::HashMap;
 
 use super::state::RuleStore;
@@ -197,6 +199,7 @@ impl RuleStore {
                 .get(c)
                 .or_else(|| self.classes.get(c).map(|(f, _)| f))
                 .cloned(),
+            Domain::Acl => None,
         }
     }
 
@@ -243,6 +246,10 @@ impl RuleStore {
         hints: &ClassHints,
     ) -> Result<Placement, UpdateResult> {
         let (domain, h) = domain_and_hash(&rule.matcher);
+        if let Domain::Acl = domain {
+            // No filter: the classifier's tables take it (with the op).
+            return Ok(Placement::Entry);
+        }
         let value = self.value_for(slot);
         let mut filter = match self.current_filter(p, &domain) {
             Some(f) => f,
@@ -304,6 +311,10 @@ impl RuleStore {
     /// answers carry no slot) goes into the exact tables.
     fn queue_insert_op(&self, p: &mut Pending, rule: &Rule, slot: u32, placed: Option<Placement>) {
         let (domain, h) = domain_and_hash(&rule.matcher);
+        if let Domain::Acl = domain {
+            Self::queue_table_entry(p, rule, slot);
+            return;
+        }
         let filter_only = self.cfg.mode == Mode::FilterOnly;
         if filter_only {
             p.ops.push(Op::SetSlot(
@@ -335,6 +346,15 @@ impl RuleStore {
         };
         match rule.matcher {
             Match::Flow(k) => p.ops.push(Op::InsertFlow(k, e)),
+            Match::Acl { m, priority } => p.ops.push(Op::InsertAcl(
+                AclRule {
+                    id: rule.id,
+                    priority,
+                    matcher: m,
+                    action: rule.action,
+                },
+                slot,
+            )),
             m => {
                 let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
                 p.ops.push(Op::InsertPrefix(c, addr, e));
@@ -367,6 +387,10 @@ impl RuleStore {
 
     fn queue_remove(&self, p: &mut Pending, s: &Stored) {
         let (d, h) = domain_and_hash(&s.rule.matcher);
+        if let Domain::Acl = d {
+            p.ops.push(Op::RemoveAcl(s.rule.id));
+            return;
+        }
         if self.cfg.mode == Mode::FilterOnly {
             p.ops.push(Op::SetSlot(s.slot, None));
         }
@@ -382,6 +406,7 @@ impl RuleStore {
                     .push(Op::RemovePrefix(*c, prefix_addr(&s.rule.matcher)));
                 *p.class_delta.entry(*c).or_default() -= 1;
             }
+            Domain::Acl => unreachable!("returned above"),
         }
         if let Some(f) = self.current_filter(p, &d) {
             p.removals.push((f, h, self.value_for(s.slot)));

@@ -92,12 +92,15 @@ impl BatchReport {
 pub(super) enum Domain {
     Flow,
     Class(PrefixClass),
+    /// A multi-field rule: in the tables' classifier, in no filter.
+    Acl,
 }
 
 pub(super) fn domain_and_hash(m: &Match) -> (Domain, u64) {
     match (m, PrefixClass::of(m)) {
         (Match::Flow(k), _) => (Domain::Flow, k.hash()),
         (_, Some((class, addr))) => (Domain::Class(class), class.hash_masked(&addr)),
+        (Match::Acl { .. }, _) => (Domain::Acl, 0),
         (Match::Prefix { .. }, None) => unreachable!("a prefix match has a class"),
     }
 }

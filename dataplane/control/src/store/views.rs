@@ -236,6 +236,7 @@ pub(super) fn domain_name(d: &Domain) -> String {
     match d {
         Domain::Flow => "flow".into(),
         Domain::Class(c) => class_name(c),
+        Domain::Acl => "multi-field".into(),
     }
 }
 

@@ -5,6 +5,14 @@ cd "$(dirname "$0")/.."
 mkdir -p dataplane/fuzz/corpus/capture dataplane/fuzz/corpus/decode rules/fuzz/corpus/rule_file rules/fuzz/corpus/request filter/fuzz/corpus/snapshot
 cp pcap/mixed.pcap dataplane/fuzz/corpus/capture/
 cp pcap/mixed.rules.json rules/fuzz/corpus/rule_file/
+# Multi-field rules (with priorities): the grammar's ranges and defaults.
+cat > rules/fuzz/corpus/rule_file/multi-field.json <<'JSON'
+{"rules": [
+  {"id": 1, "priority": 100, "match": {"src_prefix": "10.0.0.0/8", "dst_prefix": "192.168.0.0/16", "proto": "tcp", "sport": "1024-65535", "dport": 80}, "action": "drop"},
+  {"id": 2, "priority": 7, "match": {"dst_prefix": "2001:db8::/32", "proto": 17, "dport": "53"}, "action": {"redirect": 1}},
+  {"id": 3, "priority": 7, "match": {"src_prefix": "0.0.0.0/0"}, "action": "count"}
+]}
+JSON
 # Request seeds: one line per method, and an apply with each update kind.
 i=0
 for line in '{"id":1,"method":"ping"}' '{"jsonrpc":"2.0","id":"a","method":"hello","params":{}}' \

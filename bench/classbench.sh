@@ -9,8 +9,11 @@
 #   * speed: dpdk-test-acl --iter=ITER with every algorithm this CPU runs
 #     (scalar, sse, avx2, and avx512x16/x32 where the CPU has AVX-512: its
 #     batch API over the whole trace), median of ROUNDS runs; cfdp's
-#     classbench (median of ROUNDS passes, single-packet and in bursts of
-#     32).
+#     classbench (median of ROUNDS passes): the classifier single-packet
+#     and in bursts of 32, the workers' burst matching over the rule
+#     store's published tables (cfdp-worker), a trace that misses every
+#     rule (cfdp-miss) and a 1089-shape set (cfdp-explosion); the rule
+#     store's bulk load and one-rule updates with publication (no journal).
 # Sets: ../shared/classbench (acl1_1k, acl1_10k, fw1_10k, ipc1_10k,
 # acl1_100k; SETS= overrides). Writes bench/results/classbench.csv (first
 # line: date, commit, machine). Installs Debian's dpdk package if missing.
@@ -56,7 +59,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 {
     "$bin" --run-header
-    echo "set,rules,impl,mpps,tables,probes_per_packet,build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs"
+    echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs"
 } >"$work/out.csv"
 
 for set in $SETS; do
@@ -76,7 +79,7 @@ for set in $SETS; do
         for alg in $algs; do
             acl "$set" "$alg" "$ITER" 0 | sed -n 's/.* \([0-9.]*\) pkt\/sec$/\1/p' >>"$work/$alg"
         done
-        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 >>"$work/cfdp.jsonl"
+        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion >>"$work/cfdp.jsonl"
     done
     rules=$(grep -c . "$data/$set")
     for alg in $algs; do
@@ -90,10 +93,18 @@ path, name, rules, diffs = sys.argv[1:]
 runs = [json.loads(l) for l in open(path) if l.strip()]
 med = lambda k: statistics.median(r[k] for r in runs)
 last = runs[-1]
-for impl, key in (("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched")):
-    print(f"{name},{rules},{impl},{med(key):.2f},{last['tables']},"
-          f"{last['tables_probed_per_packet']:.2f},{med('build_s'):.4f},{last['bytes']},"
-          f"{med('insert_us_p50'):.2f},{med('insert_us_p99'):.2f},{med('delete_us_p99'):.2f},{diffs}")
+common = (f"{last['tables']},{last['tables_probed_per_packet']:.2f},{med('store_build_s'):.4f},"
+          f"{last['bytes']},{med('insert_us_p50'):.2f},{med('insert_us_p99'):.2f},"
+          f"{med('delete_us_p99'):.2f},{diffs}")
+for impl, key in (("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched"),
+                  ("cfdp-worker", "mpps_worker")):
+    print(f"{name},{rules},{impl},{med(key):.2f},{common}")
+# The worst cases: packets missing every rule (of the set less its
+# full wildcards; none found where wide any-protocol rules cover every
+# address), and the 33x33-shape set.
+if last["miss_packets"]:
+    print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common}")
+print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,")
 PY
     echo "classbench: $set: $diffs verdict differences" >&2
 done

@@ -31,6 +31,33 @@ impl AclRule {
     }
 }
 
+impl AclRule {
+    /// The same rule in cfdp's rule model.
+    pub fn to_rule(&self) -> crate::rule::Rule {
+        crate::rule::Rule {
+            id: self.id,
+            matcher: crate::rule::Match::Acl {
+                m: self.matcher,
+                priority: self.priority,
+            },
+            action: self.action,
+        }
+    }
+
+    /// A multi-field rule of cfdp's rule model as the classifier takes it.
+    pub fn of(r: &crate::rule::Rule) -> Option<AclRule> {
+        match r.matcher {
+            crate::rule::Match::Acl { m, priority } => Some(AclRule {
+                id: r.id,
+                priority,
+                matcher: m,
+                action: r.action,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// The winner among `rules` for `k` by a plain scan: the reference every
 /// classifier is checked against.
 pub fn first_match<'a>(rules: &'a [AclRule], k: &FlowKey) -> Option<&'a AclRule> {

@@ -61,6 +61,39 @@ impl Action {
     }
 }
 
+/// An action name that is not one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownAction(pub String);
+
+impl fmt::Display for UnknownAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: not an action (drop, allow, count, redirect:PORT)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownAction {}
+
+/// `drop`, `allow`, `count`, or `redirect:PORT` (command-line spelling).
+impl std::str::FromStr for Action {
+    type Err = UnknownAction;
+    fn from_str(s: &str) -> Result<Self, UnknownAction> {
+        match s {
+            "drop" => Ok(Action::Drop),
+            "allow" => Ok(Action::Allow),
+            "count" => Ok(Action::Count),
+            _ => s
+                .strip_prefix("redirect:")
+                .and_then(|p| p.parse().ok())
+                .map(Action::Redirect)
+                .ok_or_else(|| UnknownAction(s.to_string())),
+        }
+    }
+}
+
 /// Which address a prefix rule looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dir {

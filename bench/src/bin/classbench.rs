@@ -1,15 +1,24 @@
 //! ClassBench on cfdp's multi-field classifier (`cfdp_engine::acl`).
 //!
 //! Reads a ClassBench filter set (line order = priority, first match wins)
-//! and a header trace, builds the classifier, and prints one JSON line:
-//! `rules`, `tables`, `build_s`, `bytes`, `mpps_single` (one `classify` call
-//! per packet), `mpps_batched` (`classify_burst` over bursts of 32),
-//! `tables_probed_per_packet`, and one-rule updates into the full set —
-//! `insert_us_p50`, `insert_us_p99`, `delete_us_p99` — each a rule of the set
-//! deleted and inserted back, timed one by one. The updates are the
-//! classifier's alone (`update_path: "classifier"`): the rule store's
-//! publication to workers is not in them yet. Rates are medians of
-//! `--rounds` passes over the trace (default 5).
+//! and a header trace and prints one JSON line:
+//!
+//! * the classifier alone: `tables`, `build_s`, `bytes`, `mpps_single` (one
+//!   `classify` call a packet), `mpps_batched` (`classify_burst` over bursts
+//!   of 32), `tables_probed_per_packet`;
+//! * the rule store, as `cfdp run` holds the set: `store_build_s` (bulk
+//!   load), `mpps_worker` (the workers' `match_burst` over the published
+//!   tables, bursts of 32, verify mode), and one-rule updates into the full
+//!   set through the store with publication, no journal — `insert_us_p50`,
+//!   `insert_us_p99`, `delete_us_p50`, `delete_us_p99` (up to 2000 rules of
+//!   the set deleted and inserted back, one batch each);
+//! * the worst cases: `mpps_miss` (a trace of packets that match no rule:
+//!   the trace's packets with their addresses moved outside every rule's
+//!   prefixes) and, with `--explosion`, a set built to maximise the shapes
+//!   (every pair of source and destination prefix lengths, 33 × 33) under
+//!   its own trace (`explosion_tables`, `explosion_mpps`).
+//!
+//! Rates are medians of `--rounds` passes over the trace (default 5).
 //!
 //! `--verdicts OUT` writes one line per trace packet: the 1-based line of
 //! its first matching rule, 0 for none — what `dpdk-test-acl --verbose=2`
@@ -21,11 +30,15 @@
 use std::io::Write;
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use cfdp_bench::{arg, median};
+use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::{AclClassifier, Probes};
+use cfdp_engine::matcher::{match_burst, MatchCtx};
+use cfdp_engine::{LiveStats, Mode, Totals};
 use cfdp_rules::acl::classbench::{parse_rules, parse_trace};
-use cfdp_rules::{Action, FlowKey};
-use hdrhistogram::Histogram;
+use cfdp_rules::{AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, Update};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| {
@@ -79,8 +92,16 @@ fn main() {
         c.classify_counted(k, &mut probes);
     }
     let (single, batched) = rates(&c, &keys, rounds);
-    let (ins, del) = updates(&mut c, rules);
-    let line = serde_json::json!({
+    let (mut cins, mut cdel) = updates(&mut c, rules);
+    // Rules that match every packet (full wildcards: ClassBench sets end
+    // with one) leave no packet to miss: the miss trace runs against the
+    // set without them.
+    let partial: Vec<AclRule> = rules.iter().copied().filter(|r| !matches_all(r)).collect();
+    let without = AclClassifier::with_rules(&partial).expect("unique ids");
+    let miss = miss_trace(&without, &keys);
+    let (miss_mpps, _) = rates(&without, &miss, rounds);
+    let (store_build_s, worker, mut ins, mut del) = store_path(rules, &keys, rounds);
+    let mut line = serde_json::json!({
         "rules": rules.len(),
         "tcp_flags_ignored": imported.flags_ignored,
         "packets": keys.len(),
@@ -90,13 +111,25 @@ fn main() {
         "mpps_single": single,
         "mpps_batched": batched,
         "tables_probed_per_packet": probes.tables as f64 / probes.packets.max(1) as f64,
+        "classifier_insert_us_p99": cins.value_at_quantile(0.99) as f64 / 1e3,
+        "classifier_delete_us_p99": cdel.value_at_quantile(0.99) as f64 / 1e3,
+        "store_build_s": store_build_s,
+        "mpps_worker": worker,
         "insert_us_p50": ins.value_at_quantile(0.5) as f64 / 1e3,
         "insert_us_p99": ins.value_at_quantile(0.99) as f64 / 1e3,
         "delete_us_p50": del.value_at_quantile(0.5) as f64 / 1e3,
         "delete_us_p99": del.value_at_quantile(0.99) as f64 / 1e3,
-        "update_path": "classifier",
+        "update_path": "store, published, no journal",
+        "mpps_miss": miss_mpps,
+        "miss_packets": miss.len(),
+        "miss_set_rules": partial.len(),
         "rounds": rounds,
     });
+    if std::env::args().any(|a| a == "--explosion") {
+        let (tables, mpps) = explosion(rounds);
+        line["explosion_tables"] = tables.into();
+        line["explosion_mpps"] = mpps.into();
+    }
     println!("{line}");
 }
 
@@ -137,14 +170,31 @@ fn rates(c: &AclClassifier, keys: &[FlowKey], rounds: usize) -> (f64, f64) {
     (median(&mut single), median(&mut batched))
 }
 
+/// Update latencies, ns.
+#[derive(Default)]
+struct Samples(Vec<u64>);
+
+impl Samples {
+    fn saturating_record(&mut self, ns: u64) {
+        self.0.push(ns);
+    }
+
+    /// The `q` quantile (nearest rank), ns.
+    fn value_at_quantile(&mut self, q: f64) -> u64 {
+        if self.0.is_empty() {
+            return 0;
+        }
+        self.0.sort_unstable();
+        let i = ((q * self.0.len() as f64).ceil() as usize).clamp(1, self.0.len()) - 1;
+        self.0[i]
+    }
+}
+
 /// Deletes and re-inserts up to 2000 rules spread over the set, one at a
 /// time, timing each (ns).
-fn updates(
-    c: &mut AclClassifier,
-    rules: &[cfdp_rules::AclRule],
-) -> (Histogram<u64>, Histogram<u64>) {
-    let mut ins = Histogram::new(3).expect("histogram");
-    let mut del = Histogram::new(3).expect("histogram");
+fn updates(c: &mut AclClassifier, rules: &[cfdp_rules::AclRule]) -> (Samples, Samples) {
+    let mut ins = Samples::default();
+    let mut del = Samples::default();
     let step = (rules.len() / 2000).max(1);
     for r in rules.iter().step_by(step) {
         let t = Instant::now();
@@ -155,4 +205,166 @@ fn updates(
         ins.saturating_record(t.elapsed().as_nanos() as u64);
     }
     (ins, del)
+}
+
+/// Whether a rule matches every packet of its family.
+fn matches_all(r: &AclRule) -> bool {
+    let m = &r.matcher;
+    m.src.len == 0 && m.dst.len == 0 && m.proto.is_none() && m.sport.is_any() && m.dport.is_any()
+}
+
+/// The trace's packets moved to addresses no rule's prefixes cover (both
+/// addresses from 0.0.0.0/8 upward, checked against the classifier), so
+/// every packet misses every table: the most a packet can cost.
+fn miss_trace(c: &AclClassifier, keys: &[FlowKey]) -> Vec<FlowKey> {
+    let mut out = Vec::with_capacity(keys.len());
+    let mut probe = 0u32;
+    for k in keys {
+        let mut m = *k;
+        // Walk addresses until one pair misses (a catch-all rule would
+        // make this impossible: then the list stays empty).
+        for _ in 0..64 {
+            probe = probe.wrapping_mul(2_654_435_761).wrapping_add(0x9e37_79b9);
+            m.src[..4].copy_from_slice(&probe.to_be_bytes());
+            m.dst[..4].copy_from_slice(&probe.rotate_left(13).to_be_bytes());
+            // A protocol few rules name, and other ports: rules that
+            // wildcard both addresses still match on those.
+            m.proto = 253;
+            m.sport = (probe >> 3) as u16;
+            m.dport = (probe >> 17) as u16;
+            if c.classify(&m).is_none() {
+                out.push(m);
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The set as `cfdp run` holds it: bulk load, the workers' matching over
+/// the published tables, and one-rule batches with publication.
+fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, Samples, Samples) {
+    let set: Vec<cfdp_rules::Rule> = rules.iter().map(AclRule::to_rule).collect();
+    let cfg = StoreConfig {
+        mode: Mode::Verify,
+        max_rules: (rules.len() * 2).max(1 << 16),
+        ..StoreConfig::default()
+    };
+    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+    let t0 = Instant::now();
+    let mut store = RuleStore::with_rules(cfg, stats, set.clone()).expect("the set loads");
+    let build_s = t0.elapsed().as_secs_f64();
+    let mut worker = Vec::with_capacity(rounds);
+    {
+        let readers = store.readers();
+        let handle = readers.handle();
+        let t = handle.enter().expect("published");
+        let (mut counters, mut sample) = (Totals::default(), 0u32);
+        let valid = [true; 32];
+        let mut out = [None; 32];
+        for _ in 0..rounds {
+            let start = Instant::now();
+            for burst in keys.chunks(32) {
+                let mut cx = MatchCtx {
+                    mode: Mode::Verify,
+                    counters: &mut counters,
+                    sample: &mut sample,
+                };
+                match_burst(
+                    &mut cx,
+                    &t,
+                    burst,
+                    &valid[..burst.len()],
+                    &mut out[..burst.len()],
+                );
+                std::hint::black_box(&out);
+            }
+            worker.push(keys.len() as f64 / start.elapsed().as_secs_f64() / 1e6);
+        }
+    }
+    let mut ins = Samples::default();
+    let mut del = Samples::default();
+    let one = |u: Update| Batch {
+        atomicity: Atomicity::RollbackOnError,
+        expected_generation: None,
+        updates: vec![Ok(u)],
+    };
+    let step = (set.len() / 2000).max(1);
+    for r in set.iter().step_by(step) {
+        let t = Instant::now();
+        let rep = store
+            .apply(&one(Update::Delete(r.id)), |_, _| Ok(()))
+            .expect("applies");
+        store.settle();
+        del.saturating_record(t.elapsed().as_nanos() as u64);
+        assert!(rep.applied, "delete {}", r.id);
+        let t = Instant::now();
+        let rep = store
+            .apply(&one(Update::Insert(*r)), |_, _| Ok(()))
+            .expect("applies");
+        store.settle();
+        ins.saturating_record(t.elapsed().as_nanos() as u64);
+        assert!(rep.applied, "insert {}", r.id);
+    }
+    (build_s, median(&mut worker), ins, del)
+}
+
+/// Tuple Space Explosion: a rule for every pair of source and destination
+/// prefix lengths (33 × 33 shapes, each around its own addresses), and a
+/// trace of one packet per rule plus as many that miss. The table bound
+/// keeps the tables a packet probes, whatever the shapes.
+fn explosion(rounds: usize) -> (usize, f64) {
+    let mut rules = Vec::new();
+    let mut keys = Vec::new();
+    let mut id = 0u32;
+    for s in 0..=32u8 {
+        for d in 0..=32u8 {
+            id += 1;
+            let a = |x: u32| {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&x.to_be_bytes());
+                b
+            };
+            let (sa, da) = (
+                a(0x0a00_0000 ^ id.rotate_left(7)),
+                a(0xc000_0000 ^ id.rotate_left(11)),
+            );
+            let prefix = |addr: [u8; 16], len| IpPrefix {
+                v6: false,
+                addr: IpPrefix::mask(false, &addr, len),
+                len,
+            };
+            rules.push(AclRule {
+                id,
+                priority: id,
+                matcher: cfdp_rules::AclMatch {
+                    src: prefix(sa, s),
+                    dst: prefix(da, d),
+                    proto: Some(6),
+                    sport: cfdp_rules::PortRange::ANY,
+                    dport: cfdp_rules::PortRange::ANY,
+                },
+                action: Action::Drop,
+            });
+            keys.push(FlowKey {
+                v6: false,
+                src: sa,
+                dst: da,
+                proto: 6,
+                sport: 1,
+                dport: 2,
+            });
+            keys.push(FlowKey {
+                v6: false,
+                src: sa,
+                dst: da,
+                proto: 17,
+                sport: 1,
+                dport: 2,
+            });
+        }
+    }
+    let c = AclClassifier::with_rules(&rules).expect("unique ids");
+    let (single, _) = rates(&c, &keys, rounds);
+    (c.tables(), single)
 }

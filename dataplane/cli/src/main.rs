@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 mod config;
 mod ctl;
 mod error;
+mod import_cmd;
 mod replay_cmd;
 mod run;
 #[cfg(feature = "dpdk")]
@@ -69,6 +70,12 @@ enum Cmd {
         #[arg(long)]
         print_config: bool,
     },
+    /// Rule files: `import --format classbench IN [-o OUT]` turns a
+    /// ClassBench filter set into a cfdp rule file.
+    Rules {
+        #[command(subcommand)]
+        cmd: RulesCmd,
+    },
     /// Talk to a running `cfdp run` over its control socket; prints the
     /// JSON response, exits 1 when the server reports an error.
     Ctl {
@@ -95,6 +102,23 @@ enum Cmd {
         max_request_bytes: usize,
         #[command(subcommand)]
         cmd: CtlCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum RulesCmd {
+    /// Converts a rule set of another format into a cfdp rule file.
+    Import {
+        /// The input's format.
+        #[arg(long, value_enum)]
+        format: import_cmd::Format,
+        input: PathBuf,
+        /// Output rule file (default: standard output).
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+        /// The action every imported rule takes.
+        #[arg(long, default_value = "drop")]
+        action: cfdp_rules::Action,
     },
 }
 
@@ -205,6 +229,20 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Rules {
+            cmd:
+                RulesCmd::Import {
+                    format,
+                    input,
+                    out,
+                    action,
+                },
+        } => import_cmd::import(&import_cmd::Args {
+            format,
+            input,
+            out,
+            action,
+        }),
         Cmd::Replay {
             input,
             rules,

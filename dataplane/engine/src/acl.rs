@@ -558,9 +558,9 @@ impl AclClassifier {
         slot.map(|s| &self.slab[s as usize].0)
     }
 
-    /// The winning rule's id and tag for one packet.
+    /// The winning rule and its tag for one packet.
     #[inline]
-    pub fn classify_tagged(&self, k: &FlowKey) -> Option<(RuleId, u32)> {
+    pub fn classify_tagged(&self, k: &FlowKey) -> Option<(&AclRule, u32)> {
         let mut probes = Probes::default();
         let slot = if k.v6 {
             self.v6
@@ -573,7 +573,7 @@ impl AclClassifier {
         };
         slot.map(|s| {
             let (r, tag) = &self.slab[s as usize];
-            (r.id, *tag)
+            (r, *tag)
         })
     }
 

@@ -288,9 +288,11 @@ impl Tables {
     /// The winning multi-field rule for `k`, if any.
     #[inline]
     pub fn classify_acl(&self, k: &FlowKey) -> Option<RuleRef> {
-        let (id, slot) = self.acl.classify_tagged(k)?;
-        let action = self.acl.rule(id)?.action;
-        Some(RuleRef { action, slot })
+        let (rule, slot) = self.acl.classify_tagged(k)?;
+        Some(RuleRef {
+            action: rule.action,
+            slot,
+        })
     }
 
     /// Whether this copy holds multi-field rules.

@@ -14,6 +14,7 @@
 
 pub mod captures;
 pub mod etcd;
+pub mod trace;
 
 /// SplitMix64: a tiny, well-known deterministic generator for the soak
 /// harnesses and the benchmarks' keys. A full `rand` dependency buys

@@ -1,11 +1,12 @@
 //! Any text as a rule file: a rule set or an error naming what is wrong,
 //! never a panic, and the streaming reader agrees with the whole-text one;
 //! a valid rule set round-trips through JSON and through the binary
-//! snapshot records. Any bytes as binary records: a rule or an
+//! snapshot records (48-byte, or 64-byte for multi-field rules with a
+//! priority). Any bytes as binary records of either width: a rule or an
 //! error, and an accepted record is the canonical encoding of a rule the
 //! JSON form expresses identically.
 #![no_main]
-use cfdp_rules::binary::{decode, encode, RECORD};
+use cfdp_rules::binary::{decode, decode_wide, encode, encode_wide, RECORD, RECORD_WIDE};
 use cfdp_rules::stream::read_rule_stream;
 use cfdp_rules::{parse_rule, parse_rule_file, rule_to_json, PrefixClass};
 use libfuzzer_sys::fuzz_target;
@@ -14,7 +15,14 @@ fuzz_target!(|data: &[u8]| {
     for rec in data.chunks_exact(RECORD) {
         let rec: &[u8; RECORD] = rec.try_into().unwrap();
         if let Ok(r) = decode(rec) {
-            assert_eq!(&encode(&r), rec, "accepted a non-canonical record");
+            assert_eq!(encode(&r).as_ref(), Some(rec), "accepted a non-canonical record");
+            assert_eq!(parse_rule(&rule_to_json(&r), None), Ok(r));
+        }
+    }
+    for rec in data.chunks_exact(RECORD_WIDE) {
+        let rec: &[u8; RECORD_WIDE] = rec.try_into().unwrap();
+        if let Ok(r) = decode_wide(rec) {
+            assert_eq!(&encode_wide(&r), rec, "accepted a non-canonical wide record");
             assert_eq!(parse_rule(&rule_to_json(&r), None), Ok(r));
         }
     }
@@ -41,7 +49,10 @@ fuzz_target!(|data: &[u8]| {
     let file = serde_json::json!({ "rules": again }).to_string();
     assert_eq!(parse_rule_file(&file).expect("own output parses"), rules);
     for r in &rules {
-        assert_eq!(decode(&encode(r)), Ok(*r));
+        if let Some(b) = encode(r) {
+            assert_eq!(decode(&b), Ok(*r));
+        }
+        assert_eq!(decode_wide(&encode_wide(r)), Ok(*r));
     }
     for r in &rules {
         // A prefix rule has a class, and its address is already masked to

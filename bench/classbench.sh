@@ -13,7 +13,10 @@
 #     and in bursts of 32, the workers' burst matching over the rule
 #     store's published tables (cfdp-worker), a trace that misses every
 #     rule (cfdp-miss) and a 1089-shape set (cfdp-explosion); the rule
-#     store's bulk load and one-rule updates with publication (no journal).
+#     store's bulk load and one-rule updates with publication (no journal);
+#   * end to end: `cfdp rules import` and `trace-pcap`, then `cfdp replay`
+#     with one worker (cfdp-replay: its rate, and in verdict_diffs the
+#     rules whose packet count differs from dpdk-test-acl's verdicts).
 # Sets: ../shared/classbench (acl1_1k, acl1_10k, fw1_10k, ipc1_10k,
 # acl1_100k; SETS= overrides). Writes bench/results/classbench.csv (first
 # line: date, commit, machine). Installs Debian's dpdk package if missing.
@@ -40,6 +43,7 @@ if ! command -v dpdk-test-acl >/dev/null; then
     apt-get update -q && apt-get install -y -q dpdk
 fi
 cargo build --release -q -p cfdp-bench --bin classbench
+cargo build --release -q -p cfdp -p cfdp-testkit
 bin=target/release/classbench
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -106,8 +110,37 @@ if last["miss_packets"]:
     print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common}")
 print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,")
 PY
+    # End to end: the set imported as a rule file (count rules), the trace
+    # as a capture, `cfdp replay` with one worker; its per-rule counters
+    # against dpdk-test-acl's verdicts (rules whose count differs).
+    target/release/cfdp rules import --format classbench "$data/$set" -o "$work/rules.json" \
+        --action count 2>/dev/null
+    target/release/trace-pcap "$data/${set}_trace" "$work/trace.pcap" 2>/dev/null
+    : >"$work/replay.jsonl"
+    for _ in $(seq "$ROUNDS"); do
+        target/release/cfdp replay "$work/trace.pcap" --rules "$work/rules.json" --workers 1 \
+            2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' \
+            >>"$work/replay.jsonl"
+    done
+    python3 - "$work/replay.jsonl" "$work/truth" "$set" "$rules" >>"$work/out.csv" <<'PY'
+import collections, json, statistics, sys
+path, truth, name, rules = sys.argv[1:]
+runs = [json.loads(l) for l in open(path) if l.strip()]
+counts = {r["id"]: r["packets"] for r in runs[-1]["rule_counters"]}
+want = collections.Counter(int(l) + 1 for l in open(truth))
+diff = sum(1 for k in set(want) | set(counts) if want.get(k, 0) != counts.get(k, 0))
+mpps = statistics.median(r["mpps"] for r in runs)
+print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff}")
+PY
     echo "classbench: $set: $diffs verdict differences" >&2
 done
 mkdir -p "$(dirname "$csv")"
 cp "$work/out.csv" "$csv"
 column -s, -t <"$csv" | sed 1d
+# A verdict that differs from rte_acl's is a bug: the run fails (after the
+# CSV is written, so it can be read).
+bad=$(awk -F, 'NR > 2 && $12 != "" && $12 != "0"' "$csv" | wc -l)
+if [ "$bad" != 0 ]; then
+    echo "classbench: $bad rows with verdict differences" >&2
+    exit 1
+fi

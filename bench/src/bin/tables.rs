@@ -233,6 +233,106 @@ fn hashes(d: &Path) -> R<String> {
     Ok(table(&["hash", "8 B", "13 B", "37 B"], &rows) + &c.source())
 }
 
+/// `classbench`: cfdp's multi-field classifier beside rte_acl's fastest
+/// algorithm on each ClassBench set (`bench/classbench.sh`).
+fn classbench(d: &Path) -> R<String> {
+    let c = Csv::load(d, "classbench.csv")?;
+    let recs = c.records();
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        let of = |impl_: &str| recs.iter().find(|r| r["set"] == set && r["impl"] == impl_);
+        let mpps = |impl_: &str| -> R<f64> {
+            let r = of(impl_).ok_or_else(|| format!("classbench.csv: no {impl_} for {set}"))?;
+            num(r["mpps"], &c.name)
+        };
+        let (best_alg, best) = recs
+            .iter()
+            .filter(|r| r["set"] == set && r["impl"].starts_with("rte_acl-"))
+            .map(|r| Ok((r["impl"].trim_start_matches("rte_acl-"), num(r["mpps"], &c.name)?)))
+            .collect::<R<Vec<_>>>()?
+            .into_iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .ok_or_else(|| format!("classbench.csv: no rte_acl rows for {set}"))?;
+        let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
+        let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
+        let replay = of("cfdp-replay");
+        rows.push(vec![
+            set.to_string(),
+            single["rules"].to_string(),
+            format!("{} ({best_alg})", f2(best)),
+            f2(batched),
+            format!("{:.2}×", batched / best),
+            f2(one),
+            format!("{:.2}×", one / best),
+            f2(mpps("cfdp-worker")?),
+            replay.map_or(Ok("–".to_string()), |r| num(r["mpps"], &c.name).map(f2))?,
+            format!("{} / {}", single["tables"], single["probes_per_packet"]),
+            single["store_build_s"].to_string(),
+            format!("{:.1}", num(single["bytes"], &c.name)? / 1e6),
+            format!("{} / {}", single["insert_us_p99"], single["delete_us_p99"]),
+            format!(
+                "{} / {}",
+                single["verdict_diffs"],
+                replay.map_or("–", |r| r["verdict_diffs"])
+            ),
+        ]);
+    }
+    Ok(table(
+        &[
+            "set",
+            "rules",
+            "rte_acl best Mpps (alg)",
+            "cfdp batched",
+            "/ best",
+            "cfdp single",
+            "/ best",
+            "worker path",
+            "replay (1 worker)",
+            "tables / probed a packet",
+            "store build s",
+            "cfdp MB",
+            "update p99 µs insert / delete",
+            "verdict diffs / replay rule diffs",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
+/// `classbench-worst`: the cost of a packet that misses every rule and of
+/// a 1089-shape set, against the ClassBench trace's mean (single-packet).
+fn classbench_worst(d: &Path) -> R<String> {
+    let c = Csv::load(d, "classbench.csv")?;
+    let recs = c.records();
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        let mpps = |impl_: &str| -> Option<R<f64>> {
+            recs.iter()
+                .find(|r| r["set"] == set && r["impl"] == impl_)
+                .map(|r| num(r["mpps"], &c.name))
+        };
+        let base = mpps("cfdp-single").ok_or("classbench.csv: no cfdp-single row")??;
+        let cost = |m: Option<R<f64>>| -> R<String> {
+            Ok(match m {
+                None => "– (every packet matches a rule)".into(),
+                Some(m) => {
+                    let m = m?;
+                    format!("{} ({:.1}× the cost)", f2(m), base / m)
+                }
+            })
+        };
+        rows.push(vec![
+            set.to_string(),
+            f2(base),
+            cost(mpps("cfdp-miss"))?,
+            cost(mpps("cfdp-explosion"))?,
+        ]);
+    }
+    Ok(table(
+        &["set", "ClassBench trace Mpps", "miss trace Mpps", "1089-shape set Mpps"],
+        &rows,
+    ) + &c.source())
+}
+
 /// `space`: bits per item and FPR at 95 % load per fingerprint size.
 fn space(d: &Path) -> R<String> {
     let c = Csv::load(d, "filter_basics.csv")?;
@@ -1438,6 +1538,8 @@ fn dpdk(d: &Path) -> R<String> {
 
 fn render(dir: &Path, name: &str) -> R<String> {
     match name {
+        "classbench" => classbench(dir),
+        "classbench-worst" => classbench_worst(dir),
         "hashes" => hashes(dir),
         "space" => space(dir),
         "filter-ab-22" => filter_ab(dir, "filter_ab.csv", "22"),

@@ -248,7 +248,12 @@ fn classbench(d: &Path) -> R<String> {
         let (best_alg, best) = recs
             .iter()
             .filter(|r| r["set"] == set && r["impl"].starts_with("rte_acl-"))
-            .map(|r| Ok((r["impl"].trim_start_matches("rte_acl-"), num(r["mpps"], &c.name)?)))
+            .map(|r| {
+                Ok((
+                    r["impl"].trim_start_matches("rte_acl-"),
+                    num(r["mpps"], &c.name)?,
+                ))
+            })
             .collect::<R<Vec<_>>>()?
             .into_iter()
             .max_by(|a, b| a.1.total_cmp(&b.1))
@@ -328,7 +333,12 @@ fn classbench_worst(d: &Path) -> R<String> {
         ]);
     }
     Ok(table(
-        &["set", "ClassBench trace Mpps", "miss trace Mpps", "1089-shape set Mpps"],
+        &[
+            "set",
+            "ClassBench trace Mpps",
+            "miss trace Mpps",
+            "1089-shape set Mpps",
+        ],
         &rows,
     ) + &c.source())
 }

@@ -761,3 +761,77 @@ fn a_value_that_is_not_a_rule_is_reported_not_applied() {
     assert_eq!(a.rules(), fleet_rules(&etcd, prefix));
     assert!(a.call("stats", json!({}))["result"]["cluster"]["error"].is_null());
 }
+
+/// Multi-field rules (with priorities) through the fleet: two rules share a
+/// match at different priorities, a third with the same match and priority
+/// is refused by the fleet's transaction as a node would refuse it, a
+/// modify changes a priority, and both nodes (verify and filter-only) hold
+/// exactly the fleet's rules, priorities included.
+#[test]
+fn multi_field_rules_follow_the_fleet() {
+    let Some(etcd) = Etcd::start("acl") else {
+        return;
+    };
+    let prefix = "/cfdp/acl";
+    let a = Node::start(&etcd, prefix, "edge-a");
+    let b = Node::start_with(
+        &etcd,
+        prefix,
+        "edge-b",
+        "[dataplane]\nmode = \"filter-only\"",
+    );
+    let acl = |id: u32, priority: u32, action: &str| {
+        json!({"id": id, "priority": priority, "match": {"src_prefix": "10.0.0.0/8",
+            "dst_prefix": "192.168.0.0/16", "proto": "tcp", "dport": "80-90"}, "action": action})
+    };
+    let g = apply(
+        &etcd,
+        prefix,
+        "m0.json",
+        json!({"updates": [{"op": "insert", "rule": acl(1, 10, "drop")},
+                           {"op": "insert", "rule": acl(2, 20, "allow")},
+                           {"op": "insert", "rule": flow(3, 3)}]}),
+    );
+    a.caught_up(g);
+    b.caught_up(g);
+    let file = write_batch(
+        &etcd.dir,
+        "m1.json",
+        json!({"updates": [{"op": "insert", "rule": acl(4, 10, "count")}]}),
+    );
+    let (out, code) = etcd.ctl(prefix, &["apply", &file]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out["results"][0]["code"], "already_exists", "{out}");
+    let g = apply(
+        &etcd,
+        prefix,
+        "m2.json",
+        json!({"updates": [{"op": "modify", "rule": acl(1, 30, "drop")}]}),
+    );
+    a.caught_up(g);
+    b.caught_up(g);
+    // The rule's own fields, without the node's counters.
+    let strip = |r: &Value| {
+        let mut m = serde_json::Map::new();
+        for k in ["id", "priority", "match", "action"] {
+            if let Some(v) = r.get(k) {
+                m.insert(k.into(), v.clone());
+            }
+        }
+        Value::Object(m)
+    };
+    let want: Vec<Value> = fleet_rules(&etcd, prefix).iter().map(strip).collect();
+    assert_eq!(want.len(), 3);
+    assert_eq!(want[0]["priority"], 30, "{want:?}");
+    for n in [&a, &b] {
+        let r = n.call("rules", json!({}));
+        let mut got: Vec<Value> = r["result"]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(strip)
+            .collect();
+        got.sort_by_key(|r| r["id"].as_u64());
+        assert_eq!(got, want);
+    }
+}

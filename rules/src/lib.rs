@@ -22,6 +22,7 @@ pub mod flow;
 pub mod prefix;
 pub mod protocol;
 pub mod rule;
+mod rule_json;
 mod shape;
 pub mod stream;
 mod strict;

@@ -15,9 +15,12 @@
 
 mod burst;
 pub mod capture;
+mod options;
 mod output;
+mod reader;
 pub mod replay;
 pub mod rss;
 
 pub use capture::{Capture, CaptureError, Frame};
-pub use replay::{replay, write_flows, ReplayError, ReplayOptions, ReplayReport, MAX_WORKERS};
+pub use options::{ReplayOptions, MAX_WORKERS};
+pub use replay::{replay, write_flows, ReplayError, ReplayReport};

@@ -20,25 +20,25 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use cfdp_engine::backend::{Backend, Rx};
 use cfdp_engine::{
-    run_worker, FlowTable, LiveStats, Mode, Released, RuleCount, StatsSnapshot, Verdict, Worker,
+    run_worker, FlowTable, Mode, Released, RuleCount, StatsSnapshot, Verdict, Worker,
     WorkerContext, WorkerOptions, MAX_BURST,
 };
 use cfdp_packet::LinkType;
 use cfdp_rules::FlowKey;
-use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TrySendError};
+use crossbeam::channel::{bounded, unbounded, Receiver, Sender};
 use serde::Serialize;
 
 use crate::burst::{Burst, Slot};
 use crate::capture::{Capture, CaptureError, Frame};
+use crate::options::{ReplayOptions, MAX_WORKERS};
 use crate::output::{writer_loop, OutputError, Outputs};
-use crate::rss::rss_worker;
+use crate::reader::{Progress, Reader};
 
 /// A worker's side of the replay: bursts from the reader in, processed
 /// bursts out to the writer (which recycles them to the reader).
@@ -107,45 +107,6 @@ impl Backend for ChannelBackend {
         // Capture time: fragments age as they did on the wire.
         self.last_ts_ns
     }
-}
-
-/// A looping replay keeps captures up to this size in memory after the
-/// first pass.
-pub const LOOP_CACHE_BYTES: usize = 256 << 20;
-
-/// The frames of a looped capture: bytes, and (link, ts, orig_len, iface,
-/// offset, length) per frame.
-#[derive(Default)]
-struct FrameCache {
-    buf: Vec<u8>,
-    metas: Vec<(LinkType, u64, u32, u32, usize, usize)>,
-}
-
-/// Upper bound on worker threads (each has its own queue and counters).
-pub const MAX_WORKERS: usize = 1024;
-
-/// What `replay` needs besides the matcher.
-#[derive(Clone, Debug)]
-pub struct ReplayOptions {
-    pub input: PathBuf,
-    pub out: Option<PathBuf>,
-    pub workers: usize,
-    /// Write exact per-flow counters here (turns flow accounting on).
-    pub flows_csv: Option<PathBuf>,
-    /// Show a progress line on stderr when it is a terminal.
-    pub progress: bool,
-    /// Set from outside (a signal) to stop reading; frames already read
-    /// are still processed, written and reported.
-    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// Replay the capture again and again until `stop`.
-    pub repeat: bool,
-    /// Like a NIC: when a worker's queue is full, drop the burst and count
-    /// it in `rx_dropped` instead of waiting for the worker. Off: the reader
-    /// waits (lossless replay).
-    pub drop_when_full: bool,
-    /// Pace the reader to this many frames per second (0: as fast as the
-    /// workers go).
-    pub pps: u64,
 }
 
 /// The JSON summary `cfdp replay` prints: the data plane's statistics
@@ -309,235 +270,6 @@ fn spawn_workers<'s, 'e>(
                 .expect("spawning a worker thread")
         })
         .collect()
-}
-
-/// What the reader did: passes, frames, and how the last pass ended.
-struct ReadOutcome {
-    passes: u64,
-    frames: u64,
-    result: Result<u64, CaptureError>,
-}
-
-/// The reader thread's state: per-worker bursts being filled, the queues to
-/// the workers and the pool of recycled bursts.
-struct Reader<'a> {
-    opts: &'a ReplayOptions,
-    stats: &'a LiveStats,
-    start: Instant,
-    // Boxed: a full burst moves to its worker and a pooled one takes its
-    // place, pointer-sized swaps.
-    #[allow(clippy::vec_box)]
-    pending: Vec<Box<Burst>>,
-    to_workers: Vec<Sender<Box<Burst>>>,
-    pool: (Sender<Box<Burst>>, Receiver<Box<Burst>>),
-    total_frames: u64,
-    progress: Option<Progress>,
-}
-
-impl Reader<'_> {
-    fn stopped(&self) -> bool {
-        self.opts
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    /// Reads every pass (one without `repeat`). Loops keep the frames of
-    /// the first pass in memory (up to LOOP_CACHE_BYTES) and replay them
-    /// from there: no re-opening and re-parsing per pass (pcap-file
-    /// allocates an 8 MiB buffer per reader, which for a short capture
-    /// looping thousands of times a second cost throughput and, through
-    /// the allocator, memory).
-    fn read_all(&mut self, mut cap: Capture, on_pass: &mut dyn FnMut(u64, u64)) -> ReadOutcome {
-        let mut cache: Option<FrameCache> = self.opts.repeat.then(FrameCache::default);
-        let mut pass = 0u64;
-        let result = loop {
-            pass += 1;
-            let r = match (&cache, pass > 1) {
-                (Some(c), true) => Ok(self.replay_cached(c)),
-                _ => self.read_file(&mut cap, &mut cache),
-            };
-            if r.is_err() || self.stopped() {
-                break r;
-            }
-            let frames = *r.as_ref().expect("checked");
-            on_pass(pass, frames);
-            if !self.opts.repeat {
-                break r;
-            }
-            if cache.is_none() {
-                // Next pass: the same file from the start.
-                match Capture::open(&self.opts.input) {
-                    Ok(c) => cap = c,
-                    Err(e) => break Err(e),
-                }
-            }
-            if frames == 0 {
-                // An empty capture would spin: wait for the stop signal.
-                while !self.stopped() {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-            }
-        };
-        if let Some(p) = &self.progress {
-            p.done();
-        }
-        ReadOutcome {
-            passes: pass,
-            frames: self.total_frames,
-            result,
-        }
-    }
-
-    /// One pass over the file, keeping its frames in `cache` while they fit.
-    fn read_file(
-        &mut self,
-        cap: &mut Capture,
-        cache: &mut Option<FrameCache>,
-    ) -> Result<u64, CaptureError> {
-        let mut frames = 0u64;
-        cap.for_each(|f| {
-            if let Some(FrameCache { buf, metas }) = cache {
-                if buf.len() + f.data.len() > LOOP_CACHE_BYTES {
-                    *cache = None; // too big: later passes re-read the file
-                } else {
-                    metas.push((
-                        f.link,
-                        f.ts_ns,
-                        f.orig_len,
-                        f.iface,
-                        buf.len(),
-                        f.data.len(),
-                    ));
-                    buf.extend_from_slice(f.data);
-                }
-            }
-            frames += 1;
-            self.push(f)
-        })
-        .map(|_| frames)
-    }
-
-    /// One pass over the frames cached by the first.
-    fn replay_cached(&mut self, c: &FrameCache) -> u64 {
-        let mut frames = 0u64;
-        for &(link, ts_ns, orig_len, iface, off, len) in &c.metas {
-            let f = Frame {
-                link,
-                ts_ns,
-                orig_len,
-                iface,
-                data: &c.buf[off..off + len],
-            };
-            frames += 1;
-            if self.push(&f).is_break() {
-                break;
-            }
-        }
-        frames
-    }
-
-    /// Adds a frame to its worker's burst (RSS), sending the burst when full.
-    fn push(&mut self, f: &Frame<'_>) -> std::ops::ControlFlow<()> {
-        if self.stopped() {
-            return std::ops::ControlFlow::Break(());
-        }
-        self.total_frames += 1;
-        self.pace();
-        let wi = rss_worker(f.link, f.data, self.pending.len());
-        self.pending[wi].push(f);
-        if self.pending[wi].meta.len() == MAX_BURST {
-            self.send(wi);
-        }
-        if let Some(p) = &mut self.progress {
-            p.frame(f);
-        }
-        std::ops::ControlFlow::Continue(())
-    }
-
-    /// Sleeps to keep to `pps` frames a second, when set.
-    fn pace(&self) {
-        let pps = self.opts.pps;
-        if pps > 0 && self.total_frames.is_multiple_of(32) {
-            let due = self.start
-                + std::time::Duration::from_secs_f64(self.total_frames as f64 / pps as f64);
-            let now = Instant::now();
-            if due > now {
-                std::thread::sleep(due - now);
-            }
-        }
-    }
-
-    /// Hands worker `wi` its full burst (dropping it, counted, when the
-    /// worker's queue is full and `drop_when_full` is set).
-    fn send(&mut self, wi: usize) {
-        let fresh = self
-            .pool
-            .1
-            .try_recv()
-            .unwrap_or_else(|_| Box::new(Burst::new()));
-        let mut full = std::mem::replace(&mut self.pending[wi], fresh);
-        self.pending[wi].clear();
-        full.verdicts = [Verdict::Forward; MAX_BURST];
-        if self.opts.drop_when_full {
-            if let Err(TrySendError::Full(b)) = self.to_workers[wi].try_send(full) {
-                self.stats.workers[wi]
-                    .rx_dropped
-                    .fetch_add(b.meta.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                let _ = self.pool.0.send(b);
-            }
-        } else {
-            let _ = self.to_workers[wi].send(full);
-        }
-    }
-
-    /// Sends the partly filled bursts and closes the workers' queues.
-    fn finish(self) {
-        for (wi, b) in self.pending.into_iter().enumerate() {
-            if !b.meta.is_empty() {
-                let _ = self.to_workers[wi].send(b);
-            }
-        }
-    }
-}
-
-/// A progress bar on a terminal, for captures over 64 MiB.
-struct Progress {
-    file_len: u64,
-    read_bytes: u64,
-    last_report: Instant,
-}
-
-impl Progress {
-    fn new(opts: &ReplayOptions) -> Option<Self> {
-        let file_len = std::fs::metadata(&opts.input).map_or(0, |m| m.len());
-        (opts.progress && std::io::stderr().is_terminal() && file_len > (64 << 20)).then(|| {
-            Progress {
-                file_len,
-                read_bytes: 0,
-                last_report: Instant::now(),
-            }
-        })
-    }
-
-    fn frame(&mut self, f: &Frame<'_>) {
-        self.read_bytes += u64::from(f.orig_len.min(f.data.len() as u32)) + 16;
-        if self.last_report.elapsed().as_millis() >= 100 {
-            self.last_report = Instant::now();
-            let frac = (self.read_bytes as f64 / self.file_len.max(1) as f64).min(1.0);
-            let done = (frac * 40.0) as usize;
-            eprint!(
-                "\rreplaying [{}{}] {:5.1} %",
-                "#".repeat(done),
-                " ".repeat(40 - done),
-                frac * 100.0
-            );
-        }
-    }
-
-    fn done(&self) {
-        eprintln!("\rreplaying [{}] done   ", "#".repeat(40));
-    }
 }
 
 fn report(

@@ -1,0 +1,31 @@
+//! What a replay is asked to do.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Upper bound on worker threads (each has its own queue and counters).
+pub const MAX_WORKERS: usize = 1024;
+
+/// What `replay` needs besides the matcher.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    pub input: PathBuf,
+    pub out: Option<PathBuf>,
+    pub workers: usize,
+    /// Write exact per-flow counters here (turns flow accounting on).
+    pub flows_csv: Option<PathBuf>,
+    /// Show a progress line on stderr when it is a terminal.
+    pub progress: bool,
+    /// Set from outside (a signal) to stop reading; frames already read
+    /// are still processed, written and reported.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Replay the capture again and again until `stop`.
+    pub repeat: bool,
+    /// Like a NIC: when a worker's queue is full, drop the burst and count
+    /// it in `rx_dropped` instead of waiting for the worker. Off: the reader
+    /// waits (lossless replay).
+    pub drop_when_full: bool,
+    /// Pace the reader to this many frames per second (0: as fast as the
+    /// workers go).
+    pub pps: u64,
+}

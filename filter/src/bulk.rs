@@ -26,7 +26,7 @@
 use std::fmt;
 
 use crate::config::{Config, ConfigError};
-use crate::filter::Filter;
+use crate::state::Filter;
 use crate::sync::Ordering;
 
 /// Why a bulk build failed. No filter is returned in any case.

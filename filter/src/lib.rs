@@ -72,21 +72,27 @@
 mod alloc;
 mod bulk;
 mod config;
+mod execute;
 mod filter;
 pub mod hash;
 mod layout;
+mod outcome;
+mod path;
 // A cache-line prefetch intrinsic.
 #[allow(unsafe_code)]
 mod prefetch;
 mod raw;
 mod snapshot;
+mod state;
 mod sync;
 
 pub use bulk::BuildError;
 pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
-pub use filter::{Filter, FilterWriter, InsertError, InsertOutcome, Lookup, Placement, Stats};
+pub use filter::FilterWriter;
 pub use layout::ENTRIES_PER_BUCKET;
+pub use outcome::{InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use snapshot::SnapshotError;
+pub use state::Filter;
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use loom::thread;
 
 use crate::config::{BloomConfig, BloomMode, Config};
-use crate::filter::Filter;
+use crate::state::Filter;
 
 fn tiny(fp_bits: u32, value_bits: u32, mode: BloomMode, packed: bool) -> Filter {
     Filter::new(Config {

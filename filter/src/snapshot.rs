@@ -29,9 +29,9 @@
 use std::fmt;
 
 use crate::config::{BloomConfig, BloomMode, Config, ConfigError};
-use crate::filter::{BloomRecord, Filter};
 use crate::hash::HASH_ID;
 use crate::layout::{Layout, ENTRIES_PER_BUCKET};
+use crate::state::{BloomRecord, Filter};
 
 const MAGIC: &[u8; 8] = b"CFDPFILT";
 const VERSION: u32 = 2;

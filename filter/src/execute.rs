@@ -8,6 +8,7 @@ use crate::raw::StripeGuard;
 use crate::state::{bump, BloomRecord, Filter, Guard, Keyed, Loc, Writer};
 
 impl Filter {
+    #[inline]
     pub(crate) fn insert_locked(
         &self,
         w: &mut Guard<'_>,
@@ -66,6 +67,7 @@ impl Filter {
     /// planned item went and whether the Bloom part grew. The plan was made
     /// under the same writer guard, so what it expects of every slot still
     /// holds (debug builds check it).
+    #[inline]
     pub(crate) fn execute(
         &self,
         w: &mut Guard<'_>,
@@ -96,6 +98,7 @@ impl Filter {
     /// that entry): the destination is written before the source is
     /// cleared, while both buckets' stripes are busy. The new words are
     /// computed first, so the stripes are busy for two stores only.
+    #[inline]
     pub(crate) fn move_entry(&self, w: &Guard<'_>, src: Loc, dst: Loc, entry: u64) {
         let l = &self.raw.layout;
         let bs = self.raw.load_hint(src.bucket);
@@ -113,6 +116,7 @@ impl Filter {
     }
 
     /// Sets the Bloom fields of the pair `(a, b)` to the element's tag.
+    #[inline]
     pub(crate) fn write_tags(&self, g: &StripeGuard<'_, Writer>, a: usize, b: usize, tag: u64) {
         let l = &self.raw.layout;
         let (ba, bb) = (self.raw.load_locked(g, a), self.raw.load_locked(g, b));
@@ -182,6 +186,7 @@ impl Filter {
     }
 
     /// Last step of a plan: the planned item into the (now empty) `dst`.
+    #[inline]
     pub(crate) fn place_final(
         &self,
         w: &mut Guard<'_>,

@@ -116,6 +116,7 @@ impl Filter {
     /// A bucket as the plan sees it: the table with the plan's placements.
     /// `on_path` holds every bucket the path
     /// touches, so most reads skip the scan of the path.
+    #[inline]
     pub(crate) fn sim_bucket(&self, bucket: usize, path: &[Step], on_path: &OnPath) -> Bucket {
         let l = &self.raw.layout;
         let mut b = self.raw.load_hint(bucket);
@@ -141,6 +142,7 @@ impl Filter {
     /// on with the evicted entry. Iterations still count every step.
     /// Fails with the iterations spent when the walk finds no room.
     #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
+    #[inline]
     pub(crate) fn plan(
         &self,
         k: &Keyed,

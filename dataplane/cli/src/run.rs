@@ -21,7 +21,7 @@ use cfdp_control::server::{self, Limits, ServerCtx};
 use cfdp_control::RuleStore;
 use cfdp_engine::{LiveStats, WorkerContext};
 use cfdp_pcap::{replay, ReplayOptions, MAX_WORKERS};
-use cfdp_rules::{Atomicity, Batch, Code, Rule};
+use cfdp_rules::{Atomicity, Batch, Code, Rule, Update};
 use serde_json::{json, Value};
 
 use crate::config::{Overload, RunConfig};
@@ -29,7 +29,6 @@ use crate::error::RunError;
 
 /// Builds the rule store: restored from `control.state_dir` when it holds
 /// state, else loaded from `rules.file`. Returns the journal to append to.
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 fn build_store(
     cfg: &RunConfig,
     stats: Arc<LiveStats>,
@@ -76,7 +75,29 @@ fn build_store(
     let mut store = RuleStore::with_rules(scfg, stats, std::mem::take(&mut restored.rules))
         .map_err(RunError::Snapshot)?;
     store.set_generation(restored.snapshot_generation);
-    for (g, updates) in &restored.records {
+    replay_journal(&mut store, &restored.records)?;
+    if !cfg.rules.file.is_empty() {
+        eprintln!(
+            "cfdp: rules.file {} ignored: restored the saved rule set instead",
+            cfg.rules.file
+        );
+    }
+    eprintln!(
+        "cfdp: restored {} rules at generation {} from {} (snapshot {} + {} journal records)",
+        store.len(),
+        store.generation(),
+        dir.display(),
+        restored.snapshot_generation,
+        restored.records.len()
+    );
+    let j = Journal::open(dir, restored.records.len() as u64).map_err(RunError::State)?;
+    Ok((store, Some(j)))
+}
+
+/// Applies the journal's records after the snapshot, each as the batch it
+/// was: every update must apply and land on its recorded generation.
+fn replay_journal(store: &mut RuleStore, records: &[(u64, Vec<Update>)]) -> Result<(), RunError> {
+    for (g, updates) in records {
         let batch = Batch {
             atomicity: Atomicity::RollbackOnError,
             expected_generation: None,
@@ -108,27 +129,11 @@ fn build_store(
             });
         }
     }
-    if !cfg.rules.file.is_empty() {
-        eprintln!(
-            "cfdp: rules.file {} ignored: restored the saved rule set instead",
-            cfg.rules.file
-        );
-    }
-    eprintln!(
-        "cfdp: restored {} rules at generation {} from {} (snapshot {} + {} journal records)",
-        store.len(),
-        store.generation(),
-        dir.display(),
-        restored.snapshot_generation,
-        restored.records.len()
-    );
-    let j = Journal::open(dir, restored.records.len() as u64).map_err(RunError::State)?;
-    Ok((store, Some(j)))
+    Ok(())
 }
 
 /// Runs until a signal (or, without `pcap.loop`, until the input is replayed
 /// and a signal arrives).
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -138,18 +143,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
             .map_err(RunError::io("cannot install signal handler"))?;
     }
     check(&cfg)?;
-    let workers = if cfg.dpdk.enabled {
-        usize::from(cfg.dpdk.workers.max(1))
-    } else if cfg.dataplane.workers == 0 {
-        default_workers
-    } else {
-        cfg.dataplane.workers
-    };
-    if workers > MAX_WORKERS {
-        return Err(RunError::Config(format!(
-            "dataplane.workers = {workers}: at most {MAX_WORKERS} are supported"
-        )));
-    }
+    let workers = worker_count(&cfg, default_workers)?;
     let stats = Arc::new(LiveStats::new(workers, cfg.control.max_rules));
     let (store, journal) = build_store(&cfg, Arc::clone(&stats))?;
     let cx = store.worker_context();
@@ -166,20 +160,8 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     };
     let plane = ControlPlane::new(store, journal, plane_cfg);
     let (jobs_tx, jobs_rx) = crossbeam::channel::bounded(1024);
-    let own_uid = rustix::process::getuid().as_raw();
     let ctx = ServerCtx {
-        limits: Limits {
-            requests,
-            idle_timeout: Duration::from_secs(c.idle_timeout_s.max(1)),
-            request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
-            max_connections: c.max_connections,
-            allowed_uids: if c.allowed_uids.is_empty() && c.allowed_gids.is_empty() {
-                vec![own_uid]
-            } else {
-                c.allowed_uids.clone()
-            },
-            allowed_gids: c.allowed_gids.clone(),
-        },
+        limits: limits(c, requests),
         control: cfdp_control::ControlHandle::new(jobs_tx),
         board: plane.board(),
         stop: Arc::clone(&stop),
@@ -187,28 +169,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
         cluster: cluster_mode(&cfg)?,
     };
     // Listeners first: a configuration error stops the start-up here.
-    let mut listeners = Vec::new();
-    if !c.socket.is_empty() {
-        let path = PathBuf::from(&c.socket);
-        let access = server::SocketAccess::for_peers(own_uid, &c.allowed_uids, &c.allowed_gids);
-        let l = server::bind_unix(&path, access)?;
-        listeners.push(
-            server::serve_unix(l, path, ctx.clone())
-                .map_err(RunError::io("control socket thread"))?,
-        );
-        eprintln!("cfdp: control socket {}", c.socket);
-    }
-    if !c.tcp.is_empty() {
-        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
-        listeners
-            .push(server::serve_tcp(l, ctx.clone()).map_err(RunError::io("control TCP thread"))?);
-        eprintln!("cfdp: control over TCP on {}", c.tcp);
-    }
-    if !c.metrics.is_empty() {
-        let l = bind_tcp(&c.metrics, false, "control.metrics")?;
-        listeners.push(metrics::serve(l, ctx.clone()).map_err(RunError::io("metrics thread"))?);
-        eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
-    }
+    let mut listeners = listen(c, &ctx)?;
     let (ctx_cluster, handle, board) =
         (ctx.cluster.clone(), ctx.control.clone(), ctx.board.clone());
     drop(ctx);
@@ -236,6 +197,72 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
         return run_dpdk(&cfg, &cx, running);
     }
     run_pcap(&cfg, &cx, workers, running)
+}
+
+/// Workers: DPDK's, the configured number, or the default.
+fn worker_count(cfg: &RunConfig, default_workers: usize) -> Result<usize, RunError> {
+    let workers = if cfg.dpdk.enabled {
+        usize::from(cfg.dpdk.workers.max(1))
+    } else if cfg.dataplane.workers == 0 {
+        default_workers
+    } else {
+        cfg.dataplane.workers
+    };
+    if workers > MAX_WORKERS {
+        return Err(RunError::Config(format!(
+            "dataplane.workers = {workers}: at most {MAX_WORKERS} are supported"
+        )));
+    }
+    Ok(workers)
+}
+
+/// The listeners' limits and access rules from `[control]`.
+fn limits(c: &crate::config::ControlConfig, requests: cfdp_control::api::RequestLimits) -> Limits {
+    let own_uid = rustix::process::getuid().as_raw();
+    Limits {
+        requests,
+        idle_timeout: Duration::from_secs(c.idle_timeout_s.max(1)),
+        request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
+        max_connections: c.max_connections,
+        allowed_uids: if c.allowed_uids.is_empty() && c.allowed_gids.is_empty() {
+            vec![own_uid]
+        } else {
+            c.allowed_uids.clone()
+        },
+        allowed_gids: c.allowed_gids.clone(),
+    }
+}
+
+/// Binds and serves the configured listeners: the Unix socket, TCP, the
+/// metrics endpoint.
+fn listen(
+    c: &crate::config::ControlConfig,
+    ctx: &ServerCtx,
+) -> Result<Vec<std::thread::JoinHandle<()>>, RunError> {
+    let mut listeners = Vec::new();
+    if !c.socket.is_empty() {
+        let own_uid = rustix::process::getuid().as_raw();
+        let path = PathBuf::from(&c.socket);
+        let access = server::SocketAccess::for_peers(own_uid, &c.allowed_uids, &c.allowed_gids);
+        let l = server::bind_unix(&path, access)?;
+        listeners.push(
+            server::serve_unix(l, path, ctx.clone())
+                .map_err(RunError::io("control socket thread"))?,
+        );
+        eprintln!("cfdp: control socket {}", c.socket);
+    }
+    if !c.tcp.is_empty() {
+        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
+        listeners
+            .push(server::serve_tcp(l, ctx.clone()).map_err(RunError::io("control TCP thread"))?);
+        eprintln!("cfdp: control over TCP on {}", c.tcp);
+    }
+    if !c.metrics.is_empty() {
+        let l = bind_tcp(&c.metrics, false, "control.metrics")?;
+        listeners.push(metrics::serve(l, ctx.clone()).map_err(RunError::io("metrics thread"))?);
+        eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
+    }
+    Ok(listeners)
 }
 
 /// What the backends hand back when they are done.

@@ -98,7 +98,6 @@ pub fn run(endpoints: &[String], prefix: &str, cmd: Command) -> u8 {
 /// it read.
 const RETRIES: usize = 20;
 
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 fn apply(
     etcd: &mut Etcd,
     keys: &Keys,
@@ -113,44 +112,9 @@ fn apply(
         })
     })?;
     let (ids, matches) = reads(&batch);
+    let gen_key = keys.generation();
     for attempt in 0..RETRIES {
-        // Read what the batch touches.
-        let gen_key = keys.generation();
-        let mut want: Vec<String> = vec![gen_key.clone()];
-        want.extend(ids.iter().map(|&id| keys.rule(id)));
-        want.extend(matches.iter().map(|m| keys.match_key(m)));
-        let per_txn = limits.max_txn_ops.max(1);
-        let got = etcd.get_many(&want, per_txn)?;
-        let mut view = View::default();
-        let mut old_matches = Vec::new();
-        for kv in &got {
-            if kv.key == gen_key {
-                view.generation = kv.mod_revision;
-            } else if let Some(id) = keys.rule_id(&kv.key) {
-                let (_, r) = kv.rule()?;
-                old_matches.push(keys.match_key(&canonical(&r).1));
-                view.rules.insert(id, (r, kv.mod_revision));
-            }
-        }
-        // The matches of rules that will be modified or deleted.
-        let more: Vec<String> = old_matches
-            .into_iter()
-            .filter(|k| !want.contains(k))
-            .collect();
-        let mut match_kvs = got;
-        match_kvs.extend(etcd.get_many(&more, per_txn)?);
-        let mprefix = keys.match_key("");
-        for kv in &match_kvs {
-            if let Some(m) = kv.key.strip_prefix(&mprefix) {
-                let owner: u32 = std::str::from_utf8(&kv.value)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| {
-                        ClusterError::BadRequest(format!("{}: not a rule id", kv.key))
-                    })?;
-                view.matches.insert(m.to_string(), (owner, kv.mod_revision));
-            }
-        }
+        let view = read_view(etcd, keys, &ids, &matches, limits.max_txn_ops.max(1))?;
         if let Some(g) = batch.expected_generation {
             if g as i64 != view.generation {
                 return Err(ClusterError::GenerationMismatch {
@@ -168,26 +132,7 @@ fn apply(
                 all_ok,
             ));
         }
-        let (compares, ops) = p.ops();
-        if compares > limits.max_txn_ops || ops > limits.max_txn_ops {
-            return Err(ClusterError::BadRequest(format!(
-                "the batch needs {ops} operations and {compares} compares in one etcd \
-                 transaction; etcd allows {} (its --max-txn-ops). Nothing was applied: split \
-                 the batch, or raise --max-txn-ops on every etcd server and pass \
-                 --max-txn-ops N to cfdp ctl",
-                limits.max_txn_ops
-            )));
-        }
-        if p.bytes() > limits.max_request_bytes {
-            return Err(ClusterError::BadRequest(format!(
-                "the batch's transaction carries over {} bytes; etcd accepts {} (its \
-                 --max-request-bytes). Nothing was applied: split the batch, or raise \
-                 --max-request-bytes on every etcd server and pass --max-request-bytes N \
-                 to cfdp ctl",
-                p.bytes(),
-                limits.max_request_bytes
-            )));
-        }
+        check_limits(&p, limits)?;
         let mut guards = p.guards.clone();
         guards.push((gen_key.clone(), view.generation));
         let mut puts = p.puts.clone();
@@ -207,6 +152,76 @@ fn apply(
     Err(ClusterError::Contended(format!(
         "the rule set kept changing under this batch ({RETRIES} attempts); nothing was applied"
     )))
+}
+
+/// What a batch touches, read from etcd: the generation, the rules of its
+/// ids, and the owners of its matches and of the matches those rules hold.
+fn read_view(
+    etcd: &mut Etcd,
+    keys: &Keys,
+    ids: &std::collections::BTreeSet<cfdp_rules::RuleId>,
+    matches: &std::collections::BTreeSet<String>,
+    per_txn: usize,
+) -> Result<View, ClusterError> {
+    let gen_key = keys.generation();
+    let mut want: Vec<String> = vec![gen_key.clone()];
+    want.extend(ids.iter().map(|&id| keys.rule(id)));
+    want.extend(matches.iter().map(|m| keys.match_key(m)));
+    let got = etcd.get_many(&want, per_txn)?;
+    let mut view = View::default();
+    let mut old_matches = Vec::new();
+    for kv in &got {
+        if kv.key == gen_key {
+            view.generation = kv.mod_revision;
+        } else if let Some(id) = keys.rule_id(&kv.key) {
+            let (_, r) = kv.rule()?;
+            old_matches.push(keys.match_key(&canonical(&r).1));
+            view.rules.insert(id, (r, kv.mod_revision));
+        }
+    }
+    // The matches of rules that will be modified or deleted.
+    let more: Vec<String> = old_matches
+        .into_iter()
+        .filter(|k| !want.contains(k))
+        .collect();
+    let mut match_kvs = got;
+    match_kvs.extend(etcd.get_many(&more, per_txn)?);
+    let mprefix = keys.match_key("");
+    for kv in &match_kvs {
+        if let Some(m) = kv.key.strip_prefix(&mprefix) {
+            let owner: u32 = std::str::from_utf8(&kv.value)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| ClusterError::BadRequest(format!("{}: not a rule id", kv.key)))?;
+            view.matches.insert(m.to_string(), (owner, kv.mod_revision));
+        }
+    }
+    Ok(view)
+}
+
+/// Refuses a transaction etcd would refuse for its size.
+fn check_limits(p: &crate::plan::Plan, limits: TxnLimits) -> Result<(), ClusterError> {
+    let (compares, ops) = p.ops();
+    if compares > limits.max_txn_ops || ops > limits.max_txn_ops {
+        return Err(ClusterError::BadRequest(format!(
+            "the batch needs {ops} operations and {compares} compares in one etcd \
+             transaction; etcd allows {} (its --max-txn-ops). Nothing was applied: split \
+             the batch, or raise --max-txn-ops on every etcd server and pass \
+             --max-txn-ops N to cfdp ctl",
+            limits.max_txn_ops
+        )));
+    }
+    if p.bytes() > limits.max_request_bytes {
+        return Err(ClusterError::BadRequest(format!(
+            "the batch's transaction carries over {} bytes; etcd accepts {} (its \
+             --max-request-bytes). Nothing was applied: split the batch, or raise \
+             --max-request-bytes on every etcd server and pass --max-request-bytes N \
+             to cfdp ctl",
+            p.bytes(),
+            limits.max_request_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// `replace`: reads the fleet's rules, works out the difference to

@@ -45,7 +45,7 @@ use cfdp_engine::{LiveStats, Mode};
 use cfdp_rules::{Atomicity, Batch, Code, Rule, RuleId, Update};
 
 use crate::error::ClusterError;
-use crate::etcd::{Etcd, Event, WatchBatch};
+use crate::etcd::{Etcd, Event, Watch, WatchBatch};
 use crate::keys::Keys;
 
 /// The fleet's rules by id.
@@ -175,7 +175,6 @@ impl Agent {
     }
 
     /// Catch up, then follow the watch until an error or `stop`.
-    #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
     fn session(
         &mut self,
         etcd: &mut Etcd,
@@ -183,34 +182,7 @@ impl Agent {
         keep_alive: &mut dyn FnMut(&mut Etcd) -> Result<(), ClusterError>,
         stop: &AtomicBool,
     ) -> Result<(), ClusterError> {
-        self.live = false;
-        let hello = self.control.hello()?;
-        self.atomicity = if hello.capabilities.mode == Mode::FilterOnly {
-            Atomicity::RollbackOnError
-        } else {
-            Atomicity::DataplaneAtomic
-        };
-        self.mirror = self.local_rules()?;
-        // The fleet now: what catching up must reach.
-        let (head, fleet) = self.fleet(etcd)?;
-        let last = self.applied.max(self.saved_revision());
-        let same = self.same_as(&fleet);
-        // Replay from the last applied revision when there is one and the
-        // node differs; otherwise (or once that turns out impossible) the
-        // difference as one batch.
-        let mut target: Option<(i64, FleetRules)> = None;
-        let mut watch = if same {
-            self.caught_up(etcd, lease, head)?;
-            etcd.watch(&self.keys.rules_prefix(), head + 1)?
-        } else if last > 0 && last < head {
-            target = Some((head, fleet));
-            etcd.watch(&self.keys.rules_prefix(), last + 1)?
-        } else {
-            self.resync(&fleet)?;
-            self.caught_up(etcd, lease, head)?;
-            etcd.watch(&self.keys.rules_prefix(), head + 1)?
-        };
-        self.error = None;
+        let (mut watch, mut target) = self.begin(etcd, lease)?;
         let (mut renewed, mut published, mut heard) =
             (Instant::now(), Instant::now(), Instant::now());
         while !stop.load(Ordering::Relaxed) {
@@ -244,46 +216,7 @@ impl Agent {
                 }
                 Some(WatchBatch::Events(events)) => {
                     heard = Instant::now();
-                    // Events arrive in revision order; one revision is one
-                    // batch transaction. Revisions the node already has
-                    // (up to `applied`) are passed over.
-                    let mut i = 0;
-                    while i < events.len() {
-                        let rev = events[i].kv.mod_revision;
-                        let j = i + events[i..]
-                            .iter()
-                            .take_while(|e| e.kv.mod_revision == rev)
-                            .count();
-                        if rev > self.applied {
-                            match self.apply_revision(&events[i..j]) {
-                                Ok(()) => {
-                                    self.applied = rev;
-                                    self.save_revision();
-                                }
-                                // Replaying history that cannot be applied
-                                // (e.g. a value that was not a rule, since
-                                // removed): the head read at the start is
-                                // valid, so take it whole.
-                                Err(e) if target.is_some() => {
-                                    eprintln!("cfdp: cluster: replay stopped ({e}); resyncing");
-                                    let (h, fleet) = target.take().expect("checked");
-                                    self.resync(&fleet)?;
-                                    self.caught_up(etcd, lease, h)?;
-                                    watch = etcd.watch(&self.keys.rules_prefix(), h + 1)?;
-                                    break;
-                                }
-                                Err(e) => return Err(e),
-                            }
-                        }
-                        i = j;
-                        let reached = target
-                            .as_ref()
-                            .is_some_and(|(h, fleet)| rev >= *h || self.same_as(fleet));
-                        if reached {
-                            let (h, _) = target.take().expect("checked");
-                            self.caught_up(etcd, lease, h.max(rev))?;
-                        }
-                    }
+                    self.on_events(etcd, lease, &events, &mut target, &mut watch)?;
                     if self.live {
                         self.publish(etcd, lease)?;
                     }
@@ -297,6 +230,96 @@ impl Agent {
             if published.elapsed() >= STATUS_EVERY {
                 self.publish(etcd, lease)?;
                 published = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// The start of a session: the node's mode and rules, the fleet's head,
+    /// and the watch — from the head when the node holds the fleet's rules
+    /// (or after a resync), from the revision after the last applied one
+    /// when the history can be replayed (then with the head as the target).
+    fn begin(
+        &mut self,
+        etcd: &mut Etcd,
+        lease: i64,
+    ) -> Result<(Watch, Option<(i64, FleetRules)>), ClusterError> {
+        self.live = false;
+        let hello = self.control.hello()?;
+        self.atomicity = if hello.capabilities.mode == Mode::FilterOnly {
+            Atomicity::RollbackOnError
+        } else {
+            Atomicity::DataplaneAtomic
+        };
+        self.mirror = self.local_rules()?;
+        // The fleet now: what catching up must reach.
+        let (head, fleet) = self.fleet(etcd)?;
+        let last = self.applied.max(self.saved_revision());
+        let same = self.same_as(&fleet);
+        // Replay from the last applied revision when there is one and the
+        // node differs; otherwise (or once that turns out impossible) the
+        // difference as one batch.
+        let mut target: Option<(i64, FleetRules)> = None;
+        let watch = if same {
+            self.caught_up(etcd, lease, head)?;
+            etcd.watch(&self.keys.rules_prefix(), head + 1)?
+        } else if last > 0 && last < head {
+            target = Some((head, fleet));
+            etcd.watch(&self.keys.rules_prefix(), last + 1)?
+        } else {
+            self.resync(&fleet)?;
+            self.caught_up(etcd, lease, head)?;
+            etcd.watch(&self.keys.rules_prefix(), head + 1)?
+        };
+        self.error = None;
+        Ok((watch, target))
+    }
+
+    /// One watch message's events, revision by revision (one revision is
+    /// one batch transaction; revisions the node has are passed over).
+    fn on_events(
+        &mut self,
+        etcd: &mut Etcd,
+        lease: i64,
+        events: &[Event],
+        target: &mut Option<(i64, FleetRules)>,
+        watch: &mut Watch,
+    ) -> Result<(), ClusterError> {
+        let mut i = 0;
+        while i < events.len() {
+            let rev = events[i].kv.mod_revision;
+            let j = i + events[i..]
+                .iter()
+                .take_while(|e| e.kv.mod_revision == rev)
+                .count();
+            if rev > self.applied {
+                match self.apply_revision(&events[i..j]) {
+                    Ok(()) => {
+                        self.applied = rev;
+                        self.save_revision();
+                    }
+                    // Replaying history that cannot be applied
+                    // (e.g. a value that was not a rule, since
+                    // removed): the head read at the start is
+                    // valid, so take it whole.
+                    Err(e) if target.is_some() => {
+                        eprintln!("cfdp: cluster: replay stopped ({e}); resyncing");
+                        let (h, fleet) = target.take().expect("checked");
+                        self.resync(&fleet)?;
+                        self.caught_up(etcd, lease, h)?;
+                        *watch = etcd.watch(&self.keys.rules_prefix(), h + 1)?;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            i = j;
+            let reached = target
+                .as_ref()
+                .is_some_and(|(h, fleet)| rev >= *h || self.same_as(fleet));
+            if reached {
+                let (h, _) = target.take().expect("checked");
+                self.caught_up(etcd, lease, h.max(rev))?;
             }
         }
         Ok(())

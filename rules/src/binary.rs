@@ -240,79 +240,88 @@ impl From<String> for DecodeError {
 }
 
 /// The rule of a record, or what is wrong with it.
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
     let (id, action) = head(b)?;
-    let flags = b[8];
-    let v6 = flags & 1 != 0;
-    let tail_zero = |a: &[u8; 16]| v6 || a[4..].iter().all(|&x| x == 0);
     let matcher = match b[7] {
-        0 => {
-            if flags & !1 != 0 || b[46..].iter().any(|&x| x != 0) {
-                return Err(DecodeError("flow: unused bits set".into()));
-            }
-            let (src, dst) = (addr_at(b, 14), addr_at(b, 30));
-            if !tail_zero(&src) || !tail_zero(&dst) {
-                return Err(DecodeError(
-                    "flow: an IPv4 address with bytes beyond its fourth".into(),
-                ));
-            }
-            let p = b[9];
-            let (sport, dport) = (u16_at(b, 10), u16_at(b, 12));
-            if !(p == proto::TCP || p == proto::UDP) && (sport | dport) != 0 {
-                return Err(DecodeError(format!(
-                    "flow: ports with protocol {p} (only tcp and udp)"
-                )));
-            }
-            Match::Flow(FlowKey {
-                v6,
-                src,
-                dst,
-                proto: p,
-                sport,
-                dport,
-            })
-        }
-        k @ (1 | 2) => {
-            if flags & !7 != 0 || b[13] != 0 || b[30..].iter().any(|&x| x != 0) {
-                return Err(DecodeError("prefix: unused bits set".into()));
-            }
-            let len = b[12];
-            if len > IpPrefix::max_len(v6) {
-                return Err(DecodeError(format!(
-                    "prefix: length {len} over {}",
-                    IpPrefix::max_len(v6)
-                )));
-            }
-            let addr = addr_at(b, 14);
-            if IpPrefix::mask(v6, &addr, len) != addr {
-                return Err(DecodeError(format!("prefix: host bits set beyond /{len}")));
-            }
-            let proto = (flags & 2 != 0).then_some(b[9]);
-            let port = (flags & 4 != 0).then_some(u16_at(b, 10));
-            if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
-                return Err(DecodeError(
-                    "prefix: a protocol or port without its flag".into(),
-                ));
-            }
-            if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
-                return Err(DecodeError(
-                    "prefix: a port needs protocol tcp or udp".into(),
-                ));
-            }
-            Match::Prefix {
-                dir: if k == 1 { Dir::Src } else { Dir::Dst },
-                prefix: IpPrefix { v6, addr, len },
-                proto,
-                port,
-            }
-        }
+        0 => decode_flow(b)?,
+        k @ (1 | 2) => decode_prefix(b, if k == 1 { Dir::Src } else { Dir::Dst })?,
         k => return Err(DecodeError(format!("unknown match kind {k}"))),
     };
     Ok(Rule {
         id,
         matcher,
         action,
+    })
+}
+
+/// An exact flow's record (kind 0).
+#[inline]
+fn decode_flow(b: &[u8; RECORD]) -> Result<Match, DecodeError> {
+    let flags = b[8];
+    let v6 = flags & 1 != 0;
+    let tail_zero = |a: &[u8; 16]| v6 || a[4..].iter().all(|&x| x == 0);
+    if flags & !1 != 0 || b[46..].iter().any(|&x| x != 0) {
+        return Err(DecodeError("flow: unused bits set".into()));
+    }
+    let (src, dst) = (addr_at(b, 14), addr_at(b, 30));
+    if !tail_zero(&src) || !tail_zero(&dst) {
+        return Err(DecodeError(
+            "flow: an IPv4 address with bytes beyond its fourth".into(),
+        ));
+    }
+    let p = b[9];
+    let (sport, dport) = (u16_at(b, 10), u16_at(b, 12));
+    if !(p == proto::TCP || p == proto::UDP) && (sport | dport) != 0 {
+        return Err(DecodeError(format!(
+            "flow: ports with protocol {p} (only tcp and udp)"
+        )));
+    }
+    Ok(Match::Flow(FlowKey {
+        v6,
+        src,
+        dst,
+        proto: p,
+        sport,
+        dport,
+    }))
+}
+
+/// A prefix rule's record (kinds 1 and 2).
+#[inline]
+fn decode_prefix(b: &[u8; RECORD], dir: Dir) -> Result<Match, DecodeError> {
+    let flags = b[8];
+    let v6 = flags & 1 != 0;
+    if flags & !7 != 0 || b[13] != 0 || b[30..].iter().any(|&x| x != 0) {
+        return Err(DecodeError("prefix: unused bits set".into()));
+    }
+    let len = b[12];
+    if len > IpPrefix::max_len(v6) {
+        return Err(DecodeError(format!(
+            "prefix: length {len} over {}",
+            IpPrefix::max_len(v6)
+        )));
+    }
+    let addr = addr_at(b, 14);
+    if IpPrefix::mask(v6, &addr, len) != addr {
+        return Err(DecodeError(format!("prefix: host bits set beyond /{len}")));
+    }
+    let proto = (flags & 2 != 0).then_some(b[9]);
+    let port = (flags & 4 != 0).then_some(u16_at(b, 10));
+    if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
+        return Err(DecodeError(
+            "prefix: a protocol or port without its flag".into(),
+        ));
+    }
+    if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
+        return Err(DecodeError(
+            "prefix: a port needs protocol tcp or udp".into(),
+        ));
+    }
+    Ok(Match::Prefix {
+        dir,
+        prefix: IpPrefix { v6, addr, len },
+        proto,
+        port,
     })
 }
 

@@ -85,80 +85,20 @@ impl Plan {
 }
 
 /// Works out `batch` against `view` (see the module docs).
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub fn plan(batch: &Batch, view: &View, keys: &Keys) -> Plan {
-    // The batch's running picture: id → rule (None: deleted), match → id.
-    let mut rules: BTreeMap<RuleId, Option<Rule>> = BTreeMap::new();
-    let mut matches: BTreeMap<String, Option<RuleId>> = BTreeMap::new();
-    let rule_now = |rules: &BTreeMap<RuleId, Option<Rule>>, id: RuleId| -> Option<Rule> {
-        match rules.get(&id) {
-            Some(r) => *r,
-            None => view.rules.get(&id).map(|(r, _)| *r),
-        }
+    let mut pic = Picture {
+        view,
+        rules: BTreeMap::new(),
+        matches: BTreeMap::new(),
     };
-    let owner_now = |matches: &BTreeMap<String, Option<RuleId>>, m: &str| -> Option<RuleId> {
-        match matches.get(m) {
-            Some(o) => *o,
-            None => view.matches.get(m).map(|(id, _)| *id),
-        }
-    };
-    let mut results = Vec::with_capacity(batch.updates.len());
-    for u in &batch.updates {
-        let u = match u {
-            Ok(u) => u,
-            Err(e) => {
-                results.push(UpdateResult::err(Code::InvalidArgument, e.to_string()));
-                continue;
-            }
-        };
-        let r = match u {
-            Update::Insert(rule) => {
-                let m = canonical(rule).1;
-                if rule_now(&rules, rule.id).is_some() {
-                    UpdateResult::err(
-                        Code::AlreadyExists,
-                        format!("rule {} already exists", rule.id),
-                    )
-                } else if let Some(o) = owner_now(&matches, &m) {
-                    UpdateResult::err(
-                        Code::AlreadyExists,
-                        format!("rule {o} already has this match"),
-                    )
-                } else {
-                    rules.insert(rule.id, Some(*rule));
-                    matches.insert(m, Some(rule.id));
-                    UpdateResult::ok()
-                }
-            }
-            Update::Modify(rule) => match rule_now(&rules, rule.id) {
-                None => UpdateResult::err(Code::NotFound, format!("no rule {}", rule.id)),
-                Some(old) => {
-                    let (old_m, new_m) = (canonical(&old).1, canonical(rule).1);
-                    match owner_now(&matches, &new_m) {
-                        Some(o) if o != rule.id => UpdateResult::err(
-                            Code::AlreadyExists,
-                            format!("rule {o} already has this match"),
-                        ),
-                        _ => {
-                            rules.insert(rule.id, Some(*rule));
-                            matches.insert(old_m, None);
-                            matches.insert(new_m, Some(rule.id));
-                            UpdateResult::ok()
-                        }
-                    }
-                }
-            },
-            Update::Delete(id) => match rule_now(&rules, *id) {
-                None => UpdateResult::err(Code::NotFound, format!("no rule {id}")),
-                Some(old) => {
-                    rules.insert(*id, None);
-                    matches.insert(canonical(&old).1, None);
-                    UpdateResult::ok()
-                }
-            },
-        };
-        results.push(r);
-    }
+    let mut results: Vec<UpdateResult> = batch
+        .updates
+        .iter()
+        .map(|u| match u {
+            Ok(u) => pic.step(u),
+            Err(e) => UpdateResult::err(Code::InvalidArgument, e.to_string()),
+        })
+        .collect();
     let failed = results.iter().any(|r| r.code != Code::Ok);
     if failed && batch.atomicity.all_or_nothing() {
         for r in &mut results {
@@ -175,9 +115,104 @@ pub fn plan(batch: &Batch, view: &View, keys: &Keys) -> Plan {
         results,
         ..Plan::default()
     };
-    // Guards on every key the batch's outcome depends on: all ids and
-    // matches it read (a failed update's check counts too — it decided the
-    // result the controller reports).
+    guard(&mut p, batch, view, keys);
+    // The net effect.
+    for (id, r) in pic.rules {
+        match r {
+            Some(rule) => p.puts.push((keys.rule(id), canonical(&rule).0)),
+            None if view.rules.contains_key(&id) => p.deletes.push(keys.rule(id)),
+            None => {}
+        }
+    }
+    for (m, owner) in pic.matches {
+        match owner {
+            Some(id) => p.puts.push((keys.match_key(&m), id.to_string())),
+            None if view.matches.contains_key(&m) => p.deletes.push(keys.match_key(&m)),
+            None => {}
+        }
+    }
+    p
+}
+
+/// The batch's running picture over the fleet's view: id → rule (None:
+/// deleted), match → id.
+struct Picture<'v> {
+    view: &'v View,
+    rules: BTreeMap<RuleId, Option<Rule>>,
+    matches: BTreeMap<String, Option<RuleId>>,
+}
+
+impl Picture<'_> {
+    fn rule_now(&self, id: RuleId) -> Option<Rule> {
+        match self.rules.get(&id) {
+            Some(r) => *r,
+            None => self.view.rules.get(&id).map(|(r, _)| *r),
+        }
+    }
+
+    fn owner_now(&self, m: &str) -> Option<RuleId> {
+        match self.matches.get(m) {
+            Some(o) => *o,
+            None => self.view.matches.get(m).map(|(id, _)| *id),
+        }
+    }
+
+    /// One update against the picture so far, which it changes when it
+    /// succeeds.
+    fn step(&mut self, u: &Update) -> UpdateResult {
+        match u {
+            Update::Insert(rule) => {
+                let m = canonical(rule).1;
+                if self.rule_now(rule.id).is_some() {
+                    UpdateResult::err(
+                        Code::AlreadyExists,
+                        format!("rule {} already exists", rule.id),
+                    )
+                } else if let Some(o) = self.owner_now(&m) {
+                    UpdateResult::err(
+                        Code::AlreadyExists,
+                        format!("rule {o} already has this match"),
+                    )
+                } else {
+                    self.rules.insert(rule.id, Some(*rule));
+                    self.matches.insert(m, Some(rule.id));
+                    UpdateResult::ok()
+                }
+            }
+            Update::Modify(rule) => match self.rule_now(rule.id) {
+                None => UpdateResult::err(Code::NotFound, format!("no rule {}", rule.id)),
+                Some(old) => {
+                    let (old_m, new_m) = (canonical(&old).1, canonical(rule).1);
+                    match self.owner_now(&new_m) {
+                        Some(o) if o != rule.id => UpdateResult::err(
+                            Code::AlreadyExists,
+                            format!("rule {o} already has this match"),
+                        ),
+                        _ => {
+                            self.rules.insert(rule.id, Some(*rule));
+                            self.matches.insert(old_m, None);
+                            self.matches.insert(new_m, Some(rule.id));
+                            UpdateResult::ok()
+                        }
+                    }
+                }
+            },
+            Update::Delete(id) => match self.rule_now(*id) {
+                None => UpdateResult::err(Code::NotFound, format!("no rule {id}")),
+                Some(old) => {
+                    self.rules.insert(*id, None);
+                    self.matches.insert(canonical(&old).1, None);
+                    UpdateResult::ok()
+                }
+            },
+        }
+    }
+}
+
+/// Guards on every key the batch's outcome depends on: all ids and matches
+/// it read (a failed update's check counts too — it decided the result the
+/// controller reports).
+fn guard(p: &mut Plan, batch: &Batch, view: &View, keys: &Keys) {
     let (ids, ms) = reads(batch);
     for id in ids {
         p.guards.push((
@@ -194,22 +229,6 @@ pub fn plan(batch: &Batch, view: &View, keys: &Keys) -> Plan {
             view.matches.get(m).map_or(0, |(_, rev)| *rev),
         ));
     }
-    // The net effect.
-    for (id, r) in rules {
-        match r {
-            Some(rule) => p.puts.push((keys.rule(id), canonical(&rule).0)),
-            None if view.rules.contains_key(&id) => p.deletes.push(keys.rule(id)),
-            None => {}
-        }
-    }
-    for (m, owner) in matches {
-        match owner {
-            Some(id) => p.puts.push((keys.match_key(&m), id.to_string())),
-            None if view.matches.contains_key(&m) => p.deletes.push(keys.match_key(&m)),
-            None => {}
-        }
-    }
-    p
 }
 
 #[cfg(test)]

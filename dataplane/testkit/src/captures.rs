@@ -225,10 +225,9 @@ pub const MIXED_RULES: &str = r#"{"rules": [
 "#;
 
 /// Frames of `mixed.pcap`, in capture order, each with its expected verdict.
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub fn mixed() -> Vec<GenFrame> {
     use Expect::*;
-    let mut v: Vec<(Vec<u8>, Expect, &'static str)> = Vec::new();
+    let mut v: Vec<Planned> = Vec::new();
     let a = [10, 0, 0, 1];
     let b = [10, 0, 0, 2];
     // A TCP conversation; the forward direction is dropped by exact rule 1.
@@ -279,6 +278,27 @@ pub fn mixed() -> Vec<GenFrame> {
         Forward,
         "802.1ad + 802.1Q tagged, dst 10/8 allow (rule 5)",
     ));
+    mixed_fragments4(&mut v);
+    mixed_ipv6(&mut v);
+    mixed_odd(&mut v, a, b);
+
+    v.into_iter()
+        .enumerate()
+        .map(|(i, (data, verdict, note))| GenFrame {
+            data,
+            ts_ns: 1_700_000_000_000_000_000 + i as u64 * 1_000_000,
+            verdict,
+            note,
+        })
+        .collect()
+}
+
+/// A frame of a generated capture with its verdict and why.
+type Planned = (Vec<u8>, Expect, &'static str);
+
+/// `mixed()`'s IPv4 fragments.
+fn mixed_fragments4(v: &mut Vec<Planned>) {
+    use Expect::*;
     // A fragmented DNS response datagram to 192.0.2.53:53 (3 fragments):
     // every fragment must be dropped by the port rule.
     for f in fragments4(
@@ -304,6 +324,11 @@ pub fn mixed() -> Vec<GenFrame> {
     ) {
         v.push((f, Forward, "IPv4 fragment, no rule"));
     }
+}
+
+/// `mixed()`'s IPv6 frames.
+fn mixed_ipv6(v: &mut Vec<Planned>) {
+    use Expect::*;
     // IPv6: counted source prefix (rule 3), with and without hop-by-hop.
     let s6 = v6("2001:db8:1::10");
     let d6 = v6("2001:db8:2::20");
@@ -319,6 +344,11 @@ pub fn mixed() -> Vec<GenFrame> {
     for f in fragments6(d6, v6("2001:db8:ffff::1"), 5353, 5353, 77, &[0xee; 30], 16) {
         v.push((f, Drop, "IPv6 fragment of udp/5353 (rule 6)"));
     }
+}
+
+/// `mixed()`'s non-IP and malformed frames.
+fn mixed_odd(v: &mut Vec<Planned>, a: [u8; 4], b: [u8; 4]) {
+    use Expect::*;
     // Non-IP: ARP.
     let mut arp = MAC_B.to_vec();
     arp.extend_from_slice(&MAC_A);
@@ -346,16 +376,6 @@ pub fn mixed() -> Vec<GenFrame> {
         Forward,
         "UDP cut before its ports (ports 0: no port rule applies)",
     ));
-
-    v.into_iter()
-        .enumerate()
-        .map(|(i, (data, verdict, note))| GenFrame {
-            data,
-            ts_ns: 1_700_000_000_000_000_000 + i as u64 * 1_000_000,
-            verdict,
-            note,
-        })
-        .collect()
 }
 
 /// Counts a replay of `mixed()` must report under `MIXED_RULES`.

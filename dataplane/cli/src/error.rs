@@ -76,18 +76,5 @@ impl RunError {
     }
 }
 
-/// An error with its causes, one line: `a: b: c` (a cause whose text the
-/// message already carries is not repeated).
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out += ": ";
-            out += &text;
-        }
-        cause = c.source();
-    }
-    out
-}
+/// An error with its causes, one line (`cfdp_control::api::error_chain`).
+pub use cfdp_control::api::error_chain as chain;

@@ -535,7 +535,7 @@ impl Agent {
 
     /// Records an error; tells etcd too when connected.
     fn fail(&mut self, etcd: Option<(&mut Etcd, i64)>, e: ClusterError) {
-        let e = error_chain(&e);
+        let e = cfdp_control::api::error_chain(&e);
         eprintln!("cfdp: cluster: {e}");
         self.error = Some(e);
         *self
@@ -554,20 +554,4 @@ fn sleep_unless(stop: &AtomicBool, d: Duration) {
     while !stop.load(Ordering::Relaxed) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// An error with its causes, as one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        // thiserror messages often repeat their source already.
-        if !out.contains(&text) {
-            out += ": ";
-            out += &text;
-        }
-        cause = c.source();
-    }
-    out
 }

@@ -18,6 +18,23 @@ use crate::journal::JournalError;
 use crate::stats::ControlStats;
 use crate::store::BatchReport;
 
+/// An error with its causes, one line: `a: b: c` (a cause whose text the
+/// message already carries is not repeated: thiserror messages often
+/// include their source). For logs and the CLI.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out += ": ";
+            out += &text;
+        }
+        cause = c.source();
+    }
+    out
+}
+
 /// Version reported by `hello`; bumped on incompatible changes.
 pub use cfdp_rules::protocol::API_VERSION;
 

@@ -7,15 +7,33 @@ use crate::csv::{count_short, f2, median, num, pct, table, thousands, Csv, R};
 
 /// `control-path`: the real control path, each label's p50 · p99 side by
 /// side (labels in the order of the file: e.g. old_a, new_a, old_b, new_b).
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub(crate) fn control_path(d: &Path) -> R<String> {
     let c = Csv::load(d, "control_path.csv")?;
     let labels = c.distinct("label")?;
-    let v = |l: &str, what: &str, m: &str| {
+    let mut rows = Vec::new();
+    for (label, cell) in &control_path_rows(&c) {
+        let mut row = vec![label.to_string()];
+        for l in &labels {
+            // A run by an older bench lacks the newer rows.
+            row.push(cell(l).unwrap_or_else(|_| "–".into()));
+        }
+        rows.push(row);
+    }
+    let mut head = vec![""];
+    head.extend(labels.iter().copied());
+    Ok(table(&head, &rows) + &c.source())
+}
+
+/// One cell of a row of `control-path`, by label.
+type Cell<'a> = Box<dyn Fn(&str) -> R<String> + 'a>;
+
+/// The rows of `control-path`: what each shows and how a label's cell is
+/// computed from the CSV.
+fn control_path_rows(c: &Csv) -> Vec<(&'static str, Cell<'_>)> {
+    let v = move |l: &str, what: &str, m: &str| {
         c.value(&[("label", l), ("what", what), ("metric", m)], "value")
     };
-    type Cell<'a> = Box<dyn Fn(&str) -> R<String> + 'a>;
-    let p50_p99 = |what: &'static str| -> Cell {
+    let p50_p99 = move |what: &'static str| -> Cell {
         Box::new(move |l| {
             Ok(format!(
                 "{:.2} · {:.2}",
@@ -24,14 +42,14 @@ pub(crate) fn control_path(d: &Path) -> R<String> {
             ))
         })
     };
-    let rows_spec: Vec<(&str, Cell)> = vec![
+    vec![
         (
             "1024 inserts at 97 %, round trip p50 · p99 (ms)",
             p50_p99("insert 1024"),
         ),
         (
             "1024 inserts, server `wall_us` p50 (ms)",
-            Box::new(|l| Ok(format!("{:.2}", v(l, "insert 1024", "server_ms_p50")?))),
+            Box::new(move |l| Ok(format!("{:.2}", v(l, "insert 1024", "server_ms_p50")?))),
         ),
         (
             "1024 deletes, round trip p50 · p99 (ms)",
@@ -43,7 +61,7 @@ pub(crate) fn control_path(d: &Path) -> R<String> {
         ),
         (
             "`cfdp ctl ping` process, added to a call (ms)",
-            Box::new(|l| {
+            Box::new(move |l| {
                 Ok(format!(
                     "{:.2}",
                     v(l, "ctl", "ctl_process_ms_p50")? - v(l, "ctl", "ping_ms_p50")?
@@ -52,7 +70,7 @@ pub(crate) fn control_path(d: &Path) -> R<String> {
         ),
         (
             "sustained, batches of 1024, 8 in flight (updates/s)",
-            Box::new(|l| {
+            Box::new(move |l| {
                 Ok(format!(
                     "{:.0} k",
                     v(l, "sustained", "updates_per_s")? / 1e3
@@ -61,7 +79,7 @@ pub(crate) fn control_path(d: &Path) -> R<String> {
         ),
         (
             "worker Mpps during that churn vs quiet",
-            Box::new(|l| {
+            Box::new(move |l| {
                 Ok(format!(
                     "{:+.1} %",
                     (v(l, "sustained", "worker_mpps_churn")?
@@ -73,7 +91,7 @@ pub(crate) fn control_path(d: &Path) -> R<String> {
         ),
         (
             "worker packets per worker CPU-second, churn vs quiet",
-            Box::new(|l| {
+            Box::new(move |l| {
                 Ok(format!(
                     "{:+.1} %",
                     (v(l, "sustained", "worker_mp_per_cpu_s_churn")?
@@ -83,19 +101,7 @@ pub(crate) fn control_path(d: &Path) -> R<String> {
                 ))
             }),
         ),
-    ];
-    let mut rows = Vec::new();
-    for (label, cell) in &rows_spec {
-        let mut row = vec![label.to_string()];
-        for l in &labels {
-            // A run by an older bench lacks the newer rows.
-            row.push(cell(l).unwrap_or_else(|_| "–".into()));
-        }
-        rows.push(row);
-    }
-    let mut head = vec![""];
-    head.extend(labels.iter().copied());
-    Ok(table(&head, &rows) + &c.source())
+    ]
 }
 
 /// `control-path-stages`: where a batch's round trip goes, µs p50, per label.

@@ -296,7 +296,6 @@ pub(crate) fn layouts(d: &Path) -> R<String> {
 /// `bcf-burst` (the occupancy experiment) and `bcf-burst-size` (the
 /// burst-size experiment): the CSV holds the first, then the second (which
 /// starts at the first row of burst 0).
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub(crate) fn bcf_burst(d: &Path, sizes: bool) -> R<String> {
     let c = Csv::load(d, "bcf_burst.csv")?;
     let recs = c.records();
@@ -305,59 +304,75 @@ pub(crate) fn bcf_burst(d: &Path, sizes: bool) -> R<String> {
         .position(|r| r["burst"] == "0")
         .unwrap_or(recs.len());
     let (occ, size) = recs.split_at(split);
+    if sizes {
+        bcf_sizes(&c, size)
+    } else {
+        bcf_occupancy(&c, occ)
+    }
+}
+
+type Record<'a> = std::collections::BTreeMap<&'a str, &'a str>;
+
+/// `bcf-burst` by occupancy: one row per filter and occupancy, the
+/// thresholds side by side.
+fn bcf_occupancy(c: &Csv, occ: &[Record<'_>]) -> R<String> {
     let n = |s: &str| num(s, &c.name);
     let slash = |v: Vec<String>| v.join(" / ");
-    if !sizes {
-        let mut rows = Vec::new();
-        let mut seen: Vec<(&str, &str)> = Vec::new();
-        for r in occ {
-            let key = (r["filter"], r["occupancy"]);
-            if seen.contains(&key) {
-                continue;
-            }
-            seen.push(key);
-            let group: Vec<_> = occ
-                .iter()
-                .filter(|x| (x["filter"], x["occupancy"]) == key)
-                .collect();
-            let col = |k: &str, fmt: &dyn Fn(f64) -> String| -> R<String> {
-                Ok(slash(
-                    group.iter().map(|x| n(x[k]).map(fmt)).collect::<R<_>>()?,
-                ))
-            };
-            let fprs: Vec<&str> = group.iter().map(|x| x["fpr"]).collect();
-            let fpr = if fprs.len() > 1 && fprs.iter().all(|f| *f == fprs[0]) {
-                format!("{:.5} (all t)", n(fprs[0])?)
-            } else {
-                col("fpr", &|x| format!("{x:.5}"))?
-            };
-            rows.push(vec![
-                r["filter"].to_owned(),
-                r["occupancy"].to_owned(),
-                if r["t"] == "none" {
-                    "–".into()
-                } else {
-                    slash(group.iter().map(|x| x["t"].to_owned()).collect())
-                },
-                col("max_iter_seen", &|x| format!("{x:.0}"))?,
-                col("mean_iter", &|x| format!("{x:.3}"))?,
-                col("bloom_items", &|x| format!("{x:.1}"))?,
-                fpr,
-            ]);
+    let mut rows = Vec::new();
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for r in occ {
+        let key = (r["filter"], r["occupancy"]);
+        if seen.contains(&key) {
+            continue;
         }
-        return Ok(table(
-            &[
-                "filter",
-                "occupancy",
-                "t",
-                "max iter",
-                "mean iter",
-                "Bloom elements",
-                "FPR",
-            ],
-            &rows,
-        ) + &c.source());
+        seen.push(key);
+        let group: Vec<_> = occ
+            .iter()
+            .filter(|x| (x["filter"], x["occupancy"]) == key)
+            .collect();
+        let col = |k: &str, fmt: &dyn Fn(f64) -> String| -> R<String> {
+            Ok(slash(
+                group.iter().map(|x| n(x[k]).map(fmt)).collect::<R<_>>()?,
+            ))
+        };
+        let fprs: Vec<&str> = group.iter().map(|x| x["fpr"]).collect();
+        let fpr = if fprs.len() > 1 && fprs.iter().all(|f| *f == fprs[0]) {
+            format!("{:.5} (all t)", n(fprs[0])?)
+        } else {
+            col("fpr", &|x| format!("{x:.5}"))?
+        };
+        rows.push(vec![
+            r["filter"].to_owned(),
+            r["occupancy"].to_owned(),
+            if r["t"] == "none" {
+                "–".into()
+            } else {
+                slash(group.iter().map(|x| x["t"].to_owned()).collect())
+            },
+            col("max_iter_seen", &|x| format!("{x:.0}"))?,
+            col("mean_iter", &|x| format!("{x:.3}"))?,
+            col("bloom_items", &|x| format!("{x:.1}"))?,
+            fpr,
+        ]);
     }
+    Ok(table(
+        &[
+            "filter",
+            "occupancy",
+            "t",
+            "max iter",
+            "mean iter",
+            "Bloom elements",
+            "FPR",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
+/// `bcf-burst-sizes`: by burst size, each filter's max / mean iterations
+/// and FPR.
+fn bcf_sizes(c: &Csv, size: &[Record<'_>]) -> R<String> {
+    let n = |s: &str| num(s, &c.name);
     let get = |filter: &str, t: &str, burst: &str, k: &str| -> R<f64> {
         size.iter()
             .find(|r| r["filter"] == filter && r["t"] == t && r["burst"] == burst)

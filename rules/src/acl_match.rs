@@ -63,6 +63,15 @@ pub struct AclMatch {
 }
 
 impl AclMatch {
+    /// Whether its ports fit its protocol: port ranges only with TCP, UDP
+    /// or any protocol (other protocols carry no ports).
+    pub fn ports_fit_protocol(&self) -> bool {
+        matches!(
+            self.proto,
+            None | Some(crate::flow::proto::TCP | crate::flow::proto::UDP)
+        ) || self.sport.is_any() && self.dport.is_any()
+    }
+
     pub fn v6(&self) -> bool {
         self.src.v6
     }

@@ -130,8 +130,14 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
             .ok_or_else(|| DecodeError("multi-field: a port range low above high".into()))
     };
     let (sport, dport) = (range(10)?, range(48)?);
-    let ported = matches!(proto, None | Some(proto::TCP | proto::UDP));
-    if !(ported || sport.is_any() && dport.is_any()) {
+    let m = AclMatch {
+        src,
+        dst,
+        proto,
+        sport,
+        dport,
+    };
+    if !m.ports_fit_protocol() {
         return Err(DecodeError(
             "multi-field: ports with a protocol that has none".into(),
         ));
@@ -144,16 +150,7 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
     }
     Ok(Rule {
         id,
-        matcher: Match::Acl {
-            m: AclMatch {
-                src,
-                dst,
-                proto,
-                sport,
-                dport,
-            },
-            priority,
-        },
+        matcher: Match::Acl { m, priority },
         action,
     })
 }

@@ -310,8 +310,14 @@ fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
         })
     };
     let (sport, dport) = (range("sport")?, range("dport")?);
-    let ported = matches!(proto, None | Some(proto::TCP | proto::UDP));
-    if !(ported || sport.is_any() && dport.is_any()) {
+    let m = AclMatch {
+        src,
+        dst,
+        proto,
+        sport,
+        dport,
+    };
+    if !m.ports_fit_protocol() {
         return Err((
             if sport.is_any() {
                 "match.dport"
@@ -322,16 +328,7 @@ fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
             "ports need \"proto\": \"tcp\" or \"udp\" (or no protocol)".into(),
         ));
     }
-    Ok(Match::Acl {
-        m: AclMatch {
-            src,
-            dst,
-            proto,
-            sport,
-            dport,
-        },
-        priority,
-    })
+    Ok(Match::Acl { m, priority })
 }
 
 /// A port (`80`) or an inclusive range (`"1024-65535"`, or `"80"`).

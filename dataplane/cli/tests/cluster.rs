@@ -176,7 +176,7 @@ impl Node {
             .as_array()
             .unwrap()
             .iter()
-            .map(|r| json!({"id": r["id"], "match": r["match"], "action": r["action"]}))
+            .map(rule_fields)
             .collect();
         v.sort_by_key(|r| r["id"].as_u64());
         v
@@ -196,6 +196,18 @@ impl Drop for Node {
             let _ = c.wait();
         }
     }
+}
+
+/// A rule's own fields (`priority` only when it has one), without a
+/// node's counters.
+fn rule_fields(r: &Value) -> Value {
+    let mut m = serde_json::Map::new();
+    for k in ["id", "priority", "match", "action"] {
+        if let Some(v) = r.get(k) {
+            m.insert(k.into(), v.clone());
+        }
+    }
+    Value::Object(m)
 }
 
 fn write_batch(dir: &Path, name: &str, batch: Value) -> String {
@@ -810,28 +822,9 @@ fn multi_field_rules_follow_the_fleet() {
     );
     a.caught_up(g);
     b.caught_up(g);
-    // The rule's own fields, without the node's counters.
-    let strip = |r: &Value| {
-        let mut m = serde_json::Map::new();
-        for k in ["id", "priority", "match", "action"] {
-            if let Some(v) = r.get(k) {
-                m.insert(k.into(), v.clone());
-            }
-        }
-        Value::Object(m)
-    };
-    let want: Vec<Value> = fleet_rules(&etcd, prefix).iter().map(strip).collect();
+    let want: Vec<Value> = fleet_rules(&etcd, prefix).iter().map(rule_fields).collect();
     assert_eq!(want.len(), 3);
     assert_eq!(want[0]["priority"], 30, "{want:?}");
-    for n in [&a, &b] {
-        let r = n.call("rules", json!({}));
-        let mut got: Vec<Value> = r["result"]["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(strip)
-            .collect();
-        got.sort_by_key(|r| r["id"].as_u64());
-        assert_eq!(got, want);
-    }
+    assert_eq!(a.rules(), want);
+    assert_eq!(b.rules(), want);
 }

@@ -227,18 +227,7 @@ fn packet() -> impl Strategy<Value = FlowKey> {
 
 /// The committed multi-field rules as the classifier's rules.
 fn model(rules: &[Rule]) -> Vec<AclRule> {
-    rules
-        .iter()
-        .filter_map(|r| match r.matcher {
-            Match::Acl { m, priority } => Some(AclRule {
-                id: r.id,
-                priority,
-                matcher: m,
-                action: r.action,
-            }),
-            _ => None,
-        })
-        .collect()
+    rules.iter().filter_map(AclRule::of).collect()
 }
 
 proptest! {

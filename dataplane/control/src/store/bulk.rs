@@ -266,13 +266,7 @@ fn build_filter(
 fn multi_field(set: &RuleSet) -> Result<AclClassifier, StoreError> {
     let mut acl = AclClassifier::new();
     for (index, s) in set.iter().enumerate() {
-        if let Match::Acl { m, priority } = s.rule.matcher {
-            let r = AclRule {
-                id: s.rule.id,
-                priority,
-                matcher: m,
-                action: s.rule.action,
-            };
+        if let Some(r) = AclRule::of(&s.rule) {
             acl.insert_tagged(r, s.slot).map_err(|e| StoreError::Rule {
                 index,
                 id: s.rule.id,

@@ -346,15 +346,10 @@ impl RuleStore {
         };
         match rule.matcher {
             Match::Flow(k) => p.ops.push(Op::InsertFlow(k, e)),
-            Match::Acl { m, priority } => p.ops.push(Op::InsertAcl(
-                AclRule {
-                    id: rule.id,
-                    priority,
-                    matcher: m,
-                    action: rule.action,
-                },
-                slot,
-            )),
+            Match::Acl { .. } => {
+                let r = AclRule::of(rule).expect("a multi-field rule");
+                p.ops.push(Op::InsertAcl(r, slot));
+            }
             m => {
                 let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
                 p.ops.push(Op::InsertPrefix(c, addr, e));

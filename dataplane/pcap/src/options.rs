@@ -29,3 +29,21 @@ pub struct ReplayOptions {
     /// workers go).
     pub pps: u64,
 }
+
+impl ReplayOptions {
+    /// A plain lossless replay of `input` on `workers` workers: no output
+    /// capture, no flow CSV, no progress line, no pacing, read once.
+    pub fn new(input: PathBuf, workers: usize) -> Self {
+        Self {
+            input,
+            out: None,
+            workers,
+            flows_csv: None,
+            progress: false,
+            stop: None,
+            repeat: false,
+            drop_when_full: false,
+            pps: 0,
+        }
+    }
+}

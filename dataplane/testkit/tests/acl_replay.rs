@@ -83,17 +83,7 @@ fn replayed_counters_follow_first_match_by_priority() {
 
     let set: Vec<_> = rules.iter().map(AclRule::to_rule).collect();
     let (store, dp) = RuleStore::fixed(set, Mode::Verify, 2).unwrap();
-    let opts = ReplayOptions {
-        input: pcap,
-        out: None,
-        workers: 2,
-        flows_csv: None,
-        progress: false,
-        stop: None,
-        repeat: false,
-        drop_when_full: false,
-        pps: 0,
-    };
+    let opts = ReplayOptions::new(pcap, 2);
     let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
     assert_eq!(r.frames_read, keys.len() as u64);
 

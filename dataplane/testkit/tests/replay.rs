@@ -35,15 +35,9 @@ fn run(mode: Mode, workers: usize, dir: &Path) -> ReplayReport {
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
     let (store, dp) = RuleStore::fixed(&rules[..], mode, workers).unwrap();
     let opts = ReplayOptions {
-        input: repo().join("pcap/mixed.pcap"),
         out: Some(dir.join("out.pcap")),
-        workers,
         flows_csv: Some(dir.join("flows.csv")),
-        progress: false,
-        stop: None,
-        repeat: false,
-        drop_when_full: false,
-        pps: 0,
+        ..ReplayOptions::new(repo().join("pcap/mixed.pcap"), workers)
     };
     let mut r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
     r.rule_counters = store.count_rule_counters();
@@ -170,17 +164,7 @@ fn damaged_capture_reports_what_was_read() {
     let cut = dir.join("cut.pcap");
     std::fs::write(&cut, &bytes[..off + 20]).unwrap();
     let (_store, dp) = RuleStore::fixed(Vec::new(), Mode::Verify, 2).unwrap();
-    let opts = ReplayOptions {
-        input: cut,
-        out: None,
-        workers: 2,
-        flows_csv: None,
-        progress: false,
-        stop: None,
-        repeat: false,
-        drop_when_full: false,
-        pps: 0,
-    };
+    let opts = ReplayOptions::new(cut, 2);
     let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
     assert_eq!(r.stats.totals.packets, 5);
     let err = r.capture_error.expect("damage reported");
@@ -216,15 +200,8 @@ fn fragments_sent_before_their_first_fragment_get_its_verdict() {
         let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
         let (_store, dp) = RuleStore::fixed(&rules[..], Mode::Verify, workers).unwrap();
         let opts = ReplayOptions {
-            input,
             out: Some(dir.join("out.pcap")),
-            workers,
-            flows_csv: None,
-            progress: false,
-            stop: None,
-            repeat: false,
-            drop_when_full: false,
-            pps: 0,
+            ..ReplayOptions::new(input, workers)
         };
         let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
         let t = &r.stats.totals;

@@ -118,15 +118,8 @@ fn main() -> ExitCode {
         let (_store, dp) = RuleStore::fixed(Vec::new(), Mode::Verify, 2).expect("empty rule set");
         let name = cap.file_name().unwrap().to_string_lossy().to_string();
         let opts = ReplayOptions {
-            input: cap.clone(),
-            out: None,
-            workers: 2,
             flows_csv: Some(tmp.clone()),
-            progress: false,
-            stop: None,
-            repeat: false,
-            drop_when_full: false,
-            pps: 0,
+            ..ReplayOptions::new(cap.clone(), 2)
         };
         let report = match replay(&opts, &dp, &mut |_, _| {}) {
             Ok(r) => r,

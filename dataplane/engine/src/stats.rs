@@ -104,6 +104,7 @@ counters!(
     fragments_released,
     fragments_timed_out,
     fragments_overflow,
+    fragments_incomplete,
     matched,
     dropped,
     forwarded,

@@ -91,11 +91,14 @@ pub const FRAG_TTL_NS: u64 = 30_000_000_000;
 /// Per worker: out-of-order fragments held at most (frames, bytes, per
 /// datagram) and for how long — VPP's shallow reassembly defaults are of
 /// this order (1024 datagrams, 3 fragments each, 100 ms); a second covers a
-/// WAN's reordering, and 4 MiB bounds the memory an attacker can pin.
+/// WAN's reordering, and 4 MiB bounds the memory an attacker can pin; one
+/// source address holds at most an eighth of the frames, so a spoofed flood
+/// from one address leaves room for everyone else.
 pub const HOLD_LIMITS: HoldLimits = HoldLimits {
     frames: 2048,
     bytes: 4 << 20,
     per_datagram: 16,
+    per_source: 256,
     ttl_ns: 1_000_000_000,
 };
 
@@ -381,7 +384,8 @@ impl Worker {
 
     /// A fragment's part: a first fragment records its ports (and releases
     /// later fragments held for it); a later one takes them, or is held
-    /// until its first fragment comes (`Some(whether there was room)`).
+    /// until its first fragment comes (`Some(whether there was room)`); an
+    /// incomplete first fragment is dropped unmatched (`Some(false)`).
     fn fragment(
         &mut self,
         i: usize,
@@ -399,6 +403,13 @@ impl Worker {
                     self.releasing.push((i, v));
                 }
                 None
+            }
+            Frag::IncompleteFirst { .. } => {
+                // Dropped, and not remembered: its later fragments must not
+                // resolve to ports it does not carry (see `Frag`).
+                c.fragments += 1;
+                c.fragments_incomplete += 1;
+                Some(false)
             }
             Frag::Later { id } => {
                 c.fragments += 1;

@@ -41,12 +41,31 @@ impl FragId {
     }
 }
 
+/// The ports of first fragments, as an LRU bounded in entries.
+///
+/// Every live entry has exactly one record in `order` carrying its
+/// generation; a record whose generation no longer matches its entry (the
+/// entry was refreshed by a duplicate first fragment, or expired) is stale
+/// and skipped. Stale records are compacted away in place when `order`
+/// reaches twice the capacity, so the queue stays bounded however the
+/// first fragments repeat, and no live entry ever loses its record (it
+/// would then never expire nor be evicted: a remote attacker could pin the
+/// whole table with duplicates).
 pub struct FragTable {
-    map: HashMap<FragId, (u16, u16, u64)>,
+    map: HashMap<FragId, FragEntry>,
     order: VecDeque<(FragId, u64)>,
     capacity: usize,
     ttl_ns: u64,
+    next_gen: u64,
     pub evicted: u64,
+}
+
+#[derive(Clone, Copy)]
+struct FragEntry {
+    sport: u16,
+    dport: u16,
+    seen_ns: u64,
+    generation: u64,
 }
 
 impl FragTable {
@@ -54,26 +73,37 @@ impl FragTable {
         let capacity = capacity.max(1);
         Self {
             map: HashMap::with_capacity(capacity),
-            order: VecDeque::with_capacity(capacity),
+            order: VecDeque::with_capacity(2 * capacity),
             capacity,
             ttl_ns,
+            next_gen: 0,
             evicted: 0,
         }
     }
 
-    /// Remembers the ports of a first fragment seen at time `now_ns`.
+    /// Remembers the ports of a first fragment seen at time `now_ns` (a
+    /// duplicate refreshes its datagram: it becomes the newest).
     pub fn first(&mut self, k: &FlowKey, id: u32, now_ns: u64) {
         self.expire(now_ns);
         let fid = FragId::of(k, id);
         if self.map.len() >= self.capacity && !self.map.contains_key(&fid) {
             self.evict_oldest();
         }
-        self.map.insert(fid, (k.sport, k.dport, now_ns));
-        if self.order.len() == self.capacity {
-            // Stale order entries (replaced or expired keys) make room first.
-            self.order.pop_front();
+        let generation = self.next_gen;
+        self.next_gen += 1;
+        self.map.insert(
+            fid,
+            FragEntry {
+                sport: k.sport,
+                dport: k.dport,
+                seen_ns: now_ns,
+                generation,
+            },
+        );
+        if self.order.len() >= 2 * self.capacity {
+            self.compact();
         }
-        self.order.push_back((fid, now_ns));
+        self.order.push_back((fid, generation));
     }
 
     /// Ports of the datagram a later fragment belongs to, if its first
@@ -81,7 +111,7 @@ impl FragTable {
     pub fn resolve(&mut self, k: &FlowKey, id: u32, now_ns: u64) -> Option<(u16, u16)> {
         let fid = FragId::of(k, id);
         match self.map.get(&fid) {
-            Some(&(sp, dp, t)) if now_ns.saturating_sub(t) <= self.ttl_ns => Some((sp, dp)),
+            Some(e) if now_ns.saturating_sub(e.seen_ns) <= self.ttl_ns => Some((e.sport, e.dport)),
             _ => None,
         }
     }
@@ -94,27 +124,44 @@ impl FragTable {
         self.map.is_empty()
     }
 
-    /// Forgets entries older than the TTL at `now_ns`.
+    /// The live entry `fid`'s record is `(fid, generation)`.
+    fn live(&self, fid: &FragId, generation: u64) -> Option<FragEntry> {
+        self.map
+            .get(fid)
+            .copied()
+            .filter(|e| e.generation == generation)
+    }
+
+    /// Forgets entries older than the TTL at `now_ns` (records are in
+    /// arrival order, so the oldest live one is the first live record).
     pub fn expire(&mut self, now_ns: u64) {
-        while let Some(&(fid, t)) = self.order.front() {
-            if now_ns.saturating_sub(t) <= self.ttl_ns {
-                break;
-            }
-            self.order.pop_front();
-            if self.map.get(&fid).is_some_and(|e| e.2 == t) {
+        while let Some(&(fid, generation)) = self.order.front() {
+            if let Some(e) = self.live(&fid, generation) {
+                if now_ns.saturating_sub(e.seen_ns) <= self.ttl_ns {
+                    break;
+                }
                 self.map.remove(&fid);
             }
+            self.order.pop_front();
         }
     }
 
     fn evict_oldest(&mut self) {
-        while let Some((fid, t)) = self.order.pop_front() {
-            if self.map.get(&fid).is_some_and(|e| e.2 == t) {
+        while let Some((fid, generation)) = self.order.pop_front() {
+            if self.live(&fid, generation).is_some() {
                 self.map.remove(&fid);
                 self.evicted += 1;
                 return;
             }
         }
+    }
+
+    /// Drops stale records, in place (no allocation): afterwards `order`
+    /// holds one record per live entry, at most `capacity`.
+    fn compact(&mut self) {
+        let map = &self.map;
+        self.order
+            .retain(|(fid, g)| map.get(fid).is_some_and(|e| e.generation == *g));
     }
 }
 
@@ -138,6 +185,9 @@ pub struct HoldLimits {
     /// Frames held at most per datagram (a datagram of more fragments
     /// than this arriving before its first is not worth the memory).
     pub per_datagram: usize,
+    /// Frames held at most per source address: one source (or one
+    /// spoofed address) cannot take the table from everyone else.
+    pub per_source: usize,
     /// How long a datagram's fragments wait for the first one.
     pub ttl_ns: u64,
 }
@@ -147,12 +197,30 @@ pub struct HoldLimits {
 pub enum HoldRefused {
     /// Over a frame, byte or per-datagram limit.
     Full,
+    /// Its source address holds its quota already.
+    SourceQuota,
+}
+
+/// Gives back `n` frames of `source`'s quota.
+fn release_source(
+    sources: &mut HashMap<(bool, [u8; 16]), usize>,
+    source: (bool, [u8; 16]),
+    n: usize,
+) {
+    if let Some(c) = sources.get_mut(&source) {
+        *c = c.saturating_sub(n);
+        if *c == 0 {
+            sources.remove(&source);
+        }
+    }
 }
 
 /// Later fragments waiting for their first fragment (see the module docs).
 /// Copies are allocated only on this path: out-of-order fragments.
 pub struct HoldTable {
     map: HashMap<FragId, (u64, Vec<Held>)>,
+    /// Frames held per source address (entries at zero are removed).
+    sources: HashMap<(bool, [u8; 16]), usize>,
     limits: HoldLimits,
     frames: usize,
     bytes: usize,
@@ -164,6 +232,7 @@ impl HoldTable {
     pub fn new(limits: HoldLimits) -> Self {
         Self {
             map: HashMap::new(),
+            sources: HashMap::new(),
             limits,
             frames: 0,
             bytes: 0,
@@ -178,14 +247,22 @@ impl HoldTable {
         if self.frames >= l.frames || self.bytes + frame.data.len() > l.bytes {
             return Err(HoldRefused::Full);
         }
+        let from = self.sources.get(&(k.v6, k.src)).copied().unwrap_or(0);
+        if from >= l.per_source {
+            return Err(HoldRefused::SourceQuota);
+        }
         let ts = frame.ts_ns;
         let e = self
             .map
             .entry(FragId::of(k, id))
             .or_insert_with(|| (ts, Vec::new()));
         if e.1.len() >= l.per_datagram {
+            if e.1.is_empty() {
+                self.map.remove(&FragId::of(k, id));
+            }
             return Err(HoldRefused::Full);
         }
+        *self.sources.entry((k.v6, k.src)).or_insert(0) += 1;
         self.frames += 1;
         self.bytes += frame.data.len();
         e.1.push(frame);
@@ -200,6 +277,7 @@ impl HoldTable {
             return None;
         }
         let (_, v) = self.map.remove(&FragId::of(k, id))?;
+        release_source(&mut self.sources, (k.v6, k.src), v.len());
         self.frames -= v.len();
         self.bytes -= v.iter().map(|h| h.data.len()).sum::<usize>();
         if self.map.is_empty() {
@@ -229,8 +307,10 @@ impl HoldTable {
         let mut next = u64::MAX;
         let ttl = self.limits.ttl_ns;
         let (mut frames, mut bytes) = (self.frames, self.bytes);
-        self.map.retain(|_, (first, v)| {
+        let sources = &mut self.sources;
+        self.map.retain(|fid, (first, v)| {
             if due(*first) {
+                release_source(sources, (fid.v6, fid.src), v.len());
                 dropped += v.len() as u64;
                 frames -= v.len();
                 bytes -= v.iter().map(|h| h.data.len()).sum::<usize>();
@@ -275,6 +355,7 @@ mod tests {
             frames: 4,
             bytes: 1000,
             per_datagram: 3,
+            per_source: 8,
             ttl_ns: 1_000,
         });
         let k = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
@@ -311,6 +392,84 @@ mod tests {
         t.hold(&k, 9, held(2_000, 10)).unwrap();
         assert_eq!(t.clear(), 1);
         assert_eq!(t.take(&k, 9), None);
+    }
+
+    /// A flood from one source (a spoofed address) fills its quota, not
+    /// the table: another source's out-of-order fragments are still held,
+    /// and the quota comes back when the flood's datagrams time out.
+    #[test]
+    fn one_source_cannot_take_the_hold_table() {
+        let mut t = HoldTable::new(HoldLimits {
+            frames: 100,
+            bytes: 1 << 20,
+            per_datagram: 4,
+            per_source: 10,
+            ttl_ns: 1_000,
+        });
+        let flood = FlowKey::v4([6, 6, 6, 6], [2, 2, 2, 2], 17, 0, 0);
+        let real = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
+        let mut held_ok = 0;
+        for id in 0..1000 {
+            if t.hold(&flood, id, held(0, 10)).is_ok() {
+                held_ok += 1;
+            }
+        }
+        assert_eq!(held_ok, 10);
+        assert_eq!(
+            t.hold(&flood, 5000, held(0, 10)),
+            Err(HoldRefused::SourceQuota)
+        );
+        t.hold(&real, 1, held(10, 10)).unwrap();
+        assert_eq!(t.take(&real, 1).map(|v| v.len()), Some(1));
+        assert_eq!(t.expire(1_001), 10);
+        assert!(t.sources.is_empty(), "quotas given back");
+        t.hold(&flood, 1, held(2_000, 10)).unwrap();
+    }
+
+    /// The review's poisoning: a full table, then many duplicates of one
+    /// first fragment. Every other entry must still expire, and later
+    /// datagrams must not evict each other.
+    #[test]
+    fn duplicate_first_fragments_cannot_pin_the_table() {
+        let cap = 64;
+        let ttl = 1_000;
+        let mut t = FragTable::new(cap, ttl);
+        let k = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 53, 5353);
+        let later = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
+        for id in 0..cap as u32 {
+            t.first(&k, id, 0);
+        }
+        for n in 0..4 * cap as u64 {
+            t.first(&k, 0, 1 + n % 8);
+        }
+        assert_eq!(t.len(), cap);
+        assert!(t.order.len() <= 2 * cap, "records stay bounded");
+        // Past the TTL everything has gone: nothing is pinned.
+        t.expire(10 + ttl);
+        assert_eq!(t.len(), 0, "every entry expires");
+        // Two interleaved datagrams both resolve (the poisoned table made
+        // each new first fragment evict the previous live one).
+        t.first(&k, 100, 2 * ttl);
+        t.first(&k, 101, 2 * ttl);
+        assert_eq!(t.resolve(&later, 100, 2 * ttl + 1), Some((53, 5353)));
+        assert_eq!(t.resolve(&later, 101, 2 * ttl + 1), Some((53, 5353)));
+        assert_eq!(t.evicted, 0);
+    }
+
+    /// A duplicate first fragment refreshes its datagram: it is evicted
+    /// last, not first.
+    #[test]
+    fn a_refreshed_entry_is_the_newest() {
+        let mut t = FragTable::new(2, 1_000);
+        let k = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 53, 5353);
+        let later = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
+        t.first(&k, 1, 0);
+        t.first(&k, 2, 1);
+        t.first(&k, 1, 2);
+        t.first(&k, 3, 3);
+        assert_eq!(t.resolve(&later, 1, 4), Some((53, 5353)));
+        assert_eq!(t.resolve(&later, 2, 4), None, "2 was the oldest");
+        assert_eq!(t.evicted, 1);
     }
 
     #[test]

@@ -505,6 +505,99 @@ pub const REORDERED_HELD: u64 = 6;
 pub const REORDERED_RELEASED: u64 = 5;
 pub const REORDERED_TIMED_OUT: u64 = 1;
 
+/// First fragments that do not carry what matching needs, each followed by
+/// the later fragment with the rest (to a dropping rule of
+/// [`MIXED_RULES`]): an IPv6 first fragment whose extension chain (a
+/// destination-options header) is cut short, so the UDP header is in the
+/// later fragment; and an IPv4 "tiny fragment" (RFC 1858) with 2 bytes of
+/// UDP header. Both first fragments are dropped (RFC 8200 §4.5, RFC 7112)
+/// and their later fragments, with no first fragment to take ports from,
+/// time out held: every frame but the last is dropped. A frame 2 s later
+/// ages the held fragments out.
+pub fn incomplete_first_fragments() -> Vec<GenFrame> {
+    use Expect::*;
+    let (src, dst) = (v6("2001:db8:1::5"), v6("2001:db8:ffff::1"));
+    let b = PacketBuilder::ethernet2(MAC_A, MAC_B)
+        .ipv6(src, dst, 64)
+        .udp(5353, 5353);
+    let mut template = Vec::new();
+    b.write(&mut template, &[0xee; 16]).expect("write to Vec");
+    let udp = template[14 + 40..].to_vec();
+    // The fragmentable part: destination options (next header UDP, 24
+    // bytes: length field 2), then the UDP datagram.
+    let mut rest = vec![17, 2];
+    rest.extend_from_slice(&[1, 20]);
+    rest.extend_from_slice(&[0; 20]);
+    rest.extend_from_slice(&udp);
+    let frag6 = |offset: usize, more: bool, piece: &[u8]| {
+        let mut f = template[..14 + 40].to_vec();
+        f[14 + 6] = 44;
+        f[14 + 4..14 + 6].copy_from_slice(&((8 + piece.len()) as u16).to_be_bytes());
+        let off = ((offset / 8) as u16) << 3 | u16::from(more);
+        f.extend_from_slice(&[60, 0]);
+        f.extend_from_slice(&off.to_be_bytes());
+        f.extend_from_slice(&0x3001u32.to_be_bytes());
+        f.extend_from_slice(piece);
+        f
+    };
+    let whole4 = udp4([172, 16, 0, 7], [192, 0, 2, 53], 5001, 53, &[0x11; 30]);
+    let l4 = &whole4[14 + 20..];
+    let frag4 = |offset: usize, more: bool, piece: &[u8]| {
+        let mut h = Ipv4Header::new(
+            piece.len() as u16,
+            64,
+            IpNumber::UDP,
+            [172, 16, 0, 7],
+            [192, 0, 2, 53],
+        )
+        .expect("small payload");
+        h.identification = 0x3002;
+        h.more_fragments = more;
+        h.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).expect("offset");
+        h.header_checksum = h.calc_header_checksum();
+        let mut f = whole4[..14].to_vec();
+        f.extend_from_slice(&h.to_bytes());
+        f.extend_from_slice(piece);
+        f
+    };
+    let v = [
+        (
+            frag6(0, true, &rest[..8]),
+            "IPv6 first fragment, chain cut in its destination options",
+        ),
+        (
+            frag6(8, false, &rest[8..]),
+            "its later fragment: the rest of the chain and udp/5353 (rule 6)",
+        ),
+        (
+            frag4(0, true, &l4[..2]),
+            "IPv4 tiny first fragment: 2 bytes of UDP",
+        ),
+        (
+            frag4(8, false, &l4[8..]),
+            "its later fragment (udp/53, rule 2)",
+        ),
+    ];
+    let n = v.len() as u64;
+    let mut out: Vec<GenFrame> = v
+        .into_iter()
+        .enumerate()
+        .map(|(i, (data, note))| GenFrame {
+            data,
+            ts_ns: i as u64 * 1000,
+            verdict: Drop,
+            note,
+        })
+        .collect();
+    out.push(GenFrame {
+        data: udp4([172, 16, 0, 7], [10, 0, 0, 9], 5001, 7, b"later"),
+        ts_ns: n * 1000 + 2_000_000_000,
+        verdict: Forward,
+        note: "2 s later: ages the held fragments out (rule 5 allow)",
+    });
+    out
+}
+
 /// The two flows of [`pairs`]: UDP 10.9.0.1:1000 → 10.9.0.2:2000 and
 /// 10.9.0.3:1000 → 10.9.0.4:2000.
 pub const PAIR_A: ([u8; 4], [u8; 4]) = ([10, 9, 0, 1], [10, 9, 0, 2]);

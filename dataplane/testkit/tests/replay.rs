@@ -239,3 +239,40 @@ fn fragments_sent_before_their_first_fragment_get_its_verdict() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// First fragments without their ports (an IPv6 chain cut short, an IPv4
+/// tiny fragment) are dropped, and their later fragments do not take ports
+/// from them: port rules cannot be bypassed by splitting the headers.
+#[test]
+fn incomplete_first_fragments_are_dropped_with_their_datagrams() {
+    let frames = gen::incomplete_first_fragments();
+    let dir = tmpdir("incomplete");
+    let input = dir.join("incomplete.pcap");
+    gen::write_pcap(&input, &frames).unwrap();
+    let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
+    let (_store, dp) = RuleStore::fixed(&rules[..], Mode::Verify, 1).unwrap();
+    let opts = ReplayOptions {
+        out: Some(dir.join("out.pcap")),
+        ..ReplayOptions::new(input, 1)
+    };
+    let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
+    let t = &r.stats.totals;
+    assert_eq!(
+        (
+            t.fragments_incomplete,
+            t.fragments_resolved,
+            t.fragments_timed_out,
+            t.dropped,
+            t.forwarded
+        ),
+        (2, 0, 2, 4, 1),
+        "{t:?}"
+    );
+    let want: Vec<Vec<u8>> = frames
+        .iter()
+        .filter(|f| f.verdict == Expect::Forward)
+        .map(|f| f.data.clone())
+        .collect();
+    assert_eq!(frames_of(&dir.join("out.pcap")), want);
+    std::fs::remove_dir_all(&dir).ok();
+}

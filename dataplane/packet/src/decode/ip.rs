@@ -97,12 +97,35 @@ fn decode_ip_general(slice: &[u8], l3: L3) -> Decoded {
             None => anomaly = anomaly.or(Some(Malformed::TransportTruncated)),
         }
     }
+    let frag = match frag {
+        Frag::First { id } if !first_fragment_is_complete(&key, payload, anomaly) => {
+            Frag::IncompleteFirst { id }
+        }
+        f => f,
+    };
     Decoded::Ip(IpPacket {
         key,
         frag,
         l3,
         anomaly,
     })
+}
+
+/// Whether a first fragment carries its whole header chain up to the
+/// transport header, and the ports when that is TCP or UDP (the decoder
+/// read them from `payload` into `key` already).
+fn first_fragment_is_complete(key: &FlowKey, payload: &[u8], anomaly: Option<Malformed>) -> bool {
+    if anomaly == Some(Malformed::IpExtTruncated) || (key.v6 && is_ipv6_extension(key.proto)) {
+        return false;
+    }
+    !(key.proto == proto::TCP || key.proto == proto::UDP) || payload.len() >= 4
+}
+
+/// IPv6 extension header numbers (RFC 8200 §4 and the IANA registry): a
+/// chain that ends on one of these was cut short. ESP (50) is not among
+/// them: what follows it is encrypted, the chain ends there.
+fn is_ipv6_extension(n: u8) -> bool {
+    matches!(n, 0 | 43 | 44 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
 }
 
 /// The fragment header of an IPv6 extension chain, walked by hand over the

@@ -57,7 +57,26 @@ impl Method {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.name() == s)
     }
+
+    /// The parameters the method takes: any other is refused by name.
+    pub fn params(self) -> &'static [&'static str] {
+        match self {
+            Method::Hello => &["token"],
+            Method::Apply => &["atomicity", "expected_generation", "updates"],
+            Method::Rules => &["offset", "limit"],
+            Method::Get => &["id"],
+            Method::Migrate => &["budget"],
+            Method::Replace => &["rules", "expected_generation"],
+            Method::Stats | Method::Snapshot | Method::Ping => &[],
+        }
+    }
 }
+
+/// The longest line whose problems [`parse_request_line`] names in
+/// detail: past it, a line that is not a well-formed request in the plain
+/// envelope is refused without building its JSON tree (a tree costs about
+/// sixteen times the line's bytes).
+pub const DETAILED_ERRORS_MAX: usize = 64 << 10;
 
 /// Error codes. The JSON-RPC 2.0 ones, plus cfdp's own in the
 /// implementation-defined range −32000..−32099.
@@ -78,6 +97,8 @@ pub mod code {
     pub const SHUTTING_DOWN: i64 = -32004;
     /// The requested object does not exist (e.g. `get` of an unknown id).
     pub const NOT_FOUND: i64 = -32005;
+    /// A TCP connection must authenticate first (`hello` with its token).
+    pub const UNAUTHORIZED: i64 = -32006;
 }
 
 /// A request that passed the envelope checks.
@@ -212,6 +233,9 @@ pub struct ParsedRequest {
     /// same updates): what the journal records when the whole batch
     /// applies, instead of serializing it again.
     pub updates_text: Option<String>,
+    /// `replace`'s `rules` list as received (its `params` then lack it):
+    /// read by the rule-file parser, never as a JSON tree.
+    pub rules_text: Option<String>,
 }
 
 impl ParsedRequest {
@@ -226,8 +250,86 @@ impl ParsedRequest {
             },
             batch: Some(Ok(batch)),
             updates_text: Some(updates_text.to_string()),
+            rules_text: None,
         }
     }
+}
+
+/// Reads a `params` object without building its tree: the values of the
+/// method's own parameters are kept as raw text, and the first other name
+/// is remembered while its value is skipped (`IgnoredAny` walks it without
+/// allocating). Hand-written because serde's derive would either build
+/// the tree (`Value`) or stop at the first unknown name without telling
+/// which it was in a form the protocol can answer.
+struct ParamsSeed(&'static [&'static str]);
+
+/// The kept parameters, or the first unknown name.
+type RawParams<'de> = Result<Vec<(&'static str, &'de serde_json::value::RawValue)>, String>;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ParamsSeed {
+    type Value = RawParams<'de>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ParamsSeed {
+    type Value = RawParams<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        let mut kept = Vec::new();
+        let mut unknown = None;
+        while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+            match self.0.iter().find(|&&a| a == k) {
+                Some(&name) => kept.push((name, m.next_value()?)),
+                None => {
+                    unknown.get_or_insert_with(|| k.into_owned());
+                    m.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(unknown.map_or(Ok(kept), Err))
+    }
+}
+
+/// A method's `params` (other than `apply`'s) read from their raw text:
+/// unknown names refused, values that must be single values refused when
+/// they are lists or objects, `replace`'s `rules` kept as text.
+fn method_params(
+    id: &Value,
+    method: Method,
+    raw: &serde_json::value::RawValue,
+) -> Option<Result<(Value, Option<String>), ErrorReply>> {
+    use serde::de::DeserializeSeed;
+    let bad = |e: String| Some(Err(ErrorReply::new(id.clone(), code::INVALID_PARAMS, e)));
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let kept = match ParamsSeed(method.params()).deserialize(&mut de) {
+        Ok(Ok(kept)) => kept,
+        Ok(Err(name)) => {
+            return bad(ParamError::Unknown {
+                name,
+                allowed: method.params().join(", "),
+            }
+            .to_string())
+        }
+        Err(_) => return None,
+    };
+    let mut params = serde_json::Map::new();
+    let mut rules_text = None;
+    for (name, v) in kept {
+        if method == Method::Replace && name == "rules" {
+            rules_text = Some(v.get().to_string());
+        } else if v.get().starts_with(['[', '{']) {
+            return bad(format!(
+                "{name}: must be a single value, not a list or an object"
+            ));
+        } else {
+            params.insert(name.to_string(), serde_json::from_str(v.get()).ok()?);
+        }
+    }
+    Some(Ok((Value::Object(params), rules_text)))
 }
 
 /// Parses one request line like [`parse_request`], and an `apply`'s batch
@@ -272,27 +374,42 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
             },
         };
         let method = Method::parse(e.method)?;
-        let (params, batch) = match e.params {
-            None => (json!({}), None),
+        let (params, batch, rules_text) = match e.params {
+            None => (json!({}), None, None),
             Some(raw) if !raw.get().starts_with('{') => return None,
             Some(raw) if method == Method::Apply => (
                 json!({}),
                 Some(crate::parse_batch_text(raw.get(), max_batch)),
+                None,
             ),
-            Some(raw) => (serde_json::from_str(raw.get()).ok()?, None),
+            Some(raw) => match method_params(&id, method, raw)? {
+                Ok((params, rules_text)) => (params, None, rules_text),
+                Err(e) => return Some(Err(e)),
+            },
         };
-        Some(ParsedRequest {
+        Some(Ok(ParsedRequest {
             req: Request { id, method, params },
             batch,
             updates_text: None,
-        })
+            rules_text,
+        }))
     })();
     match fast {
-        Some(p) => Ok(p),
+        Some(p) => p,
+        None if line.len() > DETAILED_ERRORS_MAX => Err(ErrorReply::new(
+            Value::Null,
+            code::INVALID_REQUEST,
+            format!(
+                "not a valid request ({} bytes; past {DETAILED_ERRORS_MAX} bytes only the plain \
+                 envelope is read: {{\"jsonrpc\": \"2.0\", \"id\": ..., \"method\": ..., \"params\": {{...}}}})",
+                line.len()
+            ),
+        )),
         None => parse_request(line).map(|req| ParsedRequest {
             req,
             batch: None,
             updates_text: None,
+            rules_text: None,
         }),
     }
 }

@@ -100,6 +100,8 @@ pub struct ControlConfig {
     pub allowed_gids: Vec<u32>,
     pub tcp: String,
     pub tcp_allow_remote: bool,
+    /// The TCP door's token (created 0600 on first start if missing).
+    pub token_file: String,
     pub metrics: String,
     pub state_dir: String,
     pub compact_every: u64,
@@ -111,6 +113,9 @@ pub struct ControlConfig {
     /// first byte (a client trickling bytes is closed).
     pub request_timeout_s: u64,
     pub max_connections: usize,
+    pub max_connections_per_peer: usize,
+    /// Bytes of request lines parsed at once, over all connections.
+    pub max_parse_bytes: usize,
     pub migrate_budget: usize,
 }
 

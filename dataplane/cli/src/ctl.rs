@@ -46,7 +46,12 @@ fn read_rules(file: &std::path::Path) -> Result<Value, ExitCode> {
         })
 }
 
-pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCode {
+pub fn ctl(
+    socket: Option<PathBuf>,
+    tcp: Option<String>,
+    token_file: Option<PathBuf>,
+    cmd: CtlCmd,
+) -> ExitCode {
     let (method, params) = match cmd {
         CtlCmd::Apply {
             file,
@@ -102,12 +107,41 @@ pub fn ctl(socket: Option<PathBuf>, tcp: Option<String>, cmd: CtlCmd) -> ExitCod
             }
         },
     };
-    let target = match (&socket, &tcp) {
-        (Some(p), _) => Target::Unix(p),
-        (None, Some(a)) => Target::Tcp(a),
-        (None, None) => unreachable!("one target is always set"),
+    let token = match (&socket, &tcp) {
+        (None, Some(_)) => match tcp_token(token_file) {
+            Ok(t) => Some(t),
+            Err(code) => return code,
+        },
+        _ => None,
+    };
+    let target = match (&socket, &tcp, &token) {
+        (Some(p), _, _) => Target::Unix(p),
+        (None, Some(addr), Some(t)) => Target::Tcp {
+            addr,
+            token: t.as_str(),
+        },
+        _ => unreachable!("one target is always set, and TCP has its token"),
     };
     ExitCode::from(client::run(&target, method, params))
+}
+
+/// The token for `--tcp`: `--token-file`, or control.token_file of the
+/// embedded configuration (after CFDP_CONTROL__TOKEN_FILE).
+fn tcp_token(token_file: Option<PathBuf>) -> Result<cfdp_control::auth::Token, ExitCode> {
+    let path = match token_file {
+        Some(p) => p,
+        None => match crate::config::load_config(None) {
+            Ok(c) => PathBuf::from(c.control.token_file),
+            Err(e) => {
+                eprintln!("cfdp ctl: config: {e}");
+                return Err(ExitCode::from(2));
+            }
+        },
+    };
+    cfdp_control::auth::Token::read(&path).map_err(|e| {
+        eprintln!("cfdp ctl: {e}");
+        ExitCode::from(2)
+    })
 }
 
 /// `cfdp ctl --etcd …`: the fleet's rule set in etcd (`cfdp_cluster::ctl`).

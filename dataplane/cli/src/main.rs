@@ -86,6 +86,10 @@ enum Cmd {
         /// TCP address of a server with control.tcp set.
         #[arg(long)]
         tcp: Option<String>,
+        /// With --tcp: the server's token file (default: control.token_file
+        /// of the embedded configuration, after CFDP_CONTROL__TOKEN_FILE).
+        #[arg(long, requires = "tcp")]
+        token_file: Option<PathBuf>,
         /// The fleet's etcd instead of one node: endpoints
         /// (`http://host:2379`, comma-separated). With it: apply, rules,
         /// get, fleet, wait (a build with `--features etcd`).
@@ -190,6 +194,7 @@ fn main() -> ExitCode {
         Cmd::Ctl {
             socket,
             tcp,
+            token_file,
             etcd,
             prefix,
             max_txn_ops,
@@ -197,7 +202,7 @@ fn main() -> ExitCode {
             cmd,
         } => {
             if etcd.is_empty() {
-                ctl::ctl(socket, tcp, cmd)
+                ctl::ctl(socket, tcp, token_file, cmd)
             } else {
                 ctl::fleet(&etcd, &prefix, max_txn_ops, max_request_bytes, cmd)
             }

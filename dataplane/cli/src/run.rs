@@ -10,7 +10,7 @@
 //! final summary line; a second signal exits at once.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,7 +165,11 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
         control: cfdp_control::ControlHandle::new(jobs_tx),
         board: plane.board(),
         stop: Arc::clone(&stop),
-        active: Arc::new(AtomicUsize::new(0)),
+        slots: cfdp_control::slots::Slots::new(cfdp_control::slots::SlotLimits::new(
+            c.max_connections,
+            c.max_connections_per_peer,
+        )),
+        parsing: server::ParseBudget::new(c.max_parse_bytes),
         cluster: cluster_mode(&cfg)?,
     };
     // Listeners first: a configuration error stops the start-up here.
@@ -223,7 +227,6 @@ fn limits(c: &crate::config::ControlConfig, requests: cfdp_control::api::Request
         requests,
         idle_timeout: Duration::from_secs(c.idle_timeout_s.max(1)),
         request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
-        max_connections: c.max_connections,
         allowed_uids: if c.allowed_uids.is_empty() && c.allowed_gids.is_empty() {
             vec![own_uid]
         } else {
@@ -252,10 +255,16 @@ fn listen(
         eprintln!("cfdp: control socket {}", c.socket);
     }
     if !c.tcp.is_empty() {
+        let token = cfdp_control::auth::Token::load_or_create(Path::new(&c.token_file))
+            .map_err(|e| RunError::Config(e.to_string()))?;
         let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
-        listeners
-            .push(server::serve_tcp(l, ctx.clone()).map_err(RunError::io("control TCP thread"))?);
-        eprintln!("cfdp: control over TCP on {}", c.tcp);
+        listeners.push(
+            server::serve_tcp(l, ctx.clone(), token).map_err(RunError::io("control TCP thread"))?,
+        );
+        eprintln!(
+            "cfdp: control over TCP on {} (token in {})",
+            c.tcp, c.token_file
+        );
     }
     if !c.metrics.is_empty() {
         let l = bind_tcp(&c.metrics, false, "control.metrics")?;

@@ -630,10 +630,18 @@ fn tcp_listener_and_prometheus_metrics() {
     let srv = Server::start(
         &dir,
         5000,
-        &format!("tcp = \"127.0.0.1:{tcp}\"\nmetrics = \"127.0.0.1:{metrics}\"\n"),
+        &format!(
+            "tcp = \"127.0.0.1:{tcp}\"\nmetrics = \"127.0.0.1:{metrics}\"\ntoken_file = {:?}\n",
+            dir.join("cfdp.token")
+        ),
     );
     let addr = format!("127.0.0.1:{tcp}");
-    let mut c = Client::connect(&Target::Tcp(&addr)).unwrap();
+    let token = cfdp_control::auth::Token::read(&dir.join("cfdp.token")).unwrap();
+    let mut c = Client::connect(&Target::Tcp {
+        addr: &addr,
+        token: token.as_str(),
+    })
+    .unwrap();
     let r = apply(
         &mut c,
         "rollback_on_error",
@@ -873,6 +881,100 @@ fn replace_applies_only_the_difference() {
     let n = c.call("rules", json!({})).unwrap()["result"]["total"].clone();
     assert_eq!(n, 3);
     drop(c);
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Sends `bytes` on a fresh TCP connection and reads until the server
+/// closes it (a 10 s read timeout turns "never closed" into a failure).
+fn tcp_exchange(addr: &str, bytes: &[u8]) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)
+        .expect("the server closes the connection");
+    String::from_utf8(out).unwrap()
+}
+
+/// The TCP door (security review, items 2 and 3): nothing but `hello` with
+/// the token is served, a browser's POST to the port installs nothing, a
+/// bad line closes the connection, and TCP clients cannot take the Unix
+/// socket's slots.
+#[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
+fn tcp_door_wants_the_token_and_leaves_the_unix_socket_its_slots() {
+    let dir = tmpdir("tcp-auth");
+    let tcp = free_port();
+    let token_file = dir.join("secret/cfdp.token");
+    let srv = Server::start(
+        &dir,
+        5000,
+        &format!(
+            "tcp = \"127.0.0.1:{tcp}\"\ntoken_file = {token_file:?}\n\
+             max_connections = 4\nmax_connections_per_peer = 4\n"
+        ),
+    );
+    let addr = format!("127.0.0.1:{tcp}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let token = cfdp_control::auth::Token::read(&token_file).unwrap();
+    let drop_all = r#"{"jsonrpc":"2.0","id":1,"method":"apply","params":{"updates":[{"op":"insert","rule":{"id":9,"match":{"dst_prefix":"0.0.0.0/0"},"action":"drop"}}]}}"#;
+    // The review's cross-site POST: closed at its request line.
+    let post = format!(
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1:{tcp}\r\nContent-Type: text/plain\r\n\r\nx\n{drop_all}\n"
+    );
+    assert_eq!(tcp_exchange(&addr, post.as_bytes()), "");
+    // A request without the token: refused, and the connection closed.
+    let out = tcp_exchange(&addr, format!("{drop_all}\n{drop_all}\n").as_bytes());
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let reply: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(reply["error"]["code"], -32006, "{reply}");
+    // A wrong token: the same.
+    let wrong = format!(
+        r#"{{"id":1,"method":"hello","params":{{"token":"{}x"}}}}"#,
+        token.as_str()
+    );
+    let out = tcp_exchange(&addr, format!("{wrong}\n{drop_all}\n").as_bytes());
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("-32006"), "{out}");
+    // Nothing was installed.
+    let rules = srv.client().call("rules", json!({})).unwrap();
+    assert_eq!(rules["result"]["total"], 0, "{rules}");
+    // With the token: served; a line that is not a request closes.
+    let hello = format!(
+        r#"{{"id":1,"method":"hello","params":{{"token":"{}"}}}}"#,
+        token.as_str()
+    );
+    let out = tcp_exchange(
+        &addr,
+        format!("{hello}\n{{\"id\":2,\"method\":\"ping\"}}\nnot json\n{{\"id\":3,\"method\":\"ping\"}}\n")
+            .as_bytes(),
+    );
+    let ids: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!(1), json!(2), Value::Null], "{out}");
+    // Slots: 4 in all, one kept for the Unix socket.
+    let target = Target::Tcp {
+        addr: &addr,
+        token: token.as_str(),
+    };
+    let held: Vec<Client> = (0..3).map(|_| Client::connect(&target).unwrap()).collect();
+    let out = tcp_exchange(&addr, b"");
+    assert!(out.contains("kept for the Unix socket"), "{out}");
+    let mut owner = srv.client();
+    assert!(owner
+        .call("ping", json!({}))
+        .unwrap()
+        .get("result")
+        .is_some());
+    drop(held);
+    drop(owner);
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
 }

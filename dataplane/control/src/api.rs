@@ -266,6 +266,13 @@ pub enum ControlError {
          fleet with `cfdp ctl --etcd URL --prefix {prefix} apply FILE`"
     )]
     FleetOwned { prefix: String },
+    /// A TCP connection sent something other than `hello` with the right
+    /// token first (the connection is then closed).
+    #[error(
+        "authenticate first: a TCP connection starts with hello and params.token, the \
+         contents of the server's control.token_file"
+    )]
+    Unauthorized,
     #[error("cfdp is shutting down")]
     ShuttingDown,
     #[error("the control thread has stopped")]
@@ -287,6 +294,7 @@ impl ControlError {
             Self::NotFound(_) => code::NOT_FOUND,
             Self::NoStateDir | Self::FleetOwned { .. } => code::INVALID_REQUEST,
             Self::ShuttingDown | Self::Stopped => code::SHUTTING_DOWN,
+            Self::Unauthorized => code::UNAUTHORIZED,
             Self::Dropped | Self::UnexpectedAnswer(_) => code::INTERNAL,
         }
     }

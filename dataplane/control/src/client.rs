@@ -13,7 +13,12 @@ use serde_json::{json, Value};
 /// Where to reach the server.
 pub enum Target<'a> {
     Unix(&'a Path),
-    Tcp(&'a str),
+    /// A TCP address and the token the connection authenticates with
+    /// (`control.token_file` of the server).
+    Tcp {
+        addr: &'a str,
+        token: &'a str,
+    },
 }
 
 /// Why a request could not be made or its answer read.
@@ -31,6 +36,9 @@ pub enum ClientError {
     Receive(#[source] std::io::Error),
     #[error("the server closed the connection")]
     Closed,
+    /// The server refused the token (or another first request).
+    #[error("authentication refused: {0}")]
+    Refused(String),
     #[error("bad response: {source}: {line}")]
     BadResponse {
         line: String,
@@ -72,21 +80,29 @@ impl Client {
                 s.set_read_timeout(timeout).map_err(at)?;
                 (Box::new(s.try_clone().map_err(at)?), Box::new(s))
             }
-            Target::Tcp(a) => {
+            Target::Tcp { addr, .. } => {
                 let at = |source| ClientError::Connect {
-                    target: a.to_string(),
+                    target: addr.to_string(),
                     source,
                 };
-                let s = std::net::TcpStream::connect(a).map_err(at)?;
+                let s = std::net::TcpStream::connect(addr).map_err(at)?;
                 s.set_read_timeout(timeout).map_err(at)?;
                 (Box::new(s.try_clone().map_err(at)?), Box::new(s))
             }
         };
-        Ok(Self {
+        let mut c = Self {
             reader: BufReader::new(r),
             writer: w,
             next_id: 1,
-        })
+        };
+        if let Target::Tcp { token, .. } = target {
+            let hello = c.call("hello", json!({ "token": token }))?;
+            if let Some(e) = hello.get("error") {
+                let msg = e["message"].as_str().unwrap_or("?").to_string();
+                return Err(ClientError::Refused(msg));
+            }
+        }
+        Ok(c)
     }
 
     /// Sends one request and returns the whole response object.

@@ -18,11 +18,14 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod auth;
 pub mod client;
+pub mod files;
 pub mod journal;
 pub mod metrics;
 pub mod plane;
 pub mod server;
+pub mod slots;
 pub mod stats;
 pub mod store;
 pub mod wire;

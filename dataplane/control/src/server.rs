@@ -8,19 +8,30 @@
 //! see the control plane at all.
 //!
 //! Limits (all from `[control]`): the line length (`max_line_bytes`; an
-//! over-long line is answered with an error and skipped, the connection
-//! stays usable), idle time (`idle_timeout_s`: a connection that sends
-//! nothing, or stops in the middle of a line, is closed), write time (a
-//! client that does not read its responses for 10 s is dropped) and the
-//! number of connections (`max_connections`: one more is told so and closed).
+//! over-long line is answered with an error and skipped), idle time
+//! (`idle_timeout_s`: a connection that sends no request — blank lines do
+//! not count — or stops in the middle of a line, is closed), write time (a
+//! client that does not read its responses for 10 s is dropped), the
+//! connection slots (`slots.rs`: `max_connections`, a quarter of them kept
+//! for the Unix socket, `max_connections_per_peer`), and the bytes of
+//! request lines being parsed at once (`max_parse_bytes`: a line waits for
+//! its share; a JSON tree costs many times its text).
+//!
+//! The two doors differ in trust. A Unix-socket peer passed the kernel's
+//! file mode and cfdp's `SO_PEERCRED` check; a bad line is answered and the
+//! connection stays usable. A TCP peer must first authenticate (`hello`
+//! with the token, `auth.rs`), and its connection closes on the first line
+//! that is not a valid request. Either closes at once on a line that looks
+//! like HTTP: a browser's cross-site POST to a loopback port must not be
+//! read as requests.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -28,6 +39,8 @@ use cfdp_rules::protocol::{check_params, code, parse_request_line, ErrorReply, M
 use serde_json::Value;
 
 use crate::api::{Command, ControlError, ControlHandle, NodeStatus, RequestLimits, Response};
+use crate::auth::Token;
+use crate::slots::{Peer, Slot, Slots};
 use crate::stats::StatsBoard;
 use crate::wire;
 
@@ -38,9 +51,9 @@ pub struct Limits {
     /// thread).
     pub requests: RequestLimits,
     pub idle_timeout: Duration,
-    /// Most time from a request line's first byte to its newline.
+    /// Most time from a request line's first byte to its newline (and,
+    /// on TCP, to authenticate).
     pub request_timeout: Duration,
-    pub max_connections: usize,
     /// Peers of the Unix socket whose uid is here, or whose gid is in
     /// `allowed_gids`, may connect.
     pub allowed_uids: Vec<u32>,
@@ -87,7 +100,10 @@ pub struct ServerCtx {
     /// from here, without queueing behind a batch.
     pub board: StatsBoard,
     pub stop: Arc<AtomicBool>,
-    pub active: Arc<AtomicUsize>,
+    /// Connection slots of both doors.
+    pub slots: Arc<Slots>,
+    /// Bytes of request lines being parsed at once.
+    pub parsing: Arc<ParseBudget>,
     /// Set when this node is part of a fleet.
     pub cluster: Option<Arc<ClusterMode>>,
 }
@@ -192,13 +208,13 @@ pub enum SocketError {
     PeerRefused { uid: u32, gid: u32, pid: i32 },
 }
 
-/// Whether a Unix-socket peer may use the socket (SO_PEERCRED).
-fn peer_allowed(s: &UnixStream, limits: &Limits) -> Result<(), SocketError> {
+/// Whether a Unix-socket peer may use the socket (SO_PEERCRED); its uid.
+fn peer_allowed(s: &UnixStream, limits: &Limits) -> Result<u32, SocketError> {
     let cred = rustix::net::sockopt::socket_peercred(s)
         .map_err(|e| SocketError::PeerCredentials(e.into()))?;
     let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
     if limits.allowed_uids.contains(&uid) || limits.allowed_gids.contains(&gid) {
-        Ok(())
+        Ok(uid)
     } else {
         Err(SocketError::PeerRefused {
             uid,
@@ -225,14 +241,13 @@ pub fn serve_unix(
         .spawn(move || {
             while !ctx.stop.load(Ordering::Relaxed) {
                 match l.accept() {
-                    Ok((s, _)) => {
-                        if let Err(msg) = peer_allowed(&s, &ctx.limits) {
+                    Ok((s, _)) => match peer_allowed(&s, &ctx.limits) {
+                        Ok(uid) => admit(s, Door::Unix(uid), &ctx, UnixStream::try_clone),
+                        Err(msg) => {
                             eprintln!("cfdp: control: {msg}");
                             refuse(&s, &msg.to_string());
-                            continue;
                         }
-                        admit(s, &ctx, std::os::unix::net::UnixStream::try_clone);
-                    }
+                    },
                     Err(e) if e.kind() == ErrorKind::WouldBlock => wait_readable(&l),
                     Err(e) => {
                         eprintln!("cfdp: control: accept: {e}");
@@ -244,16 +259,20 @@ pub fn serve_unix(
         })
 }
 
-/// Serves a TCP listener until `ctx.stop` (no peer credentials exist on
-/// TCP: whoever reaches the address may connect; see PROTOCOL.md).
-pub fn serve_tcp(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<()>> {
+/// Serves a TCP listener until `ctx.stop`. No peer credentials exist on
+/// TCP: a connection must present `token` first (see the module docs).
+pub fn serve_tcp(l: TcpListener, ctx: ServerCtx, token: Token) -> std::io::Result<JoinHandle<()>> {
     l.set_nonblocking(true)?;
+    let token = Arc::new(token);
     std::thread::Builder::new()
         .name("cfdp-ctl-tcp".into())
         .spawn(move || {
             while !ctx.stop.load(Ordering::Relaxed) {
                 match l.accept() {
-                    Ok((s, _)) => admit(s, &ctx, std::net::TcpStream::try_clone),
+                    Ok((s, addr)) => {
+                        let door = Door::Tcp(addr.ip(), Arc::clone(&token));
+                        admit(s, door, &ctx, TcpStream::try_clone);
+                    }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => wait_readable(&l),
                     Err(e) => {
                         eprintln!("cfdp: control: accept: {e}");
@@ -289,20 +308,30 @@ macro_rules! impl_stream {
 impl_stream!(UnixStream);
 impl_stream!(TcpStream);
 
-/// Counts a connection in, or refuses it over the cap; spawns its thread.
-fn admit<S: Stream>(s: S, ctx: &ServerCtx, clone: impl Fn(&S) -> std::io::Result<S>) {
-    let n = ctx.active.fetch_add(1, Ordering::AcqRel) + 1;
-    if n > ctx.limits.max_connections {
-        ctx.active.fetch_sub(1, Ordering::AcqRel);
-        refuse(
-            s,
-            &format!(
-                "too many connections (max_connections = {})",
-                ctx.limits.max_connections
-            ),
-        );
-        return;
+/// The door a connection came in by, with what that door checks.
+#[derive(Clone)]
+enum Door {
+    /// A Unix-socket peer (already checked), by uid.
+    Unix(u32),
+    /// A TCP peer, by address, that must present the token.
+    Tcp(std::net::IpAddr, Arc<Token>),
+}
+
+impl Door {
+    fn peer(&self) -> Peer {
+        match self {
+            Door::Unix(uid) => Peer::Unix(*uid),
+            Door::Tcp(ip, _) => Peer::Tcp(*ip),
+        }
     }
+}
+
+/// Takes a slot for the connection, or refuses it; spawns its thread.
+fn admit<S: Stream>(s: S, door: Door, ctx: &ServerCtx, clone: impl Fn(&S) -> std::io::Result<S>) {
+    let slot: Slot = match ctx.slots.take(door.peer()) {
+        Ok(slot) => slot,
+        Err(e) => return refuse(s, &e.to_string()),
+    };
     let setup = s
         .set_nonblocking(false)
         .and_then(|_| s.set_read_timeout(Some(ctx.limits.idle_timeout)))
@@ -311,7 +340,6 @@ fn admit<S: Stream>(s: S, ctx: &ServerCtx, clone: impl Fn(&S) -> std::io::Result
     let writer = match setup {
         Ok(w) => w,
         Err(e) => {
-            ctx.active.fetch_sub(1, Ordering::AcqRel);
             eprintln!("cfdp: control: connection setup: {e}");
             return;
         }
@@ -320,11 +348,10 @@ fn admit<S: Stream>(s: S, ctx: &ServerCtx, clone: impl Fn(&S) -> std::io::Result
     let spawned = std::thread::Builder::new()
         .name("cfdp-ctl-conn".into())
         .spawn(move || {
-            serve_conn(s, writer, &ctx2);
-            ctx2.active.fetch_sub(1, Ordering::AcqRel);
+            serve_conn(s, writer, &ctx2, &door);
+            drop(slot);
         });
     if let Err(e) = spawned {
-        ctx.active.fetch_sub(1, Ordering::AcqRel);
         eprintln!("cfdp: control: cannot start a connection thread: {e}");
     }
 }
@@ -394,10 +421,35 @@ pub fn read_line_limited<R: Read>(
     }
 }
 
-fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
+/// Whether a line is the start of an HTTP request (`GET / HTTP/1.1`):
+/// a browser talking to a loopback port, never a control client.
+fn looks_like_http(line: &[u8]) -> bool {
+    let word = line.iter().take_while(|b| b.is_ascii_uppercase()).count();
+    word > 0 && line.get(word) == Some(&b' ') && line.windows(6).any(|w| w == b" HTTP/")
+}
+
+/// Whether the connection goes on after a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    Continue,
+    Close,
+}
+
+fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx, door: &Door) {
+    // TCP: the token is still to be presented, and a bad line closes.
+    let mut gate = match door {
+        Door::Unix(_) => None,
+        Door::Tcp(_, token) => Some(&**token),
+    };
+    let strict = gate.is_some();
+    let idle = if strict {
+        ctx.limits.idle_timeout.min(ctx.limits.request_timeout)
+    } else {
+        ctx.limits.idle_timeout
+    };
     let reader = Deadlines {
         s: reader,
-        idle: ctx.limits.idle_timeout,
+        idle_deadline: std::time::Instant::now() + idle,
         request: ctx.limits.request_timeout,
         line_deadline: None,
     };
@@ -408,44 +460,55 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx) {
         // byte is already buffered).
         r.get_mut().line_deadline = (!r.buffer().is_empty())
             .then(|| std::time::Instant::now() + ctx.limits.request_timeout);
-        let reply = match read_line_limited(&mut r, &mut line, ctx.limits.requests.max_line_bytes) {
-            Ok(Line::Complete) => {
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                answer(&line, ctx)
-            }
-            Ok(Line::TooLong) => ErrorReply::new(
-                Value::Null,
-                code::REQUEST_TOO_LARGE,
-                format!(
-                    "request line longer than max_line_bytes = {} (skipped)",
-                    ctx.limits.requests.max_line_bytes
+        let (reply, next) =
+            match read_line_limited(&mut r, &mut line, ctx.limits.requests.max_line_bytes) {
+                // Blank lines get no answer and do not restart the idle clock.
+                Ok(Line::Complete) if line.iter().all(u8::is_ascii_whitespace) => continue,
+                Ok(Line::Complete) if looks_like_http(&line) => return,
+                Ok(Line::Complete) => answer(&line, ctx, &mut gate, strict),
+                Ok(Line::TooLong) => (
+                    ErrorReply::new(
+                        Value::Null,
+                        code::REQUEST_TOO_LARGE,
+                        format!(
+                            "request line longer than max_line_bytes = {} (skipped)",
+                            ctx.limits.requests.max_line_bytes
+                        ),
+                    )
+                    .to_json()
+                    .to_string(),
+                    if strict { Next::Close } else { Next::Continue },
                 ),
-            )
-            .to_json()
-            .to_string(),
-            Ok(Line::Eof | Line::Idle) | Err(_) => return,
-        };
+                Ok(Line::Eof | Line::Idle) | Err(_) => return,
+            };
         let mut out = reply;
         out.push('\n');
         if writer
             .write_all(out.as_bytes())
             .and_then(|_| writer.flush())
             .is_err()
+            || next == Next::Close
         {
             return;
         }
+        let idle = if gate.is_some() {
+            idle
+        } else {
+            ctx.limits.idle_timeout
+        };
+        r.get_mut().idle_deadline = std::time::Instant::now() + idle;
     }
 }
 
 /// A connection's reads under two clocks: waiting for a request's first
-/// byte may take `idle`; the rest of that line must come within `request`
+/// byte lasts until `idle_deadline`; the rest of that line must come within `request`
 /// of its first byte, however it is spread over reads (a per-read timeout
 /// alone lets a client trickle a byte at a time forever).
 struct Deadlines<S> {
     s: S,
-    idle: Duration,
+    /// When the next request must have started (blank lines do not move
+    /// it: they would keep an idle connection's slot forever).
+    idle_deadline: std::time::Instant,
     request: Duration,
     /// When the line being read must be complete (`None`: no byte yet).
     line_deadline: Option<std::time::Instant>,
@@ -453,16 +516,11 @@ struct Deadlines<S> {
 
 impl<S: Stream + Read> Read for Deadlines<S> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let timeout = match self.line_deadline {
-            None => self.idle,
-            Some(d) => {
-                let left = d.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return Err(ErrorKind::TimedOut.into());
-                }
-                left
-            }
-        };
+        let deadline = self.line_deadline.unwrap_or(self.idle_deadline);
+        let timeout = deadline.saturating_duration_since(std::time::Instant::now());
+        if timeout.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
         self.s.set_read_timeout(Some(timeout))?;
         let n = self.s.read(buf)?;
         if n > 0 && self.line_deadline.is_none() {
@@ -472,16 +530,93 @@ impl<S: Stream + Read> Read for Deadlines<S> {
     }
 }
 
-/// The response to one request line, as JSON text.
-fn answer(line: &[u8], ctx: &ServerCtx) -> String {
+/// The bytes of request lines being parsed at once, over all connections:
+/// a line waits until its share is free (a line longer than the whole
+/// budget waits until it is alone). Parsing builds typed rules, and on
+/// slow paths JSON trees, of several times a line's size; without a budget
+/// 64 connections each sending a 16 MiB line could take gigabytes at once.
+pub struct ParseBudget {
+    total: usize,
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl ParseBudget {
+    pub fn new(total: usize) -> Arc<Self> {
+        Arc::new(Self {
+            total: total.max(1),
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// Waits for `n` bytes of the budget (at most all of it); they come
+    /// back when the guard drops.
+    pub fn take(&self, n: usize) -> ParseShare<'_> {
+        let n = n.min(self.total);
+        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        while *used + n > self.total {
+            used = self
+                .freed
+                .wait(used)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *used += n;
+        ParseShare { budget: self, n }
+    }
+
+    /// Bytes taken now.
+    pub fn used(&self) -> usize {
+        *self.used.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A share of the [`ParseBudget`].
+pub struct ParseShare<'a> {
+    budget: &'a ParseBudget,
+    n: usize,
+}
+
+impl Drop for ParseShare<'_> {
+    fn drop(&mut self) {
+        let mut used = self
+            .budget
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *used -= self.n;
+        self.budget.freed.notify_all();
+    }
+}
+
+/// The response to one request line, as JSON text, and whether the
+/// connection goes on. `gate`: the token a TCP connection has still to
+/// present (`None`: it may send requests); `strict`: a line that is not a
+/// valid request closes the connection.
+fn answer(line: &[u8], ctx: &ServerCtx, gate: &mut Option<&Token>, strict: bool) -> (String, Next) {
     let t0 = std::time::Instant::now();
+    let share = ctx.parsing.take(line.len());
     let request = match parse_request_line(line, ctx.limits.requests.max_batch) {
         Ok(p) => p,
-        Err(e) => return e.to_json().to_string(),
+        Err(e) => {
+            let next = if strict { Next::Close } else { Next::Continue };
+            return (e.to_json().to_string(), next);
+        }
     };
     let id = request.req.id.clone();
+    if let Some(token) = *gate {
+        let presented = request.req.params.get("token").and_then(Value::as_str);
+        if request.req.method != Method::Hello || !presented.is_some_and(|p| token.matches(p)) {
+            let e = ControlError::Unauthorized;
+            return (wire::answer_line(&id, &Err(e), None), Next::Close);
+        }
+        *gate = None;
+    }
     if ctx.stop.load(Ordering::Relaxed) {
-        return wire::answer_line(&id, &Err(ControlError::ShuttingDown), None);
+        return (
+            wire::answer_line(&id, &Err(ControlError::ShuttingDown), None),
+            Next::Continue,
+        );
     }
     let fleet = ctx.cluster.as_ref().map(|c| {
         let status = c
@@ -495,24 +630,25 @@ fn answer(line: &[u8], ctx: &ServerCtx) -> String {
     if request.req.method == Method::Stats && check_params(&request.req.params, &[]).is_ok() {
         let stats = Response::Stats(Box::new(ctx.board.read()));
         let extra = fleet.map(|(_, s)| ("cluster", serde_json::to_value(s).unwrap_or_default()));
-        return wire::answer_line(&id, &Ok(stats), extra);
+        return (wire::answer_line(&id, &Ok(stats), extra), Next::Continue);
     }
     if let (Method::Apply | Method::Replace, Some((prefix, _))) = (request.req.method, &fleet) {
         let e = ControlError::FleetOwned {
             prefix: prefix.clone(),
         };
-        return wire::answer_line(&id, &Err(e), None);
+        return (wire::answer_line(&id, &Err(e), None), Next::Continue);
     }
     let parse_us = t0.elapsed().as_micros() as u64;
     let command: Command = match wire::command(request, ctx.limits.requests.max_batch, parse_us) {
         Ok(c) => c,
-        Err(e) => return e.to_json().to_string(),
+        Err(e) => return (e.to_json().to_string(), Next::Continue),
     };
+    drop(share);
     let answer = ctx.control.call(command);
     // A fleet's node answers reads with the fleet generation it has
     // applied beside its own (local) generation.
     let extra = fleet.map(|(_, s)| ("fleet_generation", Value::from(s.generation)));
-    wire::answer_line(&id, &answer, extra)
+    (wire::answer_line(&id, &answer, extra), Next::Continue)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub fn command(
         req,
         batch,
         updates_text,
+        rules_text,
     } = request;
     let p = &req.params;
     let bad = |e: &dyn std::fmt::Display| {
@@ -28,7 +29,11 @@ pub fn command(
     };
     let none = |c: Command| check_params(p, &[]).map(|()| c).map_err(|e| bad(&e));
     match req.method {
-        Method::Hello => none(Command::Hello),
+        // The token (TCP's authentication) is the connection's business:
+        // `server.rs` checks it before the request comes here.
+        Method::Hello => check_params(p, Method::Hello.params())
+            .map(|()| Command::Hello)
+            .map_err(|e| bad(&e)),
         Method::Ping => none(Command::Ping),
         Method::Stats => none(Command::Stats),
         Method::Snapshot => none(Command::Snapshot),
@@ -64,12 +69,19 @@ pub fn command(
             })
         }
         Method::Replace => {
-            check_params(p, &["rules", "expected_generation"]).map_err(|e| bad(&e))?;
+            check_params(p, Method::Replace.params()).map_err(|e| bad(&e))?;
             let expected_generation = param_u64(p, "expected_generation").map_err(|e| bad(&e))?;
-            let Some(list) = p.get("rules").filter(|v| v.is_array()) else {
-                return Err(bad(&"rules: a list of rules is required"));
+            // The list as received (the envelope kept it as text); a
+            // request that came through the detailed path has it in params.
+            let text = match (rules_text, p.get("rules")) {
+                (Some(t), _) => t,
+                (None, Some(v)) => v.to_string(),
+                (None, None) => String::new(),
             };
-            let rules = cfdp_rules::parse_rule_list(&list.to_string()).map_err(|e| bad(&e))?;
+            if !text.starts_with('[') {
+                return Err(bad(&"rules: a list of rules is required"));
+            }
+            let rules = cfdp_rules::parse_rule_list(&text).map_err(|e| bad(&e))?;
             Ok(Command::Replace {
                 rules,
                 expected_generation,

@@ -13,7 +13,6 @@
 //! test binary holds only this test, so nothing else allocates meanwhile),
 //! and checked against the store's own accounting (`stats` → `memory`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -21,56 +20,9 @@ use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::{LiveStats, Mode};
 use cfdp_rules::{Action, FlowKey, Match, Rule};
 
-/// Live heap bytes and their high-water mark. Written by hand: the
-/// allocator crates that count (`cap`, `stats_alloc`) keep no peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the
-// counters only observe sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract for `alloc` is passed on as is.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(l.size(), Relaxed) + l.size();
-            PEAK.fetch_max(now, Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        let p = unsafe { System.alloc_zeroed(l) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(l.size(), Relaxed) + l.size();
-            PEAK.fetch_max(now, Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Relaxed);
-        // SAFETY: `p` came from this allocator (hence `System`) with `l`.
-        unsafe { System.dealloc(p, l) }
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        // SAFETY: the caller's contract for `realloc` is passed on as is.
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            LIVE.fetch_sub(l.size(), Relaxed);
-            let now = LIVE.fetch_add(new, Relaxed) + new;
-            PEAK.fetch_max(now, Relaxed);
-        }
-        q
-    }
-}
-
-#[global_allocator]
-static COUNTING: Counting = Counting;
+#[path = "common/counting.rs"]
+mod counting;
+use counting::{LIVE, PEAK};
 
 const RULES: u32 = 2_000_000;
 /// Steady heap bytes per exact-flow rule, verify mode (207 measured: the

@@ -117,6 +117,8 @@ pub struct ControlConfig {
     /// Bytes of request lines parsed at once, over all connections.
     pub max_parse_bytes: usize,
     pub migrate_budget: usize,
+    /// Test hook (`PlaneConfig::hold_batches`); empty: off.
+    pub hold_batches: String,
 }
 
 impl RunConfig {

@@ -156,6 +156,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
         requests,
         compact_every: c.compact_every.max(1),
         migrate_budget: c.migrate_budget.max(1),
+        hold_batches: (!c.hold_batches.is_empty()).then(|| PathBuf::from(&c.hold_batches)),
         ..PlaneConfig::default()
     };
     let plane = ControlPlane::new(store, journal, plane_cfg);

@@ -1,7 +1,6 @@
 //! End to end: a real `cfdp run` replaying a capture in a loop, driven
 //! through its real Unix control socket.
 
-use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -456,11 +455,10 @@ fn a_client_trickling_a_line_is_closed_after_the_request_timeout() {
             true
         );
     }
+    // Not before the request timeout (the server's clock starts at the
+    // line's first byte, after `start`); how soon after is not asserted.
     let t = closed_after.expect("the trickling client was never closed");
-    assert!(
-        t >= Duration::from_millis(900) && t < Duration::from_secs(5),
-        "closed after {t:?}"
-    );
+    assert!(t >= Duration::from_secs(1), "closed after {t:?}");
     assert_eq!(
         good.call("ping", json!({})).unwrap()["result"]["pong"],
         true
@@ -470,95 +468,65 @@ fn a_client_trickling_a_line_is_closed_after_the_request_timeout() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `stats` and Prometheus scrapes are answered from what the control
-/// thread last published, not queued behind a batch: asked while a long
-/// batch is being applied, each answers within 50 ms with the generation
-/// from before the batch, while a `ping` asked right after (served by the
-/// control thread) waits for the batch and reports the generation after it.
-///
-/// The big request is written as text, not built from 300 000 JSON values:
-/// freeing those made the client's next allocation consolidate millions of
-/// free chunks (glibc), which once cost this client 0.4 s on its first
-/// call — time the server had nothing to do with.
+/// `stats` and a metrics scrape are answered from the published board
+/// while the control thread is busy with a batch, and report the generation
+/// before it; a `ping`, which goes through the control thread, comes after
+/// it. The batch is held in the control thread by the `hold_batches` test
+/// hook until the test releases it: ordering, not timing.
 #[test]
-fn stats_answer_while_a_long_batch_is_applied() {
+fn stats_answer_while_a_batch_is_applied() {
     let dir = tmpdir("stats-during-batch");
     let metrics = free_port();
+    let hold = dir.join("hold");
+    std::fs::create_dir_all(&hold).unwrap();
     let srv = Server::start(
         &dir,
         1000,
-        &format!(
-            "max_batch = 700000\nmax_line_bytes = 268435456\nmetrics = \"127.0.0.1:{metrics}\"\n"
-        ),
+        &format!("metrics = \"127.0.0.1:{metrics}\"\nhold_batches = {hold:?}\n"),
     );
-    let mut slow = UnixStream::connect(&srv.socket).unwrap();
+    let mut slow = srv.client();
     let mut quick = srv.client();
     let g0 = quick.call("stats", json!({})).unwrap()["result"]["generation"].clone();
-    // 600 000 inserts in one batch (the filter grows several times).
-    let mut line = String::from(r#"{"id": 1, "method": "apply", "params": {"updates": ["#);
-    for i in 0..600_000u32 {
-        let a = std::net::Ipv4Addr::from(0x0a00_0000 + i);
-        if i > 0 {
-            line.push(',');
-        }
-        write!(
-            line,
-            r#"{{"op": "insert", "rule": {{"id": {}, "match": {{"flow": {{"src": "{a}", "dst": "192.0.2.1", "proto": "udp", "sport": 1000, "dport": 2000}}}}, "action": "drop"}}}}"#,
-            i + 1
-        )
+    let batch = std::thread::spawn(move || {
+        let updates = json!([{"op": "insert", "rule": flow_rule(5, gen::PAIR_A, json!("drop"))}]);
+        apply(&mut slow, "rollback_on_error", updates)
+    });
+    wait_for("the batch is held in the control thread", || {
+        hold.join("held").exists()
+    });
+    // Its own connection, with a read timeout: a stats that queued behind
+    // the held batch would never come, and the test fails instead of
+    // hanging.
+    let board = UnixStream::connect(&srv.socket).unwrap();
+    board
+        .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    }
-    line.push_str("]}}\n");
-    slow.write_all(line.as_bytes()).unwrap();
-    drop(line);
-    // Give the server time to read and parse the line and start applying.
-    std::thread::sleep(Duration::from_millis(800));
-    let scrape = || scrape(metrics);
+    let mut board_lines = std::io::BufReader::new(&board);
     for _ in 0..3 {
-        let t = Instant::now();
-        let st = quick.call("stats", json!({})).unwrap();
-        let took = t.elapsed();
+        (&board)
+            .write_all(b"{\"id\":1,\"method\":\"stats\"}\n")
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut board_lines, &mut line).expect("stats answered");
+        let st: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(
             st["result"]["generation"], g0,
-            "stats reported the generation after the batch: queued behind it (or the batch was too short for this test)"
+            "stats during the batch: {st}"
         );
-        assert!(
-            took < Duration::from_millis(50),
-            "stats took {took:?} during the batch"
-        );
-        let t = Instant::now();
-        let body = scrape();
-        let took = t.elapsed();
+        let body = scrape(metrics);
         assert!(
             body.contains(&format!("\ncfdp_generation {}", g0.as_u64().unwrap())),
             "the scrape did not show the generation before the batch"
         );
-        assert!(
-            took < Duration::from_millis(50),
-            "a scrape took {took:?} during the batch"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
-    let t = Instant::now();
+    std::fs::write(hold.join("release"), b"").unwrap();
     let pong = quick.call("ping", json!({})).unwrap();
-    let ping_took = t.elapsed();
     assert_ne!(
         pong["result"]["generation"], g0,
-        "ping waited for the batch"
+        "ping is answered by the control thread, after the batch"
     );
-    eprintln!("ping behind the batch {ping_took:?}");
-    // The batch completes and its answer comes.
-    slow.set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let mut answer = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(&slow), &mut answer).unwrap();
-    let v: Value = serde_json::from_str(&answer).unwrap();
-    assert_eq!(
-        v["result"]["applied"],
-        true,
-        "{}",
-        &answer[..answer.len().min(300)]
-    );
+    let r = batch.join().unwrap();
+    assert_eq!(codes(&r), ["ok"]);
     drop(quick);
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
@@ -732,10 +700,14 @@ fn kill_9_in_the_middle_of_batches_loses_no_acknowledged_batch() {
     let socket = srv.socket.clone();
     // A client pushing one-insert batches as fast as it can; it records
     // every id whose batch was acknowledged.
+    let (started, pushing) = std::sync::mpsc::channel();
     let pusher = std::thread::spawn(move || {
         let mut c = Client::connect(&Target::Unix(&socket)).unwrap();
         let mut acked = Vec::new();
         for id in 0..100_000u32 {
+            if acked.len() == 50 {
+                let _ = started.send(());
+            }
             let ip = std::net::Ipv4Addr::from(0x0a00_0000 + id).to_string();
             let rule =
                 json!({"id": id, "match": {"dst_prefix": format!("{ip}/32")}, "action": "drop"});
@@ -750,15 +722,13 @@ fn kill_9_in_the_middle_of_batches_loses_no_acknowledged_batch() {
         }
         acked
     });
-    std::thread::sleep(Duration::from_millis(700));
+    // Killed once 50 batches were acknowledged, with more in flight.
+    pushing
+        .recv()
+        .expect("the pusher got 50 batches acknowledged");
     srv.child.kill().unwrap(); // SIGKILL
     srv.child.wait().unwrap();
     let acked = pusher.join().unwrap();
-    assert!(
-        acked.len() > 20,
-        "only {} batches before the kill",
-        acked.len()
-    );
     drop(srv);
     let _ = std::fs::remove_file(dir.join("ctl.sock"));
     let srv = Server::start(&dir, 20_000, "");
@@ -793,17 +763,11 @@ fn overload_drops_are_counted_and_control_stays_responsive() {
     let dir = tmpdir("overload");
     let srv = Server::start_with(&dir, 0, "overload = \"drop\"", "", false);
     let mut c = srv.client();
-    let mut worst = Duration::ZERO;
+    // Answered at all under full load (how fast is the control-path
+    // benchmark's business, not a test's).
     for _ in 0..50 {
-        let t = Instant::now();
         assert_eq!(c.call("ping", json!({})).unwrap()["result"]["pong"], true);
-        worst = worst.max(t.elapsed());
-        std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(
-        worst < Duration::from_secs(2),
-        "ping took {worst:?} under load"
-    );
     drop(c);
     let fin = srv.stop();
     let (packets, dropped, read) = (

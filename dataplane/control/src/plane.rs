@@ -32,6 +32,11 @@ pub struct PlaneConfig {
     pub migrate_budget: usize,
     /// Pause between migration steps while elements remain.
     pub migrate_interval: Duration,
+    /// A test hook, off unless set: each batch is held, before anything
+    /// of it is applied, until `DIR/release` exists; `DIR/held` says one
+    /// is held. Lets a test check what the server does while the control
+    /// thread is busy by ordering, not by hoping a batch is slow enough.
+    pub hold_batches: Option<std::path::PathBuf>,
 }
 
 impl Default for PlaneConfig {
@@ -41,6 +46,7 @@ impl Default for PlaneConfig {
             compact_every: 1000,
             migrate_budget: 64,
             migrate_interval: Duration::from_millis(2),
+            hold_batches: None,
         }
     }
 }
@@ -315,6 +321,9 @@ impl ControlPlane {
                 return Err(ControlError::BadBatch(e));
             }
         };
+        if let Some(dir) = &self.cfg.hold_batches {
+            hold(dir);
+        }
         let updates_text = cmd.updates_text.as_deref();
         let journal = &mut self.journal;
         let all = batch.updates.len();
@@ -470,5 +479,14 @@ impl ControlPlane {
             v.count_rules = Arc::new(self.store.count_rule_slots());
         }
         ControlStats::read(&v, self.store.live_stats())
+    }
+}
+
+/// The [`PlaneConfig::hold_batches`] pause point: announces the held
+/// batch, then waits for the release file.
+fn hold(dir: &std::path::Path) {
+    let _ = std::fs::write(dir.join("held"), b"");
+    while !dir.join("release").exists() {
+        std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -942,3 +942,46 @@ fn tcp_door_wants_the_token_and_leaves_the_unix_socket_its_slots() {
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The metrics endpoint (security review, item 6): a client trickling its
+/// request a byte at a time, forever, holds one handler, not the endpoint:
+/// real scrapes are answered meanwhile.
+#[test]
+fn a_trickling_metrics_client_does_not_block_scrapes() {
+    let dir = tmpdir("metrics-slowloris");
+    let metrics = free_port();
+    let srv = Server::start(&dir, 1000, &format!("metrics = \"127.0.0.1:{metrics}\"\n"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (connected, trickling) = std::sync::mpsc::channel();
+    let trickler = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+            s.write_all(b"G").unwrap();
+            connected.send(()).unwrap();
+            // A byte every 200 ms (pacing, not waiting for anything): the
+            // old endpoint's per-read timeout (2 s) never fired.
+            for b in b"ET /metrics HTTP/1.0\r\nX-Slow: ".iter().cycle() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) || s.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    trickling.recv().unwrap();
+    // Each scrape must come back (a 10 s read timeout makes a blocked
+    // endpoint a failure instead of a hang).
+    for _ in 0..3 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).expect("a scrape answered");
+        assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickler.join().unwrap();
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -21,14 +21,18 @@
 //! The HTTP side is hand-written on purpose: the endpoint answers one fixed
 //! `GET /metrics` on loopback, and an HTTP server crate would bring an
 //! async runtime or a general request router for a dozen lines of
-//! request-line checking.
+//! request-line checking. It is served by [`HANDLERS`] threads fed by the
+//! accept loop through a short queue (a full queue closes the new
+//! connection), and each request must arrive whole within
+//! [`REQUEST_DEADLINE`] of the connection: a client trickling a byte at a
+//! time holds one handler for at most that long, never the endpoint.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram as Hdr;
 use prometheus_client::collector::Collector;
@@ -50,23 +54,65 @@ const BURST_BOUNDS_NS: [u64; 16] = {
     b
 };
 
+/// Threads answering scrapes.
+pub const HANDLERS: usize = 4;
+/// Connections accepted but not yet taken by a handler, at most.
+const QUEUE: usize = 16;
+/// Most time from accepting a connection to having read its request head.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Serves `GET /metrics` until `ctx.stop`.
 pub fn serve(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<()>> {
     l.set_nonblocking(true)?;
-    let registry = registry(&ctx.board, ctx.cluster.clone());
+    let registry = Arc::new(registry(&ctx.board, ctx.cluster.clone()));
+    let (tx, rx) = crossbeam::channel::bounded::<TcpStream>(QUEUE);
+    let mut handlers = Vec::with_capacity(HANDLERS);
+    for i in 0..HANDLERS {
+        let (rx, registry) = (rx.clone(), Arc::clone(&registry));
+        handlers.push(
+            std::thread::Builder::new()
+                .name(format!("cfdp-metrics-{i}"))
+                .spawn(move || {
+                    for s in rx {
+                        let _ = answer(s, &registry);
+                    }
+                })?,
+        );
+    }
     std::thread::Builder::new()
         .name("cfdp-metrics".into())
         .spawn(move || {
             while !ctx.stop.load(Ordering::Relaxed) {
                 match l.accept() {
-                    Ok((s, _)) => {
-                        let _ = answer(s, &registry);
-                    }
+                    // A full queue: the connection is closed at once.
+                    Ok((s, _)) => drop(tx.try_send(s)),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => crate::server::wait_readable(&l),
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             }
+            drop(tx);
+            for h in handlers {
+                let _ = h.join();
+            }
         })
+}
+
+/// A connection's reads under one deadline for the whole request head
+/// (a per-read timeout alone lets a client trickle bytes forever).
+struct Deadline {
+    s: TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        self.s.set_read_timeout(Some(left))?;
+        self.s.read(buf)
+    }
 }
 
 /// The registry a scrape encodes: everything under the `cfdp_` prefix.
@@ -95,9 +141,11 @@ pub fn render(r: &Registry) -> String {
 
 fn answer(s: TcpStream, registry: &Registry) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut r = BufReader::new(s.try_clone()?);
+    let mut r = BufReader::new(Deadline {
+        s: s.try_clone()?,
+        until: Instant::now() + REQUEST_DEADLINE,
+    });
     let mut first = String::new();
     r.by_ref().take(8192).read_line(&mut first)?;
     // Read the rest of the head (bounded) so the client sees a clean close.

@@ -105,6 +105,7 @@ pub struct ControlConfig {
     pub metrics: String,
     pub state_dir: String,
     pub compact_every: u64,
+    pub compact_bytes: u64,
     pub max_rules: usize,
     pub max_batch: usize,
     pub max_line_bytes: usize,

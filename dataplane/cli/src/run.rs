@@ -155,6 +155,7 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     let plane_cfg = PlaneConfig {
         requests,
         compact_every: c.compact_every.max(1),
+        compact_bytes: c.compact_bytes.max(1),
         migrate_budget: c.migrate_budget.max(1),
         hold_batches: (!c.hold_batches.is_empty()).then(|| PathBuf::from(&c.hold_batches)),
         ..PlaneConfig::default()

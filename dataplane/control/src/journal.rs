@@ -28,7 +28,7 @@
 //! acknowledged — so it is dropped, with a warning, and the file truncated.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use cfdp_rules::{parse_update, Rule, Update};
@@ -43,6 +43,11 @@ const BIN_VERSION: u32 = 2;
 const BIN_VERSION_WIDE: u32 = 3;
 const HEADER: usize = 32;
 const JOURNAL: &str = "journal.ndjson";
+/// The longest journal record restore reads (a record is one batch's
+/// updates, bounded by the socket's `max_line_bytes`, 16 MiB by default;
+/// this leaves room for raised limits and refuses a damaged or planted
+/// file before it takes the memory).
+pub const MAX_RECORD_BYTES: usize = 1 << 30;
 const FORMAT: &str = "cfdp-rules";
 const VERSION: u64 = 1;
 
@@ -156,8 +161,12 @@ fn crc_line(body: &str) -> String {
 
 /// Reads the snapshot and journal of `dir` (created when missing).
 pub fn restore(dir: &Path) -> Result<Restored, JournalError> {
-    std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    let mut out = Restored::default();
+    restore_capped(dir, MAX_RECORD_BYTES)
+}
+
+/// [`restore`] with records longer than `max_record` refused.
+/// Reads `dir`'s snapshot, binary or (older) JSON, into `out`.
+fn read_snapshot(dir: &Path, out: &mut Restored) -> Result<(), JournalError> {
     let snap = dir.join(SNAPSHOT);
     let old = dir.join(SNAPSHOT_JSON);
     if snap.exists() {
@@ -177,6 +186,13 @@ pub fn restore(dir: &Path) -> Result<Restored, JournalError> {
         out.snapshot_generation = g;
         out.rules = rules;
     }
+    Ok(())
+}
+
+fn restore_capped(dir: &Path, max_record: usize) -> Result<Restored, JournalError> {
+    crate::files::private_dir(dir).map_err(|e| io_err(dir, e))?;
+    let mut out = Restored::default();
+    read_snapshot(dir, &mut out)?;
     let jpath = dir.join(JOURNAL);
     if !jpath.exists() {
         return Ok(out);
@@ -190,12 +206,23 @@ pub fn restore(dir: &Path) -> Result<Restored, JournalError> {
     loop {
         line.clear();
         let n = reader
+            .by_ref()
+            .take(max_record as u64 + 1)
             .read_until(b'\n', &mut line)
             .map_err(|e| io_err(&jpath, e))?;
         if n == 0 {
             break;
         }
         lineno += 1;
+        if n > max_record {
+            return Err(JournalError::BadRecord {
+                path: jpath.clone(),
+                line: lineno,
+                what: Damage(format!(
+                    "longer than {max_record} bytes: not a record cfdp wrote"
+                )),
+            });
+        }
         if line.last() != Some(&b'\n') {
             out.dropped_tail = Some(format!(
                 "{}: line {lineno}: {n} bytes with no newline (a write cut by a crash, \
@@ -371,13 +398,9 @@ fn parse_record(line: &[u8]) -> Result<(u64, Vec<Update>), Damage> {
 impl Journal {
     /// Opens `dir`'s journal for appending (after [`restore`]).
     pub fn open(dir: &Path, records: u64) -> Result<Self, JournalError> {
-        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        crate::files::private_dir(dir).map_err(|e| io_err(dir, e))?;
         let path = dir.join(JOURNAL);
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
+        let file = crate::files::open_append(&path).map_err(|e| io_err(&path, e))?;
         sync_dir(dir)?;
         let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
         Ok(Self {
@@ -405,6 +428,11 @@ impl Journal {
     /// Records in the journal since the last compaction.
     pub fn records(&self) -> u64 {
         self.records
+    }
+
+    /// Bytes in the journal file.
+    pub fn bytes(&self) -> u64 {
+        self.len
     }
 
     /// µs the last [`Journal::append`] spent building and writing its
@@ -494,15 +522,12 @@ impl Journal {
         // generation, which restore skips).
         let path = self.dir.join(JOURNAL);
         let tmp = self.dir.join(format!("{JOURNAL}.tmp"));
-        File::create(&tmp)
+        crate::files::create_temp(&tmp)
             .and_then(|f| f.sync_all())
             .map_err(|e| io_err(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
         sync_dir(&self.dir)?;
-        self.file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
+        self.file = crate::files::open_append(&path).map_err(|e| io_err(&path, e))?;
         self.len = 0;
         self.broken = None;
         self.records = 0;
@@ -516,7 +541,7 @@ impl Journal {
 pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(), JournalError> {
     let path = dir.join(SNAPSHOT);
     let tmp = dir.join(format!("{SNAPSHOT}.tmp"));
-    let f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    let f = crate::files::create_temp(&tmp).map_err(|e| io_err(&tmp, e))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, f);
     let write = |out: &mut std::io::BufWriter<File>| -> std::io::Result<()> {
         let mut crc = crc32fast::Hasher::new();
@@ -584,6 +609,43 @@ mod tests {
         text += &format!(",\"crc32\":{}}}\n", crc32fast::hash(list.as_bytes()));
         std::fs::write(&path, text).map_err(|e| io_err(&path, e))?;
         sync_dir(dir)
+    }
+
+    /// The state directory is 0700 and every file in it 0600, whatever
+    /// the umask: the rule set is nobody else's to read.
+    #[test]
+    fn state_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("cfdp-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = dir.join("state");
+        restore(&state).unwrap();
+        let mut j = Journal::open(&state, 0).unwrap();
+        let rule = cfdp_rules::parse_rule_list(
+            r#"[{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}]"#,
+        )
+        .unwrap();
+        j.append(1, &[Update::Insert(rule[0])]).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&state), 0o700);
+        assert_eq!(mode(&state.join(JOURNAL)), 0o600);
+        j.compact(1, &rule).unwrap();
+        assert_eq!(mode(&state.join(SNAPSHOT)), 0o600);
+        assert_eq!(mode(&state.join(JOURNAL)), 0o600, "the compacted journal");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A journal line longer than the cap is refused before it is read
+    /// whole.
+    #[test]
+    fn overlong_records_are_refused() {
+        let dir = std::env::temp_dir().join(format!("cfdp-longrec-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(JOURNAL), format!("{}\n", "x".repeat(1000))).unwrap();
+        let e = restore_capped(&dir, 100).unwrap_err();
+        assert!(bad_record(&e, 1, "longer than 100 bytes"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     /// Whether `e` is a damaged record at `line` whose reason says `why`.

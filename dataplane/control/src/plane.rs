@@ -26,8 +26,12 @@ use crate::store::{ApplyError, BatchReport, CountSlot, RuleStore};
 pub struct PlaneConfig {
     /// Reported by `hello`; the socket enforces them while reading.
     pub requests: RequestLimits,
-    /// Compact the journal into a snapshot after this many records.
+    /// Compact the journal into a snapshot after this many records...
     pub compact_every: u64,
+    /// ...or once it holds this many bytes, whichever comes first (1,000
+    /// records of large batches could otherwise grow it to gigabytes,
+    /// all read again on restart).
+    pub compact_bytes: u64,
     /// Bloom-part elements moved per filter per migration step.
     pub migrate_budget: usize,
     /// Pause between migration steps while elements remain.
@@ -44,6 +48,7 @@ impl Default for PlaneConfig {
         Self {
             requests: RequestLimits::default(),
             compact_every: 1000,
+            compact_bytes: 256 << 20,
             migrate_budget: 64,
             migrate_interval: Duration::from_millis(2),
             hold_batches: None,
@@ -365,10 +370,9 @@ impl ControlPlane {
         self.board
             .batch_seconds
             .observe(report.wall_us as f64 / 1e6);
-        let due = self
-            .journal
-            .as_ref()
-            .is_some_and(|j| j.records() >= self.cfg.compact_every);
+        let due = self.journal.as_ref().is_some_and(|j| {
+            j.records() >= self.cfg.compact_every || j.bytes() >= self.cfg.compact_bytes
+        });
         if due {
             if let Err(e) = self.compact() {
                 // The journal still holds everything: keep going.

@@ -1282,3 +1282,67 @@ fn typed_batches_over_max_batch_are_refused_whole() {
         .unwrap();
     assert!(r.applied);
 }
+
+/// The journal is compacted by size as well as by record count: one batch
+/// past `compact_bytes` compacts it, though `compact_every` is far away.
+#[test]
+fn the_journal_is_compacted_by_size_too() {
+    use cfdp_control::api::ApplyCommand;
+    use cfdp_control::journal::{restore, Journal};
+    use cfdp_control::plane::{ControlPlane, PlaneConfig};
+    let dir = std::env::temp_dir().join(format!("cfdp-compact-bytes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    restore(&dir).unwrap();
+    let mut plane = ControlPlane::new(
+        store(StoreConfig::default()),
+        Some(Journal::open(&dir, 0).unwrap()),
+        PlaneConfig {
+            compact_every: 1000,
+            compact_bytes: 100,
+            ..PlaneConfig::default()
+        },
+    );
+    let records = |plane: &ControlPlane| plane.stats().journal.map(|j| j.records);
+    let one = |i| vec![Update::Insert(flow_rule(i, i, Action::Drop))];
+    plane
+        .apply(ApplyCommand::new(batch(Atomicity::ContinueOnError, one(1))))
+        .unwrap();
+    let after_one = records(&plane);
+    let mut n = 1;
+    while records(&plane) != Some(0) {
+        n += 1;
+        assert!(n < 10, "not compacted after {n} batches");
+        plane
+            .apply(ApplyCommand::new(batch(Atomicity::ContinueOnError, one(n))))
+            .unwrap();
+    }
+    assert!(after_one.is_some());
+    assert!(dir.join("snapshot.bin").exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `replace` is held to `max_batch` like `apply`: a rule set whose
+/// difference is larger is refused whole (issue 31, item 10).
+#[test]
+fn replace_is_bounded_by_max_batch() {
+    use cfdp_control::api::RequestLimits;
+    use cfdp_control::plane::{ControlPlane, PlaneConfig};
+    use cfdp_control::ControlError;
+    let mut plane = ControlPlane::new(
+        store(StoreConfig::default()),
+        None,
+        PlaneConfig {
+            requests: RequestLimits {
+                max_batch: 2,
+                ..RequestLimits::default()
+            },
+            ..PlaneConfig::default()
+        },
+    );
+    let three: Vec<Rule> = (1..=3).map(|i| flow_rule(i, i, Action::Drop)).collect();
+    let e = plane.replace(three.clone(), None).unwrap_err();
+    assert!(matches!(e, ControlError::BadBatch(_)), "{e:?}");
+    assert_eq!(plane.stats().rules, 0);
+    plane.replace(three[..2].to_vec(), None).unwrap();
+    assert_eq!(plane.stats().rules, 2);
+}

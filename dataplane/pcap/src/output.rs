@@ -35,7 +35,20 @@ pub enum OutputError {
     },
     #[error("flush: {0}")]
     Flush(#[source] std::io::Error),
+    #[error(
+        "port {port}: frames redirected to more than {MAX_PORTS} ports; pcap mode writes one \
+         file per port and stops here (the frames read so far are written)"
+    )]
+    TooManyPorts { port: u16 },
 }
+
+/// Output files open at most (port 0 and redirect ports): a rule set
+/// redirecting to every one of 65,536 ports would otherwise open as many
+/// files, each with its buffer.
+pub const MAX_PORTS: usize = 256;
+/// Write buffer of the port-0 output and of each redirect port's.
+const BUF_MAIN: usize = 1 << 20;
+const BUF_PORT: usize = 64 << 10;
 
 /// Output files: port 0 to `out`, port N to `out` with `.portN` before the extension.
 pub(crate) struct Outputs {
@@ -73,9 +86,13 @@ impl Outputs {
     fn sink(&mut self, port: u16) -> Result<&mut Sink, OutputError> {
         let write = |source| OutputError::Write { port, source };
         if !self.files.contains_key(&port) {
+            if self.files.len() >= MAX_PORTS {
+                return Err(OutputError::TooManyPorts { port });
+            }
             let path = port_path(&self.base, port);
             let f = File::create(&path).map_err(|source| OutputError::Create { path, source })?;
-            let w = BufWriter::with_capacity(1 << 20, f);
+            let buf = if port == 0 { BUF_MAIN } else { BUF_PORT };
+            let w = BufWriter::with_capacity(buf, f);
             let sink = if self.pcapng {
                 Sink::PcapNg(PcapNgWriter::new(w).map_err(write)?, HashMap::new())
             } else {
@@ -172,5 +189,34 @@ pub(crate) fn writer_loop(
     match outputs {
         Some(o) => o.finish(),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redirects to more ports than [`MAX_PORTS`] stop with an error that
+    /// names the port, instead of opening a file (and a buffer) per port.
+    #[test]
+    fn output_files_are_bounded() {
+        let dir = std::env::temp_dir().join(format!("cfdp-outputs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut o = Outputs::new(dir.join("out.pcap"), false, LinkType::Ethernet);
+        let m = Meta {
+            off: 0,
+            len: 4,
+            orig_len: 4,
+            ts_ns: 0,
+            link: LinkType::Ethernet,
+        };
+        for port in 0..MAX_PORTS as u16 {
+            o.write(port, &m, &[1, 2, 3, 4]).unwrap();
+        }
+        let e = o.write(MAX_PORTS as u16, &m, &[1, 2, 3, 4]).unwrap_err();
+        assert!(matches!(e, OutputError::TooManyPorts { port } if port == MAX_PORTS as u16));
+        o.write(7, &m, &[1, 2, 3, 4]).unwrap();
+        o.finish().unwrap();
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -143,9 +143,9 @@ impl SocketAccess {
 /// Binds the Unix socket at `path` with the mode (and group) `access`
 /// asks for: 0600 by default.
 ///
-/// The socket is bound under a temporary name, given its group and mode,
-/// then renamed into place, so it is never reachable with looser
-/// permissions than configured. An existing
+/// The socket is bound in a private (0700) temporary directory, given its
+/// group and mode, then renamed into place, so it is never reachable with
+/// looser permissions than configured. An existing
 /// socket that answers belongs to a running cfdp: refused. One that does not
 /// answer is a leftover of a crash: replaced. Anything else at `path` is
 /// refused.
@@ -166,11 +166,28 @@ pub fn bind_unix(path: &Path, access: SocketAccess) -> Result<UnixListener, Sock
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let _ = std::fs::remove_file(&tmp);
-    let l = UnixListener::bind(&tmp).map_err(io(&tmp))?;
+    // Bound inside a fresh 0700 directory beside `path`: until the rename,
+    // nobody else can even reach the socket, whatever the umask.
+    let mut private = path.as_os_str().to_owned();
+    private.push(format!(".{}.d", std::process::id()));
+    let private = PathBuf::from(private);
+    let _ = std::fs::remove_dir_all(&private);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&private)
+            .map_err(io(&private))?;
+    }
+    let tmp = private.join("s");
+    let bound = UnixListener::bind(&tmp).map_err(io(&tmp));
+    let l = match bound {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&private);
+            return Err(e);
+        }
+    };
     // The group is set before the mode opens the socket to it.
     let group = match access.group {
         Some(g) => rustix::fs::chown(&tmp, None, Some(rustix::fs::Gid::from_raw(g)))
@@ -182,8 +199,8 @@ pub fn bind_unix(path: &Path, access: SocketAccess) -> Result<UnixListener, Sock
             std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(access.mode()))
         })
         .and_then(|_| std::fs::rename(&tmp, path));
+    let _ = std::fs::remove_dir_all(&private);
     if let Err(e) = setup {
-        let _ = std::fs::remove_file(&tmp);
         return Err(io(path)(e));
     }
     Ok(l)

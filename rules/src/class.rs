@@ -89,10 +89,11 @@ impl PrefixClass {
         IpPrefix::mask(self.v6, a, self.len)
     }
 
-    /// The 64-bit hash of a masked address in this class's filter.
+    /// The 64-bit hash of a masked address in this class's filter, under
+    /// `secret` (see [`crate::HashSecret`]).
     #[inline]
-    pub fn hash_masked(&self, masked: &[u8; 16]) -> u64 {
+    pub fn hash_masked(&self, secret: &crate::HashSecret, masked: &[u8; 16]) -> u64 {
         let n = if self.v6 { 16 } else { 4 };
-        crate::hash_bytes(&masked[..n])
+        secret.hash_bytes(&masked[..n])
     }
 }

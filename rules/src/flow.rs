@@ -107,6 +107,12 @@ impl FlowKey {
     /// worker loop in `bench --bin pipeline`).
     #[inline]
     pub fn hash(&self) -> u64 {
+        self.hash_with(&crate::HashSecret::PUBLIC)
+    }
+
+    /// [`FlowKey::hash`] under `secret` (see [`crate::HashSecret`]).
+    #[inline]
+    pub fn hash_with(&self, secret: &crate::HashSecret) -> u64 {
         let meta =
             u64::from(self.sport) | u64::from(self.dport) << 16 | u64::from(self.proto) << 32;
         if self.v6 {
@@ -124,7 +130,7 @@ impl FlowKey {
             for (chunk, word) in buf.chunks_exact_mut(8).zip(words) {
                 chunk.copy_from_slice(&word.to_le_bytes());
             }
-            crate::hash_bytes(&buf)
+            secret.hash_bytes(&buf)
         } else {
             let a = u64::from(u32::from_le_bytes([
                 self.src[0],
@@ -140,7 +146,7 @@ impl FlowKey {
             let mut buf = [0u8; 16];
             buf[..8].copy_from_slice(&a.to_le_bytes());
             buf[8..].copy_from_slice(&meta.to_le_bytes());
-            crate::hash_bytes(&buf)
+            secret.hash_bytes(&buf)
         }
     }
 

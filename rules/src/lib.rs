@@ -73,6 +73,49 @@ pub fn read_rule_file(path: &std::path::Path) -> Result<Vec<Rule>, RuleError> {
     parse_rule_file(&text)
 }
 
+/// The secrets the filters' key hash is computed with.
+///
+/// rapidhash's default secrets are published: with them anyone can compute
+/// offline 5-tuples whose hashes give another rule's bucket and
+/// fingerprint, and in filter-only mode (where the filter's answer is the
+/// verdict) such a packet takes that rule's action, a redirect say. A node
+/// in filter-only mode therefore hashes with secrets derived from a random
+/// seed drawn at start (`[filter] hash_seed = 0`); nothing that outlives
+/// the process stores a hash (snapshots hold rules, and the filters are
+/// rebuilt from them), so the seed is not kept. Verify mode keeps the
+/// public secrets: there a collision costs one exact-table probe, never a
+/// wrong verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashSecret(Option<rapidhash::v3::RapidSecrets>);
+
+impl HashSecret {
+    /// rapidhash v3's default secrets (reproducible; [`hash_bytes`]).
+    pub const PUBLIC: Self = Self(None);
+
+    /// Secrets derived from `seed` (rapidhash's own derivation).
+    pub fn from_seed(seed: u64) -> Self {
+        Self(Some(rapidhash::v3::RapidSecrets::seed(seed)))
+    }
+
+    /// The 64-bit hash of `key` under these secrets. The public ones are
+    /// a branch apart (always taken the same way in one data plane) so
+    /// that their constants stay folded into the code: passing them as
+    /// data cost the worker loop ~2 % (`bench --bin pipeline`).
+    #[inline]
+    pub fn hash_bytes(&self, key: &[u8]) -> u64 {
+        match &self.0 {
+            None => rapidhash::v3::rapidhash_v3(key),
+            Some(s) => rapidhash::v3::rapidhash_v3_seeded(key, s),
+        }
+    }
+}
+
+impl Default for HashSecret {
+    fn default() -> Self {
+        Self::PUBLIC
+    }
+}
+
 /// The 64-bit hash of a key's bytes: rapidhash v3 with its default secrets,
 /// the same function as `cfdp_filter::hash::hash_bytes` (snapshot images
 /// store positions derived from it; `cfdp-engine`'s tests check the two

@@ -90,6 +90,8 @@ pub struct FilterConfig {
     pub threshold: u32,
     pub max_kicks: u32,
     pub auto_grow: bool,
+    /// Seed of the filters' hash secrets; 0: random in filter-only mode.
+    pub hash_seed: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -157,6 +159,8 @@ impl RunConfig {
             threshold: f.threshold,
             max_kicks: f.max_kicks,
             auto_grow: f.auto_grow,
+            hash_secret: cfdp_control::store::hash_secret_for(self.dataplane.mode, f.hash_seed)
+                .map_err(|e| RunError::Config(e.to_string()))?,
             max_rules: c.max_rules,
         })
     }

@@ -219,7 +219,7 @@ pub fn match_burst(
         out[i] = None;
         if valid[i] {
             idx[m] = i;
-            hashes[m] = keys[i].hash();
+            hashes[m] = keys[i].hash_with(&t.secret);
             m += 1;
         }
     }
@@ -247,7 +247,7 @@ pub fn match_burst(
             if valid[i] && out[i].is_none() && cf.class.admits(&keys[i]) {
                 idx[m] = i;
                 masked[m] = cf.class.masked(&keys[i]);
-                hashes[m] = cf.class.hash_masked(&masked[m]);
+                hashes[m] = cf.class.hash_masked(&t.secret, &masked[m]);
                 m += 1;
             }
         }

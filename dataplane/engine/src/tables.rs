@@ -43,7 +43,7 @@
 use std::sync::Arc;
 
 use cfdp_filter::Filter;
-use cfdp_rules::{AclRule, Action, FlowKey, PrefixClass, RuleId};
+use cfdp_rules::{AclRule, Action, FlowKey, HashSecret, PrefixClass, RuleId};
 
 use crate::acl::AclClassifier;
 use hashbrown::HashMap;
@@ -119,6 +119,8 @@ pub struct Tables {
     /// its counter slot. They rank below every rule of the other forms,
     /// which is looked up first.
     pub(crate) acl: AclClassifier,
+    /// The secrets every filter key of these tables is hashed with.
+    pub(crate) secret: HashSecret,
 }
 
 /// A prefix class's part of a bulk-built [`Tables`]: its filter (holding
@@ -142,7 +144,22 @@ impl Tables {
             keep_slots,
             generation: 0,
             acl: AclClassifier::new(),
+            secret: HashSecret::PUBLIC,
         }
+    }
+
+    /// These tables with their filter keys hashed under `secret` (see
+    /// [`HashSecret`]): set before any rule is added, and the same secret
+    /// the rule store hashes with.
+    #[must_use]
+    pub fn with_hash_secret(mut self, secret: HashSecret) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    /// The secrets the filter keys are hashed with.
+    pub fn hash_secret(&self) -> &HashSecret {
+        &self.secret
     }
 
     /// Tables holding a whole rule set at once (the bulk load): the flow
@@ -178,6 +195,7 @@ impl Tables {
             keep_slots,
             generation: 0,
             acl,
+            secret: HashSecret::PUBLIC,
         }
     }
 

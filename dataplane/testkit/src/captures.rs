@@ -598,6 +598,30 @@ pub fn incomplete_first_fragments() -> Vec<GenFrame> {
     out
 }
 
+/// `n` UDP probes to 198.18.0.1:53 from distinct 5-tuples (172.16.x.y,
+/// source port by index): what an attacker sends when looking for keys
+/// whose filter hash collides with a rule's (no rule matches them
+/// exactly).
+pub fn probes(n: u32) -> Vec<GenFrame> {
+    (0..n)
+        .map(|i| {
+            let b = i.to_be_bytes();
+            GenFrame {
+                data: udp4(
+                    [172, 16, b[2], b[3]],
+                    [198, 18, 0, 1],
+                    1024 + (i >> 16) as u16,
+                    53,
+                    b"?",
+                ),
+                ts_ns: u64::from(i) * 1000,
+                verdict: Expect::Forward,
+                note: "probe",
+            }
+        })
+        .collect()
+}
+
 /// The two flows of [`pairs`]: UDP 10.9.0.1:1000 → 10.9.0.2:2000 and
 /// 10.9.0.3:1000 → 10.9.0.4:2000.
 pub const PAIR_A: ([u8; 4], [u8; 4]) = ([10, 9, 0, 1], [10, 9, 0, 2]);

@@ -276,3 +276,89 @@ fn incomplete_first_fragments_are_dropped_with_their_datagrams() {
     assert_eq!(frames_of(&dir.join("out.pcap")), want);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Filter-only mode hashes with a secret drawn per node (security review,
+/// item 11): probes that collide with a rule under rapidhash's public
+/// secrets — what an attacker computes offline — take the rule's redirect
+/// there, and not under a node's own secret. The filter is made small and
+/// its fingerprints 8 bits wide (a 32-bit Bloom tag) so that collisions
+/// show up among a few thousand probes.
+#[test]
+fn precomputed_collisions_miss_a_node_with_its_own_hash_secret() {
+    use cfdp_control::StoreConfig;
+    use cfdp_rules::{Action, FlowKey, HashSecret, Match, Rule};
+    let rule = Rule {
+        id: 1,
+        matcher: Match::Flow(FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 1, 2)),
+        action: Action::Redirect(2),
+    };
+    let redirected = |secret: HashSecret, frames: &[gen::GenFrame], name: &str| {
+        let cfg = StoreConfig {
+            mode: Mode::FilterOnly,
+            flow_capacity: 16,
+            bloom: Some(cfdp_filter::BloomMode::Tag { bits: 32 }),
+            max_rules: 256,
+            hash_secret: secret,
+            ..StoreConfig::default()
+        };
+        let stats = std::sync::Arc::new(cfdp_engine::LiveStats::new(1, cfg.max_rules));
+        let store = RuleStore::with_rules(cfg, stats, vec![rule]).unwrap();
+        let dir = tmpdir(name);
+        let input = dir.join("probes.pcap");
+        gen::write_pcap(&input, frames).unwrap();
+        let opts = ReplayOptions {
+            out: Some(dir.join("out.pcap")),
+            ..ReplayOptions::new(input, 1)
+        };
+        replay(&opts, &store.worker_context(), &mut |_, _| {}).unwrap();
+        let port2 = dir.join("out.port2.pcap");
+        let got = if port2.exists() {
+            frames_of(&port2)
+        } else {
+            Vec::new()
+        };
+        std::fs::remove_dir_all(&dir).ok();
+        got
+    };
+    let probes = gen::probes(8192);
+    let colliding = redirected(HashSecret::PUBLIC, &probes, "collide-public");
+    assert!(
+        colliding.len() >= 4,
+        "only {} public collisions: the probe set is too small",
+        colliding.len()
+    );
+    let frames: Vec<gen::GenFrame> = colliding
+        .iter()
+        .enumerate()
+        .map(|(i, data)| gen::GenFrame {
+            data: data.clone(),
+            ts_ns: i as u64 * 1000,
+            verdict: Expect::Forward,
+            note: "precomputed collision",
+        })
+        .collect();
+    // The same frames again under the public secrets: all redirected
+    // (the attack works there) ...
+    assert_eq!(
+        redirected(HashSecret::PUBLIC, &frames, "again").len(),
+        frames.len()
+    );
+    // ... and under a node's own secret, none is.
+    let own = HashSecret::from_seed(0x5eed_cafe_f00d_d00d);
+    assert_eq!(redirected(own, &frames, "own").len(), 0);
+    // The rule's own flow still is: the store and the workers hash alike.
+    let mut data = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .udp(1, 2)
+        .write(&mut data, b"x")
+        .unwrap();
+    let own_flow = [gen::GenFrame {
+        data,
+        ts_ns: 0,
+        verdict: Expect::Redirect(2),
+        note: "the rule's flow",
+    }];
+    assert_eq!(redirected(own, &own_flow, "own-flow").len(), 1);
+    eprintln!("{} precomputed collisions of 8192 probes", colliding.len());
+}

@@ -65,6 +65,7 @@ impl RuleStore {
         // a single pass would give. Both halves are random writes into
         // large tables, bound by memory latency, so they overlap well.
         type Found = Option<(usize, String)>;
+        let secret = cfg.hash_secret;
         let (matches, ids) = std::thread::scope(|s| {
             let ids = s.spawn(|| {
                 let mut by_id = IdIndex::with_capacity(n);
@@ -87,14 +88,14 @@ impl RuleStore {
                         break;
                     }
                     match r.matcher {
-                        Match::Flow(k) => flow_keys.push((k.hash(), value_for(slot))),
+                        Match::Flow(k) => flow_keys.push((k.hash_with(&secret), value_for(slot))),
                         // Multi-field rules: in the classifier, no filter.
                         Match::Acl { .. } => {}
                         m => {
                             let (c, addr) =
                                 PrefixClass::of(&m).expect("a prefix match has a class");
                             let keys = class_keys.get_mut(&c).expect("counted above");
-                            keys.push((c.hash_masked(&addr), value_for(slot)));
+                            keys.push((c.hash_masked(&secret, &addr), value_for(slot)));
                         }
                     }
                     if r.action == cfdp_rules::Action::Count {
@@ -204,7 +205,8 @@ impl RuleStore {
         }
         let slots = keep_slots.then_some(slots);
         let acl = multi_field(&set)?;
-        let tables = Tables::from_parts(Arc::clone(&flow_filter), exact, parts, slots, acl);
+        let tables = Tables::from_parts(Arc::clone(&flow_filter), exact, parts, slots, acl)
+            .with_hash_secret(cfg.hash_secret);
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
         let factory = r.factory();
         Ok(Self {

@@ -27,6 +27,10 @@ pub struct StoreConfig {
     /// Most rules at once (slots; also the filter value width in
     /// filter-only mode).
     pub max_rules: usize,
+    /// The secrets filter keys are hashed with (`cfdp_rules::HashSecret`:
+    /// the public ones by default; `cfdp run` draws random ones in
+    /// filter-only mode).
+    pub hash_secret: cfdp_rules::HashSecret,
 }
 
 impl Default for StoreConfig {
@@ -40,6 +44,7 @@ impl Default for StoreConfig {
             max_kicks: 500,
             auto_grow: true,
             max_rules: 1 << 20,
+            hash_secret: cfdp_rules::HashSecret::PUBLIC,
         }
     }
 }
@@ -81,6 +86,24 @@ impl StoreConfig {
         let cfg = self.filter_config(capacity)?;
         Ok(Arc::new(Filter::new(cfg)?))
     }
+}
+
+/// The hash secrets for `mode` and `[filter] hash_seed`: derived from that
+/// seed when it is set (reproducible runs); otherwise random ones in
+/// filter-only mode, where a precomputed collision would take another
+/// rule's action, and the public ones in verify mode, where it costs one
+/// exact-table probe (see `cfdp_rules::HashSecret`).
+pub fn hash_secret_for(mode: Mode, seed: u64) -> Result<cfdp_rules::HashSecret, StoreError> {
+    use cfdp_rules::HashSecret;
+    if seed != 0 {
+        return Ok(HashSecret::from_seed(seed));
+    }
+    if mode != Mode::FilterOnly {
+        return Ok(HashSecret::PUBLIC);
+    }
+    let mut raw = [0u8; 8];
+    getrandom::fill(&mut raw).map_err(|e| StoreError::Random(e.to_string()))?;
+    Ok(HashSecret::from_seed(u64::from_le_bytes(raw)))
 }
 
 impl StoreConfig {

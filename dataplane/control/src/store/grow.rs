@@ -77,7 +77,7 @@ impl RuleStore {
 
     /// (hash, value) of every key of a domain as the batch leaves it so far.
     pub(super) fn domain_keys(&self, p: &Pending, d: &Domain) -> Vec<(u64, u32)> {
-        let in_domain = |m: &Match| match (d, domain_and_hash(m)) {
+        let in_domain = |m: &Match| match (d, domain_and_hash(&self.cfg.hash_secret, m)) {
             (Domain::Flow, (Domain::Flow, h)) => Some(h),
             (Domain::Class(c), (Domain::Class(c2), h)) if *c == c2 => Some(h),
             _ => None,

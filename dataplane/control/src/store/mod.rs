@@ -48,7 +48,7 @@ mod transaction;
 mod types;
 mod views;
 
-pub use config::StoreConfig;
+pub use config::{hash_secret_for, StoreConfig};
 pub use state::RuleStore;
 pub use types::{ApplyError, BatchReport, InsertReport, StoreError, Timing};
 pub use views::{class_name, CountSlot, FilterStats, MemoryStats, OneFilter, RuleCount};

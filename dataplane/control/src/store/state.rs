@@ -49,10 +49,10 @@ impl RuleStore {
     pub fn new(cfg: StoreConfig, stats: Arc<LiveStats>) -> Result<Self, StoreError> {
         cfg.check_max_rules()?;
         let flow_filter = cfg.new_filter(cfg.flow_capacity)?;
-        let (w, r) = left_right::new_from_empty::<Tables, Op>(Tables::new(
-            Arc::clone(&flow_filter),
-            cfg.mode == Mode::FilterOnly,
-        ));
+        let (w, r) = left_right::new_from_empty::<Tables, Op>(
+            Tables::new(Arc::clone(&flow_filter), cfg.mode == Mode::FilterOnly)
+                .with_hash_secret(cfg.hash_secret),
+        );
         let factory = r.factory();
         let rules = if cfg.mode == Mode::FilterOnly {
             RuleSet::with_match_index()

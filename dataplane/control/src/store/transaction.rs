@@ -19,7 +19,7 @@ use hashbrown::HashMap;
 
 use super::state::RuleStore;
 use super::types::{
-    domain_and_hash, id_taken, match_taken, prefix_addr, ApplyError, BatchReport, Domain,
+    class_of, domain_and_hash, id_taken, match_taken, prefix_addr, ApplyError, BatchReport, Domain,
     InsertReport, Stored, Timing,
 };
 use super::views::domain_name;
@@ -245,7 +245,7 @@ impl RuleStore {
         slot: u32,
         hints: &ClassHints,
     ) -> Result<Placement, UpdateResult> {
-        let (domain, h) = domain_and_hash(&rule.matcher);
+        let (domain, h) = domain_and_hash(&self.cfg.hash_secret, &rule.matcher);
         if let Domain::Acl = domain {
             // No filter: the classifier's tables take it (with the op).
             return Ok(Placement::Entry);
@@ -310,7 +310,7 @@ impl RuleStore {
     /// carries the rule, and only a key placed in a Bloom part (whose
     /// answers carry no slot) goes into the exact tables.
     fn queue_insert_op(&self, p: &mut Pending, rule: &Rule, slot: u32, placed: Option<Placement>) {
-        let (domain, h) = domain_and_hash(&rule.matcher);
+        let (domain, h) = domain_and_hash(&self.cfg.hash_secret, &rule.matcher);
         if let Domain::Acl = domain {
             Self::queue_table_entry(p, rule, slot);
             return;
@@ -381,7 +381,7 @@ impl RuleStore {
     }
 
     fn queue_remove(&self, p: &mut Pending, s: &Stored) {
-        let (d, h) = domain_and_hash(&s.rule.matcher);
+        let (d, h) = domain_and_hash(&self.cfg.hash_secret, &s.rule.matcher);
         if let Domain::Acl = d {
             p.ops.push(Op::RemoveAcl(s.rule.id));
             return;
@@ -472,7 +472,7 @@ impl RuleStore {
                 if execute {
                     if same_match {
                         self.queue_insert_op(p, r, old.slot, None);
-                        if let (Domain::Class(c), _) = domain_and_hash(&r.matcher) {
+                        if let Some(c) = class_of(&r.matcher) {
                             // An overwrite, not a new entry.
                             *p.class_delta.entry(c).or_default() -= 1;
                         }
@@ -566,7 +566,7 @@ fn class_hints(batch: &Batch) -> ClassHints {
     let mut h = ClassHints::new();
     for u in batch.updates.iter().flatten() {
         if let Update::Insert(r) | Update::Modify(r) = u {
-            if let (Domain::Class(c), _) = domain_and_hash(&r.matcher) {
+            if let Some(c) = class_of(&r.matcher) {
                 *h.entry(c).or_default() += 1;
             }
         }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cfdp_filter::Filter;
-use cfdp_rules::{Atomicity, Code, Match, PrefixClass, Rule, RuleId, UpdateResult};
+use cfdp_rules::{Atomicity, Code, HashSecret, Match, PrefixClass, Rule, RuleId, UpdateResult};
 use serde::Serialize;
 
 use crate::journal::JournalError;
@@ -96,12 +96,20 @@ pub(super) enum Domain {
     Acl,
 }
 
-pub(super) fn domain_and_hash(m: &Match) -> (Domain, u64) {
+pub(super) fn domain_and_hash(secret: &HashSecret, m: &Match) -> (Domain, u64) {
     match (m, PrefixClass::of(m)) {
-        (Match::Flow(k), _) => (Domain::Flow, k.hash()),
-        (_, Some((class, addr))) => (Domain::Class(class), class.hash_masked(&addr)),
+        (Match::Flow(k), _) => (Domain::Flow, k.hash_with(secret)),
+        (_, Some((class, addr))) => (Domain::Class(class), class.hash_masked(secret, &addr)),
         (Match::Acl { .. }, _) => (Domain::Acl, 0),
         (Match::Prefix { .. }, None) => unreachable!("a prefix match has a class"),
+    }
+}
+
+/// The prefix class a rule's filter key lives in (prefix rules only).
+pub(super) fn class_of(m: &Match) -> Option<PrefixClass> {
+    match m {
+        Match::Prefix { .. } => PrefixClass::of(m).map(|(c, _)| c),
+        _ => None,
     }
 }
 
@@ -121,6 +129,8 @@ pub enum StoreError {
     Fingerprint(#[from] cfdp_engine::FingerprintTooNarrow),
     #[error("filter: {0}")]
     FilterConfig(#[from] cfdp_filter::ConfigError),
+    #[error("no random bytes for the hash secret: {0}")]
+    Random(String),
     /// A filter that cannot hold its keys even at the largest size.
     #[error("{name} filter: {placed} of {total} keys placed at 2^30 buckets")]
     TooLarge {

@@ -38,6 +38,28 @@ pub struct ClusterConfig {
     pub prefix: String,
     /// This node's name, unique in the fleet (empty: the host name).
     pub node: String,
+    /// TLS and authentication towards etcd (`cfdp_cluster::security`);
+    /// empty: none.
+    pub ca_file: String,
+    pub cert_file: String,
+    pub key_file: String,
+    pub user: String,
+    pub password_file: String,
+}
+
+impl ClusterConfig {
+    /// The TLS and authentication settings (empty strings: unset).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub fn security(&self) -> cfdp_cluster::EtcdSecurity {
+        let path = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
+        cfdp_cluster::EtcdSecurity {
+            ca_file: path(&self.ca_file),
+            cert_file: path(&self.cert_file),
+            key_file: path(&self.key_file),
+            user: (!self.user.is_empty()).then(|| self.user.clone()),
+            password_file: path(&self.password_file),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]

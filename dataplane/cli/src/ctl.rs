@@ -149,8 +149,8 @@ fn tcp_token(token_file: Option<PathBuf>) -> Result<cfdp_control::auth::Token, E
 pub fn fleet(
     etcd: &[String],
     prefix: &str,
-    max_txn_ops: usize,
-    max_request_bytes: usize,
+    security: &cfdp_cluster::EtcdSecurity,
+    (max_txn_ops, max_request_bytes): (usize, usize),
     cmd: CtlCmd,
 ) -> ExitCode {
     use cfdp_cluster::ctl::{run, Command, TxnLimits};
@@ -196,11 +196,17 @@ pub fn fleet(
             return ExitCode::from(2);
         }
     };
-    ExitCode::from(run(etcd, prefix, cmd))
+    ExitCode::from(run(etcd, security, prefix, cmd))
 }
 
 #[cfg(not(feature = "etcd"))]
-pub fn fleet(_: &[String], _: &str, _: usize, _: usize, _: CtlCmd) -> ExitCode {
+pub fn fleet(
+    _: &[String],
+    _: &str,
+    _: &cfdp_cluster::EtcdSecurity,
+    _: (usize, usize),
+    _: CtlCmd,
+) -> ExitCode {
     eprintln!(
         "cfdp ctl: this cfdp was built without etcd: cargo build --release -p cfdp \
          --features etcd (needs protoc: apt-get install protobuf-compiler)"

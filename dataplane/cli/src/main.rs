@@ -104,9 +104,45 @@ enum Cmd {
         /// etcd's --max-request-bytes.
         #[arg(long, default_value_t = 1536 * 1024)]
         max_request_bytes: usize,
+        #[command(flatten)]
+        etcd_security: Box<EtcdSecurityArgs>,
         #[command(subcommand)]
         cmd: CtlCmd,
     },
+}
+
+/// TLS and authentication towards etcd (`cfdp_cluster::security`), the
+/// same settings as a node's `[cluster]` section.
+#[derive(clap::Args)]
+struct EtcdSecurityArgs {
+    /// CA certificate (PEM) etcd's server certificate must chain to
+    /// (endpoints are then https://).
+    #[arg(long, requires = "etcd")]
+    etcd_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd's --client-cert-auth.
+    #[arg(long, requires_all = ["etcd", "etcd_key"])]
+    etcd_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, requires_all = ["etcd", "etcd_cert"])]
+    etcd_key: Option<PathBuf>,
+    /// etcd user (etcd's authentication on).
+    #[arg(long, requires_all = ["etcd", "etcd_password_file"])]
+    etcd_user: Option<String>,
+    /// File holding the user's password (not readable by others).
+    #[arg(long, requires_all = ["etcd", "etcd_user"])]
+    etcd_password_file: Option<PathBuf>,
+}
+
+impl EtcdSecurityArgs {
+    fn security(self) -> cfdp_cluster::EtcdSecurity {
+        cfdp_cluster::EtcdSecurity {
+            ca_file: self.etcd_ca,
+            cert_file: self.etcd_cert,
+            key_file: self.etcd_key,
+            user: self.etcd_user,
+            password_file: self.etcd_password_file,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -199,12 +235,14 @@ fn main() -> ExitCode {
             prefix,
             max_txn_ops,
             max_request_bytes,
+            etcd_security,
             cmd,
         } => {
             if etcd.is_empty() {
                 ctl::ctl(socket, tcp, token_file, cmd)
             } else {
-                ctl::fleet(&etcd, &prefix, max_txn_ops, max_request_bytes, cmd)
+                let limits = (max_txn_ops, max_request_bytes);
+                ctl::fleet(&etcd, &prefix, &(*etcd_security).security(), limits, cmd)
             }
         }
         Cmd::Run {

@@ -478,6 +478,7 @@ fn spawn_agent(
 ) -> Result<std::thread::JoinHandle<()>, RunError> {
     let opts = cfdp_cluster::node::NodeOptions {
         endpoints: cfg.cluster.etcd.clone(),
+        security: cfg.cluster.security(),
         prefix: cfg.cluster.prefix.clone(),
         node: node_name(cfg),
         state_dir: (!cfg.control.state_dir.is_empty())

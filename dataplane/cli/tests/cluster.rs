@@ -54,7 +54,11 @@ impl Etcd {
 
     /// A client of this etcd, for what `cfdp ctl` does not do (compaction).
     fn client(&self) -> cfdp_cluster::etcd::Etcd {
-        cfdp_cluster::etcd::Etcd::connect(std::slice::from_ref(&self.url)).unwrap()
+        cfdp_cluster::etcd::Etcd::connect(
+            std::slice::from_ref(&self.url),
+            &cfdp_cluster::EtcdSecurity::default(),
+        )
+        .unwrap()
     }
 
     /// `cfdp ctl --etcd … --prefix P ARGS`: its JSON and exit status.
@@ -830,4 +834,178 @@ fn multi_field_rules_follow_the_fleet() {
     assert_eq!(want[0]["priority"], 30, "{want:?}");
     assert_eq!(a.rules(), want);
     assert_eq!(b.rules(), want);
+}
+
+/// PEM files for a TLS fleet: a CA, etcd's server certificate for
+/// 127.0.0.1, and a client certificate whose common name is `root` (with
+/// etcd's authentication on, a client certificate without a password acts
+/// as the user its common name names).
+struct Pki {
+    ca: PathBuf,
+    server: PathBuf,
+    server_key: PathBuf,
+    client: PathBuf,
+    client_key: PathBuf,
+}
+
+fn pki(dir: &Path) -> Pki {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "cfdp test CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let leaf = |cn: &str, sans: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(sans).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![usage];
+        let cert = p.signed_by(&key, &ca_cert, &ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server, server_key) = leaf(
+        "etcd",
+        vec!["127.0.0.1".into(), "localhost".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (client, client_key) = leaf("root", vec![], ExtendedKeyUsagePurpose::ClientAuth);
+    let write = |name: &str, text: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    };
+    Pki {
+        ca: write("ca.pem", &ca_cert.pem()),
+        server: write("server.pem", &server),
+        server_key: write("server-key.pem", &server_key),
+        client: write("client.pem", &client),
+        client_key: write("client-key.pem", &client_key),
+    }
+}
+
+/// The security review's item 7: a fleet whose etcd serves TLS only to
+/// clients with a certificate of the fleet's CA, with etcd's own
+/// authentication on and the nodes' user granted the fleet's prefix alone.
+/// A node and `cfdp ctl` with certificate and user work; without a client
+/// certificate, or with another prefix, they are refused.
+#[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
+fn a_fleet_over_tls_with_client_certificates_and_an_etcd_user() {
+    let Some(plain) = Etcd::start("tls") else {
+        return;
+    };
+    let dir = plain.dir.clone();
+    let p = pki(&dir);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let server = EtcdServer::start_tls(
+        &dir,
+        &[
+            "--cert-file",
+            &s(&p.server),
+            "--key-file",
+            &s(&p.server_key),
+            "--trusted-ca-file",
+            &s(&p.ca),
+            "--client-cert-auth",
+        ],
+    )
+    .unwrap();
+    let url = server.url.clone();
+    let etcd = Etcd {
+        url: url.clone(),
+        server,
+        dir: dir.join("tls"),
+    };
+    std::fs::create_dir_all(&etcd.dir).unwrap();
+    let etcdctl = |args: &[&str]| {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &url, "--cacert", &s(&p.ca)])
+            .args(["--cert", &s(&p.client), "--key", &s(&p.client_key)])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    etcdctl(&["user", "add", "root", "--new-user-password", "root-pw"]);
+    etcdctl(&["user", "grant-role", "root", "root"]);
+    etcdctl(&["role", "add", "fleet"]);
+    etcdctl(&[
+        "role",
+        "grant-permission",
+        "fleet",
+        "--prefix=true",
+        "readwrite",
+        "/cfdp/tls/",
+    ]);
+    etcdctl(&["user", "add", "node", "--new-user-password", "node-pw"]);
+    etcdctl(&["user", "grant-role", "node", "fleet"]);
+    etcdctl(&["auth", "enable"]);
+    let pw = etcd.dir.join("node.password");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&pw, "node-pw\n").unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let secure = [
+        "--etcd-ca".to_string(),
+        s(&p.ca),
+        "--etcd-cert".into(),
+        s(&p.client),
+        "--etcd-key".into(),
+        s(&p.client_key),
+        "--etcd-user".into(),
+        "node".into(),
+        "--etcd-password-file".into(),
+        s(&pw),
+    ];
+    let batch = write_batch(
+        &etcd.dir,
+        "tls",
+        json!({"updates": [{"op": "insert", "rule": flow(1, 1000)}]}),
+    );
+    let ctl = |prefix: &str, extra: &[String], args: &[&str]| {
+        let mut all: Vec<&str> = extra.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        etcd.ctl(prefix, &all)
+    };
+    // With certificate and user, on the fleet's prefix: applied.
+    let (r, code) = ctl("/cfdp/tls", &secure, &["apply", &batch]);
+    assert_eq!(code, 0, "{r}");
+    let g = r["generation"].as_i64().unwrap();
+    // Another prefix: etcd refuses the user.
+    let (r, code) = ctl("/cfdp/other", &secure, &["apply", &batch]);
+    assert_ne!(code, 0, "{r}");
+    // No client certificate: the TLS handshake fails.
+    let (r, code) = ctl("/cfdp/tls", &secure[..2], &["rules"]);
+    assert_ne!(code, 0, "{r}");
+    // A node with the same settings in its [cluster] section follows.
+    let extra = format!(
+        "ca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\nuser = \"node\"\npassword_file = {:?}\n",
+        p.ca, p.client, p.client_key, pw
+    );
+    let mut node = Node::start_with(&etcd, "/cfdp/tls", "tls-node", &extra);
+    node.caught_up(g);
+    assert_eq!(node.rules(), fleet_rules_with(&etcd, "/cfdp/tls", &secure));
+    node.stop();
+    drop(plain);
+}
+
+/// The fleet's rules as `cfdp ctl --etcd … rules` lists them, with
+/// `extra` flags (TLS, user).
+fn fleet_rules_with(etcd: &Etcd, prefix: &str, extra: &[String]) -> Vec<Value> {
+    let mut args: Vec<&str> = extra.iter().map(String::as_str).collect();
+    args.push("rules");
+    let (r, code) = etcd.ctl(prefix, &args);
+    assert_eq!(code, 0, "{r}");
+    r["rules"].as_array().unwrap().clone()
 }

@@ -17,6 +17,7 @@ use crate::error::ClusterError;
 use crate::etcd::Etcd;
 use crate::keys::{canonical, Keys};
 use crate::plan::{plan, reads, View};
+use crate::security::EtcdSecurity;
 
 /// etcd's defaults for `--max-txn-ops` and `--max-request-bytes`; `cfdp
 /// ctl` refuses a batch that would not fit them (etcd would too) unless
@@ -63,9 +64,9 @@ pub enum Command {
 
 /// Runs `cmd`, prints its JSON, returns the exit code (0 done, 1 failed or
 /// timed out).
-pub fn run(endpoints: &[String], prefix: &str, cmd: Command) -> u8 {
+pub fn run(endpoints: &[String], security: &EtcdSecurity, prefix: &str, cmd: Command) -> u8 {
     let out = Keys::new(prefix)
-        .and_then(|keys| Ok((Etcd::connect(endpoints)?, keys)))
+        .and_then(|keys| Ok((Etcd::connect(endpoints, security)?, keys)))
         .and_then(|(mut etcd, keys)| match cmd {
             Command::Apply { batch, limits } => apply(&mut etcd, &keys, &batch, limits),
             Command::Replace {

@@ -61,6 +61,9 @@ pub enum ClusterError {
     /// failing update's answer).
     #[error("local batch of {n} updates not applied: {first}")]
     NotApplied { n: usize, first: String },
+    /// The TLS or authentication settings cannot be used.
+    #[error(transparent)]
+    Security(#[from] crate::security::SecurityError),
     /// The agent thread could not be started.
     #[error("cannot start the cluster agent: {0}")]
     Spawn(#[source] std::io::Error),

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::error::ClusterError;
+use crate::security::EtcdSecurity;
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
@@ -42,8 +43,12 @@ pub struct Etcd {
     client: Client,
 }
 
-/// Largest watch message accepted.
-const MAX_MESSAGE: usize = 1 << 30;
+/// Largest watch message accepted: a node catching up gets past revisions
+/// in few, large messages (16 MB for 100 k updates); one larger than this
+/// fails the watch, and the node resyncs by paged reads instead. (It was
+/// 1 GiB: whoever could write the fleet's keys could make every node take
+/// that much memory.)
+const MAX_MESSAGE: usize = 64 << 20;
 
 /// Keys per page of a prefix read.
 const PAGE: i64 = 5_000;
@@ -71,22 +76,40 @@ fn err(what: &str, source: etcd_client::Error) -> ClusterError {
 }
 
 impl Etcd {
-    /// Connects to `endpoints` (`http://host:port`).
-    pub fn connect(endpoints: &[String]) -> Result<Self, ClusterError> {
+    /// Connects to `endpoints` (`http://host:port`, or `https://` with a
+    /// CA in `security`), authenticating as `security` says.
+    pub fn connect(endpoints: &[String], security: &EtcdSecurity) -> Result<Self, ClusterError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(ClusterError::Runtime)?;
-        let opts = ConnectOptions::new()
+        let loaded = security.load()?;
+        let mut opts = ConnectOptions::new()
             .with_connect_timeout(REQUEST_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT);
+        if loaded.ca_pem.is_some() || loaded.identity.is_some() {
+            let mut tls = etcd_client::TlsOptions::new();
+            if let Some(ca) = &loaded.ca_pem {
+                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(ca));
+            }
+            if let Some((cert, key)) = &loaded.identity {
+                tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
+            }
+            opts = opts.with_tls(tls);
+        }
+        if let Some((user, password)) = loaded.user {
+            opts = opts.with_user(user, password);
+        }
         let client = rt
             .block_on(Client::connect(endpoints, Some(opts)))
             .map_err(|e| err(&format!("connect to {}", endpoints.join(",")), e))?;
         let mut e = Etcd { rt, client };
-        // Connecting is lazy: ask something now, so a wrong address is
-        // reported here.
-        e.get_prefix("\0cfdp-connect-check")?;
+        // Connecting is lazy: ask something now, so a wrong address (or
+        // certificate, or password) is reported here. The member's status
+        // needs no key permission: a user granted only the fleet's prefix
+        // may ask it.
+        e.rt.block_on(e.client.status())
+            .map_err(|err_| err(&format!("connect to {}", endpoints.join(",")), err_))?;
         Ok(e)
     }
 

@@ -25,6 +25,7 @@
 pub mod error;
 pub mod keys;
 pub mod plan;
+pub mod security;
 
 #[cfg(feature = "etcd")]
 pub mod ctl;
@@ -38,3 +39,4 @@ pub const AVAILABLE: bool = cfg!(feature = "etcd");
 
 pub use error::ClusterError;
 pub use keys::Keys;
+pub use security::EtcdSecurity;

@@ -63,6 +63,8 @@ struct SavedRevision {
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
     pub endpoints: Vec<String>,
+    /// TLS and authentication towards etcd.
+    pub security: crate::EtcdSecurity,
     pub prefix: String,
     pub node: String,
     /// Where the last applied revision is kept (`[control] state_dir`);
@@ -140,7 +142,7 @@ impl Agent {
             *r = (*r * 2).min(RETRY_MAX);
         };
         while !stop.load(Ordering::Relaxed) {
-            let mut etcd = match Etcd::connect(&self.opts.endpoints) {
+            let mut etcd = match Etcd::connect(&self.opts.endpoints, &self.opts.security) {
                 Ok(e) => e,
                 Err(e) => {
                     self.fail(None, e);

@@ -13,7 +13,7 @@
 //! test binary holds only this test, so nothing else allocates meanwhile),
 //! and checked against the store's own accounting (`stats` → `memory`).
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use cfdp_control::{RuleStore, StoreConfig};

@@ -61,11 +61,26 @@ impl EtcdServer {
     /// Free ports can be taken again between the probe and etcd's bind
     /// (tests run in parallel): a start whose etcd exits is retried.
     pub fn start(dir: &Path, extra: &[&str]) -> Result<EtcdServer, EtcdNotStarted> {
+        Self::start_scheme(dir, "http", extra)
+    }
+
+    /// As [`EtcdServer::start`], serving clients over TLS: `extra` must
+    /// give etcd its `--cert-file` and `--key-file` (and, for client
+    /// certificates, `--trusted-ca-file` and `--client-cert-auth`).
+    pub fn start_tls(dir: &Path, extra: &[&str]) -> Result<EtcdServer, EtcdNotStarted> {
+        Self::start_scheme(dir, "https", extra)
+    }
+
+    fn start_scheme(
+        dir: &Path,
+        scheme: &str,
+        extra: &[&str],
+    ) -> Result<EtcdServer, EtcdNotStarted> {
         for _ in 0..5 {
             let ports = (free_port(), free_port());
             let mut e = EtcdServer {
                 child: None,
-                url: format!("http://127.0.0.1:{}", ports.0),
+                url: format!("{scheme}://127.0.0.1:{}", ports.0),
                 data: dir.join(format!("etcd-{}", ports.0)),
                 ports,
                 extra: extra.iter().map(std::string::ToString::to_string).collect(),

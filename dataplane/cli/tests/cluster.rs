@@ -1009,3 +1009,31 @@ fn fleet_rules_with(etcd: &Etcd, prefix: &str, extra: &[String]) -> Vec<Value> {
     assert_eq!(code, 0, "{r}");
     r["rules"].as_array().unwrap().clone()
 }
+
+/// A node's agent applies the fleet's revisions and resyncs whatever their
+/// size: its socket's `max_batch` bounds requests, not the fleet (a 100 k
+/// update resync refused by a 64 k `max_batch` left a node behind for
+/// good). Here a node with `max_batch = 4` follows a 6-update batch.
+#[test]
+fn a_node_follows_batches_larger_than_its_max_batch() {
+    let Some(etcd) = Etcd::start("bound") else {
+        return;
+    };
+    let prefix = "/cfdp/bound";
+    let mut n = Node::start(&etcd, prefix, "small");
+    n.stop();
+    let text = std::fs::read_to_string(&n.cfg).unwrap();
+    std::fs::write(
+        &n.cfg,
+        text.replacen("[control]\n", "[control]\nmax_batch = 4\n", 1),
+    )
+    .unwrap();
+    n.restart();
+    let updates: Vec<Value> = (1..=6)
+        .map(|i| json!({"op": "insert", "rule": flow(i, 1000 + i as u16)}))
+        .collect();
+    let g = apply(&etcd, prefix, "six", json!({ "updates": updates }));
+    n.caught_up(g);
+    assert_eq!(n.rules().len(), 6);
+    n.stop();
+}

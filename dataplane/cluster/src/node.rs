@@ -478,11 +478,16 @@ impl Agent {
 
     fn batch(&self, updates: Vec<Update>) -> Result<(), ClusterError> {
         let n = updates.len();
-        let report = self.control.apply(Batch {
+        // Held to the rule set's size, not to the socket's max_batch: a
+        // revision or a resync refused would leave the node behind.
+        let batch = Batch {
             atomicity: self.atomicity,
             expected_generation: None,
             updates: updates.into_iter().map(Ok).collect(),
-        })?;
+        };
+        let report = self
+            .control
+            .apply_bounded(batch, cfdp_control::api::BatchBound::RuleSet)?;
         if !report.applied {
             let first = report
                 .results

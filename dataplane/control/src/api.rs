@@ -80,6 +80,22 @@ pub struct ApplyCommand {
     pub updates_text: Option<String>,
     /// µs the edge spent reading the batch (reported in its timing).
     pub parse_us: u64,
+    /// The bound its size is held to.
+    pub bound: BatchBound,
+}
+
+/// Which bound a batch's size is held to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BatchBound {
+    /// `max_batch`: requests from the socket and from in-process clients.
+    #[default]
+    Request,
+    /// The rule set's: twice `max_rules` (every rule deleted and another
+    /// inserted). A fleet node's agent, whose batches are the fleet's etcd
+    /// revisions and resyncs to the whole fleet rule set: refusing those
+    /// would leave the node behind its fleet for good (a 100 k-update
+    /// resync was refused by a 64 k `max_batch`).
+    RuleSet,
 }
 
 impl ApplyCommand {
@@ -89,6 +105,7 @@ impl ApplyCommand {
             batch: Ok(batch),
             updates_text: None,
             parse_us: 0,
+            bound: BatchBound::Request,
         }
     }
 }
@@ -379,11 +396,21 @@ impl ControlHandle {
     /// Applies a batch; an update that failed is in the report, not an
     /// error (see [`BatchReport::applied`]).
     pub fn apply(&self, batch: Batch) -> Result<BatchReport, ControlError> {
-        answer!(
-            self.call(Command::Apply(ApplyCommand::new(batch))),
-            Batch,
-            "apply"
-        )
+        self.apply_bounded(batch, BatchBound::Request)
+    }
+
+    /// [`ControlHandle::apply`] held to `bound` (a fleet agent's batches:
+    /// [`BatchBound::RuleSet`]).
+    pub fn apply_bounded(
+        &self,
+        batch: Batch,
+        bound: BatchBound,
+    ) -> Result<BatchReport, ControlError> {
+        let cmd = ApplyCommand {
+            bound,
+            ..ApplyCommand::new(batch)
+        };
+        answer!(self.call(Command::Apply(cmd)), Batch, "apply")
     }
 
     pub fn replace(

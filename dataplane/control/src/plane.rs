@@ -288,6 +288,7 @@ impl ControlPlane {
                 batch: Ok(batch),
                 updates_text: None,
                 parse_us: t0.elapsed().as_micros() as u64,
+                bound: crate::api::BatchBound::Request,
             })?)
         };
         Ok(ReplaceReport {
@@ -311,7 +312,10 @@ impl ControlPlane {
     /// the whole batch was refused. When `updates_text` is given and every
     /// update applies, the journal records that text as it is.
     pub fn apply(&mut self, cmd: ApplyCommand) -> Result<BatchReport, ControlError> {
-        let max = self.cfg.requests.max_batch;
+        let max = match cmd.bound {
+            crate::api::BatchBound::Request => self.cfg.requests.max_batch,
+            crate::api::BatchBound::RuleSet => self.store.config().max_rules.saturating_mul(2),
+        };
         let batch = match cmd.batch {
             // In-process callers are held to the socket's bound too.
             Ok(b) if b.updates.len() > max => {

@@ -44,6 +44,7 @@ pub fn command(
                 batch,
                 updates_text,
                 parse_us: parse_us + t0.elapsed().as_micros() as u64,
+                bound: crate::api::BatchBound::Request,
             }))
         }
         Method::Get => {

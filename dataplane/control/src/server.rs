@@ -685,6 +685,64 @@ mod tests {
         }
     }
 
+    /// A connection that sends only blank lines is idle: it is closed
+    /// after the idle timeout however often the blank lines come (they
+    /// restarted the clock, so 64 such connections held every slot).
+    #[test]
+    fn blank_lines_do_not_keep_an_idle_connection() {
+        let stats = Arc::new(cfdp_engine::LiveStats::new(1, 1024));
+        let cfg = crate::StoreConfig {
+            max_rules: 1024,
+            ..crate::StoreConfig::default()
+        };
+        let store = crate::RuleStore::new(cfg, stats).unwrap();
+        let plane =
+            crate::plane::ControlPlane::new(store, None, crate::plane::PlaneConfig::default());
+        let (tx, _rx) = crossbeam::channel::bounded(1);
+        let ctx = ServerCtx {
+            limits: Limits {
+                requests: RequestLimits::default(),
+                idle_timeout: Duration::from_millis(300),
+                request_timeout: Duration::from_secs(5),
+                allowed_uids: vec![],
+                allowed_gids: vec![],
+            },
+            control: ControlHandle::new(tx),
+            board: plane.board(),
+            stop: Arc::new(AtomicBool::new(false)),
+            slots: Slots::new(crate::slots::SlotLimits::new(4, 4)),
+            parsing: ParseBudget::new(1 << 20),
+            cluster: None,
+        };
+        let (server_side, client) = UnixStream::pair().unwrap();
+        let writer = server_side.try_clone().unwrap();
+        let served =
+            std::thread::spawn(move || serve_conn(server_side, writer, &ctx, &Door::Unix(0)));
+        client
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        // A blank line every 50 ms for up to 10 s (pacing, not waiting for
+        // anything); the server must close the connection meanwhile.
+        let mut closed = false;
+        for _ in 0..200 {
+            if (&client).write_all(b"\n").is_err() {
+                closed = true;
+                break;
+            }
+            let mut buf = [0u8; 64];
+            match (&client).read(&mut buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(_) => panic!("an answer to a blank line"),
+                Err(_) => {}
+            }
+        }
+        assert!(closed, "a connection sending blank lines was never closed");
+        served.join().unwrap();
+    }
+
     #[test]
     fn long_lines_are_skipped_whole_and_the_next_line_survives() {
         let got = lines(b"short\nthis line is far too long\nok\nlast", 8);

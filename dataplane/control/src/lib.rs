@@ -19,9 +19,11 @@
 
 pub mod api;
 pub mod auth;
+pub mod budget;
 pub mod client;
 pub mod files;
 pub mod journal;
+pub mod lines;
 pub mod metrics;
 pub mod plane;
 pub mod server;

@@ -25,13 +25,13 @@
 //! like HTTP: a browser's cross-site POST to a loopback port must not be
 //! read as requests.
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{BufReader, ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -40,6 +40,9 @@ use serde_json::Value;
 
 use crate::api::{Command, ControlError, ControlHandle, NodeStatus, RequestLimits, Response};
 use crate::auth::Token;
+pub use crate::budget::ParseBudget;
+use crate::lines::{looks_like_http, Deadlines};
+pub use crate::lines::{read_line_limited, Line, Stream};
 use crate::slots::{Peer, Slot, Slots};
 use crate::stats::StatsBoard;
 use crate::wire;
@@ -300,31 +303,6 @@ pub fn serve_tcp(l: TcpListener, ctx: ServerCtx, token: Token) -> std::io::Resul
         })
 }
 
-/// What both stream kinds offer.
-pub trait Stream: Read + Write + Send + 'static {
-    fn set_nonblocking(&self, on: bool) -> std::io::Result<()>;
-    fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()>;
-    fn set_write_timeout(&self, d: Option<Duration>) -> std::io::Result<()>;
-}
-
-macro_rules! impl_stream {
-    ($t:ty) => {
-        impl Stream for $t {
-            fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
-                <$t>::set_nonblocking(self, on)
-            }
-            fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
-                <$t>::set_read_timeout(self, d)
-            }
-            fn set_write_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
-                <$t>::set_write_timeout(self, d)
-            }
-        }
-    };
-}
-impl_stream!(UnixStream);
-impl_stream!(TcpStream);
-
 /// The door a connection came in by, with what that door checks.
 #[derive(Clone)]
 enum Door {
@@ -371,78 +349,6 @@ fn admit<S: Stream>(s: S, door: Door, ctx: &ServerCtx, clone: impl Fn(&S) -> std
     if let Err(e) = spawned {
         eprintln!("cfdp: control: cannot start a connection thread: {e}");
     }
-}
-
-/// One line from a connection.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Line {
-    /// A complete line (without its newline) is in the buffer.
-    Complete,
-    /// The line exceeded the limit; its bytes were skipped up to the newline.
-    TooLong,
-    /// End of stream (a last line without newline is returned first as
-    /// `Complete`).
-    Eof,
-    /// Nothing arrived within the idle timeout (or a line stalled half-way).
-    Idle,
-}
-
-/// Reads one line of at most `max` bytes into `buf` (cleared first). Never
-/// buffers more than `max` bytes of one line, however long it is.
-pub fn read_line_limited<R: Read>(
-    r: &mut BufReader<R>,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Line> {
-    buf.clear();
-    let mut too_long = false;
-    loop {
-        let avail = match r.fill_buf() {
-            Ok(b) => b,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Ok(Line::Idle)
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if avail.is_empty() {
-            return Ok(if too_long {
-                Line::TooLong
-            } else if buf.is_empty() {
-                Line::Eof
-            } else {
-                Line::Complete
-            });
-        }
-        let (chunk, done) = match avail.iter().position(|&b| b == b'\n') {
-            Some(i) => (&avail[..i], i + 1),
-            None => (avail, avail.len()),
-        };
-        let newline = done > chunk.len();
-        if !too_long {
-            if buf.len() + chunk.len() > max {
-                too_long = true;
-                buf.clear();
-            } else {
-                buf.extend_from_slice(chunk);
-            }
-        }
-        r.consume(done);
-        if newline {
-            return Ok(if too_long {
-                Line::TooLong
-            } else {
-                Line::Complete
-            });
-        }
-    }
-}
-
-/// Whether a line is the start of an HTTP request (`GET / HTTP/1.1`):
-/// a browser talking to a loopback port, never a control client.
-fn looks_like_http(line: &[u8]) -> bool {
-    let word = line.iter().take_while(|b| b.is_ascii_uppercase()).count();
-    word > 0 && line.get(word) == Some(&b' ') && line.windows(6).any(|w| w == b" HTTP/")
 }
 
 /// Whether the connection goes on after a line.
@@ -517,95 +423,6 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx, door: &Door)
     }
 }
 
-/// A connection's reads under two clocks: waiting for a request's first
-/// byte lasts until `idle_deadline`; the rest of that line must come within `request`
-/// of its first byte, however it is spread over reads (a per-read timeout
-/// alone lets a client trickle a byte at a time forever).
-struct Deadlines<S> {
-    s: S,
-    /// When the next request must have started (blank lines do not move
-    /// it: they would keep an idle connection's slot forever).
-    idle_deadline: std::time::Instant,
-    request: Duration,
-    /// When the line being read must be complete (`None`: no byte yet).
-    line_deadline: Option<std::time::Instant>,
-}
-
-impl<S: Stream + Read> Read for Deadlines<S> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let deadline = self.line_deadline.unwrap_or(self.idle_deadline);
-        let timeout = deadline.saturating_duration_since(std::time::Instant::now());
-        if timeout.is_zero() {
-            return Err(ErrorKind::TimedOut.into());
-        }
-        self.s.set_read_timeout(Some(timeout))?;
-        let n = self.s.read(buf)?;
-        if n > 0 && self.line_deadline.is_none() {
-            self.line_deadline = Some(std::time::Instant::now() + self.request);
-        }
-        Ok(n)
-    }
-}
-
-/// The bytes of request lines being parsed at once, over all connections:
-/// a line waits until its share is free (a line longer than the whole
-/// budget waits until it is alone). Parsing builds typed rules, and on
-/// slow paths JSON trees, of several times a line's size; without a budget
-/// 64 connections each sending a 16 MiB line could take gigabytes at once.
-pub struct ParseBudget {
-    total: usize,
-    used: Mutex<usize>,
-    freed: Condvar,
-}
-
-impl ParseBudget {
-    pub fn new(total: usize) -> Arc<Self> {
-        Arc::new(Self {
-            total: total.max(1),
-            used: Mutex::new(0),
-            freed: Condvar::new(),
-        })
-    }
-
-    /// Waits for `n` bytes of the budget (at most all of it); they come
-    /// back when the guard drops.
-    pub fn take(&self, n: usize) -> ParseShare<'_> {
-        let n = n.min(self.total);
-        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
-        while *used + n > self.total {
-            used = self
-                .freed
-                .wait(used)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        *used += n;
-        ParseShare { budget: self, n }
-    }
-
-    /// Bytes taken now.
-    pub fn used(&self) -> usize {
-        *self.used.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// A share of the [`ParseBudget`].
-pub struct ParseShare<'a> {
-    budget: &'a ParseBudget,
-    n: usize,
-}
-
-impl Drop for ParseShare<'_> {
-    fn drop(&mut self) {
-        let mut used = self
-            .budget
-            .used
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *used -= self.n;
-        self.budget.freed.notify_all();
-    }
-}
-
 /// The response to one request line, as JSON text, and whether the
 /// connection goes on. `gate`: the token a TCP connection has still to
 /// present (`None`: it may send requests); `strict`: a line that is not a
@@ -672,19 +489,6 @@ fn answer(line: &[u8], ctx: &ServerCtx, gate: &mut Option<&Token>, strict: bool)
 mod tests {
     use super::*;
 
-    fn lines(input: &[u8], max: usize) -> Vec<(Line, Vec<u8>)> {
-        let mut r = BufReader::with_capacity(4, input);
-        let mut buf = Vec::new();
-        let mut out = Vec::new();
-        loop {
-            let l = read_line_limited(&mut r, &mut buf, max).unwrap();
-            if l == Line::Eof {
-                return out;
-            }
-            out.push((l, buf.clone()));
-        }
-    }
-
     /// A connection that sends only blank lines is idle: it is closed
     /// after the idle timeout however often the blank lines come (they
     /// restarted the clock, so 64 such connections held every slot).
@@ -730,7 +534,7 @@ mod tests {
                 break;
             }
             let mut buf = [0u8; 64];
-            match (&client).read(&mut buf) {
+            match std::io::Read::read(&mut &client, &mut buf) {
                 Ok(0) => {
                     closed = true;
                     break;
@@ -741,20 +545,6 @@ mod tests {
         }
         assert!(closed, "a connection sending blank lines was never closed");
         served.join().unwrap();
-    }
-
-    #[test]
-    fn long_lines_are_skipped_whole_and_the_next_line_survives() {
-        let got = lines(b"short\nthis line is far too long\nok\nlast", 8);
-        assert_eq!(
-            got,
-            vec![
-                (Line::Complete, b"short".to_vec()),
-                (Line::TooLong, vec![]),
-                (Line::Complete, b"ok".to_vec()),
-                (Line::Complete, b"last".to_vec()),
-            ]
-        );
     }
 
     /// The socket file's mode and group follow who is allowed: 0600 for

@@ -14,6 +14,7 @@
 
 pub mod captures;
 pub mod etcd;
+mod frames;
 pub mod trace;
 
 /// SplitMix64: a tiny, well-known deterministic generator for the soak

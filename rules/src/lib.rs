@@ -19,6 +19,7 @@ pub mod class;
 pub mod fast;
 pub mod file;
 pub mod flow;
+pub mod precedence;
 pub mod prefix;
 pub mod protocol;
 pub mod rule;
@@ -37,8 +38,11 @@ pub use class::PrefixClass;
 pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};
 pub use file::{parse_rule_file, parse_rule_list};
 pub use flow::{proto, FlowKey};
+pub use precedence::{matching, Precedence};
 pub use prefix::IpPrefix;
-pub use rule::{parse_rule, rule_to_json, Action, Dir, Match, Rule, RuleError, RuleId};
+pub use rule::{
+    parse_flow_key, parse_rule, rule_to_json, Action, Dir, Match, Rule, RuleError, RuleId,
+};
 
 /// Reads and parses a rule file; every field is validated (the error names
 /// the rule and the field). Duplicate ids and matches are the rule store's

@@ -25,10 +25,12 @@ pub enum Method {
     /// The whole intended rule set: only the difference is applied, as one
     /// atomic batch.
     Replace,
+    /// Which rule a 5-tuple gets, and why.
+    Trace,
 }
 
 impl Method {
-    pub const ALL: [Method; 9] = [
+    pub const ALL: [Method; 10] = [
         Method::Hello,
         Method::Apply,
         Method::Replace,
@@ -38,6 +40,7 @@ impl Method {
         Method::Migrate,
         Method::Snapshot,
         Method::Ping,
+        Method::Trace,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +54,7 @@ impl Method {
             Method::Snapshot => "snapshot",
             Method::Ping => "ping",
             Method::Replace => "replace",
+            Method::Trace => "trace",
         }
     }
 
@@ -67,6 +71,7 @@ impl Method {
             Method::Get => &["id"],
             Method::Migrate => &["budget"],
             Method::Replace => &["rules", "expected_generation"],
+            Method::Trace => &["src", "dst", "proto", "sport", "dport"],
             Method::Stats | Method::Snapshot | Method::Ping => &[],
         }
     }

@@ -430,6 +430,17 @@ fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
     })
 }
 
+/// A 5-tuple written as a flow rule's match is (`src`, `dst`, `proto`, and
+/// `sport`/`dport` for TCP and UDP): what `trace` asks about. The error
+/// names the field.
+pub fn parse_flow_key(v: &Value) -> Result<FlowKey, String> {
+    let Some(f) = v.as_object() else {
+        return Err("expected an object {src, dst, proto, sport, dport}".into());
+    };
+    parse_flow(f)
+        .map_err(|(field, msg)| format!("{}: {msg}", field.trim_start_matches("match.flow.")))
+}
+
 fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {
     check_keys(f, &["src", "dst", "proto", "sport", "dport"], "match.flow")?;
     let addr = |k: &str| -> Result<IpAddr, FieldErr> {

@@ -52,59 +52,16 @@ pub fn ctl(
     token_file: Option<PathBuf>,
     cmd: CtlCmd,
 ) -> ExitCode {
-    let (method, params) = match cmd {
-        CtlCmd::Apply {
-            file,
-            atomicity,
-            expected_generation,
-        } => match read_apply(&file, atomicity, expected_generation) {
-            Ok(batch) => ("apply", batch),
-            Err(code) => return code,
-        },
-        CtlCmd::Replace {
-            file,
-            expected_generation,
-        } => {
-            let rules = match read_rules(&file) {
-                Ok(r) => r,
-                Err(code) => return code,
-            };
-            let mut params = json!({ "rules": rules });
-            if let Some(g) = expected_generation {
-                params["expected_generation"] = g.into();
-            }
-            ("replace", params)
-        }
-        CtlCmd::Rules { offset, limit } => ("rules", json!({"offset": offset, "limit": limit})),
-        CtlCmd::Get { id } => ("get", json!({ "id": id })),
-        CtlCmd::Stats => ("stats", json!({})),
-        CtlCmd::Migrate { budget } => (
-            "migrate",
-            budget.map_or_else(|| json!({}), |b| json!({ "budget": b })),
-        ),
-        CtlCmd::Snapshot => ("snapshot", json!({})),
-        CtlCmd::Ping => ("ping", json!({})),
-        CtlCmd::Hello => ("hello", json!({})),
-        CtlCmd::Fleet | CtlCmd::Wait { .. } => {
-            eprintln!("cfdp ctl: fleet and wait talk to the fleet's etcd: give --etcd URL");
-            return ExitCode::from(2);
-        }
+    let (method, params, as_text) = match request(cmd) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
     let socket = match (socket, &tcp) {
         (Some(s), _) => Some(s),
         (None, Some(_)) => None,
-        (None, None) => match crate::config::load_config(None) {
-            Ok(c) if !c.control.socket.is_empty() => Some(PathBuf::from(c.control.socket)),
-            Ok(_) => {
-                eprintln!(
-                    "cfdp ctl: the default configuration has no control.socket: use --socket"
-                );
-                return ExitCode::from(2);
-            }
-            Err(e) => {
-                eprintln!("cfdp ctl: config: {e}");
-                return ExitCode::from(2);
-            }
+        (None, None) => match default_socket() {
+            Ok(s) => Some(s),
+            Err(code) => return code,
         },
     };
     let token = match (&socket, &tcp) {
@@ -122,7 +79,164 @@ pub fn ctl(
         },
         _ => unreachable!("one target is always set, and TCP has its token"),
     };
+    if as_text {
+        return trace_text(&target, params);
+    }
     ExitCode::from(client::run(&target, method, params))
+}
+
+/// control.socket of the embedded configuration (after
+/// CFDP_CONTROL__SOCKET).
+fn default_socket() -> Result<PathBuf, ExitCode> {
+    match crate::config::load_config(None) {
+        Ok(c) if !c.control.socket.is_empty() => Ok(PathBuf::from(c.control.socket)),
+        Ok(_) => {
+            eprintln!("cfdp ctl: the default configuration has no control.socket: use --socket");
+            Err(ExitCode::from(2))
+        }
+        Err(e) => {
+            eprintln!("cfdp ctl: config: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// The method, parameters and text flag (`trace --text`) of a command.
+fn request(cmd: CtlCmd) -> Result<(&'static str, Value, bool), ExitCode> {
+    let plain = |m: &'static str, p: Value| Ok((m, p, false));
+    match cmd {
+        CtlCmd::Apply {
+            file,
+            atomicity,
+            expected_generation,
+        } => plain("apply", read_apply(&file, atomicity, expected_generation)?),
+        CtlCmd::Replace {
+            file,
+            expected_generation,
+        } => {
+            let mut params = json!({ "rules": read_rules(&file)? });
+            if let Some(g) = expected_generation {
+                params["expected_generation"] = g.into();
+            }
+            plain("replace", params)
+        }
+        CtlCmd::Rules { offset, limit } => {
+            plain("rules", json!({"offset": offset, "limit": limit}))
+        }
+        CtlCmd::Get { id } => plain("get", json!({ "id": id })),
+        CtlCmd::Stats => plain("stats", json!({})),
+        CtlCmd::Migrate { budget } => plain(
+            "migrate",
+            budget.map_or_else(|| json!({}), |b| json!({ "budget": b })),
+        ),
+        CtlCmd::Snapshot => plain("snapshot", json!({})),
+        CtlCmd::Ping => plain("ping", json!({})),
+        CtlCmd::Hello => plain("hello", json!({})),
+        CtlCmd::Trace {
+            src,
+            dst,
+            proto,
+            sport,
+            dport,
+            text,
+        } => {
+            let proto = proto
+                .parse::<u8>()
+                .map_or_else(|_| json!(proto), |n| json!(n));
+            let mut p = json!({"src": src, "dst": dst, "proto": proto});
+            let ported = matches!(p["proto"].as_str(), Some("tcp" | "udp" | "TCP" | "UDP"))
+                || matches!(p["proto"].as_u64(), Some(6 | 17));
+            if ported {
+                p["sport"] = sport.unwrap_or(0).into();
+                p["dport"] = dport.unwrap_or(0).into();
+            }
+            Ok(("trace", p, text))
+        }
+        CtlCmd::Fleet | CtlCmd::Wait { .. } => {
+            eprintln!("cfdp ctl: fleet and wait talk to the fleet's etcd: give --etcd URL");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// `cfdp ctl trace --text`: the trace answer as lines a person reads.
+fn trace_text(target: &Target<'_>, params: Value) -> ExitCode {
+    let resp = client::Client::connect(target).and_then(|mut c| c.call("trace", params));
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cfdp ctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(e) = resp.get("error") {
+        eprintln!(
+            "cfdp ctl: error {}: {}",
+            e["code"],
+            e["message"].as_str().unwrap_or("?")
+        );
+        return ExitCode::from(1);
+    }
+    print!("{}", render_trace(&resp["result"]));
+    ExitCode::SUCCESS
+}
+
+/// The text form of a `trace` result.
+fn render_trace(t: &Value) -> String {
+    let k = &t["key"];
+    let rule = |r: &Value| {
+        let rank = r["priority"].as_u64().map_or_else(
+            || "no priority (ranks by its form)".to_string(),
+            |p| format!("priority {p}"),
+        );
+        let action = r["action"]
+            .as_str()
+            .map_or_else(|| r["action"].to_string(), str::to_string);
+        format!("rule {} {} -> {action}: {}", r["id"], rank, r["match"])
+    };
+    let mut s = format!(
+        "packet   {}:{} -> {}:{} proto {}   (generation {}, {} mode)\n",
+        k["src"].as_str().unwrap_or("?"),
+        k["sport"],
+        k["dst"].as_str().unwrap_or("?"),
+        k["dport"],
+        k["proto"],
+        t["generation"],
+        t["mode"].as_str().unwrap_or("?")
+    );
+    s += &match t["rule"].is_null() {
+        true => "verdict  no rule matches: forwarded\n".to_string(),
+        false => format!("verdict  {}\n", rule(&t["rule"])),
+    };
+    let others: Vec<&Value> = t["matches"]
+        .as_array()
+        .map(|m| m.iter().filter(|r| r["id"] != t["rule"]["id"]).collect())
+        .unwrap_or_default();
+    for (i, r) in others.iter().enumerate() {
+        let head = if i == 0 { "also" } else { "" };
+        s += &format!("{head:<8} {} (lost: ranks lower)\n", rule(r));
+    }
+    for (i, st) in t["steps"].as_array().into_iter().flatten().enumerate() {
+        let head = if i == 0 { "tables" } else { "" };
+        let by = st["decided_by"].as_str().map_or_else(
+            || "no rule".to_string(),
+            |d| format!("rule in slot {} (decided by the {d})", st["slot"]),
+        );
+        let probed = st["tables_probed"]
+            .as_u64()
+            .map_or_else(String::new, |n| format!(", {n} tables probed"));
+        s += &format!(
+            "{head:<8} {}. {}: filter {}{probed} -> {by}\n",
+            i + 1,
+            st["table"].as_str().unwrap_or("?"),
+            st["filter"].as_str().unwrap_or("?")
+        );
+    }
+    if t["consistent"] == false {
+        s += "note     the tables' answer is not the first match: a filter false positive \
+              (filter-only mode) or a bug worth reporting\n";
+    }
+    s
 }
 
 /// The token for `--tcp`: `--token-file`, or control.token_file of the

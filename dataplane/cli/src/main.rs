@@ -205,6 +205,25 @@ pub(crate) enum CtlCmd {
     Ping,
     /// API version and capabilities.
     Hello,
+    /// Which rule a 5-tuple gets from the running data plane's tables,
+    /// every other rule it matches, and the tables asked on the way.
+    Trace {
+        #[arg(long)]
+        src: String,
+        #[arg(long)]
+        dst: String,
+        /// tcp, udp, icmp, icmpv6 or a number.
+        #[arg(long)]
+        proto: String,
+        /// With tcp or udp (default 0).
+        #[arg(long)]
+        sport: Option<u16>,
+        #[arg(long)]
+        dport: Option<u16>,
+        /// Readable text instead of JSON.
+        #[arg(long)]
+        text: bool,
+    },
     /// (--etcd) The fleet: its generation, every node with its applied
     /// generation, liveness, last error and packet counters.
     Fleet,

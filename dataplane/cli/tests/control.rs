@@ -985,3 +985,90 @@ fn a_trickling_metrics_client_does_not_block_scrapes() {
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `cfdp ctl trace` against a running node: the JSON answer names the
+/// winner and every match in order, `--text` prints them for a person, and
+/// a bad 5-tuple is refused naming the field.
+#[test]
+fn ctl_trace_answers_from_the_running_tables() {
+    let dir = tmpdir("trace");
+    let srv = Server::start(&dir, 1000, "");
+    let mut c = srv.client();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([
+            {"op": "insert", "rule": {"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"}},
+            {"op": "insert", "rule": {"id": 2, "match": {"dst_prefix": "10.1.0.0/16", "proto": "udp", "port": 53}, "action": "drop"}},
+            {"op": "insert", "rule": {"id": 3, "priority": 7, "match": {"src_prefix": "192.0.2.0/24", "dst_prefix": "10.0.0.0/8", "dport": "50-60"}, "action": "count"}}
+        ]),
+    );
+    assert_eq!(codes(&r), ["ok", "ok", "ok"]);
+    let ctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cfdp"))
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&srv.socket)
+            .arg("trace")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let five = [
+        "--src",
+        "192.0.2.9",
+        "--dst",
+        "10.1.2.3",
+        "--proto",
+        "udp",
+        "--sport",
+        "999",
+        "--dport",
+        "53",
+    ];
+    let out = ctl(&five);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["result"];
+    assert_eq!(t["rule"]["id"], 2, "{t}");
+    let ids: Vec<u64> = t["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [2, 1, 3], "{t}");
+    assert_eq!(t["consistent"], true);
+    let steps = t["steps"].as_array().unwrap();
+    assert_eq!(steps.last().unwrap()["decided_by"], "verify table", "{t}");
+    let mut text_args = five.to_vec();
+    text_args.push("--text");
+    let out = ctl(&text_args);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("verdict  rule 2 "), "{text}");
+    assert!(text.contains("rule 3 priority 7"), "{text}");
+    assert!(text.contains("dst /16 udp/53: filter entry"), "{text}");
+    let out = ctl(&[
+        "--src",
+        "192.0.2.9",
+        "--dst",
+        "2001:db8::1",
+        "--proto",
+        "icmp",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["error"]["message"].as_str().unwrap().starts_with("dst:"),
+        "{v}"
+    );
+    eprintln!("{text}");
+    drop(c);
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}

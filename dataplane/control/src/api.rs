@@ -10,7 +10,9 @@
 
 use cfdp_engine::Mode;
 use cfdp_rules::protocol::code;
-use cfdp_rules::{Atomicity, Batch, BatchError, ReplaceCounts, Rule, RuleId};
+use cfdp_rules::{Atomicity, Batch, BatchError, FlowKey, ReplaceCounts, Rule, RuleId};
+
+pub use crate::store::TraceReport;
 use crossbeam::channel::{bounded, Sender};
 use serde::Serialize;
 
@@ -66,6 +68,9 @@ pub enum Command {
     },
     /// Write a snapshot and empty the journal.
     Snapshot,
+    /// Which rule a 5-tuple gets, every rule it matches, and the tables
+    /// asked on the way (`cfdp ctl trace`).
+    Trace(FlowKey),
 }
 
 /// An `apply` as the control thread takes it.
@@ -250,6 +255,7 @@ pub enum Response {
     Rule(RuleEntry),
     Migrated(MigrateReport),
     Snapshot(SnapshotReport),
+    Trace(TraceReport),
 }
 
 /// Why the control plane refused a request. Every variant has its
@@ -411,6 +417,11 @@ impl ControlHandle {
             ..ApplyCommand::new(batch)
         };
         answer!(self.call(Command::Apply(cmd)), Batch, "apply")
+    }
+
+    /// Which rule the published tables give `k` (see [`Command::Trace`]).
+    pub fn trace(&self, k: FlowKey) -> Result<TraceReport, ControlError> {
+        answer!(self.call(Command::Trace(k)), Trace, "trace")
     }
 
     pub fn replace(

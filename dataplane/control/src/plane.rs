@@ -214,6 +214,7 @@ impl ControlPlane {
                 Response::Migrated(self.migrate_now(budget.map(|b| b as usize)))
             }
             Command::Snapshot => Response::Snapshot(self.snapshot()?),
+            Command::Trace(k) => Response::Trace(self.store.trace(&k)),
         })
     }
 

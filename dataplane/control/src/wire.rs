@@ -69,6 +69,9 @@ pub fn command(
                 limit: limit.unwrap_or(1000),
             })
         }
+        Method::Trace => cfdp_rules::parse_flow_key(p)
+            .map(Command::Trace)
+            .map_err(|e| bad(&e)),
         Method::Replace => {
             check_params(p, Method::Replace.params()).map_err(|e| bad(&e))?;
             let expected_generation = param_u64(p, "expected_generation").map_err(|e| bad(&e))?;

@@ -1346,3 +1346,88 @@ fn replace_is_bounded_by_max_batch() {
     plane.replace(three[..2].to_vec(), None).unwrap();
     assert_eq!(plane.stats().rules, 2);
 }
+
+/// `trace` on every rule form and every mode: the rule the trace reports
+/// is the one a worker applies (`matched`: `match_burst` on the published
+/// copy), and it is the first of the matching rules in precedence order
+/// (`cfdp_rules::matching` over the store's own rules: the reference);
+/// the steps end at the table that decided.
+#[test]
+fn trace_reports_the_workers_rule_and_every_match_on_every_form() {
+    let rules = cfdp_rules::parse_rule_list(
+        r#"[
+        {"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow"},
+        {"id": 2, "match": {"dst_prefix": "10.1.0.0/16", "proto": "udp", "port": 53}, "action": "drop"},
+        {"id": 3, "match": {"flow": {"src": "192.0.2.1", "dst": "10.1.2.3", "proto": "udp", "sport": 999, "dport": 53}}, "action": "count"},
+        {"id": 4, "priority": 5, "match": {"src_prefix": "192.0.2.0/24", "dst_prefix": "172.16.0.0/12", "dport": "50-60"}, "action": "drop"},
+        {"id": 5, "priority": 9, "match": {"src_prefix": "0.0.0.0/0", "dst_prefix": "172.16.1.0/24"}, "action": "allow"},
+        {"id": 6, "match": {"src_prefix": "198.51.100.0/24"}, "action": {"redirect": 3}},
+        {"id": 7, "match": {"dst_prefix": "2001:db8::/32", "proto": "tcp"}, "action": "drop"},
+        {"id": 8, "priority": 1, "match": {"src_prefix": "::/0", "dst_prefix": "2001:db8:1::/48", "proto": "tcp", "dport": "443"}, "action": "count"}
+    ]"#,
+    )
+    .unwrap();
+    let keys = [
+        FlowKey::v4([192, 0, 2, 1], [10, 1, 2, 3], 17, 999, 53), // 3, then 2, 1
+        FlowKey::v4([192, 0, 2, 2], [10, 1, 2, 3], 17, 999, 53), // 2, then 1
+        FlowKey::v4([192, 0, 2, 2], [10, 9, 9, 9], 6, 1, 80),    // 1
+        FlowKey::v4([192, 0, 2, 7], [172, 16, 1, 5], 6, 1, 55),  // 5, then 4
+        FlowKey::v4([192, 0, 2, 7], [172, 17, 1, 5], 6, 1, 55),  // 4
+        FlowKey::v4([198, 51, 100, 4], [172, 16, 1, 5], 6, 1, 80), // 6, then 5
+        FlowKey::v4([203, 0, 113, 1], [203, 0, 113, 2], 17, 1, 2), // none
+        FlowKey::new(
+            "2001:db8:ffff::1".parse().unwrap(),
+            "2001:db8:1::9".parse().unwrap(),
+            6,
+            4000,
+            443,
+        ), // 7, then 8
+    ];
+    let want_ids: [&[u32]; 8] = [
+        &[3, 2, 1],
+        &[2, 1],
+        &[1],
+        &[5, 4],
+        &[4],
+        &[6, 5],
+        &[],
+        &[7, 8],
+    ];
+    for mode in [Mode::Verify, Mode::FilterOnly, Mode::Exact] {
+        let s = RuleStore::with_rules(
+            StoreConfig {
+                mode,
+                ..StoreConfig::default()
+            },
+            Arc::new(LiveStats::new(2, 1 << 20)),
+            rules.clone(),
+        )
+        .unwrap();
+        for (k, want) in keys.iter().zip(want_ids) {
+            let t = s.trace(k);
+            let ids: Vec<u32> = t.matches.iter().map(|r| r.id).collect();
+            assert_eq!(ids, want, "{mode:?} {k:?}: matches");
+            assert_eq!(t.rule, matched(&s, k), "{mode:?} {k:?}: the workers' rule");
+            assert_eq!(
+                t.rule.map(|r| r.id),
+                want.first().copied(),
+                "{mode:?} {k:?}"
+            );
+            assert!(t.consistent, "{mode:?} {k:?}");
+            let last = t.steps.last();
+            assert_eq!(
+                last.and_then(|s| s.decided_by).is_some(),
+                t.rule.is_some(),
+                "{mode:?} {k:?}: the last step decided: {:?}",
+                t.steps
+            );
+            assert!(
+                t.steps[..t.steps.len().saturating_sub(1)]
+                    .iter()
+                    .all(|s| s.decided_by.is_none()),
+                "{mode:?} {k:?}: {:?}",
+                t.steps
+            );
+        }
+    }
+}

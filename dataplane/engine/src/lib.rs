@@ -25,6 +25,7 @@ pub mod matcher;
 pub mod shared;
 pub mod stats;
 pub mod tables;
+pub mod trace;
 pub mod worker;
 
 pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx};
@@ -32,6 +33,7 @@ pub use matcher::{filter_params, FingerprintTooNarrow, Mode, MAX_BURST};
 pub use shared::SharedMap;
 pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
 pub use tables::{key_check, ClassPart, FoldJob, Folded, Frozen, Op, RuleRef, SlotRule, Tables};
+pub use trace::{TableTrace, TraceStep};
 pub use worker::{
     FlowTable, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions, HOLD_LIMITS,
 };

@@ -115,7 +115,7 @@ impl MatchCtx<'_> {
     /// Resolves one filter answer for a key (`h`: its filter hash) into a
     /// rule. `confirm` looks the key up in the copy's exact table.
     #[inline]
-    fn resolve(
+    pub(crate) fn resolve(
         &mut self,
         answer: Lookup,
         t: &Tables,

@@ -44,11 +44,13 @@ mod grow;
 mod publish;
 mod ruleset;
 mod state;
+mod trace;
 mod transaction;
 mod types;
 mod views;
 
 pub use config::{hash_secret_for, StoreConfig};
 pub use state::RuleStore;
+pub use trace::{TraceKey, TraceReport};
 pub use types::{ApplyError, BatchReport, InsertReport, StoreError, Timing};
 pub use views::{class_name, CountSlot, FilterStats, MemoryStats, OneFilter, RuleCount};

@@ -1,0 +1,81 @@
+//! `trace`: which rule a 5-tuple gets from the published tables, every rule
+//! it matches, and the tables asked on the way.
+
+use cfdp_rules::{FlowKey, Rule};
+use serde::Serialize;
+
+use super::state::RuleStore;
+
+/// `trace`'s answer: what the published tables give a 5-tuple.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceReport {
+    /// The rule set's generation the answer comes from.
+    pub generation: u64,
+    /// The matcher mode (`verify`, `filter-only`, `exact`).
+    pub mode: cfdp_engine::Mode,
+    /// The 5-tuple asked about.
+    pub key: TraceKey,
+    /// The rule applied (null: none, the packet is forwarded).
+    pub rule: Option<Rule>,
+    /// Every rule the 5-tuple matches, the applied one first, in the order
+    /// rules rank (`cfdp_rules::precedence`).
+    pub matches: Vec<Rule>,
+    /// The tables asked, in order, up to the one that decided.
+    pub steps: Vec<cfdp_engine::TraceStep>,
+    /// Whether the tables' answer is the first of `matches` (false in
+    /// filter-only mode when a filter false positive decided; otherwise a
+    /// bug worth reporting).
+    pub consistent: bool,
+}
+
+/// A 5-tuple as `trace` reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceKey {
+    pub src: String,
+    pub dst: String,
+    pub proto: u8,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+impl From<&FlowKey> for TraceKey {
+    fn from(k: &FlowKey) -> Self {
+        let addr = |a: &[u8; 16]| -> String {
+            if k.v6 {
+                std::net::Ipv6Addr::from(*a).to_string()
+            } else {
+                std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string()
+            }
+        };
+        Self {
+            src: addr(&k.src),
+            dst: addr(&k.dst),
+            proto: k.proto,
+            sport: k.sport,
+            dport: k.dport,
+        }
+    }
+}
+
+impl RuleStore {
+    /// Traces `k` through the published tables (what the workers read now)
+    /// and lists every rule it matches from the rule set itself.
+    pub fn trace(&self, k: &FlowKey) -> TraceReport {
+        let mode = self.mode();
+        let (generation, tables) = match self.w.enter() {
+            Some(t) => (t.generation(), t.trace(mode, k)),
+            None => (self.generation(), cfdp_engine::TableTrace::default()),
+        };
+        let rule = tables.winner.and_then(|r| self.rule_at_slot(r.slot));
+        let matches = cfdp_rules::matching(self.iter(), k);
+        TraceReport {
+            generation,
+            mode,
+            key: TraceKey::from(k),
+            consistent: rule == matches.first().copied(),
+            rule,
+            matches,
+            steps: tables.steps,
+        }
+    }
+}

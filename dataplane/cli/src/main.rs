@@ -25,6 +25,7 @@ mod replay_cmd;
 mod run;
 #[cfg(feature = "dpdk")]
 mod telemetry;
+mod trace_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -59,6 +60,10 @@ enum Cmd {
         /// filter-only: take the action from the filter (false positives possible).
         #[arg(long, default_value = "verify")]
         mode: Mode,
+        /// Trace frame N (1-based) instead: its decoding, fragment state,
+        /// the rule it gets and every rule it matches (JSON).
+        #[arg(long, value_name = "N")]
+        trace: Option<u64>,
     },
     /// Run the data plane from a TOML configuration until SIGINT/SIGTERM
     /// (default: the embedded configs/default.toml).
@@ -312,6 +317,7 @@ fn main() -> ExitCode {
             workers,
             flows,
             mode,
+            trace,
         } => replay_cmd::replay(replay_cmd::Args {
             input,
             rules,
@@ -319,6 +325,7 @@ fn main() -> ExitCode {
             workers: workers.unwrap_or_else(default_workers),
             flows,
             mode,
+            trace,
         }),
     }
 }

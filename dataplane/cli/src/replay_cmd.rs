@@ -16,19 +16,26 @@ pub struct Args {
     pub workers: usize,
     pub flows: Option<PathBuf>,
     pub mode: Mode,
+    /// Trace this frame (1-based) instead of replaying the capture.
+    pub trace: Option<u64>,
+}
+
+/// The rule file's rules (none without one).
+fn read_rules(path: Option<&std::path::Path>) -> Result<Vec<cfdp_rules::Rule>, ExitCode> {
+    match path {
+        Some(path) => cfdp_rules::read_rule_file(path).map_err(|e| {
+            eprintln!("cfdp: {}: {e}", path.display());
+            ExitCode::from(2)
+        }),
+        None => Ok(Vec::new()),
+    }
 }
 
 pub fn replay(a: Args) -> ExitCode {
     let t = std::time::Instant::now();
-    let rules = match &a.rules {
-        Some(path) => match cfdp_rules::read_rule_file(path) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("cfdp: {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        },
-        None => Vec::new(),
+    let rules = match read_rules(a.rules.as_deref()) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
     if a.workers > MAX_WORKERS {
         eprintln!(
@@ -59,6 +66,9 @@ pub fn replay(a: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(n) = a.trace {
+        return crate::trace_cmd::trace_frame(&a.input, n, &store);
+    }
     let opts = ReplayOptions {
         input: a.input.clone(),
         out: a.out,

@@ -211,3 +211,48 @@ fn cluster_mode_without_etcd_support_is_refused_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--features etcd"), "{err}");
 }
+
+/// `cfdp replay --trace N` on the generated capture: a later fragment takes
+/// its first fragment's ports and gets the port rule that drops the
+/// datagram; a non-IP frame says so; a frame past the end is refused.
+#[test]
+fn replay_trace_explains_one_frame_with_its_fragment_state() {
+    let frames = cfdp_testkit::captures::mixed();
+    // The last IPv6 fragment of the udp/5353 datagram (rule 6 drops it).
+    let later = frames
+        .iter()
+        .rposition(|f| f.note == "IPv6 fragment of udp/5353 (rule 6)")
+        .unwrap()
+        + 1;
+    let arp = frames.iter().position(|f| f.note.contains("ARP")).unwrap() + 1;
+    let trace = |n: usize| {
+        let out = cfdp()
+            .args(["replay", &repo("pcap/mixed.pcap"), "--rules"])
+            .arg(repo("pcap/mixed.rules.json"))
+            .args(["--trace", &n.to_string()])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = trace(later);
+    assert_eq!(code, Some(0), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["fragment"]
+            .as_str()
+            .unwrap()
+            .contains("ports 5353 -> 5353 from its first fragment"),
+        "{v}"
+    );
+    assert_eq!(v["trace"]["rule"]["id"], 6, "{v}");
+    assert_eq!(v["trace"]["consistent"], true, "{v}");
+    let (code, out) = trace(arp);
+    assert_eq!(code, Some(0), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kind"], "arp", "{v}");
+    let (code, _) = trace(frames.len() + 1);
+    assert_eq!(code, Some(2));
+}

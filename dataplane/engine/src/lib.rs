@@ -35,7 +35,8 @@ pub use stats::{LiveStats, RuleCount, StatsSnapshot, Totals};
 pub use tables::{key_check, ClassPart, FoldJob, Folded, Frozen, Op, RuleRef, SlotRule, Tables};
 pub use trace::{TableTrace, TraceStep};
 pub use worker::{
-    FlowTable, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions, HOLD_LIMITS,
+    FlowTable, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions, FRAG_CAPACITY,
+    FRAG_TTL_NS, HOLD_LIMITS,
 };
 
 #[cfg(test)]

@@ -56,33 +56,58 @@ pub fn ctl(
         Ok(r) => r,
         Err(code) => return code,
     };
-    let socket = match (socket, &tcp) {
-        (Some(s), _) => Some(s),
-        (None, Some(_)) => None,
-        (None, None) => match default_socket() {
-            Ok(s) => Some(s),
-            Err(code) => return code,
-        },
+    let place = match Place::resolve(socket, tcp, token_file) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
-    let token = match (&socket, &tcp) {
-        (None, Some(_)) => match tcp_token(token_file) {
-            Ok(t) => Some(t),
-            Err(code) => return code,
-        },
-        _ => None,
-    };
-    let target = match (&socket, &tcp, &token) {
-        (Some(p), _, _) => Target::Unix(p),
-        (None, Some(addr), Some(t)) => Target::Tcp {
-            addr,
-            token: t.as_str(),
-        },
-        _ => unreachable!("one target is always set, and TCP has its token"),
-    };
+    let target = place.target();
     if as_text {
         return trace_text(&target, params);
     }
     ExitCode::from(client::run(&target, method, params))
+}
+
+/// Where a running node is reached: its Unix socket, or a TCP address
+/// with the token (`cfdp ctl`, `cfdp top`).
+pub struct Place {
+    socket: Option<PathBuf>,
+    tcp: Option<(String, cfdp_control::auth::Token)>,
+}
+
+impl Place {
+    /// `--socket`, `--tcp` (with `--token-file`), or the embedded
+    /// configuration's socket.
+    pub fn resolve(
+        socket: Option<PathBuf>,
+        tcp: Option<String>,
+        token_file: Option<PathBuf>,
+    ) -> Result<Self, ExitCode> {
+        match (socket, tcp) {
+            (Some(s), _) => Ok(Self {
+                socket: Some(s),
+                tcp: None,
+            }),
+            (None, Some(addr)) => Ok(Self {
+                socket: None,
+                tcp: Some((addr, tcp_token(token_file)?)),
+            }),
+            (None, None) => Ok(Self {
+                socket: Some(default_socket()?),
+                tcp: None,
+            }),
+        }
+    }
+
+    pub fn target(&self) -> Target<'_> {
+        match (&self.socket, &self.tcp) {
+            (Some(p), _) => Target::Unix(p),
+            (None, Some((addr, t))) => Target::Tcp {
+                addr,
+                token: t.as_str(),
+            },
+            (None, None) => unreachable!("resolve sets one"),
+        }
+    }
 }
 
 /// control.socket of the embedded configuration (after

@@ -25,6 +25,7 @@ mod replay_cmd;
 mod run;
 #[cfg(feature = "dpdk")]
 mod telemetry;
+mod top;
 mod trace_cmd;
 
 #[derive(Parser)]
@@ -80,6 +81,23 @@ enum Cmd {
     Rules {
         #[command(subcommand)]
         cmd: RulesCmd,
+    },
+    /// A live terminal view of a running `cfdp run` over its control
+    /// socket: per-worker packets/s and drops, the busiest rules, batch
+    /// latency, generation, journal and filter occupancy. `q` quits.
+    Top {
+        /// Unix socket (default: control.socket of the embedded configuration).
+        #[arg(long, conflicts_with = "tcp")]
+        socket: Option<PathBuf>,
+        /// TCP address of a server with control.tcp set.
+        #[arg(long)]
+        tcp: Option<String>,
+        /// With --tcp: the server's token file.
+        #[arg(long, requires = "tcp")]
+        token_file: Option<PathBuf>,
+        /// Refresh interval, milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
     },
     /// Talk to a running `cfdp run` over its control socket; prints the
     /// JSON response, exits 1 when the server reports an error.
@@ -248,6 +266,32 @@ fn default_workers() -> usize {
         .max(1)
 }
 
+/// `cfdp run`: exit 2 for a bad configuration, 1 for a runtime error.
+fn run_cmd(config: Option<&std::path::Path>, print_config: bool) -> ExitCode {
+    let cfg = match config::load_config(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cfdp: config: {}", error::chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    if print_config {
+        println!("{cfg:#?}");
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = run::check(&cfg) {
+        eprintln!("cfdp: config: {}", error::chain(&e));
+        return ExitCode::from(2);
+    }
+    match run::run(cfg, default_workers()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cfdp: {}", error::chain(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -269,33 +313,22 @@ fn main() -> ExitCode {
                 ctl::fleet(&etcd, &prefix, &(*etcd_security).security(), limits, cmd)
             }
         }
+        Cmd::Top {
+            socket,
+            tcp,
+            token_file,
+            interval_ms,
+        } => match ctl::Place::resolve(socket, tcp, token_file) {
+            Ok(place) => top::top(
+                &place.target(),
+                std::time::Duration::from_millis(interval_ms.max(50)),
+            ),
+            Err(code) => code,
+        },
         Cmd::Run {
             config,
             print_config,
-        } => {
-            let cfg = match config::load_config(config.as_deref()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("cfdp: config: {}", error::chain(&e));
-                    return ExitCode::from(2);
-                }
-            };
-            if print_config {
-                println!("{cfg:#?}");
-                return ExitCode::SUCCESS;
-            }
-            if let Err(e) = run::check(&cfg) {
-                eprintln!("cfdp: config: {}", error::chain(&e));
-                return ExitCode::from(2);
-            }
-            match run::run(cfg, default_workers()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("cfdp: {}", error::chain(&e));
-                    ExitCode::from(1)
-                }
-            }
-        }
+        } => run_cmd(config.as_deref(), print_config),
         Cmd::Rules {
             cmd:
                 RulesCmd::Import {

@@ -1072,3 +1072,82 @@ fn ctl_trace_answers_from_the_running_tables() {
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `cfdp top` in a real terminal (tmux): it shows the node's generation,
+/// its workers' packet rates and its busiest rule, and quits on `q`.
+/// Skipped without tmux unless `REQUIRE_TMUX` is set (CI installs it).
+#[test]
+fn top_runs_in_a_terminal_and_quits_on_q() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(
+            std::env::var_os("REQUIRE_TMUX").is_none(),
+            "REQUIRE_TMUX is set, but there is no tmux (apt-get install tmux)"
+        );
+        eprintln!("top test skipped: no tmux (apt-get install tmux)");
+        return;
+    }
+    let dir = tmpdir("top");
+    let srv = Server::start(&dir, 5000, "");
+    let mut c = srv.client();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([{"op": "insert", "rule": flow_rule(77, gen::PAIR_A, json!("count"))}]),
+    );
+    assert_eq!(codes(&r), ["ok"]);
+    let server = format!("cfdp-test-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &server])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let cmd = format!(
+        "{} top --socket {} --interval-ms 200",
+        env!("CARGO_BIN_EXE_cfdp"),
+        srv.socket.display()
+    );
+    let out = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &cmd,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut screen = String::new();
+    wait_for(
+        "top shows the node, its worker and rule 77 counting",
+        || {
+            screen = String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "top"]).stdout)
+                .into_owned();
+            screen.contains("cfdp top")
+                && screen.contains("generation 1")
+                && screen.lines().any(|l| {
+                    // The rule's row with a rate measured (not the first "…").
+                    let cells: Vec<&str> = l.trim_matches(['│', ' ']).split_whitespace().collect();
+                    cells.first() == Some(&"77")
+                        && cells.get(1).and_then(|r| r.parse::<f64>().ok()) > Some(0.0)
+                })
+        },
+    );
+    assert!(screen.contains("packets/s"), "{screen}");
+    eprintln!("{screen}");
+    tmux(&["send-keys", "-t", "top", "q"]);
+    wait_for("top quits on q", || {
+        !tmux(&["has-session", "-t", "top"]).status.success()
+    });
+    tmux(&["kill-server"]);
+    drop(c);
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -460,6 +460,33 @@ pub fn check_params(params: &Value, allowed: &[&str]) -> Result<(), ParamError> 
 mod tests {
     use super::*;
 
+    /// The fuzz target's find: an unknown parameter is refused by the
+    /// line parser itself, naming it (the value path leaves it to the
+    /// server).
+    #[test]
+    fn unknown_parameters_are_refused_by_name_without_a_tree() {
+        let e = parse_request_line(br#"{"id":3,"method":"rules","params":{"off":10}}"#, 16)
+            .unwrap_err();
+        assert_eq!(e.code, code::INVALID_PARAMS);
+        assert!(
+            e.message
+                .starts_with("off: unknown parameter (offset, limit)"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.id, json!(3));
+        let e =
+            parse_request_line(br#"{"id":4,"method":"get","params":{"id":[1]}}"#, 16).unwrap_err();
+        assert!(
+            e.message.starts_with("id: must be a single value"),
+            "{}",
+            e.message
+        );
+        let r = parse_request_line(br#"{"id":5,"method":"replace","params":{"rules":[]}}"#, 16)
+            .unwrap();
+        assert_eq!(r.rules_text.as_deref(), Some("[]"));
+    }
+
     #[test]
     fn good_requests_parse() {
         let r = parse_request(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap();

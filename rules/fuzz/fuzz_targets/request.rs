@@ -2,7 +2,12 @@
 //! a panic; when the request is an `apply`, its params as a batch: a batch
 //! or a batch-level error, and every well-formed update round-trips. The
 //! server's line parser (typed fast path, `parse_request_line`) must give
-//! exactly what the JSON-value path gives, for every input.
+//! exactly what the JSON-value path gives, for every input — except where
+//! it refuses earlier by design (it reads parameters without a JSON tree):
+//! a parameter the method does not take, or a list or object where a
+//! single value belongs, is an `invalid_params` error at once (the value
+//! path accepts the envelope and the server refuses the parameter after);
+//! `replace`'s `rules` come back as text, not in `params`.
 #![no_main]
 use cfdp_rules::protocol::{parse_request, parse_request_line, Method};
 use cfdp_rules::{parse_batch, parse_batch_text, parse_update};
@@ -12,6 +17,27 @@ fuzz_target!(|data: &[u8]| {
     // Differential: the fast line parser against the value path.
     let slow = parse_request(data);
     match (parse_request_line(data, 1 << 16), &slow) {
+        (Err(f), Ok(s)) => {
+            // Refused earlier: the value path's request has a parameter
+            // the method does not take, or a non-scalar where one belongs.
+            assert_eq!(f.code, cfdp_rules::protocol::code::INVALID_PARAMS, "{f:?}");
+            let allowed = s.method.params();
+            let obj = s.params.as_object().expect("params is an object");
+            let bad = obj.iter().any(|(k, v)| {
+                !allowed.contains(&k.as_str())
+                    || ((v.is_array() || v.is_object()) && !(s.method == Method::Replace && k == "rules"))
+            });
+            assert!(bad, "fast refused {f:?}, value path took {s:?}");
+        }
+        (Ok(f), Ok(s)) if f.rules_text.is_some() => {
+            assert_eq!((&f.req.id, f.req.method), (&s.id, s.method));
+            let rules: serde_json::Value =
+                serde_json::from_str(f.rules_text.as_deref().unwrap()).expect("rules text is JSON");
+            assert_eq!(Some(&rules), s.params.get("rules"));
+            let mut rest = s.params.clone();
+            rest.as_object_mut().unwrap().remove("rules");
+            assert_eq!(f.req.params, rest);
+        }
         (Ok(f), Ok(s)) => {
             assert_eq!((&f.req.id, f.req.method), (&s.id, s.method));
             // The updates' text kept for the journal reads back as the

@@ -1151,3 +1151,133 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A query to Prometheus's HTTP API: the `result` vector's values.
+fn prom_query(port: u16, q: &str) -> Vec<f64> {
+    let enc: String = q
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return Vec::new();
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = write!(s, "GET /api/v1/query?query={enc} HTTP/1.0\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    let Some(json) = body.split("\r\n\r\n").nth(1) else {
+        return Vec::new();
+    };
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    v["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["value"][1].as_str()?.parse().ok())
+        .collect()
+}
+
+/// A real Prometheus (Debian's `prometheus`) scrapes a running node with
+/// the shipped rule file (`configs/prometheus/cfdp.rules.yml`, checked by
+/// `promtool` first): packet rates, a rule's counter and a burst-time
+/// quantile come out of its query API, and the recording rules evaluate.
+/// Skipped without the binary unless `REQUIRE_PROMETHEUS` is set (CI
+/// installs it).
+#[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
+fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("REQUIRE_PROMETHEUS").is_none(),
+            "REQUIRE_PROMETHEUS is set, but there is no prometheus (apt-get install prometheus)"
+        );
+        eprintln!("prometheus test skipped: no prometheus (apt-get install prometheus)");
+        return;
+    }
+    let rules =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../configs/prometheus/cfdp.rules.yml");
+    let check = Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let dir = tmpdir("prometheus");
+    let (metrics, prom) = (free_port(), free_port());
+    let srv = Server::start(&dir, 5000, &format!("metrics = \"127.0.0.1:{metrics}\"\n"));
+    let mut c = srv.client();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([{"op": "insert", "rule": flow_rule(7, gen::PAIR_B, json!("count"))}]),
+    );
+    assert_eq!(codes(&r), ["ok"]);
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {rules:?}\n\
+             scrape_configs:\n  - job_name: cfdp\n    static_configs:\n      - targets: [\"127.0.0.1:{metrics}\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut p = Command::new("prometheus")
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join("prometheus.log")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    let positive = |q: &str| {
+        prom_query(prom, q)
+            .first()
+            .is_some_and(|v| v.is_finite() && *v > 0.0)
+    };
+    let start = Instant::now();
+    let wanted = [
+        "up{job=\"cfdp\"}",
+        "cfdp:packets:rate1m",
+        "rate(cfdp_rule_packets_total{rule=\"7\"}[10s])",
+        "histogram_quantile(0.99, sum by (le) (rate(cfdp_burst_duration_seconds_bucket[10s])))",
+        "cfdp:burst_duration_seconds:p99_1m",
+        "cfdp_generation",
+    ];
+    let mut missing: Vec<&str> = wanted.to_vec();
+    while !missing.is_empty() {
+        missing.retain(|q| !positive(q));
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = p.kill();
+            panic!(
+                "no positive answer from Prometheus for {missing:?}: {}",
+                std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = p.kill();
+    let _ = p.wait();
+    drop(c);
+    srv.stop();
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -86,15 +86,8 @@ enum Cmd {
     /// socket: per-worker packets/s and drops, the busiest rules, batch
     /// latency, generation, journal and filter occupancy. `q` quits.
     Top {
-        /// Unix socket (default: control.socket of the embedded configuration).
-        #[arg(long, conflicts_with = "tcp")]
-        socket: Option<PathBuf>,
-        /// TCP address of a server with control.tcp set.
-        #[arg(long)]
-        tcp: Option<String>,
-        /// With --tcp: the server's token file.
-        #[arg(long, requires = "tcp")]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        place: PlaceArgs,
         /// Refresh interval, milliseconds.
         #[arg(long, default_value_t = 1000)]
         interval_ms: u64,
@@ -102,17 +95,8 @@ enum Cmd {
     /// Talk to a running `cfdp run` over its control socket; prints the
     /// JSON response, exits 1 when the server reports an error.
     Ctl {
-        /// Unix socket (default: control.socket of the embedded
-        /// configuration, after CFDP_CONTROL__SOCKET).
-        #[arg(long, conflicts_with = "tcp")]
-        socket: Option<PathBuf>,
-        /// TCP address of a server with control.tcp set.
-        #[arg(long)]
-        tcp: Option<String>,
-        /// With --tcp: the server's token file (default: control.token_file
-        /// of the embedded configuration, after CFDP_CONTROL__TOKEN_FILE).
-        #[arg(long, requires = "tcp")]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        place: PlaceArgs,
         /// The fleet's etcd instead of one node: endpoints
         /// (`http://host:2379`, comma-separated). With it: apply, rules,
         /// get, fleet, wait (a build with `--features etcd`).
@@ -132,6 +116,22 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CtlCmd,
     },
+}
+
+/// Where a running node is reached (`cfdp ctl`, `cfdp top`).
+#[derive(clap::Args)]
+struct PlaceArgs {
+    /// Unix socket (default: control.socket of the embedded
+    /// configuration, after CFDP_CONTROL__SOCKET).
+    #[arg(long, conflicts_with = "tcp")]
+    socket: Option<PathBuf>,
+    /// TCP address of a server with control.tcp set.
+    #[arg(long)]
+    tcp: Option<String>,
+    /// With --tcp: the server's token file (default: control.token_file
+    /// of the embedded configuration, after CFDP_CONTROL__TOKEN_FILE).
+    #[arg(long, requires = "tcp")]
+    token_file: Option<PathBuf>,
 }
 
 /// TLS and authentication towards etcd (`cfdp_cluster::security`), the
@@ -296,9 +296,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Ctl {
-            socket,
-            tcp,
-            token_file,
+            place:
+                PlaceArgs {
+                    socket,
+                    tcp,
+                    token_file,
+                },
             etcd,
             prefix,
             max_txn_ops,
@@ -314,9 +317,12 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Top {
-            socket,
-            tcp,
-            token_file,
+            place:
+                PlaceArgs {
+                    socket,
+                    tcp,
+                    token_file,
+                },
             interval_ms,
         } => match ctl::Place::resolve(socket, tcp, token_file) {
             Ok(place) => top::top(

@@ -574,11 +574,14 @@ fn ctl_prints_the_response_and_sets_the_exit_status() {
 }
 
 /// One `GET /metrics` from the exporter on `port`: the whole HTTP answer.
+/// One scrape of the metrics endpoint; a 10 s read timeout makes an
+/// endpoint that never answers a failure, not a hang.
 fn scrape(port: u16) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
     let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    s.read_to_string(&mut body).expect("a scrape answered");
     body
 }
 
@@ -970,14 +973,10 @@ fn a_trickling_metrics_client_does_not_block_scrapes() {
         })
     };
     trickling.recv().unwrap();
-    // Each scrape must come back (a 10 s read timeout makes a blocked
+    // Each scrape must come back (`scrape`'s read timeout makes a blocked
     // endpoint a failure instead of a hang).
     for _ in 0..3 {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).expect("a scrape answered");
+        let body = scrape(metrics);
         assert!(body.starts_with("HTTP/1.0 200"), "{body}");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -1246,24 +1246,31 @@ fn the_count_rules_list_is_rebuilt_only_when_it_changes() {
     assert_eq!(list().len(), 1000);
 }
 
-/// The typed API holds in-process callers to the batch bound the socket
-/// enforces while parsing: a larger batch is refused whole and counted.
-#[test]
-fn typed_batches_over_max_batch_are_refused_whole() {
-    use cfdp_control::api::{ApplyCommand, RequestLimits};
+/// A control plane over an empty default store, without a journal, that
+/// takes batches of at most `max_batch` updates.
+fn plane_with_max_batch(max_batch: usize) -> cfdp_control::plane::ControlPlane {
+    use cfdp_control::api::RequestLimits;
     use cfdp_control::plane::{ControlPlane, PlaneConfig};
-    use cfdp_control::ControlError;
-    let mut plane = ControlPlane::new(
+    ControlPlane::new(
         store(StoreConfig::default()),
         None,
         PlaneConfig {
             requests: RequestLimits {
-                max_batch: 2,
+                max_batch,
                 ..RequestLimits::default()
             },
             ..PlaneConfig::default()
         },
-    );
+    )
+}
+
+/// The typed API holds in-process callers to the batch bound the socket
+/// enforces while parsing: a larger batch is refused whole and counted.
+#[test]
+fn typed_batches_over_max_batch_are_refused_whole() {
+    use cfdp_control::api::ApplyCommand;
+    use cfdp_control::ControlError;
+    let mut plane = plane_with_max_batch(2);
     let three = (1..=3).map(|i| Update::Insert(flow_rule(i, i, Action::Drop)));
     let e = plane
         .apply(ApplyCommand::new(batch(
@@ -1325,20 +1332,8 @@ fn the_journal_is_compacted_by_size_too() {
 /// difference is larger is refused whole (issue 31, item 10).
 #[test]
 fn replace_is_bounded_by_max_batch() {
-    use cfdp_control::api::RequestLimits;
-    use cfdp_control::plane::{ControlPlane, PlaneConfig};
     use cfdp_control::ControlError;
-    let mut plane = ControlPlane::new(
-        store(StoreConfig::default()),
-        None,
-        PlaneConfig {
-            requests: RequestLimits {
-                max_batch: 2,
-                ..RequestLimits::default()
-            },
-            ..PlaneConfig::default()
-        },
-    );
+    let mut plane = plane_with_max_batch(2);
     let three: Vec<Rule> = (1..=3).map(|i| flow_rule(i, i, Action::Drop)).collect();
     let e = plane.replace(three.clone(), None).unwrap_err();
     assert!(matches!(e, ControlError::BadBatch(_)), "{e:?}");

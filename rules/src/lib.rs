@@ -126,5 +126,5 @@ impl Default for HashSecret {
 /// agree). Kept here so the rule model needs no filter.
 #[inline]
 pub fn hash_bytes(key: &[u8]) -> u64 {
-    rapidhash::v3::rapidhash_v3(key)
+    HashSecret::PUBLIC.hash_bytes(key)
 }

@@ -257,9 +257,11 @@ fn listen(
         eprintln!("cfdp: control socket {}", c.socket);
     }
     if !c.tcp.is_empty() {
+        // The address is checked (and bound) before the token file is
+        // touched: a refused address leaves no token behind.
+        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
         let token = cfdp_control::auth::Token::load_or_create(Path::new(&c.token_file))
             .map_err(|e| RunError::Config(e.to_string()))?;
-        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
         listeners.push(
             server::serve_tcp(l, ctx.clone(), token).map_err(RunError::io("control TCP thread"))?,
         );
@@ -404,7 +406,7 @@ fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpL
     if !sa.ip().is_loopback() && !allow_remote {
         return Err(RunError::Config(format!(
             "{what} = {addr}: not a loopback address (set control.tcp_allow_remote = true \
-             to accept that; the protocol has no authentication on TCP)"
+             to accept that: the token is sent in clear, so tunnel the door over SSH or TLS)"
         )));
     }
     std::net::TcpListener::bind(sa).map_err(RunError::io(format!("{what} = {addr}")))

@@ -681,7 +681,10 @@ fn tcp_listener_and_prometheus_metrics() {
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,
-        "[rules]\nfile = \"\"\n[control]\nsocket = \"\"\ntcp = \"0.0.0.0:7\"\n",
+        format!(
+            "[rules]\nfile = \"\"\n[control]\nsocket = \"\"\ntcp = \"0.0.0.0:7\"\ntoken_file = {:?}\n",
+            dir.join("bad.token")
+        ),
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
@@ -689,7 +692,12 @@ fn tcp_listener_and_prometheus_metrics() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tcp_allow_remote"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tcp_allow_remote"), "{err}");
+    assert!(
+        !dir.join("bad.token").exists(),
+        "a refused address made a token"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

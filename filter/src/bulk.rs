@@ -138,7 +138,6 @@ impl Filter {
     /// One pass: sorts `items` by the chunk of their `target` bucket, fills
     /// the chunks (split between `threads`) up to `cap` entries per bucket,
     /// returns the items that found no room in that bucket.
-    #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
     fn fill_pass(
         &self,
         items: &[(u64, u32)],
@@ -158,61 +157,7 @@ impl Filter {
         };
         let chunk_of = |h: u64| bucket_of(h) >> chunk_log2;
 
-        // Counting sort by chunk: each thread counts its share of the items,
-        // then scatters it to its own offsets inside each chunk's range.
-        let shares: Vec<&[(u64, u32)]> =
-            items.chunks(items.len().div_ceil(threads).max(1)).collect();
-        let counts: Vec<Vec<usize>> = std::thread::scope(|s| {
-            let handles: Vec<_> = shares
-                .iter()
-                .map(|share| {
-                    s.spawn(move || {
-                        let mut c = vec![0usize; chunks];
-                        for &(h, _) in *share {
-                            c[chunk_of(h)] += 1;
-                        }
-                        c
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("count thread"))
-                .collect()
-        });
-        // Where each chunk's items start in the sorted order.
-        let mut chunk_start = vec![0usize; chunks + 1];
-        for c in 0..chunks {
-            chunk_start[c + 1] = chunk_start[c] + counts.iter().map(|n| n[c]).sum::<usize>();
-        }
-        let mut sorted = vec![(0u64, 0u32); items.len()];
-        {
-            // Split `sorted` into one disjoint slice per (share, chunk) so
-            // that threads scatter without sharing anything mutable.
-            let mut per_share: Vec<Vec<&mut [(u64, u32)]>> = (0..shares.len())
-                .map(|_| Vec::with_capacity(chunks))
-                .collect();
-            let mut rest: &mut [(u64, u32)] = &mut sorted;
-            for c in 0..chunks {
-                for (slots, n) in per_share.iter_mut().zip(&counts) {
-                    let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n[c]);
-                    slots.push(mine);
-                    rest = tail;
-                }
-            }
-            std::thread::scope(|s| {
-                for (share, mut slots) in shares.iter().zip(per_share) {
-                    s.spawn(move || {
-                        let mut fill = vec![0usize; chunks];
-                        for &item in *share {
-                            let c = chunk_of(item.0);
-                            slots[c][fill[c]] = item;
-                            fill[c] += 1;
-                        }
-                    });
-                }
-            });
-        }
+        let (sorted, chunk_start) = sort_by_chunk(items, chunks, threads, chunk_of);
 
         // Fill: thread t takes a contiguous range of chunks, i.e. of
         // buckets, so no two threads ever write the same bucket.
@@ -241,4 +186,68 @@ impl Filter {
         });
         overflow.concat()
     }
+}
+
+/// Counting sort of `items` by `chunk_of` (below `chunks`): each of
+/// `threads` threads counts its share of the items, then scatters it to its
+/// own offsets inside each chunk's range. Returns the sorted items and
+/// where each chunk starts (`chunks + 1` offsets).
+fn sort_by_chunk(
+    items: &[(u64, u32)],
+    chunks: usize,
+    threads: usize,
+    chunk_of: impl Fn(u64) -> usize + Sync,
+) -> (Vec<(u64, u32)>, Vec<usize>) {
+    let chunk_of = &chunk_of;
+    let shares: Vec<&[(u64, u32)]> = items.chunks(items.len().div_ceil(threads).max(1)).collect();
+    let counts: Vec<Vec<usize>> = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|share| {
+                s.spawn(move || {
+                    let mut c = vec![0usize; chunks];
+                    for &(h, _) in *share {
+                        c[chunk_of(h)] += 1;
+                    }
+                    c
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("count thread"))
+            .collect()
+    });
+    // Where each chunk's items start in the sorted order.
+    let mut chunk_start = vec![0usize; chunks + 1];
+    for c in 0..chunks {
+        chunk_start[c + 1] = chunk_start[c] + counts.iter().map(|n| n[c]).sum::<usize>();
+    }
+    let mut sorted = vec![(0u64, 0u32); items.len()];
+    // Split `sorted` into one disjoint slice per (share, chunk) so that
+    // threads scatter without sharing anything mutable.
+    let mut per_share: Vec<Vec<&mut [(u64, u32)]>> = (0..shares.len())
+        .map(|_| Vec::with_capacity(chunks))
+        .collect();
+    let mut rest: &mut [(u64, u32)] = &mut sorted;
+    for c in 0..chunks {
+        for (slots, n) in per_share.iter_mut().zip(&counts) {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n[c]);
+            slots.push(mine);
+            rest = tail;
+        }
+    }
+    std::thread::scope(|s| {
+        for (share, mut slots) in shares.iter().zip(per_share) {
+            s.spawn(move || {
+                let mut fill = vec![0usize; chunks];
+                for &item in *share {
+                    let c = chunk_of(item.0);
+                    slots[c][fill[c]] = item;
+                    fill[c] += 1;
+                }
+            });
+        }
+    });
+    (sorted, chunk_start)
 }

@@ -112,6 +112,38 @@ impl OnPath {
     }
 }
 
+/// The path of a random walk and the buckets it touches.
+struct Walked {
+    path: Vec<Step>,
+    on_path: OnPath,
+}
+
+impl Walked {
+    /// `placed` goes to `loc`, evicting `victim`. The walk is loop-erased:
+    /// when `victim` is an entry the walk placed itself earlier, the steps
+    /// from there on formed a cycle that would end where it started, so
+    /// they are dropped.
+    #[inline(always)]
+    fn evict(&mut self, loc: Loc, placed: u64, victim: u64) {
+        let erase_at = if self.on_path.may_contain(loc.bucket) {
+            self.path.iter().position(|st| st.loc == loc)
+        } else {
+            None
+        };
+        if let Some(j) = erase_at {
+            self.path.truncate(j);
+            self.on_path = OnPath::of(&self.path);
+        } else {
+            self.path.push(Step {
+                loc,
+                placed,
+                orig: victim,
+            });
+            self.on_path.insert(loc.bucket);
+        }
+    }
+}
+
 impl Filter {
     /// A bucket as the plan sees it: the table with the plan's placements.
     /// `on_path` holds every bucket the path
@@ -141,7 +173,6 @@ impl Filter {
     /// they started, so that part of the path is dropped and the walk goes
     /// on with the evicted entry. Iterations still count every step.
     /// Fails with the iterations spent when the walk finds no room.
-    #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
     #[inline]
     pub(crate) fn plan(
         &self,
@@ -152,7 +183,6 @@ impl Filter {
     ) -> Result<Plan, u32> {
         let l = &self.raw.layout;
         let bloom_ok = |i: u32| threshold.is_some_and(|t| i > t);
-        let max = self.config.max_kicks;
         let mut path = Plan::buffer();
         let done = |path: Vec<Step>, terminal, iterations| {
             Ok(Plan {
@@ -166,7 +196,7 @@ impl Filter {
         // alternate only when the primary is full, as the paper authors'
         // code does: below high load most inserts then cost one cache miss,
         // not two (2^22 buckets, empty to 95 %: 1.25× the insert rate).
-        let mut i = 1;
+        let i = 1;
         let b1 = self.raw.load_hint(k.i1);
         let e1 = l.empty_slots(&b1);
         if e1 != 0 {
@@ -203,32 +233,58 @@ impl Filter {
         if bloom_ok(i) && l.tag(&b1) == 0 && l.tag(&b2) == 0 {
             return done(path, Terminal::Bloom { a: k.i1, b: k.i2 }, i + spent);
         }
+        self.walk(k, entry, [&b1, &b2], threshold, rng, path, spent)
+    }
+
+    /// The random walk of [`Filter::plan`] after its first iteration found
+    /// both candidate buckets (`b`, as read) full and no Bloom terminal.
+    /// `spent`: bucket reads of a breadth-first search that found nothing.
+    #[allow(clippy::too_many_arguments)] // the plan's state, handed on once
+    #[inline]
+    fn walk(
+        &self,
+        k: &Keyed,
+        entry: u64,
+        b: [&Bucket; 2],
+        threshold: Option<u32>,
+        rng: &mut Rng,
+        path: Vec<Step>,
+        spent: u32,
+    ) -> Result<Plan, u32> {
+        let l = &self.raw.layout;
+        let bloom_ok = |i: u32| threshold.is_some_and(|t| i > t);
+        let done = |path: Vec<Step>, terminal, iterations| {
+            Ok(Plan {
+                path,
+                terminal,
+                iterations,
+            })
+        };
+        let mut i = 1;
         let mut a = if rng.coin() { k.i1 } else { k.i2 };
         let slot = rng.below(ENTRIES_PER_BUCKET);
-        let victim = l.entry(if a == k.i1 { &b1 } else { &b2 }, slot);
-        path.push(Step {
-            loc: Loc { bucket: a, slot },
-            placed: entry,
-            orig: victim,
-        });
-        let mut on_path = OnPath::new();
-        on_path.insert(a);
+        let victim = l.entry(if a == k.i1 { b[0] } else { b[1] }, slot);
+        let mut walk = Walked {
+            path,
+            on_path: OnPath::new(),
+        };
+        walk.evict(Loc { bucket: a, slot }, entry, victim);
         let mut homeless = victim;
 
-        while i < max {
+        while i < self.config.max_kicks {
             i += 1;
             let be = self.alt(a, l.entry_fp(homeless));
-            let bb = self.sim_bucket(be, &path, &on_path);
+            let bb = self.sim_bucket(be, &walk.path, &walk.on_path);
             let empty = l.empty_slots(&bb);
             if empty != 0 {
                 let loc = Loc {
                     bucket: be,
                     slot: rng.pick_bit(empty),
                 };
-                return done(path, Terminal::Empty(loc), i + spent);
+                return done(walk.path, Terminal::Empty(loc), i + spent);
             }
             if bloom_ok(i) && l.tag(&bb) == 0 && l.tag(&self.raw.load_hint(a)) == 0 {
-                return done(path, Terminal::Bloom { a, b: be }, i + spent);
+                return done(walk.path, Terminal::Bloom { a, b: be }, i + spent);
             }
             // Algorithm 2 (line 37) picks the next bucket at random between
             // the pair; the plain cuckoo filter of Fan et al. always evicts
@@ -241,37 +297,20 @@ impl Filter {
             let contents = if next == be {
                 bb
             } else {
-                self.sim_bucket(a, &path, &on_path)
+                self.sim_bucket(a, &walk.path, &walk.on_path)
             };
             let loc = Loc {
                 bucket: next,
                 slot: rng.below(ENTRIES_PER_BUCKET),
             };
             let victim = l.entry(&contents, loc.slot);
-            let seen = on_path.may_contain(loc.bucket);
-            let erase_at = if seen {
-                path.iter().position(|st| st.loc == loc)
-            } else {
-                None
-            };
-            if let Some(j) = erase_at {
-                // Loop erasure: `victim` is the entry the plan put at `loc`.
-                path.truncate(j);
-                on_path = OnPath::of(&path);
-            } else {
-                path.push(Step {
-                    loc,
-                    placed: homeless,
-                    orig: victim,
-                });
-                on_path.insert(loc.bucket);
-            }
+            walk.evict(loc, homeless, victim);
             homeless = victim;
             a = next;
         }
         // Back to the thread's buffer, as a dropped plan would give it.
         drop(Plan {
-            path,
+            path: walk.path,
             terminal: Terminal::Empty(Loc { bucket: 0, slot: 0 }),
             iterations: i,
         });

@@ -173,82 +173,21 @@ impl Filter {
     }
 
     /// Rebuilds a filter from [`Filter::to_bytes`] output.
-    #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
     pub fn from_bytes(bytes: &[u8]) -> Result<Filter, SnapshotError> {
-        if bytes.len() < HEADER_V1 + 4 {
-            return Err(SnapshotError::TooShort { len: bytes.len() });
-        }
-        if &bytes[..8] != MAGIC {
-            return Err(SnapshotError::BadMagic);
-        }
-        let mut r = Reader { buf: bytes, pos: 8 };
-        let version = r.u32();
-        let header = match version {
-            1 => HEADER_V1,
-            VERSION => HEADER,
-            _ => return Err(SnapshotError::UnsupportedVersion(version)),
+        let (version, header) = check_envelope(bytes)?;
+        let mut r = Reader {
+            buf: bytes,
+            pos: 12,
         };
-        if bytes.len() < header + 4 {
-            return Err(SnapshotError::TooShort { len: bytes.len() });
-        }
-        let (body, tail) = bytes.split_at(bytes.len() - 4);
-        let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(SnapshotError::ChecksumMismatch { stored, computed });
-        }
-        let hash = r.u32();
-        if hash != HASH_ID {
-            return Err(SnapshotError::ForeignHash(hash));
-        }
-        let fingerprint_bits = r.u32();
-        let value_bits = r.u32();
-        let mode = r.u32();
-        let field_bits = r.u32();
-        let threshold = r.u32();
-        let max_kicks = r.u32();
-        let buckets_log2 = r.u32();
-        let stripes = r.u32() as usize;
-        let packed = match if version == 1 { 0 } else { r.u32() } {
-            0 => false,
-            1 => true,
-            other => {
-                return Err(SnapshotError::BadParameters(format!(
-                    "layout {other} (0 word, 1 packed)"
-                )))
-            }
-        };
-        let seed = r.u64();
-        let entries = r.u64();
-        let n_words = r.u64();
-        let n_side = r.u64();
-        let bloom = match (mode, field_bits) {
-            (0, 0) => None,
-            (1, 1) => Some(BloomConfig {
-                mode: BloomMode::Bit,
-                threshold,
-            }),
-            (2, bits) => Some(BloomConfig {
-                mode: BloomMode::Tag { bits },
-                threshold,
-            }),
-            _ => {
-                return Err(SnapshotError::BadParameters(format!(
-                    "Bloom mode {mode} with {field_bits}-bit field"
-                )))
-            }
-        };
-        let config = Config {
-            capacity: 0,
-            buckets_log2: Some(buckets_log2),
-            fingerprint_bits,
-            value_bits,
-            bloom,
-            max_kicks,
-            stripes,
-            seed,
-            packed,
-        };
+        let Header {
+            config,
+            field_bits,
+            entries,
+            n_words,
+            n_side,
+        } = read_header(&mut r, version)?;
+        let (fingerprint_bits, value_bits, packed) =
+            (config.fingerprint_bits, config.value_bits, config.packed);
         // Check the parameters and the image size *before* allocating the
         // table: a crafted header must not make us allocate gigabytes.
         config.validate()?;
@@ -284,6 +223,106 @@ impl Filter {
         validate_content(&filter, &words, &side, entries)?;
         Ok(Filter::from_parts(config, &words, side, entries as usize)?)
     }
+}
+
+/// Checks what comes before the parameters: length, magic, version and
+/// checksum. Returns the version and its header length.
+fn check_envelope(bytes: &[u8]) -> Result<(u32, usize), SnapshotError> {
+    if bytes.len() < HEADER_V1 + 4 {
+        return Err(SnapshotError::TooShort { len: bytes.len() });
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = Reader { buf: bytes, pos: 8 }.u32();
+    let header = match version {
+        1 => HEADER_V1,
+        VERSION => HEADER,
+        _ => return Err(SnapshotError::UnsupportedVersion(version)),
+    };
+    if bytes.len() < header + 4 {
+        return Err(SnapshotError::TooShort { len: bytes.len() });
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+    let computed = crc32fast::hash(body);
+    if stored != computed {
+        return Err(SnapshotError::ChecksumMismatch { stored, computed });
+    }
+    Ok((version, header))
+}
+
+/// An image's parameters and counts, as its header states them (not yet
+/// checked against each other).
+struct Header {
+    config: Config,
+    field_bits: u32,
+    entries: u64,
+    n_words: u64,
+    n_side: u64,
+}
+
+/// Reads the header after the version field.
+fn read_header(r: &mut Reader<'_>, version: u32) -> Result<Header, SnapshotError> {
+    let hash = r.u32();
+    if hash != HASH_ID {
+        return Err(SnapshotError::ForeignHash(hash));
+    }
+    let fingerprint_bits = r.u32();
+    let value_bits = r.u32();
+    let mode = r.u32();
+    let field_bits = r.u32();
+    let threshold = r.u32();
+    let max_kicks = r.u32();
+    let buckets_log2 = r.u32();
+    let stripes = r.u32() as usize;
+    let packed = match if version == 1 { 0 } else { r.u32() } {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(SnapshotError::BadParameters(format!(
+                "layout {other} (0 word, 1 packed)"
+            )))
+        }
+    };
+    let seed = r.u64();
+    let entries = r.u64();
+    let n_words = r.u64();
+    let n_side = r.u64();
+    let bloom = match (mode, field_bits) {
+        (0, 0) => None,
+        (1, 1) => Some(BloomConfig {
+            mode: BloomMode::Bit,
+            threshold,
+        }),
+        (2, bits) => Some(BloomConfig {
+            mode: BloomMode::Tag { bits },
+            threshold,
+        }),
+        _ => {
+            return Err(SnapshotError::BadParameters(format!(
+                "Bloom mode {mode} with {field_bits}-bit field"
+            )))
+        }
+    };
+    let config = Config {
+        capacity: 0,
+        buckets_log2: Some(buckets_log2),
+        fingerprint_bits,
+        value_bits,
+        bloom,
+        max_kicks,
+        stripes,
+        seed,
+        packed,
+    };
+    Ok(Header {
+        config,
+        field_bits,
+        entries,
+        n_words,
+        n_side,
+    })
 }
 
 /// Checks that the table and the side table agree with each other and with

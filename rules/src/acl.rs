@@ -176,9 +176,9 @@ pub mod classbench {
         if src.v6 != dst.v6 {
             return Err(("destination prefix", "not of the source's family".into()));
         }
-        let sport = range(f[2]).map_err(|m| ("source ports", m))?;
-        let dport = range(f[3]).map_err(|m| ("destination ports", m))?;
-        let proto = match value_mask(f[4]).map_err(|m| ("protocol", m))? {
+        let sport = range(f[2], "source ports")?;
+        let dport = range(f[3], "destination ports")?;
+        let proto = match value_mask(f[4], "protocol")? {
             (_, 0) => None,
             (v, 0xff) if v <= 0xff => Some(v as u8),
             (v, m) => {
@@ -188,7 +188,7 @@ pub mod classbench {
                 ))
             }
         };
-        let flags = value_mask(f[5]).map_err(|m| ("TCP flags", m))?;
+        let flags = value_mask(f[5], "TCP flags")?;
         let matcher = AclMatch {
             src,
             dst,
@@ -199,27 +199,29 @@ pub mod classbench {
         Ok((matcher, flags.1 == 0))
     }
 
-    fn range(s: &str) -> Result<PortRange, String> {
+    /// A `LO : HI` port column (`field` names it in errors).
+    fn range(s: &str, field: &'static str) -> Result<PortRange, FieldError> {
         let (lo, hi) = s
             .split_once(':')
-            .ok_or_else(|| format!("{s:?}: not LO : HI"))?;
+            .ok_or_else(|| (field, format!("{s:?}: not LO : HI")))?;
         let port = |p: &str| {
             p.trim()
                 .parse::<u16>()
-                .map_err(|_| format!("{p:?}: not a port"))
+                .map_err(|_| (field, format!("{p:?}: not a port")))
         };
-        PortRange::new(port(lo)?, port(hi)?).ok_or_else(|| format!("{s:?}: LO above HI"))
+        PortRange::new(port(lo)?, port(hi)?).ok_or_else(|| (field, format!("{s:?}: LO above HI")))
     }
 
-    fn value_mask(s: &str) -> Result<(u32, u32), String> {
+    /// A `0xVALUE/0xMASK` column (`field` names it in errors).
+    fn value_mask(s: &str, field: &'static str) -> Result<(u32, u32), FieldError> {
         let (v, m) = s
             .split_once('/')
-            .ok_or_else(|| format!("{s:?}: not VALUE/MASK"))?;
+            .ok_or_else(|| (field, format!("{s:?}: not VALUE/MASK")))?;
         let hex = |x: &str| {
             x.strip_prefix("0x")
                 .or_else(|| x.strip_prefix("0X"))
                 .and_then(|h| u32::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("{x:?}: not a hexadecimal number"))
+                .ok_or_else(|| (field, format!("{x:?}: not a hexadecimal number")))
         };
         Ok((hex(v)?, hex(m)?))
     }

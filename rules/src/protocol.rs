@@ -268,8 +268,11 @@ impl ParsedRequest {
 /// which it was in a form the protocol can answer.
 struct ParamsSeed(&'static [&'static str]);
 
+/// The first parameter name a method does not take.
+struct UnknownParam(String);
+
 /// The kept parameters, or the first unknown name.
-type RawParams<'de> = Result<Vec<(&'static str, &'de serde_json::value::RawValue)>, String>;
+type RawParams<'de> = Result<Vec<(&'static str, &'de serde_json::value::RawValue)>, UnknownParam>;
 
 impl<'de> serde::de::DeserializeSeed<'de> for ParamsSeed {
     type Value = RawParams<'de>;
@@ -295,7 +298,7 @@ impl<'de> serde::de::Visitor<'de> for ParamsSeed {
                 }
             }
         }
-        Ok(unknown.map_or(Ok(kept), Err))
+        Ok(unknown.map_or(Ok(kept), |name| Err(UnknownParam(name))))
     }
 }
 
@@ -312,7 +315,7 @@ fn method_params(
     let mut de = serde_json::Deserializer::from_str(raw.get());
     let kept = match ParamsSeed(method.params()).deserialize(&mut de) {
         Ok(Ok(kept)) => kept,
-        Ok(Err(name)) => {
+        Ok(Err(UnknownParam(name))) => {
             return bad(ParamError::Unknown {
                 name,
                 allowed: method.params().join(", "),

@@ -433,12 +433,18 @@ fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
 /// A 5-tuple written as a flow rule's match is (`src`, `dst`, `proto`, and
 /// `sport`/`dport` for TCP and UDP): what `trace` asks about. The error
 /// names the field.
-pub fn parse_flow_key(v: &Value) -> Result<FlowKey, String> {
+pub fn parse_flow_key(v: &Value) -> Result<FlowKey, RuleError> {
     let Some(f) = v.as_object() else {
-        return Err("expected an object {src, dst, proto, sport, dport}".into());
+        return Err(RuleError::new(
+            None,
+            None,
+            "",
+            "expected an object {src, dst, proto, sport, dport}",
+        ));
     };
-    parse_flow(f)
-        .map_err(|(field, msg)| format!("{}: {msg}", field.trim_start_matches("match.flow.")))
+    parse_flow(f).map_err(|(field, msg)| {
+        RuleError::new(None, None, field.trim_start_matches("match.flow."), msg)
+    })
 }
 
 fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {

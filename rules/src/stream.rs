@@ -230,6 +230,77 @@ fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
+/// The input, read a block at a time and cut into [`Piece`]s at the last
+/// rule separator of each block (the rest starts the next piece).
+struct Blocks<R> {
+    input: R,
+    block: usize,
+    buf: Vec<u8>,
+    len: usize,
+    no: usize,
+}
+
+impl<R: Read> Blocks<R> {
+    /// The next piece; `next` (a spare buffer of `block` bytes) becomes
+    /// the buffer that keeps what follows the cut. `None` when one rule
+    /// (or the envelope) is longer than a block.
+    fn cut(&mut self, mut next: Vec<u8>) -> Option<Piece> {
+        let len = self.len;
+        let last = len < self.block;
+        let end = if last {
+            len
+        } else {
+            last_separator(&self.buf[..len])?
+        };
+        // The next piece starts after the separator's `,`.
+        let tail = if last { 0 } else { len - end - 1 };
+        next[..tail].copy_from_slice(&self.buf[len - tail..len]);
+        self.len = tail;
+        let no = self.no;
+        self.no += 1;
+        Some(Piece {
+            no,
+            start: if no == 0 { At::Start } else { At::AfterComma },
+            last,
+            buf: std::mem::replace(&mut self.buf, next),
+            len: end,
+        })
+    }
+
+    /// Reads on after the kept tail.
+    fn refill(&mut self) -> io::Result<()> {
+        self.len += fill(&mut self.input, &mut self.buf[self.len..])?;
+        Ok(())
+    }
+}
+
+/// A piece's rules; a piece not taken sets `failed` so that the others
+/// stop parsing.
+fn parse_flagged(p: &Piece, failed: &AtomicBool) -> Option<Vec<Rule>> {
+    let r = if failed.load(Ordering::Relaxed) {
+        None
+    } else {
+        parse_piece(p)
+    };
+    if r.is_none() {
+        failed.store(true, Ordering::Relaxed);
+    }
+    r
+}
+
+/// The pieces' rules in order, or `None` if any piece was not taken.
+fn concat(results: Vec<Option<Vec<Rule>>>) -> Option<Vec<Rule>> {
+    let total = results.iter().map(|r| r.as_ref().map_or(0, Vec::len)).sum();
+    let mut rules = Vec::with_capacity(total);
+    for r in results {
+        rules.extend(r?);
+    }
+    Some(rules)
+}
+
+/// A parsed piece coming back: its number, its rules, its buffer (reused).
+type Done = (usize, Option<Vec<Rule>>, Vec<u8>);
+
 /// Reads a rule file (`{"rules": [...]}`) from `input` in blocks of
 /// `block` bytes; `Ok(None)` when the stream does not take it (then parse
 /// the whole text with [`crate::parse_rule_file`], which names the
@@ -237,7 +308,6 @@ fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 /// them itself. Public for the fuzz target, which reads with small blocks
 /// so that rules straddle them, and on one thread (LeakSanitizer counts a
 /// finished thread's thread-local bookkeeping as a leak).
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
 pub fn read_rule_stream(
     mut input: impl Read,
     block: usize,
@@ -245,7 +315,7 @@ pub fn read_rule_stream(
 ) -> io::Result<Option<Vec<Rule>>> {
     let block = block.max(16);
     let mut buf = vec![0u8; block];
-    let mut len = fill(&mut input, &mut buf)?;
+    let len = fill(&mut input, &mut buf)?;
     if len < block {
         // The whole file in one block: parsed right here.
         return Ok(parse_piece(&Piece {
@@ -256,75 +326,52 @@ pub fn read_rule_stream(
             len,
         }));
     }
+    let mut blocks = Blocks {
+        input,
+        block,
+        buf,
+        len,
+        no: 0,
+    };
     let failed = AtomicBool::new(false);
     let (work_tx, work_rx) = channel::bounded::<Piece>(threads);
-    let (done_tx, done_rx) = channel::unbounded::<(usize, Option<Vec<Rule>>, Vec<u8>)>();
-    let worker = |done_tx: channel::Sender<_>| {
-        for p in &work_rx {
-            let r = if failed.load(Ordering::Relaxed) {
-                None
-            } else {
-                parse_piece(&p)
-            };
-            if r.is_none() {
-                failed.store(true, Ordering::Relaxed);
-            }
-            if done_tx.send((p.no, r, p.buf)).is_err() {
-                break;
-            }
-        }
-    };
+    let (done_tx, done_rx) = channel::unbounded::<Done>();
     let mut results: Vec<Option<Vec<Rule>>> = Vec::new();
     let outcome: io::Result<bool> = std::thread::scope(|s| {
         for _ in 0..threads {
             let tx = done_tx.clone();
-            s.spawn(|| worker(tx));
+            let (work_rx, failed) = (&work_rx, &failed);
+            s.spawn(move || {
+                for p in work_rx {
+                    let r = parse_flagged(&p, failed);
+                    if tx.send((p.no, r, p.buf)).is_err() {
+                        break;
+                    }
+                }
+            });
         }
         // Buffers in flight at most: enough to keep every thread busy
         // while this one reads the next block.
         let max_buffers = 2 * threads + 2;
         let mut buffers = 1usize;
-        let mut no = 0usize;
         let run = (|| -> io::Result<bool> {
             loop {
-                let last = len < block;
-                let end = if last {
-                    len
-                } else {
-                    match last_separator(&buf[..len]) {
-                        Some(comma) => comma,
-                        // One rule (or the envelope) longer than a block.
-                        None => return Ok(false),
-                    }
-                };
-                let mut next = if buffers < max_buffers {
+                let next = if buffers < max_buffers {
                     buffers += 1;
                     vec![0u8; block]
                 } else {
-                    match done_rx.recv() {
-                        Ok((no, r, b)) => {
-                            store(&mut results, no, r);
-                            b
-                        }
-                        Err(_) => return Ok(false),
-                    }
+                    let Ok((no, r, b)) = done_rx.recv() else {
+                        return Ok(false);
+                    };
+                    store(&mut results, no, r);
+                    b
                 };
-                // The next piece starts after the separator's `,`.
-                let tail = if last { 0 } else { len - end - 1 };
-                next[..tail].copy_from_slice(&buf[len - tail..len]);
-                let piece = Piece {
-                    no,
-                    start: if no == 0 { At::Start } else { At::AfterComma },
-                    last,
-                    buf: std::mem::replace(&mut buf, next),
-                    len: end,
+                let Some(piece) = blocks.cut(next) else {
+                    return Ok(false);
                 };
-                no += 1;
+                let last = piece.last;
                 if threads == 0 {
-                    let r = parse_piece(&piece);
-                    if r.is_none() {
-                        failed.store(true, Ordering::Relaxed);
-                    }
+                    let r = parse_flagged(&piece, &failed);
                     let _ = done_tx.send((piece.no, r, piece.buf));
                 } else if work_tx.send(piece).is_err() {
                     return Ok(false);
@@ -332,7 +379,7 @@ pub fn read_rule_stream(
                 if last || failed.load(Ordering::Relaxed) {
                     return Ok(true);
                 }
-                len = tail + fill(&mut input, &mut buf[tail..])?;
+                blocks.refill()?;
             }
         })();
         drop(work_tx);
@@ -345,13 +392,7 @@ pub fn read_rule_stream(
     if !outcome? || failed.load(Ordering::Relaxed) {
         return Ok(None);
     }
-    let total = results.iter().map(|r| r.as_ref().map_or(0, Vec::len)).sum();
-    let mut rules = Vec::with_capacity(total);
-    for r in results {
-        let Some(r) = r else { return Ok(None) };
-        rules.extend(r);
-    }
-    Ok(Some(rules))
+    Ok(concat(results))
 }
 
 #[cfg(test)]

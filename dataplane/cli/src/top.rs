@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cfdp_control::client::{Client, Target};
+use cfdp_control::client::{Client, ClientError, Target};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::widgets::{Block, Paragraph, Row, Table};
@@ -23,6 +23,20 @@ use serde_json::{json, Value};
 const RULES_PAGE: u64 = 10_000;
 /// Rows of the busiest-rules table.
 const TOP_RULES: usize = 10;
+
+/// Why the view stopped.
+#[derive(Debug, thiserror::Error)]
+enum TopError {
+    #[error("terminal: {0}")]
+    Terminal(#[from] std::io::Error),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{method}: {message}")]
+    Refused {
+        method: &'static str,
+        message: Value,
+    },
+}
 
 /// One reading of the node.
 struct Sample {
@@ -53,20 +67,19 @@ pub fn top(target: &Target<'_>, interval: Duration) -> ExitCode {
     }
 }
 
-fn run(term: &mut DefaultTerminal, c: &mut Client, interval: Duration) -> Result<(), String> {
+fn run(term: &mut DefaultTerminal, c: &mut Client, interval: Duration) -> Result<(), TopError> {
     let mut prev: Option<Sample> = None;
     loop {
         let now = sample(c)?;
-        term.draw(|f| draw(f, prev.as_ref(), &now))
-            .map_err(|e| e.to_string())?;
+        term.draw(|f| draw(f, prev.as_ref(), &now))?;
         prev = Some(now);
         let until = Instant::now() + interval;
         loop {
             let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() || !event::poll(left).map_err(|e| e.to_string())? {
+            if left.is_zero() || !event::poll(left)? {
                 break;
             }
-            if let Event::Key(k) = event::read().map_err(|e| e.to_string())? {
+            if let Event::Key(k) = event::read()? {
                 let ctrl_c =
                     k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
                 if k.kind == KeyEventKind::Press
@@ -79,11 +92,14 @@ fn run(term: &mut DefaultTerminal, c: &mut Client, interval: Duration) -> Result
     }
 }
 
-fn sample(c: &mut Client) -> Result<Sample, String> {
-    let mut result = |method: &str, params: Value| -> Result<Value, String> {
-        let r = c.call(method, params).map_err(|e| e.to_string())?;
+fn sample(c: &mut Client) -> Result<Sample, TopError> {
+    let mut result = |method: &'static str, params: Value| -> Result<Value, TopError> {
+        let r = c.call(method, params)?;
         match r.get("error") {
-            Some(e) => Err(format!("{method}: {}", e["message"])),
+            Some(e) => Err(TopError::Refused {
+                method,
+                message: e["message"].clone(),
+            }),
             None => Ok(r["result"].clone()),
         }
     };

@@ -219,15 +219,8 @@ impl DpdkBackend<'_, '_> {
     }
 }
 
-/// Runs the workers on the EAL's ports until `stop` (or idle). The caller
-/// owns the EAL (and cleans it up).
-#[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
-pub fn run(
-    eal: &Eal,
-    opts: &DpdkOptions,
-    cx: &WorkerContext,
-    stop: &AtomicBool,
-) -> Result<DpdkReport, DpdkError> {
+/// Checks the options against the statistics; returns the worker count.
+fn check_options(opts: &DpdkOptions, cx: &WorkerContext) -> Result<u16, DpdkError> {
     let workers = opts.workers.max(1);
     if cx.stats.workers.len() < usize::from(workers) {
         return Err(DpdkError::Usage(format!(
@@ -247,8 +240,12 @@ pub fn run(
             opts.burst
         )));
     }
-    let plan = PortPlan::new(&opts.rx_ports, &opts.tx_ports, &opts.xconnect)?;
-    // Names → port ids; two names of one device would make one port two.
+    Ok(workers)
+}
+
+/// The plan's port names with their port ids; two names of one device
+/// would make one port two, and are refused.
+fn resolve_ports(eal: &Eal, plan: &PortPlan) -> Result<Vec<(String, u16)>, DpdkError> {
     let mut ids: Vec<(String, u16)> = Vec::new();
     for name in plan.all() {
         let id = eal.port_by_name(name)?;
@@ -259,16 +256,21 @@ pub fn run(
         }
         ids.push((name.clone(), id));
     }
-    let id = |name: &String| ids.iter().find(|(n, _)| n == name).expect("resolved").1;
-    // DPDK names pools process-wide and never frees them: a unique name
-    // per run lets one process run the backend more than once (tests).
-    static RUNS: AtomicU32 = AtomicU32::new(0);
-    let pool_name = format!("cfdp_mbufs{}", RUNS.fetch_add(1, Ordering::Relaxed));
-    let pool = eal.mempool(&pool_name, opts.mempool_size, 256)?;
-    // Every port gets `workers` receive queues if polled and `workers`
-    // transmit queues if an output; queue w of each is worker w's.
+    Ok(ids)
+}
+
+/// Starts every port: `workers` receive queues if polled and `workers`
+/// transmit queues if an output; queue w of each is worker w's.
+fn start_ports<'p>(
+    eal: &'p Eal,
+    pool: &'p Mempool<'p>,
+    plan: &PortPlan,
+    ids: &[(String, u16)],
+    workers: u16,
+    descriptors: u16,
+) -> Result<Vec<StartedPort<'p>>, DpdkError> {
     let mut ports = Vec::with_capacity(ids.len());
-    for (name, p) in &ids {
+    for (name, p) in ids {
         let rxq = if plan.polled.contains(name) {
             workers
         } else {
@@ -280,26 +282,34 @@ pub fn run(
             0
         };
         ports.push(
-            StartedPort::start(eal, *p, rxq, txq, opts.descriptors, &pool)
+            StartedPort::start(eal, *p, rxq, txq, descriptors, pool)
                 .map_err(|e| DpdkError::Usage(format!("{name}: {e}")))?,
         );
     }
-    let rss: Vec<bool> = ports.iter().map(StartedPort::rss).collect();
-    let idle_limit =
-        (opts.stop_when_idle_ms > 0).then(|| Duration::from_millis(opts.stop_when_idle_ms));
-    let start = Instant::now();
+    Ok(ports)
+}
 
-    // Hand every worker its queues, in the plan's orders: receive queue w
-    // of each polled port, transmit queue w of each output port.
+/// One worker's queues: receive queues, then transmit queues.
+type WorkerQueues<'p> = (Vec<RxQueue<'p>>, Vec<TxQueue<'p>>);
+
+/// Hands every worker its queues, in the plan's orders: receive queue w of
+/// each polled port, transmit queue w of each output port.
+fn queues_per_worker<'p>(
+    ports: &'p mut [StartedPort<'_>],
+    plan: &PortPlan,
+    ids: &[(String, u16)],
+    workers: u16,
+) -> Result<Vec<WorkerQueues<'p>>, DpdkError> {
+    let id = |name: &String| ids.iter().find(|(n, _)| n == name).expect("resolved").1;
     let mut rxq_of: Vec<(u16, Vec<RxQueue<'_>>)> = Vec::new();
     let mut txq_of: Vec<(u16, Vec<TxQueue<'_>>)> = Vec::new();
-    for port in &mut ports {
+    for port in ports {
         let pid = port.id();
         let (rxq, txq) = port.queues()?;
         rxq_of.push((pid, rxq));
         txq_of.push((pid, txq));
     }
-    let mut per_worker: Vec<(Vec<RxQueue<'_>>, Vec<TxQueue<'_>>)> =
+    let mut per_worker: Vec<WorkerQueues<'p>> =
         (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
     for name in &plan.polled {
         let (_, qs) = rxq_of
@@ -319,8 +329,74 @@ pub fn run(
             per_worker[w].1.push(q);
         }
     }
+    Ok(per_worker)
+}
+
+/// Worker `w`'s thread: pinned to `cpu` if given, registered with the EAL,
+/// runs the engine's worker loop over `backend` until it is done.
+fn poll(
+    w: usize,
+    cpu: Option<usize>,
+    token: crate::EalRef<'_>,
+    cx: &WorkerContext,
+    mut backend: DpdkBackend<'_, '_>,
+) -> Result<u64, DpdkError> {
+    if let Some(cpu) = cpu {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set)
+            .map_err(|e| DpdkError::Usage(format!("pinning worker {w} to CPU {cpu}: {e}")))?;
+    }
+    let _reg = ThreadRegistration::new(token)?;
+    let tables = cx.readers.handle();
+    let mut worker = Worker::new(cx, w, WorkerOptions::default());
+    run_worker(&mut backend, &mut worker, &tables);
+    worker.finish();
+    cx.stats.workers[w]
+        .tx_dropped
+        .fetch_add(backend.tx_dropped, Ordering::Relaxed);
+    Ok(backend.tx_dropped)
+}
+
+/// Each port's name and counters, at the end of a run.
+fn port_report(ports: &[StartedPort<'_>], ids: &[(String, u16)]) -> Vec<(String, PortStatsJson)> {
+    ports
+        .iter()
+        .map(|p| {
+            let name = ids
+                .iter()
+                .find(|(_, i)| *i == p.id())
+                .map(|(n, _)| n.clone())
+                .unwrap_or_default();
+            let st = p.stats().unwrap_or_default();
+            (name, PortStatsJson::from(st))
+        })
+        .collect()
+}
+
+/// Runs the workers on the EAL's ports until `stop` (or idle). The caller
+/// owns the EAL (and cleans it up).
+pub fn run(
+    eal: &Eal,
+    opts: &DpdkOptions,
+    cx: &WorkerContext,
+    stop: &AtomicBool,
+) -> Result<DpdkReport, DpdkError> {
+    let workers = check_options(opts, cx)?;
+    let plan = PortPlan::new(&opts.rx_ports, &opts.tx_ports, &opts.xconnect)?;
+    let ids = resolve_ports(eal, &plan)?;
+    // DPDK names pools process-wide and never frees them: a unique name
+    // per run lets one process run the backend more than once (tests).
+    static RUNS: AtomicU32 = AtomicU32::new(0);
+    let pool_name = format!("cfdp_mbufs{}", RUNS.fetch_add(1, Ordering::Relaxed));
+    let pool = eal.mempool(&pool_name, opts.mempool_size, 256)?;
+    let mut ports = start_ports(eal, &pool, &plan, &ids, workers, opts.descriptors)?;
+    let rss: Vec<bool> = ports.iter().map(StartedPort::rss).collect();
+    let idle_limit =
+        (opts.stop_when_idle_ms > 0).then(|| Duration::from_millis(opts.stop_when_idle_ms));
+    let start = Instant::now();
+    let per_worker = queues_per_worker(&mut ports, &plan, &ids, workers)?;
     let forward: Vec<usize> = plan.forward.iter().map(|f| f.unwrap_or(NO_PORT)).collect();
-    let out = plan.redirect.clone();
     let token = eal.token();
     // Scripts wait for this line (bench/dpdk.sh): the rules are loaded and
     // the ports started; the workers poll from here on.
@@ -334,46 +410,26 @@ pub fn run(
             .into_iter()
             .enumerate()
             .map(|(w, (rx, tx))| {
-                let out = out.clone();
-                let forward = forward.clone();
-                let pool = &pool;
+                let backend = DpdkBackend {
+                    rx,
+                    tx,
+                    forward: forward.clone(),
+                    out: plan.redirect.clone(),
+                    pool: &pool,
+                    next_rx: 0,
+                    burst: opts.burst,
+                    stop,
+                    idle_limit,
+                    clock: start,
+                    last_packet_ns: 0,
+                    now_ns: 0,
+                    bursts: 0,
+                    tx_dropped: 0,
+                };
                 let cpu = opts.worker_cpus.get(w).copied();
                 std::thread::Builder::new()
                     .name(format!("cfdp-worker-{w}"))
-                    .spawn_scoped(s, move || -> Result<u64, DpdkError> {
-                        if let Some(cpu) = cpu {
-                            let mut set = rustix::thread::CpuSet::new();
-                            set.set(cpu);
-                            rustix::thread::sched_setaffinity(None, &set).map_err(|e| {
-                                DpdkError::Usage(format!("pinning worker {w} to CPU {cpu}: {e}"))
-                            })?;
-                        }
-                        let _reg = ThreadRegistration::new(token)?;
-                        let tables = cx.readers.handle();
-                        let mut worker = Worker::new(cx, w, WorkerOptions::default());
-                        let mut backend = DpdkBackend {
-                            rx,
-                            tx,
-                            forward,
-                            out,
-                            pool,
-                            next_rx: 0,
-                            burst: opts.burst,
-                            stop,
-                            idle_limit,
-                            clock: start,
-                            last_packet_ns: 0,
-                            now_ns: 0,
-                            bursts: 0,
-                            tx_dropped: 0,
-                        };
-                        run_worker(&mut backend, &mut worker, &tables);
-                        worker.finish();
-                        cx.stats.workers[w]
-                            .tx_dropped
-                            .fetch_add(backend.tx_dropped, Ordering::Relaxed);
-                        Ok(backend.tx_dropped)
-                    })
+                    .spawn_scoped(s, move || poll(w, cpu, token, cx, backend))
                     .expect("spawning a worker thread")
             })
             .collect();
@@ -387,18 +443,7 @@ pub fn run(
     });
     let elapsed = start.elapsed().as_secs_f64();
     let tx_dropped = result?.iter().sum();
-    let port_stats = ports
-        .iter()
-        .map(|p| {
-            let name = ids
-                .iter()
-                .find(|(_, i)| *i == p.id())
-                .map(|(n, _)| n.clone())
-                .unwrap_or_default();
-            let st = p.stats().unwrap_or_default();
-            (name, PortStatsJson::from(st))
-        })
-        .collect();
+    let report = port_report(&ports, &ids);
     drop(ports);
     let packets = cx.stats.totals().packets;
     Ok(DpdkReport {
@@ -406,6 +451,6 @@ pub fn run(
         mpps: packets as f64 / elapsed.max(1e-9) / 1e6,
         rss,
         tx_dropped,
-        ports: port_stats,
+        ports: report,
     })
 }

@@ -13,7 +13,9 @@
 use cfdp_engine::acl::AclClassifier;
 use cfdp_engine::{key_check, ClassPart, SlotRule};
 use cfdp_filter::BuildError;
-use cfdp_rules::FlowKey;
+use cfdp_rules::{FlowKey, RuleId};
+
+use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
@@ -31,9 +33,44 @@ use super::views;
 /// One domain's keys while loading: (hash, filter value) pairs.
 type Keys = Vec<(u64, u32)>;
 
+/// The first problem a pass found: the rule's index and what is wrong.
+type Found = Option<(usize, String)>;
+
+/// What the id pass gathers: the id index, the filters' keys, the count
+/// rules, and the first problem.
+struct IdPass {
+    by_id: IdIndex,
+    flow_keys: Keys,
+    class_keys: HashMap<PrefixClass, Keys>,
+    count_rules: BTreeMap<RuleId, u32>,
+    found: Found,
+}
+
+/// What the match pass gathers: verify mode's exact tables (or filter-only
+/// mode's match index) and the first problem.
+struct MatchPass {
+    exact: HashMap<FlowKey, RuleRef>,
+    class_entries: HashMap<PrefixClass, HashMap<[u8; 16], RuleRef>>,
+    index: Option<MatchIndex>,
+    found: Found,
+}
+
+/// How many rules of each prefix class, and how many flow rules: every
+/// table is then allocated once.
+fn sizes(rules: &[Rule]) -> (HashMap<PrefixClass, usize>, usize) {
+    let mut class_sizes: HashMap<PrefixClass, usize> = HashMap::new();
+    let mut flows = 0usize;
+    for r in rules {
+        match PrefixClass::of(&r.matcher) {
+            Some((c, _)) => *class_sizes.entry(c).or_default() += 1,
+            None => flows += 1,
+        }
+    }
+    (class_sizes, flows)
+}
+
 impl RuleStore {
     /// A store holding exactly `rules` (see [`RuleStore::with_rules`]).
-    #[allow(clippy::too_many_lines)] // longer than 80 lines: split pending (issue 29)
     pub(super) fn build(
         cfg: StoreConfig,
         stats: Arc<LiveStats>,
@@ -41,22 +78,8 @@ impl RuleStore {
     ) -> Result<Self, StoreError> {
         cfg.check_max_rules()?;
         let n = rules.len();
-        let at = |index: usize, r: &Rule, why: String| StoreError::Rule {
-            index,
-            id: r.id,
-            why,
-        };
-        // Per-class sizes first, so every table is allocated once.
-        let mut class_sizes: HashMap<PrefixClass, usize> = HashMap::new();
-        let mut flows = 0usize;
-        for r in &rules {
-            match PrefixClass::of(&r.matcher) {
-                Some((c, _)) => *class_sizes.entry(c).or_default() += 1,
-                None => flows += 1,
-            }
-        }
+        let (class_sizes, flows) = sizes(&rules);
         let keep_slots = cfg.mode == Mode::FilterOnly;
-        let value_for = |slot: u32| if keep_slots { slot } else { 0 };
         // Two halves on two threads, each one pass over the rules: the
         // exact tables (matches) here, the id index, counters and filter
         // keys beside it. Each stops at its first problem; the one earlier
@@ -64,148 +87,30 @@ impl RuleStore {
         // (the batch path checks the id first), so the message is the one
         // a single pass would give. Both halves are random writes into
         // large tables, bound by memory latency, so they overlap well.
-        type Found = Option<(usize, String)>;
-        let secret = cfg.hash_secret;
         let (matches, ids) = std::thread::scope(|s| {
-            let ids = s.spawn(|| {
-                let mut by_id = IdIndex::with_capacity(n);
-                let mut flow_keys: Keys = Vec::with_capacity(flows);
-                let mut class_keys: HashMap<PrefixClass, Keys> = class_sizes
-                    .iter()
-                    .map(|(c, &k)| (*c, Vec::with_capacity(k)))
-                    .collect();
-                let mut count_rules = std::collections::BTreeMap::new();
-                let mut found: Found = None;
-                for (i, r) in rules.iter().enumerate() {
-                    let slot = i as u32;
-                    if by_id.find(&rules, r.id).is_some() {
-                        found = Some((i, id_taken(r.id)));
-                        break;
-                    }
-                    by_id.add(&rules, slot);
-                    if !stats.ensure_slot(slot) {
-                        found = Some((i, format!("{n} rules do not fit: raise control.max_rules")));
-                        break;
-                    }
-                    match r.matcher {
-                        Match::Flow(k) => flow_keys.push((k.hash_with(&secret), value_for(slot))),
-                        // Multi-field rules: in the classifier, no filter.
-                        Match::Acl { .. } => {}
-                        m => {
-                            let (c, addr) =
-                                PrefixClass::of(&m).expect("a prefix match has a class");
-                            let keys = class_keys.get_mut(&c).expect("counted above");
-                            keys.push((c.hash_masked(&secret, &addr), value_for(slot)));
-                        }
-                    }
-                    if r.action == cfdp_rules::Action::Count {
-                        count_rules.insert(r.id, slot);
-                    }
-                }
-                (by_id, flow_keys, class_keys, count_rules, found)
-            });
-            // Filter-only mode keeps no exact table of every rule (see
-            // `cfdp_engine::tables`): matches are indexed by slot instead.
-            let mut index = keep_slots.then(|| MatchIndex::with_capacity(n));
-            let sized = |k: usize| if keep_slots { 0 } else { k };
-            let mut exact: HashMap<FlowKey, RuleRef> = HashMap::with_capacity(sized(flows));
-            let mut class_entries: HashMap<PrefixClass, HashMap<[u8; 16], RuleRef>> = class_sizes
-                .iter()
-                .map(|(c, &k)| (*c, HashMap::with_capacity(sized(k))))
-                .collect();
-            // Multi-field rules by (match, priority): verify mode's duplicate
-            // check for them (filter-only mode's index covers every form).
-            let mut acl_matches: HashMap<Match, u32> = HashMap::new();
-            let mut found: Found = None;
-            // Two loops, not one with the mode inside: the verify-mode
-            // loop is the old one exactly (one loop with a match on the
-            // mode per rule measured ~2 s slower at 10 M rules).
-            if let Some(idx) = &mut index {
-                for (i, r) in rules.iter().enumerate() {
-                    if let Some(o) = idx.find(&rules, &r.matcher) {
-                        found = Some((i, match_taken(rules[o as usize].id)));
-                        break;
-                    }
-                    idx.add(&rules, i as u32);
-                }
-            } else {
-                for (i, r) in rules.iter().enumerate() {
-                    let e = RuleRef {
-                        action: r.action,
-                        slot: i as u32,
-                    };
-                    let dup = match r.matcher {
-                        Match::Flow(k) => exact.insert(k, e),
-                        m @ Match::Acl { .. } => {
-                            acl_matches.insert(m, e.slot).map(|slot| RuleRef {
-                                action: r.action,
-                                slot,
-                            })
-                        }
-                        m => {
-                            let (c, addr) =
-                                PrefixClass::of(&m).expect("a prefix match has a class");
-                            let entries = class_entries.get_mut(&c).expect("counted above");
-                            entries.insert(addr, e)
-                        }
-                    };
-                    if let Some(o) = dup {
-                        found = Some((i, match_taken(rules[o.slot as usize].id)));
-                        break;
-                    }
-                }
-            }
-            let ids = ids.join().expect("the id pass does not panic");
-            ((exact, class_entries, index, found), ids)
+            let ids = s.spawn(|| id_pass(&cfg, &stats, &rules, &class_sizes, flows));
+            let matches = match_pass(&rules, keep_slots, &class_sizes, flows);
+            (matches, ids.join().expect("the id pass does not panic"))
         });
-        let (exact, mut class_entries, index, match_err) = matches;
-        let (by_id, flow_keys, class_keys, count_rules, id_err) = ids;
-        let first = match (id_err, match_err) {
+        let first = match (ids.found, matches.found) {
             (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
             (a, b) => a.or(b),
         };
-        if let Some((i, msg)) = first {
-            return Err(at(i, &rules[i], msg));
-        }
-        // Filter-only mode: each rule's action and key check by slot, from
-        // the keys' hashes (computed once, for the filters).
-        let slots: Vec<Option<SlotRule>> = if keep_slots {
-            let mut slots = vec![None; n];
-            let keys = flow_keys.iter().chain(class_keys.values().flatten());
-            for &(h, slot) in keys {
-                slots[slot as usize] = Some(SlotRule {
-                    action: rules[slot as usize].action,
-                    check: key_check(h),
-                });
-            }
-            slots
-        } else {
-            Vec::new()
-        };
-        // The parsed list itself becomes the rule store (rule i at slot i).
-        let set = RuleSet::from_parts(by_id, rules, index);
-        let classes: HashMap<PrefixClass, (HashMap<[u8; 16], RuleRef>, Keys)> = class_keys
-            .into_iter()
-            .map(|(c, keys)| (c, (class_entries.remove(&c).unwrap_or_default(), keys)))
-            .collect();
-
-        let flow_filter = build_filter(&cfg, cfg.flow_capacity, &flow_keys, || "flow".into())?;
-        drop(flow_keys);
-        let mut store_classes = HashMap::with_capacity(classes.len());
-        let mut parts = Vec::with_capacity(classes.len());
-        for (c, (entries, keys)) in classes {
-            let cap = cfg.prefix_capacity.max(keys.len() * 9 / 8);
-            let f = build_filter(&cfg, cap, &keys, || views::class_name(&c))?;
-            store_classes.insert(c, (Arc::clone(&f), entries.len()));
-            parts.push(ClassPart {
-                class: c,
-                filter: f,
-                entries,
+        if let Some((index, why)) = first {
+            return Err(StoreError::Rule {
+                index,
+                id: rules[index].id,
+                why,
             });
         }
-        let slots = keep_slots.then_some(slots);
+        let slots = keep_slots.then(|| slot_rules(&rules, &ids.flow_keys, &ids.class_keys));
+        // The parsed list itself becomes the rule store (rule i at slot i).
+        let set = RuleSet::from_parts(ids.by_id, rules, matches.index);
+        let flow_filter = build_filter(&cfg, cfg.flow_capacity, &ids.flow_keys, || "flow".into())?;
+        drop(ids.flow_keys);
+        let (store_classes, parts) = class_filters(&cfg, ids.class_keys, matches.class_entries)?;
         let acl = multi_field(&set)?;
-        let tables = Tables::from_parts(Arc::clone(&flow_filter), exact, parts, slots, acl)
+        let tables = Tables::from_parts(Arc::clone(&flow_filter), matches.exact, parts, slots, acl)
             .with_hash_secret(cfg.hash_secret);
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
         let factory = r.factory();
@@ -220,7 +125,7 @@ impl RuleStore {
             free_slots: Vec::new(),
             next_slot: n as u32,
             baselines: HashMap::new(),
-            count_rules,
+            count_rules: ids.count_rules,
             count_version: fresh_version(),
             generation: 0,
             unsettled: None,
@@ -228,6 +133,159 @@ impl RuleStore {
             folds: (0, 0),
         })
     }
+}
+
+/// The id half of [`RuleStore::build`]: ids unique, a counter slot per
+/// rule, every flow and prefix rule's filter key (with its slot as the
+/// filter value in filter-only mode), the count rules.
+fn id_pass(
+    cfg: &StoreConfig,
+    stats: &LiveStats,
+    rules: &[Rule],
+    class_sizes: &HashMap<PrefixClass, usize>,
+    flows: usize,
+) -> IdPass {
+    let n = rules.len();
+    let secret = cfg.hash_secret;
+    let keep_slots = cfg.mode == Mode::FilterOnly;
+    let value_for = |slot: u32| if keep_slots { slot } else { 0 };
+    let mut p = IdPass {
+        by_id: IdIndex::with_capacity(n),
+        flow_keys: Vec::with_capacity(flows),
+        class_keys: class_sizes
+            .iter()
+            .map(|(c, &k)| (*c, Vec::with_capacity(k)))
+            .collect(),
+        count_rules: BTreeMap::new(),
+        found: None,
+    };
+    for (i, r) in rules.iter().enumerate() {
+        let slot = i as u32;
+        if p.by_id.find(rules, r.id).is_some() {
+            p.found = Some((i, id_taken(r.id)));
+            break;
+        }
+        p.by_id.add(rules, slot);
+        if !stats.ensure_slot(slot) {
+            p.found = Some((i, format!("{n} rules do not fit: raise control.max_rules")));
+            break;
+        }
+        match r.matcher {
+            Match::Flow(k) => p.flow_keys.push((k.hash_with(&secret), value_for(slot))),
+            // Multi-field rules: in the classifier, no filter.
+            Match::Acl { .. } => {}
+            m => {
+                let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
+                let keys = p.class_keys.get_mut(&c).expect("counted above");
+                keys.push((c.hash_masked(&secret, &addr), value_for(slot)));
+            }
+        }
+        if r.action == cfdp_rules::Action::Count {
+            p.count_rules.insert(r.id, slot);
+        }
+    }
+    p
+}
+
+/// The match half of [`RuleStore::build`]: no two rules with one match.
+/// Filter-only mode keeps no exact table of every rule (see
+/// `cfdp_engine::tables`): matches are indexed by slot instead.
+fn match_pass(
+    rules: &[Rule],
+    keep_slots: bool,
+    class_sizes: &HashMap<PrefixClass, usize>,
+    flows: usize,
+) -> MatchPass {
+    let sized = |k: usize| if keep_slots { 0 } else { k };
+    let mut p = MatchPass {
+        exact: HashMap::with_capacity(sized(flows)),
+        class_entries: class_sizes
+            .iter()
+            .map(|(c, &k)| (*c, HashMap::with_capacity(sized(k))))
+            .collect(),
+        index: keep_slots.then(|| MatchIndex::with_capacity(rules.len())),
+        found: None,
+    };
+    // Two loops, not one with the mode inside: the verify-mode loop is
+    // the old one exactly (one loop with a match on the mode per rule
+    // measured ~2 s slower at 10 M rules).
+    if let Some(idx) = &mut p.index {
+        for (i, r) in rules.iter().enumerate() {
+            if let Some(o) = idx.find(rules, &r.matcher) {
+                p.found = Some((i, match_taken(rules[o as usize].id)));
+                break;
+            }
+            idx.add(rules, i as u32);
+        }
+        return p;
+    }
+    // Multi-field rules by (match, priority): verify mode's duplicate
+    // check for them (filter-only mode's index covers every form).
+    let mut acl_matches: HashMap<Match, u32> = HashMap::new();
+    for (i, r) in rules.iter().enumerate() {
+        let e = RuleRef {
+            action: r.action,
+            slot: i as u32,
+        };
+        let dup = match r.matcher {
+            Match::Flow(k) => p.exact.insert(k, e),
+            m @ Match::Acl { .. } => acl_matches.insert(m, e.slot).map(|slot| RuleRef {
+                action: r.action,
+                slot,
+            }),
+            m => {
+                let (c, addr) = PrefixClass::of(&m).expect("a prefix match has a class");
+                let entries = p.class_entries.get_mut(&c).expect("counted above");
+                entries.insert(addr, e)
+            }
+        };
+        if let Some(o) = dup {
+            p.found = Some((i, match_taken(rules[o.slot as usize].id)));
+            break;
+        }
+    }
+    p
+}
+
+/// Filter-only mode: each rule's action and key check by slot, from the
+/// keys' hashes (computed once, for the filters).
+fn slot_rules(
+    rules: &[Rule],
+    flow_keys: &Keys,
+    class_keys: &HashMap<PrefixClass, Keys>,
+) -> Vec<Option<SlotRule>> {
+    let mut slots = vec![None; rules.len()];
+    for &(h, slot) in flow_keys.iter().chain(class_keys.values().flatten()) {
+        slots[slot as usize] = Some(SlotRule {
+            action: rules[slot as usize].action,
+            check: key_check(h),
+        });
+    }
+    slots
+}
+
+/// Each prefix class's filter (built from its keys) with its verify table:
+/// the store's view and the engine's parts.
+#[allow(clippy::type_complexity)] // the store's field type, as it is
+fn class_filters(
+    cfg: &StoreConfig,
+    class_keys: HashMap<PrefixClass, Keys>,
+    mut class_entries: HashMap<PrefixClass, HashMap<[u8; 16], RuleRef>>,
+) -> Result<(HashMap<PrefixClass, (Arc<Filter>, usize)>, Vec<ClassPart>), StoreError> {
+    let mut store_classes = HashMap::with_capacity(class_keys.len());
+    let mut parts = Vec::with_capacity(class_keys.len());
+    for (c, keys) in class_keys {
+        let entries = class_entries.remove(&c).unwrap_or_default();
+        let cap = cfg.prefix_capacity.max(keys.len() * 9 / 8);
+        let f = build_filter(cfg, cap, &keys, || views::class_name(&c))?;
+        store_classes.insert(c, (Arc::clone(&f), entries.len()));
+        parts.push(ClassPart {
+            class: c,
+            filter: f,
+            entries,
+        });
+    }
+    Ok((store_classes, parts))
 }
 
 /// A filter holding `keys`, sized for `capacity` items and grown (doubled)

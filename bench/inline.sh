@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cfdp inline against dpdk-testpmd --forward-mode=io, side by side in one
 # run on the same veth lab (dataplane/dpdk/scripts/veth-lab.sh: two network
-# namespaces, net_af_packet on the root side of their veths), real kernel
-# traffic from iperf3:
+# namespaces, net_af_packet — and then net_af_xdp — on the root side of
+# their veths), real kernel traffic from iperf3:
 #   * tcp:    one TCP stream A→B for DUR seconds (Gbit/s at the receiver),
 #   * udp64:  UDP with 18-byte payloads (64-byte frames on the wire) as fast
 #             as one sender goes (bench/src/bin/udp-flood.rs, sendmmsg; the
@@ -10,8 +10,10 @@
 # Both forwarders get one forwarding core (core 1; iperf3 and the kernel
 # get core 0 — 2-core machines have nothing else), one queue pair per port,
 # cfdp with no rules installed and with RULES exact-flow rules (none of
-# which match: the lookup happens, the verdict is forward). ROUNDS rounds,
-# the forwarders alternating within each; medians are printed and every
+# which match: the lookup happens, the verdict is forward); each of the
+# three on AF_PACKET (impl names as they are) and on AF_XDP (the same names
+# with "-afxdp"; generic XDP on the veths). ROUNDS rounds, the forwarders
+# alternating within each; medians are printed and every
 # round goes to bench/results/inline.csv with the run's date, commit and
 # machine.
 #
@@ -69,8 +71,8 @@ commit=$(git rev-parse --short HEAD)
 git status --porcelain --untracked-files=no -- . ':!bench/results' | grep -q . && commit="$commit-dirty"
 echo "machine: $machine; $DUR s per test, $ROUNDS rounds"
 
-start_cfdp() { # rules-file
-    bash $lab config $P 1 1 | sed "s|^file = \"\"|file = \"$1\"|; s|^socket = .*|socket = \"\"|" \
+start_cfdp() { # rules-file pmd
+    bash $lab config $P 1 1 "$2" | sed "s|^file = \"\"|file = \"$1\"|; s|^socket = .*|socket = \"\"|" \
         > "$work/cfdp.toml"
     printf 'worker_cpus = [1]\nmempool_size = 16383\n' >> "$work/cfdp.toml"
     printf '[filter]\nflow_capacity = %d\n' "$RULES" >> "$work/cfdp.toml"
@@ -84,11 +86,13 @@ start_cfdp() { # rules-file
     echo "cfdp did not start" >&2; exit 1
 }
 
-start_testpmd() {
+start_testpmd() { # pmd
     # One forwarding lcore (1); main lcore 0 only handles the CLI.
+    local vdevs=(--vdev "net_af_packet0,iface=${P}a1" --vdev "net_af_packet1,iface=${P}b1")
+    [ "$1" = af_xdp ] && vdevs=(--vdev "net_af_xdp0,iface=${P}a1,start_queue=0,queue_count=1"
+        --vdev "net_af_xdp1,iface=${P}b1,start_queue=0,queue_count=1")
     sleep 3600 | dpdk-testpmd --no-huge --no-pci -m 1024 --file-prefix "$P" -l 0-1 \
-        --log-level '*:warning' --vdev "net_af_packet0,iface=${P}a1" \
-        --vdev "net_af_packet1,iface=${P}b1" -- --forward-mode=io --stats-period 0 \
+        --log-level '*:warning' "${vdevs[@]}" -- --forward-mode=io --stats-period 0 \
         --total-num-mbufs=16383 >"$work/testpmd.out" 2>&1 &
     fwd_pid=$!
     for _ in $(seq 1 300); do
@@ -139,16 +143,20 @@ print('$tcp', '%.1f' % s['kpps'], '%.1f' % (($after - $before) / s['seconds'] / 
 [ -f "$csv" ] || echo "date,commit,machine,round,impl,rules,tcp_gbps,udp64_offered_kpps,udp64_kpps" > "$csv"
 date=$(date -u +%Y-%m-%dT%H:%MZ)
 declare -A tcp udp
+impls="testpmd-io cfdp cfdp-rules testpmd-io-afxdp cfdp-afxdp cfdp-rules-afxdp"
 for r in $(seq 1 "$ROUNDS"); do
-    for impl in testpmd-io cfdp cfdp-rules; do
+    for impl in $impls; do
+        pmd=af_packet
+        case $impl in *-afxdp) pmd=af_xdp ;; esac
         case $impl in
-        testpmd-io) start_testpmd ;;
-        cfdp) start_cfdp "$work/none.json" ;;
-        cfdp-rules) start_cfdp "$work/rules.json" ;;
+        testpmd-io*) start_testpmd $pmd ;;
+        cfdp-rules*) start_cfdp "$work/rules.json" $pmd ;;
+        cfdp*) start_cfdp "$work/none.json" $pmd ;;
         esac
         read -r t o u < <(measure)
         stop_fwd
-        n=$([ $impl = cfdp-rules ] && echo "$RULES" || echo 0)
+        n=0
+        case $impl in cfdp-rules*) n=$RULES ;; esac
         echo "round $r  $impl ($n rules): TCP $t Gbit/s, UDP 64 B $u kpps delivered of $o sent"
         echo "$date,$commit,\"$machine\",$r,$impl,$n,$t,$o,$u" >> "$csv"
         tcp[$impl]+="$t "
@@ -156,10 +164,12 @@ for r in $(seq 1 "$ROUNDS"); do
     done
 done
 med() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-for impl in testpmd-io cfdp cfdp-rules; do
+for impl in $impls; do
+    peer=testpmd-io
+    case $impl in *-afxdp) peer=testpmd-io-afxdp ;; esac
     mt=$(echo "${tcp[$impl]}" | med); mu=$(echo "${udp[$impl]}" | med)
-    mt0=$(echo "${tcp[testpmd-io]}" | med); mu0=$(echo "${udp[testpmd-io]}" | med)
-    printf 'median %-11s TCP %7s Gbit/s (%.2fx testpmd io)   UDP 64 B %8s kpps (%.2fx)\n' \
+    mt0=$(echo "${tcp[$peer]}" | med); mu0=$(echo "${udp[$peer]}" | med)
+    printf 'median %-17s TCP %7s Gbit/s (%.2fx testpmd io, same PMD)   UDP 64 B %8s kpps (%.2fx)\n' \
         "$impl" "$mt" "$(python3 -c "print($mt/$mt0 if $mt0 else 0)")" \
         "$mu" "$(python3 -c "print($mu/$mu0 if $mu0 else 0)")"
 done

@@ -1,6 +1,7 @@
 //! cfdp inline on real links: two network namespaces with real kernel
-//! stacks, joined through `cfdp run` (DPDK `net_af_packet` on veth pairs,
-//! `xconnect`) — the lab of `dataplane/dpdk/scripts/veth-lab.sh`.
+//! stacks, joined through `cfdp run` (DPDK `net_af_packet`, or
+//! `net_af_xdp`, on veth pairs, `xconnect`) — the lab of
+//! `dataplane/dpdk/scripts/veth-lab.sh`.
 //!
 //! Needs root (namespaces, veths, AF_PACKET), iproute2, ethtool and ping,
 //! and a build with `--features dpdk`. Without root or those tools each test
@@ -131,13 +132,14 @@ struct Cfdp {
 }
 
 impl Cfdp {
-    fn start(lab: &Lab, qpairs: u16, workers: u16, rules: &str) -> Cfdp {
+    /// `pmd`: `af_packet` or `af_xdp` (veth-lab.sh's names).
+    fn start(lab: &Lab, pmd: &str, qpairs: u16, workers: u16, rules: &str) -> Cfdp {
         let dir = std::env::temp_dir().join(format!("cfdp-inline-{}", lab.prefix));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let out = Command::new(script())
             .args(["config", &lab.prefix])
-            .args([qpairs.to_string(), workers.to_string()])
+            .args([qpairs.to_string(), workers.to_string(), pmd.to_string()])
             .output()
             .unwrap();
         assert!(out.status.success());
@@ -342,8 +344,22 @@ impl Echo {
 }
 
 #[test]
-#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
+    live_flows("af_packet", "ci");
+}
+
+/// The same scenario with cfdp on AF_XDP sockets (`net_af_xdp`, generic
+/// XDP on the veths) instead of AF_PACKET.
+#[test]
+fn kernel_traffic_crosses_cfdp_on_af_xdp() {
+    live_flows("af_xdp", "cx");
+}
+
+/// Ping, TCP both ways, fragments and a port rule on them, a drop rule
+/// stopping a live flow and its delete letting it resume, a port rule —
+/// through cfdp on `pmd`.
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
+fn live_flows(pmd: &str, prefix: &str) {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -351,8 +367,8 @@ fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
         eprintln!("inline lab skipped: {why}");
         return;
     }
-    let lab = Lab::up(&format!("ci{}", std::process::id() % 100_000), 1);
-    let cfdp = Cfdp::start(&lab, 1, 1, r#"{"rules": []}"#);
+    let lab = Lab::up(&format!("{prefix}{}", std::process::id() % 100_000), 1);
+    let cfdp = Cfdp::start(&lab, pmd, 1, 1, r#"{"rules": []}"#);
 
     // ARP and ND go through (no rule matches them), then ping both ways.
     assert!(lab.ping('a', "10.77.0.2"), "IPv4 ping A→B");
@@ -385,6 +401,20 @@ fn kernel_traffic_crosses_cfdp_and_rules_act_on_live_flows() {
         "later fragments did not take their first fragment's ports: {totals}"
     );
     cfdp.apply(json!([{"op": "delete", "id": 21}]));
+    if pmd == "af_xdp" {
+        // AF_XDP takes frames before the kernel's stack: IPv4 fragments
+        // reach cfdp as fragments (no fanout reassembly as with AF_PACKET).
+        let v4: SocketAddr = "10.77.0.2:6002".parse().unwrap();
+        assert_eq!(big_datagrams(&lab, v4, 4000, 5), 5, "fragmented IPv4 UDP");
+        cfdp.apply(json!([{"op": "insert", "rule": {"id": 22, "match": {
+            "dst_prefix": "10.77.0.2/32", "proto": "udp", "port": 6002}, "action": "drop"}}]));
+        assert_eq!(
+            big_datagrams(&lab, v4, 4000, 3),
+            0,
+            "IPv4 fragments passed a port rule"
+        );
+        cfdp.apply(json!([{"op": "delete", "id": 22}]));
+    }
 
     // A drop rule on a live flow's 5-tuple stops it with the batch that
     // installs it; deleting the rule lets it go on.
@@ -458,7 +488,7 @@ fn two_workers_on_two_queue_pairs_carry_every_flow() {
         return;
     }
     let lab = Lab::up(&format!("cq{}", std::process::id() % 100_000), 2);
-    let cfdp = Cfdp::start(&lab, 2, 2, r#"{"rules": []}"#);
+    let cfdp = Cfdp::start(&lab, "af_packet", 2, 2, r#"{"rules": []}"#);
     assert!(lab.ping('a', "10.77.0.2"), "IPv4 ping A→B");
     // Sixteen UDP flows A→B, each 200 datagrams answered by B: with two
     // queues the flows spread over both workers, and every datagram and

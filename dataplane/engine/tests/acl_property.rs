@@ -128,10 +128,15 @@ proptest! {
     ) {
         let mut c = AclClassifier::with_rules(&rules).unwrap();
         let check = |c: &AclClassifier, live: &[AclRule]| {
-            for k in &packets {
+            // One packet at a time, and the whole list as bursts (more
+            // than one chunk when there are over 32).
+            let mut burst = vec![None; packets.len()];
+            c.classify_burst(&packets, &mut burst);
+            for (k, b) in packets.iter().zip(&burst) {
                 let want = first_match(live, k).map(|r| r.id);
                 let got = c.classify(k).map(|r| r.id);
                 prop_assert_eq!(got, want, "packet {:?}", k);
+                prop_assert_eq!(*b, want, "packet {:?} in a burst", k);
             }
             Ok(())
         };
@@ -160,4 +165,102 @@ proptest! {
         }
         check(&c, &live)?;
     }
+}
+
+/// A deterministic stream of numbers (xorshift), for the churn test.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// Heavy churn on one table: many buckets (distinct /32 sources) and one
+/// long bucket (overlapping rules differing only in ports), deleted in a random order
+/// and put back, so that index slots are vacated and refilled, runs move
+/// to the arena's end and the arena is compacted; every rule stays found
+/// at every step.
+#[test]
+fn churn_keeps_every_rule_found() {
+    let mk = |id: u32, src: [u8; 4], dport: (u16, u16)| AclRule {
+        id,
+        priority: 1000 - id,
+        matcher: AclMatch {
+            src: IpPrefix {
+                v6: false,
+                addr: [
+                    src[0], src[1], src[2], src[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                ],
+                len: 32,
+            },
+            dst: IpPrefix {
+                v6: false,
+                addr: [192, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                len: 24,
+            },
+            proto: Some(17),
+            sport: PortRange::ANY,
+            dport: PortRange::new(dport.0, dport.1).unwrap(),
+        },
+        action: Action::Drop,
+    };
+    let mut rules: Vec<AclRule> = (0..300u32)
+        .map(|i| mk(i + 1, [10, 0, (i >> 8) as u8, i as u8], (53, 53)))
+        .collect();
+    // The long bucket's rules overlap: a packet to port 1000 + i matches
+    // every rule j ≤ i, and the best live one must win.
+    rules.extend((0..300u32).map(|i| mk(301 + i, [10, 9, 9, 9], (1000 + i as u16, 2000))));
+    let key = |r: &AclRule| FlowKey {
+        v6: false,
+        src: r.matcher.src.addr,
+        dst: [192, 0, 2, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        proto: 17,
+        sport: 4000,
+        dport: r.matcher.dport.lo,
+    };
+    let keys: Vec<FlowKey> = rules.iter().map(key).collect();
+    let mut c = AclClassifier::new();
+    let mut live: Vec<AclRule> = Vec::new();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let check = |c: &AclClassifier, live: &[AclRule]| {
+        let mut burst = vec![None; keys.len()];
+        c.classify_burst(&keys, &mut burst);
+        for (k, b) in keys.iter().zip(&burst) {
+            let want = first_match(live, k).map(|r| r.id);
+            assert_eq!(c.classify(k).map(|r| r.id), want, "{k:?}");
+            assert_eq!(*b, want, "{k:?} in a burst");
+        }
+    };
+    for round in 0..3 {
+        let mut order = rules.clone();
+        for i in (1..order.len()).rev() {
+            order.swap(i, (xorshift(&mut x) % (i as u64 + 1)) as usize);
+        }
+        for (n, r) in order.iter().enumerate() {
+            c.insert(*r).unwrap();
+            live.push(*r);
+            if n % 97 == 0 {
+                check(&c, &live);
+            }
+        }
+        check(&c, &live);
+        for i in (1..order.len()).rev() {
+            order.swap(i, (xorshift(&mut x) % (i as u64 + 1)) as usize);
+        }
+        // Delete all but a few (the last round: all), checking on the way.
+        let keep = if round == 2 { 0 } else { 5 };
+        for (n, r) in order.iter().enumerate().skip(keep) {
+            c.remove(r.id).unwrap();
+            live.retain(|l| l.id != r.id);
+            if n % 89 == 0 {
+                check(&c, &live);
+            }
+        }
+        check(&c, &live);
+        for r in &order[..keep] {
+            c.remove(r.id).unwrap();
+        }
+        live.clear();
+    }
+    assert_eq!((c.len(), c.tables()), (0, 0));
 }

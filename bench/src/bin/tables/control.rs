@@ -292,7 +292,8 @@ pub(crate) fn fleet(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
-/// `inline`: the veth lab, medians of the rounds, ratios to testpmd io.
+/// `inline`: the veth lab, medians of the rounds, ratios to testpmd io on
+/// the same PMD (AF_PACKET rows, then AF_XDP rows when the run has them).
 pub(crate) fn inline(d: &Path) -> R<String> {
     let c = Csv::load(d, "inline.csv")?;
     let recs = c.records();
@@ -304,33 +305,37 @@ pub(crate) fn inline(d: &Path) -> R<String> {
                 .collect::<R<_>>()?,
         ))
     };
-    let (tcp0, udp0) = (
-        med("testpmd-io", "tcp_gbps")?,
-        med("testpmd-io", "udp64_kpps")?,
-    );
+    let rules = count_short(c.value(&[("impl", "cfdp-rules")], "rules")? as u64);
     let mut rows = Vec::new();
-    for (imp, label) in [
-        ("testpmd-io", "dpdk-testpmd io".to_owned()),
-        ("cfdp", "cfdp, no rules".to_owned()),
-        (
-            "cfdp-rules",
-            format!(
-                "cfdp, {} flow rules (none matching)",
-                count_short(c.value(&[("impl", "cfdp-rules")], "rules")? as u64)
+    for (suffix, pmd) in [("", "af_packet"), ("-afxdp", "af_xdp")] {
+        let peer = format!("testpmd-io{suffix}");
+        if !recs.iter().any(|r| r["impl"] == peer) {
+            continue;
+        }
+        let (tcp0, udp0) = (med(&peer, "tcp_gbps")?, med(&peer, "udp64_kpps")?);
+        for (imp, label) in [
+            ("testpmd-io", "dpdk-testpmd io".to_owned()),
+            ("cfdp", "cfdp, no rules".to_owned()),
+            (
+                "cfdp-rules",
+                format!("cfdp, {rules} flow rules (none matching)"),
             ),
-        ),
-    ] {
-        let (t, u) = (med(imp, "tcp_gbps")?, med(imp, "udp64_kpps")?);
-        rows.push(vec![
-            label,
-            format!("{t:.3}"),
-            f2(t / tcp0),
-            format!("{u:.1}"),
-            f2(u / udp0),
-        ]);
+        ] {
+            let imp = format!("{imp}{suffix}");
+            let (t, u) = (med(&imp, "tcp_gbps")?, med(&imp, "udp64_kpps")?);
+            rows.push(vec![
+                pmd.to_owned(),
+                label,
+                format!("{t:.3}"),
+                f2(t / tcp0),
+                format!("{u:.1}"),
+                f2(u / udp0),
+            ]);
+        }
     }
     Ok(table(
         &[
+            "PMD",
             "forwarder",
             "TCP (iperf3, 1 stream), Gbit/s",
             "ratio",

@@ -53,7 +53,10 @@ impl FragId {
 /// whole table with duplicates).
 pub struct FragTable {
     map: HashMap<FragId, FragEntry>,
-    order: VecDeque<(FragId, u64)>,
+    /// Records in arrival order: the entry, its generation, and when it
+    /// was stored (so that expiry reads no map entry while the oldest
+    /// record is young: one check per first fragment, not a lookup).
+    order: VecDeque<(FragId, u64, u64)>,
     capacity: usize,
     ttl_ns: u64,
     next_gen: u64,
@@ -103,7 +106,7 @@ impl FragTable {
         if self.order.len() >= 2 * self.capacity {
             self.compact();
         }
-        self.order.push_back((fid, generation));
+        self.order.push_back((fid, generation, now_ns));
     }
 
     /// Ports of the datagram a later fragment belongs to, if its first
@@ -135,7 +138,11 @@ impl FragTable {
     /// Forgets entries older than the TTL at `now_ns` (records are in
     /// arrival order, so the oldest live one is the first live record).
     pub fn expire(&mut self, now_ns: u64) {
-        while let Some(&(fid, generation)) = self.order.front() {
+        while let Some(&(fid, generation, stored_ns)) = self.order.front() {
+            // Every later record was stored no earlier: none has expired.
+            if now_ns.saturating_sub(stored_ns) <= self.ttl_ns {
+                break;
+            }
             if let Some(e) = self.live(&fid, generation) {
                 if now_ns.saturating_sub(e.seen_ns) <= self.ttl_ns {
                     break;
@@ -147,7 +154,7 @@ impl FragTable {
     }
 
     fn evict_oldest(&mut self) {
-        while let Some((fid, generation)) = self.order.pop_front() {
+        while let Some((fid, generation, _)) = self.order.pop_front() {
             if self.live(&fid, generation).is_some() {
                 self.map.remove(&fid);
                 self.evicted += 1;
@@ -161,7 +168,7 @@ impl FragTable {
     fn compact(&mut self) {
         let map = &self.map;
         self.order
-            .retain(|(fid, g)| map.get(fid).is_some_and(|e| e.generation == *g));
+            .retain(|(fid, g, _)| map.get(fid).is_some_and(|e| e.generation == *g));
     }
 }
 

@@ -52,6 +52,18 @@ pub fn ctl(
     token_file: Option<PathBuf>,
     cmd: CtlCmd,
 ) -> ExitCode {
+    if let CtlCmd::Trace {
+        pcap: Some(pcap),
+        frame: Some(frame),
+        text,
+        ..
+    } = &cmd
+    {
+        return match Place::resolve(socket, tcp, token_file) {
+            Ok(place) => trace_frame(&place.target(), pcap, *frame, *text),
+            Err(code) => code,
+        };
+    }
     let (method, params, as_text) = match request(cmd) {
         Ok(r) => r,
         Err(code) => return code,
@@ -164,7 +176,13 @@ fn request(cmd: CtlCmd) -> Result<(&'static str, Value, bool), ExitCode> {
             sport,
             dport,
             text,
+            ..
         } => {
+            // Without --pcap, clap has required all three.
+            let (Some(src), Some(dst), Some(proto)) = (src, dst, proto) else {
+                eprintln!("cfdp ctl: trace needs --src, --dst and --proto, or --pcap and --frame");
+                return Err(ExitCode::from(2));
+            };
             let proto = proto
                 .parse::<u8>()
                 .map_or_else(|_| json!(proto), |n| json!(n));
@@ -184,26 +202,92 @@ fn request(cmd: CtlCmd) -> Result<(&'static str, Value, bool), ExitCode> {
     }
 }
 
-/// `cfdp ctl trace --text`: the trace answer as lines a person reads.
-fn trace_text(target: &Target<'_>, params: Value) -> ExitCode {
-    let resp = client::Client::connect(target).and_then(|mut c| c.call("trace", params));
-    let resp = match resp {
-        Ok(r) => r,
-        Err(e) => {
+/// The node's `trace` result for `params`, or the exit code after saying
+/// why there is none.
+fn ask_trace(target: &Target<'_>, params: Value) -> Result<Value, ExitCode> {
+    let resp = client::Client::connect(target)
+        .and_then(|mut c| c.call("trace", params))
+        .map_err(|e| {
             eprintln!("cfdp ctl: {e}");
-            return ExitCode::from(2);
-        }
-    };
+            ExitCode::from(2)
+        })?;
     if let Some(e) = resp.get("error") {
         eprintln!(
             "cfdp ctl: error {}: {}",
             e["code"],
             e["message"].as_str().unwrap_or("?")
         );
-        return ExitCode::from(1);
+        return Err(ExitCode::from(1));
     }
-    print!("{}", render_trace(&resp["result"]));
+    Ok(resp["result"].clone())
+}
+
+/// `cfdp ctl trace --text`: the trace answer as lines a person reads.
+fn trace_text(target: &Target<'_>, params: Value) -> ExitCode {
+    match ask_trace(target, params) {
+        Ok(t) => {
+            print!("{}", render_trace(&t));
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// `cfdp ctl trace --pcap FILE --frame N`: the frame read here (with its
+/// fragment state), its 5-tuple traced by the node; printed as `cfdp
+/// replay --trace` prints, or as text.
+fn trace_frame(target: &Target<'_>, pcap: &std::path::Path, frame: u64, text: bool) -> ExitCode {
+    use crate::trace_cmd::{frame_key, FrameError, FrameKey};
+    let mut v = match frame_key(pcap, frame) {
+        Err(FrameError(msg, code)) => {
+            eprintln!("cfdp ctl: trace: {msg}");
+            return ExitCode::from(code);
+        }
+        Ok(FrameKey::Settled(v)) => v,
+        Ok(FrameKey::Key {
+            key,
+            fragment,
+            anomaly,
+        }) => {
+            let t = match ask_trace(target, key_params(&key)) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            if text {
+                let anomaly = anomaly.map_or_else(String::new, |a| format!(" (anomaly: {a})"));
+                print!(
+                    "frame    {frame}: {fragment}{anomaly}\n{}",
+                    render_trace(&t)
+                );
+                return ExitCode::SUCCESS;
+            }
+            json!({"decoded": "ip", "anomaly": anomaly, "fragment": fragment, "trace": t})
+        }
+    };
+    v["frame"] = frame.into();
+    if text {
+        println!("frame    {frame}: {}", v["verdict"].as_str().unwrap_or("?"));
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
+    }
     ExitCode::SUCCESS
+}
+
+/// A 5-tuple as `trace` takes it (ports only for TCP and UDP).
+fn key_params(k: &cfdp_rules::FlowKey) -> Value {
+    let addr = |a: &[u8; 16]| -> String {
+        if k.v6 {
+            std::net::Ipv6Addr::from(*a).to_string()
+        } else {
+            std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string()
+        }
+    };
+    let mut p = json!({"src": addr(&k.src), "dst": addr(&k.dst), "proto": k.proto});
+    if k.proto == 6 || k.proto == 17 {
+        p["sport"] = k.sport.into();
+        p["dport"] = k.dport.into();
+    }
+    p
 }
 
 /// The text form of a `trace` result.

@@ -231,13 +231,13 @@ pub(crate) enum CtlCmd {
     /// Which rule a 5-tuple gets from the running data plane's tables,
     /// every other rule it matches, and the tables asked on the way.
     Trace {
-        #[arg(long)]
-        src: String,
-        #[arg(long)]
-        dst: String,
+        #[arg(long, required_unless_present = "pcap")]
+        src: Option<String>,
+        #[arg(long, required_unless_present = "pcap")]
+        dst: Option<String>,
         /// tcp, udp, icmp, icmpv6 or a number.
-        #[arg(long)]
-        proto: String,
+        #[arg(long, required_unless_present = "pcap")]
+        proto: Option<String>,
         /// With tcp or udp (default 0).
         #[arg(long)]
         sport: Option<u16>,
@@ -246,6 +246,13 @@ pub(crate) enum CtlCmd {
         /// Readable text instead of JSON.
         #[arg(long)]
         text: bool,
+        /// Instead of a 5-tuple: frame N (1-based) of this capture, read
+        /// here as a worker would (later fragments take their first
+        /// fragment's ports), its 5-tuple asked of the node.
+        #[arg(long, requires = "frame", conflicts_with_all = ["src", "dst", "proto", "sport", "dport"])]
+        pcap: Option<PathBuf>,
+        #[arg(long, requires = "pcap")]
+        frame: Option<u64>,
     },
     /// (--etcd) The fleet: its generation, every node with its applied
     /// generation, liveness, last error and packet counters.

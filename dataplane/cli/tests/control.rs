@@ -995,6 +995,7 @@ fn a_trickling_metrics_client_does_not_block_scrapes() {
 /// winner and every match in order, `--text` prints them for a person, and
 /// a bad 5-tuple is refused naming the field.
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn ctl_trace_answers_from_the_running_tables() {
     let dir = tmpdir("trace");
     let srv = Server::start(&dir, 1000, "");
@@ -1073,6 +1074,62 @@ fn ctl_trace_answers_from_the_running_tables() {
         "{v}"
     );
     eprintln!("{text}");
+    // A frame of a capture instead of a 5-tuple: the last IPv6 fragment of
+    // the generated capture's udp/5353 datagram, read by `ctl` with its
+    // fragment state, takes its first fragment's ports and so the node's
+    // port rule.
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([{"op": "insert", "rule": {"id": 6, "match": {"dst_prefix": "2001:db8:ffff::/48", "proto": "udp", "port": 5353}, "action": "drop"}}]),
+    );
+    assert_eq!(codes(&r), ["ok"]);
+    let later = gen::mixed()
+        .iter()
+        .rposition(|f| f.note == "IPv6 fragment of udp/5353 (rule 6)")
+        .unwrap()
+        + 1;
+    let mixed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/mixed.pcap");
+    let frame_args = [
+        "--pcap",
+        mixed.to_str().unwrap(),
+        "--frame",
+        &later.to_string(),
+    ];
+    let out = ctl(&frame_args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["fragment"]
+            .as_str()
+            .unwrap()
+            .contains("ports 5353 -> 5353 from its first fragment"),
+        "{v}"
+    );
+    assert_eq!(v["trace"]["rule"]["id"], 6, "{v}");
+    assert_eq!(v["frame"], later, "{v}");
+    let mut text_args = frame_args.to_vec();
+    text_args.push("--text");
+    let out = ctl(&text_args);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("from its first fragment"), "{text}");
+    assert!(text.contains("verdict  rule 6 "), "{text}");
+    // Both a 5-tuple and a frame, or neither: a usage error.
+    let out = ctl(&[
+        "--pcap",
+        mixed.to_str().unwrap(),
+        "--frame",
+        "1",
+        "--src",
+        "10.0.0.1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = ctl(&["--pcap", mixed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
     drop(c);
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();

@@ -289,6 +289,31 @@ fn big_datagrams(lab: &Lab, server: SocketAddr, len: usize, n: usize) -> usize {
     whole
 }
 
+/// Datagrams over the MTU to `server` cross in fragments; a port rule
+/// (id `id`) on the server's address and port drops every fragment of
+/// them; the rule is deleted again.
+fn fragments_meet_a_port_rule(lab: &Lab, cfdp: &Cfdp, server: &str, id: u32) {
+    let server: SocketAddr = server.parse().unwrap();
+    let family = if server.is_ipv4() { "IPv4" } else { "IPv6" };
+    let host = match server.ip() {
+        std::net::IpAddr::V4(a) => format!("{a}/32"),
+        std::net::IpAddr::V6(a) => format!("{a}/128"),
+    };
+    assert_eq!(
+        big_datagrams(lab, server, 4000, 5),
+        5,
+        "fragmented {family} UDP"
+    );
+    cfdp.apply(json!([{"op": "insert", "rule": {"id": id, "match": {
+        "dst_prefix": host, "proto": "udp", "port": server.port()}, "action": "drop"}}]));
+    assert_eq!(
+        big_datagrams(lab, server, 4000, 3),
+        0,
+        "{family} fragments passed a port rule"
+    );
+    cfdp.apply(json!([{"op": "delete", "id": id}]));
+}
+
 /// Whether a TCP connection from A to `server` is established within 2 s.
 fn connects(lab: &Lab, server: SocketAddr) -> bool {
     lab.within('a', || {
@@ -386,34 +411,16 @@ fn live_flows(pmd: &str, prefix: &str) {
     // before cfdp sees them, and the whole datagram (over the frame size
     // and the veth MTU) is lost — with dpdk-testpmd as well. IPv4 fragments
     // are tested through net_ring (multi_queue.rs) and the pcap backend.
-    let v6: SocketAddr = "[fd77::2]:6001".parse().unwrap();
-    assert_eq!(big_datagrams(&lab, v6, 4000, 5), 5, "fragmented IPv6 UDP");
-    cfdp.apply(json!([{"op": "insert", "rule": {"id": 21, "match": {
-        "dst_prefix": "fd77::2/128", "proto": "udp", "port": 6001}, "action": "drop"}}]));
-    assert_eq!(
-        big_datagrams(&lab, v6, 4000, 3),
-        0,
-        "fragments passed a port rule"
-    );
+    fragments_meet_a_port_rule(&lab, &cfdp, "[fd77::2]:6001", 21);
     let totals = cfdp.call("stats", json!({}))["totals"].clone();
     assert!(
         totals["fragments_resolved"].as_u64() >= Some(6),
         "later fragments did not take their first fragment's ports: {totals}"
     );
-    cfdp.apply(json!([{"op": "delete", "id": 21}]));
     if pmd == "af_xdp" {
         // AF_XDP takes frames before the kernel's stack: IPv4 fragments
         // reach cfdp as fragments (no fanout reassembly as with AF_PACKET).
-        let v4: SocketAddr = "10.77.0.2:6002".parse().unwrap();
-        assert_eq!(big_datagrams(&lab, v4, 4000, 5), 5, "fragmented IPv4 UDP");
-        cfdp.apply(json!([{"op": "insert", "rule": {"id": 22, "match": {
-            "dst_prefix": "10.77.0.2/32", "proto": "udp", "port": 6002}, "action": "drop"}}]));
-        assert_eq!(
-            big_datagrams(&lab, v4, 4000, 3),
-            0,
-            "IPv4 fragments passed a port rule"
-        );
-        cfdp.apply(json!([{"op": "delete", "id": 22}]));
+        fragments_meet_a_port_rule(&lab, &cfdp, "10.77.0.2:6002", 22);
     }
 
     // A drop rule on a live flow's 5-tuple stops it with the batch that

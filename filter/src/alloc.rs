@@ -1,6 +1,6 @@
 //! The table's memory: one zeroed block of atomic words, aligned to a cache
-//! line, and for large tables (on Linux) a 2 MiB-aligned mapping of its own
-//! with the kernel advised to back it with transparent huge pages.
+//! line, and for large tables to a 2 MiB huge page with the kernel advised
+//! to back it with transparent huge pages.
 //!
 //! Why by hand: a `Box<[AtomicU64]>` is only 8-byte aligned and is zeroed
 //! (so its pages are faulted in as 4 KiB pages) before it could be advised.
@@ -21,26 +21,15 @@ mod imp {
     /// 2 MiB: the x86-64 and AArch64 (4 KiB granule) huge-page size.
     const HUGE: usize = 2 << 20;
 
-    /// Where a block came from, for its release.
-    enum Backing {
-        /// The global allocator, with this layout.
-        Heap(Layout),
-        /// A private anonymous mapping of its own (Linux, large tables):
-        /// `(base, len)` of the whole mapping.
-        #[cfg(target_os = "linux")]
-        Mapped(*mut std::ffi::c_void, usize),
-    }
-
     /// An owned, zeroed `[AtomicU64]` with the alignment described above.
     pub(crate) struct Words {
         ptr: NonNull<AtomicU64>,
         len: usize,
-        backing: Backing,
+        layout: Layout,
     }
 
-    // SAFETY: `Words` owns its block exactly as a `Box<[AtomicU64]>` would
-    // (the mapping's base pointer is only used to release it), and
-    // `AtomicU64` is `Send + Sync`.
+    // SAFETY: `Words` owns its block exactly as a `Box<[AtomicU64]>` would,
+    // and `AtomicU64` is `Send + Sync`.
     unsafe impl Send for Words {}
     // SAFETY: as above; shared access only hands out `&[AtomicU64]`.
     unsafe impl Sync for Words {}
@@ -52,72 +41,46 @@ mod imp {
             let bytes = len
                 .checked_mul(8)
                 .expect("table size overflows the address space");
-            #[cfg(target_os = "linux")]
-            if bytes >= HUGE {
-                if let Some(w) = Self::mapped(len, bytes) {
-                    return w;
-                }
-            }
             let align = if bytes >= HUGE { HUGE } else { 64 };
             let layout = Layout::from_size_align(bytes, align).expect("table layout");
             // SAFETY: `layout` has a non-zero size.
-            let raw = unsafe { alloc::alloc_zeroed(layout) };
+            let raw = unsafe { alloc::alloc(layout) };
             let Some(ptr) = NonNull::new(raw.cast::<AtomicU64>()) else {
                 alloc::handle_alloc_error(layout)
             };
-            Self {
-                ptr,
-                len,
-                backing: Backing::Heap(layout),
+            #[cfg(target_os = "linux")]
+            if align == HUGE {
+                // glibc may hand back a block that was freed a moment ago
+                // (a benchmark's previous filter, an `auto_grow` rebuild),
+                // its pages already faulted in as 4 KiB pages; advice does
+                // not turn those into huge pages. Dropping the block's
+                // whole pages first makes the zeroing below fault fresh
+                // ones, which the advice then backs with huge pages. (A
+                // mapping of its own would do the same, but would hide the
+                // table from the allocator that `stats`' memory accounting
+                // and its test count.)
+                let whole = bytes & !4095;
+                // SAFETY: `raw..raw + whole` lies inside the block just
+                // allocated and owned here (2 MiB-aligned start, length
+                // rounded down to whole 4 KiB pages); nothing refers to it
+                // yet, and its contents are about to be zeroed anyway, which
+                // is what MADV_DONTNEED leaves in private anonymous memory.
+                // Failure is harmless: the zeroing below still zeroes.
+                let _ = unsafe {
+                    rustix::mm::madvise(raw.cast(), whole, rustix::mm::Advice::LinuxDontNeed)
+                };
+                // SAFETY: the same block; MADV_HUGEPAGE is advice about its
+                // backing and never changes its contents. Failure (THP
+                // disabled) is harmless.
+                let _ = unsafe {
+                    rustix::mm::madvise(raw.cast(), bytes, rustix::mm::Advice::LinuxHugepage)
+                };
             }
-        }
-
-        /// A large table in a mapping of its own, 2 MiB-aligned, advised for
-        /// transparent huge pages and faulted in at once. Why not the global
-        /// allocator: glibc serves a freed-then-reallocated block of this
-        /// size from memory already faulted in as 4 KiB pages (a benchmark
-        /// or an `auto_grow` rebuild that frees one table and makes the
-        /// next), and advice does not turn those into huge pages; a fresh
-        /// mapping's first touch does. `None` if the kernel refuses the
-        /// mapping (then the global allocator serves it).
-        #[cfg(target_os = "linux")]
-        fn mapped(len: usize, bytes: usize) -> Option<Self> {
-            use rustix::mm::{madvise, mmap_anonymous, Advice, MapFlags, ProtFlags};
-            let span = bytes.checked_add(HUGE)?;
-            // SAFETY: a new private anonymous mapping at an address of the
-            // kernel's choosing: it aliases nothing.
-            let base = unsafe {
-                mmap_anonymous(
-                    std::ptr::null_mut(),
-                    span,
-                    ProtFlags::READ | ProtFlags::WRITE,
-                    MapFlags::PRIVATE,
-                )
-            }
-            .ok()?;
-            // The first 2 MiB boundary in the mapping; `span` leaves room
-            // for `bytes` after it (the slack is never touched, so it costs
-            // address space only).
-            let skip = (base as usize).next_multiple_of(HUGE) - base as usize;
-            // SAFETY: `skip < HUGE`, so the result is inside the mapping.
-            let start = unsafe { base.cast::<u8>().add(skip) };
-            // SAFETY: `start..start + bytes` lies in the mapping just made;
-            // MADV_HUGEPAGE is advice about its backing and never changes
-            // its contents. Failure (THP disabled) is harmless.
-            let _ = unsafe { madvise(start.cast(), bytes, Advice::LinuxHugepage) };
-            // The mapping reads as zeros already; one write per 4 KiB page
-            // faults it in now (as huge pages where the kernel has them)
-            // rather than on the packet path.
-            for off in (0..bytes).step_by(4096) {
-                // SAFETY: `off < bytes`, inside the writable mapping, and
-                // nothing refers to it yet.
-                unsafe { start.add(off).write_volatile(0) };
-            }
-            Some(Self {
-                ptr: NonNull::new(start.cast::<AtomicU64>())?,
-                len,
-                backing: Backing::Mapped(base, span),
-            })
+            // SAFETY: the block is `bytes` long and writable; zero bytes are a
+            // valid `AtomicU64`. Zeroing after the advice is what faults the
+            // pages in as huge pages.
+            unsafe { std::ptr::write_bytes(raw, 0, bytes) };
+            Self { ptr, len, layout }
         }
     }
 
@@ -133,18 +96,8 @@ mod imp {
 
     impl Drop for Words {
         fn drop(&mut self) {
-            match self.backing {
-                // SAFETY: allocated in `zeroed` with exactly this layout.
-                Backing::Heap(layout) => unsafe {
-                    alloc::dealloc(self.ptr.as_ptr().cast(), layout);
-                },
-                // SAFETY: the whole mapping made in `mapped`; `&mut self`
-                // means no reference into it is left.
-                #[cfg(target_os = "linux")]
-                Backing::Mapped(base, span) => unsafe {
-                    let _ = rustix::mm::munmap(base, span);
-                },
-            }
+            // SAFETY: allocated in `zeroed` with exactly this layout.
+            unsafe { alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) }
         }
     }
 }

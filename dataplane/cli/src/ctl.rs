@@ -275,14 +275,8 @@ fn trace_frame(target: &Target<'_>, pcap: &std::path::Path, frame: u64, text: bo
 
 /// A 5-tuple as `trace` takes it (ports only for TCP and UDP).
 fn key_params(k: &cfdp_rules::FlowKey) -> Value {
-    let addr = |a: &[u8; 16]| -> String {
-        if k.v6 {
-            std::net::Ipv6Addr::from(*a).to_string()
-        } else {
-            std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string()
-        }
-    };
-    let mut p = json!({"src": addr(&k.src), "dst": addr(&k.dst), "proto": k.proto});
+    let mut p =
+        json!({"src": k.src_ip().to_string(), "dst": k.dst_ip().to_string(), "proto": k.proto});
     if k.proto == 6 || k.proto == 17 {
         p["sport"] = k.sport.into();
         p["dport"] = k.dport.into();

@@ -40,16 +40,9 @@ pub struct TraceKey {
 
 impl From<&FlowKey> for TraceKey {
     fn from(k: &FlowKey) -> Self {
-        let addr = |a: &[u8; 16]| -> String {
-            if k.v6 {
-                std::net::Ipv6Addr::from(*a).to_string()
-            } else {
-                std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string()
-            }
-        };
         Self {
-            src: addr(&k.src),
-            dst: addr(&k.dst),
+            src: k.src_ip().to_string(),
+            dst: k.dst_ip().to_string(),
             proto: k.proto,
             sport: k.sport,
             dport: k.dport,

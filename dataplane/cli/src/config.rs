@@ -25,6 +25,21 @@ pub struct RunConfig {
     pub control: ControlConfig,
     pub dpdk: cfdp_dpdk::DpdkOptions,
     pub cluster: ClusterConfig,
+    pub p4runtime: P4RuntimeConfig,
+}
+
+/// `[p4runtime]`: the P4Runtime listener (see `cfdp_p4runtime`).
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct P4RuntimeConfig {
+    /// `HOST:PORT`; empty: off.
+    pub listen: String,
+    pub allow_remote: bool,
+    pub device_id: u64,
+    pub max_controllers: usize,
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub tls_client_ca: String,
 }
 
 /// `[cluster]`: this node as one of a fleet sharing its rule set in etcd

@@ -82,6 +82,9 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RulesCmd,
     },
+    /// Print cfdp's pipeline as a P4Info in protobuf text format (what a
+    /// P4Runtime controller is given; configs/p4/cfdp.p4info.txtpb).
+    P4info,
     /// A live terminal view of a running `cfdp run` over its control
     /// socket: per-worker packets/s and drops, the busiest rules, batch
     /// latency, generation, journal and filter occupancy. `q` quits.
@@ -299,6 +302,13 @@ fn run_cmd(config: Option<&std::path::Path>, print_config: bool) -> ExitCode {
     }
 }
 
+/// `cfdp p4info`.
+fn p4info_cmd() -> ExitCode {
+    let p4info = cfdp_p4runtime::pipeline::p4info();
+    print!("{}", cfdp_p4runtime::text::to_text(&p4info));
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -342,6 +352,7 @@ fn main() -> ExitCode {
             config,
             print_config,
         } => run_cmd(config.as_deref(), print_config),
+        Cmd::P4info => p4info_cmd(),
         Cmd::Rules {
             cmd:
                 RulesCmd::Import {

@@ -193,6 +193,18 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     if let Some(link) = &ctx_cluster {
         listeners.push(spawn_agent(&cfg, &handle, &stats, link, &stop)?);
     }
+    if let Some(opts) = p4runtime_options(&cfg)? {
+        listeners.push(
+            cfdp_p4runtime::spawn(&opts, handle.clone(), Arc::clone(&stop))
+                .map_err(|e| RunError::Config(e.to_string()))?,
+        );
+        eprintln!(
+            "cfdp: P4Runtime on {}{} (device {})",
+            opts.listen,
+            if opts.tls.is_some() { " with TLS" } else { "" },
+            opts.device_id
+        );
+    }
     let running = Running {
         stop: Arc::clone(&stop),
         board,
@@ -398,6 +410,52 @@ fn run_dpdk(_: &RunConfig, _: &WorkerContext, running: Running) -> Result<(), Ru
     Err(RunError::Config("this cfdp was built without DPDK".into()))
 }
 
+/// `[p4runtime]`, checked: `None` when off.
+fn p4runtime_options(cfg: &RunConfig) -> Result<Option<cfdp_p4runtime::P4Options>, RunError> {
+    let c = &cfg.p4runtime;
+    if c.listen.is_empty() {
+        return Ok(None);
+    }
+    let bad = |m: String| RunError::Config(format!("p4runtime.{m}"));
+    let listen: std::net::SocketAddr = c
+        .listen
+        .parse()
+        .map_err(|e| bad(format!("listen = {}: {e} (HOST:PORT)", c.listen)))?;
+    if !listen.ip().is_loopback() && !c.allow_remote {
+        return Err(bad(format!(
+            "listen = {listen}: not a loopback address (set p4runtime.allow_remote = true to \
+             accept that, with tls_cert and tls_key: a controller writes the whole rule set)"
+        )));
+    }
+    if !cfg.cluster.etcd.is_empty() {
+        return Err(bad(
+            "listen: this node takes its rules from etcd (cluster.etcd is set): program the \
+             fleet through etcd, not one node"
+                .to_string(),
+        ));
+    }
+    let path = |s: &str| (!s.is_empty()).then(|| PathBuf::from(s));
+    let tls = match (path(&c.tls_cert), path(&c.tls_key)) {
+        (Some(cert), Some(key)) => Some(cfdp_p4runtime::TlsFiles {
+            cert,
+            key,
+            client_ca: path(&c.tls_client_ca),
+        }),
+        (None, None) if c.tls_client_ca.is_empty() => None,
+        _ => {
+            return Err(bad(
+                "tls_cert, tls_key: give both (and tls_client_ca only with them)".to_string(),
+            ))
+        }
+    };
+    Ok(Some(cfdp_p4runtime::P4Options {
+        listen,
+        device_id: c.device_id,
+        max_controllers: c.max_controllers,
+        tls,
+    }))
+}
+
 /// Binds a TCP listener; a non-loopback address needs `allow_remote`.
 fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpListener, RunError> {
     let sa: std::net::SocketAddr = addr.parse().map_err(|e| {
@@ -428,6 +486,7 @@ pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
         cfdp_dpdk::PortPlan::new(&cfg.dpdk.rx_ports, &cfg.dpdk.tx_ports, &cfg.dpdk.xconnect)
             .map_err(|e| RunError::Config(e.to_string()))?;
     }
+    p4runtime_options(cfg)?;
     cluster_mode(cfg).map(|_| ())
 }
 

@@ -10,7 +10,9 @@
 
 use cfdp_engine::Mode;
 use cfdp_rules::protocol::code;
-use cfdp_rules::{Atomicity, Batch, BatchError, FlowKey, ReplaceCounts, Rule, RuleId};
+use cfdp_rules::{
+    Action, Atomicity, Batch, BatchError, FlowKey, Match, ReplaceCounts, Rule, RuleId,
+};
 
 pub use crate::store::TraceReport;
 use crossbeam::channel::{bounded, Sender};
@@ -71,6 +73,41 @@ pub enum Command {
     /// Which rule a 5-tuple gets, every rule it matches, and the tables
     /// asked on the way (`cfdp ctl trace`).
     Trace(FlowKey),
+    /// A batch whose rules are named by their match (P4Runtime's table
+    /// entries).
+    ApplyKeyed(KeyedBatch),
+}
+
+/// A batch of updates that name rules by their match, priority included,
+/// instead of by id: P4Runtime's table entries carry no id. The control
+/// thread resolves it against the committed rule set, between two other
+/// batches (an id it hands out cannot be taken by a socket client on the
+/// way), and applies it as any batch: same checks, journal, atomicity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyedBatch {
+    pub atomicity: Atomicity,
+    pub updates: Vec<KeyedUpdate>,
+}
+
+/// One update of a [`KeyedBatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyedUpdate {
+    /// A new rule; the control thread gives it an id no rule has.
+    Insert(Match, Action),
+    /// A new action for the rule with this match.
+    Modify(Match, Action),
+    /// Removes the rule with this match.
+    Delete(Match),
+}
+
+/// The answer to a [`KeyedBatch`].
+#[derive(Clone, Debug, Serialize)]
+pub struct KeyedReport {
+    /// As for any batch; an update whose match names no rule is answered
+    /// `not_found` at its position.
+    pub report: BatchReport,
+    /// The id each update was resolved to (`None`: no rule has its match).
+    pub ids: Vec<Option<RuleId>>,
 }
 
 /// An `apply` as the control thread takes it.
@@ -256,6 +293,7 @@ pub enum Response {
     Migrated(MigrateReport),
     Snapshot(SnapshotReport),
     Trace(TraceReport),
+    Keyed(KeyedReport),
 }
 
 /// Why the control plane refused a request. Every variant has its
@@ -417,6 +455,11 @@ impl ControlHandle {
             ..ApplyCommand::new(batch)
         };
         answer!(self.call(Command::Apply(cmd)), Batch, "apply")
+    }
+
+    /// Applies a batch of updates named by match (see [`KeyedBatch`]).
+    pub fn apply_keyed(&self, batch: KeyedBatch) -> Result<KeyedReport, ControlError> {
+        answer!(self.call(Command::ApplyKeyed(batch)), Keyed, "apply_keyed")
     }
 
     /// Which rule the published tables give `k` (see [`Command::Trace`]).

@@ -3,19 +3,20 @@
 //! over, one at a time, and migrates Bloom-part elements back into cuckoo
 //! entries whenever no request waits.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cfdp_rules::protocol::Method;
-use cfdp_rules::{Batch, RuleId};
+use cfdp_rules::{Batch, Code, Match, Rule, RuleId, Update, UpdateError, UpdateResult};
 use crossbeam::channel::{Receiver, RecvTimeoutError};
 use hdrhistogram::Histogram;
 
 use crate::api::{
-    ApplyCommand, Capabilities, Command, ControlError, Hello, Job, MigrateReport, Pong,
-    ReplaceBatch, ReplaceReport, RequestLimits, Response, RuleEntry, RulesPage, SnapshotReport,
-    API_VERSION, MAX_PAGE,
+    ApplyCommand, Capabilities, Command, ControlError, Hello, Job, KeyedBatch, KeyedReport,
+    KeyedUpdate, MigrateReport, Pong, ReplaceBatch, ReplaceReport, RequestLimits, Response,
+    RuleEntry, RulesPage, SnapshotReport, API_VERSION, MAX_PAGE,
 };
 use crate::journal::Journal;
 use crate::stats::{BatchCounts, ControlStats, JournalStats, Latency, PlaneView, StatsBoard};
@@ -74,7 +75,13 @@ pub struct ControlPlane {
     /// version of it: rebuilt only when it changed (it was rebuilt for
     /// every request: O(count rules) before each answer).
     count_rules: (u64, Arc<Vec<CountSlot>>),
+    /// Where [`ControlPlane::free_id`] looks next (`None`: above the
+    /// highest id, found on first use).
+    next_id: Option<RuleId>,
 }
+
+/// The answer to a keyed update whose match names no rule.
+const NO_MATCH: &str = "no rule has this match and priority";
 
 impl ControlPlane {
     pub fn new(store: RuleStore, journal: Option<Journal>, cfg: PlaneConfig) -> Self {
@@ -91,6 +98,7 @@ impl ControlPlane {
             requests: Arc::new(AtomicU64::new(0)),
             board: StatsBoard::new(Self::empty_view(), live),
             count_rules: (0, Arc::new(Vec::new())),
+            next_id: None,
         };
         plane.publish_view();
         plane
@@ -215,7 +223,81 @@ impl ControlPlane {
             }
             Command::Snapshot => Response::Snapshot(self.snapshot()?),
             Command::Trace(k) => Response::Trace(self.store.trace(&k)),
+            Command::ApplyKeyed(b) => Response::Keyed(self.apply_keyed(b)?),
         })
+    }
+
+    /// Resolves a batch named by matches into one named by ids (inserts
+    /// get free ids, modifies and deletes the id of the committed rule with
+    /// their match) and applies it. An update whose match names no rule
+    /// takes its place in the batch as an unreadable update (so that an
+    /// all-or-nothing batch aborts), answered `not_found`.
+    pub fn apply_keyed(&mut self, b: KeyedBatch) -> Result<KeyedReport, ControlError> {
+        let mut taken = HashSet::new();
+        let mut inserted: HashMap<Match, RuleId> = HashMap::new();
+        let mut ids = Vec::with_capacity(b.updates.len());
+        let mut updates = Vec::with_capacity(b.updates.len());
+        for u in &b.updates {
+            let found = |m: &Match, inserted: &HashMap<Match, RuleId>| {
+                inserted
+                    .get(m)
+                    .copied()
+                    .or_else(|| self.store.rule_with_match(m).map(|r| r.id))
+            };
+            let resolved = match *u {
+                KeyedUpdate::Insert(matcher, action) => {
+                    let id = self.free_id(&taken);
+                    taken.insert(id);
+                    inserted.insert(matcher, id);
+                    Some(Update::Insert(Rule {
+                        id,
+                        matcher,
+                        action,
+                    }))
+                }
+                KeyedUpdate::Modify(matcher, action) => found(&matcher, &inserted).map(|id| {
+                    Update::Modify(Rule {
+                        id,
+                        matcher,
+                        action,
+                    })
+                }),
+                KeyedUpdate::Delete(m) => found(&m, &inserted).map(Update::Delete),
+            };
+            ids.push(resolved.map(|u| u.id()));
+            updates.push(resolved.ok_or_else(|| UpdateError(NO_MATCH.to_string())));
+        }
+        let batch = Batch {
+            atomicity: b.atomicity,
+            expected_generation: None,
+            updates,
+        };
+        let mut report = self.apply(ApplyCommand::new(batch))?;
+        for (r, id) in report.results.iter_mut().zip(&ids) {
+            if id.is_none() {
+                *r = UpdateResult::err(Code::NotFound, NO_MATCH);
+            }
+        }
+        Ok(KeyedReport { report, ids })
+    }
+
+    /// An id no committed rule has and `taken` does not hold, searched
+    /// upward from the last one handed out (wrapping).
+    fn free_id(&mut self, taken: &HashSet<RuleId>) -> RuleId {
+        let mut id = match self.next_id {
+            Some(id) => id,
+            None => self
+                .store
+                .iter()
+                .map(|r| r.id)
+                .max()
+                .map_or(1, |m| m.wrapping_add(1)),
+        };
+        while taken.contains(&id) || self.store.rule(id).is_some() {
+            id = id.wrapping_add(1);
+        }
+        self.next_id = Some(id.wrapping_add(1));
+        id
     }
 
     /// Who is there and what it can do.

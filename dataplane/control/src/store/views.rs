@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cfdp_engine::LiveStats;
 use cfdp_filter::Filter;
-use cfdp_rules::{PrefixClass, Rule, RuleId};
+use cfdp_rules::{Match, PrefixClass, Rule, RuleId};
 use serde::Serialize;
 
 use super::state::RuleStore;
@@ -124,6 +124,18 @@ impl RuleStore {
     /// Every rule, in no particular order (no copy of the whole set).
     pub fn iter(&self) -> impl Iterator<Item = Rule> + '_ {
         self.rules.iter().map(|s| s.rule)
+    }
+
+    /// The committed rule with match `m` (a P4Runtime table entry is named
+    /// by its match and priority, not by an id).
+    pub fn rule_with_match(&self, m: &Match) -> Option<Rule> {
+        if self.rules.indexes_matches() {
+            return self.rules.by_match(m).map(|s| s.rule);
+        }
+        self.w
+            .enter()
+            .and_then(|t| t.rule_slot_of(m))
+            .and_then(|slot| self.rules.at(slot))
     }
 
     pub fn rule(&self, id: RuleId) -> Option<Rule> {

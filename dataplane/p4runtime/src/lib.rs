@@ -1,0 +1,47 @@
+//! # cfdp-p4runtime — SDN controllers program cfdp
+//!
+//! P4Runtime (the P4 community's gRPC API, what ONOS and p4runtime-shell
+//! speak) in front of the control thread:
+//!
+//! ```text
+//!  controller ──gRPC──▶ service (device, primary, atomicity)
+//!                         │ entry: table entry ⇄ cfdp rule
+//!                         ▼
+//!                    ControlHandle ──▶ control thread (same path as the socket)
+//! ```
+//!
+//! `pipeline` describes cfdp's fixed pipeline as a P4Info (`text` writes
+//! it in text format for `configs/p4/`), `arbitration` keeps the primary
+//! election, `server` runs the listener. The message definitions in
+//! `proto/` are the subset of the specification cfdp serves, written for
+//! this project with the specification's field numbers.
+#![forbid(unsafe_code)]
+
+pub mod arbitration;
+pub mod entry;
+pub mod pipeline;
+pub mod server;
+pub mod service;
+pub mod text;
+
+/// The generated messages and service.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod proto {
+    pub mod google {
+        pub mod rpc {
+            tonic::include_proto!("google.rpc");
+        }
+    }
+    pub mod p4 {
+        pub mod v1 {
+            tonic::include_proto!("p4.v1");
+        }
+        pub mod config {
+            pub mod v1 {
+                tonic::include_proto!("p4.config.v1");
+            }
+        }
+    }
+}
+
+pub use server::{spawn, P4Error, P4Options, TlsFiles};

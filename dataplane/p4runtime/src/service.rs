@@ -1,0 +1,436 @@
+//! The P4Runtime service: each RPC checked (device, primary), translated
+//! (`entry`) and handed to the control thread through its typed handle, so
+//! that a Write takes the same path as a socket batch: the rule store's
+//! checks, the journal, the batch's atomicity.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cfdp_control::api::{KeyedBatch, KeyedUpdate, RuleEntry};
+use cfdp_control::{ControlError, ControlHandle};
+use cfdp_rules::{Atomicity, Code as RuleCode, Rule, UpdateResult};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use crate::arbitration::{election, Arbiter};
+use crate::entry::{self, EntryError};
+use crate::pipeline::{self, Table};
+use crate::proto::google::rpc;
+use crate::proto::p4::config::v1::P4Info;
+use crate::proto::p4::v1 as p4;
+
+/// The P4Runtime version cfdp's messages follow.
+pub const API_VERSION: &str = "1.4.1";
+
+/// Entities per Read answer message.
+const READ_CHUNK: usize = 1000;
+
+/// The service's state, shared by every call.
+pub struct Service {
+    control: ControlHandle,
+    arbiter: Arc<Arbiter>,
+    device_id: u64,
+    p4info: P4Info,
+    /// The cookie of the last accepted SetForwardingPipelineConfig.
+    cookie: Mutex<Option<u64>>,
+    next_conn: AtomicU64,
+}
+
+impl Service {
+    pub fn new(control: ControlHandle, device_id: u64, max_controllers: usize) -> Self {
+        Self {
+            control,
+            arbiter: Arc::new(Arbiter::new(device_id, max_controllers)),
+            device_id,
+            p4info: pipeline::p4info(),
+            cookie: Mutex::new(None),
+            next_conn: AtomicU64::new(1),
+        }
+    }
+
+    fn check_device(&self, id: u64) -> Result<(), Status> {
+        if id == self.device_id {
+            Ok(())
+        } else {
+            Err(Status::not_found(format!(
+                "device {id}: this server is device {}",
+                self.device_id
+            )))
+        }
+    }
+
+    /// Runs a blocking control-thread call off the async workers.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(ControlHandle) -> Result<T, ControlError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let control = self.control.clone();
+        tokio::task::spawn_blocking(move || f(control))
+            .await
+            .map_err(|e| Status::internal(format!("control call: {e}")))?
+            .map_err(|e| control_status(&e))
+    }
+}
+
+/// The status for a whole request the control thread refused.
+fn control_status(e: &ControlError) -> Status {
+    let msg = cfdp_control::api::error_chain(e);
+    match e {
+        ControlError::BadBatch(_) | ControlError::InvalidParams(_) => Status::invalid_argument(msg),
+        ControlError::Refused(_) | ControlError::FleetOwned { .. } => {
+            Status::failed_precondition(msg)
+        }
+        ControlError::NotFound(_) => Status::not_found(msg),
+        ControlError::ShuttingDown | ControlError::Stopped | ControlError::Dropped => {
+            Status::unavailable(msg)
+        }
+        _ => Status::internal(msg),
+    }
+}
+
+fn rule_code(c: RuleCode) -> Code {
+    match c {
+        RuleCode::Ok => Code::Ok,
+        RuleCode::AlreadyExists => Code::AlreadyExists,
+        RuleCode::NotFound => Code::NotFound,
+        RuleCode::InvalidArgument => Code::InvalidArgument,
+        RuleCode::CapacityExhausted => Code::ResourceExhausted,
+        RuleCode::Aborted => Code::Aborted,
+    }
+}
+
+/// One Write update as the control thread takes it, or why it cannot be.
+fn keyed(u: &p4::Update) -> Result<KeyedUpdate, EntryError> {
+    let e = match u.entity.as_ref().and_then(|e| e.entity.as_ref()) {
+        Some(p4::entity::Entity::TableEntry(e)) => e,
+        Some(p4::entity::Entity::DirectCounterEntry(_)) => {
+            return Err(unimplemented(
+                "entity",
+                "direct counters are read-only in cfdp",
+            ))
+        }
+        None => {
+            return Err(unimplemented(
+                "entity",
+                "cfdp's pipeline has table entries and direct counters only",
+            ))
+        }
+    };
+    let m = entry::entry_match(e)?;
+    match p4::update::Type::try_from(u.r#type) {
+        Ok(p4::update::Type::Insert) => Ok(KeyedUpdate::Insert(m, entry::entry_action(e)?)),
+        Ok(p4::update::Type::Modify) => Ok(KeyedUpdate::Modify(m, entry::entry_action(e)?)),
+        Ok(p4::update::Type::Delete) => Ok(KeyedUpdate::Delete(m)),
+        _ => Err(EntryError {
+            code: Code::InvalidArgument,
+            field: "type".into(),
+            message: format!("{}: not INSERT, MODIFY or DELETE", u.r#type),
+        }),
+    }
+}
+
+fn unimplemented(field: &str, message: &str) -> EntryError {
+    EntryError {
+        code: Code::Unimplemented,
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// A Write's failure: UNKNOWN with one p4.v1.Error per update, in order
+/// (OK for the ones that took effect), as the specification asks.
+fn write_errors(results: &[(Code, String)]) -> Status {
+    let details = results
+        .iter()
+        .map(|(code, message)| prost_types::Any {
+            type_url: "type.googleapis.com/p4.v1.Error".to_string(),
+            value: p4::Error {
+                canonical_code: *code as i32,
+                message: message.clone(),
+                space: String::new(),
+                code: 0,
+                details: None,
+            }
+            .encode_to_vec(),
+        })
+        .collect();
+    let failed = results.iter().filter(|(c, _)| *c != Code::Ok).count();
+    let message = format!("{failed} of {} updates failed", results.len());
+    let status = rpc::Status {
+        code: Code::Unknown as i32,
+        message: message.clone(),
+        details,
+    };
+    Status::with_details(Code::Unknown, message, status.encode_to_vec().into())
+}
+
+fn atomicity(a: i32) -> Result<Atomicity, Status> {
+    use p4::write_request::Atomicity as A;
+    match A::try_from(a) {
+        Ok(A::ContinueOnError) => Ok(Atomicity::ContinueOnError),
+        Ok(A::RollbackOnError) => Ok(Atomicity::RollbackOnError),
+        Ok(A::DataplaneAtomic) => Ok(Atomicity::DataplaneAtomic),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "atomicity: {a} is not one"
+        ))),
+    }
+}
+
+/// Which entries a read entity asks for.
+struct Wanted {
+    tables: Vec<Table>,
+    /// One entry, by its match and priority (`None`: every entry).
+    one: Option<cfdp_rules::Match>,
+    counters: bool,
+}
+
+impl Wanted {
+    fn of(e: &p4::TableEntry, counters: bool) -> Result<Self, Status> {
+        let tables = if e.table_id == 0 {
+            vec![Table::Acl, Table::Acl6]
+        } else {
+            vec![entry::table_of(e).map_err(|e| entry_status(&e))?]
+        };
+        let one = if e.r#match.is_empty() && e.priority == 0 {
+            None
+        } else {
+            Some(entry::entry_match(e).map_err(|e| entry_status(&e))?)
+        };
+        Ok(Self {
+            tables,
+            one,
+            counters,
+        })
+    }
+
+    fn takes(&self, r: &Rule) -> Option<p4::TableEntry> {
+        let e = entry::rule_entry(r)?;
+        let t = Table::of_id(e.table_id)?;
+        (self.tables.contains(&t) && self.one.is_none_or(|m| m == r.matcher)).then_some(e)
+    }
+}
+
+fn entry_status(e: &EntryError) -> Status {
+    Status::new(e.code, e.to_string())
+}
+
+fn counter_data(r: &RuleEntry) -> p4::CounterData {
+    p4::CounterData {
+        byte_count: i64::try_from(r.bytes).unwrap_or(i64::MAX),
+        packet_count: i64::try_from(r.packets).unwrap_or(i64::MAX),
+    }
+}
+
+/// The entities one read entity asks for.
+fn read_one(entity: &p4::Entity, rules: &[RuleEntry]) -> Result<Vec<p4::Entity>, Status> {
+    use p4::entity::Entity as E;
+    let (wanted, direct) = match &entity.entity {
+        Some(E::TableEntry(e)) => (Wanted::of(e, e.counter_data.is_some())?, false),
+        Some(E::DirectCounterEntry(d)) => {
+            let e = d.table_entry.clone().unwrap_or_default();
+            (Wanted::of(&e, true)?, true)
+        }
+        None => {
+            return Err(Status::unimplemented(
+                "entity: cfdp serves table entries and direct counters",
+            ))
+        }
+    };
+    Ok(rules
+        .iter()
+        .filter_map(|r| {
+            let mut e = wanted.takes(&r.rule)?;
+            let data = counter_data(r);
+            Some(p4::Entity {
+                entity: Some(if direct {
+                    E::DirectCounterEntry(p4::DirectCounterEntry {
+                        table_entry: Some(e),
+                        data: Some(data),
+                    })
+                } else {
+                    if wanted.counters {
+                        e.counter_data = Some(data);
+                    }
+                    E::TableEntry(e)
+                }),
+            })
+        })
+        .collect())
+}
+
+type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl p4::p4_runtime_server::P4Runtime for Service {
+    async fn write(
+        &self,
+        request: Request<p4::WriteRequest>,
+    ) -> Result<Response<p4::WriteResponse>, Status> {
+        let w = request.into_inner();
+        self.check_device(w.device_id)?;
+        if !w.role.is_empty() || w.role_id != 0 {
+            return Err(Status::unimplemented(
+                "roles: cfdp has the default role only",
+            ));
+        }
+        self.arbiter
+            .check_primary(election(w.election_id.as_ref()))?;
+        let atomicity = atomicity(w.atomicity)?;
+        let translated: Vec<_> = w.updates.iter().map(keyed).collect();
+        let bad = translated.iter().any(Result::is_err);
+        let mut results: Vec<(Code, String)> = translated
+            .iter()
+            .map(|t| match t {
+                Ok(_) => (Code::Ok, String::new()),
+                Err(e) => (e.code, e.to_string()),
+            })
+            .collect();
+        if bad && atomicity.all_or_nothing() {
+            for r in results.iter_mut().filter(|r| r.0 == Code::Ok) {
+                *r = (
+                    Code::Aborted,
+                    "not applied: another update of the batch failed".into(),
+                );
+            }
+            return Err(write_errors(&results));
+        }
+        let (positions, updates): (Vec<usize>, Vec<KeyedUpdate>) = translated
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.as_ref().ok().map(|u| (i, *u)))
+            .unzip();
+        if !updates.is_empty() {
+            let batch = KeyedBatch { atomicity, updates };
+            let report = self.call(move |c| c.apply_keyed(batch)).await?.report;
+            for (&i, r) in positions.iter().zip(&report.results) {
+                let UpdateResult { code, message } = r;
+                results[i] = (rule_code(*code), message.clone());
+            }
+        }
+        if results.iter().all(|r| r.0 == Code::Ok) {
+            Ok(Response::new(p4::WriteResponse {}))
+        } else {
+            Err(write_errors(&results))
+        }
+    }
+
+    type ReadStream = Stream2<p4::ReadResponse>;
+
+    async fn read(
+        &self,
+        request: Request<p4::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        let r = request.into_inner();
+        self.check_device(r.device_id)?;
+        let rules = self.call(|c| c.all_rules()).await?;
+        let mut entities = Vec::new();
+        for e in &r.entities {
+            entities.extend(read_one(e, &rules)?);
+        }
+        let chunks: Vec<_> = entities
+            .chunks(READ_CHUNK)
+            .map(|c| {
+                Ok(p4::ReadResponse {
+                    entities: c.to_vec(),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    async fn set_forwarding_pipeline_config(
+        &self,
+        request: Request<p4::SetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<p4::SetForwardingPipelineConfigResponse>, Status> {
+        use p4::set_forwarding_pipeline_config_request::Action as A;
+        let r = request.into_inner();
+        self.check_device(r.device_id)?;
+        self.arbiter
+            .check_primary(election(r.election_id.as_ref()))?;
+        let action = A::try_from(r.action).unwrap_or(A::Unspecified);
+        if action == A::Commit {
+            return Ok(Response::new(p4::SetForwardingPipelineConfigResponse {}));
+        }
+        if action == A::Unspecified {
+            return Err(Status::invalid_argument("action: unspecified"));
+        }
+        let config = r.config.unwrap_or_default();
+        crate::text::same_pipeline(config.p4info.as_ref(), &self.p4info)
+            .map_err(Status::invalid_argument)?;
+        if action != A::Verify {
+            *self
+                .cookie
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                config.cookie.map(|c| c.cookie);
+        }
+        Ok(Response::new(p4::SetForwardingPipelineConfigResponse {}))
+    }
+
+    async fn get_forwarding_pipeline_config(
+        &self,
+        request: Request<p4::GetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
+        use p4::get_forwarding_pipeline_config_request::ResponseType as T;
+        let r = request.into_inner();
+        self.check_device(r.device_id)?;
+        let cookie = self
+            .cookie
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map(|cookie| p4::forwarding_pipeline_config::Cookie { cookie });
+        let kind = T::try_from(r.response_type).unwrap_or(T::All);
+        let config = p4::ForwardingPipelineConfig {
+            p4info: matches!(kind, T::All | T::P4infoAndCookie).then(|| self.p4info.clone()),
+            p4_device_config: prost::bytes::Bytes::new(),
+            cookie,
+        };
+        Ok(Response::new(p4::GetForwardingPipelineConfigResponse {
+            config: Some(config),
+        }))
+    }
+
+    type StreamChannelStream = Stream2<p4::StreamMessageResponse>;
+
+    async fn stream_channel(
+        &self,
+        request: Request<Streaming<p4::StreamMessageRequest>>,
+    ) -> Result<Response<Self::StreamChannelStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let arbiter = Arc::clone(&self.arbiter);
+        tokio::spawn(async move {
+            while let Some(m) = inbound.next().await {
+                let outcome = match m.map(|m| m.update) {
+                    Ok(Some(p4::stream_message_request::Update::Arbitration(a))) => {
+                        arbiter.arbitrate(conn, &a, &tx)
+                    }
+                    Ok(_) => Err(Status::unimplemented(
+                        "stream: cfdp takes arbitration updates only (no packet I/O, no digests)",
+                    )),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = outcome {
+                    let _ = tx.send(Err(e));
+                    break;
+                }
+            }
+            arbiter.leave(conn);
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+
+    async fn capabilities(
+        &self,
+        _request: Request<p4::CapabilitiesRequest>,
+    ) -> Result<Response<p4::CapabilitiesResponse>, Status> {
+        Ok(Response::new(p4::CapabilitiesResponse {
+            p4runtime_api_version: API_VERSION.to_string(),
+        }))
+    }
+}

@@ -562,7 +562,8 @@ fn p4runtime_shell_programs_a_running_cfdp() {
     let Some(py) = shell_python() else {
         assert!(
             std::env::var("REQUIRE_P4RUNTIME").as_deref() != Ok("1"),
-            "REQUIRE_P4RUNTIME=1 but P4RUNTIME_PYTHON has no p4runtime_sh"
+            "REQUIRE_P4RUNTIME=1 but P4RUNTIME_PYTHON ({:?}) has no p4runtime_sh",
+            std::env::var("P4RUNTIME_PYTHON")
         );
         eprintln!("skipped: no p4runtime-shell (pip install p4runtime-shell; P4RUNTIME_PYTHON)");
         return;

@@ -372,3 +372,36 @@ pub(crate) fn dpdk(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `control-p4runtime`: a 1024-rule batch through the socket and the same
+/// rules as a P4Runtime Write, p50 · p99, and P4Runtime's p50 over the
+/// socket's.
+pub(crate) fn control_p4runtime(d: &Path) -> R<String> {
+    let c = Csv::load(d, "control_p4runtime.csv")?;
+    let recs = c.records();
+    let find = |door: &str, op: &str| {
+        recs.iter()
+            .find(|r| r["door"] == door && r["op"] == op)
+            .ok_or_else(|| format!("{}: no row {door},{op}", c.name))
+    };
+    let mut rows = Vec::new();
+    for op in ["insert", "delete"] {
+        let (s, p) = (find("socket", op)?, find("p4runtime", op)?);
+        let ms = |r: &std::collections::BTreeMap<&str, &str>, k: &str| num(r[k], &c.name);
+        rows.push(vec![
+            format!("{} × {op}", s["batch"]),
+            format!("{:.2} · {:.2} ms", ms(s, "p50_ms")?, ms(s, "p99_ms")?),
+            format!("{:.2} · {:.2} ms", ms(p, "p50_ms")?, ms(p, "p99_ms")?),
+            format!("{:.2}×", ms(p, "p50_ms")? / ms(s, "p50_ms")?),
+        ]);
+    }
+    Ok(table(
+        &[
+            "batch (multi-field rules)",
+            "socket p50 · p99",
+            "P4Runtime Write p50 · p99",
+            "P4Runtime / socket (p50)",
+        ],
+        &rows,
+    ) + &c.source())
+}

@@ -21,8 +21,8 @@ mod filter;
 use std::path::{Path, PathBuf};
 
 use crate::control::{
-    control_batch, control_churn, control_path, control_path_stages, dpdk, fleet, fold_stall,
-    inline,
+    control_batch, control_churn, control_p4runtime, control_path, control_path_stages, dpdk,
+    fleet, fold_stall, inline,
 };
 use crate::csv::R;
 use crate::dataplane::{
@@ -69,6 +69,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "large-rules-ab-stream" => large_rules_ab(dir, "large_rules_ab_stream.csv"),
         "control-path" => control_path(dir),
         "control-path-stages" => control_path_stages(dir),
+        "control-p4runtime" => control_p4runtime(dir),
         "control-batch" => control_batch(dir),
         "fold-stall" => fold_stall(dir),
         "control-churn" => control_churn(dir),

@@ -342,6 +342,17 @@ async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {
         .unwrap_err();
     let codes: Vec<_> = update_errors(&e).into_iter().map(|e| e.0).collect();
     assert_eq!(codes, [Code::Aborted, Code::AlreadyExists]);
+    // DATAPLANE_ATOMIC is all or nothing too.
+    let e = c
+        .write(write(
+            3,
+            p4::write_request::Atomicity::DataplaneAtomic as i32,
+            vec![(INSERT, other.clone()), (INSERT, host.clone())],
+        ))
+        .await
+        .unwrap_err();
+    let codes: Vec<_> = update_errors(&e).into_iter().map(|e| e.0).collect();
+    assert_eq!(codes, [Code::Aborted, Code::AlreadyExists]);
 
     // Read: what was written, in canonical form, and the same rules as
     // the control socket's.

@@ -412,6 +412,74 @@ async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {
     assert_eq!(rules[0]["priority"], 10);
 }
 
+/// A read answers every entry of a set larger than one page of the
+/// control thread's rule listing (the answer streams page by page), and
+/// reads with counters as direct counter entries.
+#[tokio::test(flavor = "current_thread")]
+async fn a_read_streams_every_entry_of_a_large_set() {
+    let dir = tmpdir("large");
+    let port = free_port();
+    let _node = Node::start(&dir, port);
+    let mut c = P4RuntimeClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let (_stream, code) = arbitrate(&mut c, 1).await;
+    assert_eq!(code, Code::Ok as i32);
+    let n: u16 = 2500;
+    let updates = (0..n)
+        .map(|i| {
+            let [hi, lo] = i.to_be_bytes();
+            let e = acl_entry(
+                vec![ternary(
+                    pipeline::SRC,
+                    &[10, hi, lo, 0],
+                    &[255, 255, 255, 0],
+                )],
+                i32::from(i) + 1,
+                pipeline::ALLOW,
+            );
+            (INSERT, e)
+        })
+        .collect();
+    c.write(write(1, ROLLBACK, updates)).await.unwrap();
+    let mut entries = read_acl(&mut c).await;
+    assert_eq!(entries.len(), usize::from(n));
+    entries.sort_by_key(|e| e.priority);
+    assert!(entries.iter().zip(1..).all(|(e, p)| e.priority == p));
+    let req = p4::ReadRequest {
+        device_id: DEVICE,
+        entities: vec![p4::Entity {
+            entity: Some(p4::entity::Entity::DirectCounterEntry(
+                p4::DirectCounterEntry {
+                    table_entry: Some(p4::TableEntry {
+                        table_id: pipeline::ACL,
+                        ..Default::default()
+                    }),
+                    data: None,
+                },
+            )),
+        }],
+        ..Default::default()
+    };
+    let mut s = c.read(req).await.unwrap().into_inner();
+    let mut counters = 0;
+    let mut messages = 0;
+    while let Some(r) = s.next().await {
+        messages += 1;
+        for e in r.unwrap().entities {
+            assert!(matches!(
+                e.entity,
+                Some(p4::entity::Entity::DirectCounterEntry(
+                    p4::DirectCounterEntry { data: Some(_), .. }
+                ))
+            ));
+            counters += 1;
+        }
+    }
+    assert_eq!(counters, usize::from(n));
+    assert!(messages >= 3, "{messages} answer messages for {n} entries");
+}
+
 /// A CA, a server certificate for 127.0.0.1 and a client certificate it
 /// signed, and a client certificate another CA signed: PEM file paths
 /// (ca, server cert, server key, client cert, client key, rogue cert,

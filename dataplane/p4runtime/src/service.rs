@@ -26,8 +26,8 @@ use crate::proto::p4::v1 as p4;
 /// The P4Runtime version cfdp's messages follow.
 pub const API_VERSION: &str = "1.4.1";
 
-/// Entities per Read answer message.
-const READ_CHUNK: usize = 1000;
+/// Rules read from the control thread per Read answer message.
+const READ_PAGE: u64 = 1000;
 
 /// The service's state, shared by every call.
 pub struct Service {
@@ -225,41 +225,55 @@ fn counter_data(r: &RuleEntry) -> p4::CounterData {
     }
 }
 
-/// The entities one read entity asks for.
-fn read_one(entity: &p4::Entity, rules: &[RuleEntry]) -> Result<Vec<p4::Entity>, Status> {
-    use p4::entity::Entity as E;
-    let (wanted, direct) = match &entity.entity {
-        Some(E::TableEntry(e)) => (Wanted::of(e, e.counter_data.is_some())?, false),
-        Some(E::DirectCounterEntry(d)) => {
-            let e = d.table_entry.clone().unwrap_or_default();
-            (Wanted::of(&e, true)?, true)
-        }
-        None => {
-            return Err(Status::unimplemented(
+/// What one read entity asks for.
+struct Query {
+    wanted: Wanted,
+    /// Direct counter entries rather than table entries.
+    direct: bool,
+}
+
+impl Query {
+    fn of(entity: &p4::Entity) -> Result<Self, Status> {
+        use p4::entity::Entity as E;
+        match &entity.entity {
+            Some(E::TableEntry(e)) => Ok(Self {
+                wanted: Wanted::of(e, e.counter_data.is_some())?,
+                direct: false,
+            }),
+            Some(E::DirectCounterEntry(d)) => {
+                let e = d.table_entry.clone().unwrap_or_default();
+                Ok(Self {
+                    wanted: Wanted::of(&e, true)?,
+                    direct: true,
+                })
+            }
+            None => Err(Status::unimplemented(
                 "entity: cfdp serves table entries and direct counters",
-            ))
+            )),
         }
-    };
-    Ok(rules
-        .iter()
-        .filter_map(|r| {
-            let mut e = wanted.takes(&r.rule)?;
+    }
+
+    /// Its entities among `rules`.
+    fn answer(&self, rules: &[RuleEntry], out: &mut Vec<p4::Entity>) {
+        use p4::entity::Entity as E;
+        out.extend(rules.iter().filter_map(|r| {
+            let mut e = self.wanted.takes(&r.rule)?;
             let data = counter_data(r);
             Some(p4::Entity {
-                entity: Some(if direct {
+                entity: Some(if self.direct {
                     E::DirectCounterEntry(p4::DirectCounterEntry {
                         table_entry: Some(e),
                         data: Some(data),
                     })
                 } else {
-                    if wanted.counters {
+                    if self.wanted.counters {
                         e.counter_data = Some(data);
                     }
                     E::TableEntry(e)
                 }),
             })
-        })
-        .collect())
+        }));
+    }
 }
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -326,20 +340,51 @@ impl p4::p4_runtime_server::P4Runtime for Service {
     ) -> Result<Response<Self::ReadStream>, Status> {
         let r = request.into_inner();
         self.check_device(r.device_id)?;
-        let rules = self.call(|c| c.all_rules()).await?;
-        let mut entities = Vec::new();
-        for e in &r.entities {
-            entities.extend(read_one(e, &rules)?);
-        }
-        let chunks: Vec<_> = entities
-            .chunks(READ_CHUNK)
-            .map(|c| {
-                Ok(p4::ReadResponse {
-                    entities: c.to_vec(),
-                })
-            })
-            .collect();
-        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+        let queries = r
+            .entities
+            .iter()
+            .map(Query::of)
+            .collect::<Result<Vec<_>, _>>()?;
+        // The rule set is read a page at a time and answered as it goes, a
+        // bounded channel ahead of the client: a read of a million rules
+        // holds a few pages, not the whole set (it is not one snapshot: a
+        // batch applied meanwhile may show in the later pages only, as with
+        // the socket's `rules`).
+        let (tx, rx) = mpsc::channel(2);
+        let control = self.control.clone();
+        tokio::spawn(async move {
+            let mut offset = 0;
+            loop {
+                let c = control.clone();
+                let page = tokio::task::spawn_blocking(move || c.rules(offset, READ_PAGE))
+                    .await
+                    .map_err(|e| Status::internal(format!("control call: {e}")))
+                    .and_then(|r| r.map_err(|e| control_status(&e)));
+                let page = match page {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                let mut entities = Vec::new();
+                for q in &queries {
+                    q.answer(&page.rules, &mut entities);
+                }
+                let last = (page.rules.len() as u64) < READ_PAGE;
+                offset += page.rules.len() as u64;
+                if !entities.is_empty() && tx.send(Ok(p4::ReadResponse { entities })).await.is_err()
+                {
+                    return; // the client went away
+                }
+                if last {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn set_forwarding_pipeline_config(

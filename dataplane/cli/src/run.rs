@@ -174,8 +174,12 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
         parsing: server::ParseBudget::new(c.max_parse_bytes),
         cluster: cluster_mode(&cfg)?,
     };
+    // The P4Runtime door's metrics join the export (the exporter starts
+    // among the listeners, before the P4Runtime server).
+    let p4_metrics = cfdp_p4runtime::P4Metrics::default();
+    let extra = [p4_metrics.exporter()];
     // Listeners first: a configuration error stops the start-up here.
-    let mut listeners = listen(c, &ctx)?;
+    let mut listeners = listen(c, &ctx, &extra)?;
     let (ctx_cluster, handle, board) =
         (ctx.cluster.clone(), ctx.control.clone(), ctx.board.clone());
     drop(ctx);
@@ -193,17 +197,8 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     if let Some(link) = &ctx_cluster {
         listeners.push(spawn_agent(&cfg, &handle, &stats, link, &stop)?);
     }
-    if let Some(opts) = p4runtime_options(&cfg)? {
-        listeners.push(
-            cfdp_p4runtime::spawn(&opts, handle.clone(), Arc::clone(&stop))
-                .map_err(|e| RunError::Config(e.to_string()))?,
-        );
-        eprintln!(
-            "cfdp: P4Runtime on {}{} (device {})",
-            opts.listen,
-            if opts.tls.is_some() { " with TLS" } else { "" },
-            opts.device_id
-        );
+    if let Some(p4) = spawn_p4runtime(&cfg, &handle, p4_metrics, &stop)? {
+        listeners.push(p4);
     }
     let running = Running {
         stop: Arc::clone(&stop),
@@ -255,6 +250,7 @@ fn limits(c: &crate::config::ControlConfig, requests: cfdp_control::api::Request
 fn listen(
     c: &crate::config::ControlConfig,
     ctx: &ServerCtx,
+    extra_metrics: &[metrics::ExtraMetrics],
 ) -> Result<Vec<std::thread::JoinHandle<()>>, RunError> {
     let mut listeners = Vec::new();
     if !c.socket.is_empty() {
@@ -284,7 +280,10 @@ fn listen(
     }
     if !c.metrics.is_empty() {
         let l = bind_tcp(&c.metrics, false, "control.metrics")?;
-        listeners.push(metrics::serve(l, ctx.clone()).map_err(RunError::io("metrics thread"))?);
+        listeners.push(
+            metrics::serve(l, ctx.clone(), extra_metrics)
+                .map_err(RunError::io("metrics thread"))?,
+        );
         eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
     }
     Ok(listeners)
@@ -408,6 +407,27 @@ fn run_dpdk(_: &RunConfig, _: &WorkerContext, running: Running) -> Result<(), Ru
     // Refused at start-up without the dpdk feature; stop cleanly anyway.
     running.finish("dpdk")?;
     Err(RunError::Config("this cfdp was built without DPDK".into()))
+}
+
+/// The P4Runtime server, when `[p4runtime] listen` is set.
+fn spawn_p4runtime(
+    cfg: &RunConfig,
+    handle: &cfdp_control::ControlHandle,
+    metrics: cfdp_p4runtime::P4Metrics,
+    stop: &Arc<AtomicBool>,
+) -> Result<Option<std::thread::JoinHandle<()>>, RunError> {
+    let Some(opts) = p4runtime_options(cfg)? else {
+        return Ok(None);
+    };
+    let t = cfdp_p4runtime::spawn(&opts, handle.clone(), metrics, Arc::clone(stop))
+        .map_err(|e| RunError::Config(e.to_string()))?;
+    eprintln!(
+        "cfdp: P4Runtime on {}{} (device {})",
+        opts.listen,
+        if opts.tls.is_some() { " with TLS" } else { "" },
+        opts.device_id
+    );
+    Ok(Some(t))
 }
 
 /// `[p4runtime]`, checked: `None` when off.

@@ -39,6 +39,7 @@ struct Node {
     child: Child,
     dir: PathBuf,
     socket: PathBuf,
+    metrics: u16,
 }
 
 impl Node {
@@ -54,6 +55,7 @@ impl Node {
         }
         let socket = dir.join("ctl.sock");
         let cfg = dir.join("cfdp.toml");
+        let metrics = free_port();
         std::fs::write(
             &cfg,
             format!(
@@ -61,6 +63,7 @@ impl Node {
                  [pcap]\ninput = {cap:?}\nloop = true\npps = 20000\n\
                  [rules]\nfile = \"\"\n\
                  [control]\nsocket = {socket:?}\nstate_dir = {state:?}\n\
+                 metrics = \"127.0.0.1:{metrics}\"\n\
                  [p4runtime]\nlisten = \"127.0.0.1:{port}\"\ndevice_id = 7\n{p4}\n",
                 state = dir.join("state"),
             ),
@@ -78,6 +81,7 @@ impl Node {
             child,
             dir: dir.to_path_buf(),
             socket,
+            metrics,
         };
         // The P4Runtime listener is bound before the socket is served.
         let start = Instant::now();
@@ -93,6 +97,16 @@ impl Node {
 
     fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    /// The node's Prometheus export.
+    fn scrape(&self) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
     }
 
     /// The rule set as `cfdp ctl rules` prints it.
@@ -402,6 +416,18 @@ async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {
         .await
         .unwrap();
     assert_eq!(node.ctl_rules().len(), 1);
+    // The door in the metrics: calls by code, updates by outcome, the two
+    // streams still open.
+    let m = node.scrape();
+    for line in [
+        "cfdp_p4runtime_calls_total{rpc=\"Write\",code=\"PERMISSION_DENIED\"} 2",
+        "cfdp_p4runtime_calls_total{rpc=\"Write\",code=\"NOT_FOUND\"} 1",
+        "cfdp_p4runtime_updates_total{op=\"insert\",code=\"ABORTED\"} 2",
+        "cfdp_p4runtime_updates_total{op=\"delete\",code=\"OK\"} 1",
+        "cfdp_p4runtime_controllers 2",
+    ] {
+        assert!(m.contains(line), "{line} not in\n{m}");
+    }
     drop(first);
 
     // The writes went through the journal: a restart restores them.

@@ -61,10 +61,23 @@ const QUEUE: usize = 16;
 /// Most time from accepting a connection to having read its request head.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
+/// Metrics that a component above this crate adds to the export (the
+/// P4Runtime server's): it registers them into the same registry, under
+/// the same `cfdp_` prefix, when the exporter starts.
+pub type ExtraMetrics = Arc<dyn Fn(&mut Registry) + Send + Sync>;
+
 /// Serves `GET /metrics` until `ctx.stop`.
-pub fn serve(l: TcpListener, ctx: ServerCtx) -> std::io::Result<JoinHandle<()>> {
+pub fn serve(
+    l: TcpListener,
+    ctx: ServerCtx,
+    extra: &[ExtraMetrics],
+) -> std::io::Result<JoinHandle<()>> {
     l.set_nonblocking(true)?;
-    let registry = Arc::new(registry(&ctx.board, ctx.cluster.clone()));
+    let mut registry = registry(&ctx.board, ctx.cluster.clone());
+    for add in extra {
+        add(&mut registry);
+    }
+    let registry = Arc::new(registry);
     let (tx, rx) = crossbeam::channel::bounded::<TcpStream>(QUEUE);
     let mut handlers = Vec::with_capacity(HANDLERS);
     for i in 0..HANDLERS {

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::{Code, Status};
 
+use crate::metrics::P4Metrics;
 use crate::proto::google::rpc;
 use crate::proto::p4::v1 as p4;
 
@@ -38,14 +39,16 @@ pub struct Arbiter {
     device_id: u64,
     max_clients: usize,
     clients: Mutex<HashMap<u64, Client>>,
+    metrics: P4Metrics,
 }
 
 impl Arbiter {
-    pub fn new(device_id: u64, max_clients: usize) -> Self {
+    pub fn new(device_id: u64, max_clients: usize, metrics: P4Metrics) -> Self {
         Self {
             device_id,
             max_clients,
             clients: Mutex::new(HashMap::new()),
+            metrics,
         }
     }
 
@@ -125,6 +128,7 @@ impl Arbiter {
                 outbox: outbox.clone(),
             },
         );
+        self.metrics.set_controllers(clients.len());
         let after = Self::primary(&clients);
         // A new primary concerns everyone; otherwise only the asker.
         self.tell(&clients, if before == after { Some(conn) } else { None });
@@ -135,7 +139,9 @@ impl Arbiter {
     pub fn leave(&self, conn: u64) {
         let mut clients = self.lock();
         let before = Self::primary(&clients);
-        if clients.remove(&conn).is_some() && before != Self::primary(&clients) {
+        let removed = clients.remove(&conn).is_some();
+        self.metrics.set_controllers(clients.len());
+        if removed && before != Self::primary(&clients) {
             self.tell(&clients, None);
         }
     }

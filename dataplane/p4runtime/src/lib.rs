@@ -19,6 +19,7 @@
 
 pub mod arbitration;
 pub mod entry;
+pub mod metrics;
 pub mod pipeline;
 pub mod server;
 pub mod service;
@@ -44,4 +45,5 @@ pub mod proto {
     }
 }
 
+pub use metrics::P4Metrics;
 pub use server::{spawn, P4Error, P4Options, TlsFiles};

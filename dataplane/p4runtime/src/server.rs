@@ -82,6 +82,7 @@ fn tls_config(t: &TlsFiles) -> Result<ServerTlsConfig, P4Error> {
 pub fn spawn(
     opts: &P4Options,
     control: ControlHandle,
+    metrics: crate::P4Metrics,
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, P4Error> {
     let listener = std::net::TcpListener::bind(opts.listen).map_err(|source| P4Error::Bind {
@@ -98,7 +99,12 @@ pub fn spawn(
     if let Some(t) = &opts.tls {
         builder = builder.tls_config(tls_config(t)?).map_err(P4Error::Tls)?;
     }
-    let service = Service::new(control, opts.device_id, opts.max_controllers.max(1));
+    let service = Service::new(
+        control,
+        opts.device_id,
+        opts.max_controllers.max(1),
+        metrics,
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("cfdp-p4rt")

@@ -18,6 +18,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::arbitration::{election, Arbiter};
 use crate::entry::{self, EntryError};
+use crate::metrics::P4Metrics;
 use crate::pipeline::{self, Table};
 use crate::proto::google::rpc;
 use crate::proto::p4::config::v1::P4Info;
@@ -32,6 +33,7 @@ const READ_PAGE: u64 = 1000;
 /// The service's state, shared by every call.
 pub struct Service {
     control: ControlHandle,
+    metrics: P4Metrics,
     arbiter: Arc<Arbiter>,
     device_id: u64,
     p4info: P4Info,
@@ -41,10 +43,16 @@ pub struct Service {
 }
 
 impl Service {
-    pub fn new(control: ControlHandle, device_id: u64, max_controllers: usize) -> Self {
+    pub fn new(
+        control: ControlHandle,
+        device_id: u64,
+        max_controllers: usize,
+        metrics: P4Metrics,
+    ) -> Self {
         Self {
             control,
-            arbiter: Arc::new(Arbiter::new(device_id, max_controllers)),
+            arbiter: Arc::new(Arbiter::new(device_id, max_controllers, metrics.clone())),
+            metrics,
             device_id,
             p4info: pipeline::p4info(),
             cookie: Mutex::new(None),
@@ -130,6 +138,16 @@ fn keyed(u: &p4::Update) -> Result<KeyedUpdate, EntryError> {
             field: "type".into(),
             message: format!("{}: not INSERT, MODIFY or DELETE", u.r#type),
         }),
+    }
+}
+
+/// An update type's name in the metrics.
+fn op_name(t: i32) -> &'static str {
+    match p4::update::Type::try_from(t) {
+        Ok(p4::update::Type::Insert) => "insert",
+        Ok(p4::update::Type::Modify) => "modify",
+        Ok(p4::update::Type::Delete) => "delete",
+        _ => "unspecified",
     }
 }
 
@@ -278,9 +296,9 @@ impl Query {
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-#[tonic::async_trait]
-impl p4::p4_runtime_server::P4Runtime for Service {
-    async fn write(
+/// The RPCs' bodies; the trait implementation below counts each answer.
+impl Service {
+    async fn do_write(
         &self,
         request: Request<p4::WriteRequest>,
     ) -> Result<Response<p4::WriteResponse>, Status> {
@@ -310,6 +328,9 @@ impl p4::p4_runtime_server::P4Runtime for Service {
                     "not applied: another update of the batch failed".into(),
                 );
             }
+            for (u, (code, _)) in w.updates.iter().zip(&results) {
+                self.metrics.update(op_name(u.r#type), *code);
+            }
             return Err(write_errors(&results));
         }
         let (positions, updates): (Vec<usize>, Vec<KeyedUpdate>) = translated
@@ -325,6 +346,9 @@ impl p4::p4_runtime_server::P4Runtime for Service {
                 results[i] = (rule_code(*code), message.clone());
             }
         }
+        for (u, (code, _)) in w.updates.iter().zip(&results) {
+            self.metrics.update(op_name(u.r#type), *code);
+        }
         if results.iter().all(|r| r.0 == Code::Ok) {
             Ok(Response::new(p4::WriteResponse {}))
         } else {
@@ -332,12 +356,10 @@ impl p4::p4_runtime_server::P4Runtime for Service {
         }
     }
 
-    type ReadStream = Stream2<p4::ReadResponse>;
-
-    async fn read(
+    async fn do_read(
         &self,
         request: Request<p4::ReadRequest>,
-    ) -> Result<Response<Self::ReadStream>, Status> {
+    ) -> Result<Response<Stream2<p4::ReadResponse>>, Status> {
         let r = request.into_inner();
         self.check_device(r.device_id)?;
         let queries = r
@@ -387,7 +409,7 @@ impl p4::p4_runtime_server::P4Runtime for Service {
         )))
     }
 
-    async fn set_forwarding_pipeline_config(
+    async fn do_set_forwarding_pipeline_config(
         &self,
         request: Request<p4::SetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::SetForwardingPipelineConfigResponse>, Status> {
@@ -416,7 +438,7 @@ impl p4::p4_runtime_server::P4Runtime for Service {
         Ok(Response::new(p4::SetForwardingPipelineConfigResponse {}))
     }
 
-    async fn get_forwarding_pipeline_config(
+    async fn do_get_forwarding_pipeline_config(
         &self,
         request: Request<p4::GetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
@@ -439,12 +461,10 @@ impl p4::p4_runtime_server::P4Runtime for Service {
         }))
     }
 
-    type StreamChannelStream = Stream2<p4::StreamMessageResponse>;
-
-    async fn stream_channel(
+    async fn do_stream_channel(
         &self,
         request: Request<Streaming<p4::StreamMessageRequest>>,
-    ) -> Result<Response<Self::StreamChannelStream>, Status> {
+    ) -> Result<Response<Stream2<p4::StreamMessageResponse>>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -470,12 +490,77 @@ impl p4::p4_runtime_server::P4Runtime for Service {
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 
-    async fn capabilities(
+    async fn do_capabilities(
         &self,
         _request: Request<p4::CapabilitiesRequest>,
     ) -> Result<Response<p4::CapabilitiesResponse>, Status> {
         Ok(Response::new(p4::CapabilitiesResponse {
             p4runtime_api_version: API_VERSION.to_string(),
         }))
+    }
+}
+
+/// Counts a call's answer by its code.
+fn counted<T>(m: &P4Metrics, rpc: &'static str, r: Result<T, Status>) -> Result<T, Status> {
+    m.call(rpc, r.as_ref().map_or_else(Status::code, |_| Code::Ok));
+    r
+}
+
+#[tonic::async_trait]
+impl p4::p4_runtime_server::P4Runtime for Service {
+    async fn write(
+        &self,
+        request: Request<p4::WriteRequest>,
+    ) -> Result<Response<p4::WriteResponse>, Status> {
+        counted(&self.metrics, "Write", self.do_write(request).await)
+    }
+
+    type ReadStream = Stream2<p4::ReadResponse>;
+
+    async fn read(
+        &self,
+        request: Request<p4::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        counted(&self.metrics, "Read", self.do_read(request).await)
+    }
+
+    async fn set_forwarding_pipeline_config(
+        &self,
+        request: Request<p4::SetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<p4::SetForwardingPipelineConfigResponse>, Status> {
+        let r = self.do_set_forwarding_pipeline_config(request).await;
+        counted(&self.metrics, "SetForwardingPipelineConfig", r)
+    }
+
+    async fn get_forwarding_pipeline_config(
+        &self,
+        request: Request<p4::GetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
+        let r = self.do_get_forwarding_pipeline_config(request).await;
+        counted(&self.metrics, "GetForwardingPipelineConfig", r)
+    }
+
+    type StreamChannelStream = Stream2<p4::StreamMessageResponse>;
+
+    async fn stream_channel(
+        &self,
+        request: Request<Streaming<p4::StreamMessageRequest>>,
+    ) -> Result<Response<Self::StreamChannelStream>, Status> {
+        counted(
+            &self.metrics,
+            "StreamChannel",
+            self.do_stream_channel(request).await,
+        )
+    }
+
+    async fn capabilities(
+        &self,
+        request: Request<p4::CapabilitiesRequest>,
+    ) -> Result<Response<p4::CapabilitiesResponse>, Status> {
+        counted(
+            &self.metrics,
+            "Capabilities",
+            self.do_capabilities(request).await,
+        )
     }
 }

@@ -294,7 +294,7 @@ impl Query {
     }
 }
 
-type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The RPCs' bodies; the trait implementation below counts each answer.
 impl Service {
@@ -359,7 +359,7 @@ impl Service {
     async fn do_read(
         &self,
         request: Request<p4::ReadRequest>,
-    ) -> Result<Response<Stream2<p4::ReadResponse>>, Status> {
+    ) -> Result<Response<BoxStream<p4::ReadResponse>>, Status> {
         let r = request.into_inner();
         self.check_device(r.device_id)?;
         let queries = r
@@ -464,7 +464,7 @@ impl Service {
     async fn do_stream_channel(
         &self,
         request: Request<Streaming<p4::StreamMessageRequest>>,
-    ) -> Result<Response<Stream2<p4::StreamMessageResponse>>, Status> {
+    ) -> Result<Response<BoxStream<p4::StreamMessageResponse>>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -515,7 +515,7 @@ impl p4::p4_runtime_server::P4Runtime for Service {
         counted(&self.metrics, "Write", self.do_write(request).await)
     }
 
-    type ReadStream = Stream2<p4::ReadResponse>;
+    type ReadStream = BoxStream<p4::ReadResponse>;
 
     async fn read(
         &self,
@@ -540,7 +540,7 @@ impl p4::p4_runtime_server::P4Runtime for Service {
         counted(&self.metrics, "GetForwardingPipelineConfig", r)
     }
 
-    type StreamChannelStream = Stream2<p4::StreamMessageResponse>;
+    type StreamChannelStream = BoxStream<p4::StreamMessageResponse>;
 
     async fn stream_channel(
         &self,

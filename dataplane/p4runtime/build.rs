@@ -17,13 +17,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("descriptors.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
+    // The gRPC service and client only with the `server` feature (they
+    // need tonic); the messages always.
+    let grpc = std::env::var_os("CARGO_FEATURE_SERVER").is_some();
     tonic_prost_build::configure()
         // `bytes` fields as `Bytes`: slices of the received buffer, not
         // a `Vec` each (a 1024-entry Write carries ~8000 of them; decoding
         // it into `Vec`s took ~1 ms of allocations).
         .bytes(".")
-        .build_client(true)
-        .build_server(true)
+        .build_client(grpc)
+        .build_server(grpc)
         .compile_fds(fds)?;
     Ok(())
 }

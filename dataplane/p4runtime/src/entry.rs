@@ -12,14 +12,25 @@
 use cfdp_rules::rule::MAX_PRIORITY;
 use cfdp_rules::{AclMatch, Action, IpPrefix, Match, PortRange, Rule};
 use prost::bytes::Bytes;
-use tonic::Code;
 
 use crate::pipeline::{self, Table, DPORT, DST, PROTO, SPORT, SRC};
 use crate::proto::p4::v1 as p4;
 use p4::field_match::FieldMatchType as Fm;
 
-/// Why an entry cannot be a cfdp rule: the status code to answer with,
-/// and a message naming the field.
+/// The kind of refusal, which the service answers with a status code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// INVALID_ARGUMENT: the entry is malformed or cfdp cannot match it
+    /// exactly.
+    InvalidArgument,
+    /// UNIMPLEMENTED: valid P4Runtime that cfdp does not keep.
+    Unimplemented,
+    /// NOT_FOUND: no such table or action in cfdp's pipeline.
+    NotFound,
+}
+
+/// Why an entry cannot be a cfdp rule: the kind of refusal, and a message
+/// naming the field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct EntryError {

@@ -17,12 +17,17 @@
 //! this project with the specification's field numbers.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "server")]
 pub mod arbitration;
 pub mod entry;
+#[cfg(feature = "server")]
 pub mod metrics;
 pub mod pipeline;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
 pub mod service;
+#[cfg(feature = "server")]
 pub mod text;
 
 /// The generated messages and service.
@@ -30,20 +35,22 @@ pub mod text;
 pub mod proto {
     pub mod google {
         pub mod rpc {
-            tonic::include_proto!("google.rpc");
+            include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
         }
     }
     pub mod p4 {
         pub mod v1 {
-            tonic::include_proto!("p4.v1");
+            include!(concat!(env!("OUT_DIR"), "/p4.v1.rs"));
         }
         pub mod config {
             pub mod v1 {
-                tonic::include_proto!("p4.config.v1");
+                include!(concat!(env!("OUT_DIR"), "/p4.config.v1.rs"));
             }
         }
     }
 }
 
+#[cfg(feature = "server")]
 pub use metrics::P4Metrics;
+#[cfg(feature = "server")]
 pub use server::{spawn, P4Error, P4Options, TlsFiles};

@@ -134,7 +134,7 @@ fn keyed(u: &p4::Update) -> Result<KeyedUpdate, EntryError> {
         Ok(p4::update::Type::Modify) => Ok(KeyedUpdate::Modify(m, entry::entry_action(e)?)),
         Ok(p4::update::Type::Delete) => Ok(KeyedUpdate::Delete(m)),
         _ => Err(EntryError {
-            code: Code::InvalidArgument,
+            code: entry::Code::InvalidArgument,
             field: "type".into(),
             message: format!("{}: not INSERT, MODIFY or DELETE", u.r#type),
         }),
@@ -153,7 +153,7 @@ fn op_name(t: i32) -> &'static str {
 
 fn unimplemented(field: &str, message: &str) -> EntryError {
     EntryError {
-        code: Code::Unimplemented,
+        code: entry::Code::Unimplemented,
         field: field.into(),
         message: message.into(),
     }
@@ -233,7 +233,15 @@ impl Wanted {
 }
 
 fn entry_status(e: &EntryError) -> Status {
-    Status::new(e.code, e.to_string())
+    Status::new(entry_code(e), e.to_string())
+}
+
+fn entry_code(e: &EntryError) -> Code {
+    match e.code {
+        entry::Code::InvalidArgument => Code::InvalidArgument,
+        entry::Code::Unimplemented => Code::Unimplemented,
+        entry::Code::NotFound => Code::NotFound,
+    }
 }
 
 fn counter_data(r: &RuleEntry) -> p4::CounterData {
@@ -318,7 +326,7 @@ impl Service {
             .iter()
             .map(|t| match t {
                 Ok(_) => (Code::Ok, String::new()),
-                Err(e) => (e.code, e.to_string()),
+                Err(e) => (entry_code(e), e.to_string()),
             })
             .collect();
         if bad && atomicity.all_or_nothing() {

@@ -5,7 +5,7 @@ Run by dataplane/cli/tests/p4runtime.rs (which starts cfdp run with a
 looping capture of UDP 10.9.0.1:1000 -> 10.9.0.2:2000 and compares what
 this prints with `cfdp ctl rules`):
 
-    python shell_session.py HOST:PORT DEVICE_ID P4INFO_TXT DEVICE_CONFIG
+    python shell_session.py HOST:PORT DEVICE_ID P4INFO_TXT DEVICE_CONFIG CFDP SOCKET
 
 Each step checks its outcome and exits non-zero with the reason; the last
 line printed is the table entries read back, as JSON.
@@ -13,6 +13,7 @@ line printed is the table entries read back, as JSON.
 import ipaddress
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -23,7 +24,8 @@ from p4.config.v1 import p4info_pb2
 from google.rpc import code_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeWriteException
 
-ADDR, DEVICE, P4INFO, DEVICE_CONFIG = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+ADDR, DEVICE, P4INFO, DEVICE_CONFIG, CFDP, SOCKET = sys.argv[1:7]
+DEVICE = int(DEVICE)
 PRIMARY, BACKUP = (0, 10), (0, 5)
 
 
@@ -185,14 +187,25 @@ check(set_pipeline(other) == grpc.StatusCode.INVALID_ARGUMENT, "another P4Info i
 check(set_pipeline(sh.context.p4info) is None, "cfdp's own P4Info is accepted")
 
 # Counters: entry a matches the capture's flow A, which cfdp replays in a loop.
-deadline = time.monotonic() + 30
+def node_packets():
+    """Packets the node has received (`cfdp ctl stats`)."""
+    out = subprocess.run([CFDP, "ctl", "--socket", SOCKET, "stats"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)["result"]["totals"]["packets"]
+
+
+# Ordered by the node's own packet count, not by the clock: once it has
+# received 1024 more frames than when the entry was read back (8 passes of
+# the 128-frame capture, whose every other frame is flow A), the entry's
+# counter must have risen (counters trail the packet count by one burst).
+start = node_packets()
 packets = 0
-while time.monotonic() < deadline:
+while True:
     got = [e for e in raw_entries("acl", counters=True) if e.priority == 100]
     packets = got[0].counter_data.packet_count if got else 0
-    if packets > 0:
+    if packets > 0 or node_packets() > start + 1024:
         break
-    time.sleep(0.1)
+    time.sleep(0.05)
 # (46-byte frames: Ethernet, IPv4, UDP, a 4-byte sequence number)
 check(packets > 0 and got[0].counter_data.byte_count == 46 * packets,
       "the direct counter of the matching entry rises: %d packets" % packets)

@@ -3,7 +3,7 @@
 //! over, one at a time, and migrates Bloom-part elements back into cuckoo
 //! entries whenever no request waits.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -233,7 +233,6 @@ impl ControlPlane {
     /// takes its place in the batch as an unreadable update (so that an
     /// all-or-nothing batch aborts), answered `not_found`.
     pub fn apply_keyed(&mut self, b: KeyedBatch) -> Result<KeyedReport, ControlError> {
-        let mut taken = HashSet::new();
         let mut inserted: HashMap<Match, RuleId> = HashMap::new();
         let mut ids = Vec::with_capacity(b.updates.len());
         let mut updates = Vec::with_capacity(b.updates.len());
@@ -246,8 +245,7 @@ impl ControlPlane {
             };
             let resolved = match *u {
                 KeyedUpdate::Insert(matcher, action) => {
-                    let id = self.free_id(&taken);
-                    taken.insert(id);
+                    let id = self.free_id();
                     inserted.insert(matcher, id);
                     Some(Update::Insert(Rule {
                         id,
@@ -281,9 +279,10 @@ impl ControlPlane {
         Ok(KeyedReport { report, ids })
     }
 
-    /// An id no committed rule has and `taken` does not hold, searched
-    /// upward from the last one handed out (wrapping).
-    fn free_id(&mut self, taken: &HashSet<RuleId>) -> RuleId {
+    /// An id no committed rule has, searched upward from the last one
+    /// handed out (wrapping): the hint moves past every id it returns, so
+    /// one batch's inserts never share an id.
+    fn free_id(&mut self) -> RuleId {
         let mut id = match self.next_id {
             Some(id) => id,
             None => self
@@ -293,7 +292,7 @@ impl ControlPlane {
                 .max()
                 .map_or(1, |m| m.wrapping_add(1)),
         };
-        while taken.contains(&id) || self.store.rule(id).is_some() {
+        while self.store.rule(id).is_some() {
             id = id.wrapping_add(1);
         }
         self.next_id = Some(id.wrapping_add(1));

@@ -179,15 +179,7 @@ impl RuleStore {
     fn get_match(&self, p: &Pending, m: &Match) -> Option<RuleId> {
         match p.matches.get(m) {
             Some(id) => *id,
-            // Filter-only mode: the rule set's own match index.
-            None if self.rules.indexes_matches() => self.rules.by_match(m).map(|s| s.rule.id),
-            // Between batches the published copy is the committed rule set.
-            None => self
-                .w
-                .enter()
-                .and_then(|t| t.rule_slot_of(m))
-                .and_then(|slot| self.rules.at(slot))
-                .map(|r| r.id),
+            None => self.rule_with_match(m).map(|r| r.id),
         }
     }
 

@@ -127,7 +127,9 @@ impl RuleStore {
     }
 
     /// The committed rule with match `m` (a P4Runtime table entry is named
-    /// by its match and priority, not by an id).
+    /// by its match and priority, not by an id): in filter-only mode from
+    /// the rule set's own match index; otherwise between batches the
+    /// published tables are the committed rule set.
     pub fn rule_with_match(&self, m: &Match) -> Option<Rule> {
         if self.rules.indexes_matches() {
             return self.rules.by_match(m).map(|s| s.rule);

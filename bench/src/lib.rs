@@ -44,38 +44,47 @@ pub fn results_path(name: &str) -> PathBuf {
 /// and the machine. Every CSV starts with it, so a figure can be traced.
 pub fn run_header() -> String {
     let out = |cmd: &str, args: &[&str]| {
-        std::process::Command::new(cmd)
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
+        let mut c = std::process::Command::new(cmd);
+        c.args(args);
+        let tree = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        if tree.is_dir() {
+            c.current_dir(tree);
+        }
+        c.output()
             .ok()
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let date = out("date", &["-u", "+%Y-%m-%dT%H:%MZ"]).unwrap_or_else(|| "unknown date".into());
-    let commit = out("git", &["rev-parse", "--short", "HEAD"]).map_or_else(
-        || "unknown commit".into(),
-        |c| {
-            // Results files do not count: a run rewrites them.
-            let dirty = out(
-                "git",
-                &[
-                    "status",
-                    "--porcelain",
-                    "--untracked-files=no",
-                    "--",
-                    ":(top)",
-                    ":(exclude,top)bench/results",
-                ],
-            )
-            .is_some_and(|s| !s.is_empty());
-            if dirty {
-                format!("{c}-dirty")
-            } else {
-                c
-            }
-        },
-    );
+    let commit = if let Ok(c) = std::env::var("CFDP_RUN_COMMIT") {
+        // A binary copied to another machine (the multi-core scaling runs)
+        // has no tree there: the run names the commit it was built from.
+        format!("{c} (binary built elsewhere)")
+    } else {
+        out("git", &["rev-parse", "--short", "HEAD"]).map_or_else(
+            || "unknown commit".into(),
+            |c| {
+                // Results files do not count: a run rewrites them.
+                let dirty = out(
+                    "git",
+                    &[
+                        "status",
+                        "--porcelain",
+                        "--untracked-files=no",
+                        "--",
+                        ":(top)",
+                        ":(exclude,top)bench/results",
+                    ],
+                )
+                .is_some_and(|s| !s.is_empty());
+                if dirty {
+                    format!("{c}-dirty")
+                } else {
+                    c
+                }
+            },
+        )
+    };
     format!("# run {date}, commit {commit}, {}", machine_description())
 }
 

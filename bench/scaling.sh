@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Multi-core scaling of the read side, for a machine with more cores than
+# the 2 of the development and CI machines:
+#   * the `scaling` bench binary: the cuckoo filter's batched lookups and
+#     the ClassBench set's worker matching over the rule store's published
+#     tables, 1..N reader threads, without and with a writer changing
+#     rules back to back (see bench/src/bin/scaling.rs);
+#   * end to end: `cfdp replay` of the set's trace as a capture with the
+#     imported rules, 1..N workers (median of ROUNDS runs each).
+# Writes bench/results/scaling.csv (first line: date, commit, machine);
+# the replay rows are part "replay" (threads = workers; no writer).
+#
+#   bash bench/scaling.sh [THREADS]    (default 1,2; e.g. 1,2,4,8,16)
+#
+# BIN (default target/release, built here if missing) may hold prebuilt
+# `scaling`, `cfdp` and `trace-pcap` binaries — a machine without the
+# toolchain runs them, with CFDP_RUN_COMMIT naming the commit they were
+# built from. CLASSBENCH (default ../shared/classbench) holds acl1_10k and
+# its trace; SET overrides the set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads=${1:-1,2}
+BIN=${BIN:-target/release}
+data=${CLASSBENCH:-../shared/classbench}
+set_name=${SET:-acl1_10k}
+ROUNDS=${ROUNDS:-3}
+csv=bench/results/scaling.csv
+if [ ! -x "$BIN/scaling" ]; then
+    cargo build --release -q -p cfdp-bench --bin scaling -p cfdp -p cfdp-testkit
+fi
+for f in "$data/$set_name" "$data/${set_name}_trace"; do
+    [ -r "$f" ] || { echo "scaling: $f: not found (CLASSBENCH=DIR)" >&2; exit 2; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$BIN/scaling" --threads "$threads" --rounds "$ROUNDS" \
+    --rules "$data/$set_name" --trace "$data/${set_name}_trace" --csv "$work/bench.csv"
+
+"$BIN/cfdp" rules import --format classbench "$data/$set_name" -o "$work/rules.json" \
+    --action count 2>/dev/null
+"$BIN/trace-pcap" "$data/${set_name}_trace" "$work/trace.pcap" 2>/dev/null
+: >"$work/replay.csv"
+for w in ${threads//,/ }; do
+    for _ in $(seq "$ROUNDS"); do
+        "$BIN/cfdp" replay "$work/trace.pcap" --rules "$work/rules.json" --workers "$w" \
+            2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mpps"])' |
+            sed "s/^/$w,/" >>"$work/replay.csv"
+    done
+done
+python3 - "$work/replay.csv" >>"$work/bench.csv" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    w, mpps = line.strip().split(",")
+    runs[int(w)].append(float(mpps))
+for w in sorted(runs):
+    m = statistics.median(runs[w])
+    print(f"replay,{w},false,{m:.3f},{m / w:.3f},0")
+    print(f"replay: {w} workers {m:.2f} Mpps", file=sys.stderr)
+PY
+mkdir -p "$(dirname "$csv")"
+cp "$work/bench.csv" "$csv"
+echo "wrote $csv"

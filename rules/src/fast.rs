@@ -18,11 +18,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::acl_match::{AclMatch, PortRange};
 use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update, UpdateError};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
-use crate::rule::{parse_rule, Dir, Match, Rule, RuleError};
-use crate::shape::{present, FastRule, UpdateShape};
+use crate::rule::{parse_rule, Dir, Match, Rule, RuleError, MAX_PRIORITY};
+use crate::shape::{present, FastMatch, FastPort, FastRule, UpdateShape};
 
 /// The rule in `text` if it is valid and in the fast path's spelling.
 pub(crate) fn rule(text: &str) -> Option<Rule> {
@@ -37,6 +38,20 @@ pub(crate) fn rule(text: &str) -> Option<Rule> {
 /// The rule a typed shape spells, if it is valid.
 fn checked(r: FastRule) -> Option<Rule> {
     let m = r.matcher;
+    if let Some(p) = r.priority {
+        let priority = u32::try_from(p).ok().filter(|&p| p <= MAX_PRIORITY)?;
+        return Some(Rule {
+            id: r.id,
+            matcher: Match::Acl {
+                m: acl(m)?,
+                priority,
+            },
+            action: r.action,
+        });
+    }
+    if m.sport.is_some() || m.dport.is_some() {
+        return None;
+    }
     let matcher = match (m.flow, m.src_prefix, m.dst_prefix) {
         (Some(f), None, None) if m.proto.is_none() && m.port.is_none() => {
             let src: IpAddr = f.src.parse().ok()?;
@@ -80,6 +95,40 @@ fn checked(r: FastRule) -> Option<Rule> {
         matcher,
         action: r.action,
     })
+}
+
+/// The multi-field match a typed shape spells (a rule with a `priority`),
+/// if it is valid: what `rule::parse_acl` accepts.
+fn acl(m: FastMatch) -> Option<AclMatch> {
+    if m.flow.is_some() || m.port.is_some() {
+        return None;
+    }
+    let prefix = |s: Option<&str>| s.map(str::parse::<IpPrefix>).transpose().ok();
+    let any = |v6: bool| IpPrefix {
+        v6,
+        addr: [0; 16],
+        len: 0,
+    };
+    let (src, dst) = match (prefix(m.src_prefix)?, prefix(m.dst_prefix)?) {
+        (None, None) => return None,
+        (Some(s), None) => (s, any(s.v6)),
+        (None, Some(d)) => (any(d.v6), d),
+        (Some(s), Some(d)) if s.v6 != d.v6 => return None,
+        (Some(s), Some(d)) => (s, d),
+    };
+    let proto = match &m.proto {
+        Some(p) => Some(p.number()?),
+        None => None,
+    };
+    let range = |p: &Option<FastPort>| p.as_ref().map_or(Some(PortRange::ANY), FastPort::range);
+    let a = AclMatch {
+        src,
+        dst,
+        proto,
+        sport: range(&m.sport)?,
+        dport: range(&m.dport)?,
+    };
+    a.ports_fit_protocol().then_some(a)
 }
 
 /// Parses one rule from its JSON text: the fast path, else the value parser
@@ -295,6 +344,49 @@ mod tests {
                 }
             }
         }
+        // Multi-field rules (with a priority): prefixes of both families,
+        // ranges spelled every way, ports with and without TCP/UDP.
+        let priorities = ["1", "2147483647", "2147483648", "-1", "null", "\"5\""];
+        let acl_ports = [
+            "80",
+            "70000",
+            r#""1024-65535""#,
+            r#""443""#,
+            r#"" 1 - 2 ""#,
+            r#""90-80""#,
+            r#""x""#,
+            r#""8\u0030""#,
+            "null",
+        ];
+        let mut acl_texts = 0;
+        for (i, pr) in priorities.iter().enumerate() {
+            for (j, src) in prefixes.iter().enumerate() {
+                for (k, p) in protos.iter().enumerate() {
+                    for (l, sp) in acl_ports.iter().enumerate() {
+                        let dst = prefixes[(i + j + l) % prefixes.len()];
+                        let dp = acl_ports[(i + k + l) % acl_ports.len()];
+                        let act = actions[(j + k) % actions.len()];
+                        texts.push(format!(
+                            r#"{{"id": 7, "priority": {pr}, "match": {{"src_prefix": {src}, "dst_prefix": {dst}, "proto": {p}, "sport": {sp}, "dport": {dp}}}, "action": {act}}}"#
+                        ));
+                        // One side only, no protocol, one range.
+                        texts.push(format!(
+                            r#"{{"id": 7, "priority": {pr}, "match": {{"dst_prefix": {dst}, "dport": {dp}}}, "action": {act}}}"#
+                        ));
+                        acl_texts += 2;
+                    }
+                }
+            }
+        }
+        texts.push(
+            r#"{"id": 1, "priority": 3, "match": {"proto": "tcp"}, "action": "drop"}"#.into(),
+        );
+        texts.push(r#"{"id": 1, "priority": 3, "match": {"dst_prefix": "10.0.0.0/8", "port": 80}, "action": "drop"}"#.into());
+        texts.push(
+            r#"{"id": 1, "match": {"dst_prefix": "10.0.0.0/8", "dport": 80}, "action": "drop"}"#
+                .into(),
+        );
+        texts.push(r#"{"id": 1, "priority": 3, "priority": 4, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}"#.into());
         // Shapes the value parser refuses or reads differently.
         texts.push(
             r#"{"id": 1, "id": 2, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}"#.into(),
@@ -308,11 +400,13 @@ mod tests {
         texts.push(r#"[1, 2]"#.into());
         let mut fast = 0;
         let mut strict = 0;
+        let mut fast_acl = 0;
         for t in &texts {
             let v: Value = serde_json::from_str(t).unwrap();
             let slow = parse_rule(&v, None);
             if let Some(r) = rule(t) {
                 fast += 1;
+                fast_acl += usize::from(matches!(r.matcher, Match::Acl { .. }));
                 assert_eq!(slow.as_ref(), Ok(&r), "{t}");
             }
             // The byte-level reader takes only what serde reads the same.
@@ -324,6 +418,10 @@ mod tests {
             // The public entry point always agrees with the value parser.
             assert_eq!(parse_rule_text(t, None), slow, "{t}");
         }
+        assert!(
+            fast_acl > 50 && fast_acl < acl_texts,
+            "the fast path took {fast_acl} of {acl_texts} multi-field rules"
+        );
         assert!(
             fast > 300 && strict > 300,
             "the fast path took only {fast} (the byte-level reader {strict}) of {}",

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Deserializer};
 
+use crate::acl_match::PortRange;
 use crate::batch::Update;
 use crate::rule::{Action, Rule};
 
@@ -20,6 +21,10 @@ pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 #[serde(deny_unknown_fields)]
 pub(crate) struct FastRule<'a> {
     pub(crate) id: u32,
+    /// Present: a multi-field rule (`Match::Acl`); checked against
+    /// `MAX_PRIORITY` by `fast::checked`.
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) priority: Option<u64>,
     #[serde(rename = "match", borrow)]
     pub(crate) matcher: FastMatch<'a>,
     pub(crate) action: Action,
@@ -38,6 +43,10 @@ pub(crate) struct FastMatch<'a> {
     pub(crate) proto: Option<FastProto<'a>>,
     #[serde(default, deserialize_with = "present")]
     pub(crate) port: Option<u16>,
+    #[serde(default, deserialize_with = "present", borrow)]
+    pub(crate) sport: Option<FastPort<'a>>,
+    #[serde(default, deserialize_with = "present", borrow)]
+    pub(crate) dport: Option<FastPort<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -93,6 +102,52 @@ impl FastProto<'_> {
         match *self {
             FastProto::Number(n) => Some(n),
             FastProto::Name(s) => crate::rule::proto_by_name(s),
+        }
+    }
+}
+
+/// A multi-field rule's port: a number, or a string (`"80"`, `"LO-HI"`)
+/// borrowed from the text.
+pub(crate) enum FastPort<'a> {
+    Number(u16),
+    Text(&'a str),
+}
+
+/// By hand for the reason `FastProto` is: a port that fits `u16`, or a
+/// string without escapes.
+impl<'de: 'a, 'a> Deserialize<'de> for FastPort<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = FastPort<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a port or a range")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                u16::try_from(v)
+                    .map(FastPort::Number)
+                    .map_err(|_| E::custom("port over 65535"))
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(FastPort::Text(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl FastPort<'_> {
+    /// The range it spells, as the value parser reads it (`parse_range`).
+    pub(crate) fn range(&self) -> Option<PortRange> {
+        match *self {
+            FastPort::Number(n) => Some(PortRange::exact(n)),
+            FastPort::Text(s) => {
+                let (lo, hi) = s.split_once('-').unwrap_or((s, s));
+                PortRange::new(lo.trim().parse().ok()?, hi.trim().parse().ok()?)
+            }
         }
     }
 }

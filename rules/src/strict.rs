@@ -15,7 +15,7 @@
 //! the same rule.
 
 use crate::rule::Action;
-use crate::shape::{FastFlow, FastMatch, FastProto, FastRule, UpdateShape};
+use crate::shape::{FastFlow, FastMatch, FastPort, FastProto, FastRule, UpdateShape};
 use serde_json::Value;
 
 struct Reader<'a> {
@@ -112,6 +112,14 @@ impl<'a> Reader<'a> {
         }
     }
 
+    fn port(&mut self) -> Option<FastPort<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(FastPort::Text),
+            b'0'..=b'9' => self.u16().map(FastPort::Number),
+            _ => None,
+        }
+    }
+
     fn flow(&mut self) -> Option<FastFlow<'a>> {
         let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
         self.object(|r, k| {
@@ -141,6 +149,8 @@ impl<'a> Reader<'a> {
             dst_prefix: None,
             proto: None,
             port: None,
+            sport: None,
+            dport: None,
         };
         self.object(|r, k| {
             match k {
@@ -149,6 +159,8 @@ impl<'a> Reader<'a> {
                 "dst_prefix" if m.dst_prefix.is_none() => m.dst_prefix = Some(r.string()?),
                 "proto" if m.proto.is_none() => m.proto = Some(r.proto()?),
                 "port" if m.port.is_none() => m.port = Some(r.u16()?),
+                "sport" if m.sport.is_none() => m.sport = Some(r.port()?),
+                "dport" if m.dport.is_none() => m.dport = Some(r.port()?),
                 _ => return None,
             }
             Some(())
@@ -179,10 +191,11 @@ impl<'a> Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn rule_object(&mut self) -> Option<FastRule<'a>> {
-        let (mut id, mut matcher, mut action) = (None, None, None);
+        let (mut id, mut priority, mut matcher, mut action) = (None, None, None, None);
         self.object(|r, k| {
             match k {
                 "id" if id.is_none() => id = Some(u32::try_from(r.uint()?).ok()?),
+                "priority" if priority.is_none() => priority = Some(r.uint()?),
                 "match" if matcher.is_none() => matcher = Some(r.matcher()?),
                 "action" if action.is_none() => action = Some(r.action()?),
                 _ => return None,
@@ -191,6 +204,7 @@ impl<'a> Reader<'a> {
         })?;
         Some(FastRule {
             id: id?,
+            priority,
             matcher: matcher?,
             action: action?,
         })

@@ -434,3 +434,37 @@ pub(crate) fn classbench_worst(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `scaling`: aggregate read rates with 1..N threads (the filter's batched
+/// lookups, the ClassBench worker path, `cfdp replay`), with the writer's
+/// rate beside the rates measured under it.
+pub(crate) fn scaling(d: &Path) -> R<String> {
+    let c = Csv::load(d, "scaling.csv")?;
+    let get = |part: &str, t: &str, writer: &str, col: &str| {
+        c.value(&[("part", part), ("threads", t), ("writer", writer)], col)
+    };
+    let mut rows = Vec::new();
+    for t in c.distinct("threads")? {
+        let cell = |part: &str| -> R<String> {
+            let alone = get(part, t, "false", "mops")?;
+            let under = get(part, t, "true", "mops")?;
+            let w = get(part, t, "true", "writer_ops_per_s")?;
+            Ok(format!(
+                "{alone:.1} ({:.1}/thread) · {under:.1} under {}/s",
+                alone / num(t, &c.name)?,
+                thousands(w.round() as u64)
+            ))
+        };
+        let replay = get("replay", t, "false", "mops").map_or_else(|_| "–".into(), f2);
+        rows.push(vec![t.to_string(), cell("filter")?, cell("acl")?, replay]);
+    }
+    Ok(table(
+        &[
+            "threads",
+            "filter lookups, M/s: alone (per thread) · under a writer",
+            "ClassBench acl1_10k worker path, Mpps: alone (per thread) · under a writer",
+            "cfdp replay, Mpps",
+        ],
+        &rows,
+    ) + &c.source())
+}

@@ -12,6 +12,10 @@
 #
 #   bash bench/scaling.sh [THREADS]    (default 1,2; e.g. 1,2,4,8,16)
 #
+# OLD=PATH also replays with another cfdp binary (rows "replay-old"),
+# alternating with this build's run by run; REPEAT=N replays the trace
+# N times over in one capture (default 1), so start-up weighs less.
+#
 # BIN (default target/release, built here if missing) may hold prebuilt
 # `scaling`, `cfdp` and `trace-pcap` binaries — a machine without the
 # toolchain runs them, with CFDP_RUN_COMMIT naming the commit they were
@@ -39,25 +43,30 @@ trap 'rm -rf "$work"' EXIT
 
 "$BIN/cfdp" rules import --format classbench "$data/$set_name" -o "$work/rules.json" \
     --action count 2>/dev/null
-"$BIN/trace-pcap" "$data/${set_name}_trace" "$work/trace.pcap" 2>/dev/null
+for _ in $(seq "${REPEAT:-1}"); do cat "$data/${set_name}_trace"; done >"$work/trace"
+"$BIN/trace-pcap" "$work/trace" "$work/trace.pcap" 2>/dev/null
+builds="replay=$BIN/cfdp"
+[ -z "${OLD:-}" ] || builds="$builds replay-old=$OLD"
 : >"$work/replay.csv"
 for w in ${threads//,/ }; do
     for _ in $(seq "$ROUNDS"); do
-        "$BIN/cfdp" replay "$work/trace.pcap" --rules "$work/rules.json" --workers "$w" \
-            2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mpps"])' |
-            sed "s/^/$w,/" >>"$work/replay.csv"
+        for b in $builds; do
+            "${b#*=}" replay "$work/trace.pcap" --rules "$work/rules.json" --workers "$w" \
+                2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mpps"])' |
+                sed "s/^/${b%%=*},$w,/" >>"$work/replay.csv"
+        done
     done
 done
 python3 - "$work/replay.csv" >>"$work/bench.csv" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    w, mpps = line.strip().split(",")
-    runs[int(w)].append(float(mpps))
-for w in sorted(runs):
-    m = statistics.median(runs[w])
-    print(f"replay,{w},false,{m:.3f},{m / w:.3f},0")
-    print(f"replay: {w} workers {m:.2f} Mpps", file=sys.stderr)
+    part, w, mpps = line.strip().split(",")
+    runs[(part, int(w))].append(float(mpps))
+for part, w in sorted(runs):
+    m = statistics.median(runs[(part, w)])
+    print(f"{part},{w},false,{m:.3f},{m / w:.3f},0")
+    print(f"{part}: {w} workers {m:.2f} Mpps", file=sys.stderr)
 PY
 mkdir -p "$(dirname "$csv")"
 cp "$work/bench.csv" "$csv"

@@ -468,3 +468,24 @@ pub(crate) fn scaling(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `scaling-replay-ab`: `cfdp replay` with 1..N workers, the build before
+/// the replay changes beside the one after, alternating in one run.
+pub(crate) fn scaling_replay_ab(d: &Path) -> R<String> {
+    let c = Csv::load(d, "scaling_replay_ab.csv")?;
+    let mut rows = Vec::new();
+    for t in c.distinct("threads")? {
+        let get = |part: &str| c.value(&[("part", part), ("threads", t)], "mops");
+        let (old, new) = (get("replay-old")?, get("replay")?);
+        rows.push(vec![
+            t.to_string(),
+            f2(old),
+            f2(new),
+            format!("{:.2}×", new / old),
+        ]);
+    }
+    Ok(table(
+        &["workers", "before, Mpps", "after, Mpps", "after / before"],
+        &rows,
+    ) + &c.source())
+}

@@ -27,7 +27,7 @@ use crate::control::{
 use crate::csv::R;
 use crate::dataplane::{
     architecture, classbench, classbench_worst, large_rules, large_rules_ab,
-    large_rules_components, large_rules_filter_only, scaling, worker_ab,
+    large_rules_components, large_rules_filter_only, scaling, scaling_replay_ab, worker_ab,
 };
 use crate::filter::{
     bcf_burst, build_ab, filter_ab, hashes, insert_latency, layouts, lookup, lookup_anatomy,
@@ -60,6 +60,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "lookup" => lookup(dir),
         "lookup-scaling" => lookup_scaling(dir),
         "scaling" => scaling(dir),
+        "scaling-replay-ab" => scaling_replay_ab(dir),
         "large-rules" => large_rules(dir),
         "large-rules-ab" => large_rules_ab(dir, "large_rules_ab.csv"),
         "large-rules-filter-only" => large_rules_filter_only(dir),

@@ -214,15 +214,6 @@ pub fn match_burst(
     //    confirmed (verify) or resolve to a flow rule's slot (filter-only).
     //    (Deciding on the filter's item count was racy: migration moves an
     //    item between the two counts the filter reads.)
-    let mut m = 0;
-    for i in 0..n {
-        out[i] = None;
-        if valid[i] {
-            idx[m] = i;
-            hashes[m] = keys[i].hash_with(&t.secret);
-            m += 1;
-        }
-    }
     // In filter-only mode the exact table holds only Bloom-part keys: the
     // skip is decided on the copy's slot array instead (any rule at all).
     let flow_rules = if cx.mode == Mode::FilterOnly {
@@ -230,7 +221,18 @@ pub fn match_burst(
     } else {
         !t.exact.is_empty()
     };
-    if m > 0 && flow_rules {
+    out[..n].fill(None);
+    let mut m = 0;
+    // Without flow rules no packet is hashed for them (a set of only
+    // prefix or multi-field rules skips the 5-tuple hash).
+    for i in (0..n).filter(|_| flow_rules) {
+        if valid[i] {
+            idx[m] = i;
+            hashes[m] = keys[i].hash_with(&t.secret);
+            m += 1;
+        }
+    }
+    if m > 0 {
         t.flow_filter
             .get_batch_hashes(&hashes[..m], &mut answers[..m]);
         for j in 0..m {

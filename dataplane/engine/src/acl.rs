@@ -34,6 +34,7 @@ use std::hash::Hash;
 use std::ops::BitAnd;
 
 use cfdp_rules::{AclMatch, AclRule, FlowKey, RuleId};
+use hashbrown::hash_map;
 use hashbrown::HashMap;
 
 /// Largest prefix-length difference between a rule and the table that
@@ -160,6 +161,41 @@ impl<W: Word> Entry<W> {
     }
 }
 
+/// One bucket's rules, best first: the first inline in the table's slot
+/// (most buckets hold one rule, and a hit then reads no memory elsewhere),
+/// the rest in a vector (empty: no allocation).
+#[derive(Clone, Debug)]
+struct Bucket<W> {
+    first: Entry<W>,
+    rest: Vec<Entry<W>>,
+}
+
+impl<W: Word> Bucket<W> {
+    fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
+
+    /// Adds `e` at its place in the order.
+    fn insert(&mut self, e: Entry<W>) {
+        if e.rank() > self.first.rank() {
+            let old = std::mem::replace(&mut self.first, e);
+            self.rest.insert(0, old);
+        } else {
+            let at = self.rest.partition_point(|x| x.rank() > e.rank());
+            self.rest.insert(at, e);
+        }
+    }
+
+    /// The best entry matching `p`.
+    #[inline(always)]
+    fn find(&self, p: &Packet<W>) -> Option<&Entry<W>> {
+        if self.first.matches(p) {
+            return Some(&self.first);
+        }
+        self.rest.iter().find(|e| e.matches(p))
+    }
+}
+
 /// A packet's fields as the tables compare them.
 struct Packet<W> {
     src: W,
@@ -189,7 +225,7 @@ struct Table<W> {
     tuple: Tuple,
     src_mask: W,
     dst_mask: W,
-    buckets: HashMap<(W, W), Vec<Entry<W>>>,
+    buckets: HashMap<(W, W), Bucket<W>>,
     /// Priorities held, with their counts: the maximum in O(log n) after a
     /// delete.
     priorities: BTreeMap<u32, u32>,
@@ -216,13 +252,19 @@ impl<W: Word> Table<W> {
     }
 
     fn bucket_len(&self, e: &Entry<W>) -> usize {
-        self.buckets.get(&self.key(e)).map_or(0, Vec::len)
+        self.buckets.get(&self.key(e)).map_or(0, Bucket::len)
     }
 
     fn insert(&mut self, e: Entry<W>) {
-        let b = self.buckets.entry(self.key(&e)).or_default();
-        let at = b.partition_point(|x| x.rank() > e.rank());
-        b.insert(at, e);
+        match self.buckets.entry(self.key(&e)) {
+            hash_map::Entry::Occupied(b) => b.into_mut().insert(e),
+            hash_map::Entry::Vacant(v) => {
+                v.insert(Bucket {
+                    first: e,
+                    rest: Vec::new(),
+                });
+            }
+        }
         *self.priorities.entry(e.priority).or_default() += 1;
         self.top = self.top.max(e.priority);
         self.rules += 1;
@@ -233,12 +275,17 @@ impl<W: Word> Table<W> {
         let Some(b) = self.buckets.get_mut(&key) else {
             return false;
         };
-        let Some(i) = b.iter().position(|x| x.id == e.id) else {
-            return false;
-        };
-        b.remove(i);
-        if b.is_empty() {
-            self.buckets.remove(&key);
+        if b.first.id == e.id {
+            if b.rest.is_empty() {
+                self.buckets.remove(&key);
+            } else {
+                b.first = b.rest.remove(0);
+            }
+        } else {
+            let Some(i) = b.rest.iter().position(|x| x.id == e.id) else {
+                return false;
+            };
+            b.rest.remove(i);
         }
         if let Some(n) = self.priorities.get_mut(&e.priority) {
             *n -= 1;
@@ -254,19 +301,18 @@ impl<W: Word> Table<W> {
     /// The best entry of this table matching `p`.
     #[inline(always)]
     fn lookup(&self, p: &Packet<W>) -> Option<&Entry<W>> {
-        let b = self
-            .buckets
-            .get(&(p.src & self.src_mask, p.dst & self.dst_mask))?;
-        b.iter().find(|e| e.matches(p))
+        self.buckets
+            .get(&(p.src & self.src_mask, p.dst & self.dst_mask))?
+            .find(p)
     }
 
     fn bytes(&self) -> usize {
-        let slot = std::mem::size_of::<((W, W), Vec<Entry<W>>)>() + 1;
+        let slot = std::mem::size_of::<((W, W), Bucket<W>)>() + 1;
         self.buckets.capacity() * slot
             + self
                 .buckets
                 .values()
-                .map(|b| b.capacity() * std::mem::size_of::<Entry<W>>())
+                .map(|b| b.rest.capacity() * std::mem::size_of::<Entry<W>>())
                 .sum::<usize>()
             + self.priorities.len() * 32
     }
@@ -461,7 +507,7 @@ impl AclClassifier {
             f: &Family<W>,
         ) -> impl Iterator<Item = (Tuple, usize, usize, usize)> + '_ {
             f.tables.iter().map(|t| {
-                let longest = t.buckets.values().map(Vec::len).max().unwrap_or(0);
+                let longest = t.buckets.values().map(Bucket::len).max().unwrap_or(0);
                 (t.tuple, t.rules, t.buckets.len(), longest)
             })
         }

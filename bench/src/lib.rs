@@ -211,3 +211,45 @@ pub fn udp_frame(k: &cfdp_rules::FlowKey) -> Vec<u8> {
     b.write(&mut v, &[0u8; 18]).expect("write to Vec");
     v
 }
+
+/// Fills `f` with random keys (from `seed`) until `load` of its slots are
+/// taken; returns the keys.
+pub fn fill_filter(f: &cfdp_filter::Filter, load: f64, seed: u64) -> Vec<u64> {
+    let mut rng = SplitMix::new(seed);
+    let target = (f.slots() as f64 * load) as usize;
+    let mut keys = Vec::with_capacity(target);
+    while keys.len() < target {
+        let k = rng.next();
+        if f.insert_hash(cfdp_filter::hash::hash_u64(k), 0).is_ok() {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// A worker's matching as the benches time it: `match_burst` in verify
+/// mode over one copy of the tables, a burst of up to 32 keys at a time.
+#[derive(Default)]
+pub struct BurstMatcher {
+    counters: cfdp_engine::Totals,
+    sample: u32,
+    out: [Option<cfdp_engine::RuleRef>; 32],
+}
+
+impl BurstMatcher {
+    /// Matches `burst` (at most 32 keys) against `t`: each key's rule.
+    pub fn run(
+        &mut self,
+        t: &cfdp_engine::Tables,
+        burst: &[cfdp_rules::FlowKey],
+    ) -> &[Option<cfdp_engine::RuleRef>] {
+        let n = burst.len();
+        let mut cx = cfdp_engine::matcher::MatchCtx {
+            mode: cfdp_engine::Mode::Verify,
+            counters: &mut self.counters,
+            sample: &mut self.sample,
+        };
+        cfdp_engine::matcher::match_burst(&mut cx, t, burst, &[true; 32][..n], &mut self.out[..n]);
+        &self.out[..n]
+    }
+}

@@ -32,11 +32,10 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use cfdp_bench::{arg, median};
+use cfdp_bench::{arg, median, BurstMatcher};
 use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::{AclClassifier, Probes};
-use cfdp_engine::matcher::{match_burst, MatchCtx};
-use cfdp_engine::{LiveStats, Mode, Totals};
+use cfdp_engine::{LiveStats, Mode};
 use cfdp_rules::acl::classbench::{parse_rules, parse_trace};
 use cfdp_rules::{AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, Update};
 
@@ -259,25 +258,11 @@ fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, 
         let readers = store.readers();
         let handle = readers.handle();
         let t = handle.enter().expect("published");
-        let (mut counters, mut sample) = (Totals::default(), 0u32);
-        let valid = [true; 32];
-        let mut out = [None; 32];
+        let mut m = BurstMatcher::default();
         for _ in 0..rounds {
             let start = Instant::now();
             for burst in keys.chunks(32) {
-                let mut cx = MatchCtx {
-                    mode: Mode::Verify,
-                    counters: &mut counters,
-                    sample: &mut sample,
-                };
-                match_burst(
-                    &mut cx,
-                    &t,
-                    burst,
-                    &valid[..burst.len()],
-                    &mut out[..burst.len()],
-                );
-                std::hint::black_box(&out);
+                std::hint::black_box(m.run(&t, burst));
             }
             worker.push(keys.len() as f64 / start.elapsed().as_secs_f64() / 1e6);
         }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use cfdp_bench::plot::{save_chart, Chart, Series};
 use cfdp_bench::{
-    is_quick, machine_description, median, queries, results_path, write_csv, SplitMix,
+    fill_filter, is_quick, machine_description, median, queries, results_path, write_csv, SplitMix,
 };
 use cfdp_filter::hash::hash_u64;
 use cfdp_filter::{Config, Filter, Lookup};
@@ -182,16 +182,7 @@ fn main() {
         })
         .expect("config"),
     );
-    let mut rng = SplitMix::new(5);
-    let target = (f.slots() as f64 * 0.95) as usize;
-    let mut keys = Vec::with_capacity(target);
-    while keys.len() < target {
-        let k = rng.next();
-        if f.insert_hash(hash_u64(k), 0).is_ok() {
-            keys.push(k);
-        }
-    }
-    let keys = Arc::new(keys);
+    let keys = Arc::new(fill_filter(&f, 0.95, 5));
     println!("\nreader scaling: 2^{log2} buckets, 95 % load, batched, 50 % positive (aggregate Mops/s, median of {rounds})");
     println!(
         "{:>8} {:>10} {:>10} {:>12}",

@@ -35,10 +35,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
-use cfdp_bench::{arg, arg_u64_list, is_quick, median, queries, results_path, write_csv, SplitMix};
+use cfdp_bench::{
+    arg, arg_u64_list, fill_filter, is_quick, median, queries, results_path, write_csv,
+    BurstMatcher, SplitMix,
+};
 use cfdp_control::{RuleStore, StoreConfig};
-use cfdp_engine::matcher::{match_burst, MatchCtx};
-use cfdp_engine::{LiveStats, Mode, Totals};
+use cfdp_engine::{LiveStats, Mode};
 use cfdp_filter::hash::hash_u64;
 use cfdp_filter::{Config, Filter, Lookup};
 use cfdp_rules::acl::classbench::{parse_rules, parse_trace};
@@ -93,15 +95,7 @@ fn filter_part(threads: &[usize], secs: f64, rounds: usize, rows: &mut Vec<Strin
         ..Config::default()
     })
     .expect("config");
-    let mut rng = SplitMix::new(5);
-    let target = (f.slots() as f64 * 0.95) as usize;
-    let mut keys = Vec::with_capacity(target);
-    while keys.len() < target {
-        let k = rng.next();
-        if f.insert_hash(hash_u64(k), 0).is_ok() {
-            keys.push(k);
-        }
-    }
+    let keys = fill_filter(&f, 0.95, 5);
     let qs: Vec<Vec<u64>> = (0..threads.iter().copied().max().unwrap_or(1))
         .map(|i| queries(&keys, 1 << 16, 50, 1000 + i as u64))
         .collect();
@@ -172,26 +166,12 @@ fn acl_part(
     let factory = store.readers();
     let read = |_: usize, stop: &AtomicBool| {
         let handle = factory.handle();
-        let (mut counters, mut sample) = (Totals::default(), 0u32);
-        let valid = [true; 32];
-        let mut out = [None; 32];
+        let mut m = BurstMatcher::default();
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
             for burst in keys.chunks(32) {
                 let Some(t) = handle.enter() else { return n };
-                let mut cx = MatchCtx {
-                    mode: Mode::Verify,
-                    counters: &mut counters,
-                    sample: &mut sample,
-                };
-                match_burst(
-                    &mut cx,
-                    &t,
-                    burst,
-                    &valid[..burst.len()],
-                    &mut out[..burst.len()],
-                );
-                black_box(&out);
+                black_box(m.run(&t, burst));
             }
             n += keys.len() as u64;
         }

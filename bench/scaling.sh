@@ -11,26 +11,36 @@
 # the replay rows are part "replay" (threads = workers; no writer).
 #
 #   bash bench/scaling.sh [THREADS]    (default 1,2; e.g. 1,2,4,8,16)
+#   bash bench/scaling.sh --quick      (CI: 1,2 threads, acl1_1k, short
+#                                       runs, bench/results/quick/)
 #
 # OLD=PATH also replays with another cfdp binary (rows "replay-old"),
 # alternating with this build's run by run; REPEAT=N replays the trace
 # N times over in one capture (default 1), so start-up weighs less.
 #
-# BIN (default target/release, built here if missing) may hold prebuilt
+# BIN (default target/release, built here) may hold prebuilt
 # `scaling`, `cfdp` and `trace-pcap` binaries — a machine without the
 # toolchain runs them, with CFDP_RUN_COMMIT naming the commit they were
 # built from. CLASSBENCH (default ../shared/classbench) holds acl1_10k and
 # its trace; SET overrides the set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=""
+csv=bench/results/scaling.csv
+if [ "${1:-}" = "--quick" ]; then
+    quick=--quick
+    shift
+    ROUNDS=1 SET=${SET:-acl1_1k}
+    csv=bench/results/quick/scaling.csv
+fi
 threads=${1:-1,2}
 BIN=${BIN:-target/release}
 data=${CLASSBENCH:-../shared/classbench}
 set_name=${SET:-acl1_10k}
 ROUNDS=${ROUNDS:-3}
-csv=bench/results/scaling.csv
-if [ ! -x "$BIN/scaling" ]; then
-    cargo build --release -q -p cfdp-bench --bin scaling -p cfdp -p cfdp-testkit
+if [ "$BIN" = target/release ]; then
+    cargo build --release -q -p cfdp-bench --bin scaling
+    cargo build --release -q -p cfdp -p cfdp-testkit
 fi
 for f in "$data/$set_name" "$data/${set_name}_trace"; do
     [ -r "$f" ] || { echo "scaling: $f: not found (CLASSBENCH=DIR)" >&2; exit 2; }
@@ -38,7 +48,7 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$BIN/scaling" --threads "$threads" --rounds "$ROUNDS" \
+"$BIN/scaling" $quick --threads "$threads" --rounds "$ROUNDS" \
     --rules "$data/$set_name" --trace "$data/${set_name}_trace" --csv "$work/bench.csv"
 
 "$BIN/cfdp" rules import --format classbench "$data/$set_name" -o "$work/rules.json" \

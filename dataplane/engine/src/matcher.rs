@@ -225,8 +225,8 @@ pub fn match_burst(
     let mut m = 0;
     // Without flow rules no packet is hashed for them (a set of only
     // prefix or multi-field rules skips the 5-tuple hash).
-    for i in (0..n).filter(|_| flow_rules) {
-        if valid[i] {
+    if flow_rules {
+        for i in (0..n).filter(|&i| valid[i]) {
             idx[m] = i;
             hashes[m] = keys[i].hash_with(&t.secret);
             m += 1;

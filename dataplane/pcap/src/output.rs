@@ -157,24 +157,19 @@ impl Outputs {
 pub(crate) fn writer_loop(
     rx: Receiver<Box<Burst>>,
     pool: Sender<Box<Burst>>,
-    mut outputs: Option<Outputs>,
+    mut outputs: Outputs,
 ) -> Result<(), OutputError> {
-    let mut err = None;
-    if let Some(o) = &mut outputs {
-        // The port-0 output exists even when nothing is forwarded.
-        if let Err(e) = o.sink(0) {
-            err = Some(e);
-        }
-    }
+    // The port-0 output exists even when nothing is forwarded.
+    let mut err = outputs.sink(0).err();
     for burst in rx {
-        if let (Some(o), None) = (&mut outputs, &err) {
+        if err.is_none() {
             for (i, m) in burst.meta.iter().enumerate() {
                 let port = match burst.verdicts[i] {
                     Verdict::Forward => 0,
                     Verdict::Redirect(p) => p,
                     Verdict::Drop => continue,
                 };
-                if let Err(e) = o.write(port, m, burst.frame(i)) {
+                if let Err(e) = outputs.write(port, m, burst.frame(i)) {
                     // Keep draining so workers never block; report once.
                     err = Some(e);
                     break;
@@ -183,12 +178,9 @@ pub(crate) fn writer_loop(
         }
         let _ = pool.send(burst);
     }
-    if let Some(e) = err {
-        return Err(e);
-    }
-    match outputs {
-        Some(o) => o.finish(),
-        None => Ok(()),
+    match err {
+        Some(e) => Err(e),
+        None => outputs.finish(),
     }
 }
 

@@ -71,33 +71,20 @@ impl Backend for ChannelBackend {
     fn rx(&mut self, slot: &mut Slot) -> Rx {
         // The reader closes the channel when the capture is done (or a
         // stop was asked for): everything it sent is still processed.
-        let b = if self.spin {
+        if self.spin {
             // A worker that sleeps on its queue must be woken by the
             // reader (a futex call per burst in the reader's loop); one that
             // polls a little first is found awake while frames flow.
-            let mut got = None;
             for _ in 0..SPIN_POLLS {
                 match self.from_reader.try_recv() {
-                    Ok(b) => {
-                        got = Some(Ok(b));
-                        break;
-                    }
+                    Ok(b) => return self.take(slot, b),
                     Err(TryRecvError::Disconnected) => return Rx::Done,
                     Err(TryRecvError::Empty) => std::hint::spin_loop(),
                 }
             }
-            got.unwrap_or_else(|| self.from_reader.recv())
-        } else {
-            self.from_reader.recv()
-        };
-        match b {
-            Ok(b) => {
-                if let Some(m) = b.meta.last() {
-                    self.last_ts_ns = m.ts_ns;
-                }
-                slot.0 = Some(b);
-                Rx::Ready
-            }
+        }
+        match self.from_reader.recv() {
+            Ok(b) => self.take(slot, b),
             Err(_) => Rx::Done,
         }
     }
@@ -136,6 +123,17 @@ impl Backend for ChannelBackend {
     fn now_ns(&self) -> u64 {
         // Capture time: fragments age as they did on the wire.
         self.last_ts_ns
+    }
+}
+
+impl ChannelBackend {
+    /// Puts a received burst in the worker's slot.
+    fn take(&mut self, slot: &mut Slot, b: Box<Burst>) -> Rx {
+        if let Some(m) = b.meta.last() {
+            self.last_ts_ns = m.ts_ns;
+        }
+        slot.0 = Some(b);
+        Rx::Ready
     }
 }
 
@@ -246,7 +244,7 @@ pub fn replay(
                 let pool_tx = pool_tx.clone();
                 let w = std::thread::Builder::new()
                     .name("cfdp-writer".into())
-                    .spawn_scoped(s, move || writer_loop(out_rx, pool_tx, Some(outputs)))
+                    .spawn_scoped(s, move || writer_loop(out_rx, pool_tx, outputs))
                     .expect("spawning the writer thread");
                 (out_tx, Some(w))
             }

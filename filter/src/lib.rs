@@ -85,6 +85,7 @@ mod raw;
 mod snapshot;
 mod state;
 mod sync;
+pub mod tagmap;
 
 pub use bulk::BuildError;
 pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
@@ -93,6 +94,7 @@ pub use layout::ENTRIES_PER_BUCKET;
 pub use outcome::{InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use snapshot::SnapshotError;
 pub use state::Filter;
+pub use tagmap::{pair_hash, Probe16, TagMap};
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -94,7 +94,7 @@ pub use layout::ENTRIES_PER_BUCKET;
 pub use outcome::{InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use snapshot::SnapshotError;
 pub use state::Filter;
-pub use tagmap::{pair_hash, Probe16, TagMap};
+pub use tagmap::{pair_hash, TagMap};
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -272,7 +272,8 @@ pub fn match_burst(
             skip[i] = !valid[i] || out[i].is_some();
         }
         let mut found = [None; MAX_BURST];
-        t.acl.classify_burst_tagged(keys, &skip[..n], &mut found[..n]);
+        t.acl
+            .classify_burst_tagged(keys, &skip[..n], &mut found[..n]);
         for (o, f) in out[..n].iter_mut().zip(&found) {
             if let Some((rule, slot)) = *f {
                 *o = Some(RuleRef {

@@ -8,8 +8,10 @@
 //! packet and almost every probe misses. Here a miss costs one 32-bit hash,
 //! two word loads and a few ALU operations, always two buckets whatever the
 //! keys (no probe sequence a crafted packet could lengthen); a hashbrown
-//! miss costs its hasher and a group scan of its own. The tag words are
-//! also laid out for a batched probe of many packets at once.
+//! miss costs its hasher and a group scan of its own. (An AVX-512 probe
+//! of one table for sixteen packets at once, with gathers, measured slower
+//! than this probe packet by packet: see `bench/README.md`, "Vector
+//! probes".)
 //!
 //! The caller hashes (the classifier's keys are masked address pairs,
 //! hashed by [`pair_hash`]):
@@ -21,21 +23,6 @@
 //! the cell it holds in a small stash every lookup also checks (so an
 //! insert always ends, whatever the keys).
 
-// The AVX-512 probe of sixteen keys (runtime-detected).
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-mod x86;
-
-/// Whether [`TagMap::probe16`] takes the vector pass here (AVX-512 F, BW
-/// and DQ, unless `CFDP_SIMD=off`): callers choose their loop by it.
-#[inline(always)]
-pub fn vectorized() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return x86::available();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
 /// Slots per bucket (4 tags of 16 bits: one `u64`).
 const SLOTS: usize = 4;
 /// Evictions one insert may try before it grows the table or stashes.
@@ -44,7 +31,7 @@ const MAX_KICKS: usize = 128;
 const LANE: u64 = 0x0001_0001_0001_0001;
 
 /// The hash of a key made of two 32-bit words (an IPv4 source and
-/// destination, masked), as [`TagMap::probe16`] computes it. A fixed
+/// destination, masked). A fixed
 /// function: a probe reads two buckets whatever the keys, so crafted
 /// packets cannot lengthen a lookup, and only inserts (rule sets, which
 /// the operator pushes) place keys.
@@ -59,19 +46,6 @@ pub fn pair_hash(a: u32, b: u32) -> u32 {
 const K1: u32 = 0x9e37_79b1;
 const K2: u32 = 0x85eb_ca77;
 const K3: u32 = 0x2c1b_3c6d;
-/// The multiplier of the tag's hash in [`alt`].
-const KALT: u32 = 0x5bd1_e995;
-
-/// Sixteen keys probed at once by [`TagMap::probe16`]: each lane's hash,
-/// and the slots whose tags equal the lane's (bit `4·lane + slot` of
-/// `first` for the first bucket, of `second` for the second).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Probe16 {
-    pub hash: [u32; 16],
-    pub first: u64,
-    pub second: u64,
-}
-
 #[derive(Clone, Debug)]
 struct Cell<K, V> {
     hash: u32,
@@ -101,7 +75,7 @@ fn tag_of(h: u32) -> u16 {
 
 #[inline(always)]
 fn alt(i: usize, tag: u16, mask: u32) -> usize {
-    ((i as u32) ^ u32::from(tag).wrapping_mul(KALT)) as usize & mask as usize
+    ((i as u32) ^ u32::from(tag).wrapping_mul(0x5bd1_e995)) as usize & mask as usize
 }
 
 /// The lanes of `word` that may hold `tag`: bit 16·s+15 for slot `s`. The
@@ -140,75 +114,6 @@ impl<K: Eq, V> TagMap<K, V> {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// The cell in slot `slot` of `h`'s first (or `second`) bucket, as
-    /// [`Probe16`] names it.
-    #[inline(always)]
-    pub fn slot(&self, h: u32, second: bool, slot: usize) -> Option<(&K, &V)> {
-        let mut i = (h & self.mask) as usize;
-        if second {
-            i = alt(i, tag_of(h), self.mask);
-        }
-        self.cells
-            .get(i * SLOTS + slot)?
-            .as_ref()
-            .map(|c| (&c.key, &c.value))
-    }
-
-    /// Whether some key sits in the stash, where [`Self::probe16`] does
-    /// not look (then [`Self::get`] the lanes' keys as well).
-    #[inline(always)]
-    pub fn has_stash(&self) -> bool {
-        !self.stash.is_empty()
-    }
-
-    /// Probes the keys `(src[j] & src_mask, dst[j] & dst_mask)` of the
-    /// lanes set in `active`, hashed by [`pair_hash`]: with AVX-512 where
-    /// the CPU has it (one vector pass), lane by lane otherwise. Inactive
-    /// lanes report no slot.
-    #[inline]
-    pub fn probe16(
-        &self,
-        src: &[u32; 16],
-        dst: &[u32; 16],
-        masks: (u32, u32),
-        active: u16,
-    ) -> Probe16 {
-        #[cfg(target_arch = "x86_64")]
-        if x86::available() {
-            return x86::probe16(&self.tags, self.mask, src, dst, masks, active);
-        }
-        self.probe16_scalar(src, dst, masks, active)
-    }
-
-    /// [`Self::probe16`] lane by lane (what the vector pass must equal).
-    pub fn probe16_scalar(
-        &self,
-        src: &[u32; 16],
-        dst: &[u32; 16],
-        masks: (u32, u32),
-        active: u16,
-    ) -> Probe16 {
-        let mut out = Probe16::default();
-        for j in 0..16 {
-            let h = pair_hash(src[j] & masks.0, dst[j] & masks.1);
-            out.hash[j] = h;
-            if active & (1 << j) == 0 {
-                continue;
-            }
-            let tag = tag_of(h);
-            let i1 = (h & self.mask) as usize;
-            let i2 = alt(i1, tag, self.mask);
-            for (i, m) in [(i1, &mut out.first), (i2, &mut out.second)] {
-                for s in 0..SLOTS {
-                    if (self.tags[i] >> (16 * s)) as u16 == tag {
-                        *m |= 1 << (4 * j + s);
-                    }
-                }
-            }
-        }
-        out
     }
 
     /// The value for `key` (hashed to `h`).
@@ -463,47 +368,5 @@ mod tests {
             check(ops);
         }
 
-        #[test]
-        fn the_sixteen_lane_probe_finds_every_key(
-            keys in prop::collection::hash_set((any::<u32>(), any::<u32>()), 1..200),
-            masks in (any::<u32>(), any::<u32>()),
-            active in any::<u16>(),
-        ) {
-            let mut m = TagMap::default();
-            for &(a, b) in &keys {
-                let k = (a & masks.0, b & masks.1);
-                let h = pair_hash(k.0, k.1);
-                if m.get(h, &k).is_none() {
-                    m.insert(h, k, ());
-                }
-            }
-            let keys: Vec<_> = keys.into_iter().collect();
-            for chunk in keys.chunks(16) {
-                let mut src = [0u32; 16];
-                let mut dst = [0u32; 16];
-                for (j, &(a, b)) in chunk.iter().enumerate() {
-                    src[j] = a;
-                    dst[j] = b ^ 0x8000_0000 * (j as u32 & 1) * u32::from(chunk.len() == 16);
-                }
-                let want = m.probe16_scalar(&src, &dst, masks, active);
-                let got = m.probe16(&src, &dst, masks, active);
-                prop_assert_eq!(got.hash, want.hash);
-                prop_assert_eq!((got.first, got.second), (want.first, want.second));
-                // Every active lane whose key is in the map is reported.
-                for j in 0..chunk.len() {
-                    let k = (src[j] & masks.0, dst[j] & masks.1);
-                    if active & (1 << j) == 0 || m.get(want.hash[j], &k).is_none() {
-                        continue;
-                    }
-                    let found = (0..4).any(|s| {
-                        [(false, want.first), (true, want.second)].iter().any(|&(second, bits)| {
-                            bits >> (4 * j + s) & 1 == 1
-                                && m.slot(want.hash[j], second, s).is_some_and(|(c, _)| *c == k)
-                        })
-                    }) || m.has_stash();
-                    prop_assert!(found, "lane {} key {:?}", j, k);
-                }
-            }
-        }
     }
 }

@@ -36,7 +36,7 @@ use std::ops::BitAnd;
 use cfdp_rules::{AclMatch, AclRule, FlowKey, RuleId};
 use hashbrown::HashMap;
 
-use cfdp_filter::tagmap::{self, pair_hash, TagMap};
+use cfdp_filter::tagmap::{pair_hash, TagMap};
 
 /// Largest prefix-length difference between a rule and the table that
 /// takes it.
@@ -47,8 +47,6 @@ pub const ROUND: u8 = 8;
 pub const MAX_BUCKET: usize = 16;
 /// Most tables per address family.
 pub const MAX_TABLES: usize = 32;
-/// Packets the batched lookup takes at a time.
-pub const BURST: usize = crate::matcher::MAX_BURST;
 
 /// A table's shape: the prefix bits it hashes. The protocol and the ports
 /// are verified, never hashed.
@@ -119,7 +117,9 @@ impl Word for u128 {
     #[inline(always)]
     fn fold(self) -> u32 {
         let w = |i: u32| (self >> (32 * i)) as u32;
-        w(3) ^ w(2).wrapping_mul(0xcc9e_2d51) ^ w(1).wrapping_mul(0x1b87_3593) ^ w(0).rotate_left(11)
+        w(3) ^ w(2).wrapping_mul(0xcc9e_2d51)
+            ^ w(1).wrapping_mul(0x1b87_3593)
+            ^ w(0).rotate_left(11)
     }
 }
 
@@ -211,7 +211,6 @@ impl<W: Word> Bucket<W> {
 }
 
 /// A packet's fields as the tables compare them.
-#[derive(Clone, Copy, Debug, Default)]
 struct Packet<W> {
     src: W,
     dst: W,
@@ -460,95 +459,6 @@ impl<W: Word> Family<W> {
         }
         best
     }
-
-    /// [`Self::classify`] for each packet (the loop where no vector probe
-    /// runs: packet by packet measured faster than table by table with
-    /// scalar probes).
-    #[inline]
-    fn classify_many<'a>(
-        &'a self,
-        pkts: &[Packet<W>],
-        best: &mut [Option<&'a Entry<W>>],
-        probes: &mut Probes,
-    ) {
-        for (p, b) in pkts.iter().zip(best.iter_mut()) {
-            *b = self.classify(p, probes);
-        }
-    }
-}
-
-impl Family<u32> {
-    /// [`Family::classify`] for sixteen packets at a time, table by table:
-    /// one vector probe of a table serves the sixteen (see
-    /// [`TagMap::probe16`]); only slots whose tags match are read. A
-    /// packet drops out at the first table its best match beats (the
-    /// group stops when all have), as in the one-packet loop.
-    fn classify_x16<'a>(
-        &'a self,
-        pkts: &[Packet<u32>],
-        best: &mut [Option<&'a Entry<u32>>],
-        probes: &mut Probes,
-    ) {
-        for (pk, bs) in pkts.chunks(16).zip(best.chunks_mut(16)) {
-            let mut src = [0u32; 16];
-            let mut dst = [0u32; 16];
-            for (j, p) in pk.iter().enumerate() {
-                src[j] = p.src;
-                dst[j] = p.dst;
-            }
-            // The best match's priority per lane, and the lanes with none
-            // yet.
-            let mut prio = [0u32; 16];
-            let mut none: u16 = if pk.len() == 16 {
-                u16::MAX
-            } else {
-                (1 << pk.len()) - 1
-            };
-            for t in &self.tables {
-                let mut active = none;
-                for (j, &p) in prio.iter().enumerate() {
-                    active |= u16::from(p <= t.top) << j;
-                }
-                active &= !(u16::MAX.checked_shl(pk.len() as u32).unwrap_or(0));
-                if active == 0 {
-                    break;
-                }
-                probes.tables += u64::from(active.count_ones());
-                let masks = (t.src_mask, t.dst_mask);
-                let pr = t.buckets.probe16(&src, &dst, masks, active);
-                let mut take = |j: usize, e: &'a Entry<u32>| {
-                    if bs[j].is_none_or(|b| e.rank() > b.rank()) {
-                        bs[j] = Some(e);
-                        prio[j] = e.priority;
-                        none &= !(1 << j);
-                    }
-                };
-                for (second, mut bits) in [(false, pr.first), (true, pr.second)] {
-                    while bits != 0 {
-                        let b = bits.trailing_zeros() as usize;
-                        bits &= bits - 1;
-                        let j = b / 4;
-                        let Some((key, bucket)) = t.buckets.slot(pr.hash[j], second, b % 4)
-                        else {
-                            continue;
-                        };
-                        if *key == (src[j] & masks.0, dst[j] & masks.1) {
-                            if let Some(e) = bucket.find(&pk[j]) {
-                                take(j, e);
-                            }
-                        }
-                    }
-                }
-                if t.buckets.has_stash() {
-                    for j in (0..pk.len()).filter(|j| active & (1 << j) != 0) {
-                        if let Some(e) = t.lookup(&pk[j]) {
-                            take(j, e);
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Why a rule could not be added or removed.
@@ -740,8 +650,8 @@ impl AclClassifier {
 
     /// The winning rule's id for each key of a burst (`None`: no rule).
     pub fn classify_burst(&self, keys: &[FlowKey], out: &mut [Option<RuleId>]) {
-        let mut tagged = [None; BURST];
-        for (keys, out) in keys.chunks(BURST).zip(out.chunks_mut(BURST)) {
+        let mut tagged = [None; 32];
+        for (keys, out) in keys.chunks(32).zip(out.chunks_mut(32)) {
             self.classify_burst_tagged(keys, &[], &mut tagged[..keys.len()]);
             for (o, t) in out.iter_mut().zip(&tagged) {
                 *o = t.map(|(r, _)| r.id);
@@ -749,58 +659,31 @@ impl AclClassifier {
         }
     }
 
-    /// The winning rule and its tag for each key of a burst of at most
-    /// [`BURST`] keys, looked up table by table (see
-    /// `Family::classify_many`). Keys whose `skip` flag is set (`skip` may
-    /// be shorter than `keys`: the rest are looked up) get `None`.
+    /// The winning rule and its tag for each key of a burst (the worker's
+    /// path). Keys whose `skip` flag is set (`skip` may be shorter than
+    /// `keys`: the rest are looked up) get `None`. Packet by packet: a
+    /// table-by-table loop over the burst measured slower, with scalar
+    /// probes and with AVX-512 ones (`bench/README.md`, "Vector probes").
     pub fn classify_burst_tagged<'a>(
         &'a self,
         keys: &[FlowKey],
         skip: &[bool],
         out: &mut [Option<(&'a AclRule, u32)>],
     ) {
-        assert!(keys.len() <= BURST && out.len() >= keys.len());
         let mut probes = Probes::default();
-        let mut p4 = [Packet::<u32>::default(); BURST];
-        let mut i4 = [0u8; BURST];
-        let mut p6 = [Packet::<u128>::default(); BURST];
-        let mut i6 = [0u8; BURST];
-        let (mut n4, mut n6) = (0, 0);
-        for (i, k) in keys.iter().enumerate() {
-            out[i] = None;
-            if skip.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            if k.v6 {
-                p6[n6] = Packet::of(k);
-                i6[n6] = i as u8;
-                n6 += 1;
-            } else {
-                p4[n4] = Packet::of(k);
-                i4[n4] = i as u8;
-                n4 += 1;
-            }
-        }
-        if n4 > 0 {
-            let mut best = [None; BURST];
-            if tagmap::vectorized() {
-                self.v4
-                    .classify_x16(&p4[..n4], &mut best[..n4], &mut probes);
+        for (i, (k, o)) in keys.iter().zip(out.iter_mut()).enumerate() {
+            let slot = if skip.get(i).copied().unwrap_or(false) {
+                None
+            } else if k.v6 {
+                self.v6
+                    .classify(&Packet::of(k), &mut probes)
+                    .map(|e| e.slot)
             } else {
                 self.v4
-                    .classify_many(&p4[..n4], &mut best[..n4], &mut probes);
-            }
-            for (&i, e) in i4[..n4].iter().zip(&best) {
-                out[usize::from(i)] = e.map(|e| self.tagged(e.slot));
-            }
-        }
-        if n6 > 0 {
-            let mut best = [None; BURST];
-            self.v6
-                .classify_many(&p6[..n6], &mut best[..n6], &mut probes);
-            for (&i, e) in i6[..n6].iter().zip(&best) {
-                out[usize::from(i)] = e.map(|e| self.tagged(e.slot));
-            }
+                    .classify(&Packet::of(k), &mut probes)
+                    .map(|e| e.slot)
+            };
+            *o = slot.map(|s| self.tagged(s));
         }
     }
 

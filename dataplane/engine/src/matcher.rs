@@ -265,21 +265,10 @@ pub fn match_burst(
     }
 
     // 3. Multi-field rules (explicit priorities, below every rule above).
-    //    Looked up together, table by table (`AclClassifier::classify_burst_tagged`).
     if t.has_acl() {
-        let mut skip = [true; MAX_BURST];
         for i in 0..n {
-            skip[i] = !valid[i] || out[i].is_some();
-        }
-        let mut found = [None; MAX_BURST];
-        t.acl
-            .classify_burst_tagged(keys, &skip[..n], &mut found[..n]);
-        for (o, f) in out[..n].iter_mut().zip(&found) {
-            if let Some((rule, slot)) = *f {
-                *o = Some(RuleRef {
-                    action: rule.action,
-                    slot,
-                });
+            if valid[i] && out[i].is_none() {
+                out[i] = t.classify_acl(&keys[i]);
             }
         }
     }

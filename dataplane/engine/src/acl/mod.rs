@@ -648,49 +648,17 @@ impl AclClassifier {
         })
     }
 
-    /// The winning rule's id for each key of a burst (`None`: no rule).
+    /// The winning rule's id for each key of a burst (`None`: no rule). The
+    /// id comes from the table's entry: the rule itself is not read.
     pub fn classify_burst(&self, keys: &[FlowKey], out: &mut [Option<RuleId>]) {
-        let mut tagged = [None; 32];
-        for (keys, out) in keys.chunks(32).zip(out.chunks_mut(32)) {
-            self.classify_burst_tagged(keys, &[], &mut tagged[..keys.len()]);
-            for (o, t) in out.iter_mut().zip(&tagged) {
-                *o = t.map(|(r, _)| r.id);
-            }
-        }
-    }
-
-    /// The winning rule and its tag for each key of a burst (the worker's
-    /// path). Keys whose `skip` flag is set (`skip` may be shorter than
-    /// `keys`: the rest are looked up) get `None`. Packet by packet: a
-    /// table-by-table loop over the burst measured slower, with scalar
-    /// probes and with AVX-512 ones (`bench/README.md`, "Vector probes").
-    pub fn classify_burst_tagged<'a>(
-        &'a self,
-        keys: &[FlowKey],
-        skip: &[bool],
-        out: &mut [Option<(&'a AclRule, u32)>],
-    ) {
         let mut probes = Probes::default();
-        for (i, (k, o)) in keys.iter().zip(out.iter_mut()).enumerate() {
-            let slot = if skip.get(i).copied().unwrap_or(false) {
-                None
-            } else if k.v6 {
-                self.v6
-                    .classify(&Packet::of(k), &mut probes)
-                    .map(|e| e.slot)
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = if k.v6 {
+                self.v6.classify(&Packet::of(k), &mut probes).map(|e| e.id)
             } else {
-                self.v4
-                    .classify(&Packet::of(k), &mut probes)
-                    .map(|e| e.slot)
+                self.v4.classify(&Packet::of(k), &mut probes).map(|e| e.id)
             };
-            *o = slot.map(|s| self.tagged(s));
         }
-    }
-
-    #[inline(always)]
-    fn tagged(&self, slot: u32) -> (&AclRule, u32) {
-        let (r, tag) = &self.slab[slot as usize];
-        (r, *tag)
     }
 }
 

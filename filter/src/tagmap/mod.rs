@@ -8,10 +8,10 @@
 //! packet and almost every probe misses. Here a miss costs one 32-bit hash,
 //! two word loads and a few ALU operations, always two buckets whatever the
 //! keys (no probe sequence a crafted packet could lengthen); a hashbrown
-//! miss costs its hasher and a group scan of its own. (An AVX-512 probe
-//! of one table for sixteen packets at once, with gathers, measured slower
-//! than this probe packet by packet: see `bench/README.md`, "Vector
-//! probes".)
+//! miss costs its hasher and a group scan of its own. Measured against
+//! hashbrown on ClassBench, and an AVX-512 probe of one table for sixteen
+//! packets at once (slower): `bench/README.md`, "Each table a cuckoo tag
+//! map; vector probes tried".
 //!
 //! The caller hashes (the classifier's keys are masked address pairs,
 //! hashed by [`pair_hash`]):

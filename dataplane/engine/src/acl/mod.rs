@@ -1,5 +1,7 @@
 //! A multi-field classifier with priorities: tuple space search over a few
-//! merged tuples, each table a hash table of masked keys.
+//! merged tuples, each table a cuckoo map of masked keys with 16-bit tags
+//! ([`cfdp_filter::TagMap`]: a probe hashes once and reads two tag words,
+//! a cell only on a tag match).
 //!
 //! Every rule lives in one table whose *tuple* (source prefix length,
 //! destination prefix length, whether the protocol is part of the key) is

@@ -208,8 +208,18 @@ impl<W: Word> Bucket<W> {
         if self.first.matches(p) {
             return Some(&self.first);
         }
-        self.rest.iter().find(|e| e.matches(p))
+        if self.rest.is_empty() {
+            return None;
+        }
+        scan(&self.rest, p)
     }
+}
+
+/// The first entry of `rest` matching `p`: out of line, so the scan of a
+/// long bucket compiles to the same tight loop wherever a lookup inlines.
+#[inline(never)]
+fn scan<'a, W: Word>(rest: &'a [Entry<W>], p: &Packet<W>) -> Option<&'a Entry<W>> {
+    rest.iter().find(|e| e.matches(p))
 }
 
 /// A packet's fields as the tables compare them.

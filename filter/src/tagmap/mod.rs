@@ -31,10 +31,9 @@ const MAX_KICKS: usize = 128;
 const LANE: u64 = 0x0001_0001_0001_0001;
 
 /// The hash of a key made of two 32-bit words (an IPv4 source and
-/// destination, masked). A fixed
-/// function: a probe reads two buckets whatever the keys, so crafted
-/// packets cannot lengthen a lookup, and only inserts (rule sets, which
-/// the operator pushes) place keys.
+/// destination, masked). A fixed function: a probe reads two buckets
+/// whatever the keys, so crafted packets cannot lengthen a lookup, and
+/// only inserts (rule sets, which the operator pushes) place keys.
 #[inline(always)]
 pub fn pair_hash(a: u32, b: u32) -> u32 {
     let mut h = a.wrapping_mul(K1) ^ b.rotate_left(16).wrapping_mul(K2);
@@ -46,11 +45,18 @@ pub fn pair_hash(a: u32, b: u32) -> u32 {
 const K1: u32 = 0x9e37_79b1;
 const K2: u32 = 0x85eb_ca77;
 const K3: u32 = 0x2c1b_3c6d;
+
 #[derive(Clone, Debug)]
 struct Cell<K, V> {
     hash: u32,
     key: K,
     value: V,
+}
+
+/// Where a key sits: its index in `cells`, or in the stash.
+enum Spot {
+    Cell(usize),
+    Stash(usize),
 }
 
 /// A cuckoo map with tags; see the module docs.
@@ -119,25 +125,22 @@ impl<K: Eq, V> TagMap<K, V> {
     /// The value for `key` (hashed to `h`).
     #[inline(always)]
     pub fn get(&self, h: u32, key: &K) -> Option<&V> {
-        let (i, s) = self.find(h, key)?;
-        match i {
-            usize::MAX => Some(&self.stash[s].value),
-            _ => self.cells[i * SLOTS + s].as_ref().map(|c| &c.value),
+        match self.find(h, key)? {
+            Spot::Cell(k) => self.cells[k].as_ref().map(|c| &c.value),
+            Spot::Stash(k) => Some(&self.stash[k].value),
         }
     }
 
     pub fn get_mut(&mut self, h: u32, key: &K) -> Option<&mut V> {
-        let (i, s) = self.find(h, key)?;
-        match i {
-            usize::MAX => Some(&mut self.stash[s].value),
-            _ => self.cells[i * SLOTS + s].as_mut().map(|c| &mut c.value),
+        match self.find(h, key)? {
+            Spot::Cell(k) => self.cells[k].as_mut().map(|c| &mut c.value),
+            Spot::Stash(k) => Some(&mut self.stash[k].value),
         }
     }
 
-    /// Bucket and slot of `key` (`usize::MAX` and the stash index for a
-    /// stashed key).
+    /// Where `key` is.
     #[inline(always)]
-    fn find(&self, h: u32, key: &K) -> Option<(usize, usize)> {
+    fn find(&self, h: u32, key: &K) -> Option<Spot> {
         let tag = tag_of(h);
         let i1 = (h & self.mask) as usize;
         let i2 = alt(i1, tag, self.mask);
@@ -150,7 +153,7 @@ impl<K: Eq, V> TagMap<K, V> {
                     .as_ref()
                     .is_some_and(|c| c.key == *key)
                 {
-                    return Some((i, s));
+                    return Some(Spot::Cell(i * SLOTS + s));
                 }
             }
         }
@@ -160,7 +163,7 @@ impl<K: Eq, V> TagMap<K, V> {
         self.stash
             .iter()
             .position(|c| c.key == *key)
-            .map(|s| (usize::MAX, s))
+            .map(Spot::Stash)
     }
 
     /// Adds `key` (hashed to `h`), which must not be in the map.
@@ -278,13 +281,15 @@ impl<K: Eq, V> TagMap<K, V> {
 
     /// Removes `key` (hashed to `h`), returning its value.
     pub fn remove(&mut self, h: u32, key: &K) -> Option<V> {
-        let (i, s) = self.find(h, key)?;
+        let spot = self.find(h, key)?;
         self.len -= 1;
-        if i == usize::MAX {
-            return Some(self.stash.swap_remove(s).value);
+        match spot {
+            Spot::Cell(k) => {
+                self.tags[k / SLOTS] &= !(0xffff << (16 * (k % SLOTS)));
+                self.cells[k].take().map(|c| c.value)
+            }
+            Spot::Stash(k) => Some(self.stash.swap_remove(k).value),
         }
-        self.tags[i] &= !(0xffff << (16 * s));
-        self.cells[i * SLOTS + s].take().map(|c| c.value)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {

@@ -32,7 +32,6 @@
 //! plus a sorted insert into one bucket (no rebuild).
 
 use std::collections::BTreeMap;
-use std::hash::Hash;
 use std::ops::BitAnd;
 
 use cfdp_rules::{AclMatch, AclRule, FlowKey, RuleId};
@@ -84,7 +83,7 @@ impl Tuple {
 }
 
 /// An address as one machine word: `u32` for IPv4, `u128` for IPv6.
-trait Word: Copy + Eq + Hash + BitAnd<Output = Self> + Default + std::fmt::Debug {
+trait Word: Copy + Eq + BitAnd<Output = Self> + Default + std::fmt::Debug {
     fn of(a: &[u8; 16]) -> Self;
     /// The first `len` bits.
     fn mask(len: u8) -> Self;
@@ -776,27 +775,18 @@ mod tests {
         for s in 0..=32u8 {
             for d in 0..=32u8 {
                 let id = u32::from(s) * 33 + u32::from(d) + 1;
-                let src = IpPrefix {
-                    v6: false,
-                    addr: IpPrefix::mask(
-                        false,
-                        &[10, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-                        s,
-                    ),
-                    len: s,
-                };
-                let dst = IpPrefix {
-                    v6: false,
-                    addr: IpPrefix::mask(
-                        false,
-                        &[20, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-                        d,
-                    ),
-                    len: d,
+                let prefix = |first: u8, len: u8| {
+                    let mut a = [0u8; 16];
+                    a[..4].copy_from_slice(&[first, 1, 2, 3]);
+                    IpPrefix {
+                        v6: false,
+                        addr: IpPrefix::mask(false, &a, len),
+                        len,
+                    }
                 };
                 let mut r = rule(id, id, "0.0.0.0/0", "0.0.0.0/0", None, (0, 65535));
-                r.matcher.src = src;
-                r.matcher.dst = dst;
+                r.matcher.src = prefix(10, s);
+                r.matcher.dst = prefix(20, d);
                 rules.push(r);
             }
         }

@@ -83,10 +83,12 @@ impl Node {
             socket,
             metrics,
         };
-        // The P4Runtime listener is bound before the socket is served: the
-        // socket answering orders the start. No time bound: a start that
-        // fails ends the process, which is checked on every try.
-        while std::os::unix::net::UnixStream::connect(&n.socket).is_err() {
+        // `cfdp run` serves the control socket first and binds the
+        // P4Runtime listener after it: wait for both. No time bound: a
+        // start that fails ends the process, which is checked on every try.
+        while std::os::unix::net::UnixStream::connect(&n.socket).is_err()
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        {
             if let Some(st) = n.child.try_wait().unwrap() {
                 panic!("cfdp run exited {st}: {}", n.stderr());
             }

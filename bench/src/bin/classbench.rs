@@ -296,8 +296,12 @@ fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, 
 
 /// Tuple Space Explosion: a rule for every pair of source and destination
 /// prefix lengths (33 × 33 shapes, each around its own addresses), and a
-/// trace of one packet per rule plus as many that miss. The table bound
-/// keeps the tables a packet probes, whatever the shapes.
+/// trace of three packets per rule: the rule's own addresses; the same
+/// with another protocol (a miss); and the rule's protocol with the low 20
+/// bits of both addresses scrambled — in the same /12s as every rule, so
+/// the classifier's cuts on the leading bits pass it to every table, and
+/// only short, low-priority prefixes match it (the most tables probed).
+/// The table bound keeps the tables a packet probes, whatever the shapes.
 fn explosion(rounds: usize) -> (usize, f64) {
     let mut rules = Vec::new();
     let mut keys = Vec::new();
@@ -344,6 +348,15 @@ fn explosion(rounds: usize) -> (usize, f64) {
                 src: sa,
                 dst: da,
                 proto: 17,
+                sport: 1,
+                dport: 2,
+            });
+            let h = id.wrapping_mul(2_654_435_761);
+            keys.push(FlowKey {
+                v6: false,
+                src: a(0x0a00_0000 ^ (h & 0x000f_ffff)),
+                dst: a(0xc000_0000 ^ (h.rotate_left(16) & 0x000f_ffff)),
+                proto: 6,
                 sport: 1,
                 dport: 2,
             });

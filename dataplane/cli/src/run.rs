@@ -174,12 +174,25 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
         parsing: server::ParseBudget::new(c.max_parse_bytes),
         cluster: cluster_mode(&cfg)?,
     };
-    // The P4Runtime door's metrics join the export (the exporter starts
-    // among the listeners, before the P4Runtime server).
+    // The P4Runtime door's metrics join the export.
     let p4_metrics = cfdp_p4runtime::P4Metrics::default();
     let extra = [p4_metrics.exporter()];
-    // Listeners first: a configuration error stops the start-up here.
-    let mut listeners = listen(c, &ctx, &extra)?;
+    // P4Runtime is bound before the listeners serve: once the control
+    // socket answers, every door is open (scripts wait for the socket
+    // alone). Its requests queue until the control thread starts below.
+    let p4 = spawn_p4runtime(&cfg, &ctx.control, p4_metrics, &stop)?;
+    // A configuration error in the listeners stops the start-up here.
+    let mut listeners = match listen(c, &ctx, &extra) {
+        Ok(l) => l,
+        Err(e) => {
+            stop.store(true, Ordering::Relaxed);
+            if let Some(p4) = p4 {
+                let _ = p4.join();
+            }
+            return Err(e);
+        }
+    };
+    listeners.extend(p4);
     let (ctx_cluster, handle, board) =
         (ctx.cluster.clone(), ctx.control.clone(), ctx.board.clone());
     drop(ctx);
@@ -196,9 +209,6 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     };
     if let Some(link) = &ctx_cluster {
         listeners.push(spawn_agent(&cfg, &handle, &stats, link, &stop)?);
-    }
-    if let Some(p4) = spawn_p4runtime(&cfg, &handle, p4_metrics, &stop)? {
-        listeners.push(p4);
     }
     let running = Running {
         stop: Arc::clone(&stop),

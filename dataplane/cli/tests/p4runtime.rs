@@ -83,16 +83,18 @@ impl Node {
             socket,
             metrics,
         };
-        // `cfdp run` serves the control socket first and binds the
-        // P4Runtime listener after it: wait for both. No time bound: a
-        // start that fails ends the process, which is checked on every try.
-        while std::os::unix::net::UnixStream::connect(&n.socket).is_err()
-            || std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-        {
+        // No time bound: a start that fails ends the process, which is
+        // checked on every try.
+        while std::os::unix::net::UnixStream::connect(&n.socket).is_err() {
             if let Some(st) = n.child.try_wait().unwrap() {
                 panic!("cfdp run exited {st}: {}", n.stderr());
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // `cfdp run` binds P4Runtime before its control socket answers:
+        // a script that waits for the socket finds every door open.
+        if let Err(e) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            panic!("the control socket answers but P4Runtime refuses: {e}");
         }
         n
     }

@@ -4,8 +4,9 @@
 //! and a header trace and prints one JSON line:
 //!
 //! * the classifier alone: `tables`, `build_s`, `bytes`, `mpps_single` (one
-//!   `classify` call a packet), `mpps_batched` (`classify_burst` over bursts
-//!   of 32), `tables_probed_per_packet`;
+//!   `classify_id` call a packet), `mpps_batched` (`classify_burst` over
+//!   bursts of 32; both answer the winning rule's id from the table's
+//!   entry), `tables_probed_per_packet`;
 //! * the rule store, as `cfdp run` holds the set: `store_build_s` (bulk
 //!   load), `mpps_worker` (the workers' `match_burst` over the published
 //!   tables, bursts of 32, verify mode), and one-rule updates into the full
@@ -155,7 +156,7 @@ fn rates(c: &AclClassifier, keys: &[FlowKey], rounds: usize) -> (f64, f64) {
         let t = Instant::now();
         let mut hits = 0u64;
         for k in keys {
-            hits += u64::from(c.classify(k).is_some());
+            hits += u64::from(c.classify_id(k).is_some());
         }
         single.push(keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
         std::hint::black_box(hits);

@@ -41,7 +41,8 @@ fn rule(v: serde_json::Value) -> Rule {
     parse_rule(&v, None).unwrap()
 }
 
-/// A worker's answer: the rule id its burst matching gives.
+/// A worker's answer: the rule id its burst matching gives (its action
+/// checked against the rule's).
 fn matched(s: &RuleStore, k: &FlowKey) -> Option<u32> {
     let t = s.readers().handle();
     let t = t.enter().unwrap();
@@ -53,7 +54,11 @@ fn matched(s: &RuleStore, k: &FlowKey) -> Option<u32> {
     };
     let mut out = [None; 1];
     match_burst(&mut cx, &t, std::slice::from_ref(k), &[true], &mut out);
-    out[0].map(|e| s.rule_at_slot(e.slot).expect("a committed rule").id)
+    out[0].map(|e| {
+        let r = s.rule_at_slot(e.slot).expect("a committed rule");
+        assert_eq!(e.action, r.action, "rule {}'s action", r.id);
+        r.id
+    })
 }
 
 fn key(src: &str, dst: &str, proto: u8, sport: u16, dport: u16) -> FlowKey {

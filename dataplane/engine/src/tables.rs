@@ -306,11 +306,8 @@ impl Tables {
     /// The winning multi-field rule for `k`, if any.
     #[inline]
     pub fn classify_acl(&self, k: &FlowKey) -> Option<RuleRef> {
-        let (rule, slot) = self.acl.classify_tagged(k)?;
-        Some(RuleRef {
-            action: rule.action,
-            slot,
-        })
+        let (action, slot) = self.acl.classify_action(k)?;
+        Some(RuleRef { action, slot })
     }
 
     /// Whether this copy holds multi-field rules.

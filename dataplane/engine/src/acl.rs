@@ -414,7 +414,9 @@ impl Span {
         if len < WIDE_BELOW {
             return Span::Wide;
         }
-        let start = addr.cut();
+        // Masked here too: a prefix built by hand may keep host bits, and
+        // its span must still start on its own boundary (and end by CUTS).
+        let start = (addr & mask).cut();
         Span::Some(start..start + (1 << CUT_BITS.saturating_sub(len)))
     }
 
@@ -1093,6 +1095,32 @@ mod tests {
             probed(&c, &key("10.1.1.1", "30.32.2.3", 6, 1)),
             (Some(3), 1)
         );
+    }
+
+    #[test]
+    fn a_prefix_built_with_host_bits_is_taken_and_answers_like_a_scan() {
+        // IpPrefix's fields are public: its host bits may be set by hand.
+        // Such a prefix matches nothing (as `IpPrefix::contains` says), and
+        // inserting it must neither fail nor break the cuts.
+        let mut r = rule(1, 5, "252.0.0.0/6", "0.0.0.0/0", None, (0, 65535));
+        r.matcher.src.addr[..4].copy_from_slice(&[255, 255, 255, 255]);
+        let good = rule(2, 1, "8.0.0.0/6", "0.0.0.0/0", None, (0, 65535));
+        let mut c = AclClassifier::new();
+        c.insert(r).unwrap();
+        c.insert(good).unwrap();
+        let rules = [r, good];
+        for k in [
+            key("253.1.1.1", "1.1.1.1", 6, 1),
+            key("9.1.1.1", "1.1.1.1", 6, 1),
+        ] {
+            assert_eq!(
+                c.classify(&k).map(|r| r.id),
+                first_match(&rules, &k).map(|r| r.id)
+            );
+        }
+        c.remove(1).unwrap();
+        c.remove(2).unwrap();
+        assert_eq!(c.tables(), 0);
     }
 
     #[test]

@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::ops::BitAnd;
 
-use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
+use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, IpPrefix, RuleId};
 use hashbrown::HashMap;
 
 use cfdp_filter::tagmap::{pair_hash, TagMap};
@@ -763,6 +763,8 @@ pub enum AclError {
     NotFound(RuleId),
     #[error("rule id {0}: the source and destination prefixes are of different families")]
     MixedFamilies(RuleId),
+    #[error("rule id {0}: a prefix is longer than its family's addresses")]
+    PrefixLength(RuleId),
 }
 
 /// Counters of lookups, for the benchmarks.
@@ -864,6 +866,10 @@ impl AclClassifier {
     pub fn insert_tagged(&mut self, r: AclRule, tag: u32) -> Result<(), AclError> {
         if r.matcher.src.v6 != r.matcher.dst.v6 {
             return Err(AclError::MixedFamilies(r.id));
+        }
+        let max = IpPrefix::max_len(r.matcher.src.v6);
+        if r.matcher.src.len > max || r.matcher.dst.len > max {
+            return Err(AclError::PrefixLength(r.id));
         }
         if self.by_id.contains_key(&r.id) {
             return Err(AclError::IdTaken(r.id));
@@ -967,7 +973,7 @@ impl AclClassifier {
 mod tests {
     use super::*;
     use cfdp_rules::acl::first_match;
-    use cfdp_rules::{AclMatch, IpPrefix, PortRange};
+    use cfdp_rules::{AclMatch, PortRange};
 
     fn rule(
         id: u32,
@@ -1098,7 +1104,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prefix_built_with_host_bits_is_taken_and_answers_like_a_scan() {
+    fn prefixes_built_by_hand_are_taken_or_refused_never_a_panic() {
         // IpPrefix's fields are public: its host bits may be set by hand.
         // Such a prefix matches nothing (as `IpPrefix::contains` says), and
         // inserting it must neither fail nor break the cuts.
@@ -1121,6 +1127,11 @@ mod tests {
         c.remove(1).unwrap();
         c.remove(2).unwrap();
         assert_eq!(c.tables(), 0);
+        // A length past the family's is refused, not a panic.
+        let mut long = good;
+        long.matcher.dst.len = 33;
+        assert_eq!(c.insert(long), Err(AclError::PrefixLength(2)));
+        assert!(c.is_empty());
     }
 
     #[test]

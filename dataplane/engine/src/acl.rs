@@ -60,8 +60,9 @@ const CUTS: usize = 1 << CUT_BITS;
 /// Prefixes shorter than this are counted once as covering every index
 /// (at most 2^8 indices a rule otherwise).
 pub const WIDE_BELOW: u32 = CUT_BITS - 8;
-// A table's position is a bit of a `u32` cut mask.
-const _: () = assert!(MAX_TABLES <= 32);
+/// A set of tables, by position in the probe order (see [`Cuts`]).
+type Mask = u32;
+const _: () = assert!(MAX_TABLES <= Mask::BITS as usize);
 
 /// A table's shape: the prefix bits it hashes. The protocol and the ports
 /// are verified, never hashed.
@@ -311,8 +312,8 @@ struct Cuts {
 /// update one step instead of thousands.
 #[derive(Clone)]
 struct Cut<const N: usize> {
-    masks: Box<[u32; N]>,
-    wide: u32,
+    masks: Box<[Mask; N]>,
+    wide: Mask,
 }
 
 impl<const N: usize> Default for Cut<N> {
@@ -326,11 +327,11 @@ impl<const N: usize> Default for Cut<N> {
 
 impl<const N: usize> Cut<N> {
     #[inline(always)]
-    fn get(&self, i: usize) -> u32 {
+    fn get(&self, i: usize) -> Mask {
         self.masks[i] | self.wide
     }
 
-    fn remap(&mut self, f: impl Fn(u32) -> u32) {
+    fn remap(&mut self, f: impl Fn(Mask) -> Mask) {
         for m in self.masks.iter_mut() {
             *m = f(*m);
         }
@@ -340,7 +341,7 @@ impl<const N: usize> Cut<N> {
 
 impl Cuts {
     /// Applies `f` to every mask.
-    fn remap(&mut self, f: impl Fn(u32) -> u32 + Copy) {
+    fn remap(&mut self, f: impl Fn(Mask) -> Mask + Copy) {
         self.src.remap(f);
         self.dst.remap(f);
         self.proto.remap(f);
@@ -348,8 +349,8 @@ impl Cuts {
 
     /// Moves every mask's bit `from` to `to`, shifting the bits between.
     fn relocate(&mut self, from: u32, to: u32) {
-        let low_from = (1u32 << from) - 1;
-        let low_to = (1u32 << to) - 1;
+        let low_from: Mask = (1 << from) - 1;
+        let low_to: Mask = (1 << to) - 1;
         self.remap(|m| {
             let b = (m >> from) & 1;
             let m = (m & low_from) | ((m >> 1) & !low_from);
@@ -360,13 +361,13 @@ impl Cuts {
     /// Drops bit `at` (a removed table's, clear in every mask), shifting
     /// the bits above it down.
     fn close(&mut self, at: u32) {
-        let low = (1u32 << at) - 1;
+        let low: Mask = (1 << at) - 1;
         self.remap(|m| (m & low) | ((m >> 1) & !low));
     }
 
     /// The tables that may hold a match for `p`.
     #[inline(always)]
-    fn candidates<W: Word>(&self, p: &Packet<W>) -> u32 {
+    fn candidates<W: Word>(&self, p: &Packet<W>) -> Mask {
         self.src.get(p.src.cut())
             & self.dst.get(p.dst.cut())
             & self.proto.get(usize::from(p.proto as u8))
@@ -437,7 +438,7 @@ fn count<const N: usize>(
     cover: &mut FieldCover<N>,
     cut: &mut Cut<N>,
     span: Span,
-    bit: u32,
+    bit: Mask,
     add: bool,
 ) {
     match span {
@@ -462,7 +463,7 @@ fn count<const N: usize>(
             } else {
                 for (n, m) in pairs {
                     *n -= 1;
-                    *m &= !(bit * u32::from(*n == 0));
+                    *m &= !(bit * Mask::from(*n == 0));
                 }
             }
         }
@@ -681,7 +682,7 @@ impl<W: Word> Family<W> {
     fn cover(&mut self, i: usize, e: &Entry<W>, add: bool) {
         let t = &mut self.covers[i];
         let c = &mut self.cuts;
-        let bit = 1 << i;
+        let bit: Mask = 1 << i;
         count(
             &mut t.src,
             &mut c.src,

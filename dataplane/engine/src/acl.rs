@@ -209,11 +209,31 @@ impl<W: Word> Entry<W> {
             && p.dport <= self.dport.1
     }
 
+    /// What a match answers, apart from the address width.
+    #[inline(always)]
+    fn answer(&self) -> Answer {
+        Answer {
+            id: self.id,
+            action: self.action,
+            tag: self.tag,
+            slot: self.slot,
+        }
+    }
+
     /// Higher priority, then lower id: as [`AclRule::beats`].
     #[inline(always)]
     fn rank(&self) -> (u32, std::cmp::Reverse<RuleId>) {
         (self.priority, std::cmp::Reverse(self.id))
     }
+}
+
+/// A winning entry's answer, the same for both families.
+#[derive(Clone, Copy)]
+struct Answer {
+    id: RuleId,
+    action: Action,
+    tag: u32,
+    slot: u32,
 }
 
 /// One bucket's rules, best first: the first inline in the table's slot
@@ -290,9 +310,9 @@ impl<W: Word> Packet<W> {
 /// only the tables set in all three, in order, by walking the bits, so a
 /// packet far from a table's rules costs three loads for all tables
 /// instead of a probe each (a cut on each field ahead of the tuple space,
-/// in the spirit of CutTSS's field cuts); a miss stops at once. The bits follow the
-/// tables' positions: a table that moves in the order moves its bit in
-/// every mask ([`Cuts::remap`], a few bit operations a word).
+/// in the spirit of CutTSS's field cuts); a miss stops at once. The bits
+/// follow the tables' positions: a table that moves in the order moves its
+/// bit in every mask ([`Cuts::remap`], a few bit operations a word).
 ///
 /// Kept exact under updates by each table's [`Cover`] counts. The three
 /// fields are independent (a table passes when *some* rule covers the
@@ -673,7 +693,7 @@ impl<W: Word> Family<W> {
         if at != i {
             let c = self.covers.remove(i);
             self.covers.insert(at, c);
-            // Positions are below MAX_TABLES (32).
+            // Positions are below MAX_TABLES, which fits a Mask.
             self.cuts.relocate(i as u32, at as u32);
         }
     }
@@ -837,7 +857,7 @@ impl AclClassifier {
 
     /// Heap bytes of the tables, the cuts, the slab and the id index.
     pub fn bytes(&self) -> usize {
-        2 * (2 * CUTS + 256) * 4
+        2 * (2 * CUTS + 256) * std::mem::size_of::<Mask>()
             + self.v4.tables.iter().map(Table::bytes).sum::<usize>()
             + self.v6.tables.iter().map(Table::bytes).sum::<usize>()
             + self.slab.capacity() * std::mem::size_of::<(AclRule, u32)>()
@@ -922,24 +942,17 @@ impl AclClassifier {
     #[inline]
     pub fn classify_counted(&self, k: &FlowKey, probes: &mut Probes) -> Option<&AclRule> {
         probes.packets += 1;
-        let slot = if k.v6 {
-            self.v6.classify(&Packet::of(k), probes).map(|e| e.slot)
-        } else {
-            self.v4.classify(&Packet::of(k), probes).map(|e| e.slot)
-        };
-        slot.map(|s| &self.slab[s as usize].0)
+        self.winner(k, probes)
+            .map(|a| &self.slab[a.slot as usize].0)
     }
 
-    /// The winning entry for one packet, by family.
+    /// The winning entry's answer for one packet, from its family.
     #[inline(always)]
-    fn winner<R>(&self, k: &FlowKey, f: impl FnOnce(RuleId, Action, u32) -> R) -> Option<R> {
-        let mut probes = Probes::default();
+    fn winner(&self, k: &FlowKey, probes: &mut Probes) -> Option<Answer> {
         if k.v6 {
-            let e = self.v6.classify(&Packet::of(k), &mut probes)?;
-            Some(f(e.id, e.action, e.tag))
+            self.v6.classify(&Packet::of(k), probes).map(Entry::answer)
         } else {
-            let e = self.v4.classify(&Packet::of(k), &mut probes)?;
-            Some(f(e.id, e.action, e.tag))
+            self.v4.classify(&Packet::of(k), probes).map(Entry::answer)
         }
     }
 
@@ -947,13 +960,14 @@ impl AclClassifier {
     /// entry (the rule itself is not read).
     #[inline]
     pub fn classify_action(&self, k: &FlowKey) -> Option<(Action, u32)> {
-        self.winner(k, |_, action, tag| (action, tag))
+        self.winner(k, &mut Probes::default())
+            .map(|a| (a.action, a.tag))
     }
 
     /// The winning rule's id for one packet, from the table's entry.
     #[inline]
     pub fn classify_id(&self, k: &FlowKey) -> Option<RuleId> {
-        self.winner(k, |id, _, _| id)
+        self.winner(k, &mut Probes::default()).map(|a| a.id)
     }
 
     /// The winning rule's id for each key of a burst (`None`: no rule). The
@@ -961,11 +975,7 @@ impl AclClassifier {
     pub fn classify_burst(&self, keys: &[FlowKey], out: &mut [Option<RuleId>]) {
         let mut probes = Probes::default();
         for (k, o) in keys.iter().zip(out.iter_mut()) {
-            *o = if k.v6 {
-                self.v6.classify(&Packet::of(k), &mut probes).map(|e| e.id)
-            } else {
-                self.v4.classify(&Packet::of(k), &mut probes).map(|e| e.id)
-            };
+            *o = self.winner(k, &mut probes).map(|a| a.id);
         }
     }
 }

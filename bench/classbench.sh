@@ -14,6 +14,9 @@
 #     store's published tables (cfdp-worker), a trace that misses every
 #     rule (cfdp-miss) and a 1089-shape set (cfdp-explosion); the rule
 #     store's bulk load and one-rule updates with publication (no journal);
+#   * IPv6: the same set and trace moved into IPv6 (classbench --v6 32:
+#     every prefix under 2001:db8::/32, /0 as ::/0), its verdicts against
+#     the IPv4 set's (cfdp-*-v6 rows; rte_acl runs IPv4 only here);
 #   * end to end: `cfdp rules import` and `trace-pcap`, then `cfdp replay`
 #     with one worker (cfdp-replay: its rate, and in verdict_diffs the
 #     rules whose packet count differs from dpdk-test-acl's verdicts).
@@ -76,14 +79,21 @@ for set in $SETS; do
         echo "classbench: $set: $(wc -l <"$work/truth") dpdk verdicts, $(wc -l <"$work/ours") cfdp's" >&2
         exit 1
     fi
+    # The same set moved into IPv6 (--v6 32: its prefixes under one /32):
+    # its verdicts against the IPv4 set's, which match rte_acl's above.
+    "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --v6 32 --verdicts "$work/ours6" \
+        --rounds 1 >/dev/null
+    diffs6=$(paste "$work/ours" "$work/ours6" | awk '$1 != $2' | wc -l)
     # Speed, alternated: each round runs every algorithm and cfdp once.
     : >"$work/cfdp.jsonl"
+    : >"$work/cfdp6.jsonl"
     for alg in $algs; do : >"$work/$alg"; done
     for _ in $(seq "$ROUNDS"); do
         for alg in $algs; do
             acl "$set" "$alg" "$ITER" 0 | sed -n 's/.* \([0-9.]*\) pkt\/sec$/\1/p' >>"$work/$alg"
         done
         "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion >>"$work/cfdp.jsonl"
+        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --v6 32 >>"$work/cfdp6.jsonl"
     done
     rules=$(grep -c . "$data/$set")
     for alg in $algs; do
@@ -91,9 +101,11 @@ for set in $SETS; do
         mpps=$(median <"$work/$alg" | awk '{printf "%.2f", $1 / 1e6}')
         echo "$set,$rules,rte_acl-$alg,$mpps,,,,,,,,$diffs" >>"$work/out.csv"
     done
-    python3 - "$work/cfdp.jsonl" "$set" "$rules" "$diffs" >>"$work/out.csv" <<'PY'
+    for run in "cfdp.jsonl:$diffs:" "cfdp6.jsonl:$diffs6:-v6"; do
+        IFS=: read -r file d suffix <<<"$run"
+        python3 - "$work/$file" "$set" "$rules" "$d" "$suffix" >>"$work/out.csv" <<'PY'
 import json, statistics, sys
-path, name, rules, diffs = sys.argv[1:]
+path, name, rules, diffs, suffix = sys.argv[1:]
 runs = [json.loads(l) for l in open(path) if l.strip()]
 med = lambda k: statistics.median(r[k] for r in runs)
 last = runs[-1]
@@ -102,7 +114,9 @@ common = (f"{last['tables']},{last['tables_probed_per_packet']:.2f},{med('store_
           f"{med('delete_us_p99'):.2f},{diffs}")
 for impl, key in (("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched"),
                   ("cfdp-worker", "mpps_worker")):
-    print(f"{name},{rules},{impl},{med(key):.2f},{common}")
+    print(f"{name},{rules},{impl}{suffix},{med(key):.2f},{common}")
+if suffix:
+    sys.exit(0)
 # The worst cases: packets missing every rule (of the set less its
 # full wildcards; none found where wide any-protocol rules cover every
 # address), and the 33x33-shape set.
@@ -110,6 +124,7 @@ if last["miss_packets"]:
     print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common}")
 print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,")
 PY
+    done
     # End to end: the set imported as a rule file (count rules), the trace
     # as a capture, `cfdp replay` with one worker; its per-rule counters
     # against dpdk-test-acl's verdicts (rules whose count differs).

@@ -25,8 +25,15 @@
 //! its first matching rule, 0 for none — what `dpdk-test-acl --verbose=2`
 //! reports, so `bench/classbench.sh` can compare the two.
 //!
+//! `--v6 AT` moves the set and its trace into IPv6 before anything runs:
+//! every address becomes 2001:db8::/32's first `AT` bits followed by the
+//! IPv4 address, every prefix `/L` (L > 0) becomes `/(AT+L)`, and `/0` stays
+//! `::/0`, so the verdicts are the IPv4 set's (IPv6 prefixes that diverge at
+//! bit AT: 32 for sites inside one organisation's /32, 16 for allocations
+//! of different organisations).
+//!
 //! Run: `cargo run --release -p cfdp-bench --bin classbench -- --rules FILE
-//! --trace FILE [--verdicts OUT] [--rounds N]`
+//! --trace FILE [--verdicts OUT] [--rounds N] [--v6 AT]`
 
 use std::io::Write;
 use std::time::Instant;
@@ -37,7 +44,7 @@ use cfdp_bench::{arg, median, BurstMatcher};
 use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::{AclClassifier, Probes};
 use cfdp_engine::{LiveStats, Mode};
-use cfdp_rules::acl::classbench::{parse_rules, parse_trace};
+use cfdp_rules::acl::classbench::{parse_rules, parse_trace, Import};
 use cfdp_rules::{AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, Update};
 
 fn read(path: &str) -> String {
@@ -54,23 +61,22 @@ fn main() {
         return;
     }
     let (Some(rules_path), Some(trace_path)) = (arg("--rules"), arg("--trace")) else {
-        eprintln!("usage: classbench --rules FILE --trace FILE [--verdicts OUT] [--rounds N]");
+        eprintln!(
+            "usage: classbench --rules FILE --trace FILE [--verdicts OUT] [--rounds N] [--v6 AT]"
+        );
         std::process::exit(2)
     };
     let rounds: usize = arg("--rounds")
         .and_then(|r| r.parse().ok())
         .unwrap_or(5)
         .max(1);
-    let imported = parse_rules(&read(&rules_path), Action::Drop).unwrap_or_else(|e| {
-        eprintln!("classbench: {rules_path}: {e}");
-        std::process::exit(2)
-    });
-    let trace = parse_trace(&read(&trace_path)).unwrap_or_else(|e| {
-        eprintln!("classbench: {trace_path}: {e}");
-        std::process::exit(2)
-    });
-    let keys: Vec<FlowKey> = trace.iter().map(|p| p.key).collect();
-    let rules = &imported.rules;
+    let (imported, mut keys) = load(&rules_path, &trace_path);
+    let mut rules = imported.rules;
+    let v6_at = v6_arg();
+    if let Some(at) = v6_at {
+        to_v6(&mut rules, &mut keys, at);
+    }
+    let rules = &rules;
 
     let t0 = Instant::now();
     let mut c = AclClassifier::with_rules(rules).expect("ClassBench ids are unique");
@@ -98,7 +104,7 @@ fn main() {
     // set without them.
     let partial: Vec<AclRule> = rules.iter().copied().filter(|r| !matches_all(r)).collect();
     let without = AclClassifier::with_rules(&partial).expect("unique ids");
-    let miss = miss_trace(&without, &keys);
+    let miss = miss_trace(&without, &keys, v6_at);
     let (miss_mpps, _) = rates(&without, &miss, rounds);
     let (store_build_s, worker, mut ins, mut del) = store_path(rules, &keys, rounds);
     let mut line = serde_json::json!({
@@ -131,6 +137,73 @@ fn main() {
         line["explosion_mpps"] = mpps.into();
     }
     println!("{line}");
+}
+
+/// The ClassBench set and its trace's keys, or exit with the file's error.
+fn load(rules_path: &str, trace_path: &str) -> (Import, Vec<FlowKey>) {
+    let imported = parse_rules(&read(rules_path), Action::Drop).unwrap_or_else(|e| {
+        eprintln!("classbench: {rules_path}: {e}");
+        std::process::exit(2)
+    });
+    let trace = parse_trace(&read(trace_path)).unwrap_or_else(|e| {
+        eprintln!("classbench: {trace_path}: {e}");
+        std::process::exit(2)
+    });
+    (imported, trace.iter().map(|p| p.key).collect())
+}
+
+/// `--v6 AT`'s bit offset, or exit when it is not one.
+fn v6_arg() -> Option<u32> {
+    arg("--v6").map(|at| match at.parse::<u32>() {
+        Ok(a) if a <= 96 => a,
+        _ => {
+            eprintln!("classbench: --v6 {at}: a bit offset 0..=96");
+            std::process::exit(2)
+        }
+    })
+}
+
+/// The set and its trace moved into IPv6 (`--v6 AT`, see [`v6_addr`]).
+fn to_v6(rules: &mut [AclRule], keys: &mut [FlowKey], at: u32) {
+    for r in rules {
+        r.matcher.src = v6_prefix(&r.matcher.src, at);
+        r.matcher.dst = v6_prefix(&r.matcher.dst, at);
+    }
+    for k in keys {
+        *k = FlowKey {
+            v6: true,
+            src: v6_addr(&k.src, at),
+            dst: v6_addr(&k.dst, at),
+            ..*k
+        };
+    }
+}
+
+/// An IPv4 address (the first 4 of `a`'s bytes) as IPv6: 2001:db8::/32's
+/// leading `at` bits, then the IPv4 address's 32 bits (`--v6 AT`: the set
+/// moved into IPv6 with the same verdicts, its prefixes diverging from bit
+/// `at` on).
+fn v6_addr(a: &[u8; 16], at: u32) -> [u8; 16] {
+    let base: u128 = 0x2001_0db8 << 96;
+    let v4 = u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
+    let lead = base & u128::MAX.checked_shl(128 - at).unwrap_or(0);
+    (lead | (u128::from(v4) << (96 - at))).to_be_bytes()
+}
+
+/// An IPv4 prefix as IPv6 (see [`v6_addr`]); `/0` stays "any" (`::/0`).
+fn v6_prefix(p: &IpPrefix, at: u32) -> IpPrefix {
+    if p.len == 0 {
+        return IpPrefix {
+            v6: true,
+            addr: [0; 16],
+            len: 0,
+        };
+    }
+    IpPrefix {
+        v6: true,
+        addr: v6_addr(&p.addr, at),
+        len: p.len + at as u8,
+    }
 }
 
 /// One line per packet: the winning rule's line (its id), 0 for none.
@@ -215,8 +288,9 @@ fn matches_all(r: &AclRule) -> bool {
 
 /// The trace's packets moved to addresses no rule's prefixes cover (both
 /// addresses from 0.0.0.0/8 upward, checked against the classifier), so
-/// every packet misses every table: the most a packet can cost.
-fn miss_trace(c: &AclClassifier, keys: &[FlowKey]) -> Vec<FlowKey> {
+/// every packet misses every table: the most a packet can cost. With
+/// `v6_at` the addresses are moved into IPv6 as the set was (`--v6`).
+fn miss_trace(c: &AclClassifier, keys: &[FlowKey], v6_at: Option<u32>) -> Vec<FlowKey> {
     let mut out = Vec::with_capacity(keys.len());
     let mut probe = 0u32;
     for k in keys {
@@ -227,6 +301,10 @@ fn miss_trace(c: &AclClassifier, keys: &[FlowKey]) -> Vec<FlowKey> {
             probe = probe.wrapping_mul(2_654_435_761).wrapping_add(0x9e37_79b9);
             m.src[..4].copy_from_slice(&probe.to_be_bytes());
             m.dst[..4].copy_from_slice(&probe.rotate_left(13).to_be_bytes());
+            if let Some(at) = v6_at {
+                m.src = v6_addr(&m.src, at);
+                m.dst = v6_addr(&m.dst, at);
+            }
             // A protocol few rules name, and other ports: rules that
             // wildcard both addresses still match on those.
             m.proto = 253;

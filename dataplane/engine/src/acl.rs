@@ -27,12 +27,13 @@
 //!   `classifier.c`); a lookup stops as soon as no later table can beat the
 //!   best match found. A bucket keeps its rules best first, so its scan
 //!   stops at its first match.
-//! * Before any table, three loads ([`Cuts`]: the leading bits of each
+//! * Before any table, a few loads ([`Cuts`]: 12-bit windows of each
 //!   address, and the protocol) name the tables that hold a rule covering
 //!   the packet on each field; the lookup probes only those, and a packet
 //!   no table covers costs no probe at all (the miss trace, and traffic
-//!   aimed at a set of many shapes). IPv6 uses the same leading 12 bits,
-//!   which most addresses share (2000::/3): there the cuts filter little.
+//!   aimed at a set of many shapes). IPv4 reads its leading 12 bits; IPv6,
+//!   whose addresses mostly share their leading bits (2000::/3), reads two
+//!   windows instead ([`Word::CUT_AT`]).
 //!
 //! Updates touch one table: insert and delete are a hash-table operation
 //! plus a sorted insert into one bucket (no rebuild).
@@ -102,15 +103,19 @@ trait Word: Copy + Eq + BitAnd<Output = Self> + Default + std::fmt::Debug {
     fn of(a: &[u8; 16]) -> Self;
     /// The first `len` bits.
     fn mask(len: u8) -> Self;
+    /// Where the address's cut windows start (see [`Cuts`]): the bit
+    /// offsets of its [`CUT_BITS`]-bit indices, one cut array each.
+    const CUT_AT: &'static [u32];
     /// 32 bits for the table hash.
     fn fold(self) -> u32;
-    /// The first [`CUT_BITS`] bits: the index into the cut arrays.
-    fn cut(self) -> usize;
+    /// Bits `at..at + CUT_BITS`: the index into a window's cut array.
+    fn cut(self, at: u32) -> usize;
     /// The bits set (a mask's prefix length).
     fn ones(self) -> u32;
 }
 
 impl Word for u32 {
+    const CUT_AT: &'static [u32] = &[0];
     #[inline(always)]
     fn of(a: &[u8; 16]) -> Self {
         u32::from_be_bytes([a[0], a[1], a[2], a[3]])
@@ -124,8 +129,8 @@ impl Word for u32 {
         self
     }
     #[inline(always)]
-    fn cut(self) -> usize {
-        (self >> (32 - CUT_BITS)) as usize
+    fn cut(self, at: u32) -> usize {
+        ((self << at) >> (32 - CUT_BITS)) as usize
     }
     fn ones(self) -> u32 {
         self.count_ones()
@@ -133,6 +138,12 @@ impl Word for u32 {
 }
 
 impl Word for u128 {
+    /// Bits 16–28, below a regional registry's block: they tell apart the
+    /// allocations of different organisations (/19–/32); and bits 32–44,
+    /// below an organisation's /32: its sites (/36–/48). The leading bits
+    /// would not help: global unicast addresses share 2000::/3. A prefix
+    /// that ends before a window is wide in it (every index).
+    const CUT_AT: &'static [u32] = &[16, 32];
     #[inline(always)]
     fn of(a: &[u8; 16]) -> Self {
         u128::from_be_bytes(*a)
@@ -149,8 +160,8 @@ impl Word for u128 {
             ^ w(0).rotate_left(11)
     }
     #[inline(always)]
-    fn cut(self) -> usize {
-        (self >> (128 - CUT_BITS)) as usize
+    fn cut(self, at: u32) -> usize {
+        ((self << at) >> (128 - CUT_BITS)) as usize
     }
     fn ones(self) -> u32 {
         self.count_ones()
@@ -303,27 +314,41 @@ impl<W: Word> Packet<W> {
     }
 }
 
-/// Which tables can match a packet, from its leading address bits and its
-/// protocol: bit `b` of `src` at index `i` is set when the table at
+/// Which tables can match a packet, from a window of its address bits and
+/// its protocol: bit `b` of `src` at index `i` is set when the table at
 /// position `b` of the probe order holds a rule whose source prefix covers
-/// leading bits `i`, and likewise for `dst` and `proto`. A lookup probes
-/// only the tables set in all three, in order, by walking the bits, so a
-/// packet far from a table's rules costs three loads for all tables
+/// window bits `i`, and likewise for `dst` and `proto`. A lookup probes
+/// only the tables set in every array, in order, by walking the bits, so a
+/// packet far from a table's rules costs a few loads for all tables
 /// instead of a probe each (a cut on each field ahead of the tuple space,
 /// in the spirit of CutTSS's field cuts); a miss stops at once. The bits
 /// follow the tables' positions: a table that moves in the order moves its
 /// bit in every mask ([`Cuts::remap`], a few bit operations a word).
 ///
-/// Kept exact under updates by each table's [`Cover`] counts. The three
-/// fields are independent (a table passes when *some* rule covers the
+/// An address family reads `N` windows of each address ([`Word::CUT_AT`]:
+/// IPv4 its leading 12 bits, IPv6 bits 16–28 and 32–44), an array each; a
+/// table passes when it passes all of them.
+///
+/// Kept exact under updates by each table's [`Cover`] counts. The fields
+/// and windows are independent (a table passes when *some* rule covers the
 /// source bits and *some* rule the destination's), which keeps an update
-/// to a few hundred counter steps per field where a joint array would take
+/// to a few hundred counter steps per array where a joint array would take
 /// their product.
-#[derive(Clone, Default)]
-struct Cuts {
-    src: Cut<CUTS>,
-    dst: Cut<CUTS>,
+#[derive(Clone)]
+struct Cuts<const N: usize> {
+    src: [Cut<CUTS>; N],
+    dst: [Cut<CUTS>; N],
     proto: Cut<256>,
+}
+
+impl<const N: usize> Default for Cuts<N> {
+    fn default() -> Self {
+        Self {
+            src: std::array::from_fn(|_| Cut::default()),
+            dst: std::array::from_fn(|_| Cut::default()),
+            proto: Cut::default(),
+        }
+    }
 }
 
 /// One field's cut: a mask of tables per index, and the tables holding a
@@ -359,12 +384,18 @@ impl<const N: usize> Cut<N> {
     }
 }
 
-impl Cuts {
+impl<const N: usize> Cuts<N> {
     /// Applies `f` to every mask.
     fn remap(&mut self, f: impl Fn(Mask) -> Mask + Copy) {
-        self.src.remap(f);
-        self.dst.remap(f);
+        for c in self.src.iter_mut().chain(&mut self.dst) {
+            c.remap(f);
+        }
         self.proto.remap(f);
+    }
+
+    /// Heap bytes of the arrays.
+    fn bytes() -> usize {
+        (2 * N * CUTS + 256) * std::mem::size_of::<Mask>()
     }
 
     /// Moves every mask's bit `from` to `to`, shifting the bits between.
@@ -385,23 +416,36 @@ impl Cuts {
         self.remap(|m| (m & low) | ((m >> 1) & !low));
     }
 
-    /// The tables that may hold a match for `p`.
+    /// The tables that may hold a match for `p` (`W::CUT_AT` has `N`
+    /// windows).
     #[inline(always)]
     fn candidates<W: Word>(&self, p: &Packet<W>) -> Mask {
-        self.src.get(p.src.cut())
-            & self.dst.get(p.dst.cut())
-            & self.proto.get(usize::from(p.proto as u8))
+        let mut m = self.proto.get(usize::from(p.proto as u8));
+        for (w, &at) in W::CUT_AT.iter().enumerate().take(N) {
+            m &= self.src[w].get(p.src.cut(at)) & self.dst[w].get(p.dst.cut(at));
+        }
+        m
     }
 }
 
 /// One table's rules counted by the cut indices they cover: its position's
 /// bit in [`Cuts`] is set exactly where its count is not zero. Read only by
 /// updates.
-#[derive(Clone, Default)]
-struct Cover {
-    src: FieldCover<CUTS>,
-    dst: FieldCover<CUTS>,
+#[derive(Clone)]
+struct Cover<const N: usize> {
+    src: [FieldCover<CUTS>; N],
+    dst: [FieldCover<CUTS>; N],
     proto: FieldCover<256>,
+}
+
+impl<const N: usize> Default for Cover<N> {
+    fn default() -> Self {
+        Self {
+            src: std::array::from_fn(|_| FieldCover::default()),
+            dst: std::array::from_fn(|_| FieldCover::default()),
+            proto: FieldCover::default(),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -427,18 +471,20 @@ enum Span {
 }
 
 impl Span {
-    /// A prefix's (`addr` under `mask`): one index for a prefix at least
-    /// [`CUT_BITS`] long, the indices it leaves open down to
-    /// [`WIDE_BELOW`] bits, and wide below that.
-    fn of_prefix<W: Word>(addr: W, mask: W) -> Self {
+    /// A prefix's (`addr` under `mask`) in the window at bit `at`: one
+    /// index for a prefix that reaches [`CUT_BITS`] into the window, the
+    /// indices it leaves open for one that ends inside it, down to
+    /// [`WIDE_BELOW`] bits into it, and wide below that (a prefix that ends
+    /// before the window covers all of it).
+    fn of_prefix<W: Word>(addr: W, mask: W, at: u32) -> Self {
         let len = mask.ones();
-        if len < WIDE_BELOW {
+        if len < at + WIDE_BELOW {
             return Span::Wide;
         }
         // Masked here too: a prefix built by hand may keep host bits, and
         // its span must still start on its own boundary (and end by CUTS).
-        let start = (addr & mask).cut();
-        Span::Some(start..start + (1 << CUT_BITS.saturating_sub(len)))
+        let start = (addr & mask).cut(at);
+        Span::Some(start..start + (1 << CUT_BITS.saturating_sub(len - at)))
     }
 
     /// A protocol's (256: any).
@@ -598,23 +644,21 @@ impl<W: Word> Table<W> {
                 .map(|b| b.rest.capacity() * std::mem::size_of::<Entry<W>>())
                 .sum::<usize>()
             + self.priorities.len() * 32
-            // Its cover, which the family holds.
-            + std::mem::size_of::<Cover>()
     }
 }
 
 /// The tables of one address family, ordered by the highest priority they
-/// hold.
+/// hold; `N` is the number of its cut windows (`W::CUT_AT.len()`).
 #[derive(Clone)]
-struct Family<W> {
+struct Family<W, const N: usize> {
     tables: Vec<Table<W>>,
     /// Each table's [`Cover`], in the same order: apart from the tables, so
     /// that a lookup's walk over them reads nothing an update alone needs.
-    covers: Vec<Box<Cover>>,
-    cuts: Cuts,
+    covers: Vec<Box<Cover<N>>>,
+    cuts: Cuts<N>,
 }
 
-impl<W> Default for Family<W> {
+impl<W, const N: usize> Default for Family<W, N> {
     fn default() -> Self {
         Self {
             tables: Vec::new(),
@@ -624,7 +668,14 @@ impl<W> Default for Family<W> {
     }
 }
 
-impl<W: Word> Family<W> {
+impl<W: Word, const N: usize> Family<W, N> {
+    /// Heap bytes of the tables, their covers and the cuts.
+    fn bytes(&self) -> usize {
+        self.tables.iter().map(Table::bytes).sum::<usize>()
+            + self.covers.len() * std::mem::size_of::<Cover<N>>()
+            + Cuts::<N>::bytes()
+    }
+
     fn position(&self, tuple: Tuple) -> Option<usize> {
         self.tables.iter().position(|t| t.tuple == tuple)
     }
@@ -703,20 +754,22 @@ impl<W: Word> Family<W> {
         let t = &mut self.covers[i];
         let c = &mut self.cuts;
         let bit: Mask = 1 << i;
-        count(
-            &mut t.src,
-            &mut c.src,
-            Span::of_prefix(e.src, e.src_mask),
-            bit,
-            add,
-        );
-        count(
-            &mut t.dst,
-            &mut c.dst,
-            Span::of_prefix(e.dst, e.dst_mask),
-            bit,
-            add,
-        );
+        for (w, &at) in W::CUT_AT.iter().enumerate().take(N) {
+            count(
+                &mut t.src[w],
+                &mut c.src[w],
+                Span::of_prefix(e.src, e.src_mask, at),
+                bit,
+                add,
+            );
+            count(
+                &mut t.dst[w],
+                &mut c.dst[w],
+                Span::of_prefix(e.dst, e.dst_mask, at),
+                bit,
+                add,
+            );
+        }
         count(
             &mut t.proto,
             &mut c.proto,
@@ -799,8 +852,8 @@ pub struct Probes {
 /// tag each (the caller's: the rule store's counter slot).
 #[derive(Clone, Default)]
 pub struct AclClassifier {
-    v4: Family<u32>,
-    v6: Family<u128>,
+    v4: Family<u32, { <u32 as Word>::CUT_AT.len() }>,
+    v6: Family<u128, { <u128 as Word>::CUT_AT.len() }>,
     slab: Vec<(AclRule, u32)>,
     free: Vec<u32>,
     /// Each rule's table and slot.
@@ -844,8 +897,8 @@ impl AclClassifier {
     /// Each table in probe order (IPv4's, then IPv6's): its tuple, rules,
     /// buckets and longest bucket.
     pub fn table_shapes(&self) -> Vec<(Tuple, usize, usize, usize)> {
-        fn shapes<W: Word>(
-            f: &Family<W>,
+        fn shapes<W: Word, const N: usize>(
+            f: &Family<W, N>,
         ) -> impl Iterator<Item = (Tuple, usize, usize, usize)> + '_ {
             f.tables.iter().map(|t| {
                 let longest = t.buckets.values().map(Bucket::len).max().unwrap_or(0);
@@ -857,9 +910,8 @@ impl AclClassifier {
 
     /// Heap bytes of the tables, the cuts, the slab and the id index.
     pub fn bytes(&self) -> usize {
-        2 * (2 * CUTS + 256) * std::mem::size_of::<Mask>()
-            + self.v4.tables.iter().map(Table::bytes).sum::<usize>()
-            + self.v6.tables.iter().map(Table::bytes).sum::<usize>()
+        self.v4.bytes()
+            + self.v6.bytes()
             + self.slab.capacity() * std::mem::size_of::<(AclRule, u32)>()
             + self.by_id.capacity() * (std::mem::size_of::<(RuleId, (Tuple, u32))>() + 1)
             + self.by_match.capacity() * (std::mem::size_of::<((AclMatch, u32), RuleId)>() + 1)
@@ -1112,6 +1164,40 @@ mod tests {
             probed(&c, &key("10.1.1.1", "30.32.2.3", 6, 1)),
             (Some(3), 1)
         );
+    }
+
+    #[test]
+    fn ipv6_cuts_read_below_the_shared_leading_bits() {
+        // Two sites of one organisation's /32 (they differ in bits 32–44)
+        // and another organisation's /32 (bits 16–28 differ): every
+        // address starts 2001:, so the leading bits alone would pass every
+        // packet to both tables.
+        let mut c = AclClassifier::new();
+        for (id, prio, src) in [
+            (1, 9, "2001:db8:1000::/48"),
+            (2, 8, "2001:db8:2000::/48"),
+            (3, 7, "2001:ab0::/32"),
+        ] {
+            c.insert(rule(id, prio, src, "::/0", None, (0, 65535)))
+                .unwrap();
+        }
+        assert_eq!(c.tables(), 2);
+        let probed = |c: &AclClassifier, src: &str| {
+            let mut p = Probes::default();
+            let k = key(src, "2001:db8:ffff::1", 17, 53);
+            let id = c.classify_counted(&k, &mut p).map(|r| r.id);
+            (id, p.tables)
+        };
+        assert_eq!(probed(&c, "2001:db8:1000::5"), (Some(1), 1));
+        assert_eq!(probed(&c, "2001:ab0:7::1"), (Some(3), 1));
+        // A third site of the first /32, and a third organisation.
+        assert_eq!(probed(&c, "2001:db8:3000::5"), (None, 0));
+        assert_eq!(probed(&c, "2001:cb0::1"), (None, 0));
+        // Rule 1's site leaves the second window with it; rule 2 keeps the
+        // table.
+        c.remove(1).unwrap();
+        assert_eq!(probed(&c, "2001:db8:1000::5"), (None, 0));
+        assert_eq!(probed(&c, "2001:db8:2000::5"), (Some(2), 1));
     }
 
     #[test]

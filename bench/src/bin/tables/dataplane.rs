@@ -353,6 +353,11 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
         let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
         let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
         let replay = of("cfdp-replay");
+        // IPv6 rows came with the --v6 runs (2026-11-26 on): "–" before.
+        let v6 = match of("cfdp-batched-v6") {
+            Some(r) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
+            None => "–".to_string(),
+        };
         rows.push(vec![
             set.to_string(),
             single["rules"].to_string(),
@@ -362,6 +367,7 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             f2(one),
             format!("{:.2}×", one / best),
             f2(mpps("cfdp-worker")?),
+            v6,
             replay.map_or(Ok("–".to_string()), |r| num(r["mpps"], &c.name).map(f2))?,
             format!("{} / {}", single["tables"], single["probes_per_packet"]),
             single["store_build_s"].to_string(),
@@ -384,6 +390,7 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             "cfdp single",
             "/ best",
             "worker path",
+            "IPv6 batched (verdict diffs)",
             "replay (1 worker)",
             "tables / probed a packet",
             "store build s",

@@ -142,6 +142,29 @@ pub fn arg(name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
+/// A ClassBench filter set (line order = priority, action drop) and its
+/// trace's keys, or exit 2 naming the file and its error (`bin`: the
+/// binary's name for the message).
+pub fn load_classbench(
+    bin: &str,
+    rules_path: &str,
+    trace_path: &str,
+) -> (
+    cfdp_rules::acl::classbench::Import,
+    Vec<cfdp_rules::FlowKey>,
+) {
+    use cfdp_rules::acl::classbench::{parse_rules, parse_trace};
+    let fail = |path: &str, e: &dyn std::fmt::Display| -> ! {
+        eprintln!("{bin}: {path}: {e}");
+        std::process::exit(2)
+    };
+    let read = |path: &str| fs::read_to_string(path).unwrap_or_else(|e| fail(path, &e));
+    let imported = parse_rules(&read(rules_path), cfdp_rules::Action::Drop)
+        .unwrap_or_else(|e| fail(rules_path, &e));
+    let trace = parse_trace(&read(trace_path)).unwrap_or_else(|e| fail(trace_path, &e));
+    (imported, trace.iter().map(|p| p.key).collect())
+}
+
 /// A comma-separated list of numbers after `name` (`--sizes 0,1000000`).
 pub fn arg_u64_list(name: &str) -> Option<Vec<u64>> {
     arg(name).map(|s| {

@@ -40,19 +40,11 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use cfdp_bench::{arg, median, BurstMatcher};
+use cfdp_bench::{arg, load_classbench, median, BurstMatcher};
 use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::{AclClassifier, Probes};
 use cfdp_engine::{LiveStats, Mode};
-use cfdp_rules::acl::classbench::{parse_rules, parse_trace, Import};
 use cfdp_rules::{AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, Update};
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| {
-        eprintln!("classbench: {path}: {e}");
-        std::process::exit(2)
-    })
-}
 
 fn main() {
     if std::env::args().any(|a| a == "--run-header") {
@@ -70,7 +62,7 @@ fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(5)
         .max(1);
-    let (imported, mut keys) = load(&rules_path, &trace_path);
+    let (imported, mut keys) = load_classbench("classbench", &rules_path, &trace_path);
     let mut rules = imported.rules;
     let v6_at = v6_arg();
     if let Some(at) = v6_at {
@@ -137,19 +129,6 @@ fn main() {
         line["explosion_mpps"] = mpps.into();
     }
     println!("{line}");
-}
-
-/// The ClassBench set and its trace's keys, or exit with the file's error.
-fn load(rules_path: &str, trace_path: &str) -> (Import, Vec<FlowKey>) {
-    let imported = parse_rules(&read(rules_path), Action::Drop).unwrap_or_else(|e| {
-        eprintln!("classbench: {rules_path}: {e}");
-        std::process::exit(2)
-    });
-    let trace = parse_trace(&read(trace_path)).unwrap_or_else(|e| {
-        eprintln!("classbench: {trace_path}: {e}");
-        std::process::exit(2)
-    });
-    (imported, trace.iter().map(|p| p.key).collect())
 }
 
 /// `--v6 AT`'s bit offset, or exit when it is not one.

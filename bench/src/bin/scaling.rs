@@ -36,15 +36,14 @@ use std::thread;
 use std::time::Instant;
 
 use cfdp_bench::{
-    arg, arg_u64_list, fill_filter, is_quick, median, queries, results_path, write_csv,
-    BurstMatcher, SplitMix,
+    arg, arg_u64_list, fill_filter, is_quick, load_classbench, median, queries, results_path,
+    write_csv, BurstMatcher, SplitMix,
 };
 use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::{LiveStats, Mode};
 use cfdp_filter::hash::hash_u64;
 use cfdp_filter::{Config, Filter, Lookup};
-use cfdp_rules::acl::classbench::{parse_rules, parse_trace};
-use cfdp_rules::{AclRule, Action, Atomicity, Batch, FlowKey, Rule, Update};
+use cfdp_rules::{AclRule, Atomicity, Batch, Rule, Update};
 
 /// One measurement: aggregate reader rate (M per second) and writer ops per second.
 struct Point {
@@ -139,21 +138,7 @@ fn acl_part(
     rounds: usize,
     rows: &mut Vec<String>,
 ) {
-    let read_file = |p: &str| {
-        std::fs::read_to_string(p).unwrap_or_else(|e| {
-            eprintln!("scaling: {p}: {e}");
-            std::process::exit(2)
-        })
-    };
-    let imported = parse_rules(&read_file(rules_path), Action::Drop).unwrap_or_else(|e| {
-        eprintln!("scaling: {rules_path}: {e}");
-        std::process::exit(2)
-    });
-    let trace = parse_trace(&read_file(trace_path)).unwrap_or_else(|e| {
-        eprintln!("scaling: {trace_path}: {e}");
-        std::process::exit(2)
-    });
-    let keys: Vec<FlowKey> = trace.iter().map(|p| p.key).collect();
+    let (imported, keys) = load_classbench("scaling", rules_path, trace_path);
     let set: Vec<Rule> = imported.rules.iter().map(AclRule::to_rule).collect();
     let cfg = StoreConfig {
         mode: Mode::Verify,

@@ -755,20 +755,12 @@ impl<W: Word, const N: usize> Family<W, N> {
         let c = &mut self.cuts;
         let bit: Mask = 1 << i;
         for (w, &at) in W::CUT_AT.iter().enumerate().take(N) {
-            count(
-                &mut t.src[w],
-                &mut c.src[w],
-                Span::of_prefix(e.src, e.src_mask, at),
-                bit,
-                add,
-            );
-            count(
-                &mut t.dst[w],
-                &mut c.dst[w],
-                Span::of_prefix(e.dst, e.dst_mask, at),
-                bit,
-                add,
-            );
+            for (cover, cut, addr, mask) in [
+                (&mut t.src[w], &mut c.src[w], e.src, e.src_mask),
+                (&mut t.dst[w], &mut c.dst[w], e.dst, e.dst_mask),
+            ] {
+                count(cover, cut, Span::of_prefix(addr, mask, at), bit, add);
+            }
         }
         count(
             &mut t.proto,

@@ -84,7 +84,7 @@ pub mod classbench {
     use std::fmt;
 
     use crate::acl::AclRule;
-    use crate::acl_match::{AclMatch, PortRange};
+    use crate::acl_match::{AclMatch, MatchError, PortField, PortRange};
     use crate::flow::FlowKey;
     use crate::prefix::IpPrefix;
     use crate::rule::Action;
@@ -173,9 +173,6 @@ pub mod classbench {
         };
         let src = prefix(f[0], "source prefix")?;
         let dst = prefix(f[1], "destination prefix")?;
-        if src.v6 != dst.v6 {
-            return Err(("destination prefix", "not of the source's family".into()));
-        }
         let sport = range(f[2], "source ports")?;
         let dport = range(f[3], "destination ports")?;
         let proto = match value_mask(f[4], "protocol")? {
@@ -189,13 +186,18 @@ pub mod classbench {
             }
         };
         let flags = value_mask(f[5], "TCP flags")?;
-        let matcher = AclMatch {
-            src,
-            dst,
-            proto,
-            sport,
-            dport,
-        };
+        let matcher = AclMatch::new(src, dst, proto, sport, dport).map_err(|e| {
+            let field = match e {
+                MatchError::MixedFamilies => "destination prefix",
+                MatchError::PortsWithoutTransport {
+                    field: PortField::Sport,
+                } => "source ports",
+                MatchError::PortsWithoutTransport {
+                    field: PortField::Dport,
+                } => "destination ports",
+            };
+            (field, e.to_string())
+        })?;
         Ok((matcher, flags.1 == 0))
     }
 
@@ -311,10 +313,10 @@ mod tests {
             (r[0].id, r[0].priority, r[2].id, r[2].priority),
             (1, 3, 3, 1)
         );
-        assert_eq!(r[0].matcher.proto, Some(17));
-        assert_eq!(r[0].matcher.dport, PortRange::exact(53));
-        assert_eq!(r[1].matcher.sport, PortRange::new(1024, 65535).unwrap());
-        assert_eq!(r[2].matcher.proto, None);
+        assert_eq!(r[0].matcher.proto(), Some(17));
+        assert_eq!(r[0].matcher.dport(), PortRange::exact(53));
+        assert_eq!(r[1].matcher.sport(), PortRange::new(1024, 65535).unwrap());
+        assert_eq!(r[2].matcher.proto(), None);
         // First match in line order, by priority.
         let trace = parse_trace(
             "167837953\t3232235777\t999\t53\t17\t0\t1\n\
@@ -354,13 +356,14 @@ mod tests {
 
     #[test]
     fn ties_go_to_the_lower_id() {
-        let m = AclMatch {
-            src: "10.0.0.0/8".parse().unwrap(),
-            dst: "0.0.0.0/0".parse().unwrap(),
-            proto: None,
-            sport: PortRange::ANY,
-            dport: PortRange::ANY,
-        };
+        let m = AclMatch::new(
+            "10.0.0.0/8".parse().unwrap(),
+            "0.0.0.0/0".parse().unwrap(),
+            None,
+            PortRange::ANY,
+            PortRange::ANY,
+        )
+        .unwrap();
         let a = AclRule {
             id: 7,
             priority: 5,

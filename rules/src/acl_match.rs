@@ -7,11 +7,11 @@ use std::fmt;
 use crate::flow::FlowKey;
 use crate::prefix::IpPrefix;
 
-/// An inclusive range of ports.
+/// An inclusive range of ports, `lo <= hi` by construction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PortRange {
-    pub lo: u16,
-    pub hi: u16,
+    lo: u16,
+    hi: u16,
 }
 
 impl PortRange {
@@ -25,6 +25,14 @@ impl PortRange {
 
     pub fn exact(p: u16) -> Self {
         Self { lo: p, hi: p }
+    }
+
+    pub fn lo(self) -> u16 {
+        self.lo
+    }
+
+    pub fn hi(self) -> u16 {
+        self.hi
     }
 
     #[inline]
@@ -51,29 +59,118 @@ impl fmt::Display for PortRange {
     }
 }
 
-/// What a multi-field rule matches. Both prefixes are of one family.
+/// What a multi-field rule matches: valid by construction ([`AclMatch::new`]
+/// is its one constructor): both prefixes of one family, and port ranges
+/// only with TCP, UDP or any protocol (other protocols carry no ports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AclMatch {
-    pub src: IpPrefix,
-    pub dst: IpPrefix,
+    src: IpPrefix,
+    dst: IpPrefix,
     /// `None`: any protocol.
-    pub proto: Option<u8>,
-    pub sport: PortRange,
-    pub dport: PortRange,
+    proto: Option<u8>,
+    sport: PortRange,
+    dport: PortRange,
+}
+
+/// Why a multi-field match was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MatchError {
+    /// The destination prefix is not of the source prefix's family.
+    #[error("not of the source prefix's IP version")]
+    MixedFamilies,
+    /// A port range (`field`: `sport` or `dport`) with a protocol that has
+    /// no ports.
+    #[error("ports need \"proto\": \"tcp\" or \"udp\" (or no protocol)")]
+    PortsWithoutTransport { field: PortField },
+}
+
+/// Which port range a [`MatchError`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortField {
+    Sport,
+    Dport,
+}
+
+impl PortField {
+    /// The field's name in rule files and batches.
+    pub fn name(self) -> &'static str {
+        match self {
+            PortField::Sport => "sport",
+            PortField::Dport => "dport",
+        }
+    }
 }
 
 impl AclMatch {
-    /// Whether its ports fit its protocol: port ranges only with TCP, UDP
-    /// or any protocol (other protocols carry no ports).
-    pub fn ports_fit_protocol(&self) -> bool {
-        matches!(
-            self.proto,
+    /// A match, refused when its prefixes are of different families or it
+    /// names ports with a protocol that has none.
+    pub fn new(
+        src: IpPrefix,
+        dst: IpPrefix,
+        proto: Option<u8>,
+        sport: PortRange,
+        dport: PortRange,
+    ) -> Result<Self, MatchError> {
+        if src.v6() != dst.v6() {
+            return Err(MatchError::MixedFamilies);
+        }
+        let transport = matches!(
+            proto,
             None | Some(crate::flow::proto::TCP | crate::flow::proto::UDP)
-        ) || self.sport.is_any() && self.dport.is_any()
+        );
+        if !transport && !sport.is_any() {
+            return Err(MatchError::PortsWithoutTransport {
+                field: PortField::Sport,
+            });
+        }
+        if !transport && !dport.is_any() {
+            return Err(MatchError::PortsWithoutTransport {
+                field: PortField::Dport,
+            });
+        }
+        Ok(Self {
+            src,
+            dst,
+            proto,
+            sport,
+            dport,
+        })
+    }
+
+    /// Any packet of a family (every address, protocol and port).
+    pub fn any(v6: bool) -> Self {
+        Self {
+            src: IpPrefix::any(v6),
+            dst: IpPrefix::any(v6),
+            proto: None,
+            sport: PortRange::ANY,
+            dport: PortRange::ANY,
+        }
+    }
+
+    pub fn src(&self) -> IpPrefix {
+        self.src
+    }
+
+    pub fn dst(&self) -> IpPrefix {
+        self.dst
+    }
+
+    /// `None`: any protocol.
+    pub fn proto(&self) -> Option<u8> {
+        self.proto
+    }
+
+    pub fn sport(&self) -> PortRange {
+        self.sport
+    }
+
+    pub fn dport(&self) -> PortRange {
+        self.dport
     }
 
     pub fn v6(&self) -> bool {
-        self.src.v6
+        self.src.v6()
     }
 
     /// Whether a packet with this 5-tuple matches. Ports are compared as
@@ -81,11 +178,11 @@ impl AclMatch {
     /// and ClassBench's traces do.
     #[inline]
     pub fn matches(&self, k: &FlowKey) -> bool {
-        self.src.v6 == k.v6
+        self.src.v6() == k.v6
             && self.proto.is_none_or(|p| p == k.proto)
             && self.sport.contains(k.sport)
             && self.dport.contains(k.dport)
-            && IpPrefix::mask(k.v6, &k.src, self.src.len) == self.src.addr
-            && IpPrefix::mask(k.v6, &k.dst, self.dst.len) == self.dst.addr
+            && IpPrefix::mask(k.v6, &k.src, self.src.len()) == *self.src.addr()
+            && IpPrefix::mask(k.v6, &k.dst, self.dst.len()) == *self.dst.addr()
     }
 }

@@ -61,16 +61,16 @@ pub fn encode_wide(r: &Rule) -> [u8; RECORD_WIDE] {
             b[4] = action;
             b[5..7].copy_from_slice(&port.to_le_bytes());
             b[7] = 3;
-            b[8] = u8::from(m.src.v6) | (u8::from(m.proto.is_some()) << 1);
-            b[9] = m.proto.unwrap_or(0);
-            b[10..12].copy_from_slice(&m.sport.lo.to_le_bytes());
-            b[12..14].copy_from_slice(&m.sport.hi.to_le_bytes());
-            b[14..30].copy_from_slice(&m.src.addr);
-            b[30..46].copy_from_slice(&m.dst.addr);
-            b[46] = m.src.len;
-            b[47] = m.dst.len;
-            b[48..50].copy_from_slice(&m.dport.lo.to_le_bytes());
-            b[50..52].copy_from_slice(&m.dport.hi.to_le_bytes());
+            b[8] = u8::from(m.src().v6()) | (u8::from(m.proto().is_some()) << 1);
+            b[9] = m.proto().unwrap_or(0);
+            b[10..12].copy_from_slice(&m.sport().lo().to_le_bytes());
+            b[12..14].copy_from_slice(&m.sport().hi().to_le_bytes());
+            b[14..30].copy_from_slice(m.src().addr());
+            b[30..46].copy_from_slice(m.dst().addr());
+            b[46] = m.src().len();
+            b[47] = m.dst().len();
+            b[48..50].copy_from_slice(&m.dport().lo().to_le_bytes());
+            b[50..52].copy_from_slice(&m.dport().hi().to_le_bytes());
             b[52..56].copy_from_slice(&priority.to_le_bytes());
         }
         _ => {
@@ -107,13 +107,8 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
         return Err(DecodeError("multi-field: unused bits set".into()));
     }
     let prefix = |at: usize, len: u8, what: &str| -> Result<IpPrefix, DecodeError> {
-        let addr = addr_at(short, at);
-        if len > IpPrefix::max_len(v6) || IpPrefix::mask(v6, &addr, len) != addr {
-            return Err(DecodeError(format!(
-                "multi-field: {what} prefix /{len} invalid"
-            )));
-        }
-        Ok(IpPrefix { v6, addr, len })
+        IpPrefix::new(v6, addr_at(short, at), len)
+            .map_err(|_| DecodeError(format!("multi-field: {what} prefix /{len} invalid")))
     };
     let (src, dst) = (
         prefix(14, b[46], "source")?,
@@ -130,18 +125,8 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
             .ok_or_else(|| DecodeError("multi-field: a port range low above high".into()))
     };
     let (sport, dport) = (range(10)?, range(48)?);
-    let m = AclMatch {
-        src,
-        dst,
-        proto,
-        sport,
-        dport,
-    };
-    if !m.ports_fit_protocol() {
-        return Err(DecodeError(
-            "multi-field: ports with a protocol that has none".into(),
-        ));
-    }
+    let m = AclMatch::new(src, dst, proto, sport, dport)
+        .map_err(|_| DecodeError("multi-field: ports with a protocol that has none".into()))?;
     let priority = u32::from_le_bytes([b[52], b[53], b[54], b[55]]);
     if priority > crate::rule::MAX_PRIORITY {
         return Err(DecodeError(format!(
@@ -202,13 +187,13 @@ pub fn encode(r: &Rule) -> Option<[u8; RECORD]> {
                 Dir::Src => 1,
                 Dir::Dst => 2,
             };
-            b[8] = u8::from(prefix.v6)
+            b[8] = u8::from(prefix.v6())
                 | (u8::from(proto.is_some()) << 1)
                 | (u8::from(port.is_some()) << 2);
             b[9] = proto.unwrap_or(0);
             b[10..12].copy_from_slice(&port.unwrap_or(0).to_le_bytes());
-            b[12] = prefix.len;
-            b[14..30].copy_from_slice(&prefix.addr);
+            b[12] = prefix.len();
+            b[14..30].copy_from_slice(prefix.addr());
         }
         Match::Acl { .. } => return None,
     }
@@ -292,16 +277,8 @@ fn decode_prefix(b: &[u8; RECORD], dir: Dir) -> Result<Match, DecodeError> {
         return Err(DecodeError("prefix: unused bits set".into()));
     }
     let len = b[12];
-    if len > IpPrefix::max_len(v6) {
-        return Err(DecodeError(format!(
-            "prefix: length {len} over {}",
-            IpPrefix::max_len(v6)
-        )));
-    }
-    let addr = addr_at(b, 14);
-    if IpPrefix::mask(v6, &addr, len) != addr {
-        return Err(DecodeError(format!("prefix: host bits set beyond /{len}")));
-    }
+    let prefix =
+        IpPrefix::new(v6, addr_at(b, 14), len).map_err(|e| DecodeError(format!("prefix: {e}")))?;
     let proto = (flags & 2 != 0).then_some(b[9]);
     let port = (flags & 4 != 0).then_some(u16_at(b, 10));
     if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
@@ -316,7 +293,7 @@ fn decode_prefix(b: &[u8; RECORD], dir: Dir) -> Result<Match, DecodeError> {
     }
     Ok(Match::Prefix {
         dir,
-        prefix: IpPrefix { v6, addr, len },
+        prefix,
         proto,
         port,
     })

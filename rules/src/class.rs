@@ -46,13 +46,13 @@ impl PrefixClass {
                 port,
             } => Some((
                 PrefixClass {
-                    v6: prefix.v6,
+                    v6: prefix.v6(),
                     dir,
-                    len: prefix.len,
+                    len: prefix.len(),
                     proto,
                     port,
                 },
-                prefix.addr,
+                *prefix.addr(),
             )),
         }
     }

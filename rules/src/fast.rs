@@ -104,16 +104,10 @@ fn acl(m: FastMatch) -> Option<AclMatch> {
         return None;
     }
     let prefix = |s: Option<&str>| s.map(str::parse::<IpPrefix>).transpose().ok();
-    let any = |v6: bool| IpPrefix {
-        v6,
-        addr: [0; 16],
-        len: 0,
-    };
     let (src, dst) = match (prefix(m.src_prefix)?, prefix(m.dst_prefix)?) {
         (None, None) => return None,
-        (Some(s), None) => (s, any(s.v6)),
-        (None, Some(d)) => (any(d.v6), d),
-        (Some(s), Some(d)) if s.v6 != d.v6 => return None,
+        (Some(s), None) => (s, IpPrefix::any(s.v6())),
+        (None, Some(d)) => (IpPrefix::any(d.v6()), d),
         (Some(s), Some(d)) => (s, d),
     };
     let proto = match &m.proto {
@@ -121,14 +115,7 @@ fn acl(m: FastMatch) -> Option<AclMatch> {
         None => None,
     };
     let range = |p: &Option<FastPort>| p.as_ref().map_or(Some(PortRange::ANY), FastPort::range);
-    let a = AclMatch {
-        src,
-        dst,
-        proto,
-        sport: range(&m.sport)?,
-        dport: range(&m.dport)?,
-    };
-    a.ports_fit_protocol().then_some(a)
+    AclMatch::new(src, dst, proto, range(&m.sport)?, range(&m.dport)?).ok()
 }
 
 /// Parses one rule from its JSON text: the fast path, else the value parser

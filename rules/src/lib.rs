@@ -16,6 +16,7 @@ pub mod acl_match;
 pub mod batch;
 pub mod binary;
 pub mod class;
+pub mod decide;
 pub mod fast;
 pub mod file;
 pub mod flow;
@@ -29,7 +30,7 @@ pub mod stream;
 mod strict;
 
 pub use acl::AclRule;
-pub use acl_match::{AclMatch, PortRange};
+pub use acl_match::{AclMatch, MatchError, PortField, PortRange};
 pub use batch::{
     parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,
     ReplaceError, Update, UpdateError, UpdateResult,
@@ -39,7 +40,7 @@ pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};
 pub use file::{parse_rule_file, parse_rule_list};
 pub use flow::{proto, FlowKey};
 pub use precedence::{matching, Precedence};
-pub use prefix::IpPrefix;
+pub use prefix::{IpPrefix, PrefixError};
 pub use rule::{
     parse_flow_key, parse_rule, rule_to_json, Action, Dir, Match, Rule, RuleError, RuleId,
 };

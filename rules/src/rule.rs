@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::acl_match::{AclMatch, PortRange};
+use crate::acl_match::{AclMatch, MatchError, PortRange};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
 
@@ -272,14 +272,9 @@ fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
                         )
                     })?
                     .parse::<IpPrefix>()
-                    .map_err(|e| (field.clone(), e.0))
+                    .map_err(|e| (field.clone(), e.to_string()))
             })
             .transpose()
-    };
-    let any = |v6: bool| IpPrefix {
-        v6,
-        addr: [0; 16],
-        len: 0,
     };
     let (src, dst) = match (prefix("src_prefix")?, prefix("dst_prefix")?) {
         (None, None) => {
@@ -290,14 +285,8 @@ fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
                     .into(),
             ))
         }
-        (Some(s), None) => (s, any(s.v6)),
-        (None, Some(d)) => (any(d.v6), d),
-        (Some(s), Some(d)) if s.v6 != d.v6 => {
-            return Err((
-                "match.dst_prefix".into(),
-                "not of the source prefix's IP version".into(),
-            ))
-        }
+        (Some(s), None) => (s, IpPrefix::any(s.v6())),
+        (None, Some(d)) => (IpPrefix::any(d.v6()), d),
         (Some(s), Some(d)) => (s, d),
     };
     let proto = m
@@ -310,24 +299,13 @@ fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
         })
     };
     let (sport, dport) = (range("sport")?, range("dport")?);
-    let m = AclMatch {
-        src,
-        dst,
-        proto,
-        sport,
-        dport,
-    };
-    if !m.ports_fit_protocol() {
-        return Err((
-            if sport.is_any() {
-                "match.dport"
-            } else {
-                "match.sport"
-            }
-            .into(),
-            "ports need \"proto\": \"tcp\" or \"udp\" (or no protocol)".into(),
-        ));
-    }
+    let m = AclMatch::new(src, dst, proto, sport, dport).map_err(|e| {
+        let field = match e {
+            MatchError::MixedFamilies => "match.dst_prefix".to_string(),
+            MatchError::PortsWithoutTransport { field } => format!("match.{}", field.name()),
+        };
+        (field, e.to_string())
+    })?;
     Ok(Match::Acl { m, priority })
 }
 
@@ -407,7 +385,7 @@ fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
             )
         })?
         .parse()
-        .map_err(|e: crate::prefix::PrefixError| (field.clone(), e.0))?;
+        .map_err(|e: crate::prefix::PrefixError| (field.clone(), e.to_string()))?;
     let proto = m
         .get("proto")
         .map(|p| parse_proto(p, "match.proto"))

@@ -128,18 +128,18 @@ impl Serialize for MatchJson<'_> {
             }
             Match::Acl { m: ref a, .. } => {
                 let n = 2
-                    + usize::from(a.proto.is_some())
-                    + usize::from(!a.sport.is_any())
-                    + usize::from(!a.dport.is_any());
+                    + usize::from(a.proto().is_some())
+                    + usize::from(!a.sport().is_any())
+                    + usize::from(!a.dport().is_any());
                 let mut m = s.serialize_map(Some(n))?;
-                m.serialize_entry("src_prefix", &Shown(a.src))?;
-                m.serialize_entry("dst_prefix", &Shown(a.dst))?;
-                if let Some(p) = a.proto {
+                m.serialize_entry("src_prefix", &Shown(a.src()))?;
+                m.serialize_entry("dst_prefix", &Shown(a.dst()))?;
+                if let Some(p) = a.proto() {
                     m.serialize_entry("proto", &p)?;
                 }
-                for (key, r) in [("sport", a.sport), ("dport", a.dport)] {
+                for (key, r) in [("sport", a.sport()), ("dport", a.dport())] {
                     if r.is_exact() {
-                        m.serialize_entry(key, &r.lo)?;
+                        m.serialize_entry(key, &r.lo())?;
                     } else if !r.is_any() {
                         m.serialize_entry(key, &Shown(r))?;
                     }

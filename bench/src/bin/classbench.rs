@@ -32,8 +32,16 @@
 //! bit AT: 32 for sites inside one organisation's /32, 16 for allocations
 //! of different organisations).
 //!
+//! The IPv4 rules are compiled (`compile_s`, `compiled_bytes`, and the
+//! tree's nodes, leaf entries and depth as `compiled_shape`) before the
+//! rates; `--no-compile` leaves them in the tuple space (the A/B).
+//! `--churn PCT` then deletes and re-inserts PCT % of the rules with no
+//! recompile and measures again (`mpps_single_churned`,
+//! `mpps_batched_churned`; `OUT.churned` beside `--verdicts OUT`).
+//!
 //! Run: `cargo run --release -p cfdp-bench --bin classbench -- --rules FILE
-//! --trace FILE [--verdicts OUT] [--rounds N] [--v6 AT]`
+//! --trace FILE [--verdicts OUT] [--rounds N] [--v6 AT] [--no-compile]
+//! [--churn PCT]`
 
 use std::io::Write;
 use std::time::Instant;
@@ -44,8 +52,11 @@ use cfdp_bench::{arg, load_classbench, median, BurstMatcher};
 use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::{AclClassifier, Probes};
 use cfdp_engine::{LiveStats, Mode};
-use cfdp_rules::{AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, Update};
+use cfdp_rules::{
+    AclMatch, AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, PortRange, Update,
+};
 
+#[allow(clippy::too_many_lines)] // a benchmark's main
 fn main() {
     if std::env::args().any(|a| a == "--run-header") {
         // The provenance line bench/classbench.sh puts first in its CSV.
@@ -73,6 +84,14 @@ fn main() {
     let t0 = Instant::now();
     let mut c = AclClassifier::with_rules(rules).expect("ClassBench ids are unique");
     let build_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let refused = if std::env::args().any(|a| a == "--no-compile") {
+        Some("--no-compile".to_string())
+    } else {
+        c.compile().err().map(|e| e.to_string())
+    };
+    let compile_s = t0.elapsed().as_secs_f64();
+    let compiled = refused.is_none();
 
     if std::env::args().any(|a| a == "--tables") {
         for (t, rules, buckets, longest) in c.table_shapes() {
@@ -90,12 +109,18 @@ fn main() {
         c.classify_counted(k, &mut probes);
     }
     let (single, batched) = rates(&c, &keys, rounds);
+    // On a copy: the update timings below churn `c` too.
+    let churned = arg("--churn").map(|pct| churn(&mut c.clone(), rules, &pct, &keys, rounds));
     let (mut cins, mut cdel) = updates(&mut c, rules);
     // Rules that match every packet (full wildcards: ClassBench sets end
     // with one) leave no packet to miss: the miss trace runs against the
     // set without them.
     let partial: Vec<AclRule> = rules.iter().copied().filter(|r| !matches_all(r)).collect();
-    let without = AclClassifier::with_rules(&partial).expect("unique ids");
+    let mut without = AclClassifier::with_rules(&partial).expect("unique ids");
+    if compiled {
+        // The miss set is the set less its catch-alls: it may be refused.
+        let _ = without.compile();
+    }
     let miss = miss_trace(&without, &keys, v6_at);
     let (miss_mpps, _) = rates(&without, &miss, rounds);
     let (store_build_s, worker, mut ins, mut del) = store_path(rules, &keys, rounds);
@@ -122,7 +147,17 @@ fn main() {
         "miss_packets": miss.len(),
         "miss_set_rules": partial.len(),
         "rounds": rounds,
+        "compiled": compiled,
+        "compile_s": compile_s,
+        "compiled_bytes": c.compiled().map_or(0, cfdp_engine::acl::compiled::Compiled::bytes),
+        "compiled_shape": c.compiled().map(cfdp_engine::acl::compiled::Compiled::shape),
+        "compile_refused": refused,
     });
+    if let Some((pct, single, batched)) = churned {
+        line["churn_pct"] = pct.into();
+        line["mpps_single_churned"] = single.into();
+        line["mpps_batched_churned"] = batched.into();
+    }
     if std::env::args().any(|a| a == "--explosion") {
         let (tables, mpps) = explosion(rounds);
         line["explosion_tables"] = tables.into();
@@ -145,8 +180,15 @@ fn v6_arg() -> Option<u32> {
 /// The set and its trace moved into IPv6 (`--v6 AT`, see [`v6_addr`]).
 fn to_v6(rules: &mut [AclRule], keys: &mut [FlowKey], at: u32) {
     for r in rules {
-        r.matcher.src = v6_prefix(&r.matcher.src, at);
-        r.matcher.dst = v6_prefix(&r.matcher.dst, at);
+        let m = r.matcher;
+        r.matcher = AclMatch::new(
+            v6_prefix(&m.src(), at),
+            v6_prefix(&m.dst(), at),
+            m.proto(),
+            m.sport(),
+            m.dport(),
+        )
+        .expect("a valid match stays valid in the other family");
     }
     for k in keys {
         *k = FlowKey {
@@ -171,18 +213,11 @@ fn v6_addr(a: &[u8; 16], at: u32) -> [u8; 16] {
 
 /// An IPv4 prefix as IPv6 (see [`v6_addr`]); `/0` stays "any" (`::/0`).
 fn v6_prefix(p: &IpPrefix, at: u32) -> IpPrefix {
-    if p.len == 0 {
-        return IpPrefix {
-            v6: true,
-            addr: [0; 16],
-            len: 0,
-        };
+    if p.len() == 0 {
+        return IpPrefix::any(true);
     }
-    IpPrefix {
-        v6: true,
-        addr: v6_addr(&p.addr, at),
-        len: p.len + at as u8,
-    }
+    IpPrefix::new(true, v6_addr(p.addr(), at), p.len() + at as u8)
+        .expect("an IPv4 prefix moved below `at` bits keeps its host bits clear")
 }
 
 /// One line per packet: the winning rule's line (its id), 0 for none.
@@ -259,10 +294,45 @@ fn updates(c: &mut AclClassifier, rules: &[cfdp_rules::AclRule]) -> (Samples, Sa
     (ins, del)
 }
 
+/// `--churn PCT`: PCT % of the set's rules (spread evenly over it) deleted
+/// and inserted back (same match, priority, action and id) with no compile
+/// in between, so they leave the compiled layer (dead there) for the live
+/// one; then the rates again, and with `--verdicts OUT` the verdicts after
+/// the churn in `OUT.churned`. Returns (PCT, single, batched).
+fn churn(
+    c: &mut AclClassifier,
+    rules: &[AclRule],
+    pct: &str,
+    keys: &[FlowKey],
+    rounds: usize,
+) -> (f64, f64, f64) {
+    let pct: f64 = match pct.parse() {
+        Ok(p) if (0.0..=100.0).contains(&p) => p,
+        _ => {
+            eprintln!("classbench: --churn {pct}: a percentage 0..=100");
+            std::process::exit(2)
+        }
+    };
+    let n = (rules.len() as f64 * pct / 100.0).round() as usize;
+    if n > 0 {
+        let step = rules.len() as f64 / n as f64;
+        for i in 0..n {
+            let r = rules[(i as f64 * step) as usize];
+            c.remove(r.id).expect("present");
+            c.insert(r).expect("absent");
+        }
+    }
+    if let Some(out) = arg("--verdicts") {
+        write_verdicts(&format!("{out}.churned"), c, keys);
+    }
+    let (single, batched) = rates(c, keys, rounds);
+    (pct, single, batched)
+}
+
 /// Whether a rule matches every packet of its family.
 fn matches_all(r: &AclRule) -> bool {
     let m = &r.matcher;
-    m.src.len == 0 && m.dst.len == 0 && m.proto.is_none() && m.sport.is_any() && m.dport.is_any()
+    *m == AclMatch::any(m.v6())
 }
 
 /// The trace's packets moved to addresses no rule's prefixes cover (both
@@ -383,21 +453,20 @@ fn explosion(rounds: usize) -> (usize, f64) {
                 a(0x0a00_0000 ^ id.rotate_left(7)),
                 a(0xc000_0000 ^ id.rotate_left(11)),
             );
-            let prefix = |addr: [u8; 16], len| IpPrefix {
-                v6: false,
-                addr: IpPrefix::mask(false, &addr, len),
-                len,
+            let prefix = |addr: [u8; 16], len| {
+                IpPrefix::new(false, IpPrefix::mask(false, &addr, len), len).unwrap()
             };
             rules.push(AclRule {
                 id,
                 priority: id,
-                matcher: cfdp_rules::AclMatch {
-                    src: prefix(sa, s),
-                    dst: prefix(da, d),
-                    proto: Some(6),
-                    sport: cfdp_rules::PortRange::ANY,
-                    dport: cfdp_rules::PortRange::ANY,
-                },
+                matcher: AclMatch::new(
+                    prefix(sa, s),
+                    prefix(da, d),
+                    Some(6),
+                    PortRange::ANY,
+                    PortRange::ANY,
+                )
+                .expect("a valid match"),
                 action: Action::Drop,
             });
             keys.push(FlowKey {

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use cfdp_rules::decide;
 use cfdp_rules::{Batch, Code, Rule, RuleId, Update, UpdateResult};
 
 use crate::keys::{canonical, Keys};
@@ -101,11 +102,7 @@ pub fn plan(batch: &Batch, view: &View, keys: &Keys) -> Plan {
         .collect();
     let failed = results.iter().any(|r| r.code != Code::Ok);
     if failed && batch.atomicity.all_or_nothing() {
-        for r in &mut results {
-            if r.code == Code::Ok {
-                *r = UpdateResult::err(Code::Aborted, "another update of the batch failed");
-            }
-        }
+        decide::abort_others(&mut results, None);
         return Plan {
             results,
             ..Plan::default()
@@ -157,55 +154,37 @@ impl Picture<'_> {
         }
     }
 
-    /// One update against the picture so far, which it changes when it
-    /// succeeds.
+    /// One update against the picture so far ([`decide::check`]), which it
+    /// changes when it succeeds.
     fn step(&mut self, u: &Update) -> UpdateResult {
-        match u {
-            Update::Insert(rule) => {
-                let m = canonical(rule).1;
-                if self.rule_now(rule.id).is_some() {
-                    UpdateResult::err(
-                        Code::AlreadyExists,
-                        format!("rule {} already exists", rule.id),
-                    )
-                } else if let Some(o) = self.owner_now(&m) {
-                    UpdateResult::err(
-                        Code::AlreadyExists,
-                        format!("rule {o} already has this match"),
-                    )
-                } else {
-                    self.rules.insert(rule.id, Some(*rule));
-                    self.matches.insert(m, Some(rule.id));
-                    UpdateResult::ok()
+        match decide::check(self, u) {
+            Err(refused) => refused.result(),
+            Ok(replaced) => {
+                if let Some(old) = replaced {
+                    self.matches.insert(canonical(&old).1, None);
                 }
-            }
-            Update::Modify(rule) => match self.rule_now(rule.id) {
-                None => UpdateResult::err(Code::NotFound, format!("no rule {}", rule.id)),
-                Some(old) => {
-                    let (old_m, new_m) = (canonical(&old).1, canonical(rule).1);
-                    match self.owner_now(&new_m) {
-                        Some(o) if o != rule.id => UpdateResult::err(
-                            Code::AlreadyExists,
-                            format!("rule {o} already has this match"),
-                        ),
-                        _ => {
-                            self.rules.insert(rule.id, Some(*rule));
-                            self.matches.insert(old_m, None);
-                            self.matches.insert(new_m, Some(rule.id));
-                            UpdateResult::ok()
-                        }
+                match u {
+                    Update::Insert(r) | Update::Modify(r) => {
+                        self.rules.insert(r.id, Some(*r));
+                        self.matches.insert(canonical(r).1, Some(r.id));
+                    }
+                    Update::Delete(id) => {
+                        self.rules.insert(*id, None);
                     }
                 }
-            },
-            Update::Delete(id) => match self.rule_now(*id) {
-                None => UpdateResult::err(Code::NotFound, format!("no rule {id}")),
-                Some(old) => {
-                    self.rules.insert(*id, None);
-                    self.matches.insert(canonical(&old).1, None);
-                    UpdateResult::ok()
-                }
-            },
+                UpdateResult::ok()
+            }
         }
+    }
+}
+
+impl decide::RuleView for Picture<'_> {
+    fn rule(&self, id: RuleId) -> Option<Rule> {
+        self.rule_now(id)
+    }
+
+    fn match_owner(&self, r: &Rule) -> Option<RuleId> {
+        self.owner_now(&canonical(r).1)
     }
 }
 

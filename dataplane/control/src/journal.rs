@@ -749,7 +749,7 @@ mod tests {
                 let c = crc32fast::hash(&b[..n]);
                 b[n..].copy_from_slice(&c.to_le_bytes());
             },
-            "rule #1: prefix: host bits set",
+            "rule #1: prefix: '10.5.0.1/16' has host bits set",
         );
         std::fs::write(&snap, &bytes).unwrap();
         assert_eq!(restore(&d).unwrap().rules, [rule(5), rule(6)]);

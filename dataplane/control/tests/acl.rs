@@ -173,11 +173,7 @@ fn prefix(v6: bool, base: u8, len: u8) -> IpPrefix {
     a[2] = base.wrapping_mul(7);
     a[15] = base;
     let len = len.min(IpPrefix::max_len(v6));
-    IpPrefix {
-        v6,
-        addr: IpPrefix::mask(v6, &a, len),
-        len,
-    }
+    IpPrefix::new(v6, IpPrefix::mask(v6, &a, len), len).unwrap()
 }
 
 fn acl_rule(id: u32) -> impl Strategy<Value = Rule> {
@@ -193,13 +189,14 @@ fn acl_rule(id: u32) -> impl Strategy<Value = Rule> {
         .prop_map(move |(v6, s, d, proto, dport, priority, action)| Rule {
             id,
             matcher: Match::Acl {
-                m: AclMatch {
-                    src: prefix(v6, s.0, s.1),
-                    dst: prefix(v6, d.0 + 100, d.1),
+                m: AclMatch::new(
+                    prefix(v6, s.0, s.1),
+                    prefix(v6, d.0 + 100, d.1),
                     proto,
-                    sport: PortRange::ANY,
+                    PortRange::ANY,
                     dport,
-                },
+                )
+                .unwrap(),
                 priority,
             },
             action,
@@ -217,7 +214,7 @@ fn packet() -> impl Strategy<Value = FlowKey> {
         .prop_map(|(v6, s, d, proto, dport)| {
             let addr = |b: u8| {
                 let p = prefix(v6, b, 128);
-                p.addr
+                *p.addr()
             };
             FlowKey {
                 v6,

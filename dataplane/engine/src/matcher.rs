@@ -264,12 +264,23 @@ pub fn match_burst(
         }
     }
 
-    // 3. Multi-field rules (explicit priorities, below every rule above).
-    if t.has_acl() {
+    // 3. Multi-field rules (explicit priorities, below every rule above),
+    //    the packets still unmatched as one burst: the compiled layer walks
+    //    them together (`acl::compiled`).
+    if t.has_acl() && n > 0 {
+        let mut left = [keys[0]; MAX_BURST];
+        let mut m = 0;
         for i in 0..n {
             if valid[i] && out[i].is_none() {
-                out[i] = t.classify_acl(&keys[i]);
+                idx[m] = i;
+                left[m] = keys[i];
+                m += 1;
             }
+        }
+        let mut acl = [None; MAX_BURST];
+        t.classify_acl_burst(&left[..m], &mut acl[..m]);
+        for j in 0..m {
+            out[idx[j]] = acl[j];
         }
     }
 }

@@ -310,6 +310,22 @@ impl Tables {
         Some(RuleRef { action, slot })
     }
 
+    /// [`Self::classify_acl`] for each key of a burst.
+    #[inline]
+    pub fn classify_acl_burst(&self, keys: &[FlowKey], out: &mut [Option<RuleRef>]) {
+        // Any chunk works; a worker's burst (32) is one chunk.
+        let mut answers = [None; 32];
+        for (k, o) in keys
+            .chunks(answers.len())
+            .zip(out.chunks_mut(answers.len()))
+        {
+            self.acl.classify_burst_action(k, &mut answers[..k.len()]);
+            for (o, a) in o.iter_mut().zip(&answers) {
+                *o = a.map(|(action, slot)| RuleRef { action, slot });
+            }
+        }
+    }
+
     /// Whether this copy holds multi-field rules.
     pub fn has_acl(&self) -> bool {
         !self.acl.is_empty()

@@ -4,6 +4,7 @@
 //! address families, random packets aimed at the rules' corners, and
 //! random deletes and re-inserts in between.
 
+use cfdp_engine::acl::compiled::Compiled;
 use cfdp_engine::acl::AclClassifier;
 use cfdp_rules::acl::first_match;
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, IpPrefix, PortRange};
@@ -33,11 +34,7 @@ fn prefix(v6: bool, base: usize, len_frac: u8) -> IpPrefix {
     } else {
         BASES[base]
     };
-    IpPrefix {
-        v6,
-        addr: IpPrefix::mask(v6, &a, len),
-        len,
-    }
+    IpPrefix::new(v6, IpPrefix::mask(v6, &a, len), len).unwrap()
 }
 
 fn ports() -> impl Strategy<Value = PortRange> {
@@ -71,13 +68,14 @@ fn rule(id: u32) -> impl Strategy<Value = AclRule> {
         .prop_map(move |(v6, s, d, proto, sport, dport, priority)| AclRule {
             id,
             priority,
-            matcher: AclMatch {
-                src: prefix(v6, s.0, s.1),
-                dst: prefix(v6, d.0, d.1),
+            matcher: AclMatch::new(
+                prefix(v6, s.0, s.1),
+                prefix(v6, d.0, d.1),
                 proto,
                 sport,
                 dport,
-            },
+            )
+            .unwrap(),
             action: Action::Drop,
         })
 }
@@ -167,6 +165,100 @@ proptest! {
     }
 }
 
+/// One step of the layered churn test.
+#[derive(Clone, Debug)]
+enum Step {
+    Delete(prop::sample::Index),
+    /// Replace a rule with another (same id): priority, match or both.
+    Modify(prop::sample::Index, AclRule),
+    Insert(AclRule),
+    /// A compile on the spot.
+    Compile,
+    /// A compile whose input is taken now and installed after the next
+    /// steps (the background compile: the rules change meanwhile).
+    CompileLater,
+    Install,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(
+        prop_oneof![
+            3 => any::<prop::sample::Index>().prop_map(Step::Delete),
+            3 => (any::<prop::sample::Index>(), rule(0)).prop_map(|(i, r)| Step::Modify(i, r)),
+            3 => rule(0).prop_map(Step::Insert),
+            1 => Just(Step::Compile),
+            1 => Just(Step::CompileLater),
+            1 => Just(Step::Install),
+        ],
+        0..40,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The compiled layer with the live tuple space in front of it answers
+    /// every packet as a first-match scan of the rules at that step,
+    /// through deletes, modifies (priority ties included: priorities are
+    /// 0..8), inserts, compiles, and compiles installed after the rules
+    /// changed under them.
+    #[test]
+    fn compiled_and_live_layers_answer_like_a_first_match_scan(
+        rules in rules(),
+        packets in proptest::collection::vec(packet(), 1..60),
+        steps in steps(),
+    ) {
+        let check = |c: &AclClassifier, live: &[AclRule], at: usize| {
+            let mut burst = vec![None; packets.len()];
+            c.classify_burst(&packets, &mut burst);
+            for (k, b) in packets.iter().zip(&burst) {
+                let want = first_match(live, k).map(|r| r.id);
+                prop_assert_eq!(c.classify(k).map(|r| r.id), want, "step {}: {:?}", at, k);
+                prop_assert_eq!(*b, want, "step {}: {:?} in a burst", at, k);
+            }
+            Ok(())
+        };
+        let mut c = AclClassifier::with_rules(&rules).unwrap();
+        c.compile().unwrap();
+        let mut live = rules.clone();
+        let mut next_id = rules.len() as u32 + 1;
+        let mut pending = None;
+        check(&c, &live, 0)?;
+        for (at, step) in steps.iter().enumerate() {
+            match step {
+                Step::Delete(i) if !live.is_empty() => {
+                    let r = live.remove(i.index(live.len()));
+                    c.remove(r.id).unwrap();
+                }
+                Step::Modify(i, new) if !live.is_empty() => {
+                    let i = i.index(live.len());
+                    let r = AclRule { id: live[i].id, ..*new };
+                    c.remove(r.id).unwrap();
+                    c.insert(r).unwrap();
+                    live[i] = r;
+                }
+                Step::Insert(new) => {
+                    let r = AclRule { id: next_id, ..*new };
+                    next_id += 1;
+                    c.insert(r).unwrap();
+                    live.push(r);
+                }
+                Step::Compile => c.compile().unwrap(),
+                Step::CompileLater => pending = Some(c.compile_input()),
+                Step::Install => {
+                    if let Some(input) = pending.take() {
+                        let compiled = Compiled::build(&input).unwrap();
+                        c.install(std::sync::Arc::new(compiled));
+                    }
+                }
+                _ => {}
+            }
+            check(&c, &live, at + 1)?;
+            prop_assert_eq!(c.len(), live.len());
+        }
+    }
+}
+
 /// A deterministic stream of numbers (xorshift), for the churn test.
 fn xorshift(x: &mut u64) -> u64 {
     *x ^= *x << 13;
@@ -181,27 +273,31 @@ fn xorshift(x: &mut u64) -> u64 {
 /// to the arena's end and the arena is compacted; every rule stays found
 /// at every step.
 #[test]
+#[allow(clippy::too_many_lines)] // a scenario test
 fn churn_keeps_every_rule_found() {
     let mk = |id: u32, src: [u8; 4], dport: (u16, u16)| AclRule {
         id,
         priority: 1000 - id,
-        matcher: AclMatch {
-            src: IpPrefix {
-                v6: false,
-                addr: [
+        matcher: AclMatch::new(
+            IpPrefix::new(
+                false,
+                [
                     src[0], src[1], src[2], src[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                 ],
-                len: 32,
-            },
-            dst: IpPrefix {
-                v6: false,
-                addr: [192, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-                len: 24,
-            },
-            proto: Some(17),
-            sport: PortRange::ANY,
-            dport: PortRange::new(dport.0, dport.1).unwrap(),
-        },
+                32,
+            )
+            .unwrap(),
+            IpPrefix::new(
+                false,
+                [192, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                24,
+            )
+            .unwrap(),
+            Some(17),
+            PortRange::ANY,
+            PortRange::new(dport.0, dport.1).unwrap(),
+        )
+        .unwrap(),
         action: Action::Drop,
     };
     let mut rules: Vec<AclRule> = (0..300u32)
@@ -212,11 +308,11 @@ fn churn_keeps_every_rule_found() {
     rules.extend((0..300u32).map(|i| mk(301 + i, [10, 9, 9, 9], (1000 + i as u16, 2000))));
     let key = |r: &AclRule| FlowKey {
         v6: false,
-        src: r.matcher.src.addr,
+        src: *r.matcher.src().addr(),
         dst: [192, 0, 2, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         proto: 17,
         sport: 4000,
-        dport: r.matcher.dport.lo,
+        dport: r.matcher.dport().lo(),
     };
     let keys: Vec<FlowKey> = rules.iter().map(key).collect();
     let mut c = AclClassifier::new();

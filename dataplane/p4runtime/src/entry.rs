@@ -10,7 +10,7 @@
 //! zeros, one byte for zero).
 
 use cfdp_rules::rule::MAX_PRIORITY;
-use cfdp_rules::{AclMatch, Action, IpPrefix, Match, PortRange, Rule};
+use cfdp_rules::{AclMatch, Action, IpPrefix, Match, MatchError, PortField, PortRange, Rule};
 use prost::bytes::Bytes;
 
 use crate::pipeline::{self, Table, DPORT, DST, PROTO, SPORT, SRC};
@@ -90,18 +90,9 @@ pub fn entry_match(e: &p4::TableEntry) -> Result<Match, EntryError> {
                 ),
             )
         })?;
-    let any = IpPrefix {
-        v6: t.v6(),
-        addr: [0; 16],
-        len: 0,
-    };
-    let mut m = AclMatch {
-        src: any,
-        dst: any,
-        proto: None,
-        sport: PortRange::ANY,
-        dport: PortRange::ANY,
-    };
+    let (mut src, mut dst) = (IpPrefix::any(t.v6()), IpPrefix::any(t.v6()));
+    let mut proto = None;
+    let (mut sport, mut dport) = (PortRange::ANY, PortRange::ANY);
     let mut seen = [false; 6];
     for f in &e.r#match {
         let name = t.field_name(f.field_id);
@@ -122,22 +113,29 @@ pub fn entry_match(e: &p4::TableEntry) -> Result<Match, EntryError> {
             return Err(EntryError::invalid(name, "given twice"));
         }
         match (f.field_id, &f.field_match_type) {
-            (SRC, Some(Fm::Ternary(x))) => m.src = prefix(t, name, &x.value, &x.mask)?,
-            (DST, Some(Fm::Ternary(x))) => m.dst = prefix(t, name, &x.value, &x.mask)?,
-            (PROTO, Some(Fm::Ternary(x))) => m.proto = Some(protocol(name, &x.value, &x.mask)?),
-            (SPORT, Some(Fm::Range(r))) => m.sport = range(name, &r.low, &r.high)?,
-            (DPORT, Some(Fm::Range(r))) => m.dport = range(name, &r.low, &r.high)?,
+            (SRC, Some(Fm::Ternary(x))) => src = prefix(t, name, &x.value, &x.mask)?,
+            (DST, Some(Fm::Ternary(x))) => dst = prefix(t, name, &x.value, &x.mask)?,
+            (PROTO, Some(Fm::Ternary(x))) => proto = Some(protocol(name, &x.value, &x.mask)?),
+            (SPORT, Some(Fm::Range(r))) => sport = range(name, &r.low, &r.high)?,
+            (DPORT, Some(Fm::Range(r))) => dport = range(name, &r.low, &r.high)?,
             (SRC | DST | PROTO, _) => return Err(EntryError::invalid(name, "a ternary match")),
             _ => return Err(EntryError::invalid(name, "a range match")),
         }
     }
-    if !m.ports_fit_protocol() {
-        let f = if m.sport.is_any() { DPORT } else { SPORT };
-        return Err(EntryError::invalid(
+    // Both prefixes come from one table, so of one family: the only
+    // refusal left is ports with a protocol that has none.
+    let m = AclMatch::new(src, dst, proto, sport, dport).map_err(|e| {
+        let f = match e {
+            MatchError::PortsWithoutTransport {
+                field: PortField::Sport,
+            } => SPORT,
+            _ => DPORT,
+        };
+        EntryError::invalid(
             t.field_name(f),
             "ports need ip_proto 6 (TCP) or 17 (UDP), or no ip_proto",
-        ));
-    }
+        )
+    })?;
     Ok(Match::Acl { m, priority })
 }
 
@@ -249,17 +247,8 @@ fn prefix(t: Table, field: &str, v: &[u8], mask: &[u8]) -> Result<IpPrefix, Entr
             "the mask is not a prefix (ones, then zeros): cfdp matches addresses by prefix",
         ));
     }
-    if IpPrefix::mask(t.v6(), &addr, len as u8) != addr {
-        return Err(EntryError::invalid(
-            field,
-            "the value has bits set outside its mask",
-        ));
-    }
-    Ok(IpPrefix {
-        v6: t.v6(),
-        addr,
-        len: len as u8,
-    })
+    IpPrefix::new(t.v6(), addr, len as u8)
+        .map_err(|_| EntryError::invalid(field, "the value has bits set outside its mask"))
 }
 
 fn protocol(field: &str, v: &[u8], mask: &[u8]) -> Result<u8, EntryError> {
@@ -307,22 +296,22 @@ pub fn rule_entry(r: &Rule) -> Option<p4::TableEntry> {
             mask: canonical(mask),
         })),
     };
-    for (id, p) in [(SRC, m.src), (DST, m.dst)] {
-        if p.len > 0 {
-            let mask = IpPrefix::mask(t.v6(), &[0xff; 16], p.len);
-            fields.push(ternary(id, &p.addr[..n], &mask[..n]));
+    for (id, p) in [(SRC, m.src()), (DST, m.dst())] {
+        if p.len() > 0 {
+            let mask = IpPrefix::mask(t.v6(), &[0xff; 16], p.len());
+            fields.push(ternary(id, &p.addr()[..n], &mask[..n]));
         }
     }
-    if let Some(p) = m.proto {
+    if let Some(p) = m.proto() {
         fields.push(ternary(PROTO, &[p], &[0xff]));
     }
-    for (id, r) in [(SPORT, m.sport), (DPORT, m.dport)] {
+    for (id, r) in [(SPORT, m.sport()), (DPORT, m.dport())] {
         if !r.is_any() {
             fields.push(p4::FieldMatch {
                 field_id: id,
                 field_match_type: Some(Fm::Range(p4::field_match::Range {
-                    low: canonical(&r.lo.to_be_bytes()),
-                    high: canonical(&r.hi.to_be_bytes()),
+                    low: canonical(&r.lo().to_be_bytes()),
+                    high: canonical(&r.hi().to_be_bytes()),
                 })),
             });
         }
@@ -417,11 +406,11 @@ mod tests {
             panic!("{m:?}")
         };
         assert_eq!(priority, 9);
-        assert_eq!(acl.src.to_string(), "10.1.0.0/16");
-        assert_eq!(acl.dst.len, 0);
-        assert_eq!(acl.proto, Some(6));
-        assert_eq!(acl.dport, PortRange { lo: 80, hi: 256 });
-        assert!(acl.sport.is_any());
+        assert_eq!(acl.src().to_string(), "10.1.0.0/16");
+        assert_eq!(acl.dst().len(), 0);
+        assert_eq!(acl.proto(), Some(6));
+        assert_eq!(acl.dport(), PortRange::new(80, 256).unwrap());
+        assert!(acl.sport().is_any());
         let action = entry_action(&padded).unwrap();
         assert_eq!(action, Action::Redirect(2));
         let back = rule_entry(&Rule {
@@ -447,8 +436,8 @@ mod tests {
         let Match::Acl { m: acl, .. } = m else {
             panic!()
         };
-        assert!(acl.v6() && acl.dst.v6);
-        assert_eq!(acl.dst.to_string(), "2001:db8::/32");
+        assert!(acl.v6() && acl.dst().v6());
+        assert_eq!(acl.dst().to_string(), "2001:db8::/32");
         let rule = Rule {
             id: 3,
             matcher: m,

@@ -331,10 +331,7 @@ impl Service {
             .collect();
         if bad && atomicity.all_or_nothing() {
             for r in results.iter_mut().filter(|r| r.0 == Code::Ok) {
-                *r = (
-                    Code::Aborted,
-                    "not applied: another update of the batch failed".into(),
-                );
+                *r = (Code::Aborted, cfdp_rules::decide::ABORTED.into());
             }
             for (u, (code, _)) in w.updates.iter().zip(&results) {
                 self.metrics.update(op_name(u.r#type), *code);

@@ -21,11 +21,7 @@ fn prefix(rng: &mut SplitMix, bases: &[u32]) -> IpPrefix {
     let len = [0u8, 8, 16, 20, 24, 28, 32][(rng.next() % 7) as usize];
     let mut a = [0u8; 16];
     a[..4].copy_from_slice(&base.to_be_bytes());
-    IpPrefix {
-        v6: false,
-        addr: IpPrefix::mask(false, &a, len),
-        len,
-    }
+    IpPrefix::new(false, IpPrefix::mask(false, &a, len), len).unwrap()
 }
 
 fn ports(rng: &mut SplitMix) -> PortRange {
@@ -48,13 +44,14 @@ fn replayed_counters_follow_first_match_by_priority() {
         .map(|id| AclRule {
             id,
             priority: (rng.next() % 40) as u32,
-            matcher: AclMatch {
-                src: prefix(&mut rng, &bases),
-                dst: prefix(&mut rng, &bases),
-                proto: [None, Some(6), Some(17)][(rng.next() % 3) as usize],
-                sport: ports(&mut rng),
-                dport: ports(&mut rng),
-            },
+            matcher: AclMatch::new(
+                prefix(&mut rng, &bases),
+                prefix(&mut rng, &bases),
+                [None, Some(6), Some(17)][(rng.next() % 3) as usize],
+                ports(&mut rng),
+                ports(&mut rng),
+            )
+            .unwrap(),
             action: Action::Count,
         })
         .collect();

@@ -322,7 +322,8 @@ fn build_filter(
 }
 
 /// The classifier of a rule set's multi-field rules, each tagged with its
-/// slot.
+/// slot, its IPv4 rules compiled where the compiled layer takes them (see
+/// `cfdp_engine::acl`: later updates go to the live layer in front of it).
 fn multi_field(set: &RuleSet) -> Result<AclClassifier, StoreError> {
     let mut acl = AclClassifier::new();
     for (index, s) in set.iter().enumerate() {
@@ -334,5 +335,8 @@ fn multi_field(set: &RuleSet) -> Result<AclClassifier, StoreError> {
             })?;
         }
     }
+    // A set the compiled layer refuses (over its budget: see
+    // `cfdp_engine::acl::compiled`) stays in the tuple space, as exact.
+    let _ = acl.compile();
     Ok(acl)
 }

@@ -275,11 +275,7 @@ mod tests {
             id,
             matcher: Match::Prefix {
                 dir: Dir::Dst,
-                prefix: IpPrefix {
-                    v6: false,
-                    addr: [0; 16],
-                    len,
-                },
+                prefix: IpPrefix::new(false, [0; 16], len).unwrap(),
                 proto: None,
                 port: None,
             },

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use cfdp_engine::{key_check, SlotRule};
 use cfdp_filter::{InsertError, Placement};
+use cfdp_rules::decide::{self, Refusal};
 use cfdp_rules::UpdateError;
 
 use std::sync::Arc;
@@ -19,8 +20,8 @@ use hashbrown::HashMap;
 
 use super::state::RuleStore;
 use super::types::{
-    class_of, domain_and_hash, id_taken, match_taken, prefix_addr, ApplyError, BatchReport, Domain,
-    InsertReport, Stored, Timing,
+    class_of, domain_and_hash, prefix_addr, ApplyError, BatchReport, Domain, InsertReport, Stored,
+    Timing,
 };
 use super::views::domain_name;
 use crate::journal::JournalError;
@@ -117,9 +118,9 @@ impl RuleStore {
                         // Valid, but it failed executing (e.g. a full
                         // filter): that update is the answer.
                         results[i] = e;
-                        abort_results(&mut results, Some(i));
+                        decide::abort_others(&mut results, Some(i));
                     } else {
-                        abort_results(&mut results, None);
+                        decide::abort_others(&mut results, None);
                     }
                     return Ok(self.report(false, batch.atomicity, start, results, p));
                 }
@@ -411,12 +412,7 @@ impl RuleStore {
     ) -> Result<(), UpdateResult> {
         match u {
             Update::Insert(r) => {
-                if self.get_id(p, r.id).is_some() {
-                    return Err(UpdateResult::err(Code::AlreadyExists, id_taken(r.id)));
-                }
-                if let Some(o) = self.get_match(p, &r.matcher) {
-                    return Err(UpdateResult::err(Code::AlreadyExists, match_taken(o)));
-                }
+                decide::check(&Overlay { store: self, p }, u).map_err(Refusal::result)?;
                 let slot = self.alloc_slot(p, execute).ok_or_else(|| {
                     UpdateResult::err(
                         Code::CapacityExhausted,
@@ -440,9 +436,8 @@ impl RuleStore {
                 p.matches.insert(r.matcher, Some(r.id));
             }
             Update::Delete(id) => {
-                let s = self.get_id(p, *id).ok_or_else(|| {
-                    UpdateResult::err(Code::NotFound, format!("no rule with id {id}"))
-                })?;
+                decide::check(&Overlay { store: self, p }, u).map_err(Refusal::result)?;
+                let s = self.get_id(p, *id).expect("checked: the rule exists");
                 if execute {
                     self.queue_remove(p, &s);
                     p.freed_slots.push(s.slot);
@@ -452,15 +447,9 @@ impl RuleStore {
                 p.matches.insert(s.rule.matcher, None);
             }
             Update::Modify(r) => {
-                let old = self.get_id(p, r.id).ok_or_else(|| {
-                    UpdateResult::err(Code::NotFound, format!("no rule with id {}", r.id))
-                })?;
+                decide::check(&Overlay { store: self, p }, u).map_err(Refusal::result)?;
+                let old = self.get_id(p, r.id).expect("checked: the rule exists");
                 let same_match = old.rule.matcher == r.matcher;
-                if !same_match {
-                    if let Some(o) = self.get_match(p, &r.matcher) {
-                        return Err(UpdateResult::err(Code::AlreadyExists, match_taken(o)));
-                    }
-                }
                 if execute {
                     if same_match {
                         self.queue_insert_op(p, r, old.slot, None);
@@ -566,14 +555,19 @@ fn class_hints(batch: &Batch) -> ClassHints {
     h
 }
 
-/// Marks every update but `failed` (and those already failing) aborted.
-fn abort_results(results: &mut [UpdateResult], failed: Option<usize>) {
-    for (i, r) in results.iter_mut().enumerate() {
-        if Some(i) != failed && r.code == Code::Ok {
-            *r = UpdateResult::err(
-                Code::Aborted,
-                "not applied: another update of the batch failed",
-            );
-        }
+/// The store with a batch's pending updates laid over it, as
+/// [`decide::check`] reads a rule set.
+struct Overlay<'a> {
+    store: &'a RuleStore,
+    p: &'a Pending,
+}
+
+impl decide::RuleView for Overlay<'_> {
+    fn rule(&self, id: RuleId) -> Option<Rule> {
+        self.store.get_id(self.p, id).map(|s| s.rule)
+    }
+
+    fn match_owner(&self, r: &Rule) -> Option<RuleId> {
+        self.store.get_match(self.p, &r.matcher)
     }
 }

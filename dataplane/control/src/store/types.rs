@@ -157,12 +157,12 @@ pub enum StoreError {
 /// Why an insert is refused: its id is taken (batches and rule files say
 /// the same).
 pub(super) fn id_taken(id: RuleId) -> String {
-    format!("id: rule id {id} exists")
+    cfdp_rules::decide::Refusal::IdTaken(id).to_string()
 }
 
 /// Why an insert or modify is refused: another rule has its match.
 pub(super) fn match_taken(other: RuleId) -> String {
-    format!("match: same match as rule id {other}")
+    cfdp_rules::decide::Refusal::MatchTaken { by: other }.to_string()
 }
 
 pub(super) fn prefix_addr(m: &Match) -> [u8; 16] {

@@ -1,0 +1,656 @@
+//! The compiled layer: a decision tree over the five header fields,
+//! rebuilt from a snapshot of the IPv4 rules, beside the live tuple space.
+//!
+//! The tree is HyperSplit's (Qi, Xu, Yang, Li, "Packet Classification
+//! Algorithms: From Theory to Practice", INFOCOM 2009): every inner node
+//! cuts one field's range in two at a rule boundary, chosen so that the
+//! larger side holds as few rules as possible (rules spanning the cut go to
+//! both sides); a node with at most [`LEAF_RULES`] rules, or whose rules no
+//! cut separates, is a leaf that lists them best first. Ports are fields
+//! like the addresses: rules that differ only in ports are told apart by
+//! the tree, not scanned (a bucket of K such rules cost the tuple space K
+//! checks a packet).
+//!
+//! A lookup is a fixed walk: one compare and one load a level, no data-
+//! dependent branch (a leaf points to itself, so a packet that reached one
+//! stays), then a leaf scan that stops at the first live match. A burst is
+//! walked [`LANES`] packets at a time, level by level, so the loads of
+//! different packets overlap instead of waiting on each other.
+//!
+//! Rules deleted or modified since the compile stay in the tree and are
+//! skipped through a dead bitmap the caller keeps (one bit per compiled
+//! rule): every leaf lists *every* rule that can match a packet reaching
+//! it, in rank order, so the first live match is the exact winner among the
+//! compiled rules whatever was deleted.
+
+use cfdp_rules::{AclRule, Action, RuleId};
+use hashbrown::HashMap;
+
+/// Rules a leaf may hold before the builder tries to cut it.
+pub const LEAF_RULES: usize = 8;
+/// Packets walked together (see the module docs).
+pub const LANES: usize = 16;
+
+/// Fields in tree order: source, destination, source port, destination
+/// port, protocol; index 5 is always 0 (a leaf's self-loop reads it).
+const FIELDS: usize = 5;
+const ZERO_FIELD: u32 = 5;
+
+/// A packet's fields as the tree reads them.
+pub type Fields = [u32; 8];
+
+/// The fields of an IPv4 5-tuple.
+#[inline(always)]
+pub fn fields(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Fields {
+    [
+        src,
+        dst,
+        u32::from(sport),
+        u32::from(dport),
+        u32::from(proto),
+        0,
+        0,
+        0,
+    ]
+}
+
+/// A tree node: an inner node goes to `kids[(f[field] >= cut) as usize]`;
+/// a leaf reads the zero field against `cut` 1 and so goes to `kids[0]`,
+/// itself, and names its span of [`Compiled::items`] in `kids[1]`.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    field: u32,
+    cut: u32,
+    kids: [u32; 2],
+}
+
+impl Node {
+    fn is_leaf(&self) -> bool {
+        self.field == ZERO_FIELD
+    }
+}
+
+/// A rule as a leaf checks it: 32 bytes, every field an integer compare.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct Item {
+    src: u32,
+    src_mask: u32,
+    dst: u32,
+    dst_mask: u32,
+    sport: [u16; 2],
+    dport: [u16; 2],
+    /// 0..=255, or 256 for any.
+    proto: u16,
+    _pad: u16,
+    /// The rule's index in [`Compiled::hits`] and in the dead bitmap.
+    idx: u32,
+}
+
+impl Item {
+    #[inline(always)]
+    fn matches(&self, f: &Fields) -> bool {
+        (f[0] & self.src_mask) == self.src
+            && (f[1] & self.dst_mask) == self.dst
+            && (self.proto == 256 || u32::from(self.proto) == f[4])
+            && u32::from(self.sport[0]) <= f[2]
+            && f[2] <= u32::from(self.sport[1])
+            && u32::from(self.dport[0]) <= f[3]
+            && f[3] <= u32::from(self.dport[1])
+    }
+}
+
+/// What a compiled rule answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    pub priority: u32,
+    pub id: RuleId,
+    pub action: Action,
+    pub tag: u32,
+    pub slot: u32,
+}
+
+impl Hit {
+    /// Higher priority, then lower id: as [`AclRule::beats`].
+    #[inline(always)]
+    pub fn rank(&self) -> (u32, std::cmp::Reverse<RuleId>) {
+        (self.priority, std::cmp::Reverse(self.id))
+    }
+}
+
+/// A rule to compile, with the caller's tag and slab slot.
+#[derive(Clone, Copy, Debug)]
+pub struct Input {
+    pub rule: AclRule,
+    pub tag: u32,
+    pub slot: u32,
+}
+
+/// Leaf entries the tree may hold per rule (plus [`BUDGET_SLACK`]): a
+/// rule wide on a field that others cut finely is copied into every part
+/// of the cut, and a set where that multiplies past the budget is refused
+/// (the caller keeps it in the tuple space, exact either way). Measured on
+/// the ClassBench sets (`bench/results/classbench_compiled_tried.csv`):
+/// acl1_10k compiles at 6 entries a rule and classifies 1.9× faster than
+/// the tuple space; fw1_10k (5,100×), ipc1_10k (1,200×) and acl1_100k (23×)
+/// ran slower compiled than in the tuple space, also as trees per group of
+/// prefix widths (CutSplit's partition).
+pub const BUDGET_PER_RULE: usize = 16;
+pub const BUDGET_SLACK: usize = 4096;
+
+/// The tree (a `Vec` of them: the lookup takes the best over several, as a
+/// partitioned build would make; one today).
+#[derive(Debug, Default)]
+struct Tree {
+    nodes: Vec<Node>,
+    items: Vec<Item>,
+    /// Leaf spans of `items`: (start, len).
+    spans: Vec<(u32, u32)>,
+    depth: u32,
+}
+
+/// The compiled trees of a snapshot of IPv4 rules (see the module docs).
+#[derive(Debug, Default)]
+pub struct Compiled {
+    trees: Vec<Tree>,
+    hits: Vec<Hit>,
+    /// The rules as compiled, by index: what an install compares with the
+    /// rule set it meets.
+    rules: Vec<AclRule>,
+    index: HashMap<RuleId, u32>,
+}
+
+/// A rule during the build: its range on each field.
+#[derive(Clone, Copy)]
+struct Ranges {
+    lo: [u32; FIELDS],
+    hi: [u32; FIELDS],
+}
+
+impl Ranges {
+    fn of(r: &AclRule) -> Self {
+        let m = &r.matcher;
+        let (s, d) = (m.src(), m.dst());
+        let span = |a: &[u8; 16], len: u8| {
+            let base = u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
+            let host = u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+            (base, base | host)
+        };
+        let (sl, sh) = span(s.addr(), s.len());
+        let (dl, dh) = span(d.addr(), d.len());
+        let (pl, ph) = m.proto().map_or((0, 255), |p| (u32::from(p), u32::from(p)));
+        Self {
+            lo: [
+                sl,
+                dl,
+                u32::from(m.sport().lo()),
+                u32::from(m.dport().lo()),
+                pl,
+            ],
+            hi: [
+                sh,
+                dh,
+                u32::from(m.sport().hi()),
+                u32::from(m.dport().hi()),
+                ph,
+            ],
+        }
+    }
+}
+
+/// Why a snapshot could not be compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    #[error("rule id {0} is an IPv6 rule: the compiled layer holds IPv4 rules")]
+    NotIpv4(RuleId),
+    #[error("rule id {0} is given twice")]
+    Duplicate(RuleId),
+    /// The tree would copy the rules past [`BUDGET_PER_RULE`].
+    #[error("{rules} rules need more than {budget} leaf entries (see BUDGET_PER_RULE)")]
+    OverBudget { rules: usize, budget: usize },
+}
+
+impl Compiled {
+    /// Compiles `rules` (IPv4, unique ids; any order).
+    pub fn build(rules: &[Input]) -> Result<Self, CompileError> {
+        let mut order: Vec<&Input> = rules.iter().collect();
+        order.sort_by(|a, b| {
+            b.rule
+                .priority
+                .cmp(&a.rule.priority)
+                .then(a.rule.id.cmp(&b.rule.id))
+        });
+        let mut c = Compiled::default();
+        let mut ranges = Vec::with_capacity(order.len());
+        for (i, inp) in order.iter().enumerate() {
+            let r = &inp.rule;
+            if r.matcher.v6() {
+                return Err(CompileError::NotIpv4(r.id));
+            }
+            let idx = u32::try_from(i).expect("fewer than 2^32 rules");
+            if c.index.insert(r.id, idx).is_some() {
+                return Err(CompileError::Duplicate(r.id));
+            }
+            c.hits.push(Hit {
+                priority: r.priority,
+                id: r.id,
+                action: r.action,
+                tag: inp.tag,
+                slot: inp.slot,
+            });
+            ranges.push(Ranges::of(r));
+            c.rules.push(*r);
+        }
+        let items: Vec<Item> = order.iter().zip(0u32..).map(|(i, n)| item(i, n)).collect();
+        let root = Ranges {
+            lo: [0; FIELDS],
+            hi: [u32::MAX, u32::MAX, 65535, 65535, 255],
+        };
+        let all: Vec<u32> = (0..c.hits.len() as u32).collect();
+        let budget = all.len() * BUDGET_PER_RULE + BUDGET_SLACK;
+        let mut b = Builder {
+            t: Tree::default(),
+            ranges: &ranges,
+            items: &items,
+            budget,
+        };
+        if b.node(all, root, 0).is_none() {
+            return Err(CompileError::OverBudget {
+                rules: c.hits.len(),
+                budget,
+            });
+        }
+        c.trees.push(b.t);
+        Ok(c)
+    }
+
+    /// Rules compiled (live or dead).
+    pub fn len(&self) -> usize {
+        self.hits.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+
+    /// The compiled index of rule `id`.
+    pub fn index_of(&self, id: RuleId) -> Option<u32> {
+        self.index.get(&id).copied()
+    }
+
+    /// The answer of compiled rule `idx`.
+    pub fn hit(&self, idx: u32) -> &Hit {
+        &self.hits[idx as usize]
+    }
+
+    /// Compiled rule `idx` as it was compiled.
+    pub fn rule(&self, idx: u32) -> &AclRule {
+        &self.rules[idx as usize]
+    }
+
+    /// Heap bytes of the trees, their leaves, the answers and the id index.
+    pub fn bytes(&self) -> usize {
+        self.trees
+            .iter()
+            .map(|t| {
+                t.nodes.capacity() * std::mem::size_of::<Node>()
+                    + t.items.capacity() * std::mem::size_of::<Item>()
+                    + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
+            })
+            .sum::<usize>()
+            + self.hits.capacity() * std::mem::size_of::<Hit>()
+            + self.rules.capacity() * std::mem::size_of::<AclRule>()
+            + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
+    }
+
+    /// Trees, tree nodes, leaf entries (rules counted once per leaf), and
+    /// the deepest leaf's depth.
+    pub fn shape(&self) -> (usize, usize, usize, u32) {
+        (
+            self.trees.len(),
+            self.trees.iter().map(|t| t.nodes.len()).sum(),
+            self.trees.iter().map(|t| t.items.len()).sum(),
+            self.trees.iter().map(|t| t.depth).max().unwrap_or(0),
+        )
+    }
+
+    /// The best live compiled rule for one packet.
+    #[inline]
+    pub fn lookup(&self, f: &Fields, dead: &Dead) -> Option<&Hit> {
+        let mut best: Option<u32> = None;
+        for t in &self.trees {
+            let leaf = t.walk(f);
+            if let Some(i) = t.scan(leaf, f, dead, best) {
+                best = Some(i);
+            }
+        }
+        best.map(|i| &self.hits[i as usize])
+    }
+
+    /// [`Self::lookup`] for up to [`LANES`] packets at once: each tree's
+    /// walks go level by level over all of them (see the module docs).
+    #[inline]
+    pub fn lookup_lanes<'a>(&'a self, fs: &[Fields], dead: &Dead, out: &mut [Option<&'a Hit>]) {
+        debug_assert!(fs.len() <= LANES && out.len() >= fs.len());
+        let n = fs.len();
+        let mut best = [None::<u32>; LANES];
+        for t in &self.trees {
+            let mut at = [0u32; LANES];
+            // Every walk ends by `depth` steps (a leaf loops to itself).
+            for _ in 0..t.depth {
+                let mut moved = false;
+                for i in 0..n {
+                    let node = t.nodes[at[i] as usize];
+                    let next = node.kids[usize::from(fs[i][node.field as usize] >= node.cut)];
+                    moved |= next != at[i];
+                    at[i] = next;
+                }
+                if !moved {
+                    break;
+                }
+            }
+            for i in 0..n {
+                if let Some(x) = t.scan(at[i], &fs[i], dead, best[i]) {
+                    best[i] = Some(x);
+                }
+            }
+        }
+        for i in 0..n {
+            out[i] = best[i].map(|x| &self.hits[x as usize]);
+        }
+    }
+}
+
+impl Tree {
+    /// The leaf `f` reaches.
+    #[inline(always)]
+    fn walk(&self, f: &Fields) -> u32 {
+        let mut n = 0u32;
+        loop {
+            let node = &self.nodes[n as usize];
+            if node.is_leaf() {
+                return n;
+            }
+            n = node.kids[usize::from(f[node.field as usize] >= node.cut)];
+        }
+    }
+
+    /// The first live rule of leaf `node` matching `f`, if it ranks above
+    /// `better_than` (a compiled index: indices follow rank, best first).
+    #[inline(always)]
+    fn scan(&self, node: u32, f: &Fields, dead: &Dead, better_than: Option<u32>) -> Option<u32> {
+        let (start, len) = self.spans[self.nodes[node as usize].kids[1] as usize];
+        let limit = better_than.unwrap_or(u32::MAX);
+        self.items[start as usize..(start + len) as usize]
+            .iter()
+            .take_while(|it| it.idx < limit)
+            .find(|it| it.matches(f) && !dead.get(it.idx))
+            .map(|it| it.idx)
+    }
+}
+
+/// Compiled rules deleted or replaced since the compile: one bit each.
+#[derive(Clone, Debug, Default)]
+pub struct Dead {
+    words: Vec<u64>,
+    count: usize,
+}
+
+impl Dead {
+    /// None of `n` rules dead.
+    pub fn new(n: usize) -> Self {
+        Self {
+            words: vec![0; n.div_ceil(64)],
+            count: 0,
+        }
+    }
+
+    #[inline(always)]
+    pub fn get(&self, idx: u32) -> bool {
+        self.words[(idx / 64) as usize] & (1 << (idx % 64)) != 0
+    }
+
+    /// Marks `idx` dead; false if it was already.
+    pub fn set(&mut self, idx: u32) -> bool {
+        let w = &mut self.words[(idx / 64) as usize];
+        let bit = 1 << (idx % 64);
+        let was = *w & bit != 0;
+        *w |= bit;
+        self.count += usize::from(!was);
+        !was
+    }
+
+    /// Rules marked dead.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.words.capacity() * 8
+    }
+}
+
+fn item(inp: &Input, idx: u32) -> Item {
+    let m = &inp.rule.matcher;
+    let (s, d) = (m.src(), m.dst());
+    let word = |a: &[u8; 16]| u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
+    let mask = |len: u8| u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+    Item {
+        src: word(s.addr()),
+        src_mask: mask(s.len()),
+        dst: word(d.addr()),
+        dst_mask: mask(d.len()),
+        sport: [m.sport().lo(), m.sport().hi()],
+        dport: [m.dport().lo(), m.dport().hi()],
+        proto: m.proto().map_or(256, u16::from),
+        _pad: 0,
+        idx,
+    }
+}
+
+/// The recursive build of one group's tree (see the module docs).
+struct Builder<'a> {
+    t: Tree,
+    ranges: &'a [Ranges],
+    items: &'a [Item],
+    /// Leaf entries left before the group is given up.
+    budget: usize,
+}
+
+/// A cut: the field, the first value of the upper side, and the rules on
+/// the larger side.
+#[derive(Clone, Copy)]
+struct Cut {
+    field: usize,
+    at: u32,
+    cost: (usize, usize),
+}
+
+impl Builder<'_> {
+    /// Builds the subtree of `rules` (indices, best first) over `region`;
+    /// returns its node index, or `None` once the budget is spent.
+    fn node(&mut self, rules: Vec<u32>, region: Ranges, depth: u32) -> Option<u32> {
+        let me = u32::try_from(self.t.nodes.len()).expect("fewer than 2^32 nodes");
+        self.t.depth = self.t.depth.max(depth + 1);
+        let cut = if rules.len() > LEAF_RULES {
+            self.best_cut(&rules, &region)
+        } else {
+            None
+        };
+        let Some(cut) = cut else {
+            self.budget = self.budget.checked_sub(rules.len())?;
+            let start = u32::try_from(self.t.items.len()).expect("fewer than 2^32 items");
+            self.t
+                .items
+                .extend(rules.iter().map(|&i| self.items[i as usize]));
+            let span = u32::try_from(self.t.spans.len()).expect("fewer than 2^32 leaves");
+            self.t.spans.push((start, rules.len() as u32));
+            self.t.nodes.push(Node {
+                field: ZERO_FIELD,
+                cut: 1,
+                kids: [me, span],
+            });
+            return Some(me);
+        };
+        self.t.nodes.push(Node {
+            field: cut.field as u32,
+            cut: cut.at,
+            kids: [0, 0],
+        });
+        let f = cut.field;
+        let (left, right): (Vec<u32>, Vec<u32>) = (
+            rules
+                .iter()
+                .copied()
+                .filter(|&i| self.ranges[i as usize].lo[f] < cut.at)
+                .collect(),
+            rules
+                .iter()
+                .copied()
+                .filter(|&i| self.ranges[i as usize].hi[f] >= cut.at)
+                .collect(),
+        );
+        drop(rules);
+        let mut lo_region = region;
+        lo_region.hi[f] = cut.at - 1;
+        let mut hi_region = region;
+        hi_region.lo[f] = cut.at;
+        let l = self.node(left, lo_region, depth + 1)?;
+        let r = self.node(right, hi_region, depth + 1)?;
+        self.t.nodes[me as usize].kids = [l, r];
+        Some(me)
+    }
+
+    /// The cut whose larger side holds the fewest rules (then the fewest
+    /// copies), if one leaves both sides smaller than the node.
+    fn best_cut(&self, rules: &[u32], region: &Ranges) -> Option<Cut> {
+        let n = rules.len();
+        let mut best: Option<Cut> = None;
+        let mut los = Vec::with_capacity(n);
+        let mut his = Vec::with_capacity(n);
+        for f in 0..FIELDS {
+            los.clear();
+            his.clear();
+            for &i in rules {
+                let r = &self.ranges[i as usize];
+                los.push(r.lo[f].max(region.lo[f]));
+                his.push(r.hi[f].min(region.hi[f]));
+            }
+            los.sort_unstable();
+            his.sort_unstable();
+            // Candidate cuts: a rule's first value, or the one after its
+            // last, strictly inside the region.
+            let inside = |v: u32| v > region.lo[f] && v <= region.hi[f];
+            let candidates = los
+                .iter()
+                .copied()
+                .chain(his.iter().filter_map(|&h| h.checked_add(1)))
+                .filter(|&v| inside(v));
+            for at in candidates {
+                let left = los.partition_point(|&v| v < at);
+                let right = n - his.partition_point(|&v| v < at);
+                let cost = (left.max(right), left + right);
+                if cost.0 < n && best.is_none_or(|b| cost < b.cost) {
+                    best = Some(Cut { field: f, at, cost });
+                }
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cfdp_rules::{AclMatch, PortRange};
+
+    fn rule(id: u32, prio: u32, src: &str, dst: &str, dport: (u16, u16)) -> Input {
+        Input {
+            rule: AclRule {
+                id,
+                priority: prio,
+                matcher: AclMatch::new(
+                    src.parse().unwrap(),
+                    dst.parse().unwrap(),
+                    Some(6),
+                    PortRange::ANY,
+                    PortRange::new(dport.0, dport.1).unwrap(),
+                )
+                .unwrap(),
+                action: Action::Drop,
+            },
+            tag: id * 10,
+            slot: id,
+        }
+    }
+
+    fn f(src: [u8; 4], dst: [u8; 4], dport: u16) -> Fields {
+        fields(
+            u32::from_be_bytes(src),
+            u32::from_be_bytes(dst),
+            1234,
+            dport,
+            6,
+        )
+    }
+
+    #[test]
+    fn rules_differing_only_in_ports_are_cut_not_scanned() {
+        // 2,000 rules on one prefix pair, one port each: the tree cuts the
+        // port field until each leaf holds at most LEAF_RULES.
+        let rules: Vec<Input> = (0..2000u32)
+            .map(|i| {
+                let p = 1000 + i as u16;
+                rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
+            })
+            .collect();
+        let c = Compiled::build(&rules).unwrap();
+        let dead = Dead::new(c.len());
+        let (_, _, items, depth) = c.shape();
+        assert!(items <= 2 * rules.len(), "{items} leaf entries");
+        assert!(depth <= 16, "depth {depth}");
+        let hit = c.lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 1500), &dead);
+        assert_eq!(hit.map(|h| h.id), Some(501));
+        assert_eq!(hit.map(|h| h.tag), Some(5010));
+        assert!(c
+            .lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 999), &dead)
+            .is_none());
+        assert!(c
+            .lookup(&f([11, 1, 1, 1], [192, 168, 3, 4], 1500), &dead)
+            .is_none());
+    }
+
+    #[test]
+    fn a_dead_winner_gives_way_to_the_next_match() {
+        let rules = [
+            rule(1, 30, "10.1.0.0/16", "0.0.0.0/0", (80, 80)),
+            rule(2, 20, "10.0.0.0/8", "0.0.0.0/0", (0, 65535)),
+            rule(3, 10, "0.0.0.0/0", "0.0.0.0/0", (0, 65535)),
+        ];
+        let c = Compiled::build(&rules).unwrap();
+        let mut dead = Dead::new(c.len());
+        let p = f([10, 1, 2, 3], [1, 1, 1, 1], 80);
+        let fs = [p; 3];
+        let mut out = [None; 3];
+        for want in [Some(1), Some(2), Some(3), None] {
+            assert_eq!(c.lookup(&p, &dead).map(|h| h.id), want);
+            c.lookup_lanes(&fs, &dead, &mut out);
+            assert!(out.iter().all(|h| h.map(|h| h.id) == want));
+            if let Some(id) = want {
+                assert!(dead.set(c.index_of(id).unwrap()));
+            }
+        }
+        assert_eq!(dead.count(), 3);
+    }
+
+    #[test]
+    fn ipv6_and_duplicates_are_refused() {
+        let mut r = rule(1, 1, "10.0.0.0/8", "0.0.0.0/0", (0, 65535));
+        assert_eq!(
+            Compiled::build(&[r, r]).unwrap_err(),
+            CompileError::Duplicate(1)
+        );
+        r.rule.matcher = AclMatch::any(true);
+        assert_eq!(Compiled::build(&[r]).unwrap_err(), CompileError::NotIpv4(1));
+    }
+}

@@ -105,8 +105,13 @@ fn main() {
         write_verdicts(&out, &c, &keys);
     }
     let mut probes = Probes::default();
+    let (mut levels, mut scanned) = (0u64, 0u64);
     for k in &keys {
         c.classify_counted(k, &mut probes);
+        if let Some((l, s)) = c.compiled_cost(k) {
+            levels += u64::from(l);
+            scanned += u64::from(s);
+        }
     }
     let (single, batched) = rates(&c, &keys, rounds);
     // On a copy: the update timings below churn `c` too.
@@ -151,7 +156,10 @@ fn main() {
         "compile_s": compile_s,
         "compiled_bytes": c.compiled().map_or(0, cfdp_engine::acl::compiled::Compiled::bytes),
         "compiled_shape": c.compiled().map(cfdp_engine::acl::compiled::Compiled::shape),
+        "compiled_leaf_size": c.compiled().map(cfdp_engine::acl::compiled::Compiled::leaf_size),
         "compile_refused": refused,
+        "tree_levels_per_packet": levels as f64 / keys.len().max(1) as f64,
+        "leaf_entries_per_packet": scanned as f64 / keys.len().max(1) as f64,
     });
     if let Some((pct, single, batched)) = churned {
         line["churn_pct"] = pct.into();

@@ -434,6 +434,18 @@ fn encode_control(e: Enc, stats: &ControlStats) -> Res {
         MetricType::Counter,
     )?
     .encode_counter::<NoLabelSet, _, u64>(&stats.migrated, None)?;
+    let c = &stats.acl_compiles;
+    counters(
+        e,
+        "acl_compiles",
+        "Background compiles of the multi-field rules, by outcome",
+        "outcome",
+        [
+            ("started", c.started),
+            ("landed", c.landed),
+            ("refused", c.refused),
+        ],
+    )?;
     Ok(())
 }
 

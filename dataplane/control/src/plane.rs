@@ -117,6 +117,7 @@ impl ControlPlane {
             migrated: 0,
             requests: 0,
             journal: None,
+            acl_compiles: Default::default(),
         }
     }
 
@@ -149,6 +150,7 @@ impl ControlPlane {
             journal: self.journal.as_ref().map(|j| JournalStats {
                 records: j.records(),
             }),
+            acl_compiles: self.store.compile_stats(),
         }
     }
 
@@ -190,7 +192,8 @@ impl ControlPlane {
                     let moved = self.store.migrate(self.cfg.migrate_budget) as u64;
                     self.migrated += moved;
                     let folded = self.store.finish_fold(false);
-                    if moved > 0 || folded {
+                    let compiled = self.store.finish_compile(false);
+                    if moved > 0 || folded || compiled {
                         self.publish_view();
                     }
                 }

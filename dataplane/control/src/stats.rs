@@ -14,7 +14,7 @@ use std::time::Instant;
 use cfdp_engine::{LiveStats, StatsSnapshot};
 use serde::Serialize;
 
-use crate::store::{CountSlot, FilterStats, MemoryStats, RuleCount};
+use crate::store::{CompileStats, CountSlot, FilterStats, MemoryStats, RuleCount};
 
 /// Batch wall-time summary, µs.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
@@ -54,6 +54,7 @@ pub struct PlaneView {
     pub migrated: u64,
     pub requests: u64,
     pub journal: Option<JournalStats>,
+    pub acl_compiles: CompileStats,
 }
 
 /// Everything `stats` answers.
@@ -74,6 +75,8 @@ pub struct ControlStats {
     pub migrated: u64,
     pub requests: u64,
     pub journal: Option<JournalStats>,
+    /// The multi-field rules' background compiles (`store::recompile`).
+    pub acl_compiles: CompileStats,
 }
 
 impl ControlStats {
@@ -95,6 +98,7 @@ impl ControlStats {
             migrated: view.migrated,
             requests: view.requests,
             journal: view.journal,
+            acl_compiles: view.acl_compiles,
         }
     }
 }

@@ -1084,7 +1084,7 @@ impl AclClassifier {
     /// do the same in two steps, the build between them on any thread.
     ///
     /// A set whose tree would exceed the compiled layer's budget
-    /// ([`compiled::BUDGET_PER_RULE`]) is refused and stays where it is.
+    /// ([`compiled::BUDGET_PER_LEAF_RULE`]) is refused and stays where it is.
     pub fn compile(&mut self) -> Result<(), compiled::CompileError> {
         let c = Compiled::build(&self.compile_input())?;
         self.install(Arc::new(c));
@@ -1159,6 +1159,17 @@ impl AclClassifier {
     /// The compiled layer, if any.
     pub fn compiled(&self) -> Option<&Compiled> {
         self.compiled.as_deref()
+    }
+
+    /// The compiled layer's cost for one IPv4 packet (see
+    /// [`Compiled::cost`]); `None` for IPv6 or without a compiled layer.
+    pub fn compiled_cost(&self, k: &FlowKey) -> Option<(u32, u32)> {
+        let c = self.compiled.as_deref().filter(|_| !k.v6)?;
+        let p = Packet::<u32>::of(k);
+        Some(c.cost(
+            &compiled::fields(p.src, p.dst, p.sport, p.dport, k.proto),
+            &self.dead,
+        ))
     }
 
     /// The winning rule's action and tag for one packet, from the table's

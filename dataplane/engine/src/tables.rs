@@ -326,6 +326,17 @@ impl Tables {
         }
     }
 
+    /// The multi-field rules a compile of this copy takes (see
+    /// [`AclClassifier::compile_input`]).
+    pub fn acl_compile_input(&self) -> Vec<crate::acl::compiled::Input> {
+        self.acl.compile_input()
+    }
+
+    /// The multi-field classifier's layers in this copy.
+    pub fn acl_layers(&self) -> crate::acl::Layers {
+        self.acl.layers()
+    }
+
     /// Whether this copy holds multi-field rules.
     pub fn has_acl(&self) -> bool {
         !self.acl.is_empty()
@@ -385,6 +396,11 @@ pub enum Op {
     /// with its id.
     InsertAcl(AclRule, u32),
     RemoveAcl(RuleId),
+    /// Installs a compiled layer built off the control thread from an
+    /// earlier copy's [`Tables::acl_compile_input`]: rules changed since
+    /// are dead in it, rules it does not hold stay live (see
+    /// [`AclClassifier::install`]), so both copies answer exactly.
+    InstallAcl(Arc<crate::acl::compiled::Compiled>),
 }
 
 type FlowChanges = Arc<Changes<FlowKey, RuleRef>>;
@@ -547,6 +563,7 @@ impl Absorb<Op> for Tables {
             Op::RemoveAcl(id) => {
                 let _ = self.acl.remove(*id);
             }
+            Op::InstallAcl(c) => self.acl.install(Arc::clone(c)),
         }
     }
 

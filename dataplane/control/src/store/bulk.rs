@@ -109,7 +109,7 @@ impl RuleStore {
         let flow_filter = build_filter(&cfg, cfg.flow_capacity, &ids.flow_keys, || "flow".into())?;
         drop(ids.flow_keys);
         let (store_classes, parts) = class_filters(&cfg, ids.class_keys, matches.class_entries)?;
-        let acl = multi_field(&set)?;
+        let (acl, compile_refused_at) = multi_field(&set)?;
         let tables = Tables::from_parts(Arc::clone(&flow_filter), matches.exact, parts, slots, acl)
             .with_hash_secret(cfg.hash_secret);
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
@@ -131,6 +131,9 @@ impl RuleStore {
             unsettled: None,
             fold: None,
             folds: (0, 0),
+            compile: None,
+            compiles: Default::default(),
+            compile_refused_at,
         })
     }
 }
@@ -323,8 +326,10 @@ fn build_filter(
 
 /// The classifier of a rule set's multi-field rules, each tagged with its
 /// slot, its IPv4 rules compiled where the compiled layer takes them (see
-/// `cfdp_engine::acl`: later updates go to the live layer in front of it).
-fn multi_field(set: &RuleSet) -> Result<AclClassifier, StoreError> {
+/// `cfdp_engine::acl`: later updates go to the live layer in front of it);
+/// with the number of IPv4 rules when the compile was refused (over the
+/// layer's budget: the set stays in the tuple space, as exact).
+fn multi_field(set: &RuleSet) -> Result<(AclClassifier, Option<usize>), StoreError> {
     let mut acl = AclClassifier::new();
     for (index, s) in set.iter().enumerate() {
         if let Some(r) = AclRule::of(&s.rule) {
@@ -335,8 +340,6 @@ fn multi_field(set: &RuleSet) -> Result<AclClassifier, StoreError> {
             })?;
         }
     }
-    // A set the compiled layer refuses (over its budget: see
-    // `cfdp_engine::acl::compiled`) stays in the tuple space, as exact.
-    let _ = acl.compile();
-    Ok(acl)
+    let refused = acl.compile().err().map(|_| acl.layers().live_v4);
+    Ok((acl, refused))
 }

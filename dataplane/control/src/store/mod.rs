@@ -42,6 +42,7 @@ mod bulk;
 mod config;
 mod grow;
 mod publish;
+mod recompile;
 mod ruleset;
 mod state;
 mod trace;
@@ -50,7 +51,8 @@ mod types;
 mod views;
 
 pub use config::{hash_secret_for, StoreConfig};
+pub use recompile::{RECOMPILE_AFTER, RECOMPILE_FRACTION};
 pub use state::RuleStore;
 pub use trace::{TraceKey, TraceReport};
-pub use types::{ApplyError, BatchReport, InsertReport, StoreError, Timing};
+pub use types::{ApplyError, BatchReport, CompileStats, InsertReport, StoreError, Timing};
 pub use views::{class_name, CountSlot, FilterStats, MemoryStats, OneFilter, RuleCount};

@@ -51,8 +51,10 @@ impl RuleStore {
                 self.stats.clear_slot_last_hit(slot);
             }
         }
-        // A fold that finished merging lands with this batch.
+        // A fold that finished merging, and a finished recompile of the
+        // multi-field rules, land with this batch.
         self.land_fold(false);
+        self.land_compile(false);
         self.queue_evicted(p);
         // Changes that outgrew their base, or that this batch could make
         // double, start a fold before the batch's operations (decided on
@@ -72,6 +74,7 @@ impl RuleStore {
         if freeze {
             self.start_fold();
         }
+        self.maybe_start_compile();
         let mut counted = false;
         for (id, s) in p.ids.drain() {
             match s {

@@ -41,6 +41,11 @@ pub struct RuleStore {
     pub(super) fold: Option<std::thread::JoinHandle<cfdp_engine::Folded>>,
     /// Folds started and landed.
     pub(super) folds: (u64, u64),
+    /// The multi-field rules' recompile in flight (see `recompile`).
+    pub(super) compile: Option<super::types::CompileJob>,
+    pub(super) compiles: super::types::CompileStats,
+    /// IPv4 multi-field rules at the last refused compile.
+    pub(super) compile_refused_at: Option<usize>,
 }
 
 impl RuleStore {
@@ -76,6 +81,9 @@ impl RuleStore {
             unsettled: None,
             fold: None,
             folds: (0, 0),
+            compile: None,
+            compiles: Default::default(),
+            compile_refused_at: None,
         })
     }
 

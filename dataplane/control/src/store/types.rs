@@ -176,3 +176,27 @@ pub(super) struct Unsettled {
     pub(super) freed_slots: Vec<u32>,
     pub(super) emptied: Vec<PrefixClass>,
 }
+
+/// What the background compiles did, for `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CompileStats {
+    pub started: u64,
+    pub landed: u64,
+    /// Builds refused (the set was over the compiled layer's budget).
+    pub refused: u64,
+    /// The last finished build's time on its thread, seconds.
+    pub last_build_s: f64,
+    /// The last install's time on the control thread (both copies),
+    /// seconds.
+    pub last_install_s: f64,
+}
+
+/// A build in flight.
+pub(super) struct CompileJob {
+    pub(super) handle: std::thread::JoinHandle<(
+        Result<cfdp_engine::acl::compiled::Compiled, cfdp_engine::acl::compiled::CompileError>,
+        std::time::Duration,
+    )>,
+    /// IPv4 rules the build was given.
+    pub(super) rules: usize,
+}

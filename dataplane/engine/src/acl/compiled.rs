@@ -5,7 +5,7 @@
 //! Algorithms: From Theory to Practice", INFOCOM 2009): every inner node
 //! cuts one field's range in two at a rule boundary, chosen so that the
 //! larger side holds as few rules as possible (rules spanning the cut go to
-//! both sides); a node with at most [`LEAF_RULES`] rules, or whose rules no
+//! both sides); a node with at most a leaf size of rules ([`LEAF_SIZES`]), or whose rules no
 //! cut separates, is a leaf that lists them best first. Ports are fields
 //! like the addresses: rules that differ only in ports are told apart by
 //! the tree, not scanned (a bucket of K such rules cost the tuple space K
@@ -26,8 +26,9 @@
 use cfdp_rules::{AclRule, Action, RuleId};
 use hashbrown::HashMap;
 
-/// Rules a leaf may hold before the builder tries to cut it.
-pub const LEAF_RULES: usize = 8;
+/// Rules a leaf may hold before the builder tries to cut it: the sizes a
+/// compile tries in turn, smallest (fastest where it fits) first.
+pub const LEAF_SIZES: [usize; 2] = [8, 32];
 /// Packets walked together (see the module docs).
 pub const LANES: usize = 16;
 
@@ -126,16 +127,21 @@ pub struct Input {
     pub slot: u32,
 }
 
-/// Leaf entries the tree may hold per rule (plus [`BUDGET_SLACK`]): a
-/// rule wide on a field that others cut finely is copied into every part
-/// of the cut, and a set where that multiplies past the budget is refused
-/// (the caller keeps it in the tuple space, exact either way). Measured on
-/// the ClassBench sets (`bench/results/classbench_compiled_tried.csv`):
-/// acl1_10k compiles at 6 entries a rule and classifies 1.9× faster than
-/// the tuple space; fw1_10k (5,100×), ipc1_10k (1,200×) and acl1_100k (23×)
-/// ran slower compiled than in the tuple space, also as trees per group of
-/// prefix widths (CutSplit's partition).
-pub const BUDGET_PER_RULE: usize = 16;
+/// Leaf entries the tree may hold per rule, as a multiple of its leaf
+/// size in halves (3: one and a half times; plus [`BUDGET_SLACK`]): a rule wide on a field that others cut
+/// finely is copied into every part of the cut, and a tree that multiplies
+/// the rules past the budget is given up for the next leaf size, then
+/// refused (the caller keeps the set in the tuple space, exact either way).
+/// Measured on the ClassBench sets (`bench/results/classbench_compiled_tried.csv`):
+/// leaves of 8 cost acl1_10k 6 entries a rule and ran 22 % faster than
+/// leaves of 32; ipc1_10k fits only with leaves of 32 (32 a rule; 1,200
+/// with leaves of 8) and ran 1.5× its tuple space; acl1_100k took 23 a
+/// rule with leaves of 8 (114 MB) and ran slower than its tuple space,
+/// 18 with leaves of 16 (88 MB, as slow), 4.6 with leaves of 32 (36 MB,
+/// 1.4× its tuple space); fw1_10k needs 178 a rule even with leaves of 32
+/// and ran slower compiled than in the tuple space, also as trees per
+/// group of prefix widths (CutSplit's partition).
+pub const BUDGET_PER_LEAF_RULE: usize = 3;
 pub const BUDGET_SLACK: usize = 4096;
 
 /// The tree (a `Vec` of them: the lookup takes the best over several, as a
@@ -153,6 +159,8 @@ struct Tree {
 #[derive(Debug, Default)]
 pub struct Compiled {
     trees: Vec<Tree>,
+    /// The leaf size that fit the budget.
+    leaf: usize,
     hits: Vec<Hit>,
     /// The rules as compiled, by index: what an install compares with the
     /// rule set it meets.
@@ -205,8 +213,9 @@ pub enum CompileError {
     NotIpv4(RuleId),
     #[error("rule id {0} is given twice")]
     Duplicate(RuleId),
-    /// The tree would copy the rules past [`BUDGET_PER_RULE`].
-    #[error("{rules} rules need more than {budget} leaf entries (see BUDGET_PER_RULE)")]
+    /// The tree would copy the rules past [`BUDGET_PER_LEAF_RULE`] with
+    /// every leaf size.
+    #[error("{rules} rules need more than {budget} leaf entries (see BUDGET_PER_LEAF_RULE)")]
     OverBudget { rules: usize, budget: usize },
 }
 
@@ -247,21 +256,30 @@ impl Compiled {
             hi: [u32::MAX, u32::MAX, 65535, 65535, 255],
         };
         let all: Vec<u32> = (0..c.hits.len() as u32).collect();
-        let budget = all.len() * BUDGET_PER_RULE + BUDGET_SLACK;
-        let mut b = Builder {
-            t: Tree::default(),
-            ranges: &ranges,
-            items: &items,
-            budget,
-        };
-        if b.node(all, root, 0).is_none() {
-            return Err(CompileError::OverBudget {
-                rules: c.hits.len(),
-                budget,
-            });
+        for leaf in LEAF_SIZES {
+            let mut b = Builder {
+                t: Tree::default(),
+                ranges: &ranges,
+                items: &items,
+                leaf,
+                budget: budget(all.len(), leaf),
+            };
+            if b.node(all.clone(), root, 0).is_some() {
+                c.trees.push(b.t);
+                c.leaf = leaf;
+                return Ok(c);
+            }
         }
-        c.trees.push(b.t);
-        Ok(c)
+        let largest = LEAF_SIZES[LEAF_SIZES.len() - 1];
+        Err(CompileError::OverBudget {
+            rules: c.hits.len(),
+            budget: budget(all.len(), largest),
+        })
+    }
+
+    /// The leaf size the tree was built with (see [`LEAF_SIZES`]).
+    pub fn leaf_size(&self) -> usize {
+        self.leaf
     }
 
     /// Rules compiled (live or dead).
@@ -314,6 +332,34 @@ impl Compiled {
         )
     }
 
+    /// What one packet's lookup costs: tree levels walked and leaf
+    /// entries compared (for the benchmarks, as the tuple space counts
+    /// tables probed).
+    pub fn cost(&self, f: &Fields, dead: &Dead) -> (u32, u32) {
+        let (mut levels, mut scanned) = (0, 0);
+        let mut best: Option<u32> = None;
+        for t in &self.trees {
+            let mut n = 0u32;
+            while !t.nodes[n as usize].is_leaf() {
+                let node = &t.nodes[n as usize];
+                n = node.kids[usize::from(f[node.field as usize] >= node.cut)];
+                levels += 1;
+            }
+            let (start, len) = t.spans[t.nodes[n as usize].kids[1] as usize];
+            for it in &t.items[start as usize..(start + len) as usize] {
+                if best.is_some_and(|b| it.idx >= b) {
+                    break;
+                }
+                scanned += 1;
+                if it.matches(f) && !dead.get(it.idx) {
+                    best = Some(it.idx);
+                    break;
+                }
+            }
+        }
+        (levels, scanned)
+    }
+
     /// The best live compiled rule for one packet.
     #[inline]
     pub fn lookup(&self, f: &Fields, dead: &Dead) -> Option<&Hit> {
@@ -333,19 +379,28 @@ impl Compiled {
     pub fn lookup_lanes<'a>(&'a self, fs: &[Fields], dead: &Dead, out: &mut [Option<&'a Hit>]) {
         debug_assert!(fs.len() <= LANES && out.len() >= fs.len());
         let n = fs.len();
+        if n == 0 {
+            return;
+        }
+        // Fixed-width lanes: the unused ones walk the first packet again,
+        // so the loops below have no bound but LANES.
+        let mut lanes = [fs[0]; LANES];
+        lanes[..n].copy_from_slice(fs);
         let mut best = [None::<u32>; LANES];
         for t in &self.trees {
             let mut at = [0u32; LANES];
-            // Every walk ends by `depth` steps (a leaf loops to itself).
-            for _ in 0..t.depth {
-                let mut moved = false;
-                for i in 0..n {
-                    let node = t.nodes[at[i] as usize];
-                    let next = node.kids[usize::from(fs[i][node.field as usize] >= node.cut)];
-                    moved |= next != at[i];
-                    at[i] = next;
+            // Every walk ends by `depth` steps (a leaf loops to itself);
+            // whether all have ended is asked every few steps only.
+            let mut left = t.depth;
+            while left > 0 {
+                for _ in 0..left.min(4) {
+                    for (a, f) in at.iter_mut().zip(&lanes) {
+                        let node = &t.nodes[*a as usize];
+                        *a = node.kids[usize::from(f[node.field as usize] >= node.cut)];
+                    }
                 }
-                if !moved {
+                left = left.saturating_sub(4);
+                if at.iter().all(|&a| t.nodes[a as usize].is_leaf()) {
                     break;
                 }
             }
@@ -430,6 +485,11 @@ impl Dead {
     }
 }
 
+/// The leaf entries a tree of `rules` rules with leaves of `leaf` may hold.
+fn budget(rules: usize, leaf: usize) -> usize {
+    rules * leaf * BUDGET_PER_LEAF_RULE / 2 + BUDGET_SLACK
+}
+
 fn item(inp: &Input, idx: u32) -> Item {
     let m = &inp.rule.matcher;
     let (s, d) = (m.src(), m.dst());
@@ -453,7 +513,9 @@ struct Builder<'a> {
     t: Tree,
     ranges: &'a [Ranges],
     items: &'a [Item],
-    /// Leaf entries left before the group is given up.
+    /// Rules a leaf may hold before a cut is tried.
+    leaf: usize,
+    /// Leaf entries left before the tree is given up.
     budget: usize,
 }
 
@@ -472,7 +534,7 @@ impl Builder<'_> {
     fn node(&mut self, rules: Vec<u32>, region: Ranges, depth: u32) -> Option<u32> {
         let me = u32::try_from(self.t.nodes.len()).expect("fewer than 2^32 nodes");
         self.t.depth = self.t.depth.max(depth + 1);
-        let cut = if rules.len() > LEAF_RULES {
+        let cut = if rules.len() > self.leaf {
             self.best_cut(&rules, &region)
         } else {
             None
@@ -597,7 +659,7 @@ mod tests {
     #[test]
     fn rules_differing_only_in_ports_are_cut_not_scanned() {
         // 2,000 rules on one prefix pair, one port each: the tree cuts the
-        // port field until each leaf holds at most LEAF_RULES.
+        // port field until each leaf holds at most the first leaf size.
         let rules: Vec<Input> = (0..2000u32)
             .map(|i| {
                 let p = 1000 + i as u16;

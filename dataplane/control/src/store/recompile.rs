@@ -1,0 +1,120 @@
+//! The multi-field rules' background recompile: the compiled layer
+//! (`cfdp_engine::acl::compiled`) is rebuilt on a thread of its own from
+//! the published copy once enough rules changed since the last compile,
+//! and installed with the next commit or between batches by one
+//! [`Op::InstallAcl`], as the exact tables' fold lands its rebase.
+//!
+//! The control thread never waits for a build: it takes the input (a copy
+//! of the IPv4 rules, O(rules)) and later installs the result (O(rules):
+//! the live layer is rebuilt from the rules the new tree does not hold).
+//! Rules that changed while the build ran stay exact: `install` marks
+//! them dead in the new tree and keeps them live.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cfdp_engine::acl::compiled::Compiled;
+use cfdp_engine::Op;
+
+use super::state::RuleStore;
+use super::types::{CompileJob, CompileStats};
+
+/// Rules changed since the last compile (inserted into the live layer, or
+/// dead in the compiled one) before a recompile starts: at least this
+/// many, and at least 1/[`RECOMPILE_FRACTION`] of the IPv4 rules.
+pub const RECOMPILE_AFTER: usize = 64;
+pub const RECOMPILE_FRACTION: usize = 32;
+
+impl RuleStore {
+    /// Starts a recompile when the published copy's layers call for one
+    /// and none runs. A set refused before is tried again only once its
+    /// size moved by a quarter.
+    pub(super) fn maybe_start_compile(&mut self) {
+        if self.compile.is_some() {
+            return;
+        }
+        let Some(input) = self.w.enter().and_then(|t| {
+            let l = t.acl_layers();
+            let v4 = l.compiled - l.dead + l.live_v4;
+            let changed = l.live_v4 + l.dead;
+            let due = changed >= RECOMPILE_AFTER.max(v4 / RECOMPILE_FRACTION);
+            let refused_near = self
+                .compile_refused_at
+                .is_some_and(|n| v4.abs_diff(n) < n / 4 + RECOMPILE_AFTER);
+            (due && !refused_near).then(|| t.acl_compile_input())
+        }) else {
+            return;
+        };
+        let rules = input.len();
+        let spawned = std::thread::Builder::new()
+            .name("cfdp-acl-compile".into())
+            .spawn(move || {
+                let t = Instant::now();
+                let c = Compiled::build(&input);
+                (c, t.elapsed())
+            });
+        match spawned {
+            Ok(handle) => {
+                self.compiles.started += 1;
+                self.compile = Some(CompileJob { handle, rules });
+            }
+            // No thread: the live layer keeps the rules (exact, slower);
+            // the next commit tries again.
+            Err(e) => eprintln!("cfdp: control: no thread for the rules' compile ({e})"),
+        }
+    }
+
+    /// Appends the finished build's [`Op::InstallAcl`] (waiting for it
+    /// when `wait`); true when one was appended. The caller publishes.
+    pub(super) fn land_compile(&mut self, wait: bool) -> bool {
+        if !self
+            .compile
+            .as_ref()
+            .is_some_and(|j| wait || j.handle.is_finished())
+        {
+            return false;
+        }
+        let job = self.compile.take().expect("checked above");
+        match job.handle.join() {
+            Ok((Ok(c), took)) => {
+                self.compiles.last_build_s = took.as_secs_f64();
+                self.compiles.landed += 1;
+                self.compile_refused_at = None;
+                self.w.append(Op::InstallAcl(Arc::new(c)));
+                true
+            }
+            Ok((Err(_), took)) => {
+                self.compiles.last_build_s = took.as_secs_f64();
+                self.compiles.refused += 1;
+                self.compile_refused_at = Some(job.rules);
+                false
+            }
+            Err(_) => {
+                eprintln!("cfdp: control: the rules' compile failed: the live layer keeps them");
+                false
+            }
+        }
+    }
+
+    /// Between batches (the control thread's idle loop; with `wait`,
+    /// waiting for a build in flight): installs a finished compile in both
+    /// copies, then starts the next one if due. True when one landed.
+    pub fn finish_compile(&mut self, wait: bool) -> bool {
+        let landed = self.land_compile(wait);
+        if landed {
+            let t = Instant::now();
+            self.settle();
+            // Two publishes: the second copy installs it too.
+            self.w.publish();
+            self.w.publish();
+            self.compiles.last_install_s = t.elapsed().as_secs_f64();
+        }
+        self.maybe_start_compile();
+        landed
+    }
+
+    /// What the background compiles did.
+    pub fn compile_stats(&self) -> CompileStats {
+        self.compiles
+    }
+}

@@ -41,7 +41,8 @@
 //!
 //! Run: `cargo run --release -p cfdp-bench --bin classbench -- --rules FILE
 //! --trace FILE [--verdicts OUT] [--rounds N] [--v6 AT] [--no-compile]
-//! [--churn PCT]`
+//! [--churn PCT] [--classifier-only]` (the last: stop after the
+//! classifier's rates, for A/B runs and profiles)
 
 use std::io::Write;
 use std::time::Instant;
@@ -114,6 +115,15 @@ fn main() {
         }
     }
     let (single, batched) = rates(&c, &keys, rounds);
+    if std::env::args().any(|a| a == "--classifier-only") {
+        // The classifier's figures alone (A/B runs, profiles).
+        let line = serde_json::json!({
+            "rules": rules.len(), "packets": keys.len(), "compiled": compiled,
+            "compile_s": compile_s, "mpps_single": single, "mpps_batched": batched,
+        });
+        println!("{line}");
+        return;
+    }
     // On a copy: the update timings below churn `c` too.
     let churned = arg("--churn").map(|pct| churn(&mut c.clone(), rules, &pct, &keys, rounds));
     let (mut cins, mut cdel) = updates(&mut c, rules);

@@ -389,19 +389,12 @@ impl Compiled {
         let mut best = [None::<u32>; LANES];
         for t in &self.trees {
             let mut at = [0u32; LANES];
-            // Every walk ends by `depth` steps (a leaf loops to itself);
-            // whether all have ended is asked every few steps only.
-            let mut left = t.depth;
-            while left > 0 {
-                for _ in 0..left.min(4) {
-                    for (a, f) in at.iter_mut().zip(&lanes) {
-                        let node = &t.nodes[*a as usize];
-                        *a = node.kids[usize::from(f[node.field as usize] >= node.cut)];
-                    }
-                }
-                left = left.saturating_sub(4);
-                if at.iter().all(|&a| t.nodes[a as usize].is_leaf()) {
-                    break;
+            // Every walk ends by `depth` steps (a leaf loops to itself):
+            // exactly that many, with no test of whether all have ended
+            // (the test cost more than the steps it saved).
+            for _ in 0..t.depth {
+                for (a, f) in at.iter_mut().zip(&lanes) {
+                    *a = t.step(*a, f);
                 }
             }
             for i in 0..n {
@@ -417,17 +410,23 @@ impl Compiled {
 }
 
 impl Tree {
+    /// One level from node `n` (a leaf stays where it is). The field
+    /// index is masked to the array's width: the compiler then drops the
+    /// bounds check (fields are below 8 by construction).
+    #[inline(always)]
+    fn step(&self, n: u32, f: &Fields) -> u32 {
+        let node = &self.nodes[n as usize];
+        node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)]
+    }
+
     /// The leaf `f` reaches.
     #[inline(always)]
     fn walk(&self, f: &Fields) -> u32 {
         let mut n = 0u32;
-        loop {
-            let node = &self.nodes[n as usize];
-            if node.is_leaf() {
-                return n;
-            }
-            n = node.kids[usize::from(f[node.field as usize] >= node.cut)];
+        while !self.nodes[n as usize].is_leaf() {
+            n = self.step(n, f);
         }
+        n
     }
 
     /// The first live rule of leaf `node` matching `f`, if it ranks above

@@ -278,23 +278,25 @@ fn listen(
         // The address is checked (and bound) before the token file is
         // touched: a refused address leaves no token behind.
         let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
+        let bound = local_addr(&l, "control.tcp")?;
         let token = cfdp_control::auth::Token::load_or_create(Path::new(&c.token_file))
             .map_err(|e| RunError::Config(e.to_string()))?;
         listeners.push(
             server::serve_tcp(l, ctx.clone(), token).map_err(RunError::io("control TCP thread"))?,
         );
         eprintln!(
-            "cfdp: control over TCP on {} (token in {})",
-            c.tcp, c.token_file
+            "cfdp: control over TCP on {bound} (token in {})",
+            c.token_file
         );
     }
     if !c.metrics.is_empty() {
         let l = bind_tcp(&c.metrics, false, "control.metrics")?;
+        let bound = local_addr(&l, "control.metrics")?;
         listeners.push(
             metrics::serve(l, ctx.clone(), extra_metrics)
                 .map_err(RunError::io("metrics thread"))?,
         );
-        eprintln!("cfdp: metrics on http://{}/metrics", c.metrics);
+        eprintln!("cfdp: metrics on http://{bound}/metrics");
     }
     Ok(listeners)
 }
@@ -429,11 +431,12 @@ fn spawn_p4runtime(
     let Some(opts) = p4runtime_options(cfg)? else {
         return Ok(None);
     };
-    let t = cfdp_p4runtime::spawn(&opts, handle.clone(), metrics, Arc::clone(stop))
+    let (t, bound) = cfdp_p4runtime::spawn(&opts, handle.clone(), metrics, Arc::clone(stop))
         .map_err(|e| RunError::Config(e.to_string()))?;
+    // The address bound, not the one asked for: with port 0 the kernel's
+    // choice (tests and scripts read it here).
     eprintln!(
-        "cfdp: P4Runtime on {}{} (device {})",
-        opts.listen,
+        "cfdp: P4Runtime on {bound}{} (device {})",
         if opts.tls.is_some() { " with TLS" } else { "" },
         opts.device_id
     );
@@ -484,6 +487,12 @@ fn p4runtime_options(cfg: &RunConfig) -> Result<Option<cfdp_p4runtime::P4Options
         max_controllers: c.max_controllers,
         tls,
     }))
+}
+
+/// The address a listener bound: what `cfdp run` prints for each door,
+/// so that a configured port 0 (the kernel's choice) can be read back.
+fn local_addr(l: &std::net::TcpListener, what: &str) -> Result<std::net::SocketAddr, RunError> {
+    l.local_addr().map_err(RunError::io(what.to_string()))
 }
 
 /// Binds a TCP listener; a non-loopback address needs `allow_remote`.

@@ -90,6 +90,12 @@ impl Server {
         std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
     }
 
+    /// The port of the door `cfdp run` reports on the line starting with
+    /// `prefix` (the door configured on port 0: see `cfdp_testkit::child`).
+    fn port(&mut self, prefix: &str) -> u16 {
+        cfdp_testkit::child::reported_addr(&self.dir.join("stderr"), prefix, &mut self.child).port()
+    }
+
     /// SIGTERM, then waits; returns the final summary line.
     fn stop(mut self) -> Value {
         let ok = Command::new("kill")
@@ -474,14 +480,14 @@ fn a_client_trickling_a_line_is_closed_after_the_request_timeout() {
 #[test]
 fn stats_answer_while_a_batch_is_applied() {
     let dir = tmpdir("stats-during-batch");
-    let metrics = free_port();
     let hold = dir.join("hold");
     std::fs::create_dir_all(&hold).unwrap();
-    let srv = Server::start(
+    let mut srv = Server::start(
         &dir,
         1000,
-        &format!("metrics = \"127.0.0.1:{metrics}\"\nhold_batches = {hold:?}\n"),
+        &format!("metrics = \"127.0.0.1:0\"\nhold_batches = {hold:?}\n"),
     );
+    let metrics = srv.port(METRICS);
     let mut slow = srv.client();
     let mut quick = srv.client();
     let g0 = quick.call("stats", json!({})).unwrap()["result"]["generation"].clone();
@@ -583,27 +589,23 @@ fn scrape(port: u16) -> String {
     body
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// The lines `cfdp run` prints for its TCP doors (see `Server::port`).
+const TCP: &str = "cfdp: control over TCP on ";
+const METRICS: &str = "cfdp: metrics on ";
 
 #[test]
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn tcp_listener_and_prometheus_metrics() {
     let dir = tmpdir("tcp");
-    let (tcp, metrics) = (free_port(), free_port());
-    let srv = Server::start(
+    let mut srv = Server::start(
         &dir,
         5000,
         &format!(
-            "tcp = \"127.0.0.1:{tcp}\"\nmetrics = \"127.0.0.1:{metrics}\"\ntoken_file = {:?}\n",
+            "tcp = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\ntoken_file = {:?}\n",
             dir.join("cfdp.token")
         ),
     );
+    let (tcp, metrics) = (srv.port(TCP), srv.port(METRICS));
     let addr = format!("127.0.0.1:{tcp}");
     let token = cfdp_control::auth::Token::read(&dir.join("cfdp.token")).unwrap();
     let mut c = Client::connect(&Target::Tcp {
@@ -878,16 +880,16 @@ fn tcp_exchange(addr: &str, bytes: &[u8]) -> String {
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn tcp_door_wants_the_token_and_leaves_the_unix_socket_its_slots() {
     let dir = tmpdir("tcp-auth");
-    let tcp = free_port();
     let token_file = dir.join("secret/cfdp.token");
-    let srv = Server::start(
+    let mut srv = Server::start(
         &dir,
         5000,
         &format!(
-            "tcp = \"127.0.0.1:{tcp}\"\ntoken_file = {token_file:?}\n\
+            "tcp = \"127.0.0.1:0\"\ntoken_file = {token_file:?}\n\
              max_connections = 4\nmax_connections_per_peer = 4\n"
         ),
     );
+    let tcp = srv.port(TCP);
     let addr = format!("127.0.0.1:{tcp}");
     {
         use std::os::unix::fs::PermissionsExt;
@@ -958,8 +960,8 @@ fn tcp_door_wants_the_token_and_leaves_the_unix_socket_its_slots() {
 #[test]
 fn a_trickling_metrics_client_does_not_block_scrapes() {
     let dir = tmpdir("metrics-slowloris");
-    let metrics = free_port();
-    let srv = Server::start(&dir, 1000, &format!("metrics = \"127.0.0.1:{metrics}\"\n"));
+    let mut srv = Server::start(&dir, 1000, "metrics = \"127.0.0.1:0\"\n");
+    let metrics = srv.port(METRICS);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (connected, trickling) = std::sync::mpsc::channel();
     let trickler = {
@@ -1280,8 +1282,11 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
         String::from_utf8_lossy(&check.stdout)
     );
     let dir = tmpdir("prometheus");
-    let (metrics, prom) = (free_port(), free_port());
-    let srv = Server::start(&dir, 5000, &format!("metrics = \"127.0.0.1:{metrics}\"\n"));
+    let mut srv = Server::start(&dir, 5000, "metrics = \"127.0.0.1:0\"\n");
+    let metrics = srv.port(METRICS);
+    // Prometheus cannot report a port it chose: it gets one picked here
+    // (the one bind-and-release left, for a program not ours).
+    let prom = cfdp_testkit::etcd::free_port();
     let mut c = srv.client();
     let r = apply(
         &mut c,

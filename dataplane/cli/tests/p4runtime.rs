@@ -25,37 +25,31 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `cfdp run` over the pair capture (UDP 10.9.0.1:1000 → 10.9.0.2:2000
-/// and 10.9.0.3 → 10.9.0.4) in a loop, with P4Runtime on `port`.
+/// and 10.9.0.3 → 10.9.0.4) in a loop, with P4Runtime on `port` (both
+/// TCP doors on port 0: the node reports the ports it bound, see
+/// `cfdp_testkit::child`).
 struct Node {
     child: Child,
     dir: PathBuf,
     socket: PathBuf,
     metrics: u16,
+    port: u16,
 }
 
 impl Node {
-    fn start(dir: &Path, port: u16) -> Node {
-        Self::start_with(dir, port, "")
+    fn start(dir: &Path) -> Node {
+        Self::start_with(dir, "")
     }
 
     /// As `start`, with `p4` added to the `[p4runtime]` section.
-    fn start_with(dir: &Path, port: u16, p4: &str) -> Node {
+    fn start_with(dir: &Path, p4: &str) -> Node {
         let cap = dir.join("pairs.pcap");
         if !cap.exists() {
             gen::write_pcap(&cap, &gen::pairs(64)).unwrap();
         }
         let socket = dir.join("ctl.sock");
         let cfg = dir.join("cfdp.toml");
-        let metrics = free_port();
         std::fs::write(
             &cfg,
             format!(
@@ -63,8 +57,8 @@ impl Node {
                  [pcap]\ninput = {cap:?}\nloop = true\npps = 20000\n\
                  [rules]\nfile = \"\"\n\
                  [control]\nsocket = {socket:?}\nstate_dir = {state:?}\n\
-                 metrics = \"127.0.0.1:{metrics}\"\n\
-                 [p4runtime]\nlisten = \"127.0.0.1:{port}\"\ndevice_id = 7\n{p4}\n",
+                 metrics = \"127.0.0.1:0\"\n\
+                 [p4runtime]\nlisten = \"127.0.0.1:0\"\ndevice_id = 7\n{p4}\n",
                 state = dir.join("state"),
             ),
         )
@@ -81,7 +75,8 @@ impl Node {
             child,
             dir: dir.to_path_buf(),
             socket,
-            metrics,
+            metrics: 0,
+            port: 0,
         };
         // No time bound: a start that fails ends the process, which is
         // checked on every try.
@@ -93,7 +88,13 @@ impl Node {
         }
         // `cfdp run` binds P4Runtime before its control socket answers:
         // a script that waits for the socket finds every door open.
-        if let Err(e) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+        let stderr = n.dir.join("stderr");
+        let reported = |n: &mut Node, prefix| {
+            cfdp_testkit::child::reported_addr(&stderr, prefix, &mut n.child).port()
+        };
+        n.port = reported(&mut n, "cfdp: P4Runtime on ");
+        n.metrics = reported(&mut n, "cfdp: metrics on ");
+        if let Err(e) = std::net::TcpStream::connect(("127.0.0.1", n.port)) {
             panic!("the control socket answers but P4Runtime refuses: {e}");
         }
         n
@@ -277,8 +278,8 @@ const ROLLBACK: i32 = p4::write_request::Atomicity::RollbackOnError as i32;
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {
     let dir = tmpdir("grpc");
-    let port = free_port();
-    let node = Node::start(&dir, port);
+    let node = Node::start(&dir);
+    let port = node.port;
     let mut c = P4RuntimeClient::connect(format!("http://127.0.0.1:{port}"))
         .await
         .unwrap();
@@ -436,7 +437,7 @@ async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {
 
     // The writes went through the journal: a restart restores them.
     drop(node);
-    let node = Node::start(&dir, port);
+    let node = Node::start(&dir);
     let rules = node.ctl_rules();
     assert_eq!(rules.len(), 1, "{rules:?}");
     assert_eq!(rules[0]["priority"], 10);
@@ -448,8 +449,8 @@ async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_read_streams_every_entry_of_a_large_set() {
     let dir = tmpdir("large");
-    let port = free_port();
-    let _node = Node::start(&dir, port);
+    let node = Node::start(&dir);
+    let port = node.port;
     let mut c = P4RuntimeClient::connect(format!("http://127.0.0.1:{port}"))
         .await
         .unwrap();
@@ -576,12 +577,11 @@ async fn tls_with_client_certificates() {
     use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
     let dir = tmpdir("tls");
     let [ca, cert, key, client, client_key, rogue, rogue_key] = pki(&dir);
-    let port = free_port();
-    let _node = Node::start_with(
+    let node = Node::start_with(
         &dir,
-        port,
         &format!("tls_cert = {cert:?}\ntls_key = {key:?}\ntls_client_ca = {ca:?}"),
     );
+    let port = node.port;
     let pem = |p: &Path| std::fs::read(p).unwrap();
     let capabilities = |identity: Option<Identity>| {
         let mut tls = ClientTlsConfig::new()
@@ -678,8 +678,8 @@ fn p4runtime_shell_programs_a_running_cfdp() {
         return;
     };
     let dir = tmpdir("shell");
-    let port = free_port();
-    let node = Node::start(&dir, port);
+    let node = Node::start(&dir);
+    let port = node.port;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../p4runtime/tests/shell_session.py");
     // cfdp runs no P4 program: the device config the shell sends is empty.
     let device_config = dir.join("device_config.bin");

@@ -78,17 +78,19 @@ fn tls_config(t: &TlsFiles) -> Result<ServerTlsConfig, P4Error> {
 }
 
 /// Binds the address (so that a bad one fails the start-up) and serves
-/// P4Runtime on a thread of its own until `stop` is set.
+/// P4Runtime on a thread of its own until `stop` is set. Returns the
+/// thread and the address bound (port 0 in `listen` takes a free one).
 pub fn spawn(
     opts: &P4Options,
     control: ControlHandle,
     metrics: crate::P4Metrics,
     stop: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, P4Error> {
+) -> Result<(std::thread::JoinHandle<()>, std::net::SocketAddr), P4Error> {
     let listener = std::net::TcpListener::bind(opts.listen).map_err(|source| P4Error::Bind {
         addr: opts.listen,
         source,
     })?;
+    let bound = listener.local_addr().map_err(P4Error::Io)?;
     listener.set_nonblocking(true).map_err(P4Error::Io)?;
     // A 1024-entry Write is ~100 KB: with HTTP/2's default 64 KB window
     // the client waits a round trip for more credit in the middle of it.
@@ -142,5 +144,6 @@ pub fn spawn(
             // Streams still open end with the runtime.
             runtime.shutdown_timeout(Duration::from_secs(1));
         })
+        .map(|t| (t, bound))
         .map_err(P4Error::Io)
 }

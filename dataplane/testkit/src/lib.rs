@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod captures;
+pub mod child;
 pub mod etcd;
 mod frames;
 pub mod trace;

@@ -50,7 +50,7 @@ pub fn fields(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Fields {
         u32::from(dport),
         u32::from(proto),
         0,
-        0,
+        u32::MAX,
         0,
     ]
 }
@@ -70,6 +70,27 @@ impl Node {
         self.field == ZERO_FIELD
     }
 }
+
+/// The tree again for one packet's walk, 8 bytes a node: the nodes are
+/// in depth-first order, so a node's left child is the next one. An inner
+/// node goes to its right child (`link`'s low 29 bits) when field
+/// `link >> 29` of the packet is at least `cut`, else to the next node; a
+/// leaf stops the walk (`link >> 29` is [`LEAF_LINK`]). A walk here
+/// branches on each cut, which one packet gains from (the core runs ahead
+/// down the predicted side, and the left child is in the same cache line):
+/// 9.5 against 6.9 Mpps single on acl1_10k. The lanes keep the 16-byte
+/// nodes: for them a branch mispredicts, and a select feeding the next
+/// load compiles back into one (measured at half the rate).
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    cut: u32,
+    link: u32,
+}
+
+/// Bits of [`Step::link`] that hold the right child.
+const RIGHT: u32 = (1 << 29) - 1;
+/// [`Step::link`]'s top bits on a leaf.
+const LEAF_LINK: u32 = 7;
 
 /// A rule as a leaf checks it: 32 bytes, every field an integer compare.
 #[derive(Clone, Copy, Debug)]
@@ -149,6 +170,8 @@ pub const BUDGET_SLACK: usize = 4096;
 #[derive(Debug, Default)]
 struct Tree {
     nodes: Vec<Node>,
+    /// The same tree for one packet's walk (see [`Step`]).
+    steps: Vec<Step>,
     items: Vec<Item>,
     /// Leaf spans of `items`: (start, len).
     spans: Vec<(u32, u32)>,
@@ -265,6 +288,7 @@ impl Compiled {
                 budget: budget(all.len(), leaf),
             };
             if b.node(all.clone(), root, 0).is_some() {
+                b.t.steps = steps(&b.t.nodes);
                 c.trees.push(b.t);
                 c.leaf = leaf;
                 return Ok(c);
@@ -312,6 +336,7 @@ impl Compiled {
             .iter()
             .map(|t| {
                 t.nodes.capacity() * std::mem::size_of::<Node>()
+                    + t.steps.capacity() * std::mem::size_of::<Step>()
                     + t.items.capacity() * std::mem::size_of::<Item>()
                     + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             })
@@ -419,14 +444,22 @@ impl Tree {
         node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)]
     }
 
-    /// The leaf `f` reaches.
+    /// The leaf `f` reaches, one packet alone (see [`Step`]).
     #[inline(always)]
     fn walk(&self, f: &Fields) -> u32 {
         let mut n = 0u32;
-        while !self.nodes[n as usize].is_leaf() {
-            n = self.step(n, f);
+        loop {
+            let s = self.steps[n as usize];
+            let field = s.link >> 29;
+            if field == LEAF_LINK {
+                return n;
+            }
+            n = if f[field as usize] >= s.cut {
+                s.link & RIGHT
+            } else {
+                n + 1
+            };
         }
-        n
     }
 
     /// The first live rule of leaf `node` matching `f`, if it ranks above
@@ -482,6 +515,28 @@ impl Dead {
     pub fn bytes(&self) -> usize {
         self.words.capacity() * 8
     }
+}
+
+/// The one-packet copy of a tree built in depth-first order (see [`Step`]).
+fn steps(nodes: &[Node]) -> Vec<Step> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(me, n)| {
+            if n.is_leaf() {
+                Step {
+                    cut: 0,
+                    link: LEAF_LINK << 29,
+                }
+            } else {
+                debug_assert_eq!(n.kids[0] as usize, me + 1, "depth-first order");
+                Step {
+                    cut: n.cut,
+                    link: (n.field << 29) | n.kids[1],
+                }
+            }
+        })
+        .collect()
 }
 
 /// The leaf entries a tree of `rules` rules with leaves of `leaf` may hold.
@@ -553,6 +608,11 @@ impl Builder<'_> {
             });
             return Some(me);
         };
+        if me >= RIGHT {
+            // Past 2^29 nodes (far over any budget) a node's right child
+            // would not fit its one-packet copy: given up.
+            return None;
+        }
         self.t.nodes.push(Node {
             field: cut.field as u32,
             cut: cut.at,

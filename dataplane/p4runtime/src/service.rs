@@ -432,7 +432,7 @@ impl Service {
         }
         let config = r.config.unwrap_or_default();
         crate::text::same_pipeline(config.p4info.as_ref(), &self.p4info)
-            .map_err(Status::invalid_argument)?;
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         if action != A::Verify {
             *self
                 .cookie

@@ -27,42 +27,74 @@ pub fn to_text(p: &P4Info) -> String {
     s
 }
 
+/// Why a P4Info text was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TextError {
+    /// Not protobuf text format for a P4Info (a field cfdp's subset does
+    /// not describe is named).
+    #[error("P4Info text: {0}")]
+    Parse(#[source] prost_reflect::text_format::ParseError),
+    #[error("P4Info: {0}")]
+    Decode(#[source] prost::DecodeError),
+}
+
 /// A P4Info read from text format. Fields cfdp's subset does not describe
 /// are refused by name (so a typo is not silently a different P4Info).
-pub fn from_text(text: &str) -> Result<P4Info, String> {
-    let m = DynamicMessage::parse_text_format(p4info_descriptor(), text)
-        .map_err(|e| format!("P4Info text: {e}"))?;
-    P4Info::decode(m.encode_to_vec().as_slice()).map_err(|e| format!("P4Info: {e}"))
+pub fn from_text(text: &str) -> Result<P4Info, TextError> {
+    let m =
+        DynamicMessage::parse_text_format(p4info_descriptor(), text).map_err(TextError::Parse)?;
+    P4Info::decode(m.encode_to_vec().as_slice()).map_err(TextError::Decode)
+}
+
+/// What part of a controller's P4Info is not cfdp's pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PipelineMismatch {
+    #[error(
+        "config.p4info: missing (cfdp's pipeline is fixed: send its P4Info, from \
+         GetForwardingPipelineConfig or configs/p4/cfdp.p4info.txtpb)"
+    )]
+    Missing,
+    #[error(
+        "config.p4info: its {0} differ from cfdp's fixed pipeline (cfdp runs no P4 \
+         program: send its own P4Info, from GetForwardingPipelineConfig or \
+         configs/p4/cfdp.p4info.txtpb)"
+    )]
+    Differs(PipelinePart),
+}
+
+/// A part of the pipeline a P4Info describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PipelinePart {
+    Tables,
+    Actions,
+    DirectCounters,
+}
+
+impl std::fmt::Display for PipelinePart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PipelinePart::Tables => "tables",
+            PipelinePart::Actions => "actions",
+            PipelinePart::DirectCounters => "direct counters",
+        })
+    }
 }
 
 /// Whether a controller's P4Info is cfdp's pipeline (its tables, actions
 /// and direct counters; the package description may differ). The error
 /// says what differs.
-pub fn same_pipeline(given: Option<&P4Info>, ours: &P4Info) -> Result<(), String> {
-    let Some(given) = given else {
-        return Err(
-            "config.p4info: missing (cfdp's pipeline is fixed: send its P4Info, from \
-                    GetForwardingPipelineConfig or configs/p4/cfdp.p4info.txtpb)"
-                .to_string(),
-        );
+pub fn same_pipeline(given: Option<&P4Info>, ours: &P4Info) -> Result<(), PipelineMismatch> {
+    let given = given.ok_or(PipelineMismatch::Missing)?;
+    let part = if given.tables != ours.tables {
+        PipelinePart::Tables
+    } else if given.actions != ours.actions {
+        PipelinePart::Actions
+    } else if given.direct_counters != ours.direct_counters {
+        PipelinePart::DirectCounters
+    } else {
+        return Ok(());
     };
-    let differs = |what: &str| {
-        Err(format!(
-            "config.p4info: its {what} differ from cfdp's fixed pipeline (cfdp runs no P4 \
-             program: send its own P4Info, from GetForwardingPipelineConfig or \
-             configs/p4/cfdp.p4info.txtpb)"
-        ))
-    };
-    if given.tables != ours.tables {
-        return differs("tables");
-    }
-    if given.actions != ours.actions {
-        return differs("actions");
-    }
-    if given.direct_counters != ours.direct_counters {
-        return differs("direct counters");
-    }
-    Ok(())
+    Err(PipelineMismatch::Differs(part))
 }
 
 #[cfg(test)]
@@ -97,14 +129,17 @@ mod tests {
         let ours = p4info();
         let mut other = ours.clone();
         other.tables[0].match_fields[2].bitwidth = 16;
-        let e = same_pipeline(Some(&other), &ours).unwrap_err();
-        assert!(e.contains("tables"), "{e}");
+        assert_eq!(
+            same_pipeline(Some(&other), &ours),
+            Err(PipelineMismatch::Differs(PipelinePart::Tables))
+        );
         let mut other = ours.clone();
         other.actions.pop();
-        assert!(same_pipeline(Some(&other), &ours)
-            .unwrap_err()
-            .contains("actions"));
-        assert!(same_pipeline(None, &ours).unwrap_err().contains("missing"));
+        assert_eq!(
+            same_pipeline(Some(&other), &ours),
+            Err(PipelineMismatch::Differs(PipelinePart::Actions))
+        );
+        assert_eq!(same_pipeline(None, &ours), Err(PipelineMismatch::Missing));
         // The package description may differ.
         let mut renamed = ours.clone();
         renamed.pkg_info = None;
@@ -114,6 +149,7 @@ mod tests {
     #[test]
     fn a_field_cfdp_does_not_know_is_refused_by_name() {
         let e = from_text("tables { preamble { id: 1 } no_such_field: 3 }").unwrap_err();
-        assert!(e.contains("no_such_field"), "{e}");
+        assert!(matches!(e, TextError::Parse(_)), "{e}");
+        assert!(e.to_string().contains("no_such_field"), "{e}");
     }
 }

@@ -23,6 +23,33 @@ pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
     decode_ip_general(slice, l3)
 }
 
+/// Byte offsets of the fields the fast path reads (RFC 791 §3.1, an IPv4
+/// header without options, then the transport header's two ports: TCP and
+/// UDP both start with them), as smoltcp keeps a wire format's offsets
+/// beside its reader.
+mod field {
+    use std::ops::Range;
+    /// Version (high nibble) and header length in words (low nibble).
+    pub const VER_IHL: usize = 0;
+    /// 0x45: version 4, five words (no options).
+    pub const VER_IHL_PLAIN: u8 = 0x45;
+    pub const TOTAL_LEN: Range<usize> = 2..4;
+    /// Flags (3 bits) and fragment offset (13 bits).
+    pub const FLAGS_FRAG: Range<usize> = 6..8;
+    /// The MF flag and the fragment offset's high bits, in the first byte
+    /// of [`FLAGS_FRAG`] (DF, 0x40, does not fragment).
+    pub const MF_AND_OFFSET_HIGH: u8 = 0x3f;
+    pub const PROTOCOL: usize = 9;
+    pub const SRC_ADDR: Range<usize> = 12..16;
+    pub const DST_ADDR: Range<usize> = 16..20;
+    /// The header's length without options: the ports follow.
+    pub const HEADER_LEN: usize = 20;
+    pub const SRC_PORT: Range<usize> = HEADER_LEN..HEADER_LEN + 2;
+    pub const DST_PORT: Range<usize> = HEADER_LEN + 2..HEADER_LEN + 4;
+    /// Everything the fast path reads.
+    pub const READ: usize = HEADER_LEN + 4;
+}
+
 /// The common case, read directly: IPv4 without options, not fragmented,
 /// TCP or UDP, total length within the capture and covering the ports.
 /// Anything else (options, fragments, other protocols — IPv4 can carry
@@ -32,23 +59,27 @@ pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
 /// paths agree on millions of generated headers.
 #[inline]
 pub(crate) fn ipv4_fast(p: &[u8]) -> Option<FlowKey> {
-    let h: &[u8; 24] = p.get(..24)?.try_into().ok()?;
-    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-    let fragmenting = h[6] & 0x3f != 0 || h[7] != 0; // MF flag or an offset
-    let proto = h[9];
-    if h[0] != 0x45
+    let h: &[u8; field::READ] = p.get(..field::READ)?.try_into().ok()?;
+    let u16_at = |r: std::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
+    let addr_at =
+        |r: std::ops::Range<usize>| [h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]];
+    let total = usize::from(u16_at(field::TOTAL_LEN));
+    let [flags, offset_low] = u16_at(field::FLAGS_FRAG).to_be_bytes();
+    let fragmenting = flags & field::MF_AND_OFFSET_HIGH != 0 || offset_low != 0;
+    let proto = h[field::PROTOCOL];
+    if h[field::VER_IHL] != field::VER_IHL_PLAIN
         || fragmenting
-        || !(24..=p.len()).contains(&total)
+        || !(field::READ..=p.len()).contains(&total)
         || (proto != proto::TCP && proto != proto::UDP)
     {
         return None;
     }
     Some(FlowKey::v4(
-        [h[12], h[13], h[14], h[15]],
-        [h[16], h[17], h[18], h[19]],
+        addr_at(field::SRC_ADDR),
+        addr_at(field::DST_ADDR),
         proto,
-        u16::from_be_bytes([h[20], h[21]]),
-        u16::from_be_bytes([h[22], h[23]]),
+        u16_at(field::SRC_PORT),
+        u16_at(field::DST_PORT),
     ))
 }
 

@@ -12,12 +12,7 @@ use cfdp_testkit::captures as gen;
 use pcap_file::pcap::PcapReader;
 use serde_json::{json, Value};
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cfdp-e2e-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use cfdp_testkit::dirs::test_dir as tmpdir;
 
 struct Server {
     child: Child,
@@ -71,14 +66,7 @@ impl Server {
             dir: dir.to_path_buf(),
             socket,
         };
-        let start = Instant::now();
-        while UnixStream::connect(&s.socket).is_err() {
-            if let Some(st) = s.child.try_wait().unwrap() {
-                panic!("cfdp run exited {st}: {}", s.stderr());
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "no socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        cfdp_testkit::child::wait_for_socket(&s.socket, &s.dir.join("stderr"), &mut s.child);
         s
     }
 

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use cfdp_control::client::{Client, Target};
 use cfdp_p4runtime::pipeline;
@@ -18,12 +17,7 @@ use serde_json::{json, Value};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cfdp-p4-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use cfdp_testkit::dirs::test_dir as tmpdir;
 
 /// `cfdp run` over the pair capture (UDP 10.9.0.1:1000 → 10.9.0.2:2000
 /// and 10.9.0.3 → 10.9.0.4) in a loop, with P4Runtime on `port` (both
@@ -78,14 +72,7 @@ impl Node {
             metrics: 0,
             port: 0,
         };
-        // No time bound: a start that fails ends the process, which is
-        // checked on every try.
-        while std::os::unix::net::UnixStream::connect(&n.socket).is_err() {
-            if let Some(st) = n.child.try_wait().unwrap() {
-                panic!("cfdp run exited {st}: {}", n.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        cfdp_testkit::child::wait_for_socket(&n.socket, &n.dir.join("stderr"), &mut n.child);
         // `cfdp run` binds P4Runtime before its control socket answers:
         // a script that waits for the socket finds every door open.
         let stderr = n.dir.join("stderr");

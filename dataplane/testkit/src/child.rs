@@ -29,6 +29,20 @@ pub fn reported_addr(stderr: &Path, prefix: &str, child: &mut Child) -> SocketAd
     }
 }
 
+/// Waits until the control socket at `socket` accepts a connection while
+/// the child runs; panics with the child's standard error (in the file
+/// `stderr`) if it exits first (no time bound: a start that fails ends
+/// the process).
+pub fn wait_for_socket(socket: &Path, stderr: &Path, child: &mut Child) {
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        if let Some(status) = child.try_wait().expect("the child's status") {
+            let text = std::fs::read_to_string(stderr).unwrap_or_default();
+            panic!("cfdp exited {status} before its socket answered: {text}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The address after `prefix` on the first line that starts with it.
 fn find_addr(text: &str, prefix: &str) -> Option<SocketAddr> {
     let rest = text.lines().find_map(|l| l.strip_prefix(prefix))?;

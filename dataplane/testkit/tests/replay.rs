@@ -16,11 +16,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cfdp-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use cfdp_testkit::dirs::test_dir as tmpdir;
 
 fn frames_of(path: &Path) -> Vec<Vec<u8>> {
     let mut r = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();

@@ -1,0 +1,496 @@
+//! The tuple space: tables of merged prefix-length shapes, each a tag map
+//! of buckets of entries, and a family's tables in probe order with their
+//! cuts (see the parent module's docs).
+
+use std::collections::BTreeMap;
+
+use cfdp_filter::tagmap::{pair_hash, TagMap};
+use cfdp_rules::{AclRule, Action, RuleId};
+
+use super::compiled::Hit;
+use super::cuts::{count, Cover, Cuts, Mask, Span};
+use super::word::{Packet, Word};
+
+/// Largest prefix-length difference between a rule and the table that
+/// takes it.
+pub const RELAX: u8 = 8;
+/// New tables round the rule's prefix lengths down to a multiple of this.
+pub const ROUND: u8 = 8;
+/// Rules one bucket takes before a rule goes to a table of its own shape.
+pub const MAX_BUCKET: usize = 16;
+/// Most tables per address family (a table is one bit of a cut mask).
+pub const MAX_TABLES: usize = 32;
+const _: () = assert!(MAX_TABLES <= Mask::BITS as usize);
+
+/// A table's shape: the prefix bits it hashes. The protocol and the ports
+/// are verified, never hashed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tuple {
+    pub v6: bool,
+    pub src_len: u8,
+    pub dst_len: u8,
+}
+
+impl Tuple {
+    /// Whether a rule of shape `r` can live in a table of this shape.
+    pub(super) fn admits(&self, r: &Tuple) -> bool {
+        self.v6 == r.v6 && self.src_len <= r.src_len && self.dst_len <= r.dst_len
+    }
+
+    pub(super) fn specificity(&self) -> u16 {
+        u16::from(self.src_len) + u16::from(self.dst_len)
+    }
+
+    pub(super) fn of(r: &AclRule) -> Tuple {
+        Tuple {
+            v6: r.matcher.v6(),
+            src_len: r.matcher.src().len(),
+            dst_len: r.matcher.dst().len(),
+        }
+    }
+
+    /// Whether a rule of shape `r` is within [`RELAX`] bits of this shape.
+    pub(super) fn close(&self, r: &Tuple) -> bool {
+        r.src_len - self.src_len <= RELAX && r.dst_len - self.dst_len <= RELAX
+    }
+}
+
+/// A rule as a bucket holds it: every field an integer compare, with what
+/// a match answers (id, action, the caller's tag), so a lookup never reads
+/// the rule itself (in the classifier's slab at `slot`: a random read a
+/// packet, which cost a 100k-rule set's worker path a quarter of its
+/// rate). 48 bytes for IPv4.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Entry<W> {
+    pub(super) src: W,
+    pub(super) src_mask: W,
+    pub(super) dst: W,
+    pub(super) dst_mask: W,
+    pub(super) sport: (u16, u16),
+    pub(super) dport: (u16, u16),
+    /// 0..=255, or 256 for any.
+    pub(super) proto: u16,
+    pub(super) priority: u32,
+    pub(super) id: RuleId,
+    pub(super) action: Action,
+    pub(super) tag: u32,
+    pub(super) slot: u32,
+}
+
+impl<W: Word> Entry<W> {
+    pub(super) fn new(r: &AclRule, slot: u32, tag: u32) -> Self {
+        let m = &r.matcher;
+        Self {
+            src: W::of(m.src().addr()),
+            src_mask: W::mask(m.src().len()),
+            dst: W::of(m.dst().addr()),
+            dst_mask: W::mask(m.dst().len()),
+            sport: (m.sport().lo(), m.sport().hi()),
+            dport: (m.dport().lo(), m.dport().hi()),
+            proto: m.proto().map_or(256, u16::from),
+            priority: r.priority,
+            id: r.id,
+            action: r.action,
+            tag,
+            slot,
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn matches(&self, p: &Packet<W>) -> bool {
+        (p.src & self.src_mask) == self.src
+            && (p.dst & self.dst_mask) == self.dst
+            && (self.proto == 256 || self.proto == p.proto)
+            && self.sport.0 <= p.sport
+            && p.sport <= self.sport.1
+            && self.dport.0 <= p.dport
+            && p.dport <= self.dport.1
+    }
+
+    /// What a match answers, apart from the address width.
+    #[inline(always)]
+    pub(super) fn answer(&self) -> Answer {
+        Answer {
+            id: self.id,
+            action: self.action,
+            tag: self.tag,
+            slot: self.slot,
+        }
+    }
+
+    /// Higher priority, then lower id: as [`AclRule::beats`].
+    #[inline(always)]
+    pub(super) fn rank(&self) -> Rank {
+        (self.priority, std::cmp::Reverse(self.id))
+    }
+}
+
+/// A rule's rank: higher priority, then lower id, is greater.
+pub(super) type Rank = (u32, std::cmp::Reverse<RuleId>);
+
+/// A winning entry's answer, the same for both families and both layers.
+#[derive(Clone, Copy)]
+pub(super) struct Answer {
+    pub(super) id: RuleId,
+    pub(super) action: Action,
+    pub(super) tag: u32,
+    pub(super) slot: u32,
+}
+
+impl Answer {
+    #[inline(always)]
+    pub(super) fn of_hit(h: &Hit) -> Self {
+        Self {
+            id: h.id,
+            action: h.action,
+            tag: h.tag,
+            slot: h.slot,
+        }
+    }
+}
+
+/// One bucket's rules, best first: the first inline in the table's slot
+/// (most buckets hold one rule, and a hit then reads no memory elsewhere),
+/// the rest in a vector (empty: no allocation).
+#[derive(Clone, Debug)]
+pub(super) struct Bucket<W> {
+    pub(super) first: Entry<W>,
+    pub(super) rest: Vec<Entry<W>>,
+}
+
+impl<W: Word> Bucket<W> {
+    pub(super) fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
+
+    /// Adds `e` at its place in the order.
+    pub(super) fn insert(&mut self, e: Entry<W>) {
+        if e.rank() > self.first.rank() {
+            let old = std::mem::replace(&mut self.first, e);
+            self.rest.insert(0, old);
+        } else {
+            let at = self.rest.partition_point(|x| x.rank() > e.rank());
+            self.rest.insert(at, e);
+        }
+    }
+
+    /// The best entry matching `p`.
+    #[inline(always)]
+    pub(super) fn find(&self, p: &Packet<W>) -> Option<&Entry<W>> {
+        if self.first.matches(p) {
+            return Some(&self.first);
+        }
+        if self.rest.is_empty() {
+            return None;
+        }
+        scan(&self.rest, p)
+    }
+}
+
+/// The first entry of `rest` matching `p`: out of line, so the scan of a
+/// long bucket compiles to the same tight loop wherever a lookup inlines.
+#[inline(never)]
+pub(super) fn scan<'a, W: Word>(rest: &'a [Entry<W>], p: &Packet<W>) -> Option<&'a Entry<W>> {
+    rest.iter().find(|e| e.matches(p))
+}
+
+/// One table: rules of shapes its tuple admits, bucketed by their masked
+/// prefixes, each bucket best first (a scan stops at its first match).
+#[derive(Clone)]
+pub(super) struct Table<W> {
+    pub(super) tuple: Tuple,
+    pub(super) src_mask: W,
+    pub(super) dst_mask: W,
+    pub(super) buckets: TagMap<(W, W), Bucket<W>>,
+    /// Priorities held, with their counts: the maximum in O(log n) after a
+    /// delete.
+    pub(super) priorities: BTreeMap<u32, u32>,
+    /// The highest priority held, cached for the lookup's early exit.
+    pub(super) top: u32,
+    pub(super) rules: usize,
+}
+
+impl<W: Word> Table<W> {
+    pub(super) fn new(tuple: Tuple) -> Self {
+        Self {
+            tuple,
+            src_mask: W::mask(tuple.src_len),
+            dst_mask: W::mask(tuple.dst_len),
+            buckets: TagMap::default(),
+            priorities: BTreeMap::new(),
+            top: 0,
+            rules: 0,
+        }
+    }
+
+    pub(super) fn key(&self, e: &Entry<W>) -> (W, W) {
+        (e.src & self.src_mask, e.dst & self.dst_mask)
+    }
+
+    #[inline(always)]
+    pub(super) fn hash(key: (W, W)) -> u32 {
+        pair_hash(key.0.fold(), key.1.fold())
+    }
+
+    pub(super) fn bucket_len(&self, e: &Entry<W>) -> usize {
+        let key = self.key(e);
+        self.buckets
+            .get(Self::hash(key), &key)
+            .map_or(0, Bucket::len)
+    }
+
+    pub(super) fn insert(&mut self, e: Entry<W>) {
+        let key = self.key(&e);
+        let h = Self::hash(key);
+        match self.buckets.get_mut(h, &key) {
+            Some(b) => b.insert(e),
+            None => self.buckets.insert(
+                h,
+                key,
+                Bucket {
+                    first: e,
+                    rest: Vec::new(),
+                },
+            ),
+        }
+        *self.priorities.entry(e.priority).or_default() += 1;
+        self.top = self.top.max(e.priority);
+        self.rules += 1;
+    }
+
+    pub(super) fn remove(&mut self, e: &Entry<W>) -> bool {
+        let key = self.key(e);
+        let h = Self::hash(key);
+        let Some(b) = self.buckets.get_mut(h, &key) else {
+            return false;
+        };
+        if b.first.id == e.id {
+            if b.rest.is_empty() {
+                self.buckets.remove(h, &key);
+            } else {
+                b.first = b.rest.remove(0);
+            }
+        } else {
+            let Some(i) = b.rest.iter().position(|x| x.id == e.id) else {
+                return false;
+            };
+            b.rest.remove(i);
+        }
+        if let Some(n) = self.priorities.get_mut(&e.priority) {
+            *n -= 1;
+            if *n == 0 {
+                self.priorities.remove(&e.priority);
+            }
+        }
+        self.top = self.priorities.keys().next_back().copied().unwrap_or(0);
+        self.rules -= 1;
+        true
+    }
+
+    /// The best entry of this table matching `p`.
+    #[inline(always)]
+    pub(super) fn lookup(&self, p: &Packet<W>) -> Option<&Entry<W>> {
+        let key = (p.src & self.src_mask, p.dst & self.dst_mask);
+        self.buckets.get(Self::hash(key), &key)?.find(p)
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.buckets.bytes()
+            + self
+                .buckets
+                .values()
+                .map(|b| b.rest.capacity() * std::mem::size_of::<Entry<W>>())
+                .sum::<usize>()
+            + self.priorities.len() * 32
+    }
+}
+
+/// The tables of one address family, ordered by the highest priority they
+/// hold; `N` is the number of its cut windows (`W::CUT_AT.len()`).
+#[derive(Clone)]
+pub(super) struct Family<W, const N: usize> {
+    pub(super) tables: Vec<Table<W>>,
+    /// Each table's [`Cover`], in the same order: apart from the tables, so
+    /// that a lookup's walk over them reads nothing an update alone needs.
+    pub(super) covers: Vec<Box<Cover<N>>>,
+    pub(super) cuts: Cuts<N>,
+}
+
+impl<W, const N: usize> Default for Family<W, N> {
+    fn default() -> Self {
+        Self {
+            tables: Vec::new(),
+            covers: Vec::new(),
+            cuts: Cuts::default(),
+        }
+    }
+}
+
+impl<W: Word, const N: usize> Family<W, N> {
+    /// Heap bytes of the tables, their covers and the cuts.
+    pub(super) fn bytes(&self) -> usize {
+        self.tables.iter().map(Table::bytes).sum::<usize>()
+            + self.covers.len() * std::mem::size_of::<Cover<N>>()
+            + Cuts::<N>::bytes()
+    }
+
+    pub(super) fn position(&self, tuple: Tuple) -> Option<usize> {
+        self.tables.iter().position(|t| t.tuple == tuple)
+    }
+
+    /// The index of the table a rule of shape `shape` (as entry `e`) goes
+    /// into, creating it when needed (see the module docs).
+    pub(super) fn table_for(&mut self, shape: Tuple, e: &Entry<W>) -> usize {
+        let best = self
+            .tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.tuple.admits(&shape) && t.tuple.close(&shape) && t.bucket_len(e) < MAX_BUCKET
+            })
+            .max_by_key(|(_, t)| t.tuple.specificity())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            return i;
+        }
+        // The last table a family may open is its catch-all, which every
+        // rule of the family fits: the bound holds whatever comes next.
+        let full = self.tables.len() + 1 >= MAX_TABLES;
+        if full {
+            if let Some((i, _)) = self
+                .tables
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.tuple.admits(&shape))
+                .max_by_key(|(_, t)| t.tuple.specificity())
+            {
+                return i;
+            }
+        }
+        let crowded = self.tables.iter().any(|t| {
+            t.tuple.admits(&shape) && t.tuple.close(&shape) && t.bucket_len(e) >= MAX_BUCKET
+        });
+        let tuple = if full {
+            Tuple {
+                v6: shape.v6,
+                src_len: 0,
+                dst_len: 0,
+            }
+        } else if crowded {
+            shape
+        } else {
+            Tuple {
+                src_len: shape.src_len - shape.src_len % ROUND,
+                dst_len: shape.dst_len - shape.dst_len % ROUND,
+                ..shape
+            }
+        };
+        if let Some(i) = self.position(tuple) {
+            return i;
+        }
+        // A new table is last in the order, its bit clear in every mask.
+        self.tables.push(Table::new(tuple));
+        self.covers.push(Box::default());
+        self.tables.len() - 1
+    }
+
+    /// Moves table `i` to its place in the order.
+    pub(super) fn reorder(&mut self, i: usize) {
+        let t = self.tables.remove(i);
+        let at = self.tables.partition_point(|x| x.top >= t.top);
+        self.tables.insert(at, t);
+        if at != i {
+            let c = self.covers.remove(i);
+            self.covers.insert(at, c);
+            // Positions are below MAX_TABLES, which fits a Mask.
+            self.cuts.relocate(i as u32, at as u32);
+        }
+    }
+
+    /// Counts `e` in or out of table `i`'s cover and the cut masks.
+    pub(super) fn cover(&mut self, i: usize, e: &Entry<W>, add: bool) {
+        let t = &mut self.covers[i];
+        let c = &mut self.cuts;
+        let bit: Mask = 1 << i;
+        for (w, &at) in W::CUT_AT.iter().enumerate().take(N) {
+            for (cover, cut, addr, mask) in [
+                (&mut t.src[w], &mut c.src[w], e.src, e.src_mask),
+                (&mut t.dst[w], &mut c.dst[w], e.dst, e.dst_mask),
+            ] {
+                count(cover, cut, Span::of_prefix(addr, mask, at), bit, add);
+            }
+        }
+        count(
+            &mut t.proto,
+            &mut c.proto,
+            Span::of_proto(e.proto),
+            bit,
+            add,
+        );
+    }
+
+    pub(super) fn insert(&mut self, shape: Tuple, e: Entry<W>) -> Tuple {
+        let i = self.table_for(shape, &e);
+        self.tables[i].insert(e);
+        self.cover(i, &e, true);
+        let tuple = self.tables[i].tuple;
+        self.reorder(i);
+        tuple
+    }
+
+    pub(super) fn remove(&mut self, tuple: Tuple, e: &Entry<W>) {
+        let i = self.position(tuple).expect("a rule's table exists");
+        let removed = self.tables[i].remove(e);
+        debug_assert!(removed, "the index and the table agree");
+        self.cover(i, e, false);
+        if self.tables[i].rules == 0 {
+            self.tables.remove(i);
+            self.covers.remove(i);
+            self.cuts.close(i as u32);
+        } else {
+            self.reorder(i);
+        }
+    }
+
+    /// The best entry for `p`: the candidate tables (see [`Cuts`]) in
+    /// order, stopping once none is left or no later table can beat the
+    /// best match found.
+    ///
+    /// `floor` is the rank a match must beat (the compiled layer's winner):
+    /// only a better entry is returned.
+    #[inline(always)]
+    pub(super) fn classify(
+        &self,
+        p: &Packet<W>,
+        probes: &mut Probes,
+        floor: Option<Rank>,
+    ) -> Option<&Entry<W>> {
+        let mut best: Option<&Entry<W>> = None;
+        let mut bound = floor;
+        let mut left = self.cuts.candidates(p);
+        while left != 0 {
+            let Some(t) = self.tables.get(left.trailing_zeros() as usize) else {
+                break;
+            };
+            if bound.is_some_and(|b| b.0 > t.top) {
+                break;
+            }
+            left &= left - 1;
+            probes.tables += 1;
+            if let Some(e) = t.lookup(p) {
+                if bound.is_none_or(|b| e.rank() > b) {
+                    best = Some(e);
+                    bound = Some(e.rank());
+                }
+            }
+        }
+        best
+    }
+}
+
+/// Counters of lookups, for the benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Probes {
+    pub packets: u64,
+    pub tables: u64,
+}

@@ -1,0 +1,103 @@
+//! An address as one machine word, and a packet's fields as the tuple
+//! space and the cuts compare them.
+
+use std::ops::BitAnd;
+
+use cfdp_rules::FlowKey;
+
+/// Leading address bits that index the cut arrays (see `cuts`).
+pub const CUT_BITS: u32 = 12;
+
+/// An address as one machine word: `u32` for IPv4, `u128` for IPv6.
+pub(super) trait Word:
+    Copy + Eq + BitAnd<Output = Self> + Default + std::fmt::Debug
+{
+    fn of(a: &[u8; 16]) -> Self;
+    /// The first `len` bits.
+    fn mask(len: u8) -> Self;
+    /// Where the address's cut windows start (see [`Cuts`]): the bit
+    /// offsets of its [`CUT_BITS`]-bit indices, one cut array each.
+    const CUT_AT: &'static [u32];
+    /// 32 bits for the table hash.
+    fn fold(self) -> u32;
+    /// Bits `at..at + CUT_BITS`: the index into a window's cut array.
+    fn cut(self, at: u32) -> usize;
+    /// The bits set (a mask's prefix length).
+    fn ones(self) -> u32;
+}
+
+impl Word for u32 {
+    const CUT_AT: &'static [u32] = &[0];
+    #[inline(always)]
+    fn of(a: &[u8; 16]) -> Self {
+        u32::from_be_bytes([a[0], a[1], a[2], a[3]])
+    }
+    #[inline(always)]
+    fn mask(len: u8) -> Self {
+        u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
+    }
+    #[inline(always)]
+    fn fold(self) -> u32 {
+        self
+    }
+    #[inline(always)]
+    fn cut(self, at: u32) -> usize {
+        ((self << at) >> (32 - CUT_BITS)) as usize
+    }
+    fn ones(self) -> u32 {
+        self.count_ones()
+    }
+}
+
+impl Word for u128 {
+    /// Bits 16–28, below a regional registry's block: they tell apart the
+    /// allocations of different organisations (/19–/32); and bits 32–44,
+    /// below an organisation's /32: its sites (/36–/48). The leading bits
+    /// would not help: global unicast addresses share 2000::/3. A prefix
+    /// that ends before a window is wide in it (every index).
+    const CUT_AT: &'static [u32] = &[16, 32];
+    #[inline(always)]
+    fn of(a: &[u8; 16]) -> Self {
+        u128::from_be_bytes(*a)
+    }
+    #[inline(always)]
+    fn mask(len: u8) -> Self {
+        u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
+    }
+    #[inline(always)]
+    fn fold(self) -> u32 {
+        let w = |i: u32| (self >> (32 * i)) as u32;
+        w(3) ^ w(2).wrapping_mul(0xcc9e_2d51)
+            ^ w(1).wrapping_mul(0x1b87_3593)
+            ^ w(0).rotate_left(11)
+    }
+    #[inline(always)]
+    fn cut(self, at: u32) -> usize {
+        ((self << at) >> (128 - CUT_BITS)) as usize
+    }
+    fn ones(self) -> u32 {
+        self.count_ones()
+    }
+}
+
+/// A packet's fields as the tables compare them.
+pub(super) struct Packet<W> {
+    pub(super) src: W,
+    pub(super) dst: W,
+    pub(super) proto: u16,
+    pub(super) sport: u16,
+    pub(super) dport: u16,
+}
+
+impl<W: Word> Packet<W> {
+    #[inline(always)]
+    pub(super) fn of(k: &FlowKey) -> Self {
+        Self {
+            src: W::of(&k.src),
+            dst: W::of(&k.dst),
+            proto: u16::from(k.proto),
+            sport: k.sport,
+            dport: k.dport,
+        }
+    }
+}

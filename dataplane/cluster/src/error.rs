@@ -64,6 +64,10 @@ pub enum ClusterError {
     /// The TLS or authentication settings cannot be used.
     #[error(transparent)]
     Security(#[from] crate::security::SecurityError),
+    /// The fleet's rule set cannot be one node's (two rules with one
+    /// match: the planner's match keys should have prevented it).
+    #[error("the fleet's rule set: {0}")]
+    FleetSet(#[from] cfdp_rules::batch::ReplaceError),
     /// The agent thread could not be started.
     #[error("cannot start the cluster agent: {0}")]
     Spawn(#[source] std::io::Error),

@@ -395,26 +395,16 @@ impl Agent {
         }
     }
 
-    /// Makes the node's rules equal `fleet` with one batch (the
-    /// difference).
+    /// Makes the node's rules equal `fleet` with one batch: the difference,
+    /// as `cfdp ctl replace` computes it (`cfdp_rules::replace_updates`,
+    /// which orders it so that every match a modify needs is free by then).
     fn resync(&mut self, fleet: &FleetRules) -> Result<(), ClusterError> {
-        let local = &self.mirror;
-        let mut deletes = Vec::new();
-        let mut modifies = Vec::new();
-        let mut inserts = Vec::new();
-        for (id, rule) in local {
-            match fleet.get(id) {
-                None => deletes.push(Update::Delete(*id)),
-                Some(r) if r != rule => modifies.push(*r),
-                Some(_) => {}
-            }
+        let current: Vec<Rule> = self.mirror.values().copied().collect();
+        let desired: Vec<Rule> = fleet.values().copied().collect();
+        let (updates, _) = cfdp_rules::replace_updates(&current, &desired)?;
+        if !updates.is_empty() {
+            self.batch(updates)?;
         }
-        for (id, r) in fleet {
-            if !local.contains_key(id) {
-                inserts.push(Update::Insert(*r));
-            }
-        }
-        self.apply_local(deletes, modifies, inserts)?;
         self.mirror = fleet.clone();
         Ok(())
     }

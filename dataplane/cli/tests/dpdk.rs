@@ -19,12 +19,7 @@ fn repo(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
 }
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cfdp-dpdk-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use cfdp_testkit::dirs::test_dir as tmpdir;
 
 fn frames(path: &Path) -> Vec<Vec<u8>> {
     let Ok(f) = std::fs::File::open(path) else {

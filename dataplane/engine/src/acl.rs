@@ -91,6 +91,10 @@ pub struct AclClassifier {
     /// Each (match, priority): the rule store refuses a second rule with
     /// both the same.
     by_match: HashMap<(AclMatch, u32), RuleId>,
+    /// IPv6 rules held: [`Self::layers`] in O(1) (the rule store asks after
+    /// every commit; counting them walked every rule, 140 µs a one-rule
+    /// batch on acl1_100k).
+    v6_rules: usize,
 }
 
 /// The layers' sizes (see [`AclClassifier`]).
@@ -199,6 +203,7 @@ impl AclClassifier {
             }
         };
         self.by_match.insert((r.matcher, r.priority), r.id);
+        self.v6_rules += usize::from(r.matcher.v6());
         let shape = Tuple::of(&r);
         let tuple = if shape.v6 {
             self.v6.insert(shape, Entry::new(&r, slot, tag))
@@ -216,6 +221,7 @@ impl AclClassifier {
         if self.by_match.get(&(r.matcher, r.priority)) == Some(&id) {
             self.by_match.remove(&(r.matcher, r.priority));
         }
+        self.v6_rules -= usize::from(r.matcher.v6());
         if let Some(idx) = self.compiled_index(id) {
             // A compiled rule: dead from now on (an id deleted before and
             // inserted again is already dead there, and lives in a table).
@@ -340,9 +346,9 @@ impl AclClassifier {
         self.dead = dead;
     }
 
-    /// The layers' sizes.
+    /// The layers' sizes, in O(1).
     pub fn layers(&self) -> Layers {
-        let v6 = self.by_id.values().filter(|(t, _)| t.v6).count();
+        let v6 = self.v6_rules;
         Layers {
             compiled: self.compiled.as_ref().map_or(0, |c| c.len()),
             dead: self.dead.count(),

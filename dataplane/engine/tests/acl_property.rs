@@ -255,6 +255,11 @@ proptest! {
             }
             check(&c, &live, at + 1)?;
             prop_assert_eq!(c.len(), live.len());
+            // The layers' counts, kept incrementally, agree with the rules.
+            let l = c.layers();
+            let v6 = live.iter().filter(|r| r.matcher.v6()).count();
+            prop_assert_eq!(l.v6, v6);
+            prop_assert_eq!(l.compiled - l.dead + l.live_v4, live.len() - v6);
         }
     }
 }

@@ -85,8 +85,8 @@ pub struct AclClassifier {
     dead: Dead,
     slab: Vec<(AclRule, u32)>,
     free: Vec<u32>,
-    /// Each rule's table and slot (a compiled rule's tuple is its shape,
-    /// unused).
+    /// Each rule's table and slot (a compiled rule keeps the tuple of the
+    /// table it was in before the compile, unused while it is compiled).
     by_id: HashMap<RuleId, (Tuple, u32)>,
     /// Each (match, priority): the rule store refuses a second rule with
     /// both the same.
@@ -260,12 +260,10 @@ impl AclClassifier {
                 .map(Entry::answer);
         }
         let p = Packet::of(k);
-        let hit = self.compiled.as_ref().and_then(|c| {
-            c.lookup(
-                &compiled::fields(p.src, p.dst, p.sport, p.dport, k.proto),
-                &self.dead,
-            )
-        });
+        let hit = self
+            .compiled
+            .as_ref()
+            .and_then(|c| c.lookup(&tree_fields(&p), &self.dead));
         self.merge(&p, hit, probes)
     }
 
@@ -348,16 +346,13 @@ impl AclClassifier {
 
     /// The layers' sizes, in O(1).
     pub fn layers(&self) -> Layers {
+        let compiled = self.compiled.as_ref().map_or(0, |c| c.len());
+        let dead = self.dead.count();
         let v6 = self.v6_rules;
         Layers {
-            compiled: self.compiled.as_ref().map_or(0, |c| c.len()),
-            dead: self.dead.count(),
-            live_v4: self.by_id.len()
-                - v6
-                - self
-                    .compiled
-                    .as_ref()
-                    .map_or(0, |c| c.len() - self.dead.count()),
+            compiled,
+            dead,
+            live_v4: self.by_id.len() - v6 - (compiled - dead),
             v6,
         }
     }
@@ -371,11 +366,7 @@ impl AclClassifier {
     /// [`Compiled::cost`]); `None` for IPv6 or without a compiled layer.
     pub fn compiled_cost(&self, k: &FlowKey) -> Option<(u32, u32)> {
         let c = self.compiled.as_deref().filter(|_| !k.v6)?;
-        let p = Packet::<u32>::of(k);
-        Some(c.cost(
-            &compiled::fields(p.src, p.dst, p.sport, p.dport, k.proto),
-            &self.dead,
-        ))
+        Some(c.cost(&tree_fields(&Packet::of(k)), &self.dead))
     }
 
     /// The winning rule's action and tag for one packet, from the table's
@@ -416,27 +407,33 @@ impl AclClassifier {
         };
         for (base, chunk) in keys.chunks(LANES).enumerate() {
             let mut fs = [[0u32; 8]; LANES];
-            let mut at = [0usize; LANES];
+            // Each IPv4 key's packet and index, read once for both layers.
+            let mut ps: [(Packet<u32>, usize); LANES] = [(Packet::default(), 0); LANES];
             let mut n = 0;
             for (j, k) in chunk.iter().enumerate() {
                 let i = base * LANES + j;
                 if k.v6 {
                     put(i, self.winner(k, &mut probes));
                 } else {
-                    let p = Packet::<u32>::of(k);
-                    fs[n] = compiled::fields(p.src, p.dst, p.sport, p.dport, k.proto);
-                    at[n] = i;
+                    let p = Packet::of(k);
+                    fs[n] = tree_fields(&p);
+                    ps[n] = (p, i);
                     n += 1;
                 }
             }
             let mut hits = [None; LANES];
             c.lookup_lanes(&fs[..n], &self.dead, &mut hits);
-            for j in 0..n {
-                let p = Packet::<u32>::of(&keys[at[j]]);
-                put(at[j], self.merge(&p, hits[j], &mut probes));
+            for ((p, i), hit) in ps[..n].iter().zip(hits) {
+                put(*i, self.merge(p, hit, &mut probes));
             }
         }
     }
+}
+
+/// An IPv4 packet's fields as the compiled layer reads them.
+#[inline(always)]
+fn tree_fields(p: &Packet<u32>) -> compiled::Fields {
+    compiled::fields(p.src, p.dst, p.sport, p.dport, p.proto)
 }
 
 #[cfg(test)]

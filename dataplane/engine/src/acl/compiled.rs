@@ -26,6 +26,8 @@
 use cfdp_rules::{AclRule, Action, RuleId};
 use hashbrown::HashMap;
 
+use super::word::Word;
+
 /// Rules a leaf may hold before the builder tries to cut it: the sizes a
 /// compile tries in turn, smallest (fastest where it fits) first.
 pub const LEAF_SIZES: [usize; 2] = [8, 32];
@@ -42,7 +44,7 @@ pub type Fields = [u32; 8];
 
 /// The fields of an IPv4 5-tuple.
 #[inline(always)]
-pub fn fields(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Fields {
+pub fn fields(src: u32, dst: u32, sport: u16, dport: u16, proto: u16) -> Fields {
     [
         src,
         dst,
@@ -202,10 +204,10 @@ impl Ranges {
     fn of(r: &AclRule) -> Self {
         let m = &r.matcher;
         let (s, d) = (m.src(), m.dst());
+        // A prefix's first and last address.
         let span = |a: &[u8; 16], len: u8| {
-            let base = u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
-            let host = u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
-            (base, base | host)
+            let base = u32::of(a);
+            (base, base | !u32::mask(len))
         };
         let (sl, sh) = span(s.addr(), s.len());
         let (dl, dh) = span(d.addr(), d.len());
@@ -547,13 +549,11 @@ fn budget(rules: usize, leaf: usize) -> usize {
 fn item(inp: &Input, idx: u32) -> Item {
     let m = &inp.rule.matcher;
     let (s, d) = (m.src(), m.dst());
-    let word = |a: &[u8; 16]| u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
-    let mask = |len: u8| u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
     Item {
-        src: word(s.addr()),
-        src_mask: mask(s.len()),
-        dst: word(d.addr()),
-        dst_mask: mask(d.len()),
+        src: u32::of(s.addr()),
+        src_mask: u32::mask(s.len()),
+        dst: u32::of(d.addr()),
+        dst_mask: u32::mask(d.len()),
         sport: [m.sport().lo(), m.sport().hi()],
         dport: [m.dport().lo(), m.dport().hi()],
         proto: m.proto().map_or(256, u16::from),

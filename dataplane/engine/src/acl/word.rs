@@ -81,6 +81,7 @@ impl Word for u128 {
 }
 
 /// A packet's fields as the tables compare them.
+#[derive(Clone, Copy, Default)]
 pub(super) struct Packet<W> {
     pub(super) src: W,
     pub(super) dst: W,

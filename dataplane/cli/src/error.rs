@@ -10,6 +10,9 @@ pub enum RunError {
     /// A configuration value this build or machine cannot honour.
     #[error("{0}")]
     Config(String),
+    /// A configuration value refused by its section's checks.
+    #[error(transparent)]
+    Setting(#[from] cfdp_control::settings::SettingError),
     /// The configuration files or environment could not be read.
     #[error("{what}")]
     ConfigLoad {

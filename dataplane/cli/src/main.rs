@@ -75,6 +75,10 @@ enum Cmd {
         /// Print the effective configuration and exit.
         #[arg(long)]
         print_config: bool,
+        /// Testing only: each batch waits, before it is applied, until
+        /// DIR/release exists (DIR/held says one waits).
+        #[arg(long, hide = true, value_name = "DIR")]
+        hold_batches: Option<PathBuf>,
     },
     /// Rule files: `import --format classbench IN [-o OUT]` turns a
     /// ClassBench filter set into a cfdp rule file.
@@ -277,7 +281,11 @@ fn default_workers() -> usize {
 }
 
 /// `cfdp run`: exit 2 for a bad configuration, 1 for a runtime error.
-fn run_cmd(config: Option<&std::path::Path>, print_config: bool) -> ExitCode {
+fn run_cmd(
+    config: Option<&std::path::Path>,
+    print_config: bool,
+    hooks: run::TestHooks,
+) -> ExitCode {
     let cfg = match config::load_config(config) {
         Ok(c) => c,
         Err(e) => {
@@ -293,7 +301,7 @@ fn run_cmd(config: Option<&std::path::Path>, print_config: bool) -> ExitCode {
         eprintln!("cfdp: config: {}", error::chain(&e));
         return ExitCode::from(2);
     }
-    match run::run(cfg, default_workers()) {
+    match run::run(cfg, default_workers(), hooks) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cfdp: {}", error::chain(&e));
@@ -351,7 +359,12 @@ fn main() -> ExitCode {
         Cmd::Run {
             config,
             print_config,
-        } => run_cmd(config.as_deref(), print_config),
+            hold_batches,
+        } => run_cmd(
+            config.as_deref(),
+            print_config,
+            run::TestHooks { hold_batches },
+        ),
         Cmd::P4info => p4info_cmd(),
         Cmd::Rules {
             cmd:

@@ -17,7 +17,8 @@ use std::time::Duration;
 use cfdp_control::journal::{self, Journal};
 use cfdp_control::metrics;
 use cfdp_control::plane::{ControlPlane, PlaneConfig};
-use cfdp_control::server::{self, Limits, ServerCtx};
+use cfdp_control::server::{self, ServerCtx};
+use cfdp_control::settings::{ControlSection, SettingError};
 use cfdp_control::RuleStore;
 use cfdp_engine::{LiveStats, WorkerContext};
 use cfdp_pcap::{replay, ReplayOptions, MAX_WORKERS};
@@ -25,6 +26,14 @@ use cfdp_rules::{Atomicity, Batch, Code, Rule, Update};
 use serde_json::{json, Value};
 
 use crate::config::{Overload, RunConfig};
+
+/// Pause points for tests, set by hidden command-line flags: never part of
+/// the configuration an operator writes.
+#[derive(Clone, Debug, Default)]
+pub struct TestHooks {
+    /// `PlaneConfig::hold_batches`.
+    pub hold_batches: Option<PathBuf>,
+}
 use crate::error::RunError;
 
 /// Builds the rule store: restored from `control.state_dir` when it holds
@@ -45,11 +54,11 @@ fn build_store(
             }
         })
     };
-    if cfg.control.state_dir.is_empty() {
+    let Some(dir) = cfg.control.state_dir() else {
         let store = RuleStore::with_rules(scfg, stats, file_rules()?).map_err(RunError::Store)?;
         return Ok((store, None));
-    }
-    let dir = Path::new(&cfg.control.state_dir);
+    };
+    let dir = dir.as_path();
     let mut restored = journal::restore(dir).map_err(RunError::State)?;
     if let Some(w) = &restored.dropped_tail {
         eprintln!("cfdp: warning: {w}");
@@ -134,7 +143,7 @@ fn replay_journal(store: &mut RuleStore, records: &[(u64, Vec<Update>)]) -> Resu
 
 /// Runs until a signal (or, without `pcap.loop`, until the input is replayed
 /// and a signal arrives).
-pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
+pub fn run(cfg: RunConfig, default_workers: usize, hooks: TestHooks) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         // A second signal while stopping exits at once.
@@ -148,29 +157,18 @@ pub fn run(cfg: RunConfig, default_workers: usize) -> Result<(), RunError> {
     let (store, journal) = build_store(&cfg, Arc::clone(&stats))?;
     let cx = store.worker_context();
     let c = &cfg.control;
-    let requests = cfdp_control::api::RequestLimits {
-        max_batch: c.max_batch,
-        max_line_bytes: c.max_line_bytes,
-    };
     let plane_cfg = PlaneConfig {
-        requests,
-        compact_every: c.compact_every.max(1),
-        compact_bytes: c.compact_bytes.max(1),
-        migrate_budget: c.migrate_budget.max(1),
-        hold_batches: (!c.hold_batches.is_empty()).then(|| PathBuf::from(&c.hold_batches)),
-        ..PlaneConfig::default()
+        hold_batches: hooks.hold_batches,
+        ..c.plane()
     };
     let plane = ControlPlane::new(store, journal, plane_cfg);
     let (jobs_tx, jobs_rx) = crossbeam::channel::bounded(1024);
     let ctx = ServerCtx {
-        limits: limits(c, requests),
+        limits: c.limits(rustix::process::getuid().as_raw()),
         control: cfdp_control::ControlHandle::new(jobs_tx),
         board: plane.board(),
         stop: Arc::clone(&stop),
-        slots: cfdp_control::slots::Slots::new(cfdp_control::slots::SlotLimits::new(
-            c.max_connections,
-            c.max_connections_per_peer,
-        )),
+        slots: cfdp_control::slots::Slots::new(c.slot_limits()),
         parsing: server::ParseBudget::new(c.max_parse_bytes),
         cluster: cluster_mode(&cfg)?,
     };
@@ -239,34 +237,17 @@ fn worker_count(cfg: &RunConfig, default_workers: usize) -> Result<usize, RunErr
     Ok(workers)
 }
 
-/// The listeners' limits and access rules from `[control]`.
-fn limits(c: &crate::config::ControlConfig, requests: cfdp_control::api::RequestLimits) -> Limits {
-    let own_uid = rustix::process::getuid().as_raw();
-    Limits {
-        requests,
-        idle_timeout: Duration::from_secs(c.idle_timeout_s.max(1)),
-        request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
-        allowed_uids: if c.allowed_uids.is_empty() && c.allowed_gids.is_empty() {
-            vec![own_uid]
-        } else {
-            c.allowed_uids.clone()
-        },
-        allowed_gids: c.allowed_gids.clone(),
-    }
-}
-
 /// Binds and serves the configured listeners: the Unix socket, TCP, the
 /// metrics endpoint.
 fn listen(
-    c: &crate::config::ControlConfig,
+    c: &ControlSection,
     ctx: &ServerCtx,
     extra_metrics: &[metrics::ExtraMetrics],
 ) -> Result<Vec<std::thread::JoinHandle<()>>, RunError> {
     let mut listeners = Vec::new();
     if !c.socket.is_empty() {
-        let own_uid = rustix::process::getuid().as_raw();
         let path = PathBuf::from(&c.socket);
-        let access = server::SocketAccess::for_peers(own_uid, &c.allowed_uids, &c.allowed_gids);
+        let access = c.socket_access(rustix::process::getuid().as_raw());
         let l = server::bind_unix(&path, access)?;
         listeners.push(
             server::serve_unix(l, path, ctx.clone())
@@ -445,48 +426,19 @@ fn spawn_p4runtime(
 
 /// `[p4runtime]`, checked: `None` when off.
 fn p4runtime_options(cfg: &RunConfig) -> Result<Option<cfdp_p4runtime::P4Options>, RunError> {
-    let c = &cfg.p4runtime;
-    if c.listen.is_empty() {
+    let Some(opts) = cfg.p4runtime.options()? else {
         return Ok(None);
-    }
-    let bad = |m: String| RunError::Config(format!("p4runtime.{m}"));
-    let listen: std::net::SocketAddr = c
-        .listen
-        .parse()
-        .map_err(|e| bad(format!("listen = {}: {e} (HOST:PORT)", c.listen)))?;
-    if !listen.ip().is_loopback() && !c.allow_remote {
-        return Err(bad(format!(
-            "listen = {listen}: not a loopback address (set p4runtime.allow_remote = true to \
-             accept that, with tls_cert and tls_key: a controller writes the whole rule set)"
+    };
+    if cfg.cluster.enabled() {
+        return Err(RunError::Setting(SettingError::new(
+            "p4runtime",
+            "listen",
+            opts.listen,
+            "this node takes its rules from etcd (cluster.etcd is set): program the fleet \
+             through etcd, not one node",
         )));
     }
-    if !cfg.cluster.etcd.is_empty() {
-        return Err(bad(
-            "listen: this node takes its rules from etcd (cluster.etcd is set): program the \
-             fleet through etcd, not one node"
-                .to_string(),
-        ));
-    }
-    let path = |s: &str| (!s.is_empty()).then(|| PathBuf::from(s));
-    let tls = match (path(&c.tls_cert), path(&c.tls_key)) {
-        (Some(cert), Some(key)) => Some(cfdp_p4runtime::TlsFiles {
-            cert,
-            key,
-            client_ca: path(&c.tls_client_ca),
-        }),
-        (None, None) if c.tls_client_ca.is_empty() => None,
-        _ => {
-            return Err(bad(
-                "tls_cert, tls_key: give both (and tls_client_ca only with them)".to_string(),
-            ))
-        }
-    };
-    Ok(Some(cfdp_p4runtime::P4Options {
-        listen,
-        device_id: c.device_id,
-        max_controllers: c.max_controllers,
-        tls,
-    }))
+    Ok(Some(opts))
 }
 
 /// The address a listener bound: what `cfdp run` prints for each door,
@@ -533,7 +485,7 @@ pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
 /// starts.
 fn cluster_mode(cfg: &RunConfig) -> Result<Option<Arc<server::ClusterMode>>, RunError> {
     let c = &cfg.cluster;
-    if c.etcd.is_empty() {
+    if !c.enabled() {
         return Ok(None);
     }
     if !cfdp_cluster::AVAILABLE {
@@ -544,28 +496,15 @@ fn cluster_mode(cfg: &RunConfig) -> Result<Option<Arc<server::ClusterMode>>, Run
                 .into(),
         ));
     }
-    let keys = cfdp_cluster::Keys::new(&c.prefix)
-        .map_err(|e| RunError::Config(format!("cluster.prefix: {e}")))?;
+    let keys = c.keys()?;
     Ok(Some(Arc::new(server::ClusterMode {
         prefix: keys.prefix().to_string(),
         status: std::sync::Mutex::new(cfdp_control::api::NodeStatus {
-            node: node_name(cfg),
+            node: c.node_name(),
             error: Some("not connected to etcd yet".into()),
             ..Default::default()
         }),
     })))
-}
-
-/// `cluster.node`, or the host name.
-fn node_name(cfg: &RunConfig) -> String {
-    if !cfg.cluster.node.is_empty() {
-        return cfg.cluster.node.clone();
-    }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| format!("node-{}", std::process::id()))
 }
 
 #[cfg(feature = "etcd")]
@@ -576,14 +515,7 @@ fn spawn_agent(
     link: &Arc<server::ClusterMode>,
     stop: &Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, RunError> {
-    let opts = cfdp_cluster::node::NodeOptions {
-        endpoints: cfg.cluster.etcd.clone(),
-        security: cfg.cluster.security(),
-        prefix: cfg.cluster.prefix.clone(),
-        node: node_name(cfg),
-        state_dir: (!cfg.control.state_dir.is_empty())
-            .then(|| std::path::PathBuf::from(&cfg.control.state_dir)),
-    };
+    let opts = cfg.cluster.node_options(cfg.control.state_dir());
     eprintln!(
         "cfdp: cluster node {} of {} at {}",
         opts.node,

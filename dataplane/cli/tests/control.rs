@@ -24,11 +24,18 @@ impl Server {
     /// Starts `cfdp run` over the pair capture (64 pairs) in a loop at
     /// `pps`, with `extra` TOML appended to the generated configuration.
     fn start(dir: &Path, pps: u64, extra: &str) -> Server {
-        Self::start_with(dir, pps, "", extra, true)
+        Self::start_with(dir, pps, "", extra, true, &[])
     }
 
     /// As `start`, with `dp_extra` added to the `[dataplane]` section.
-    fn start_with(dir: &Path, pps: u64, dp_extra: &str, extra: &str, output: bool) -> Server {
+    fn start_with(
+        dir: &Path,
+        pps: u64,
+        dp_extra: &str,
+        extra: &str,
+        output: bool,
+        run_args: &[&str],
+    ) -> Server {
         let cap = dir.join("pairs.pcap");
         if !cap.exists() {
             gen::write_pcap(&cap, &gen::pairs(64)).unwrap();
@@ -53,6 +60,7 @@ impl Server {
         .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(run_args)
             .stdout(Stdio::from(
                 std::fs::File::create(dir.join("stdout")).unwrap(),
             ))
@@ -470,10 +478,13 @@ fn stats_answer_while_a_batch_is_applied() {
     let dir = tmpdir("stats-during-batch");
     let hold = dir.join("hold");
     std::fs::create_dir_all(&hold).unwrap();
-    let mut srv = Server::start(
+    let mut srv = Server::start_with(
         &dir,
         1000,
-        &format!("metrics = \"127.0.0.1:0\"\nhold_batches = {hold:?}\n"),
+        "",
+        "metrics = \"127.0.0.1:0\"\n",
+        true,
+        &["--hold-batches", hold.to_str().unwrap()],
     );
     let metrics = srv.port(METRICS);
     let mut slow = srv.client();
@@ -760,7 +771,7 @@ fn kill_9_in_the_middle_of_batches_loses_no_acknowledged_batch() {
 #[test]
 fn overload_drops_are_counted_and_control_stays_responsive() {
     let dir = tmpdir("overload");
-    let srv = Server::start_with(&dir, 0, "overload = \"drop\"", "", false);
+    let srv = Server::start_with(&dir, 0, "overload = \"drop\"", "", false, &[]);
     let mut c = srv.client();
     // Answered at all under full load (how fast is the control-path
     // benchmark's business, not a test's).

@@ -628,7 +628,7 @@ fn bad_p4runtime_settings_stop_the_start_with_the_setting_named() {
         ("listen = \"nonsense\"", "p4runtime.listen = nonsense"),
         (
             "listen = \"127.0.0.1:9559\"\ntls_cert = \"/x.pem\"",
-            "p4runtime.tls_cert, tls_key: give both",
+            "p4runtime.tls_key = \"\": give it with tls_cert",
         ),
     ] {
         std::fs::write(&cfg, format!("[rules]\nfile = \"\"\n[p4runtime]\n{p4}\n")).unwrap();

@@ -26,6 +26,7 @@ pub mod error;
 pub mod keys;
 pub mod plan;
 pub mod security;
+pub mod settings;
 
 #[cfg(feature = "etcd")]
 pub mod ctl;
@@ -40,3 +41,4 @@ pub const AVAILABLE: bool = cfg!(feature = "etcd");
 pub use error::ClusterError;
 pub use keys::Keys;
 pub use security::EtcdSecurity;
+pub use settings::ClusterSection;

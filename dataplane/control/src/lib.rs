@@ -27,6 +27,7 @@ pub mod lines;
 pub mod metrics;
 pub mod plane;
 pub mod server;
+pub mod settings;
 pub mod slots;
 pub mod stats;
 pub mod store;

@@ -4,8 +4,8 @@
 /// The DPDK backend's settings: `[dpdk]` in cfdp's configuration (the
 /// `dpdk` cargo feature; see [`crate::backend`]). Deserialized here, so the
 /// binary's configuration and the backend share one definition.
-#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct DpdkOptions {
     /// Use DPDK instead of pcap replay.
     pub enabled: bool,
@@ -34,4 +34,24 @@ pub struct DpdkOptions {
     /// Stop after this long without a packet on any queue (0: never; for
     /// replays of finite captures through net_pcap).
     pub stop_when_idle_ms: u64,
+}
+
+impl Default for DpdkOptions {
+    /// Off; one worker; a mempool, ring and burst sized for one port at
+    /// 10 GbE.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            eal_args: Vec::new(),
+            xconnect: Vec::new(),
+            rx_ports: Vec::new(),
+            tx_ports: Vec::new(),
+            workers: 1,
+            worker_cpus: Vec::new(),
+            mempool_size: 8191,
+            descriptors: 1024,
+            burst: 32,
+            stop_when_idle_ms: 0,
+        }
+    }
 }

@@ -28,6 +28,8 @@ pub mod server;
 #[cfg(feature = "server")]
 pub mod service;
 #[cfg(feature = "server")]
+pub mod settings;
+#[cfg(feature = "server")]
 pub mod text;
 
 /// The generated messages and service.
@@ -54,3 +56,5 @@ pub mod proto {
 pub use metrics::P4Metrics;
 #[cfg(feature = "server")]
 pub use server::{spawn, P4Error, P4Options, TlsFiles};
+#[cfg(feature = "server")]
+pub use settings::P4RuntimeSection;

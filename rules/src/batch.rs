@@ -173,15 +173,34 @@ impl fmt::Display for BatchError {
 impl std::error::Error for BatchError {}
 
 /// Why one update of a batch could not be read (it is answered
-/// `invalid_argument` at its position); the message names the field.
+/// `invalid_argument` at its position); each names the field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct UpdateError(pub String);
-
-impl From<&str> for UpdateError {
-    fn from(s: &str) -> Self {
-        UpdateError(s.to_string())
-    }
+pub enum UpdateError {
+    #[error("an update is an object {{\"op\": ..., ...}}")]
+    NotAnObject,
+    #[error("op: missing or not a string (insert, delete or modify)")]
+    NoOp,
+    #[error("op: unknown '{0}' (insert, delete or modify)")]
+    UnknownOp(String),
+    #[error("{field}: unknown field for op '{op}'")]
+    UnknownField { field: String, op: &'static str },
+    #[error("id: missing")]
+    NoId,
+    #[error("id: not an integer 0..=4294967295")]
+    BadId,
+    #[error("rule: missing")]
+    NoRule,
+    /// The rule is not one; its error names the field under `rule.`.
+    #[error("rule{}{}: {}", if .0.field.is_empty() { "" } else { "." }, .0.field, .0.message)]
+    Rule(Box<crate::RuleError>),
+    /// The update's text is not JSON (serde's message, with its line and
+    /// column).
+    #[error("not valid JSON: {0}")]
+    Json(String),
+    /// A keyed update (P4Runtime names entries by match) whose match and
+    /// priority name no rule.
+    #[error("no rule has this match and priority")]
+    NoMatch,
 }
 
 /// Why a `replace` rule set cannot be a rule set.
@@ -215,44 +234,40 @@ fn batch_err(field: &str, message: impl Into<String>) -> BatchError {
 /// Parses one update object: `{"op": "insert"|"modify", "rule": {...}}` or
 /// `{"op": "delete", "id": N}`. The error names the field.
 pub fn parse_update(v: &Value) -> Result<Update, UpdateError> {
-    let obj = v
-        .as_object()
-        .ok_or("an update is an object {\"op\": ..., ...}")?;
+    let obj = v.as_object().ok_or(UpdateError::NotAnObject)?;
     let op = obj
         .get("op")
         .and_then(Value::as_str)
-        .ok_or("op: missing or not a string (insert, delete or modify)")?;
+        .ok_or(UpdateError::NoOp)?;
     let allowed: &[&str] = match op {
         "insert" | "modify" => &["op", "rule"],
         "delete" => &["op", "id"],
-        _ => {
-            return Err(UpdateError(format!(
-                "op: unknown '{op}' (insert, delete or modify)"
-            )))
-        }
+        _ => return Err(UpdateError::UnknownOp(op.to_string())),
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(UpdateError(format!("{k}: unknown field for op '{op}'")));
+        let op = match op {
+            "insert" => "insert",
+            "modify" => "modify",
+            _ => "delete",
+        };
+        return Err(UpdateError::UnknownField {
+            field: k.clone(),
+            op,
+        });
     }
     match op {
         "delete" => {
             let id = obj
                 .get("id")
-                .ok_or("id: missing")?
+                .ok_or(UpdateError::NoId)?
                 .as_u64()
                 .and_then(|n| RuleId::try_from(n).ok())
-                .ok_or("id: not an integer 0..=4294967295")?;
+                .ok_or(UpdateError::BadId)?;
             Ok(Update::Delete(id))
         }
         _ => {
-            let r = obj.get("rule").ok_or("rule: missing")?;
-            let rule = parse_rule(r, None).map_err(|e| {
-                UpdateError(if e.field.is_empty() {
-                    format!("rule: {}", e.message)
-                } else {
-                    format!("rule.{}: {}", e.field, e.message)
-                })
-            })?;
+            let r = obj.get("rule").ok_or(UpdateError::NoRule)?;
+            let rule = parse_rule(r, None).map_err(|e| UpdateError::Rule(Box::new(e)))?;
             Ok(if op == "insert" {
                 Update::Insert(rule)
             } else {
@@ -325,8 +340,18 @@ mod tests {
         assert_eq!(b.atomicity, Atomicity::ContinueOnError);
         assert_eq!(b.updates[0], Ok(Update::Delete(3)));
         let e1 = b.updates[1].as_ref().unwrap_err();
-        assert!(e1.0.starts_with("rule.match.dst_prefix"), "{e1}");
-        assert!(b.updates[2].as_ref().unwrap_err().0.contains("unknown"));
+        assert!(
+            matches!(e1, UpdateError::Rule(r) if r.field == "match.dst_prefix"),
+            "{e1}"
+        );
+        assert!(
+            e1.to_string().starts_with("rule.match.dst_prefix: "),
+            "{e1}"
+        );
+        assert_eq!(
+            b.updates[2],
+            Err(UpdateError::UnknownOp("frobnicate".into()))
+        );
         assert!(matches!(b.updates[3], Ok(Update::Modify(_))));
     }
 

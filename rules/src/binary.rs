@@ -94,7 +94,9 @@ fn action_bytes(a: Action) -> (u8, u16) {
 pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
     if b[7] != 3 {
         if b[RECORD..].iter().any(|&x| x != 0) {
-            return Err(DecodeError("unused bytes set".into()));
+            return Err(DecodeError::UnusedBits {
+                kind: Kind::of(b[7]),
+            });
         }
         let short: &[u8; RECORD] = b[..RECORD].try_into().expect("48 bytes");
         return decode(short);
@@ -104,11 +106,16 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
     let flags = b[8];
     let v6 = flags & 1 != 0;
     if flags & !3 != 0 || b[56..].iter().any(|&x| x != 0) {
-        return Err(DecodeError("multi-field: unused bits set".into()));
+        return Err(DecodeError::UnusedBits {
+            kind: Kind::MultiField,
+        });
     }
-    let prefix = |at: usize, len: u8, what: &str| -> Result<IpPrefix, DecodeError> {
-        IpPrefix::new(v6, addr_at(short, at), len)
-            .map_err(|_| DecodeError(format!("multi-field: {what} prefix /{len} invalid")))
+    let prefix = |at: usize, len: u8, field: &'static str| -> Result<IpPrefix, DecodeError> {
+        IpPrefix::new(v6, addr_at(short, at), len).map_err(|source| DecodeError::Prefix {
+            kind: Kind::MultiField,
+            field,
+            source,
+        })
     };
     let (src, dst) = (
         prefix(14, b[46], "source")?,
@@ -116,22 +123,25 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
     );
     let proto = (flags & 2 != 0).then_some(b[9]);
     if proto.is_none() && b[9] != 0 {
-        return Err(DecodeError(
-            "multi-field: a protocol without its flag".into(),
-        ));
+        return Err(DecodeError::FieldWithoutFlag {
+            kind: Kind::MultiField,
+        });
     }
     let range = |at: usize| {
-        PortRange::new(u16_wide(b, at), u16_wide(b, at + 2))
-            .ok_or_else(|| DecodeError("multi-field: a port range low above high".into()))
+        PortRange::new(u16_wide(b, at), u16_wide(b, at + 2)).ok_or(DecodeError::PortRange {
+            low: u16_wide(b, at),
+            high: u16_wide(b, at + 2),
+        })
     };
     let (sport, dport) = (range(10)?, range(48)?);
-    let m = AclMatch::new(src, dst, proto, sport, dport)
-        .map_err(|_| DecodeError("multi-field: ports with a protocol that has none".into()))?;
+    let m =
+        AclMatch::new(src, dst, proto, sport, dport).map_err(|_| DecodeError::PortsWithoutL4 {
+            kind: Kind::MultiField,
+            proto,
+        })?;
     let priority = u32::from_le_bytes([b[52], b[53], b[54], b[55]]);
     if priority > crate::rule::MAX_PRIORITY {
-        return Err(DecodeError(format!(
-            "multi-field: priority {priority} too high"
-        )));
+        return Err(DecodeError::Priority(priority));
     }
     Ok(Rule {
         id,
@@ -153,8 +163,8 @@ fn head(b: &[u8; RECORD]) -> Result<(RuleId, Action), DecodeError> {
         (1, 0) => Action::Allow,
         (2, 0) => Action::Count,
         (3, p) => Action::Redirect(p),
-        (a @ 0..=2, _) => return Err(DecodeError(format!("action {a} with a redirect port"))),
-        (a, _) => return Err(DecodeError(format!("unknown action {a}"))),
+        (a @ 0..=2, p) => return Err(DecodeError::PortWithoutRedirect { action: a, port: p }),
+        (a, _) => return Err(DecodeError::UnknownAction(a)),
     };
     Ok((id, action))
 }
@@ -210,15 +220,68 @@ fn addr_at(b: &[u8; RECORD], i: usize) -> [u8; 16] {
     a
 }
 
-/// What is wrong with a binary rule record.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct DecodeError(pub String);
+/// A record's match kind, as errors name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Flow,
+    Prefix,
+    MultiField,
+    /// A kind byte no record has.
+    Unknown(u8),
+}
 
-impl From<String> for DecodeError {
-    fn from(s: String) -> Self {
-        DecodeError(s)
+impl Kind {
+    fn of(byte: u8) -> Self {
+        match byte {
+            0 => Kind::Flow,
+            1 | 2 => Kind::Prefix,
+            3 => Kind::MultiField,
+            k => Kind::Unknown(k),
+        }
     }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::Flow => f.write_str("flow"),
+            Kind::Prefix => f.write_str("prefix"),
+            Kind::MultiField => f.write_str("multi-field"),
+            Kind::Unknown(k) => write!(f, "kind {k}"),
+        }
+    }
+}
+
+/// What is wrong with a binary rule record: which check failed, with the
+/// record's values that failed it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{kind}: unused bits set")]
+    UnusedBits { kind: Kind },
+    #[error("unknown match kind {0}")]
+    UnknownKind(u8),
+    #[error("unknown action {0}")]
+    UnknownAction(u8),
+    #[error("action {action} with a redirect port ({port})")]
+    PortWithoutRedirect { action: u8, port: u16 },
+    #[error("flow: an IPv4 address with bytes beyond its fourth")]
+    V4Tail,
+    /// Ports with a protocol that has none (`None`: any protocol).
+    #[error("{kind}: ports with protocol {} (only tcp and udp)", proto.map_or("any".to_string(), |p| p.to_string()))]
+    PortsWithoutL4 { kind: Kind, proto: Option<u8> },
+    #[error("{kind}: {field} prefix: {source}")]
+    Prefix {
+        kind: Kind,
+        field: &'static str,
+        #[source]
+        source: crate::PrefixError,
+    },
+    #[error("{kind}: a protocol or port without its flag")]
+    FieldWithoutFlag { kind: Kind },
+    #[error("multi-field: port range {low}-{high} (low above high)")]
+    PortRange { low: u16, high: u16 },
+    #[error("multi-field: priority {0} above {max}", max = crate::rule::MAX_PRIORITY)]
+    Priority(u32),
 }
 
 /// The rule of a record, or what is wrong with it.
@@ -227,7 +290,7 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
     let matcher = match b[7] {
         0 => decode_flow(b)?,
         k @ (1 | 2) => decode_prefix(b, if k == 1 { Dir::Src } else { Dir::Dst })?,
-        k => return Err(DecodeError(format!("unknown match kind {k}"))),
+        k => return Err(DecodeError::UnknownKind(k)),
     };
     Ok(Rule {
         id,
@@ -243,20 +306,19 @@ fn decode_flow(b: &[u8; RECORD]) -> Result<Match, DecodeError> {
     let v6 = flags & 1 != 0;
     let tail_zero = |a: &[u8; 16]| v6 || a[4..].iter().all(|&x| x == 0);
     if flags & !1 != 0 || b[46..].iter().any(|&x| x != 0) {
-        return Err(DecodeError("flow: unused bits set".into()));
+        return Err(DecodeError::UnusedBits { kind: Kind::Flow });
     }
     let (src, dst) = (addr_at(b, 14), addr_at(b, 30));
     if !tail_zero(&src) || !tail_zero(&dst) {
-        return Err(DecodeError(
-            "flow: an IPv4 address with bytes beyond its fourth".into(),
-        ));
+        return Err(DecodeError::V4Tail);
     }
     let p = b[9];
     let (sport, dport) = (u16_at(b, 10), u16_at(b, 12));
     if !(p == proto::TCP || p == proto::UDP) && (sport | dport) != 0 {
-        return Err(DecodeError(format!(
-            "flow: ports with protocol {p} (only tcp and udp)"
-        )));
+        return Err(DecodeError::PortsWithoutL4 {
+            kind: Kind::Flow,
+            proto: Some(p),
+        });
     }
     Ok(Match::Flow(FlowKey {
         v6,
@@ -274,22 +336,28 @@ fn decode_prefix(b: &[u8; RECORD], dir: Dir) -> Result<Match, DecodeError> {
     let flags = b[8];
     let v6 = flags & 1 != 0;
     if flags & !7 != 0 || b[13] != 0 || b[30..].iter().any(|&x| x != 0) {
-        return Err(DecodeError("prefix: unused bits set".into()));
+        return Err(DecodeError::UnusedBits { kind: Kind::Prefix });
     }
     let len = b[12];
-    let prefix =
-        IpPrefix::new(v6, addr_at(b, 14), len).map_err(|e| DecodeError(format!("prefix: {e}")))?;
+    let prefix = IpPrefix::new(v6, addr_at(b, 14), len).map_err(|source| DecodeError::Prefix {
+        kind: Kind::Prefix,
+        field: if dir == Dir::Src {
+            "source"
+        } else {
+            "destination"
+        },
+        source,
+    })?;
     let proto = (flags & 2 != 0).then_some(b[9]);
     let port = (flags & 4 != 0).then_some(u16_at(b, 10));
     if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
-        return Err(DecodeError(
-            "prefix: a protocol or port without its flag".into(),
-        ));
+        return Err(DecodeError::FieldWithoutFlag { kind: Kind::Prefix });
     }
     if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
-        return Err(DecodeError(
-            "prefix: a port needs protocol tcp or udp".into(),
-        ));
+        return Err(DecodeError::PortsWithoutL4 {
+            kind: Kind::Prefix,
+            proto,
+        });
     }
     Ok(Match::Prefix {
         dir,
@@ -331,6 +399,46 @@ mod tests {
             assert_eq!(encode(&r), None);
             assert_eq!(decode_wide(&encode_wide(&r)), Ok(r), "{r:?}");
         }
+    }
+
+    /// A refused record says which check failed, with the values that
+    /// failed it.
+    #[test]
+    fn refusals_carry_the_record_values() {
+        let rs = rules();
+        let prefix = encode(&rs[3]).unwrap(); // dst 10.0.0.0/8, allow
+        let mut c = prefix;
+        c[4] = 9;
+        assert_eq!(decode(&c), Err(DecodeError::UnknownAction(9)));
+        let mut c = prefix;
+        c[5] = 7;
+        assert_eq!(
+            decode(&c),
+            Err(DecodeError::PortWithoutRedirect { action: 1, port: 7 })
+        );
+        let mut c = prefix;
+        c[7] = 4;
+        assert_eq!(decode(&c), Err(DecodeError::UnknownKind(4)));
+        let mut c = prefix;
+        c[16] = 1; // 10.0.1.0/8: a host bit
+        assert!(matches!(
+            decode(&c),
+            Err(DecodeError::Prefix {
+                kind: Kind::Prefix,
+                field: "destination",
+                source: crate::PrefixError::HostBits { .. }
+            })
+        ));
+        let mut c = prefix;
+        c[8] |= 4; // a port flag without a protocol
+        c[10] = 80;
+        assert_eq!(
+            decode(&c),
+            Err(DecodeError::PortsWithoutL4 {
+                kind: Kind::Prefix,
+                proto: None
+            })
+        );
     }
 
     /// Any single-byte change to a valid record either decodes to a rule

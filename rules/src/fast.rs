@@ -137,8 +137,7 @@ pub fn parse_update_text(text: &str) -> Result<Update, UpdateError> {
     {
         return Ok(u);
     }
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| UpdateError(format!("not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| UpdateError::Json(e.to_string()))?;
     parse_update(&v)
 }
 

@@ -65,9 +65,17 @@ pub enum RunError {
     #[cfg(feature = "etcd")]
     #[error("cluster")]
     Cluster(#[source] cfdp_cluster::ClusterError),
-    /// The packet backend stopped with an error.
-    #[error("{0}")]
-    Backend(String),
+    /// The pcap backend stopped with an error.
+    #[error("pcap replay")]
+    PcapReplay(#[source] cfdp_pcap::ReplayError),
+    /// DPDK's EAL did not start, or the DPDK backend stopped with an error.
+    #[cfg(feature = "dpdk")]
+    #[error("{what}")]
+    Dpdk {
+        what: &'static str,
+        #[source]
+        source: cfdp_dpdk::DpdkError,
+    },
     #[error("output")]
     Json(#[source] serde_json::Error),
 }

@@ -354,7 +354,7 @@ fn run_pcap(
     }
     // The reader has stopped and the workers drained.
     let mut line = running.finish("pcap")?;
-    let report = result.map_err(|e| RunError::Backend(e.to_string()))?;
+    let report = result.map_err(RunError::PcapReplay)?;
     line["replay"] = json!({
         "passes": report.passes,
         "frames_read": report.frames_read,
@@ -376,8 +376,10 @@ fn run_pcap(
 #[cfg(feature = "dpdk")]
 fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(), RunError> {
     let d = &cfg.dpdk;
-    let eal = cfdp_dpdk::backend::init_eal(&d.eal_args)
-        .map_err(|e| RunError::Backend(format!("EAL: {e}")))?;
+    let eal = cfdp_dpdk::backend::init_eal(&d.eal_args).map_err(|source| RunError::Dpdk {
+        what: "EAL",
+        source,
+    })?;
     // Telemetry is an extra window on the statistics: a failure to
     // register (telemetry disabled with --no-telemetry) is reported, not
     // fatal.
@@ -387,7 +389,10 @@ fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(),
     let result = cfdp_dpdk::backend::run(&eal, d, cx, &running.stop);
     let finished = running.finish("dpdk");
     eal.cleanup();
-    let report = result.map_err(|e| RunError::Backend(e.to_string()))?;
+    let report = result.map_err(|source| RunError::Dpdk {
+        what: "DPDK backend",
+        source,
+    })?;
     let mut line = finished?;
     line["dpdk"] = serde_json::to_value(&report).map_err(RunError::Json)?;
     println!("{line}");

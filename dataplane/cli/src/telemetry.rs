@@ -11,7 +11,7 @@
 //! through the control thread, like `stats` and Prometheus scrapes.
 
 use cfdp_control::stats::StatsBoard;
-use cfdp_dpdk::telemetry::{self, TelAnswer, TelError, TelValue};
+use cfdp_dpdk::telemetry::{self, TelAnswer, TelValue};
 use cfdp_dpdk::{DpdkError, Eal};
 use serde_json::Value;
 
@@ -22,11 +22,7 @@ pub fn register(eal: &Eal, board: &StatsBoard) -> Result<(), DpdkError> {
         eal,
         "/cfdp/stats",
         "cfdp statistics (as `cfdp ctl stats`, flattened; no parameters)",
-        Box::new(move |_| {
-            Ok(flatten(
-                &serde_json::to_value(b.read()).map_err(|e| TelError(e.to_string()))?,
-            ))
-        }),
+        Box::new(move |_| Ok(flatten(&serde_json::to_value(b.read())?))),
     )?;
     let b = board.clone();
     telemetry::register(
@@ -40,20 +36,23 @@ pub fn register(eal: &Eal, board: &StatsBoard) -> Result<(), DpdkError> {
 fn worker(board: &StatsBoard, params: &str) -> TelAnswer {
     let stats = board.read();
     let n = stats.dataplane.workers.len();
-    let i: usize = params.parse().map_err(|_| {
-        TelError(format!(
-            "parameter {params:?}: a worker number 0..{} is needed",
-            n - 1
-        ))
-    })?;
-    let w = stats
-        .dataplane
-        .workers
-        .get(i)
-        .ok_or_else(|| TelError(format!("worker {i}: there are {n} workers (0..{})", n - 1)))?;
-    Ok(flatten(
-        &serde_json::to_value(w).map_err(|e| TelError(e.to_string()))?,
-    ))
+    let w = params
+        .parse()
+        .ok()
+        .and_then(|i: usize| stats.dataplane.workers.get(i))
+        .ok_or_else(|| NoWorker {
+            given: params.to_string(),
+            workers: n,
+        })?;
+    Ok(flatten(&serde_json::to_value(w)?))
+}
+
+/// `/cfdp/worker`'s parameter names no worker.
+#[derive(Debug, thiserror::Error)]
+#[error("parameter {given:?}: a worker number 0..{} is needed", workers.saturating_sub(1))]
+struct NoWorker {
+    given: String,
+    workers: usize,
 }
 
 /// A JSON object as telemetry entries: nested objects' keys joined with

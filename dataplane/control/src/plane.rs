@@ -80,9 +80,6 @@ pub struct ControlPlane {
     next_id: Option<RuleId>,
 }
 
-/// The answer to a keyed update whose match names no rule.
-const NO_MATCH: &str = "no rule has this match and priority";
-
 impl ControlPlane {
     pub fn new(store: RuleStore, journal: Option<Journal>, cfg: PlaneConfig) -> Self {
         let live = Arc::clone(store.live_stats());
@@ -266,7 +263,7 @@ impl ControlPlane {
                 KeyedUpdate::Delete(m) => found(&m, &inserted).map(Update::Delete),
             };
             ids.push(resolved.map(|u| u.id()));
-            updates.push(resolved.ok_or_else(|| UpdateError(NO_MATCH.to_string())));
+            updates.push(resolved.ok_or(UpdateError::NoMatch));
         }
         let batch = Batch {
             atomicity: b.atomicity,
@@ -276,7 +273,7 @@ impl ControlPlane {
         let mut report = self.apply(ApplyCommand::new(batch))?;
         for (r, id) in report.results.iter_mut().zip(&ids) {
             if id.is_none() {
-                *r = UpdateResult::err(Code::NotFound, NO_MATCH);
+                *r = UpdateResult::err(Code::NotFound, UpdateError::NoMatch.to_string());
             }
         }
         Ok(KeyedReport { report, ids })

@@ -26,21 +26,24 @@ pub enum TelValue {
     Str(String),
 }
 
-/// What a command answers: its dictionary, or why not (sent to the client
-/// as `{"error": message}`).
-pub type TelAnswer = Result<Vec<(String, TelValue)>, TelError>;
+/// What a command answers: its dictionary, or why not (the provider's own
+/// error type; its client reads `{"error": "<its Display>"}`).
+pub type TelAnswer = Result<Vec<(String, TelValue)>, Box<dyn std::error::Error + Send + Sync>>;
 
-/// A telemetry command's refusal, as its client reads it.
+/// A command DPDK routed here that has no provider (registered, then
+/// dropped from the table: never in practice, but answered, not a panic).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TelError(pub String);
+pub struct NoProvider {
+    pub command: String,
+}
 
-impl std::fmt::Display for TelError {
+impl std::fmt::Display for NoProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        write!(f, "{}: no provider", self.command)
     }
 }
 
-impl std::error::Error for TelError {}
+impl std::error::Error for NoProvider {}
 
 /// A command's provider: called with the command's parameters (the text
 /// after the comma, empty if none).
@@ -104,7 +107,7 @@ fn c_text(s: &str) -> CString {
 fn dictionary(answer: TelAnswer) -> Vec<(CString, TelValue)> {
     let entries = match answer {
         Ok(e) => e,
-        Err(TelError(msg)) => vec![("error".to_owned(), TelValue::Str(msg))],
+        Err(e) => vec![("error".to_owned(), TelValue::Str(e.to_string()))],
     };
     let max = sys::TEL_MAX_DICT_ENTRIES;
     let mut out: Vec<(CString, TelValue)> = Vec::with_capacity(entries.len().min(max));
@@ -140,7 +143,10 @@ unsafe extern "C" fn callback(cmd: *const c_char, params: *const c_char, d: *mut
             let p = providers().lock().unwrap_or_else(|e| e.into_inner());
             match p.get(cmd.as_ref()) {
                 Some(f) => f(params.trim()),
-                None => Err(TelError(format!("{cmd}: no provider"))),
+                None => Err(NoProvider {
+                    command: cmd.to_string(),
+                }
+                .into()),
             }
         };
         // SAFETY: `d` is the `rte_tel_data` DPDK handed this callback;
@@ -182,7 +188,11 @@ mod tests {
         let c = c_text(&key);
         assert!(c.as_bytes().len() <= 127);
         assert!(std::str::from_utf8(c.as_bytes()).is_ok());
-        let e = dictionary(Err(TelError("worker 9 does not exist".into())));
+        let e = dictionary(Err(NoProvider {
+            command: "/x".into(),
+        }
+        .into()));
         assert_eq!(e[0].0.to_str().unwrap(), "error");
+        assert_eq!(e[0].1, TelValue::Str("/x: no provider".into()));
     }
 }

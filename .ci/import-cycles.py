@@ -4,9 +4,11 @@ or around a longer loop (ARCHITECTURE.md: no module imports its importers).
 
 A file depends on another when it names it: `use crate::a::…`,
 `crate::a::f()`, `super::…` (the parent, or a sibling through it), or, for a
-parent, `use child::…` / `child::f()`. Test modules and comments are left
-out; an inline module (`mod x { … }`) counts as its file, so it names
-its file's items by `crate::` paths, not `super::`. Hand-written (no crate
+parent, `use child::…` / `child::f()`. Test items (`#[cfg(test)]`, each
+up to its closing brace: code after a test module is still read),
+comments and string literals are left out; an inline module (`mod x {
+… }`) counts as its file, so it names its file's items by `crate::`
+paths, not `super::`. Hand-written (no crate
 does this for Rust sources); run by .ci/run.
 """
 import os
@@ -34,10 +36,45 @@ def module(src, path):
     return "" if rel in ("lib", "main") or rel.startswith("bin/") else rel.replace("/", "::")
 
 
+LITERALS = re.compile(
+    r'r(#*)"(?:.|\n)*?"\1'  # raw strings
+    r'|b?"(?:\\.|[^"\\])*"'  # strings
+    r"|b?'(?:\\.|[^'\\])'"  # characters (not lifetimes)
+    r"|//[^\n]*"  # comments
+)
+TEST_ITEM = re.compile(r"#\[cfg\((?:all\()?test\b[^\]]*\]")
+
+
+def without_test_items(text):
+    """`text` without its `#[cfg(test)]` items: a `mod x;` line, or an
+    item up to its matching closing brace. Code after a test module
+    stays (it is code the crate builds)."""
+    out, at = [], 0
+    for m in TEST_ITEM.finditer(text):
+        if m.start() < at:
+            continue
+        out.append(text[at:m.start()])
+        i = m.end()
+        semi, brace = text.find(";", i), text.find("{", i)
+        if brace < 0 or 0 <= semi < brace:
+            at = semi + 1 if semi >= 0 else len(text)
+            continue
+        depth, j = 0, brace
+        while j < len(text):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+            if depth == 0:
+                break
+        at = j
+    out.append(text[at:])
+    return "".join(out)
+
+
 def code(path):
     text = open(path, encoding="utf-8").read()
-    text = re.split(r"#\[cfg\((?:all\()?test", text)[0]
-    return re.sub(r"//.*", "", text)
+    # Literals and comments first: a brace or a path in a string is not code.
+    text = LITERALS.sub(lambda m: "" if m.group(0).startswith("/") else '""', text)
+    return without_test_items(text)
 
 
 def deps(mod, text, mods):

@@ -43,6 +43,7 @@
 use crate::acl_match::{AclMatch, PortRange};
 use crate::flow::proto;
 use crate::prefix::IpPrefix;
+use crate::prefix_match::PrefixMatch;
 use crate::rule::{Action, Dir, Match, Rule, RuleId};
 use crate::FlowKey;
 
@@ -187,12 +188,8 @@ pub fn encode(r: &Rule) -> Option<[u8; RECORD]> {
             b[14..30].copy_from_slice(&k.src);
             b[30..46].copy_from_slice(&k.dst);
         }
-        Match::Prefix {
-            dir,
-            prefix,
-            proto,
-            port,
-        } => {
+        Match::Prefix(p) => {
+            let (dir, prefix, proto, port) = (p.dir(), p.prefix(), p.proto(), p.port());
             b[7] = match dir {
                 Dir::Src => 1,
                 Dir::Dst => 2,
@@ -353,18 +350,12 @@ fn decode_prefix(b: &[u8; RECORD], dir: Dir) -> Result<Match, DecodeError> {
     if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
         return Err(DecodeError::FieldWithoutFlag { kind: Kind::Prefix });
     }
-    if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
-        return Err(DecodeError::PortsWithoutL4 {
+    PrefixMatch::new(dir, prefix, proto, port)
+        .map(Match::Prefix)
+        .map_err(|_| DecodeError::PortsWithoutL4 {
             kind: Kind::Prefix,
             proto,
-        });
-    }
-    Ok(Match::Prefix {
-        dir,
-        prefix,
-        proto,
-        port,
-    })
+        })
 }
 
 #[cfg(test)]

@@ -39,20 +39,15 @@ impl PrefixClass {
     pub fn of(m: &Match) -> Option<(Self, [u8; 16])> {
         match *m {
             Match::Flow(_) | Match::Acl { .. } => None,
-            Match::Prefix {
-                dir,
-                prefix,
-                proto,
-                port,
-            } => Some((
+            Match::Prefix(p) => Some((
                 PrefixClass {
-                    v6: prefix.v6(),
-                    dir,
-                    len: prefix.len(),
-                    proto,
-                    port,
+                    v6: p.prefix().v6(),
+                    dir: p.dir(),
+                    len: p.prefix().len(),
+                    proto: p.proto(),
+                    port: p.port(),
                 },
-                *prefix.addr(),
+                *p.prefix().addr(),
             )),
         }
     }

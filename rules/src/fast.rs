@@ -22,6 +22,7 @@ use crate::acl_match::{AclMatch, PortRange};
 use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update, UpdateError};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
+use crate::prefix_match::PrefixMatch;
 use crate::rule::{parse_rule, Dir, Match, Rule, RuleError, MAX_PRIORITY};
 use crate::shape::{present, FastMatch, FastPort, FastRule, UpdateShape};
 
@@ -78,15 +79,7 @@ fn checked(r: FastRule) -> Option<Rule> {
                 Some(p) => Some(p.number()?),
                 None => None,
             };
-            if m.port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
-                return None;
-            }
-            Match::Prefix {
-                dir,
-                prefix,
-                proto,
-                port: m.port,
-            }
+            Match::Prefix(PrefixMatch::new(dir, prefix, proto, m.port).ok()?)
         }
         _ => return None,
     };

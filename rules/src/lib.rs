@@ -22,6 +22,7 @@ pub mod file;
 pub mod flow;
 pub mod precedence;
 pub mod prefix;
+pub mod prefix_match;
 pub mod protocol;
 pub mod rule;
 mod rule_json;
@@ -41,6 +42,7 @@ pub use file::{parse_rule_file, parse_rule_list};
 pub use flow::{proto, FlowKey};
 pub use precedence::{matching, Precedence};
 pub use prefix::{IpPrefix, PrefixError};
+pub use prefix_match::PrefixMatch;
 pub use rule::{
     parse_flow_key, parse_rule, rule_to_json, Action, Dir, Match, Rule, RuleError, RuleId,
 };

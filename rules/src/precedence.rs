@@ -26,7 +26,7 @@ impl Match {
         match self {
             Match::Flow(f) => f == k,
             Match::Acl { m, .. } => m.matches(k),
-            Match::Prefix { .. } => {
+            Match::Prefix(_) => {
                 PrefixClass::of(self).is_some_and(|(c, addr)| c.admits(k) && c.masked(k) == addr)
             }
         }
@@ -39,7 +39,7 @@ impl Rule {
         match &self.matcher {
             Match::Flow(_) => Precedence::Flow,
             Match::Acl { priority, .. } => Precedence::Acl(Reverse(*priority), self.id),
-            m @ Match::Prefix { .. } => Precedence::Prefix(
+            m @ Match::Prefix(_) => Precedence::Prefix(
                 PrefixClass::of(m).map_or((u8::MAX, u8::MAX, u8::MAX), |(c, _)| c.rank()),
             ),
         }

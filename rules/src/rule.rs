@@ -34,6 +34,7 @@ use serde_json::{Map, Value};
 use crate::acl_match::{AclMatch, MatchError, PortRange};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
+use crate::prefix_match::PrefixMatch;
 
 /// Rule identifier, chosen by the operator, unique in a rule set.
 pub type RuleId = u32;
@@ -94,24 +95,14 @@ impl std::str::FromStr for Action {
     }
 }
 
-/// Which address a prefix rule looks at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dir {
-    Src,
-    Dst,
-}
+pub use crate::prefix_match::Dir;
 
 /// What a rule matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Match {
     Flow(FlowKey),
-    Prefix {
-        dir: Dir,
-        prefix: IpPrefix,
-        proto: Option<u8>,
-        /// Destination port; only with proto TCP or UDP.
-        port: Option<u16>,
-    },
+    /// One prefix, with an optional protocol and destination port.
+    Prefix(PrefixMatch),
     /// A multi-field match with an explicit priority (highest wins, ties
     /// to the lower id). Two rules may share a [`AclMatch`] at different
     /// priorities.
@@ -394,18 +385,9 @@ fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
         .get("port")
         .map(|p| parse_port(p, "match.port"))
         .transpose()?;
-    if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
-        return Err((
-            "match.port".into(),
-            "a port needs \"proto\": \"tcp\" or \"udp\"".into(),
-        ));
-    }
-    Ok(Match::Prefix {
-        dir,
-        prefix,
-        proto,
-        port,
-    })
+    PrefixMatch::new(dir, prefix, proto, port)
+        .map(Match::Prefix)
+        .map_err(|e| ("match.port".into(), e.to_string()))
 }
 
 /// A 5-tuple written as a flow rule's match is (`src`, `dst`, `proto`, and

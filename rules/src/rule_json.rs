@@ -104,12 +104,8 @@ impl Serialize for MatchJson<'_> {
                 m.serialize_entry("flow", &FlowJson(k))?;
                 m.end()
             }
-            Match::Prefix {
-                dir,
-                prefix,
-                proto,
-                port,
-            } => {
+            Match::Prefix(p) => {
+                let (dir, prefix, proto, port) = (p.dir(), p.prefix(), p.proto(), p.port());
                 let key = if dir == Dir::Src {
                     "src_prefix"
                 } else {

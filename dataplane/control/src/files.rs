@@ -59,6 +59,11 @@ pub fn create_new(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Syncs `dir` itself, so a file created or renamed in it is durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir).and_then(|d| d.sync_all())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

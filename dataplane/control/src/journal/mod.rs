@@ -32,6 +32,8 @@
 //! [`restore`] reads both back and repairs a cut last line; this file
 //! appends records and compacts them into a snapshot.
 
+mod error;
+mod format;
 mod record;
 mod restore;
 mod snapshot;
@@ -42,30 +44,13 @@ use std::path::{Path, PathBuf};
 
 use cfdp_rules::{Rule, Update};
 
+pub use error::{Damage, JournalError};
 pub use record::MAX_RECORD_BYTES;
-pub use restore::restore;
+pub use restore::{restore, Restored};
 pub use snapshot::write_snapshot;
 
-const JOURNAL: &str = "journal.ndjson";
-
-/// What was on disk.
-#[derive(Debug, Default)]
-pub struct Restored {
-    /// Rules of the snapshot, and its generation (0 without one).
-    pub rules: Vec<Rule>,
-    pub snapshot_generation: u64,
-    /// Journal records after the snapshot, in order: (generation, updates).
-    pub records: Vec<(u64, Vec<Update>)>,
-    /// Set when a cut last record was dropped.
-    pub dropped_tail: Option<String>,
-}
-
-impl Restored {
-    /// True when the directory held no state at all.
-    pub fn is_empty(&self) -> bool {
-        self.snapshot_generation == 0 && self.rules.is_empty() && self.records.is_empty()
-    }
-}
+use error::io_err;
+use format::JOURNAL;
 
 /// The journal of one state directory.
 pub struct Journal {
@@ -96,120 +81,13 @@ pub enum JournalEvent {
 
 type Observer = Box<dyn FnMut(JournalEvent) + Send>;
 
-/// Why the journal or a snapshot could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum JournalError {
-    /// A file or directory operation failed (a full disk, permissions).
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A snapshot that is not one, or is damaged.
-    #[error("{}: {what}", path.display())]
-    BadSnapshot { path: PathBuf, what: Damage },
-    /// A journal record that is damaged, or out of sequence.
-    #[error("{}: line {line}: {what}", path.display())]
-    BadRecord {
-        path: PathBuf,
-        line: u64,
-        what: Damage,
-    },
-    /// An earlier append failed and could not be cut back: appends are
-    /// refused until a snapshot starts a new journal.
-    #[error("{}: {why}", path.display())]
-    Broken { path: PathBuf, why: String },
-}
-
-/// What is wrong with the contents of a snapshot or a journal record:
-/// which check failed, with the values it found.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Damage {
-    // Journal records.
-    #[error("longer than {max} bytes: not a record cfdp wrote")]
-    Overlong { max: usize },
-    #[error("not UTF-8 (damaged)")]
-    NotUtf8,
-    #[error("not a journal record (no checksum)")]
-    NoChecksum,
-    #[error("bad checksum field (damaged)")]
-    BadChecksumField,
-    #[error("checksum mismatch (the record is damaged)")]
-    RecordChecksum,
-    /// serde's message, with its line and column.
-    #[error("not valid JSON: {0}")]
-    Json(String),
-    #[error("{0} missing")]
-    Missing(&'static str),
-    #[error("update {}: {source}", index + 1)]
-    Update {
-        index: usize,
-        #[source]
-        source: Box<cfdp_rules::UpdateError>,
-    },
-    #[error("generation {got} where {expected} was expected: records are missing")]
-    Gap { got: u64, expected: u64 },
-    // Snapshots.
-    #[error(
-        "not a cfdp binary rule snapshot of version {} with {}-byte records or {} with {}-byte \
-         records (magic {magic_ok}, version {version}, {record}-byte records)",
-        snapshot::BIN_VERSION, cfdp_rules::binary::RECORD,
-        snapshot::BIN_VERSION_WIDE, cfdp_rules::binary::RECORD_WIDE,
-        magic_ok = if *magic { "right" } else { "wrong" }
-    )]
-    NotBinarySnapshot {
-        magic: bool,
-        version: u32,
-        record: usize,
-    },
-    #[error("snapshot header cut short (the file is damaged)")]
-    HeaderCut,
-    #[error("snapshot: {present} of {count} rules present (the file is cut short)")]
-    CutShort { present: u64, count: u64 },
-    #[error(
-        "snapshot: {0} bytes after the rules where the 4-byte checksum belongs (the file is \
-         damaged)"
-    )]
-    Tail(usize),
-    #[error("snapshot: checksum mismatch (the file is damaged)")]
-    SnapshotChecksum,
-    #[error("snapshot: rule #{number}: {source}")]
-    Rule {
-        /// 1-based, in the file's order.
-        number: u64,
-        #[source]
-        source: Box<cfdp_rules::binary::DecodeError>,
-    },
-    #[error(
-        "not a cfdp rule snapshot of version {} (format {format:?}, version {version})",
-        snapshot::VERSION
-    )]
-    NotJsonSnapshot { format: String, version: u64 },
-    #[error("snapshot: {0}")]
-    RuleList(Box<cfdp_rules::RuleError>),
-}
-
-fn io_err(path: &Path, source: std::io::Error) -> JournalError {
-    JournalError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn sync_dir(dir: &Path) -> Result<(), JournalError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err(dir, e))
-}
-
 impl Journal {
     /// Opens `dir`'s journal for appending (after [`restore`]).
     pub fn open(dir: &Path, records: u64) -> Result<Self, JournalError> {
         crate::files::private_dir(dir).map_err(|e| io_err(dir, e))?;
         let path = dir.join(JOURNAL);
         let file = crate::files::open_append(&path).map_err(|e| io_err(&path, e))?;
-        sync_dir(dir)?;
+        crate::files::sync_dir(dir).map_err(|e| io_err(dir, e))?;
         let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -334,7 +212,7 @@ impl Journal {
             .and_then(|f| f.sync_all())
             .map_err(|e| io_err(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
-        sync_dir(&self.dir)?;
+        crate::files::sync_dir(&self.dir).map_err(|e| io_err(&self.dir, e))?;
         self.file = crate::files::open_append(&path).map_err(|e| io_err(&path, e))?;
         self.len = 0;
         self.broken = None;

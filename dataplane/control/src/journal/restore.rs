@@ -8,9 +8,31 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
+use cfdp_rules::{Rule, Update};
+
+use super::error::{io_err, Damage, JournalError};
+use super::format::{JOURNAL, SNAPSHOT, SNAPSHOT_JSON};
 use super::record::{parse_record, MAX_RECORD_BYTES};
-use super::snapshot::{parse_snapshot, read_binary_snapshot, SNAPSHOT, SNAPSHOT_JSON};
-use super::{io_err, Damage, JournalError, Restored, JOURNAL};
+use super::snapshot::{parse_snapshot, read_binary_snapshot};
+
+/// What was on disk.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Rules of the snapshot, and its generation (0 without one).
+    pub rules: Vec<Rule>,
+    pub snapshot_generation: u64,
+    /// Journal records after the snapshot, in order: (generation, updates).
+    pub records: Vec<(u64, Vec<Update>)>,
+    /// Set when a cut last record was dropped.
+    pub dropped_tail: Option<String>,
+}
+
+impl Restored {
+    /// True when the directory held no state at all.
+    pub fn is_empty(&self) -> bool {
+        self.snapshot_generation == 0 && self.rules.is_empty() && self.records.is_empty()
+    }
+}
 
 /// Reads the snapshot and journal of `dir` (created when missing).
 pub fn restore(dir: &Path) -> Result<Restored, JournalError> {

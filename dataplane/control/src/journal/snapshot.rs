@@ -9,18 +9,10 @@ use std::path::Path;
 
 use cfdp_rules::Rule;
 
-use super::{io_err, sync_dir, Damage, JournalError};
-
-pub(super) const SNAPSHOT: &str = "snapshot.bin";
-/// The version-1 (JSON) snapshot, read when there is no binary one.
-pub(super) const SNAPSHOT_JSON: &str = "snapshot.json";
-pub(super) const MAGIC: &[u8; 8] = b"CFDPSNAP";
-pub(super) const BIN_VERSION: u32 = 2;
-/// Snapshots holding multi-field rules: 64-byte records.
-pub(super) const BIN_VERSION_WIDE: u32 = 3;
-pub(super) const HEADER: usize = 32;
-pub(super) const FORMAT: &str = "cfdp-rules";
-pub(super) const VERSION: u64 = 1;
+use super::error::{io_err, Damage, JournalError};
+use super::format::{
+    BIN_VERSION, BIN_VERSION_WIDE, FORMAT, HEADER, MAGIC, SNAPSHOT, SNAPSHOT_JSON, VERSION,
+};
 
 /// Writes `snapshot.bin` atomically (temporary file, fsync, rename, fsync
 /// of the directory), then removes a version-1 `snapshot.json` it
@@ -62,13 +54,13 @@ pub fn write_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<(),
     write(&mut out).map_err(|e| io_err(&tmp, e))?;
     drop(out);
     std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
-    sync_dir(dir)?;
+    crate::files::sync_dir(dir).map_err(|e| io_err(dir, e))?;
     // The binary snapshot is on disk: a version-1 one is now stale (restore
     // prefers the binary one, so a crash before this is harmless).
     let old = dir.join(SNAPSHOT_JSON);
     if old.exists() {
         std::fs::remove_file(&old).map_err(|e| io_err(&old, e))?;
-        sync_dir(dir)?;
+        crate::files::sync_dir(dir).map_err(|e| io_err(dir, e))?;
     }
     Ok(())
 }

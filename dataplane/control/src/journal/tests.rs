@@ -1,5 +1,5 @@
+use super::format::{FORMAT, HEADER, SNAPSHOT, SNAPSHOT_JSON, VERSION};
 use super::restore::restore_capped;
-use super::snapshot::{FORMAT, HEADER, SNAPSHOT, SNAPSHOT_JSON, VERSION};
 use super::*;
 use cfdp_rules::binary::{DecodeError, Kind};
 use cfdp_rules::rule_to_json;
@@ -18,7 +18,7 @@ fn write_json_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<()
     text += &list;
     text += &format!(",\"crc32\":{}}}\n", crc32fast::hash(list.as_bytes()));
     std::fs::write(&path, text).map_err(|e| io_err(&path, e))?;
-    sync_dir(dir)
+    crate::files::sync_dir(dir).map_err(|e| error::io_err(dir, e))
 }
 
 /// The state directory is 0700 and every file in it 0600, whatever

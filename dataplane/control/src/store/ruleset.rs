@@ -273,12 +273,15 @@ mod tests {
     fn rule(id: RuleId, len: u8) -> Rule {
         Rule {
             id,
-            matcher: Match::Prefix {
-                dir: Dir::Dst,
-                prefix: IpPrefix::new(false, [0; 16], len).unwrap(),
-                proto: None,
-                port: None,
-            },
+            matcher: Match::Prefix(
+                cfdp_rules::PrefixMatch::new(
+                    Dir::Dst,
+                    IpPrefix::new(false, [0; 16], len).unwrap(),
+                    None,
+                    None,
+                )
+                .unwrap(),
+            ),
             action: Action::Drop,
         }
     }

@@ -101,14 +101,14 @@ pub(super) fn domain_and_hash(secret: &HashSecret, m: &Match) -> (Domain, u64) {
         (Match::Flow(k), _) => (Domain::Flow, k.hash_with(secret)),
         (_, Some((class, addr))) => (Domain::Class(class), class.hash_masked(secret, &addr)),
         (Match::Acl { .. }, _) => (Domain::Acl, 0),
-        (Match::Prefix { .. }, None) => unreachable!("a prefix match has a class"),
+        (Match::Prefix(_), None) => unreachable!("a prefix match has a class"),
     }
 }
 
 /// The prefix class a rule's filter key lives in (prefix rules only).
 pub(super) fn class_of(m: &Match) -> Option<PrefixClass> {
     match m {
-        Match::Prefix { .. } => PrefixClass::of(m).map(|(c, _)| c),
+        Match::Prefix(_) => PrefixClass::of(m).map(|(c, _)| c),
         _ => None,
     }
 }

@@ -1,0 +1,268 @@
+//! Building the tree: rules sorted best first, then HyperSplit's cuts
+//! from the root down, within the entry budget (see the parent module).
+
+use super::{
+    CompileError, Compiled, Hit, Input, Item, Node, Step, Tree, BUDGET_PER_LEAF_RULE, BUDGET_SLACK,
+    FIELDS, LEAF_LINK, LEAF_SIZES, RIGHT, ZERO_FIELD,
+};
+use crate::acl::word::Word;
+use cfdp_rules::AclRule;
+
+impl Compiled {
+    /// Compiles `rules` (IPv4, unique ids; any order).
+    pub fn build(rules: &[Input]) -> Result<Self, CompileError> {
+        let mut order: Vec<&Input> = rules.iter().collect();
+        order.sort_by(|a, b| {
+            b.rule
+                .priority
+                .cmp(&a.rule.priority)
+                .then(a.rule.id.cmp(&b.rule.id))
+        });
+        let mut c = Compiled::default();
+        let mut ranges = Vec::with_capacity(order.len());
+        for (i, inp) in order.iter().enumerate() {
+            let r = &inp.rule;
+            if r.matcher.v6() {
+                return Err(CompileError::NotIpv4(r.id));
+            }
+            let idx = u32::try_from(i).expect("fewer than 2^32 rules");
+            if c.index.insert(r.id, idx).is_some() {
+                return Err(CompileError::Duplicate(r.id));
+            }
+            c.hits.push(Hit {
+                priority: r.priority,
+                id: r.id,
+                action: r.action,
+                tag: inp.tag,
+                slot: inp.slot,
+            });
+            ranges.push(Ranges::of(r));
+            c.rules.push(*r);
+        }
+        let items: Vec<Item> = order.iter().zip(0u32..).map(|(i, n)| item(i, n)).collect();
+        let root = Ranges {
+            lo: [0; FIELDS],
+            hi: [u32::MAX, u32::MAX, 65535, 65535, 255],
+        };
+        let all: Vec<u32> = (0..c.hits.len() as u32).collect();
+        for leaf in LEAF_SIZES {
+            let mut b = Builder {
+                t: Tree::default(),
+                ranges: &ranges,
+                items: &items,
+                leaf,
+                budget: budget(all.len(), leaf),
+            };
+            if b.node(all.clone(), root, 0).is_some() {
+                b.t.steps = steps(&b.t.nodes);
+                c.trees.push(b.t);
+                c.leaf = leaf;
+                return Ok(c);
+            }
+        }
+        let largest = LEAF_SIZES[LEAF_SIZES.len() - 1];
+        Err(CompileError::OverBudget {
+            rules: c.hits.len(),
+            budget: budget(all.len(), largest),
+        })
+    }
+}
+
+/// A rule during the build: its range on each field.
+#[derive(Clone, Copy)]
+struct Ranges {
+    lo: [u32; FIELDS],
+    hi: [u32; FIELDS],
+}
+
+impl Ranges {
+    fn of(r: &AclRule) -> Self {
+        let m = &r.matcher;
+        let (s, d) = (m.src(), m.dst());
+        // A prefix's first and last address.
+        let span = |a: &[u8; 16], len: u8| {
+            let base = u32::of(a);
+            (base, base | !u32::mask(len))
+        };
+        let (sl, sh) = span(s.addr(), s.len());
+        let (dl, dh) = span(d.addr(), d.len());
+        let (pl, ph) = m.proto().map_or((0, 255), |p| (u32::from(p), u32::from(p)));
+        Self {
+            lo: [
+                sl,
+                dl,
+                u32::from(m.sport().lo()),
+                u32::from(m.dport().lo()),
+                pl,
+            ],
+            hi: [
+                sh,
+                dh,
+                u32::from(m.sport().hi()),
+                u32::from(m.dport().hi()),
+                ph,
+            ],
+        }
+    }
+}
+
+/// The one-packet copy of a tree built in depth-first order (see [`Step`]).
+fn steps(nodes: &[Node]) -> Vec<Step> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(me, n)| {
+            if n.is_leaf() {
+                Step {
+                    cut: 0,
+                    link: LEAF_LINK << 29,
+                }
+            } else {
+                debug_assert_eq!(n.kids[0] as usize, me + 1, "depth-first order");
+                Step {
+                    cut: n.cut,
+                    link: (n.field << 29) | n.kids[1],
+                }
+            }
+        })
+        .collect()
+}
+
+/// The leaf entries a tree of `rules` rules with leaves of `leaf` may hold.
+fn budget(rules: usize, leaf: usize) -> usize {
+    rules * leaf * BUDGET_PER_LEAF_RULE / 2 + BUDGET_SLACK
+}
+
+fn item(inp: &Input, idx: u32) -> Item {
+    let m = &inp.rule.matcher;
+    let (s, d) = (m.src(), m.dst());
+    Item {
+        src: u32::of(s.addr()),
+        src_mask: u32::mask(s.len()),
+        dst: u32::of(d.addr()),
+        dst_mask: u32::mask(d.len()),
+        sport: [m.sport().lo(), m.sport().hi()],
+        dport: [m.dport().lo(), m.dport().hi()],
+        proto: m.proto().map_or(256, u16::from),
+        _pad: 0,
+        idx,
+    }
+}
+
+/// The recursive build of one group's tree (see the module docs).
+struct Builder<'a> {
+    t: Tree,
+    ranges: &'a [Ranges],
+    items: &'a [Item],
+    /// Rules a leaf may hold before a cut is tried.
+    leaf: usize,
+    /// Leaf entries left before the tree is given up.
+    budget: usize,
+}
+
+/// A cut: the field, the first value of the upper side, and the rules on
+/// the larger side.
+#[derive(Clone, Copy)]
+struct Cut {
+    field: usize,
+    at: u32,
+    cost: (usize, usize),
+}
+
+impl Builder<'_> {
+    /// Builds the subtree of `rules` (indices, best first) over `region`;
+    /// returns its node index, or `None` once the budget is spent.
+    fn node(&mut self, rules: Vec<u32>, region: Ranges, depth: u32) -> Option<u32> {
+        let me = u32::try_from(self.t.nodes.len()).expect("fewer than 2^32 nodes");
+        self.t.depth = self.t.depth.max(depth + 1);
+        let cut = if rules.len() > self.leaf {
+            self.best_cut(&rules, &region)
+        } else {
+            None
+        };
+        let Some(cut) = cut else {
+            self.budget = self.budget.checked_sub(rules.len())?;
+            let start = u32::try_from(self.t.items.len()).expect("fewer than 2^32 items");
+            self.t
+                .items
+                .extend(rules.iter().map(|&i| self.items[i as usize]));
+            let span = u32::try_from(self.t.spans.len()).expect("fewer than 2^32 leaves");
+            self.t.spans.push((start, rules.len() as u32));
+            self.t.nodes.push(Node {
+                field: ZERO_FIELD,
+                cut: 1,
+                kids: [me, span],
+            });
+            return Some(me);
+        };
+        if me >= RIGHT {
+            // Past 2^29 nodes (far over any budget) a node's right child
+            // would not fit its one-packet copy: given up.
+            return None;
+        }
+        self.t.nodes.push(Node {
+            field: cut.field as u32,
+            cut: cut.at,
+            kids: [0, 0],
+        });
+        let f = cut.field;
+        let (left, right): (Vec<u32>, Vec<u32>) = (
+            rules
+                .iter()
+                .copied()
+                .filter(|&i| self.ranges[i as usize].lo[f] < cut.at)
+                .collect(),
+            rules
+                .iter()
+                .copied()
+                .filter(|&i| self.ranges[i as usize].hi[f] >= cut.at)
+                .collect(),
+        );
+        drop(rules);
+        let mut lo_region = region;
+        lo_region.hi[f] = cut.at - 1;
+        let mut hi_region = region;
+        hi_region.lo[f] = cut.at;
+        let l = self.node(left, lo_region, depth + 1)?;
+        let r = self.node(right, hi_region, depth + 1)?;
+        self.t.nodes[me as usize].kids = [l, r];
+        Some(me)
+    }
+
+    /// The cut whose larger side holds the fewest rules (then the fewest
+    /// copies), if one leaves both sides smaller than the node.
+    fn best_cut(&self, rules: &[u32], region: &Ranges) -> Option<Cut> {
+        let n = rules.len();
+        let mut best: Option<Cut> = None;
+        let mut los = Vec::with_capacity(n);
+        let mut his = Vec::with_capacity(n);
+        for f in 0..FIELDS {
+            los.clear();
+            his.clear();
+            for &i in rules {
+                let r = &self.ranges[i as usize];
+                los.push(r.lo[f].max(region.lo[f]));
+                his.push(r.hi[f].min(region.hi[f]));
+            }
+            los.sort_unstable();
+            his.sort_unstable();
+            // Candidate cuts: a rule's first value, or the one after its
+            // last, strictly inside the region.
+            let inside = |v: u32| v > region.lo[f] && v <= region.hi[f];
+            let candidates = los
+                .iter()
+                .copied()
+                .chain(his.iter().filter_map(|&h| h.checked_add(1)))
+                .filter(|&v| inside(v));
+            for at in candidates {
+                let left = los.partition_point(|&v| v < at);
+                let right = n - his.partition_point(|&v| v < at);
+                let cost = (left.max(right), left + right);
+                if cost.0 < n && best.is_none_or(|b| cost < b.cost) {
+                    best = Some(Cut { field: f, at, cost });
+                }
+            }
+        }
+        best
+    }
+}

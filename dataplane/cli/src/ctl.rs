@@ -380,21 +380,42 @@ pub fn fleet(
             file,
             atomicity,
             expected_generation,
-        } => match read_apply(&file, atomicity, expected_generation) {
-            Ok(batch) => Command::Apply { batch, limits },
-            Err(code) => return code,
-        },
+        } => {
+            // Typed here, before etcd is touched: a batch that is not one
+            // is a usage error (exit 2), as on the socket.
+            let parsed = read_apply(&file, atomicity, expected_generation)
+                .and_then(|v| typed(&file, cfdp_rules::parse_batch(&v, usize::MAX)));
+            match parsed {
+                Ok(batch) => Command::Apply { batch, limits },
+                Err(code) => return code,
+            }
+        }
         CtlCmd::Replace {
             file,
             expected_generation,
-        } => match read_rules(&file) {
-            Ok(rules) => Command::Replace {
-                rules,
-                expected_generation,
-                limits,
-            },
-            Err(code) => return code,
-        },
+        } => {
+            let parsed = read_rules(&file).and_then(|v| match v.as_array() {
+                Some(list) => typed(
+                    &file,
+                    list.iter()
+                        .enumerate()
+                        .map(|(i, r)| cfdp_rules::parse_rule(r, Some(i)))
+                        .collect::<Result<Vec<_>, _>>(),
+                ),
+                None => typed(
+                    &file,
+                    Err("a rule file ({\"rules\": [...]}) or a list of rules"),
+                ),
+            });
+            match parsed {
+                Ok(rules) => Command::Replace {
+                    rules,
+                    expected_generation,
+                    limits,
+                },
+                Err(code) => return code,
+            }
+        }
         CtlCmd::Rules { .. } => Command::Rules,
         CtlCmd::Get { id } => Command::Get { id: id.into() },
         CtlCmd::Fleet => Command::Fleet,
@@ -414,6 +435,15 @@ pub fn fleet(
         }
     };
     ExitCode::from(run(etcd, security, prefix, cmd))
+}
+
+/// A parse result, or exit 2 with its error.
+#[cfg(feature = "etcd")]
+fn typed<T, E: std::fmt::Display>(file: &std::path::Path, r: Result<T, E>) -> Result<T, ExitCode> {
+    r.map_err(|e| {
+        eprintln!("cfdp ctl: {}: {e}", file.display());
+        ExitCode::from(2)
+    })
 }
 
 #[cfg(not(feature = "etcd"))]

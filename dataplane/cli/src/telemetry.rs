@@ -36,23 +36,25 @@ pub fn register(eal: &Eal, board: &StatsBoard) -> Result<(), DpdkError> {
 fn worker(board: &StatsBoard, params: &str) -> TelAnswer {
     let stats = board.read();
     let n = stats.dataplane.workers.len();
-    let w = params
-        .parse()
-        .ok()
-        .and_then(|i: usize| stats.dataplane.workers.get(i))
-        .ok_or_else(|| NoWorker {
-            given: params.to_string(),
-            workers: n,
-        })?;
+    let i: usize = params.parse().map_err(|_| NoWorker::NotANumber {
+        given: params.to_string(),
+        workers: n,
+    })?;
+    let w = stats
+        .dataplane
+        .workers
+        .get(i)
+        .ok_or(NoWorker::Absent { i, workers: n })?;
     Ok(flatten(&serde_json::to_value(w)?))
 }
 
 /// `/cfdp/worker`'s parameter names no worker.
 #[derive(Debug, thiserror::Error)]
-#[error("parameter {given:?}: a worker number 0..{} is needed", workers.saturating_sub(1))]
-struct NoWorker {
-    given: String,
-    workers: usize,
+enum NoWorker {
+    #[error("parameter {given:?}: a worker number 0..{} is needed", workers.saturating_sub(1))]
+    NotANumber { given: String, workers: usize },
+    #[error("worker {i}: there are {workers} workers (0..{})", workers.saturating_sub(1))]
+    Absent { i: usize, workers: usize },
 }
 
 /// A JSON object as telemetry entries: nested objects' keys joined with

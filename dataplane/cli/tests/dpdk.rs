@@ -163,23 +163,18 @@ fn control_socket_works_with_the_dpdk_backend() {
         ",infinite_rx=1",
         &format!("socket = {socket:?}"),
     );
-    let child = Running(Some(
+    let stderr = dir.join("stderr");
+    let mut child = Running(Some(
         cfdp()
             .args(["run", "--config"])
             .arg(&cfg)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .unwrap(),
     ));
-    let start = Instant::now();
-    let mut c = loop {
-        if let Ok(c) = Client::connect(&Target::Unix(&socket)) {
-            break c;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    cfdp_testkit::child::wait_for_socket(&socket, &stderr, child.0.as_mut().expect("running"));
+    let mut c = Client::connect(&Target::Unix(&socket)).unwrap();
     // A count rule on every IPv4 source: most of mixed.pcap.
     let r = c
         .call(
@@ -227,7 +222,7 @@ fn control_socket_works_with_the_dpdk_backend() {
     assert!(
         out.status.success(),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        std::fs::read_to_string(&stderr).unwrap_or_default()
     );
     let fin = last_json(&out.stdout);
     assert_eq!(fin["final"], true);

@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use cfdp_rules::{parse_batch, parse_rule, Code};
+use cfdp_rules::batch::ReplaceCounts;
+use cfdp_rules::{Atomicity, Batch, Code, Rule, UpdateResult};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::ClusterError;
@@ -41,13 +43,13 @@ impl Default for TxnLimits {
 #[derive(Clone, Debug)]
 pub enum Command {
     Apply {
-        batch: Value,
+        batch: Batch,
         limits: TxnLimits,
     },
     /// The whole intended rule set: the difference to the fleet's, as one
     /// transaction.
     Replace {
-        rules: Value,
+        rules: Vec<Rule>,
         expected_generation: Option<u64>,
         limits: TxnLimits,
     },
@@ -84,7 +86,7 @@ pub fn run(endpoints: &[String], security: &EtcdSecurity, prefix: &str, cmd: Com
         });
     match out {
         Ok((v, ok)) => {
-            println!("{v}");
+            println!("{}", serde_json::to_string(&v).expect("answers serialize"));
             u8::from(!ok)
         }
         Err(e) => {
@@ -99,20 +101,41 @@ pub fn run(endpoints: &[String], security: &EtcdSecurity, prefix: &str, cmd: Com
 /// it read.
 const RETRIES: usize = 20;
 
+/// What `apply` and `replace` print.
+#[derive(Debug, Serialize)]
+struct Applied {
+    /// The fleet's generation after the batch (before it, when nothing
+    /// was written).
+    generation: i64,
+    applied: bool,
+    results: Vec<UpdateResult>,
+    /// Transactions tried (another writer can make one retry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempts: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replace: Option<ReplaceCounts>,
+}
+
 fn apply(
     etcd: &mut Etcd,
     keys: &Keys,
-    batch: &Value,
+    batch: &Batch,
     limits: TxnLimits,
 ) -> Result<(Value, bool), ClusterError> {
-    let batch = parse_batch(batch, usize::MAX).map_err(|e| {
-        ClusterError::BadRequest(if e.field.is_empty() {
-            e.message.clone()
-        } else {
-            format!("{}: {}", e.field, e.message)
-        })
-    })?;
-    let (ids, matches) = reads(&batch);
+    apply_typed(etcd, keys, batch, limits).map(|(a, ok)| (to_value(&a), ok))
+}
+
+fn to_value(a: &impl Serialize) -> Value {
+    serde_json::to_value(a).expect("answers serialize")
+}
+
+fn apply_typed(
+    etcd: &mut Etcd,
+    keys: &Keys,
+    batch: &Batch,
+    limits: TxnLimits,
+) -> Result<(Applied, bool), ClusterError> {
+    let (ids, matches) = reads(batch);
     let gen_key = keys.generation();
     for attempt in 0..RETRIES {
         let view = read_view(etcd, keys, &ids, &matches, limits.max_txn_ops.max(1))?;
@@ -124,12 +147,17 @@ fn apply(
                 });
             }
         }
-        let p = plan(&batch, &view, keys);
-        let results = serde_json::to_value(&p.results).expect("results serialize");
+        let p = plan(batch, &view, keys);
         let all_ok = p.results.iter().all(|r| r.code == Code::Ok);
         if !p.writes() {
             return Ok((
-                json!({"generation": view.generation, "applied": false, "results": results}),
+                Applied {
+                    generation: view.generation,
+                    applied: false,
+                    results: p.results,
+                    attempts: None,
+                    replace: None,
+                },
                 all_ok,
             ));
         }
@@ -141,8 +169,13 @@ fn apply(
         match etcd.txn(&guards, &puts, &p.deletes)? {
             Some(rev) => {
                 return Ok((
-                    json!({"generation": rev, "applied": true, "results": results,
-                           "attempts": attempt + 1}),
+                    Applied {
+                        generation: rev,
+                        applied: true,
+                        results: p.results,
+                        attempts: Some(attempt + 1),
+                        replace: None,
+                    },
                     all_ok,
                 ))
             }
@@ -193,7 +226,7 @@ fn read_view(
             let owner: u32 = std::str::from_utf8(&kv.value)
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .ok_or_else(|| ClusterError::BadRequest(format!("{}: not a rule id", kv.key)))?;
+                .ok_or_else(|| ClusterError::BadOwner(kv.key.clone()))?;
             view.matches.insert(m.to_string(), (owner, kv.mod_revision));
         }
     }
@@ -204,23 +237,17 @@ fn read_view(
 fn check_limits(p: &crate::plan::Plan, limits: TxnLimits) -> Result<(), ClusterError> {
     let (compares, ops) = p.ops();
     if compares > limits.max_txn_ops || ops > limits.max_txn_ops {
-        return Err(ClusterError::BadRequest(format!(
-            "the batch needs {ops} operations and {compares} compares in one etcd \
-             transaction; etcd allows {} (its --max-txn-ops). Nothing was applied: split \
-             the batch, or raise --max-txn-ops on every etcd server and pass \
-             --max-txn-ops N to cfdp ctl",
-            limits.max_txn_ops
-        )));
+        return Err(ClusterError::TooManyOps {
+            ops,
+            compares,
+            max: limits.max_txn_ops,
+        });
     }
     if p.bytes() > limits.max_request_bytes {
-        return Err(ClusterError::BadRequest(format!(
-            "the batch's transaction carries over {} bytes; etcd accepts {} (its \
-             --max-request-bytes). Nothing was applied: split the batch, or raise \
-             --max-request-bytes on every etcd server and pass --max-request-bytes N \
-             to cfdp ctl",
-            p.bytes(),
-            limits.max_request_bytes
-        )));
+        return Err(ClusterError::TooManyBytes {
+            bytes: p.bytes(),
+            max: limits.max_request_bytes,
+        });
     }
     Ok(())
 }
@@ -233,22 +260,10 @@ fn check_limits(p: &crate::plan::Plan, limits: TxnLimits) -> Result<(), ClusterE
 fn replace(
     etcd: &mut Etcd,
     keys: &Keys,
-    desired: &Value,
+    desired: &[Rule],
     expected: Option<u64>,
     limits: TxnLimits,
 ) -> Result<(Value, bool), ClusterError> {
-    let list = desired
-        .get("rules")
-        .unwrap_or(desired)
-        .as_array()
-        .ok_or_else(|| {
-            ClusterError::BadRequest("a rule file ({\"rules\": [...]}) or a list of rules".into())
-        })?;
-    let desired: Vec<cfdp_rules::Rule> = list
-        .iter()
-        .enumerate()
-        .map(|(i, v)| parse_rule(v, Some(i)).map_err(|e| ClusterError::BadRequest(e.to_string())))
-        .collect::<Result<_, _>>()?;
     for _ in 0..RETRIES {
         let g = generation(etcd, keys)?;
         let (_, kvs) = etcd.get_prefix(&keys.rules_prefix())?;
@@ -259,8 +274,8 @@ fn replace(
             .iter()
             .map(|kv| kv.rule().map(|(_, r)| r))
             .collect::<Result<_, ClusterError>>()?;
-        let (updates, counts) = cfdp_rules::replace_updates(&current, &desired)
-            .map_err(|e| ClusterError::BadRequest(e.to_string()))?;
+        let (updates, counts) =
+            cfdp_rules::replace_updates(&current, desired).map_err(ClusterError::BadReplace)?;
         let expected_generation = expected.unwrap_or(g as u64);
         if updates.is_empty() {
             if expected.is_some_and(|e| e as i64 != g) {
@@ -269,18 +284,24 @@ fn replace(
                     current: g,
                 });
             }
-            return Ok((
-                json!({"generation": g, "applied": true, "results": [], "replace": counts}),
-                true,
-            ));
+            let a = Applied {
+                generation: g,
+                applied: true,
+                results: Vec::new(),
+                attempts: None,
+                replace: Some(counts),
+            };
+            return Ok((to_value(&a), true));
         }
-        let batch = json!({"atomicity": "dataplane_atomic",
-            "expected_generation": expected_generation,
-            "updates": updates.iter().map(cfdp_rules::Update::to_json).collect::<Vec<_>>()});
-        match apply(etcd, keys, &batch, limits) {
-            Ok((mut v, ok)) => {
-                v["replace"] = serde_json::to_value(counts).expect("counts serialize");
-                return Ok((v, ok));
+        let batch = Batch {
+            atomicity: Atomicity::DataplaneAtomic,
+            expected_generation: Some(expected_generation),
+            updates: updates.into_iter().map(Ok).collect(),
+        };
+        match apply_typed(etcd, keys, &batch, limits) {
+            Ok((mut a, ok)) => {
+                a.replace = Some(counts);
+                return Ok((to_value(&a), ok));
             }
             Err(ClusterError::GenerationMismatch { .. }) if expected.is_none() => continue,
             Err(e) => return Err(e),

@@ -44,10 +44,32 @@ pub enum ClusterError {
         #[source]
         source: cfdp_rules::RuleError,
     },
-    /// A batch or rule set given to `cfdp ctl --etcd` that cannot be applied
-    /// as it is (the message names the field).
-    #[error("{0}")]
-    BadRequest(String),
+    /// A rule set given to `cfdp ctl --etcd replace` that cannot be one.
+    #[error("the rule set to replace with: {0}")]
+    BadReplace(#[source] cfdp_rules::batch::ReplaceError),
+    /// A match key whose value is not a rule id (written by something
+    /// other than cfdp).
+    #[cfg(feature = "etcd")]
+    #[error("{0}: not a rule id")]
+    BadOwner(String),
+    /// A batch's transaction needs more operations than etcd takes.
+    #[error(
+        "the batch needs {ops} operations and {compares} compares in one etcd transaction; \
+         etcd allows {max} (its --max-txn-ops). Nothing was applied: split the batch, or \
+         raise --max-txn-ops on every etcd server and pass --max-txn-ops N to cfdp ctl"
+    )]
+    TooManyOps {
+        ops: usize,
+        compares: usize,
+        max: usize,
+    },
+    /// A batch's transaction is larger than etcd takes.
+    #[error(
+        "the batch's transaction carries over {bytes} bytes; etcd accepts {max} (its \
+         --max-request-bytes). Nothing was applied: split the batch, or raise \
+         --max-request-bytes on every etcd server and pass --max-request-bytes N to cfdp ctl"
+    )]
+    TooManyBytes { bytes: usize, max: usize },
     /// `expected_generation` differs from the fleet's generation.
     #[error("expected_generation {expected}, but the fleet is at generation {current}")]
     GenerationMismatch { expected: u64, current: i64 },

@@ -187,8 +187,11 @@ fn serialized_ipv4_addresses_match_their_display_form() {
 /// a drained pipe waits for a writer that never comes).
 #[test]
 fn rule_files_and_pipes_read_alike() {
-    let dir = std::env::temp_dir().join(format!("cfdp-rules-read-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_tmp = tempfile::Builder::new()
+        .prefix("cfdp-rules-read-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_tmp.path();
     let bad = r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, {"id": 2, "match": {"dst_prefix": "10.0.0.1/8"}, "action": "drop"}]}"#;
     for (name, text) in [("good", FILE), ("bad", bad)] {
         let want = parse_rule_file(text);
@@ -225,5 +228,4 @@ fn rule_files_and_pipes_read_alike() {
         .unwrap_err()
         .to_string()
         .starts_with("rule #2 (id 2)"));
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -65,8 +65,7 @@ fn replay_prints_the_summary_keys() {
 
 #[test]
 fn bad_rule_file_names_rule_and_field() {
-    let dir = std::env::temp_dir().join(format!("cfdp-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = cfdp_testkit::dirs::test_dir("cli");
     let rules = dir.join("bad.json");
     std::fs::write(
         &rules,
@@ -105,15 +104,13 @@ fn missing_capture_is_an_error() {
 fn run_loops_until_sigterm_and_stops_cleanly() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
+    let dir = cfdp_testkit::dirs::test_dir("cli-loop");
     let mut child = cfdp()
         .args(["run"])
         .current_dir(repo(""))
         .env("CFDP_PCAP__LOOP", "true")
         .env("CFDP_DATAPLANE__WORKERS", "2")
-        .env(
-            "CFDP_CONTROL__SOCKET",
-            std::env::temp_dir().join(format!("cfdp-cli-{}.sock", std::process::id())),
-        )
+        .env("CFDP_CONTROL__SOCKET", dir.join("ctl.sock"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -144,8 +141,7 @@ fn run_loops_until_sigterm_and_stops_cleanly() {
 
 #[test]
 fn run_refuses_a_bad_config() {
-    let dir = std::env::temp_dir().join(format!("cfdp-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = cfdp_testkit::dirs::test_dir("cfg");
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "[dataplane]\nworkers = \"many\"\n").unwrap();
     let out = cfdp()

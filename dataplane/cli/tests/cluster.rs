@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 struct Etcd {
     server: EtcdServer,
     url: String,
-    dir: PathBuf,
+    dir: cfdp_testkit::dirs::TestDir,
 }
 
 impl Etcd {
@@ -32,9 +32,7 @@ impl Etcd {
             eprintln!("cluster test skipped: no etcd binary (apt-get install etcd-server)");
             return None;
         }
-        let dir = std::env::temp_dir().join(format!("cfdp-etcd-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = cfdp_testkit::dirs::test_dir(&format!("etcd-{name}"));
         let server = EtcdServer::start(&dir, &[]).unwrap();
         Some(Etcd {
             url: server.url.clone(),
@@ -74,8 +72,8 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
+        // The scratch directory goes with the field, after the server.
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -899,7 +897,7 @@ fn a_fleet_over_tls_with_client_certificates_and_an_etcd_user() {
     let Some(plain) = Etcd::start("tls") else {
         return;
     };
-    let dir = plain.dir.clone();
+    let dir = plain.dir.to_path_buf();
     let p = pki(&dir);
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let server = EtcdServer::start_tls(
@@ -919,9 +917,8 @@ fn a_fleet_over_tls_with_client_certificates_and_an_etcd_user() {
     let etcd = Etcd {
         url: url.clone(),
         server,
-        dir: dir.join("tls"),
+        dir: cfdp_testkit::dirs::test_dir("etcd-tls-nodes"),
     };
-    std::fs::create_dir_all(&etcd.dir).unwrap();
     let etcdctl = |args: &[&str]| {
         let out = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")

@@ -129,8 +129,11 @@ mod tests {
 
     #[test]
     fn halves_and_open_password_files_are_refused() {
-        let dir = std::env::temp_dir().join(format!("cfdp-etcd-sec-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir_tmp = tempfile::Builder::new()
+            .prefix("cfdp-etcd-sec-")
+            .tempdir()
+            .unwrap();
+        let dir = dir_tmp.path();
         let pw = dir.join("pw");
         std::fs::write(&pw, "s3cret\n").unwrap();
         std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -152,6 +155,5 @@ mod tests {
         };
         assert!(matches!(half.load(), Err(SecurityError::HalfIdentity)));
         assert!(EtcdSecurity::default().is_plain());
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

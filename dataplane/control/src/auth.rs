@@ -137,7 +137,11 @@ mod tests {
 
     #[test]
     fn created_private_then_read_back_and_checked() {
-        let dir = std::env::temp_dir().join(format!("cfdp-token-{}", std::process::id()));
+        let dir_tmp = tempfile::Builder::new()
+            .prefix("cfdp-token-")
+            .tempdir()
+            .unwrap();
+        let dir = dir_tmp.path();
         let path = dir.join("control.token");
         let t = Token::load_or_create(&path).unwrap();
         let meta = std::fs::metadata(&path).unwrap();
@@ -155,6 +159,5 @@ mod tests {
             Token::read(&path),
             Err(TokenError::TooOpen { .. })
         ));
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -71,7 +71,11 @@ mod tests {
 
     #[test]
     fn temporaries_replace_links_instead_of_writing_through_them() {
-        let dir = std::env::temp_dir().join(format!("cfdp-files-{}", std::process::id()));
+        let dir_tmp = tempfile::Builder::new()
+            .prefix("cfdp-files-")
+            .tempdir()
+            .unwrap();
+        let dir = dir_tmp.path();
         private_dir(&dir.join("state")).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir.join("state")), DIR_MODE);
@@ -88,6 +92,5 @@ mod tests {
         let journal = dir.join("state/journal.ndjson");
         std::os::unix::fs::symlink(&victim, &journal).unwrap();
         assert!(open_append(&journal).is_err());
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

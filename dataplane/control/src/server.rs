@@ -555,7 +555,11 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let uid = rustix::process::getuid().as_raw();
         let gid = rustix::process::getgid().as_raw();
-        let dir = std::env::temp_dir().join(format!("cfdp-sock-mode-{}", std::process::id()));
+        let dir_tmp = tempfile::Builder::new()
+            .prefix("cfdp-sock-mode-")
+            .tempdir()
+            .unwrap();
+        let dir = dir_tmp.path();
         let cases = [
             (SocketAccess::for_peers(uid, &[], &[]), 0o600, None),
             (SocketAccess::for_peers(uid, &[uid], &[]), 0o600, None),
@@ -581,6 +585,5 @@ mod tests {
             }
             drop(l);
         }
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -141,9 +141,11 @@ fn multi_field_rules_rank_by_priority_below_the_other_forms() {
 
 #[test]
 fn a_set_with_multi_field_rules_survives_a_snapshot() {
-    let dir = std::env::temp_dir().join(format!("cfdp-acl-snap-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_tmp = tempfile::Builder::new()
+        .prefix("cfdp-acl-snap-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_tmp.path();
     let rules = vec![
         rule(
             json!({"id": 1, "priority": 10, "match": {"src_prefix": "10.0.0.0/8", "dst_prefix": "192.168.0.0/16", "proto": "tcp", "sport": "1024-65535", "dport": 80}, "action": "drop"}),
@@ -155,15 +157,14 @@ fn a_set_with_multi_field_rules_survives_a_snapshot() {
             json!({"id": 3, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "udp", "sport": 1, "dport": 2}}, "action": "count"}),
         ),
     ];
-    write_snapshot(&dir, 7, &rules).unwrap();
-    let r = restore(&dir).unwrap();
+    write_snapshot(dir, 7, &rules).unwrap();
+    let r = restore(dir).unwrap();
     assert_eq!((r.snapshot_generation, r.rules), (7, rules.clone()));
     // And a store loaded from them in bulk answers as one built by batches.
     let stats = Arc::new(LiveStats::new(1, 1 << 20));
     let bulk = RuleStore::with_rules(StoreConfig::default(), stats, rules.clone()).unwrap();
     let k = key("10.1.1.1", "192.168.1.1", 6, 2000, 80);
     assert_eq!(matched(&bulk, &k), Some(1));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn prefix(v6: bool, base: u8, len: u8) -> IpPrefix {

@@ -27,16 +27,19 @@ enum Seen {
 
 #[test]
 fn the_journal_is_synced_before_the_publish_and_the_reply() {
-    let dir = std::env::temp_dir().join(format!("cfdp-durability-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(restore(&dir).unwrap().is_empty());
+    let dir_tmp = tempfile::Builder::new()
+        .prefix("cfdp-durability-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_tmp.path();
+    assert!(restore(dir).unwrap().is_empty());
     let cfg = StoreConfig::default();
     let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
     let store = RuleStore::new(cfg, stats).unwrap();
     let readers = store.readers();
     let generation = move || readers.handle().enter().map_or(0, |t| t.generation());
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut journal = Journal::open(&dir, 0).unwrap();
+    let mut journal = Journal::open(dir, 0).unwrap();
     {
         let (seen, generation) = (Arc::clone(&seen), generation.clone());
         journal.observe(move |e| seen.lock().unwrap().push(Seen::Journal(e, generation())));
@@ -78,6 +81,5 @@ fn the_journal_is_synced_before_the_publish_and_the_reply() {
     drop((jobs, handle));
     control.join().unwrap();
     // And what was answered is what a restart restores.
-    assert_eq!(restore(&dir).unwrap().records.len(), 3);
-    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(restore(dir).unwrap().records.len(), 3);
 }

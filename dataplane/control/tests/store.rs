@@ -1297,12 +1297,15 @@ fn the_journal_is_compacted_by_size_too() {
     use cfdp_control::api::ApplyCommand;
     use cfdp_control::journal::{restore, Journal};
     use cfdp_control::plane::{ControlPlane, PlaneConfig};
-    let dir = std::env::temp_dir().join(format!("cfdp-compact-bytes-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    restore(&dir).unwrap();
+    let dir_tmp = tempfile::Builder::new()
+        .prefix("cfdp-compact-bytes-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_tmp.path();
+    restore(dir).unwrap();
     let mut plane = ControlPlane::new(
         store(StoreConfig::default()),
-        Some(Journal::open(&dir, 0).unwrap()),
+        Some(Journal::open(dir, 0).unwrap()),
         PlaneConfig {
             compact_every: 1000,
             compact_bytes: 100,
@@ -1325,7 +1328,6 @@ fn the_journal_is_compacted_by_size_too() {
     }
     assert!(after_one.is_some());
     assert!(dir.join("snapshot.bin").exists());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `replace` is held to `max_batch` like `apply`: a rule set whose

@@ -192,8 +192,11 @@ mod tests {
     /// names the port, instead of opening a file (and a buffer) per port.
     #[test]
     fn output_files_are_bounded() {
-        let dir = std::env::temp_dir().join(format!("cfdp-outputs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir_tmp = tempfile::Builder::new()
+            .prefix("cfdp-outputs-")
+            .tempdir()
+            .unwrap();
+        let dir = dir_tmp.path();
         let mut o = Outputs::new(dir.join("out.pcap"), false, LinkType::Ethernet);
         let m = Meta {
             off: 0,
@@ -209,6 +212,5 @@ mod tests {
         assert!(matches!(e, OutputError::TooManyPorts { port } if port == MAX_PORTS as u16));
         o.write(7, &m, &[1, 2, 3, 4]).unwrap();
         o.finish().unwrap();
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

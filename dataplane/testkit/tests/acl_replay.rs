@@ -73,8 +73,7 @@ fn replayed_counters_follow_first_match_by_priority() {
             )
         })
         .collect();
-    let dir = std::env::temp_dir().join(format!("cfdp-acl-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = cfdp_testkit::dirs::test_dir("acl-replay");
     let pcap = dir.join("trace.pcap");
     write_pcap(&pcap, &frames(&keys)).unwrap();
 
@@ -105,5 +104,4 @@ fn replayed_counters_follow_first_match_by_priority() {
         );
     }
     assert_eq!(r.stats.totals.matched, matched);
-    std::fs::remove_dir_all(&dir).ok();
 }

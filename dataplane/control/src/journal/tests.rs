@@ -26,8 +26,11 @@ fn write_json_snapshot(dir: &Path, generation: u64, rules: &[Rule]) -> Result<()
 #[test]
 fn state_files_are_private() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("cfdp-private-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir_tmp = tempfile::Builder::new()
+        .prefix("cfdp-private-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_tmp.path();
     let state = dir.join("state");
     restore(&state).unwrap();
     let mut j = Journal::open(&state, 0).unwrap();
@@ -42,20 +45,20 @@ fn state_files_are_private() {
     j.compact(1, &rule).unwrap();
     assert_eq!(mode(&state.join(SNAPSHOT)), 0o600);
     assert_eq!(mode(&state.join(JOURNAL)), 0o600, "the compacted journal");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A journal line longer than the cap is refused before it is read
 /// whole.
 #[test]
 fn overlong_records_are_refused() {
-    let dir = std::env::temp_dir().join(format!("cfdp-longrec-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_tmp = tempfile::Builder::new()
+        .prefix("cfdp-longrec-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_tmp.path();
     std::fs::write(dir.join(JOURNAL), format!("{}\n", "x".repeat(1000))).unwrap();
-    let e = restore_capped(&dir, 100).unwrap_err();
+    let e = restore_capped(dir, 100).unwrap_err();
     assert!(bad_record(&e, 1, &Damage::Overlong { max: 100 }), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Whether `e` is a damaged record at `line` for reason `why`.
@@ -64,10 +67,15 @@ fn bad_record(e: &JournalError, line: u64, why: &Damage) -> bool {
         if *l == line && what == why)
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cfdp-journal-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A scratch directory (removed on drop) and the state directory in it
+/// (not created: restore and open create it).
+fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::Builder::new()
+        .prefix(&format!("cfdp-journal-{name}-"))
+        .tempdir()
+        .unwrap();
+    let d = t.path().join("state");
+    (t, d)
 }
 
 fn rule(id: u32) -> Rule {
@@ -80,7 +88,7 @@ fn rule(id: u32) -> Rule {
 
 #[test]
 fn records_and_snapshots_round_trip() {
-    let d = tmp("rt");
+    let (_tmp, d) = tmp("rt");
     assert!(restore(&d).unwrap().is_empty());
     let mut j = Journal::open(&d, 0).unwrap();
     j.append(1, &[Update::Insert(rule(1)), Update::Insert(rule(2))])
@@ -99,7 +107,7 @@ fn records_and_snapshots_round_trip() {
 
 #[test]
 fn a_cut_last_line_is_dropped_but_damage_is_an_error() {
-    let d = tmp("dmg");
+    let (_tmp, d) = tmp("dmg");
     let mut j = Journal::open(&d, 0).unwrap();
     j.append(1, &[Update::Insert(rule(1))]).unwrap();
     let path = d.join(JOURNAL);
@@ -193,7 +201,7 @@ fn a_cut_last_line_is_dropped_but_damage_is_an_error() {
 /// guards it the same way.
 #[test]
 fn records_of_the_clients_text_restore_like_typed_ones() {
-    let d = tmp("text");
+    let (_tmp, d) = tmp("text");
     let mut j = Journal::open(&d, 0).unwrap();
     let ups = vec![Update::Insert(rule(1)), Update::Delete(9)];
     j.append(1, &ups).unwrap();
@@ -222,7 +230,7 @@ fn records_of_the_clients_text_restore_like_typed_ones() {
 /// rules, and the JSON file is removed.
 #[test]
 fn json_snapshots_still_load_and_are_replaced() {
-    let d = tmp("old");
+    let (_tmp, d) = tmp("old");
     std::fs::create_dir_all(&d).unwrap();
     let rules = [rule(1), rule(2), rule(3)];
     let list = Value::Array(rules.iter().map(rule_to_json).collect());
@@ -266,7 +274,7 @@ fn json_snapshots_still_load_and_are_replaced() {
 
 #[test]
 fn a_gap_in_generations_is_an_error() {
-    let d = tmp("gap");
+    let (_tmp, d) = tmp("gap");
     let mut j = Journal::open(&d, 0).unwrap();
     j.append(1, &[Update::Insert(rule(1))]).unwrap();
     j.append(3, &[Update::Insert(rule(3))]).unwrap();

@@ -26,8 +26,9 @@ use hashbrown::HashMap;
 
 use super::config::StoreConfig;
 use super::ruleset::{IdIndex, MatchIndex, RuleSet};
+use super::slots::{CountRules, Slots};
 use super::state::RuleStore;
-use super::types::{fresh_version, id_taken, match_taken, StoreError};
+use super::types::{id_taken, match_taken, StoreError};
 use super::views;
 
 /// One domain's keys while loading: (hash, filter value) pairs.
@@ -115,6 +116,7 @@ impl RuleStore {
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
         let factory = r.factory();
         Ok(Self {
+            slots: Slots::new(cfg.max_rules, n as u32),
             cfg,
             w,
             factory,
@@ -122,11 +124,7 @@ impl RuleStore {
             rules: set,
             flow_filter,
             classes: store_classes,
-            free_slots: Vec::new(),
-            next_slot: n as u32,
-            baselines: HashMap::new(),
-            count_rules: ids.count_rules,
-            count_version: fresh_version(),
+            count_rules: CountRules::new(ids.count_rules),
             generation: 0,
             unsettled: None,
             fold: None,

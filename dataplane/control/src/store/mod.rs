@@ -36,7 +36,13 @@
 //!
 //! Files: `types` (the vocabulary every stage shares) and `config` (the
 //! settings) depend on nothing here; `state` holds the store's fields;
-//! each stage adds its methods beside it.
+//! `slots` keeps the counter slots and the `count` rules' index behind
+//! methods that hold their invariants (a slot recycled only once
+//! released, with its baseline; the index's version moving with every
+//! change); each stage adds its methods beside it. In `transaction`,
+//! `step` carries an update out and `dry_step` only checks it (the answer
+//! of a failed all-or-nothing batch); both record it in the overlay the
+//! same way.
 
 mod bulk;
 mod config;
@@ -44,6 +50,7 @@ mod grow;
 mod publish;
 mod recompile;
 mod ruleset;
+mod slots;
 mod state;
 mod trace;
 mod transaction;

@@ -37,7 +37,6 @@ use cfdp_rules::PrefixClass;
 
 use super::state::RuleStore;
 use super::transaction::Pending;
-use super::types::fresh_version;
 
 impl RuleStore {
     pub(super) fn commit(&mut self, p: &mut Pending, generation: u64) {
@@ -45,9 +44,7 @@ impl RuleStore {
             // A slot's counters start at zero; only a recycled slot has
             // totals from an earlier rule to subtract, and a last hit to
             // forget.
-            let now = self.stats.slot_totals(slot);
-            if now != (0, 0) {
-                self.baselines.insert(slot, now);
+            if self.slots.start(slot, self.stats.slot_totals(slot)) {
                 self.stats.clear_slot_last_hit(slot);
             }
         }
@@ -75,27 +72,25 @@ impl RuleStore {
             self.start_fold();
         }
         self.maybe_start_compile();
-        let mut counted = false;
         for (id, s) in p.ids.drain() {
             match s {
                 Some(s) => {
                     if s.rule.action == cfdp_rules::Action::Count {
-                        counted |= self.count_rules.insert(id, s.slot) != Some(s.slot);
-                        // A recycled slot's baseline is new.
-                        counted |= self.baselines.contains_key(&s.slot);
+                        self.count_rules.set(id, s.slot);
+                        if self.slots.is_recycled(s.slot) {
+                            // A recycled slot's baseline is new.
+                            self.count_rules.touch();
+                        }
                     } else {
-                        counted |= self.count_rules.remove(&id).is_some();
+                        self.count_rules.unset(id);
                     }
                     self.rules.insert(s);
                 }
                 None => {
-                    counted |= self.count_rules.remove(&id).is_some();
+                    self.count_rules.unset(id);
                     self.rules.remove(id);
                 }
             }
-        }
-        if counted {
-            self.count_version = fresh_version();
         }
         // `p.matches` needs no commit: the published tables index matches.
         p.matches.clear();
@@ -146,8 +141,7 @@ impl RuleStore {
             f.remove_hash(h, v);
         }
         for s in due.freed_slots {
-            self.baselines.remove(&s);
-            self.free_slots.push(s);
+            self.slots.release(s);
         }
         // A class may have been refilled since: only still-empty ones go.
         let mut removed = false;

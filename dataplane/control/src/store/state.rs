@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use cfdp_engine::{LiveStats, Mode, Op, Tables, WorkerContext};
 use cfdp_filter::Filter;
-use cfdp_rules::{Match, PrefixClass, Rule, RuleId};
+use cfdp_rules::{Match, PrefixClass, Rule};
 use hashbrown::HashMap;
 use left_right::{ReadHandleFactory, WriteHandle};
 
 use super::config::StoreConfig;
 use super::ruleset::RuleSet;
-use super::types::{fresh_version, StoreError, Unsettled};
+use super::slots::{CountRules, Slots};
+use super::types::{StoreError, Unsettled};
 
 /// The authoritative rule set and the writer of the published tables.
 pub struct RuleStore {
@@ -23,16 +24,11 @@ pub struct RuleStore {
     pub(super) rules: RuleSet,
     pub(super) flow_filter: Arc<Filter>,
     pub(super) classes: HashMap<PrefixClass, (Arc<Filter>, usize)>,
-    pub(super) free_slots: Vec<u32>,
-    pub(super) next_slot: u32,
-    /// Counter totals of a slot when its current rule got it.
-    pub(super) baselines: HashMap<u32, (u64, u64)>,
+    /// Counter slots: free list and recycled slots' baselines.
+    pub(super) slots: Slots,
     /// The `count` rules by id (kept at commit): `stats` and every scrape
     /// report them without walking the whole rule set.
-    pub(super) count_rules: std::collections::BTreeMap<RuleId, u32>,
-    /// Changes whenever `count_rules` does, to a value no other state of
-    /// any store had (see [`RuleStore::count_rules_version`]).
-    pub(super) count_version: u64,
+    pub(super) count_rules: CountRules,
     pub(super) generation: u64,
     /// The second half of the last commit, when not yet run (`settle`).
     pub(super) unsettled: Option<Unsettled>,
@@ -65,6 +61,7 @@ impl RuleStore {
             RuleSet::default()
         };
         Ok(Self {
+            slots: Slots::new(cfg.max_rules, 0),
             cfg,
             w,
             factory,
@@ -72,11 +69,7 @@ impl RuleStore {
             rules,
             flow_filter,
             classes: HashMap::new(),
-            free_slots: Vec::new(),
-            next_slot: 0,
-            baselines: HashMap::new(),
-            count_rules: Default::default(),
-            count_version: fresh_version(),
+            count_rules: CountRules::new(Default::default()),
             generation: 0,
             unsettled: None,
             fold: None,

@@ -102,9 +102,7 @@ impl RuleStore {
             tables: shared + 2 * own,
             filters: self.filters().map(|(_, f)| f.stats().memory_bytes).sum(),
             rule_counters: self.stats.rule_counter_bytes(),
-            other: cfdp_engine::shared::table_bytes(&self.baselines)
-                + self.count_rules.len() * 2 * std::mem::size_of::<(RuleId, u32)>()
-                + self.free_slots.capacity() * 4,
+            other: self.slots.memory_bytes() + self.count_rules.memory_bytes(),
             ..MemoryStats::default()
         };
         m.total = m.rule_store + m.tables + m.filters + m.rule_counters + m.other;
@@ -163,7 +161,7 @@ impl RuleStore {
     pub fn rule_counters(&self, id: RuleId) -> Option<(u64, u64)> {
         let s = self.rules.get(id)?;
         let (p, b) = self.stats.slot_totals(s.slot);
-        let (bp, bb) = self.baselines.get(&s.slot).copied().unwrap_or((0, 0));
+        let (bp, bb) = self.slots.baseline(s.slot);
         Some((p.saturating_sub(bp), b.saturating_sub(bb)))
     }
 
@@ -231,16 +229,16 @@ impl RuleStore {
     /// (unique across stores: a cache keyed by it never mistakes one
     /// store's list for another's).
     pub fn count_rules_version(&self) -> u64 {
-        self.count_version
+        self.count_rules.version()
     }
 
     pub fn count_rule_slots(&self) -> Vec<CountSlot> {
         self.count_rules
             .iter()
-            .map(|(&id, &slot)| CountSlot {
+            .map(|(id, slot)| CountSlot {
                 id,
                 slot,
-                baseline: self.baselines.get(&slot).copied().unwrap_or((0, 0)),
+                baseline: self.slots.baseline(slot),
             })
             .collect()
     }

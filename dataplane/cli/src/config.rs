@@ -119,10 +119,7 @@ pub fn load_config(path: Option<&Path>) -> Result<RunConfig, RunError> {
         config::Config::builder().add_source(File::from_str(DEFAULT_CONFIG, FileFormat::Toml));
     if let Some(p) = path {
         if !p.exists() {
-            return Err(RunError::Config(format!(
-                "config file {} does not exist",
-                p.display()
-            )));
+            return Err(RunError::ConfigMissing(p.to_path_buf()));
         }
         b = b.add_source(File::from(p).format(FileFormat::Toml));
     }

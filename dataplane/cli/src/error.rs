@@ -7,9 +7,25 @@ use cfdp_rules::{Code, RuleError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// A configuration value this build or machine cannot honour.
-    #[error("{0}")]
-    Config(String),
+    /// The `--config` file is not there.
+    #[error("config file {} does not exist", .0.display())]
+    ConfigMissing(std::path::PathBuf),
+    /// A section this build was compiled without.
+    #[error(
+        "{setting} is set, but this cfdp was built without {feature}: cargo build --release \
+         -p cfdp --features {feature}{}",
+        if *feature == "etcd" { " (needs protoc: apt-get install protobuf-compiler)" } else { "" }
+    )]
+    NotBuiltWith {
+        setting: &'static str,
+        feature: &'static str,
+    },
+    /// The TCP door's token file cannot be used.
+    #[error("control.token_file")]
+    Token(#[source] cfdp_control::auth::TokenError),
+    /// The P4Runtime listener did not start.
+    #[error("p4runtime")]
+    P4Runtime(#[source] cfdp_p4runtime::P4Error),
     /// A configuration value refused by its section's checks.
     #[error(transparent)]
     Setting(#[from] cfdp_control::settings::SettingError),
@@ -68,7 +84,8 @@ pub enum RunError {
     /// The pcap backend stopped with an error.
     #[error("pcap replay")]
     PcapReplay(#[source] cfdp_pcap::ReplayError),
-    /// DPDK's EAL did not start, or the DPDK backend stopped with an error.
+    /// DPDK's EAL did not start, its ports are not a plan, or the DPDK
+    /// backend stopped with an error.
     #[cfg(feature = "dpdk")]
     #[error("{what}")]
     Dpdk {

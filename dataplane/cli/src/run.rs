@@ -230,8 +230,11 @@ fn worker_count(cfg: &RunConfig, default_workers: usize) -> Result<usize, RunErr
         cfg.dataplane.workers
     };
     if workers > MAX_WORKERS {
-        return Err(RunError::Config(format!(
-            "dataplane.workers = {workers}: at most {MAX_WORKERS} are supported"
+        return Err(RunError::Setting(SettingError::new(
+            "dataplane",
+            "workers",
+            workers,
+            format!("at most {MAX_WORKERS} are supported"),
         )));
     }
     Ok(workers)
@@ -258,10 +261,10 @@ fn listen(
     if !c.tcp.is_empty() {
         // The address is checked (and bound) before the token file is
         // touched: a refused address leaves no token behind.
-        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "control.tcp")?;
+        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "tcp")?;
         let bound = local_addr(&l, "control.tcp")?;
         let token = cfdp_control::auth::Token::load_or_create(Path::new(&c.token_file))
-            .map_err(|e| RunError::Config(e.to_string()))?;
+            .map_err(RunError::Token)?;
         listeners.push(
             server::serve_tcp(l, ctx.clone(), token).map_err(RunError::io("control TCP thread"))?,
         );
@@ -271,7 +274,7 @@ fn listen(
         );
     }
     if !c.metrics.is_empty() {
-        let l = bind_tcp(&c.metrics, false, "control.metrics")?;
+        let l = bind_tcp(&c.metrics, false, "metrics")?;
         let bound = local_addr(&l, "control.metrics")?;
         listeners.push(
             metrics::serve(l, ctx.clone(), extra_metrics)
@@ -404,7 +407,10 @@ fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(),
 fn run_dpdk(_: &RunConfig, _: &WorkerContext, running: Running) -> Result<(), RunError> {
     // Refused at start-up without the dpdk feature; stop cleanly anyway.
     running.finish("dpdk")?;
-    Err(RunError::Config("this cfdp was built without DPDK".into()))
+    Err(RunError::NotBuiltWith {
+        setting: "dpdk.enabled",
+        feature: "dpdk",
+    })
 }
 
 /// The P4Runtime server, when `[p4runtime] listen` is set.
@@ -418,7 +424,7 @@ fn spawn_p4runtime(
         return Ok(None);
     };
     let (t, bound) = cfdp_p4runtime::spawn(&opts, handle.clone(), metrics, Arc::clone(stop))
-        .map_err(|e| RunError::Config(e.to_string()))?;
+        .map_err(RunError::P4Runtime)?;
     // The address bound, not the one asked for: with port 0 the kernel's
     // choice (tests and scripts read it here).
     eprintln!(
@@ -452,18 +458,25 @@ fn local_addr(l: &std::net::TcpListener, what: &str) -> Result<std::net::SocketA
     l.local_addr().map_err(RunError::io(what.to_string()))
 }
 
-/// Binds a TCP listener; a non-loopback address needs `allow_remote`.
-fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpListener, RunError> {
-    let sa: std::net::SocketAddr = addr.parse().map_err(|e| {
-        RunError::Config(format!("{what} = {addr:?}: not an IP:port address ({e})"))
-    })?;
+/// Binds a TCP listener of `[control]` `key`; a non-loopback address
+/// needs `allow_remote`.
+fn bind_tcp(
+    addr: &str,
+    allow_remote: bool,
+    key: &'static str,
+) -> Result<std::net::TcpListener, RunError> {
+    let bad = |need: &'static str| SettingError::new("control", key, format!("{addr:?}"), need);
+    let sa: std::net::SocketAddr = addr.parse().map_err(|_| bad("not an IP:port address"))?;
     if !sa.ip().is_loopback() && !allow_remote {
-        return Err(RunError::Config(format!(
-            "{what} = {addr}: not a loopback address (set control.tcp_allow_remote = true \
-             to accept that: the token is sent in clear, so tunnel the door over SSH or TLS)"
-        )));
+        return Err(bad(if key == "tcp" {
+            "not a loopback address (set control.tcp_allow_remote = true to accept that: the \
+             token is sent in clear, so tunnel the door over SSH or TLS)"
+        } else {
+            "not a loopback address (served on loopback only: scrape it through a proxy)"
+        })
+        .into());
     }
-    std::net::TcpListener::bind(sa).map_err(RunError::io(format!("{what} = {addr}")))
+    std::net::TcpListener::bind(sa).map_err(RunError::io(format!("control.{key} = {addr}")))
 }
 
 /// What the configuration asks of this build and of its ports and fleet,
@@ -471,16 +484,18 @@ fn bind_tcp(addr: &str, allow_remote: bool, what: &str) -> Result<std::net::TcpL
 /// seconds; the EAL): a refusal here is a configuration error (exit 2).
 pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
-        return Err(RunError::Config(
-            "dpdk.enabled = true, but this cfdp was built without DPDK: \
-             cargo build --release -p cfdp --features dpdk"
-                .into(),
-        ));
+        return Err(RunError::NotBuiltWith {
+            setting: "dpdk.enabled",
+            feature: "dpdk",
+        });
     }
     #[cfg(feature = "dpdk")]
     if cfg.dpdk.enabled {
         cfdp_dpdk::PortPlan::new(&cfg.dpdk.rx_ports, &cfg.dpdk.tx_ports, &cfg.dpdk.xconnect)
-            .map_err(|e| RunError::Config(e.to_string()))?;
+            .map_err(|source| RunError::Dpdk {
+                what: "dpdk ports",
+                source,
+            })?;
     }
     p4runtime_options(cfg)?;
     cluster_mode(cfg).map(|_| ())
@@ -494,12 +509,10 @@ fn cluster_mode(cfg: &RunConfig) -> Result<Option<Arc<server::ClusterMode>>, Run
         return Ok(None);
     }
     if !cfdp_cluster::AVAILABLE {
-        return Err(RunError::Config(
-            "cluster.etcd is set, but this cfdp was built without etcd: cargo build \
-             --release -p cfdp --features etcd (needs protoc: apt-get install \
-             protobuf-compiler)"
-                .into(),
-        ));
+        return Err(RunError::NotBuiltWith {
+            setting: "cluster.etcd",
+            feature: "etcd",
+        });
     }
     let keys = c.keys()?;
     Ok(Some(Arc::new(server::ClusterMode {
@@ -545,5 +558,8 @@ fn spawn_agent(
     _: &Arc<server::ClusterMode>,
     _: &Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, RunError> {
-    Err(RunError::Config("this cfdp was built without etcd".into()))
+    Err(RunError::NotBuiltWith {
+        setting: "cluster.etcd",
+        feature: "etcd",
+    })
 }

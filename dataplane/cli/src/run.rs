@@ -258,10 +258,10 @@ fn listen(
         );
         eprintln!("cfdp: control socket {}", c.socket);
     }
-    if !c.tcp.is_empty() {
+    if let Some(addr) = c.tcp_addr()? {
         // The address is checked (and bound) before the token file is
         // touched: a refused address leaves no token behind.
-        let l = bind_tcp(&c.tcp, c.tcp_allow_remote, "tcp")?;
+        let l = bind_tcp(addr, "tcp")?;
         let bound = local_addr(&l, "control.tcp")?;
         let token = cfdp_control::auth::Token::load_or_create(Path::new(&c.token_file))
             .map_err(RunError::Token)?;
@@ -273,8 +273,8 @@ fn listen(
             c.token_file
         );
     }
-    if !c.metrics.is_empty() {
-        let l = bind_tcp(&c.metrics, false, "metrics")?;
+    if let Some(addr) = c.metrics_addr()? {
+        let l = bind_tcp(addr, "metrics")?;
         let bound = local_addr(&l, "control.metrics")?;
         listeners.push(
             metrics::serve(l, ctx.clone(), extra_metrics)
@@ -458,31 +458,16 @@ fn local_addr(l: &std::net::TcpListener, what: &str) -> Result<std::net::SocketA
     l.local_addr().map_err(RunError::io(what.to_string()))
 }
 
-/// Binds a TCP listener of `[control]` `key`; a non-loopback address
-/// needs `allow_remote`.
-fn bind_tcp(
-    addr: &str,
-    allow_remote: bool,
-    key: &'static str,
-) -> Result<std::net::TcpListener, RunError> {
-    let bad = |need: &'static str| SettingError::new("control", key, format!("{addr:?}"), need);
-    let sa: std::net::SocketAddr = addr.parse().map_err(|_| bad("not an IP:port address"))?;
-    if !sa.ip().is_loopback() && !allow_remote {
-        return Err(bad(if key == "tcp" {
-            "not a loopback address (set control.tcp_allow_remote = true to accept that: the \
-             token is sent in clear, so tunnel the door over SSH or TLS)"
-        } else {
-            "not a loopback address (served on loopback only: scrape it through a proxy)"
-        })
-        .into());
-    }
-    std::net::TcpListener::bind(sa).map_err(RunError::io(format!("control.{key} = {addr}")))
+/// Binds a door's (checked) address.
+fn bind_tcp(addr: std::net::SocketAddr, key: &str) -> Result<std::net::TcpListener, RunError> {
+    std::net::TcpListener::bind(addr).map_err(RunError::io(format!("control.{key} = {addr}")))
 }
 
 /// What the configuration asks of this build and of its ports and fleet,
 /// checked before anything starts (the rules load, which can take
 /// seconds; the EAL): a refusal here is a configuration error (exit 2).
 pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
+    cfg.control.check()?;
     if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
         return Err(RunError::NotBuiltWith {
             setting: "dpdk.enabled",

@@ -8,6 +8,7 @@
 //! defaults, and a test in the binary checks it against these structs.
 
 use std::borrow::Cow;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -156,6 +157,8 @@ impl ControlSection {
                 ));
             }
         }
+        self.tcp_addr()?;
+        self.metrics_addr()?;
         if self.max_rules > u32::MAX as usize {
             return Err(SettingError::new(
                 "control",
@@ -165,6 +168,29 @@ impl ControlSection {
             ));
         }
         Ok(())
+    }
+
+    /// `tcp`, checked: `None` when empty; a non-loopback address only with
+    /// `tcp_allow_remote`.
+    pub fn tcp_addr(&self) -> Result<Option<SocketAddr>, SettingError> {
+        addr(
+            "tcp",
+            &self.tcp,
+            self.tcp_allow_remote,
+            "not a loopback address (set control.tcp_allow_remote = true to accept that: the \
+             token is sent in clear, so tunnel the door over SSH or TLS)",
+        )
+    }
+
+    /// `metrics`, checked: `None` when empty; loopback only.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, SettingError> {
+        addr(
+            "metrics",
+            &self.metrics,
+            false,
+            "not a loopback address (metrics are served on loopback only: scrape them through \
+             a proxy)",
+        )
     }
 
     /// The request bounds every door and the control thread hold to.
@@ -216,6 +242,24 @@ impl ControlSection {
     pub fn state_dir(&self) -> Option<PathBuf> {
         (!self.state_dir.is_empty()).then(|| PathBuf::from(&self.state_dir))
     }
+}
+
+/// A door's `IP:PORT` under `[control]` `key`.
+fn addr(
+    key: &'static str,
+    text: &str,
+    allow_remote: bool,
+    remote: &'static str,
+) -> Result<Option<SocketAddr>, SettingError> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let bad = |need| SettingError::new("control", key, format!("{text:?}"), need);
+    let sa: SocketAddr = text.parse().map_err(|_| bad("not an IP:port address"))?;
+    if !sa.ip().is_loopback() && !allow_remote {
+        return Err(bad(remote));
+    }
+    Ok(Some(sa))
 }
 
 /// `[filter]`'s insert path.
@@ -332,6 +376,28 @@ mod tests {
         };
         assert_eq!(c.check().unwrap_err().key, "max_line_bytes");
         assert_eq!(ControlSection::default().check(), Ok(()));
+    }
+
+    #[test]
+    fn door_addresses_are_checked_before_anything_binds() {
+        let c = |tcp: &str, remote: bool, metrics: &str| ControlSection {
+            tcp: tcp.into(),
+            tcp_allow_remote: remote,
+            metrics: metrics.into(),
+            ..ControlSection::default()
+        };
+        assert_eq!(c("", false, "").check(), Ok(()));
+        assert_eq!(c("0.0.0.0:1", false, "").check().unwrap_err().key, "tcp");
+        assert_eq!(c("0.0.0.0:1", true, "").check(), Ok(()));
+        assert_eq!(c("no", true, "").check().unwrap_err().key, "tcp");
+        assert_eq!(
+            c("", false, "0.0.0.0:9").check().unwrap_err().key,
+            "metrics"
+        );
+        assert_eq!(
+            c("", false, "[::1]:9").metrics_addr(),
+            Ok(Some("[::1]:9".parse().unwrap()))
+        );
     }
 
     #[test]

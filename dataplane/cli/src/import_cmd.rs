@@ -67,7 +67,7 @@ pub fn import(a: &Args) -> ExitCode {
 }
 
 fn write_file(path: &Path, rules: &[AclRule]) -> std::io::Result<()> {
-    let f = std::fs::File::create(path)?;
+    let f = cfdp_pcap::create_output(path)?;
     let mut w = std::io::BufWriter::new(f);
     write_rules(&mut w, rules)?;
     w.flush()

@@ -59,6 +59,7 @@ fn build_store(
         return Ok((store, None));
     };
     let dir = dir.as_path();
+    private_dir(dir, "control.state_dir")?;
     let mut restored = journal::restore(dir).map_err(RunError::State)?;
     if let Some(w) = &restored.dropped_tail {
         eprintln!("cfdp: warning: {w}");
@@ -220,6 +221,22 @@ pub fn run(cfg: RunConfig, default_workers: usize, hooks: TestHooks) -> Result<(
     run_pcap(&cfg, &cx, workers, running)
 }
 
+/// Checks (and creates) a directory cfdp keeps private: another owner or
+/// a link is refused, an open mode is tightened to 0700 and said so.
+fn private_dir(dir: &Path, what: &str) -> Result<(), RunError> {
+    match cfdp_control::files::private_dir(dir) {
+        Ok(Some(mode)) => {
+            eprintln!(
+                "cfdp: warning: {what} {} had mode {mode:o}: set to 0700",
+                dir.display()
+            );
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(RunError::io(format!("{what} {}", dir.display()))(e)),
+    }
+}
+
 /// Workers: DPDK's, the configured number, or the default.
 fn worker_count(cfg: &RunConfig, default_workers: usize) -> Result<usize, RunError> {
     let workers = if cfg.dpdk.enabled {
@@ -263,6 +280,12 @@ fn listen(
         // touched: a refused address leaves no token behind.
         let l = bind_tcp(addr, "tcp")?;
         let bound = local_addr(&l, "control.tcp")?;
+        if let Some(d) = Path::new(&c.token_file)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            private_dir(d, "control.token_file's directory")?;
+        }
         let token = cfdp_control::auth::Token::load_or_create(Path::new(&c.token_file))
             .map_err(RunError::Token)?;
         listeners.push(
@@ -499,6 +522,7 @@ fn cluster_mode(cfg: &RunConfig) -> Result<Option<Arc<server::ClusterMode>>, Run
             feature: "etcd",
         });
     }
+    c.check()?;
     let keys = c.keys()?;
     Ok(Some(Arc::new(server::ClusterMode {
         prefix: keys.prefix().to_string(),

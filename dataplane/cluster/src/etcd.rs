@@ -83,6 +83,7 @@ impl Etcd {
             .enable_all()
             .build()
             .map_err(ClusterError::Runtime)?;
+        security.check_endpoints(endpoints)?;
         let loaded = security.load()?;
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(REQUEST_TIMEOUT)

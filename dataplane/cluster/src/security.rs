@@ -53,8 +53,22 @@ pub enum SecurityError {
     HalfIdentity,
     #[error("cluster.user needs cluster.password_file, and the other way round")]
     HalfUser,
-    #[error("cluster.password_file {}: readable by other users (mode {mode:o}): make it 0600", path.display())]
-    PasswordFileOpen { path: PathBuf, mode: u32 },
+    /// A password or private key file that is not this user's private
+    /// regular file (or is a link).
+    #[error("cluster.{field} {}: {source}", path.display())]
+    Secret {
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: cfdp_control::files::SecretError,
+    },
+    /// A user and password towards a plain `http://` endpoint: the
+    /// password would travel in clear.
+    #[error(
+        "cluster.user is set, but endpoint {endpoint} is plain http: the password would \
+         travel in clear (use https:// with cluster.ca_file)"
+    )]
+    PasswordInClear { endpoint: String },
     #[error("cluster.password_file {}: empty", path.display())]
     EmptyPassword { path: PathBuf },
 }
@@ -65,6 +79,20 @@ impl EtcdSecurity {
         *self == Self::default()
     }
 
+    /// Refuses what would send a secret in clear: a user (and so its
+    /// password) towards any endpoint that is not `https://`.
+    pub fn check_endpoints(&self, endpoints: &[String]) -> Result<(), SecurityError> {
+        if self.user.is_none() {
+            return Ok(());
+        }
+        match endpoints.iter().find(|e| !e.starts_with("https://")) {
+            Some(e) => Err(SecurityError::PasswordInClear {
+                endpoint: e.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Reads the files this names.
     pub fn load(&self) -> Result<Loaded, SecurityError> {
         let ca_pem = match &self.ca_file {
@@ -72,7 +100,7 @@ impl EtcdSecurity {
             None => None,
         };
         let identity = match (&self.cert_file, &self.key_file) {
-            (Some(c), Some(k)) => Some((read_file("cert_file", c)?, read_file("key_file", k)?)),
+            (Some(c), Some(k)) => Some((read_file("cert_file", c)?, secret("key_file", k)?)),
             (None, None) => None,
             _ => return Err(SecurityError::HalfIdentity),
         };
@@ -98,21 +126,19 @@ fn read_file(field: &'static str, path: &Path) -> Result<Vec<u8>, SecurityError>
     })
 }
 
-/// The password in `path` (first line), refused when others can read it.
-fn password(path: &Path) -> Result<String, SecurityError> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|source| SecurityError::Read {
-        field: "password_file",
+/// A secret's file (`cfdp_control::files::read_secret`: this user's
+/// private regular file, not a link), at most 1 MiB.
+fn secret(field: &'static str, path: &Path) -> Result<Vec<u8>, SecurityError> {
+    cfdp_control::files::read_secret(path, 1 << 20).map_err(|source| SecurityError::Secret {
+        field,
         path: path.to_path_buf(),
         source,
-    })?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(SecurityError::PasswordFileOpen {
-            path: path.to_path_buf(),
-            mode: meta.mode() & 0o777,
-        });
-    }
-    let text = String::from_utf8_lossy(&read_file("password_file", path)?).into_owned();
+    })
+}
+
+/// The password in `path` (first line).
+fn password(path: &Path) -> Result<String, SecurityError> {
+    let text = String::from_utf8_lossy(&secret("password_file", path)?).into_owned();
     let pw = text.lines().next().unwrap_or("").to_string();
     if pw.is_empty() {
         return Err(SecurityError::EmptyPassword {
@@ -144,8 +170,37 @@ mod tests {
         };
         assert!(matches!(
             s.load(),
-            Err(SecurityError::PasswordFileOpen { .. })
+            Err(SecurityError::Secret {
+                field: "password_file",
+                source: cfdp_control::files::SecretError::TooOpen { mode: 0o644 },
+                ..
+            })
         ));
+        // A link to the password file is refused, even to a private one.
+        let link = dir.join("pw-link");
+        std::os::unix::fs::symlink(&pw, &link).unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let linked = EtcdSecurity {
+            password_file: Some(link),
+            ..s.clone()
+        };
+        assert!(matches!(
+            linked.load(),
+            Err(SecurityError::Secret {
+                field: "password_file",
+                ..
+            })
+        ));
+        // A user's password never goes to a plain endpoint.
+        let plain = ["http://127.0.0.1:2379".to_string()];
+        assert!(matches!(
+            s.check_endpoints(&plain),
+            Err(SecurityError::PasswordInClear { .. })
+        ));
+        assert!(s
+            .check_endpoints(&["https://127.0.0.1:2379".to_string()])
+            .is_ok());
+        assert!(EtcdSecurity::default().check_endpoints(&plain).is_ok());
         std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
         let l = s.load().unwrap();
         assert_eq!(l.user, Some(("node".into(), "s3cret".into())));

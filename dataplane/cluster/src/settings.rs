@@ -61,6 +61,15 @@ impl ClusterSection {
         })
     }
 
+    /// The prefix, and no password towards a plain endpoint (it would
+    /// travel in clear).
+    pub fn check(&self) -> Result<(), SettingError> {
+        self.keys()?;
+        self.security().check_endpoints(&self.etcd).map_err(|e| {
+            SettingError::new("cluster", "user", format!("{:?}", self.user), e.to_string())
+        })
+    }
+
     /// The TLS and authentication settings (empty strings: unset).
     pub fn security(&self) -> EtcdSecurity {
         let path = |s: &str| (!s.is_empty()).then(|| PathBuf::from(s));
@@ -111,6 +120,22 @@ mod tests {
         let e = c.keys().unwrap_err();
         assert_eq!((e.section, e.key), ("cluster", "prefix"));
         assert!(ClusterSection::default().keys().is_ok());
+    }
+
+    #[test]
+    fn a_user_needs_https_endpoints() {
+        let c = ClusterSection {
+            etcd: vec!["http://127.0.0.1:2379".into()],
+            user: "node".into(),
+            password_file: "/pw".into(),
+            ..ClusterSection::default()
+        };
+        assert_eq!(c.check().unwrap_err().key, "user");
+        let tls = ClusterSection {
+            etcd: vec!["https://127.0.0.1:2379".into()],
+            ..c.clone()
+        };
+        assert_eq!(tls.check(), Ok(()));
     }
 
     #[test]

@@ -9,8 +9,7 @@
 //! Whoever can read the token file may use the TCP door; mutual TLS is not
 //! offered (see `rules/PROTOCOL.md`).
 
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The token's length in bytes before hex encoding.
@@ -80,27 +79,23 @@ impl Token {
             path: path.to_path_buf(),
             source,
         };
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(path)
-            .map_err(io)?;
-        let meta = f.metadata().map_err(io)?;
-        let me = rustix::process::getuid().as_raw();
-        if meta.uid() != me {
-            return Err(TokenError::NotOwned {
+        use crate::files::SecretError;
+        let raw = crate::files::read_secret(path, 4096).map_err(|e| match e {
+            SecretError::Io(e) => io(e),
+            SecretError::NotAFile => io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )),
+            SecretError::NotOwned { owner } => TokenError::NotOwned {
                 path: path.to_path_buf(),
-                owner: meta.uid(),
-            });
-        }
-        if meta.mode() & 0o077 != 0 {
-            return Err(TokenError::TooOpen {
+                owner,
+            },
+            SecretError::TooOpen { mode } => TokenError::TooOpen {
                 path: path.to_path_buf(),
-                mode: meta.mode() & 0o777,
-            });
-        }
-        let mut text = String::new();
-        f.take(4096).read_to_string(&mut text).map_err(io)?;
+                mode,
+            },
+        })?;
+        let text = String::from_utf8_lossy(&raw);
         let t = text.trim();
         if t.len() < 2 * TOKEN_BYTES {
             return Err(TokenError::TooShort {

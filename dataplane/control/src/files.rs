@@ -19,10 +19,96 @@ pub const FILE_MODE: u32 = 0o600;
 /// Mode of the state directory (and its parents cfdp creates).
 pub const DIR_MODE: u32 = 0o700;
 
-/// Creates `dir` (and missing parents) with mode 0700; an existing
-/// directory is kept as it is (the operator chose its mode).
-pub fn private_dir(dir: &Path) -> io::Result<()> {
-    DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
+/// Creates `dir` (and missing parents) with mode 0700. An existing one
+/// must be a directory (not a link to one) of this user: another owner is
+/// refused (`PermissionDenied`); group or other permissions are taken away
+/// (the directory is set to 0700), and the mode it had is returned so the
+/// caller can say so.
+pub fn private_dir(dir: &Path) -> io::Result<Option<u32>> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(dir)?;
+            Ok(None)
+        }
+        Err(e) => Err(e),
+        Ok(meta) => {
+            if !meta.is_dir() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a directory (a link to one is refused)",
+                ));
+            }
+            let me = rustix::process::getuid().as_raw();
+            if meta.uid() != me {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("owned by uid {}, not by this user (uid {me})", meta.uid()),
+                ));
+            }
+            let mode = meta.mode() & 0o7777;
+            if mode & 0o077 != 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))?;
+                return Ok(Some(mode));
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Why a file holding a secret (a token, a password, a private key) was
+/// not read.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("not a regular file")]
+    NotAFile,
+    #[error("owned by uid {owner}, not by this user")]
+    NotOwned { owner: u32 },
+    #[error("readable or writable by other users (mode {mode:o}): make it 0600")]
+    TooOpen { mode: u32 },
+}
+
+/// Opens a file holding a secret: never through a link, a regular file
+/// of this user that no one else can read or write, at most `limit`
+/// bytes read. The checks are made on the open file, so the file cannot
+/// be swapped between check and read.
+pub fn read_secret(path: &Path, limit: u64) -> Result<Vec<u8>, SecretError> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(SecretError::NotAFile);
+    }
+    let me = rustix::process::getuid().as_raw();
+    if meta.uid() != me {
+        return Err(SecretError::NotOwned { owner: meta.uid() });
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(SecretError::TooOpen {
+            mode: meta.mode() & 0o777,
+        });
+    }
+    let mut out = Vec::new();
+    f.take(limit).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Opens `path` for reading without following a link (journal and
+/// snapshots).
+pub fn open_read(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
 }
 
 /// Opens `path` for appending, creating it 0600 if it is missing; refuses
@@ -76,7 +162,7 @@ mod tests {
             .tempdir()
             .unwrap();
         let dir = dir_tmp.path();
-        private_dir(&dir.join("state")).unwrap();
+        assert_eq!(private_dir(&dir.join("state")).unwrap(), None);
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir.join("state")), DIR_MODE);
         let victim = dir.join("victim");
@@ -92,5 +178,62 @@ mod tests {
         let journal = dir.join("state/journal.ndjson");
         std::os::unix::fs::symlink(&victim, &journal).unwrap();
         assert!(open_append(&journal).is_err());
+    }
+
+    /// An existing state or token directory: a link is refused, an open
+    /// mode is tightened (and reported), another owner is refused (root
+    /// only: files of another uid).
+    #[test]
+    fn existing_directories_are_checked() {
+        let t = tempfile::Builder::new()
+            .prefix("cfdp-dirs-")
+            .tempdir()
+            .unwrap();
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(private_dir(&open).unwrap(), Some(0o777));
+        let mode = std::fs::metadata(&open).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, DIR_MODE);
+        assert_eq!(private_dir(&open).unwrap(), None, "already private");
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&open, &link).unwrap();
+        assert_eq!(
+            private_dir(&link).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        if rustix::process::getuid().is_root() {
+            let theirs = t.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            assert_eq!(
+                private_dir(&theirs).unwrap_err().kind(),
+                io::ErrorKind::PermissionDenied
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_are_read_only_from_private_regular_files() {
+        let t = tempfile::Builder::new()
+            .prefix("cfdp-secret-")
+            .tempdir()
+            .unwrap();
+        let p = t.path().join("pw");
+        std::fs::write(&p, "s3cret\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(matches!(
+            read_secret(&p, 100),
+            Err(SecretError::TooOpen { mode: 0o640 })
+        ));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_secret(&p, 3).unwrap(), b"s3c");
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(matches!(read_secret(&link, 100), Err(SecretError::Io(_))));
+        assert!(matches!(
+            read_secret(t.path(), 100),
+            Err(SecretError::NotAFile | SecretError::TooOpen { .. })
+        ));
     }
 }

@@ -23,4 +23,5 @@ pub mod rss;
 
 pub use capture::{Capture, CaptureError, Frame};
 pub use options::{ReplayOptions, MAX_WORKERS};
+pub use output::create_output;
 pub use replay::{replay, write_flows, ReplayError, ReplayReport};

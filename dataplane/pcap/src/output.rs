@@ -90,7 +90,7 @@ impl Outputs {
                 return Err(OutputError::TooManyPorts { port });
             }
             let path = port_path(&self.base, port);
-            let f = File::create(&path).map_err(|source| OutputError::Create { path, source })?;
+            let f = create_output(&path).map_err(|source| OutputError::Create { path, source })?;
             let buf = if port == 0 { BUF_MAIN } else { BUF_PORT };
             let w = BufWriter::with_capacity(buf, f);
             let sink = if self.pcapng {
@@ -184,9 +184,43 @@ pub(crate) fn writer_loop(
     }
 }
 
+/// Creates (or truncates) an output file without following a link at
+/// its name: a link planted where an output goes would otherwise truncate
+/// and overwrite its target. New files get mode 0644 less the umask.
+pub fn create_output(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link planted where an output goes is refused, and its target
+    /// left as it was.
+    #[test]
+    fn outputs_never_write_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let out = t.path().join("out.pcap");
+        std::os::unix::fs::symlink(&victim, &out).unwrap();
+        assert!(create_output(&out).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let fresh = t.path().join("fresh.pcap");
+        std::fs::write(&fresh, "old").unwrap();
+        create_output(&fresh).unwrap();
+        assert_eq!(
+            std::fs::read(&fresh).unwrap(),
+            b"",
+            "an output is truncated"
+        );
+    }
 
     /// Redirects to more ports than [`MAX_PORTS`] stop with an error that
     /// names the port, instead of opening a file (and a buffer) per port.

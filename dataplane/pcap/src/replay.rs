@@ -25,7 +25,6 @@
 //!   is processed and reported, and the error is reported beside it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -381,7 +380,7 @@ fn report(
 pub fn write_flows(path: &Path, flows: &FlowTable) -> std::io::Result<()> {
     let mut rows: Vec<(&FlowKey, &(u64, u64))> = flows.iter().collect();
     rows.sort();
-    let mut w = BufWriter::new(File::create(path)?);
+    let mut w = BufWriter::new(crate::output::create_output(path)?);
     writeln!(w, "src,dst,proto,sport,dport,packets,bytes")?;
     for (k, (p, b)) in rows {
         writeln!(

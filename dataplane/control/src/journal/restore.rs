@@ -4,7 +4,7 @@
 //! its fsync returned, never acknowledged) is dropped and the file cut
 //! back to its last whole record.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -48,7 +48,10 @@ fn read_snapshot(dir: &Path, out: &mut Restored) -> Result<(), JournalError> {
         out.snapshot_generation = g;
         out.rules = rules;
     } else if old.exists() {
-        let text = std::fs::read_to_string(&old).map_err(|e| io_err(&old, e))?;
+        let mut text = String::new();
+        crate::files::open_read(&old)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .map_err(|e| io_err(&old, e))?;
         let (g, rules) = parse_snapshot(&text).map_err(|what| JournalError::BadSnapshot {
             path: old.clone(),
             what,
@@ -68,7 +71,7 @@ pub(super) fn restore_capped(dir: &Path, max_record: usize) -> Result<Restored, 
     if !jpath.exists() {
         return Ok(out);
     }
-    let f = File::open(&jpath).map_err(|e| io_err(&jpath, e))?;
+    let f = crate::files::open_read(&jpath).map_err(|e| io_err(&jpath, e))?;
     let mut reader = BufReader::new(f);
     let mut line = Vec::new();
     let mut good_len = 0u64;

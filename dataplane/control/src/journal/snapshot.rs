@@ -103,7 +103,7 @@ pub(super) fn read_binary_snapshot(path: &Path) -> Result<(u64, Vec<Rule>), Jour
     use cfdp_rules::binary::{decode, decode_wide, RECORD};
     use std::io::Read;
     let bad = |what: Damage| bad(path, what);
-    let f = File::open(path).map_err(|e| io_err(path, e))?;
+    let f = crate::files::open_read(path).map_err(|e| io_err(path, e))?;
     let mut r = BufReader::with_capacity(1 << 20, f);
     let mut crc = crc32fast::Hasher::new();
     let (record, generation, count) = read_header(&mut r, &mut crc, path)?;

@@ -580,9 +580,15 @@ fn ctl_prints_the_response_and_sets_the_exit_status() {
 /// One scrape of the metrics endpoint; a 10 s read timeout makes an
 /// endpoint that never answers a failure, not a hang.
 fn scrape(port: u16) -> String {
+    scrape_as(port, &format!("127.0.0.1:{port}"))
+}
+
+/// A scrape with `Host: host`.
+fn scrape_as(port: u16, host: &str) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).expect("a scrape answered");
     body
@@ -618,6 +624,12 @@ fn tcp_listener_and_prometheus_metrics() {
         json!([{"op": "insert", "rule": flow_rule(7, gen::PAIR_B, json!("count"))}]),
     );
     assert_eq!(codes(&r), ["ok"]);
+    // A page that rebound its DNS name to this address (the browser sends
+    // that name as Host) is refused; addresses and localhost are served.
+    let rebound = scrape_as(metrics, &format!("attacker.example:{metrics}"));
+    assert!(rebound.starts_with("HTTP/1.0 421"), "{rebound}");
+    assert!(!rebound.contains("cfdp_"), "{rebound}");
+    assert!(scrape_as(metrics, "localhost").starts_with("HTTP/1.0 200"));
     let scrape = || scrape(metrics);
     let positive = |body: &str, series: &str| {
         body.lines().any(|l| {

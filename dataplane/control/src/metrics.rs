@@ -163,13 +163,29 @@ fn answer(s: TcpStream, registry: &Registry) -> std::io::Result<()> {
     r.by_ref().take(8192).read_line(&mut first)?;
     // Read the rest of the head (bounded) so the client sees a clean close.
     let mut line = String::new();
+    let mut host_ok = true;
     for _ in 0..100 {
         line.clear();
         if r.by_ref().take(8192).read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
             break;
         }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.trim().eq_ignore_ascii_case("host") {
+                host_ok &= host_allowed(value.trim());
+            }
+        }
     }
     let mut w = s;
+    if !host_ok {
+        // A name other than localhost: a web page that rebound its own
+        // name to this address, reading the metrics through a browser.
+        let body = "Host must be an IP address or localhost\n";
+        return write!(
+            w,
+            "HTTP/1.0 421 Misdirected Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    }
     let mut parts = first.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     if method != "GET" || (path != "/metrics" && path != "/") {
@@ -186,6 +202,23 @@ fn answer(s: TcpStream, registry: &Registry) -> std::io::Result<()> {
         "HTTP/1.0 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Whether a request's `Host` names this endpoint as a scraper does (an
+/// IP address, or `localhost`, with an optional port) rather than by a
+/// DNS name, which is what a DNS-rebinding page sends: the browser sends
+/// the page's own name, rebound to this address.
+fn host_allowed(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) if rest.is_empty() || rest.starts_with(':') => {
+                return addr.parse::<std::net::Ipv6Addr>().is_ok()
+            }
+            _ => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 /// Encodes the board's statistics on every scrape.
@@ -568,6 +601,28 @@ mod tests {
 
     /// A prefix with a quote, a backslash and a newline is escaped: every
     /// line of the exposition stays one well-formed sample.
+    #[test]
+    fn only_addresses_and_localhost_pass_the_host_check() {
+        for ok in [
+            "127.0.0.1:9187",
+            "127.0.0.1",
+            "localhost:9187",
+            "[::1]:9187",
+            "[::1]",
+        ] {
+            assert!(host_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:9187",
+            "evil.example",
+            "127.0.0.1.nip.io:9187",
+            "[::1",
+            "",
+        ] {
+            assert!(!host_allowed(bad), "{bad}");
+        }
+    }
+
     #[test]
     fn label_values_are_escaped() {
         #[derive(Debug)]

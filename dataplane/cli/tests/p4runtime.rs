@@ -496,6 +496,40 @@ async fn a_read_streams_every_entry_of_a_large_set() {
     }
     assert_eq!(counters, usize::from(n));
     assert!(messages >= 3, "{messages} answer messages for {n} entries");
+    // The same wildcard 10,000 times asks once: each entry comes back
+    // once, not 10,000 times (the request is ~40 KB; answered per entity,
+    // it built 25 million entries).
+    let wildcard = p4::Entity {
+        entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry::default())),
+    };
+    let req = p4::ReadRequest {
+        device_id: DEVICE,
+        entities: vec![wildcard; 10_000],
+        ..Default::default()
+    };
+    let mut s = c.read(req).await.unwrap().into_inner();
+    let mut got = 0;
+    while let Some(r) = s.next().await {
+        got += r.unwrap().entities.len();
+    }
+    assert_eq!(got, usize::from(n));
+    // More distinct entities than a Read takes: refused before any work.
+    let distinct = (0..=cfdp_p4runtime::service::MAX_READ_ENTITIES as u8)
+        .map(|i| p4::Entity {
+            entity: Some(p4::entity::Entity::TableEntry(acl_entry(
+                vec![ternary(pipeline::SRC, &[10, 0, i, 0], &[255, 255, 255, 0])],
+                i32::from(i) + 1,
+                pipeline::ALLOW,
+            ))),
+        })
+        .collect();
+    let req = p4::ReadRequest {
+        device_id: DEVICE,
+        entities: distinct,
+        ..Default::default()
+    };
+    let e = c.read(req).await.map(|_| ()).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate it

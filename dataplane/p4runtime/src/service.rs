@@ -29,6 +29,10 @@ pub const API_VERSION: &str = "1.4.1";
 
 /// Rules read from the control thread per Read answer message.
 const READ_PAGE: u64 = 1000;
+/// Distinct entities one `ReadRequest` may hold (after duplicates are
+/// dropped): each is one pass over every page, so they bound the work a
+/// Read costs per rule.
+pub const MAX_READ_ENTITIES: usize = 64;
 
 /// The service's state, shared by every call.
 pub struct Service {
@@ -258,6 +262,27 @@ struct Query {
     direct: bool,
 }
 
+/// A Read's queries: its entities with duplicates dropped (the same
+/// entity twice asks for the same answer), at most
+/// [`MAX_READ_ENTITIES`].
+fn read_queries(entities: &[p4::Entity]) -> Result<Vec<Query>, Status> {
+    use prost::Message;
+    let mut seen = std::collections::HashSet::new();
+    let mut queries = Vec::new();
+    for e in entities {
+        if !seen.insert(e.encode_to_vec()) {
+            continue;
+        }
+        if queries.len() == MAX_READ_ENTITIES {
+            return Err(Status::resource_exhausted(format!(
+                "entities: at most {MAX_READ_ENTITIES} distinct entities in one ReadRequest"
+            )));
+        }
+        queries.push(Query::of(e)?);
+    }
+    Ok(queries)
+}
+
 impl Query {
     fn of(entity: &p4::Entity) -> Result<Self, Status> {
         use p4::entity::Entity as E;
@@ -367,11 +392,7 @@ impl Service {
     ) -> Result<Response<BoxStream<p4::ReadResponse>>, Status> {
         let r = request.into_inner();
         self.check_device(r.device_id)?;
-        let queries = r
-            .entities
-            .iter()
-            .map(Query::of)
-            .collect::<Result<Vec<_>, _>>()?;
+        let queries = read_queries(&r.entities)?;
         // The rule set is read a page at a time and answered as it goes, a
         // bounded channel ahead of the client: a read of a million rules
         // holds a few pages, not the whole set (it is not one snapshot: a
@@ -394,15 +415,19 @@ impl Service {
                         return;
                     }
                 };
-                let mut entities = Vec::new();
-                for q in &queries {
-                    q.answer(&page.rules, &mut entities);
-                }
                 let last = (page.rules.len() as u64) < READ_PAGE;
                 offset += page.rules.len() as u64;
-                if !entities.is_empty() && tx.send(Ok(p4::ReadResponse { entities })).await.is_err()
-                {
-                    return; // the client went away
+                // One response per query and page: at most a page of
+                // entities is built before the bounded channel takes it,
+                // however many queries the request holds.
+                for q in &queries {
+                    let mut entities = Vec::new();
+                    q.answer(&page.rules, &mut entities);
+                    if !entities.is_empty()
+                        && tx.send(Ok(p4::ReadResponse { entities })).await.is_err()
+                    {
+                        return; // the client went away
+                    }
                 }
                 if last {
                     return;

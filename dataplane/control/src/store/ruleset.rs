@@ -11,6 +11,7 @@
 //! table hashed by their rule's match (4 bytes an entry: the match is the
 //! rule's own, in the slot array).
 
+use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 
 use cfdp_rules::{Match, Rule, RuleId};
@@ -31,6 +32,10 @@ pub(super) struct RuleSet {
     taken: Vec<u64>,
     /// Filter-only mode: every taken slot, by its rule's match.
     by_match: Option<MatchIndex>,
+    /// Slots in id order, for pages of the rule set: built by the first
+    /// page asked for (a store that is never paged never pays its ~16
+    /// bytes a rule), then kept with every change.
+    ordered: Option<BTreeMap<RuleId, u32>>,
 }
 
 /// Slots by their rule's id (see the module docs).
@@ -164,6 +169,7 @@ impl RuleSet {
             by_slot,
             taken,
             by_match,
+            ordered: None,
         }
     }
 
@@ -231,6 +237,9 @@ impl RuleSet {
         if let Some(idx) = &mut self.by_match {
             idx.add(&self.by_slot, s.slot);
         }
+        if let Some(o) = &mut self.ordered {
+            o.insert(s.rule.id, s.slot);
+        }
     }
 
     pub(super) fn remove(&mut self, id: RuleId) {
@@ -241,6 +250,9 @@ impl RuleSet {
 
     /// Empties a taken `slot`: its rule leaves the indexes.
     fn clear_slot(&mut self, slot: u32) {
+        if let Some(o) = &mut self.ordered {
+            o.remove(&self.by_slot[slot as usize].id);
+        }
         self.by_id.remove(&self.by_slot, slot);
         if let Some(idx) = &mut self.by_match {
             idx.remove(&self.by_slot, slot);
@@ -255,13 +267,46 @@ impl RuleSet {
             .filter_map(|slot| self.at(slot).map(|rule| Stored { rule, slot }))
     }
 
+    /// Up to `limit` rules in id order: those after id `after`, or from
+    /// the `offset`-th on. Costs O(log N + limit) with `after`, O(offset +
+    /// limit) without (no copy or sort of the set either way), and the
+    /// first call builds the id order once.
+    pub(super) fn page(&mut self, after: Option<RuleId>, offset: usize, limit: usize) -> Vec<Rule> {
+        let by_slot = &self.by_slot;
+        let ordered = self.ordered.get_or_insert_with(|| {
+            let mut v: Vec<(RuleId, u32)> = (0..by_slot.len() as u32)
+                .filter(|&s| {
+                    let s = s as usize;
+                    self.taken
+                        .get(s / 64)
+                        .is_some_and(|w| w & (1 << (s % 64)) != 0)
+                })
+                .map(|s| (by_slot[s as usize].id, s))
+                .collect();
+            v.sort_unstable();
+            v.into_iter().collect()
+        });
+        let slots: Box<dyn Iterator<Item = (&RuleId, &u32)>> = match after {
+            Some(id) => {
+                Box::new(ordered.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded)))
+            }
+            None => Box::new(ordered.iter().skip(offset)),
+        };
+        slots
+            .take(limit)
+            .map(|(_, &slot)| by_slot[slot as usize])
+            .collect()
+    }
+
     /// Heap bytes: the id index, the slot array and its bits, the match
-    /// index.
+    /// index, the id order (estimated: a B-tree node holds up to 11
+    /// entries of 8 bytes and, inside the tree, 12 child pointers).
     pub(super) fn memory_bytes(&self) -> usize {
         self.by_id.bytes()
             + self.by_slot.capacity() * std::mem::size_of::<Rule>()
             + self.taken.capacity() * 8
             + self.by_match.as_ref().map_or(0, MatchIndex::bytes)
+            + self.ordered.as_ref().map_or(0, |o| o.len() * 16)
     }
 }
 

@@ -119,6 +119,12 @@ impl RuleStore {
         v
     }
 
+    /// A page of the rule set in id order: after id `after` (O(log N +
+    /// limit)), or from the `offset`-th rule (O(offset + limit)).
+    pub fn rules_page(&mut self, after: Option<RuleId>, offset: usize, limit: usize) -> Vec<Rule> {
+        self.rules.page(after, offset, limit)
+    }
+
     /// Every rule, in no particular order (no copy of the whole set).
     pub fn iter(&self) -> impl Iterator<Item = Rule> + '_ {
         self.rules.iter().map(|s| s.rule)

@@ -448,6 +448,12 @@ fn spawn_p4runtime(
     };
     let (t, bound) = cfdp_p4runtime::spawn(&opts, handle.clone(), metrics, Arc::clone(stop))
         .map_err(RunError::P4Runtime)?;
+    if opts.tls.is_none() {
+        eprintln!(
+            "cfdp: warning: P4Runtime without TLS (p4runtime.insecure_plaintext): every local \
+             user can program the rule set"
+        );
+    }
     // The address bound, not the one asked for: with port 0 the kernel's
     // choice (tests and scripts read it here).
     eprintln!(

@@ -52,7 +52,12 @@ impl Node {
                  [rules]\nfile = \"\"\n\
                  [control]\nsocket = {socket:?}\nstate_dir = {state:?}\n\
                  metrics = \"127.0.0.1:0\"\n\
-                 [p4runtime]\nlisten = \"127.0.0.1:0\"\ndevice_id = 7\n{p4}\n",
+                 [p4runtime]\nlisten = \"127.0.0.1:0\"\ndevice_id = 7\n{plain}{p4}\n",
+                plain = if p4.contains("tls_cert") {
+                    ""
+                } else {
+                    "insecure_plaintext = true\n"
+                },
                 state = dir.join("state"),
             ),
         )
@@ -532,11 +537,12 @@ async fn a_read_streams_every_entry_of_a_large_set() {
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
 }
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate it
-/// signed, and a client certificate another CA signed: PEM file paths
-/// (ca, server cert, server key, client cert, client key, rogue cert,
-/// rogue key).
-fn pki(dir: &Path) -> [PathBuf; 7] {
+/// A CA, a server certificate for 127.0.0.1, a client certificate it
+/// signed for `controller.test` and one for `other.test`, and a client
+/// certificate another CA signed: PEM file paths (ca, server cert, server
+/// key, client cert, client key, rogue cert, rogue key, other cert, other
+/// key).
+fn pki(dir: &Path) -> [PathBuf; 9] {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     };
@@ -566,7 +572,13 @@ fn pki(dir: &Path) -> [PathBuf; 7] {
         &ca_key,
     );
     let client = leaf(
-        vec![],
+        vec!["controller.test".into()],
+        ExtendedKeyUsagePurpose::ClientAuth,
+        &ca_cert,
+        &ca_key,
+    );
+    let other = leaf(
+        vec!["other.test".into()],
         ExtendedKeyUsagePurpose::ClientAuth,
         &ca_cert,
         &ca_key,
@@ -585,6 +597,8 @@ fn pki(dir: &Path) -> [PathBuf; 7] {
         ("client.key", client.1),
         ("rogue.pem", rogue.0),
         ("rogue.key", rogue.1),
+        ("other.pem", other.0),
+        ("other.key", other.1),
     ];
     files.map(|(name, text)| {
         let p = dir.join(name);
@@ -597,10 +611,13 @@ fn pki(dir: &Path) -> [PathBuf; 7] {
 async fn tls_with_client_certificates() {
     use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
     let dir = tmpdir("tls");
-    let [ca, cert, key, client, client_key, rogue, rogue_key] = pki(&dir);
+    let [ca, cert, key, client, client_key, rogue, rogue_key, other, other_key] = pki(&dir);
     let node = Node::start_with(
         &dir,
-        &format!("tls_cert = {cert:?}\ntls_key = {key:?}\ntls_client_ca = {ca:?}"),
+        &format!(
+            "tls_cert = {cert:?}\ntls_key = {key:?}\ntls_client_ca = {ca:?}\n\
+             allowed_clients = [\"controller.test\"]"
+        ),
     );
     let port = node.port;
     let pem = |p: &Path| std::fs::read(p).unwrap();
@@ -639,6 +656,48 @@ async fn tls_with_client_certificates() {
         r.is_err(),
         "a client whose certificate another CA signed is refused"
     );
+    // A certificate the same CA signed, but not in allowed_clients: it
+    // reads, and whatever election id it sends it is never primary and
+    // cannot write; the allowed controller with a lower id is primary.
+    let client_of = |cert: &Path, key: &Path| {
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(pem(&ca)))
+            .domain_name("localhost")
+            .identity(Identity::from_pem(pem(cert), pem(key)));
+        async move {
+            let ch = Channel::from_shared(format!("https://127.0.0.1:{port}"))
+                .unwrap()
+                .tls_config(tls)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            P4RuntimeClient::new(ch)
+        }
+    };
+    let mut intruder = client_of(&other, &other_key).await;
+    let (_held, code) = arbitrate(&mut intruder, u64::MAX).await;
+    assert_eq!(code, Code::AlreadyExists as i32, "never primary");
+    let mut controller = client_of(&client, &client_key).await;
+    let (_primary, code) = arbitrate(&mut controller, 1).await;
+    assert_eq!(code, Code::Ok as i32, "the allowed controller is primary");
+    let entry = || {
+        acl_entry(
+            vec![ternary(pipeline::SRC, &[10, 9, 0, 0], &[255, 255, 0, 0])],
+            5,
+            pipeline::DROP,
+        )
+    };
+    let denied = intruder
+        .write(write(1, ROLLBACK, vec![(INSERT, entry())]))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied}");
+    controller
+        .write(write(1, ROLLBACK, vec![(INSERT, entry())]))
+        .await
+        .unwrap();
+    assert_eq!(read_acl(&mut intruder).await.len(), 1, "it may read");
     // Plain gRPC to a TLS door fails.
     let plain = async {
         P4RuntimeClient::connect(format!("http://127.0.0.1:{port}"))

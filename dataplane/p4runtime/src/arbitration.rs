@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 use tonic::{Code, Status};
 
 use crate::metrics::P4Metrics;
@@ -27,10 +27,20 @@ fn uint128(e: u128) -> p4::Uint128 {
     }
 }
 
-type Outbox = UnboundedSender<Result<p4::StreamMessageResponse, Status>>;
+/// A stream's answers. Bounded ([`OUTBOX`]): a client that does not read
+/// its stream loses its place instead of growing the queue.
+pub type Outbox = Sender<Result<p4::StreamMessageResponse, Status>>;
+
+/// Answers a stream may leave unread before it is dropped.
+pub const OUTBOX: usize = 8;
 
 struct Client {
     election: u128,
+    /// Whether its certificate may write (`allowed_clients`): only such a
+    /// client can be primary.
+    writer: bool,
+    /// The only strong sender of its stream: removing the client ends the
+    /// stream.
     outbox: Outbox,
 }
 
@@ -60,11 +70,12 @@ impl Arbiter {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The primary's election id, if any client is connected (0 cannot be
-    /// primary).
+    /// The primary's election id, if any client that may write is
+    /// connected (0 cannot be primary).
     fn primary(clients: &HashMap<u64, Client>) -> Option<u128> {
         clients
             .values()
+            .filter(|c| c.writer)
             .map(|c| c.election)
             .filter(|&e| e > 0)
             .max()
@@ -90,6 +101,7 @@ impl Arbiter {
         &self,
         conn: u64,
         update: &p4::MasterArbitrationUpdate,
+        writer: bool,
         outbox: &Outbox,
     ) -> Result<(), Status> {
         if update.device_id != self.device_id {
@@ -125,13 +137,17 @@ impl Arbiter {
             conn,
             Client {
                 election: e,
+                writer,
                 outbox: outbox.clone(),
             },
         );
         self.metrics.set_controllers(clients.len());
         let after = Self::primary(&clients);
         // A new primary concerns everyone; otherwise only the asker.
-        self.tell(&clients, if before == after { Some(conn) } else { None });
+        self.tell(
+            &mut clients,
+            if before == after { Some(conn) } else { None },
+        );
         Ok(())
     }
 
@@ -142,13 +158,35 @@ impl Arbiter {
         let removed = clients.remove(&conn).is_some();
         self.metrics.set_controllers(clients.len());
         if removed && before != Self::primary(&clients) {
-            self.tell(&clients, None);
+            self.tell(&mut clients, None);
         }
     }
 
-    /// Sends each client (`only`: that one) its arbitration status.
-    fn tell(&self, clients: &HashMap<u64, Client>, only: Option<u64>) {
+    /// Sends each client (`only`: that one) its arbitration status. A
+    /// client whose stream is full (it does not read) or closed is
+    /// removed, which ends its stream; if it was the primary, everyone
+    /// hears of the new one.
+    fn tell(&self, clients: &mut HashMap<u64, Client>, only: Option<u64>) {
+        loop {
+            let before = Self::primary(clients);
+            let gone = self.tell_once(clients, only);
+            if gone.is_empty() {
+                return;
+            }
+            for conn in gone {
+                clients.remove(&conn);
+            }
+            self.metrics.set_controllers(clients.len());
+            if before == Self::primary(clients) {
+                return;
+            }
+        }
+    }
+
+    /// One round of [`Self::tell`]: the clients that could not take it.
+    fn tell_once(&self, clients: &HashMap<u64, Client>, only: Option<u64>) -> Vec<u64> {
         let primary = Self::primary(clients);
+        let mut gone = Vec::new();
         for (&conn, c) in clients {
             if only.is_some_and(|o| o != conn) {
                 continue;
@@ -162,7 +200,12 @@ impl Arbiter {
             } else {
                 rpc::Status {
                     code: Code::AlreadyExists as i32,
-                    message: "not primary: a client with a higher election id is".to_string(),
+                    message: if c.writer {
+                        "not primary: a client with a higher election id is"
+                    } else {
+                        "not primary: this client's certificate is not in allowed_clients (it may read)"
+                    }
+                    .to_string(),
                     details: Vec::new(),
                 }
             };
@@ -172,10 +215,55 @@ impl Arbiter {
                 election_id: Some(uint128(primary.unwrap_or(c.election))),
                 status: Some(status),
             };
-            // A closed stream is removed by its own task.
-            let _ = c.outbox.send(Ok(p4::StreamMessageResponse {
+            let sent = c.outbox.try_send(Ok(p4::StreamMessageResponse {
                 update: Some(p4::stream_message_response::Update::Arbitration(update)),
             }));
+            if sent.is_err() {
+                gone.push(conn);
+            }
         }
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(e: u64) -> p4::MasterArbitrationUpdate {
+        p4::MasterArbitrationUpdate {
+            device_id: 1,
+            election_id: Some(uint128(u128::from(e))),
+            ..Default::default()
+        }
+    }
+
+    /// A client that sends arbitration updates and never reads its stream
+    /// fills its bounded outbox, then loses its place (and its stream,
+    /// whose last strong sender the arbiter held): the queue never grows
+    /// past [`OUTBOX`].
+    #[test]
+    fn a_client_that_does_not_read_is_dropped() {
+        let a = Arbiter::new(1, 8, P4Metrics::default());
+        let (tx, rx) = tokio::sync::mpsc::channel(OUTBOX);
+        for _ in 0..OUTBOX {
+            a.arbitrate(1, &update(5), true, &tx).unwrap();
+        }
+        assert!(a.check_primary(5).is_ok());
+        a.arbitrate(1, &update(5), true, &tx).unwrap();
+        assert!(a.check_primary(5).is_err(), "dropped when its outbox was full");
+        assert_eq!(rx.len(), OUTBOX);
+    }
+
+    /// A client whose certificate may not write is never primary, however
+    /// high its election id.
+    #[test]
+    fn only_writers_are_primary() {
+        let a = Arbiter::new(1, 8, P4Metrics::default());
+        let (tx, _rx) = tokio::sync::mpsc::channel(OUTBOX);
+        a.arbitrate(1, &update(u64::MAX), false, &tx).unwrap();
+        assert!(a.check_primary(u128::from(u64::MAX)).is_err());
+        a.arbitrate(2, &update(3), true, &tx).unwrap();
+        assert!(a.check_primary(3).is_ok());
     }
 }

@@ -29,6 +29,10 @@ pub struct P4Options {
     /// Controllers connected at once (each holds a stream).
     pub max_controllers: usize,
     pub tls: Option<TlsFiles>,
+    /// The client certificates (by SAN DNS name) that may write; empty:
+    /// every client that connects (every certificate the client CA
+    /// signed, or anyone on a plaintext loopback door).
+    pub allowed_clients: Vec<rustls_pki_types::DnsName<'static>>,
 }
 
 /// PEM files for TLS.
@@ -105,6 +109,7 @@ pub fn spawn(
         control,
         opts.device_id,
         opts.max_controllers.max(1),
+        opts.allowed_clients.clone(),
         metrics,
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -12,7 +12,7 @@ use cfdp_control::{ControlError, ControlHandle};
 use cfdp_rules::{Atomicity, Code as RuleCode, Rule, UpdateResult};
 use prost::Message;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -44,6 +44,8 @@ pub struct Service {
     /// The cookie of the last accepted SetForwardingPipelineConfig.
     cookie: Mutex<Option<u64>>,
     next_conn: AtomicU64,
+    /// `allowed_clients` (empty: every client may write).
+    allowed: Vec<rustls_pki_types::DnsName<'static>>,
 }
 
 impl Service {
@@ -51,6 +53,7 @@ impl Service {
         control: ControlHandle,
         device_id: u64,
         max_controllers: usize,
+        allowed: Vec<rustls_pki_types::DnsName<'static>>,
         metrics: P4Metrics,
     ) -> Self {
         Self {
@@ -61,6 +64,7 @@ impl Service {
             p4info: pipeline::p4info(),
             cookie: Mutex::new(None),
             next_conn: AtomicU64::new(1),
+            allowed,
         }
     }
 
@@ -335,6 +339,7 @@ impl Service {
         &self,
         request: Request<p4::WriteRequest>,
     ) -> Result<Response<p4::WriteResponse>, Status> {
+        self.may_write(&request)?;
         let w = request.into_inner();
         self.check_device(w.device_id)?;
         if !w.role.is_empty() || w.role_id != 0 {
@@ -444,6 +449,7 @@ impl Service {
         request: Request<p4::SetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::SetForwardingPipelineConfigResponse>, Status> {
         use p4::set_forwarding_pipeline_config_request::Action as A;
+        self.may_write(&request)?;
         let r = request.into_inner();
         self.check_device(r.device_id)?;
         self.arbiter
@@ -495,15 +501,24 @@ impl Service {
         &self,
         request: Request<Streaming<p4::StreamMessageRequest>>,
     ) -> Result<Response<BoxStream<p4::StreamMessageResponse>>, Status> {
+        let writer = self.may_write(&request).is_ok();
         let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(crate::arbitration::OUTBOX);
+        // The arbiter holds the only strong sender once the client is
+        // registered: when it drops a client that does not read, the
+        // stream ends. This task keeps a weak one for its own errors.
+        let mut own = Some(tx);
+        let weak = own.as_ref().expect("just made").downgrade();
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let arbiter = Arc::clone(&self.arbiter);
         tokio::spawn(async move {
             while let Some(m) = inbound.next().await {
+                let Some(tx) = own.take().or_else(|| weak.upgrade()) else {
+                    break; // dropped for not reading its answers
+                };
                 let outcome = match m.map(|m| m.update) {
                     Ok(Some(p4::stream_message_request::Update::Arbitration(a))) => {
-                        arbiter.arbitrate(conn, &a, &tx)
+                        arbiter.arbitrate(conn, &a, writer, &tx)
                     }
                     Ok(_) => Err(Status::unimplemented(
                         "stream: cfdp takes arbitration updates only (no packet I/O, no digests)",
@@ -511,13 +526,40 @@ impl Service {
                     Err(e) => Err(e),
                 };
                 if let Err(e) = outcome {
-                    let _ = tx.send(Err(e));
+                    let _ = tx.try_send(Err(e));
                     break;
                 }
+                drop(tx);
             }
             arbiter.leave(conn);
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    /// Whether the client of `request` may write: its certificate names
+    /// one of `allowed_clients` (any client when that list is empty).
+    fn may_write<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        if self.allowed.is_empty() {
+            return Ok(());
+        }
+        let denied = || {
+            Status::permission_denied(
+                "this client's certificate is not in p4runtime.allowed_clients: it may read, \
+                 not write or be primary",
+            )
+        };
+        let certs = request.peer_certs().ok_or_else(denied)?;
+        let leaf = certs.first().ok_or_else(denied)?;
+        let cert = webpki::EndEntityCert::try_from(leaf).map_err(|_| denied())?;
+        let named = self.allowed.iter().any(|n| {
+            cert.verify_is_valid_for_subject_name(&rustls_pki_types::ServerName::DnsName(n.clone()))
+                .is_ok()
+        });
+        if named {
+            Ok(())
+        } else {
+            Err(denied())
+        }
     }
 
     async fn do_capabilities(

@@ -927,6 +927,19 @@ fn tcp_door_wants_the_token_and_leaves_the_unix_socket_its_slots() {
     let out = tcp_exchange(&addr, format!("{wrong}\n{drop_all}\n").as_bytes());
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.contains("-32006"), "{out}");
+    // A whole batch as the first line, before any token: not read past
+    // HELLO_MAX_BYTES, let alone parsed into updates; closed.
+    let big = format!(
+        r#"{{"id":1,"method":"apply","params":{{"updates":[{}]}}}}"#,
+        vec![r#"{"op":"delete","id":1}"#; 2000].join(",")
+    );
+    assert!(big.len() > cfdp_control::server::HELLO_MAX_BYTES);
+    let out = tcp_exchange(
+        &addr,
+        format!("{big}\n{hello_later}\n", hello_later = "{}").as_bytes(),
+    );
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("max_line_bytes = 4096"), "{out}");
     // Nothing was installed.
     let rules = srv.client().call("rules", json!({})).unwrap();
     assert_eq!(rules["result"]["total"], 0, "{rules}");

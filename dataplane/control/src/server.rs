@@ -65,6 +65,13 @@ pub struct Limits {
 
 /// How long a client may leave a response unread.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most bytes of a TCP connection's first line, before it authenticated
+/// (a `hello` with the token is about 100 bytes): nothing larger is read,
+/// let alone parsed, before the token is checked.
+pub const HELLO_MAX_BYTES: usize = 4096;
+/// Most time a TCP connection has to authenticate: its slot is not held
+/// longer by a peer that has not shown the token.
+pub const AUTH_DEADLINE: Duration = Duration::from_secs(5);
 /// How often the accept loops look at the stop flag while no client comes.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
@@ -366,7 +373,10 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx, door: &Door)
     };
     let strict = gate.is_some();
     let idle = if strict {
-        ctx.limits.idle_timeout.min(ctx.limits.request_timeout)
+        ctx.limits
+            .idle_timeout
+            .min(ctx.limits.request_timeout)
+            .min(AUTH_DEADLINE)
     } else {
         ctx.limits.idle_timeout
     };
@@ -383,27 +393,28 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx, door: &Door)
         // byte is already buffered).
         r.get_mut().line_deadline = (!r.buffer().is_empty())
             .then(|| std::time::Instant::now() + ctx.limits.request_timeout);
-        let (reply, next) =
-            match read_line_limited(&mut r, &mut line, ctx.limits.requests.max_line_bytes) {
-                // Blank lines get no answer and do not restart the idle clock.
-                Ok(Line::Complete) if line.iter().all(u8::is_ascii_whitespace) => continue,
-                Ok(Line::Complete) if looks_like_http(&line) => return,
-                Ok(Line::Complete) => answer(&line, ctx, &mut gate, strict),
-                Ok(Line::TooLong) => (
-                    ErrorReply::new(
-                        Value::Null,
-                        code::REQUEST_TOO_LARGE,
-                        format!(
-                            "request line longer than max_line_bytes = {} (skipped)",
-                            ctx.limits.requests.max_line_bytes
-                        ),
-                    )
-                    .to_json()
-                    .to_string(),
-                    if strict { Next::Close } else { Next::Continue },
-                ),
-                Ok(Line::Eof | Line::Idle) | Err(_) => return,
-            };
+        let max_line = if gate.is_some() {
+            HELLO_MAX_BYTES
+        } else {
+            ctx.limits.requests.max_line_bytes
+        };
+        let (reply, next) = match read_line_limited(&mut r, &mut line, max_line) {
+            // Blank lines get no answer and do not restart the idle clock.
+            Ok(Line::Complete) if line.iter().all(u8::is_ascii_whitespace) => continue,
+            Ok(Line::Complete) if looks_like_http(&line) => return,
+            Ok(Line::Complete) => answer(&line, ctx, &mut gate, strict),
+            Ok(Line::TooLong) => (
+                ErrorReply::new(
+                    Value::Null,
+                    code::REQUEST_TOO_LARGE,
+                    format!("request line longer than max_line_bytes = {max_line} (skipped)"),
+                )
+                .to_json()
+                .to_string(),
+                if strict { Next::Close } else { Next::Continue },
+            ),
+            Ok(Line::Eof | Line::Idle) | Err(_) => return,
+        };
         let mut out = reply;
         out.push('\n');
         if writer
@@ -423,12 +434,43 @@ fn serve_conn<S: Stream>(reader: S, mut writer: S, ctx: &ServerCtx, door: &Door)
     }
 }
 
+/// Whether `line` is a `hello` presenting `token`.
+fn presents(line: &[u8], token: &Token) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        token: Option<std::borrow::Cow<'a, str>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Hello<'a> {
+        #[serde(borrow)]
+        method: std::borrow::Cow<'a, str>,
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    serde_json::from_slice::<Hello>(line).is_ok_and(|h| {
+        h.method == "hello"
+            && h.params
+                .and_then(|p| p.token)
+                .is_some_and(|t| token.matches(&t))
+    })
+}
+
 /// The response to one request line, as JSON text, and whether the
 /// connection goes on. `gate`: the token a TCP connection has still to
 /// present (`None`: it may send requests); `strict`: a line that is not a
 /// valid request closes the connection.
 fn answer(line: &[u8], ctx: &ServerCtx, gate: &mut Option<&Token>, strict: bool) -> (String, Next) {
     let t0 = std::time::Instant::now();
+    // Before the token: only a hello's method and token are read, from a
+    // line of at most HELLO_MAX_BYTES; nothing else is parsed for a peer
+    // that has not authenticated.
+    if let Some(token) = *gate {
+        if !presents(line, token) {
+            let e = ControlError::Unauthorized;
+            return (wire::answer_line(&Value::Null, &Err(e), None), Next::Close);
+        }
+    }
     let share = ctx.parsing.take(line.len());
     let request = match parse_request_line(line, ctx.limits.requests.max_batch) {
         Ok(p) => p,

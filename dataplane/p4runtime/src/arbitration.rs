@@ -251,7 +251,10 @@ mod tests {
         }
         assert!(a.check_primary(5).is_ok());
         a.arbitrate(1, &update(5), true, &tx).unwrap();
-        assert!(a.check_primary(5).is_err(), "dropped when its outbox was full");
+        assert!(
+            a.check_primary(5).is_err(),
+            "dropped when its outbox was full"
+        );
         assert_eq!(rx.len(), OUTBOX);
     }
 

@@ -38,7 +38,11 @@ pub fn frame_key(input: &Path, n: u64) -> Result<FrameKey, FrameError> {
     }
     let mut cap = cfdp_pcap::Capture::open(input)
         .map_err(|e| FrameError(format!("{}: {e}", input.display()), 1))?;
-    let mut frags = FragTable::new(cfdp_engine::FRAG_CAPACITY, cfdp_engine::FRAG_TTL_NS);
+    let mut frags = FragTable::new(
+        cfdp_engine::FRAG_CAPACITY,
+        cfdp_engine::FRAG_PER_SOURCE,
+        cfdp_engine::FRAG_TTL_NS,
+    );
     let mut seen = 0u64;
     let mut answer = None;
     cap.for_each(|f| {

@@ -439,6 +439,7 @@ async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {
 /// control thread's rule listing (the answer streams page by page), and
 /// reads with counters as direct counter entries.
 #[tokio::test(flavor = "current_thread")]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 async fn a_read_streams_every_entry_of_a_large_set() {
     let dir = tmpdir("large");
     let node = Node::start(&dir);
@@ -608,6 +609,7 @@ fn pki(dir: &Path) -> [PathBuf; 9] {
 }
 
 #[tokio::test(flavor = "current_thread")]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
 async fn tls_with_client_certificates() {
     use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
     let dir = tmpdir("tls");

@@ -36,7 +36,7 @@ pub use tables::{key_check, ClassPart, FoldJob, Folded, Frozen, Op, RuleRef, Slo
 pub use trace::{TableTrace, TraceStep};
 pub use worker::{
     FlowTable, PacketRef, Released, Verdict, Worker, WorkerContext, WorkerOptions, FRAG_CAPACITY,
-    FRAG_TTL_NS, HOLD_LIMITS,
+    FRAG_PER_SOURCE, FRAG_TTL_NS, HOLD_LIMITS,
 };
 
 #[cfg(test)]

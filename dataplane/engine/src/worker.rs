@@ -86,6 +86,10 @@ pub struct WorkerOptions {
 
 /// Fragment table size per worker and how long a first fragment is remembered.
 pub const FRAG_CAPACITY: usize = 8192;
+/// First fragments remembered at most per source (an IPv4 address or an
+/// IPv6 /64): an eighth of the table, so a flood from one source leaves
+/// the rest to everyone else.
+pub const FRAG_PER_SOURCE: usize = FRAG_CAPACITY / 8;
 pub const FRAG_TTL_NS: u64 = 30_000_000_000;
 
 /// Per worker: out-of-order fragments held at most (frames, bytes, per
@@ -164,7 +168,7 @@ impl Worker {
             index,
             histogram: burst_histogram(),
             flows: opts.account_flows.then(|| HashMap::with_capacity(1 << 12)),
-            frags: FragTable::new(FRAG_CAPACITY, FRAG_TTL_NS),
+            frags: FragTable::new(FRAG_CAPACITY, FRAG_PER_SOURCE, FRAG_TTL_NS),
             hold: HoldTable::new(HOLD_LIMITS),
             releasing: Vec::new(),
             released: Vec::new(),
@@ -398,7 +402,10 @@ impl Worker {
             Frag::None => None,
             Frag::First { id } => {
                 c.fragments += 1;
-                self.frags.first(key, id, p.ts_ns);
+                // Not remembered when its source holds its share: its
+                // later fragments are then held and dropped, the
+                // flooder's own loss.
+                let _ = self.frags.first(key, id, p.ts_ns);
                 if let Some(v) = self.hold.take(key, id) {
                     self.releasing.push((i, v));
                 }

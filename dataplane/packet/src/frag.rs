@@ -5,7 +5,12 @@
 //! * [`FragTable`] remembers the ports of first fragments. Bounded and
 //!   allocation-free after construction: at most `capacity` datagrams, each
 //!   for `ttl` of the backend's clock; when full, the oldest entry is
-//!   forgotten (and counted).
+//!   forgotten (and counted). One source ([`Source`]: an IPv4 address, or
+//!   an IPv6 /64, which one host can fill with addresses) holds at most
+//!   `per_source` entries: a further first fragment of that source is not
+//!   remembered (counted in `source_refused`; its later fragments are held
+//!   and dropped as if it had not come), so a flood from one source cannot
+//!   push out everyone else's datagrams.
 //! * [`HoldTable`] holds later fragments that arrive *before* their first
 //!   fragment — VPP's shallow virtual reassembly: copies of them wait,
 //!   bounded in frames, bytes and time, until the first fragment gives the
@@ -20,6 +25,25 @@ use cfdp_rules::FlowKey;
 
 use crate::LinkType;
 
+/// Where fragments come from, as the per-source bounds count them: an
+/// IPv4 address, or the /64 of an IPv6 address (a host holds a whole /64
+/// and can send from any address in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Source {
+    v6: bool,
+    prefix: [u8; 16],
+}
+
+impl Source {
+    pub fn of(v6: bool, src: &[u8; 16]) -> Self {
+        let mut prefix = *src;
+        if v6 {
+            prefix[8..].fill(0);
+        }
+        Self { v6, prefix }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct FragId {
     v6: bool,
@@ -30,6 +54,10 @@ struct FragId {
 }
 
 impl FragId {
+    fn source(&self) -> Source {
+        Source::of(self.v6, &self.src)
+    }
+
     fn of(k: &FlowKey, id: u32) -> Self {
         Self {
             v6: k.v6,
@@ -60,7 +88,12 @@ pub struct FragTable {
     capacity: usize,
     ttl_ns: u64,
     next_gen: u64,
+    /// Live entries per source (sources at zero are removed).
+    sources: HashMap<Source, usize>,
+    per_source: usize,
     pub evicted: u64,
+    /// First fragments not remembered: their source held `per_source`.
+    pub source_refused: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -72,7 +105,9 @@ struct FragEntry {
 }
 
 impl FragTable {
-    pub fn new(capacity: usize, ttl_ns: u64) -> Self {
+    /// A table of `capacity` datagrams, each remembered `ttl_ns`; one
+    /// source holds at most `per_source` of them.
+    pub fn new(capacity: usize, per_source: usize, ttl_ns: u64) -> Self {
         let capacity = capacity.max(1);
         Self {
             map: HashMap::with_capacity(capacity),
@@ -80,17 +115,30 @@ impl FragTable {
             capacity,
             ttl_ns,
             next_gen: 0,
+            sources: HashMap::with_capacity(capacity),
+            per_source: per_source.max(1),
             evicted: 0,
+            source_refused: 0,
         }
     }
 
     /// Remembers the ports of a first fragment seen at time `now_ns` (a
-    /// duplicate refreshes its datagram: it becomes the newest).
-    pub fn first(&mut self, k: &FlowKey, id: u32, now_ns: u64) {
+    /// duplicate refreshes its datagram: it becomes the newest). A new
+    /// datagram of a source that holds `per_source` already is not
+    /// remembered (`false`).
+    pub fn first(&mut self, k: &FlowKey, id: u32, now_ns: u64) -> bool {
         self.expire(now_ns);
         let fid = FragId::of(k, id);
-        if self.map.len() >= self.capacity && !self.map.contains_key(&fid) {
-            self.evict_oldest();
+        let known = self.map.contains_key(&fid);
+        if !known {
+            if self.sources.get(&fid.source()).copied().unwrap_or(0) >= self.per_source {
+                self.source_refused += 1;
+                return false;
+            }
+            if self.map.len() >= self.capacity {
+                self.evict_oldest();
+            }
+            *self.sources.entry(fid.source()).or_insert(0) += 1;
         }
         let generation = self.next_gen;
         self.next_gen += 1;
@@ -107,6 +155,14 @@ impl FragTable {
             self.compact();
         }
         self.order.push_back((fid, generation, now_ns));
+        true
+    }
+
+    /// `fid` left the table.
+    fn forget(&mut self, fid: &FragId) {
+        if self.map.remove(fid).is_some() {
+            release_source(&mut self.sources, fid.source(), 1);
+        }
     }
 
     /// Ports of the datagram a later fragment belongs to, if its first
@@ -147,7 +203,7 @@ impl FragTable {
                 if now_ns.saturating_sub(e.seen_ns) <= self.ttl_ns {
                     break;
                 }
-                self.map.remove(&fid);
+                self.forget(&fid);
             }
             self.order.pop_front();
         }
@@ -156,7 +212,7 @@ impl FragTable {
     fn evict_oldest(&mut self) {
         while let Some((fid, generation, _)) = self.order.pop_front() {
             if self.live(&fid, generation).is_some() {
-                self.map.remove(&fid);
+                self.forget(&fid);
                 self.evicted += 1;
                 return;
             }
@@ -208,12 +264,8 @@ pub enum HoldRefused {
     SourceQuota,
 }
 
-/// Gives back `n` frames of `source`'s quota.
-fn release_source(
-    sources: &mut HashMap<(bool, [u8; 16]), usize>,
-    source: (bool, [u8; 16]),
-    n: usize,
-) {
+/// Gives back `n` of `source`'s quota.
+fn release_source(sources: &mut HashMap<Source, usize>, source: Source, n: usize) {
     if let Some(c) = sources.get_mut(&source) {
         *c = c.saturating_sub(n);
         if *c == 0 {
@@ -226,8 +278,8 @@ fn release_source(
 /// Copies are allocated only on this path: out-of-order fragments.
 pub struct HoldTable {
     map: HashMap<FragId, (u64, Vec<Held>)>,
-    /// Frames held per source address (entries at zero are removed).
-    sources: HashMap<(bool, [u8; 16]), usize>,
+    /// Frames held per source (entries at zero are removed).
+    sources: HashMap<Source, usize>,
     limits: HoldLimits,
     frames: usize,
     bytes: usize,
@@ -254,7 +306,8 @@ impl HoldTable {
         if self.frames >= l.frames || self.bytes + frame.data.len() > l.bytes {
             return Err(HoldRefused::Full);
         }
-        let from = self.sources.get(&(k.v6, k.src)).copied().unwrap_or(0);
+        let source = Source::of(k.v6, &k.src);
+        let from = self.sources.get(&source).copied().unwrap_or(0);
         if from >= l.per_source {
             return Err(HoldRefused::SourceQuota);
         }
@@ -269,7 +322,7 @@ impl HoldTable {
             }
             return Err(HoldRefused::Full);
         }
-        *self.sources.entry((k.v6, k.src)).or_insert(0) += 1;
+        *self.sources.entry(source).or_insert(0) += 1;
         self.frames += 1;
         self.bytes += frame.data.len();
         e.1.push(frame);
@@ -284,7 +337,7 @@ impl HoldTable {
             return None;
         }
         let (_, v) = self.map.remove(&FragId::of(k, id))?;
-        release_source(&mut self.sources, (k.v6, k.src), v.len());
+        release_source(&mut self.sources, Source::of(k.v6, &k.src), v.len());
         self.frames -= v.len();
         self.bytes -= v.iter().map(|h| h.data.len()).sum::<usize>();
         if self.map.is_empty() {
@@ -317,7 +370,7 @@ impl HoldTable {
         let sources = &mut self.sources;
         self.map.retain(|fid, (first, v)| {
             if due(*first) {
-                release_source(sources, (fid.v6, fid.src), v.len());
+                release_source(sources, fid.source(), v.len());
                 dropped += v.len() as u64;
                 frames -= v.len();
                 bytes -= v.iter().map(|h| h.data.len()).sum::<usize>();
@@ -440,7 +493,7 @@ mod tests {
     fn duplicate_first_fragments_cannot_pin_the_table() {
         let cap = 64;
         let ttl = 1_000;
-        let mut t = FragTable::new(cap, ttl);
+        let mut t = FragTable::new(cap, cap, ttl);
         let k = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 53, 5353);
         let later = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
         for id in 0..cap as u32 {
@@ -467,7 +520,7 @@ mod tests {
     /// last, not first.
     #[test]
     fn a_refreshed_entry_is_the_newest() {
-        let mut t = FragTable::new(2, 1_000);
+        let mut t = FragTable::new(2, 100, 1_000);
         let k = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 53, 5353);
         let later = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
         t.first(&k, 1, 0);
@@ -481,7 +534,7 @@ mod tests {
 
     #[test]
     fn resolves_expires_and_stays_bounded() {
-        let mut t = FragTable::new(2, 1_000);
+        let mut t = FragTable::new(2, 100, 1_000);
         let k1 = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 53, 5353);
         let later = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
         t.first(&k1, 7, 0);
@@ -495,5 +548,67 @@ mod tests {
         assert_eq!(t.evicted, 1);
         assert_eq!(t.resolve(&later, 1, 10_003), None, "oldest evicted");
         assert_eq!(t.resolve(&later, 3, 10_003), Some((53, 5353)));
+    }
+
+    /// A flood of first fragments from one source (an IPv4 address, or any
+    /// addresses of one IPv6 /64) fills its share only: another source's
+    /// first fragment is remembered and resolves its later fragments.
+    #[test]
+    fn one_source_cannot_push_out_the_others_first_fragments() {
+        let mut t = FragTable::new(64, 8, 1_000_000);
+        let real = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 53, 5353);
+        t.first(&real, 7, 0);
+        let mut remembered = 0;
+        for id in 0..10_000u32 {
+            let mut src = [0u8; 16];
+            src[..8].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 1]);
+            src[8..12].copy_from_slice(&id.to_be_bytes()); // a new address each time
+            let flood = FlowKey {
+                v6: true,
+                src,
+                dst: [9; 16],
+                proto: 17,
+                sport: 1,
+                dport: 2,
+            };
+            remembered += usize::from(t.first(&flood, id, 1));
+        }
+        assert_eq!(remembered, 8, "one /64 holds its share");
+        assert_eq!(t.source_refused, 10_000 - 8);
+        let later = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
+        assert_eq!(t.resolve(&later, 7, 2), Some((53, 5353)));
+        assert_eq!(t.evicted, 0);
+        // Expired, the flood's entries give their share back.
+        t.expire(2_000_000);
+        assert!(t.sources.is_empty());
+    }
+
+    /// The hold table's quota counts an IPv6 /64 as one source: eight
+    /// spoofed addresses of one /64 no longer get eight quotas.
+    #[test]
+    fn an_ipv6_slash64_is_one_source_for_the_hold_table() {
+        let mut t = HoldTable::new(HoldLimits {
+            frames: 100,
+            bytes: 1 << 20,
+            per_datagram: 4,
+            per_source: 10,
+            ttl_ns: 1_000,
+        });
+        let from = |host: u8| FlowKey {
+            v6: true,
+            src: [0x20, 1, 0xd, 0xb8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, host],
+            dst: [9; 16],
+            proto: 17,
+            sport: 0,
+            dport: 0,
+        };
+        let held_ok = (0..100u8)
+            .filter(|&h| t.hold(&from(h), u32::from(h), held(0, 10)).is_ok())
+            .count();
+        assert_eq!(held_ok, 10);
+        assert_eq!(
+            t.hold(&from(200), 200, held(0, 10)),
+            Err(HoldRefused::SourceQuota)
+        );
     }
 }

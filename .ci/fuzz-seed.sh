@@ -2,7 +2,7 @@
 # Seeds the fuzz corpora from the project's own files (never from ../shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p dataplane/fuzz/corpus/capture dataplane/fuzz/corpus/decode dataplane/fuzz/corpus/p4_write rules/fuzz/corpus/rule_file rules/fuzz/corpus/request filter/fuzz/corpus/snapshot
+mkdir -p dataplane/fuzz/corpus/capture dataplane/fuzz/corpus/decode dataplane/fuzz/corpus/p4_write dataplane/fuzz/corpus/p4_read rules/fuzz/corpus/rule_file rules/fuzz/corpus/request filter/fuzz/corpus/snapshot
 cp pcap/mixed.pcap dataplane/fuzz/corpus/capture/
 cp pcap/mixed.rules.json rules/fuzz/corpus/rule_file/
 # Multi-field rules (with priorities): the grammar's ranges and defaults.

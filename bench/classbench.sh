@@ -14,6 +14,9 @@
 #     store's published tables (cfdp-worker), a trace that misses every
 #     rule (cfdp-miss) and a 1089-shape set (cfdp-explosion); the rule
 #     store's bulk load and one-rule updates with publication (no journal);
+#     the compiled layer's build time and size (compile_s, compiled_bytes),
+#     and both lookups again after CHURN % (default 10) of the rules were
+#     deleted and inserted back with no recompile (cfdp-*-churned);
 #   * IPv6: the same set and trace moved into IPv6 (classbench --v6 32:
 #     every prefix under 2001:db8::/32, /0 as ::/0), its verdicts against
 #     the IPv4 set's (cfdp-*-v6 rows; rte_acl runs IPv4 only here);
@@ -31,6 +34,9 @@ data=${CLASSBENCH:-../shared/classbench}
 csv=bench/results/classbench.csv
 ROUNDS=${ROUNDS:-5}
 ITER=${ITER:-20}
+# Percent of each set's rules deleted and inserted back before the churned
+# measurement (no recompile in between).
+CHURN=${CHURN:-10}
 SETS=${SETS:-acl1_1k acl1_10k fw1_10k ipc1_10k acl1_100k}
 if [ "${1:-}" = "--quick" ]; then
     ROUNDS=1 ITER=2 SETS=${SETS_QUICK:-acl1_1k}
@@ -66,15 +72,20 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 {
     "$bin" --run-header
-    echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs"
+    echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs,compile_s,compiled_bytes"
 } >"$work/out.csv"
 
 for set in $SETS; do
     [ -f "$data/$set" ] || { echo "classbench: $data/$set missing" >&2; exit 1; }
     # Verdicts.
     acl "$set" scalar 1 2 | sed -n 's/.*result: //p' >"$work/truth"
-    "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --verdicts "$work/ours" --rounds 1 >/dev/null
+    "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --verdicts "$work/ours" --rounds 1 \
+        --churn "$CHURN" >/dev/null
     diffs=$(awk '{print ($1 > 0) ? $1 - 1 : 0}' "$work/ours" | paste - "$work/truth" | awk '$1 != $2' | wc -l)
+    # After the churn (same rules back, new ids where the store needed
+    # them): the verdicts must not move.
+    cdiffs=$(awk '{print ($1 > 0) ? $1 - 1 : 0}' "$work/ours.churned" | paste - "$work/truth" \
+        | awk '$1 != $2' | wc -l)
     if [ "$(wc -l <"$work/truth")" != "$(wc -l <"$work/ours")" ]; then
         echo "classbench: $set: $(wc -l <"$work/truth") dpdk verdicts, $(wc -l <"$work/ours") cfdp's" >&2
         exit 1
@@ -92,29 +103,39 @@ for set in $SETS; do
         for alg in $algs; do
             acl "$set" "$alg" "$ITER" 0 | sed -n 's/.* \([0-9.]*\) pkt\/sec$/\1/p' >>"$work/$alg"
         done
-        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion >>"$work/cfdp.jsonl"
+        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion \
+            --churn "$CHURN" >>"$work/cfdp.jsonl"
         "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --v6 32 >>"$work/cfdp6.jsonl"
     done
     rules=$(grep -c . "$data/$set")
     for alg in $algs; do
         [ -s "$work/$alg" ] || continue
         mpps=$(median <"$work/$alg" | awk '{printf "%.2f", $1 / 1e6}')
-        echo "$set,$rules,rte_acl-$alg,$mpps,,,,,,,,$diffs" >>"$work/out.csv"
+        echo "$set,$rules,rte_acl-$alg,$mpps,,,,,,,,$diffs,," >>"$work/out.csv"
     done
-    for run in "cfdp.jsonl:$diffs:" "cfdp6.jsonl:$diffs6:-v6"; do
-        IFS=: read -r file d suffix <<<"$run"
-        python3 - "$work/$file" "$set" "$rules" "$d" "$suffix" >>"$work/out.csv" <<'PY'
+    for run in "cfdp.jsonl:$diffs::$cdiffs" "cfdp6.jsonl:$diffs6:-v6:"; do
+        IFS=: read -r file d suffix cd <<<"$run"
+        python3 - "$work/$file" "$set" "$rules" "$d" "$suffix" "$cd" >>"$work/out.csv" <<'PY'
 import json, statistics, sys
-path, name, rules, diffs, suffix = sys.argv[1:]
+path, name, rules, diffs, suffix, churn_diffs = sys.argv[1:]
 runs = [json.loads(l) for l in open(path) if l.strip()]
 med = lambda k: statistics.median(r[k] for r in runs)
 last = runs[-1]
-common = (f"{last['tables']},{last['tables_probed_per_packet']:.2f},{med('store_build_s'):.4f},"
-          f"{last['bytes']},{med('insert_us_p50'):.2f},{med('insert_us_p99'):.2f},"
-          f"{med('delete_us_p99'):.2f},{diffs}")
-for impl, key in (("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched"),
-                  ("cfdp-worker", "mpps_worker")):
-    print(f"{name},{rules},{impl}{suffix},{med(key):.2f},{common}")
+def cols(d):
+    return (f"{last['tables']},{last['tables_probed_per_packet']:.2f},{med('store_build_s'):.4f},"
+            f"{last['bytes']},{med('insert_us_p50'):.2f},{med('insert_us_p99'):.2f},"
+            f"{med('delete_us_p99'):.2f},{d},{med('compile_s'):.4f},{last['compiled_bytes']}")
+common = cols(diffs)
+impls = [("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched"),
+         ("cfdp-worker", "mpps_worker")]
+# After CHURN % of the rules were deleted and inserted back, before a
+# recompile (the compiled layer's worst moment): IPv4 runs only.
+if "mpps_batched_churned" in last:
+    impls += [("cfdp-single-churned", "mpps_single_churned"),
+              ("cfdp-batched-churned", "mpps_batched_churned")]
+for impl, key in impls:
+    row = cols(churn_diffs) if impl.endswith("-churned") else common
+    print(f"{name},{rules},{impl}{suffix},{med(key):.2f},{row}")
 if suffix:
     sys.exit(0)
 # The worst cases: packets missing every rule (of the set less its
@@ -122,7 +143,7 @@ if suffix:
 # address), and the 33x33-shape set.
 if last["miss_packets"]:
     print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common}")
-print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,")
+print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,,,")
 PY
     done
     # End to end: the set imported as a rule file (count rules), the trace
@@ -145,7 +166,7 @@ counts = {r["id"]: r["packets"] for r in runs[-1]["rule_counters"]}
 want = collections.Counter(int(l) + 1 for l in open(truth))
 diff = sum(1 for k in set(want) | set(counts) if want.get(k, 0) != counts.get(k, 0))
 mpps = statistics.median(r["mpps"] for r in runs)
-print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff}")
+print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff},,")
 PY
     echo "classbench: $set: $diffs verdict differences" >&2
 done

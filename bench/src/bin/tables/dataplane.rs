@@ -353,6 +353,23 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
         let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
         let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
         let replay = of("cfdp-replay");
+        // Compiled-layer columns and churned rows came with the compiled
+        // layer (2026-11-28 on): "–" before.
+        let compiled = match single.get("compiled_bytes").copied().filter(|b| !b.is_empty()) {
+            Some(b) => format!(
+                "{:.1} ({} s)",
+                num(b, &c.name)? / 1e6,
+                single.get("compile_s").copied().unwrap_or("–")
+            ),
+            None => "–".to_string(),
+        };
+        let churned = match of("cfdp-batched-churned") {
+            Some(r) => {
+                let m = num(r["mpps"], &c.name)?;
+                format!("{} ({:.2}× fresh)", f2(m), m / batched)
+            }
+            None => "–".to_string(),
+        };
         // IPv6 rows came with the --v6 runs (2026-11-26 on): "–" before.
         let v6 = match of("cfdp-batched-v6") {
             Some(r) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
@@ -372,6 +389,8 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             format!("{} / {}", single["tables"], single["probes_per_packet"]),
             single["store_build_s"].to_string(),
             format!("{:.1}", num(single["bytes"], &c.name)? / 1e6),
+            compiled,
+            churned,
             format!("{} / {}", single["insert_us_p99"], single["delete_us_p99"]),
             format!(
                 "{} / {}",
@@ -395,6 +414,8 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             "tables / probed a packet",
             "store build s",
             "cfdp MB",
+            "compiled MB (build s)",
+            "batched after 10 % churn",
             "update p99 µs insert / delete",
             "verdict diffs / replay rule diffs",
         ],

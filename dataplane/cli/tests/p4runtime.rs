@@ -266,6 +266,60 @@ const DELETE: i32 = p4::update::Type::Delete as i32;
 const CONTINUE: i32 = p4::write_request::Atomicity::ContinueOnError as i32;
 const ROLLBACK: i32 = p4::write_request::Atomicity::RollbackOnError as i32;
 
+/// Idle TCP connections fill the P4Runtime listener's cap, not the
+/// process's file descriptors: past the cap a connection is closed at
+/// once, the Unix socket still applies a batch meanwhile, and the slots
+/// come back when the idle connections close.
+#[tokio::test(flavor = "current_thread")]
+async fn idle_connections_are_capped() {
+    let dir = tmpdir("p4-cap");
+    let node = Node::start_with(&dir, "max_controllers = 2");
+    let port = node.port;
+    let cap = cfdp_p4runtime::server::max_connections(2);
+    let idle: Vec<std::net::TcpStream> = (0..cap)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let capabilities = || async move {
+        let mut c = P4RuntimeClient::connect(format!("http://127.0.0.1:{port}")).await?;
+        c.capabilities(p4::CapabilitiesRequest {}).await?;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    };
+    // Accepted in order: once a connection past the cap has been closed
+    // by the server, every earlier one holds its slot.
+    let mut extra = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    extra
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut extra, &mut buf).unwrap(),
+        0,
+        "the connection past the cap is closed"
+    );
+    assert!(
+        capabilities().await.is_err(),
+        "no slot while the cap is held"
+    );
+    let mut c =
+        cfdp_control::client::Client::connect(&cfdp_control::client::Target::Unix(&node.socket))
+            .unwrap();
+    let r = c
+        .call(
+            "apply",
+            serde_json::json!({"updates": [{"op": "insert", "rule": {"id": 3,
+                "match": {"dst_prefix": "10.3.0.0/16"}, "action": "drop"}}]}),
+        )
+        .unwrap();
+    assert_eq!(r["result"]["results"][0]["code"], "ok", "{r}");
+    drop(idle);
+    let mut tries = 0;
+    while capabilities().await.is_err() {
+        tries += 1;
+        assert!(tries < 500, "slots never came back");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 async fn a_grpc_controller_is_arbitrated_and_writes_through_the_journal() {

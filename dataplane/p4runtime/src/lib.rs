@@ -19,6 +19,8 @@
 
 #[cfg(feature = "server")]
 pub mod arbitration;
+#[cfg(feature = "server")]
+pub mod capped;
 pub mod entry;
 #[cfg(feature = "server")]
 pub mod metrics;

@@ -19,6 +19,17 @@ use crate::service::Service;
 const WINDOW: u32 = 4 << 20;
 /// Calls in progress at once on one connection.
 const CONCURRENT_CALLS: usize = 32;
+/// Connections at once per controller stream allowed (a controller may
+/// hold a stream and make calls on other connections; readers come too).
+const CONNECTIONS_PER_CONTROLLER: usize = 4;
+/// Most time a connection has to finish its TLS handshake (with client
+/// certificates: to authenticate) before its slot is released.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// TCP connections the listener keeps at once for `max_controllers`.
+pub fn max_connections(max_controllers: usize) -> usize {
+    (max_controllers * CONNECTIONS_PER_CONTROLLER).max(16)
+}
 
 /// How the listener is set up.
 #[derive(Clone, Debug)]
@@ -74,7 +85,9 @@ fn read(what: &'static str, path: &PathBuf) -> Result<Vec<u8>, P4Error> {
 
 fn tls_config(t: &TlsFiles) -> Result<ServerTlsConfig, P4Error> {
     let identity = Identity::from_pem(read("tls_cert", &t.cert)?, read("tls_key", &t.key)?);
-    let mut c = ServerTlsConfig::new().identity(identity);
+    let mut c = ServerTlsConfig::new()
+        .identity(identity)
+        .timeout(HANDSHAKE_DEADLINE);
     if let Some(ca) = &t.client_ca {
         c = c.client_ca_root(Certificate::from_pem(read("tls_client_ca", ca)?));
     }
@@ -112,6 +125,7 @@ pub fn spawn(
         opts.allowed_clients.clone(),
         metrics,
     );
+    let slots = crate::capped::Slots::new(max_connections(opts.max_controllers.max(1)));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("cfdp-p4rt")
@@ -125,9 +139,16 @@ pub fn spawn(
                 let incoming = match tokio::net::TcpListener::from_std(listener) {
                     // No Nagle: a Write's answer is one small frame, and
                     // Nagle held it for the peer's delayed ACK (40 ms
-                    // round trips, measured).
-                    Ok(l) => tokio_stream::wrappers::TcpListenerStream::new(l)
-                        .map(|s| s.and_then(|s| s.set_nodelay(true).map(|()| s))),
+                    // round trips, measured). Past the cap a connection
+                    // is closed as soon as it is accepted.
+                    Ok(l) => {
+                        tokio_stream::wrappers::TcpListenerStream::new(l).filter_map(move |s| {
+                            match s.and_then(|s| s.set_nodelay(true).map(|()| s)) {
+                                Ok(s) => slots.admit(s).map(Ok),
+                                Err(e) => Some(Err(e)),
+                            }
+                        })
+                    }
                     Err(e) => {
                         eprintln!("cfdp: p4runtime: {e}");
                         return;

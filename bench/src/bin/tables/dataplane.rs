@@ -355,7 +355,11 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
         let replay = of("cfdp-replay");
         // Compiled-layer columns and churned rows came with the compiled
         // layer (2026-11-28 on): "–" before.
-        let compiled = match single.get("compiled_bytes").copied().filter(|b| !b.is_empty()) {
+        let compiled = match single
+            .get("compiled_bytes")
+            .copied()
+            .filter(|b| !b.is_empty())
+        {
             Some(b) => format!(
                 "{:.1} ({} s)",
                 num(b, &c.name)? / 1e6,

@@ -22,6 +22,7 @@ pub mod auth;
 pub mod budget;
 pub mod client;
 pub mod files;
+pub mod heads;
 pub mod journal;
 pub mod lines;
 pub mod metrics;

@@ -21,18 +21,20 @@
 //! The HTTP side is hand-written on purpose: the endpoint answers one fixed
 //! `GET /metrics` on loopback, and an HTTP server crate would bring an
 //! async runtime or a general request router for a dozen lines of
-//! request-line checking. It is served by [`HANDLERS`] threads fed by the
-//! accept loop through a short queue (a full queue closes the new
-//! connection), and each request must arrive whole within
-//! [`REQUEST_DEADLINE`] of the connection: a client trickling a byte at a
-//! time holds one handler for at most that long, never the endpoint.
+//! request-line checking. The accept thread reads the request heads of all
+//! waiting connections at once (`heads`: at most [`WAITING`], the oldest
+//! closed to make room, each within [`REQUEST_DEADLINE`] of its
+//! connection), and hands whole heads to [`HANDLERS`] threads through a
+//! short queue (a full queue closes that connection): idle or trickling
+//! sockets never hold a handler, and a scraper whose request comes with
+//! its connection is served however many of them are open.
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hdrhistogram::Histogram as Hdr;
 use prometheus_client::collector::Collector;
@@ -40,6 +42,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, NoLabelSe
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::heads::Heads;
 use crate::server::{ClusterMode, ServerCtx};
 use crate::stats::{ControlStats, StatsBoard};
 
@@ -56,8 +59,11 @@ const BURST_BOUNDS_NS: [u64; 16] = {
 
 /// Threads answering scrapes.
 pub const HANDLERS: usize = 4;
-/// Connections accepted but not yet taken by a handler, at most.
+/// Whole requests not yet taken by a handler, at most.
 const QUEUE: usize = 16;
+/// Connections whose request head is being read, at most (the oldest is
+/// closed to make room: see `heads`).
+pub const WAITING: usize = 256;
 /// Most time from accepting a connection to having read its request head.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -78,7 +84,7 @@ pub fn serve(
         add(&mut registry);
     }
     let registry = Arc::new(registry);
-    let (tx, rx) = crossbeam::channel::bounded::<TcpStream>(QUEUE);
+    let (tx, rx) = crossbeam::channel::bounded::<(TcpStream, Vec<u8>)>(QUEUE);
     let mut handlers = Vec::with_capacity(HANDLERS);
     for i in 0..HANDLERS {
         let (rx, registry) = (rx.clone(), Arc::clone(&registry));
@@ -86,8 +92,8 @@ pub fn serve(
             std::thread::Builder::new()
                 .name(format!("cfdp-metrics-{i}"))
                 .spawn(move || {
-                    for s in rx {
-                        let _ = answer(s, &registry);
+                    for (s, head) in rx {
+                        let _ = answer(s, &head, &registry);
                     }
                 })?,
         );
@@ -95,12 +101,26 @@ pub fn serve(
     std::thread::Builder::new()
         .name("cfdp-metrics".into())
         .spawn(move || {
+            // Heads are read here, for every connection at once; handlers
+            // get whole heads only (an idle socket holds no handler).
+            let mut heads = Heads::new(WAITING, REQUEST_DEADLINE);
             while !ctx.stop.load(Ordering::Relaxed) {
-                match l.accept() {
+                let polled = heads.poll(&l, Duration::from_millis(50));
+                for done in polled.complete {
                     // A full queue: the connection is closed at once.
-                    Ok((s, _)) => drop(tx.try_send(s)),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => crate::server::wait_readable(&l),
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    drop(tx.try_send(done));
+                }
+                if polled.acceptable {
+                    loop {
+                        match l.accept() {
+                            Ok((s, _)) => heads.add(s),
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                            Err(_) => {
+                                std::thread::sleep(Duration::from_millis(20));
+                                break;
+                            }
+                        }
+                    }
                 }
             }
             drop(tx);
@@ -108,24 +128,6 @@ pub fn serve(
                 let _ = h.join();
             }
         })
-}
-
-/// A connection's reads under one deadline for the whole request head
-/// (a per-read timeout alone lets a client trickle bytes forever).
-struct Deadline {
-    s: TcpStream,
-    until: Instant,
-}
-
-impl Read for Deadline {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ErrorKind::TimedOut.into());
-        }
-        self.s.set_read_timeout(Some(left))?;
-        self.s.read(buf)
-    }
 }
 
 /// The registry a scrape encodes: everything under the `cfdp_` prefix.
@@ -152,23 +154,14 @@ pub fn render(r: &Registry) -> String {
     body
 }
 
-fn answer(s: TcpStream, registry: &Registry) -> std::io::Result<()> {
+fn answer(s: TcpStream, head: &[u8], registry: &Registry) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut r = BufReader::new(Deadline {
-        s: s.try_clone()?,
-        until: Instant::now() + REQUEST_DEADLINE,
-    });
-    let mut first = String::new();
-    r.by_ref().take(8192).read_line(&mut first)?;
-    // Read the rest of the head (bounded) so the client sees a clean close.
-    let mut line = String::new();
+    let head = String::from_utf8_lossy(head);
+    let mut lines = head.lines();
+    let first = lines.next().unwrap_or("");
     let mut host_ok = true;
-    for _ in 0..100 {
-        line.clear();
-        if r.by_ref().take(8192).read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
-            break;
-        }
+    for line in lines.take_while(|l| !l.trim().is_empty()) {
         if let Some((name, value)) = line.split_once(':') {
             if name.trim().eq_ignore_ascii_case("host") {
                 host_ok &= host_allowed(value.trim());

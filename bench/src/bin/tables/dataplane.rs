@@ -353,27 +353,7 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
         let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
         let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
         let replay = of("cfdp-replay");
-        // Compiled-layer columns and churned rows came with the compiled
-        // layer (2026-11-28 on): "–" before.
-        let compiled = match single
-            .get("compiled_bytes")
-            .copied()
-            .filter(|b| !b.is_empty())
-        {
-            Some(b) => format!(
-                "{:.1} ({} s)",
-                num(b, &c.name)? / 1e6,
-                single.get("compile_s").copied().unwrap_or("–")
-            ),
-            None => "–".to_string(),
-        };
-        let churned = match of("cfdp-batched-churned") {
-            Some(r) => {
-                let m = num(r["mpps"], &c.name)?;
-                format!("{} ({:.2}× fresh)", f2(m), m / batched)
-            }
-            None => "–".to_string(),
-        };
+        let (compiled, churned) = compiled_cols(single, of("cfdp-batched-churned"), batched, &c)?;
         // IPv6 rows came with the --v6 runs (2026-11-26 on): "–" before.
         let v6 = match of("cfdp-batched-v6") {
             Some(r) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
@@ -425,6 +405,37 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
         ],
         &rows,
     ) + &c.source())
+}
+
+/// The compiled layer's size and build time, and the batched rate after
+/// the churn against the fresh one. They came with the compiled layer
+/// (2026-11-28 on): "–" before.
+fn compiled_cols(
+    single: &std::collections::BTreeMap<&str, &str>,
+    churned: Option<&std::collections::BTreeMap<&str, &str>>,
+    batched: f64,
+    c: &Csv,
+) -> R<(String, String)> {
+    let compiled = match single
+        .get("compiled_bytes")
+        .copied()
+        .filter(|b| !b.is_empty())
+    {
+        Some(b) => format!(
+            "{:.1} ({} s)",
+            num(b, &c.name)? / 1e6,
+            single.get("compile_s").copied().unwrap_or("–")
+        ),
+        None => "–".to_string(),
+    };
+    let churned = match churned {
+        Some(r) => {
+            let m = num(r["mpps"], &c.name)?;
+            format!("{} ({:.2}× fresh)", f2(m), m / batched)
+        }
+        None => "–".to_string(),
+    };
+    Ok((compiled, churned))
 }
 
 /// `classbench-worst`: the cost of a packet that misses every rule and of

@@ -20,6 +20,12 @@ pub enum RunError {
         setting: &'static str,
         feature: &'static str,
     },
+    /// The doors' caps need more file descriptors than the hard limit.
+    #[error(
+        "the configured doors need {needed} file descriptors (RLIMIT_NOFILE hard limit {hard}): \
+         lower control.max_connections or p4runtime.max_controllers, or raise the limit"
+    )]
+    Descriptors { needed: u64, hard: u64 },
     /// The TCP door's token file cannot be used.
     #[error("control.token_file")]
     Token(#[source] cfdp_control::auth::TokenError),

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 mod config;
 mod ctl;
+mod descriptors;
 mod error;
 mod import_cmd;
 mod replay_cmd;

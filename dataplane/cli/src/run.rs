@@ -497,6 +497,7 @@ fn bind_tcp(addr: std::net::SocketAddr, key: &str) -> Result<std::net::TcpListen
 /// seconds; the EAL): a refusal here is a configuration error (exit 2).
 pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     cfg.control.check()?;
+    crate::descriptors::ensure(cfg)?;
     if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
         return Err(RunError::NotBuiltWith {
             setting: "dpdk.enabled",

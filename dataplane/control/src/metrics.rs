@@ -60,7 +60,7 @@ const BURST_BOUNDS_NS: [u64; 16] = {
 /// Threads answering scrapes.
 pub const HANDLERS: usize = 4;
 /// Whole requests not yet taken by a handler, at most.
-const QUEUE: usize = 16;
+pub const QUEUE: usize = 16;
 /// Connections whose request head is being read, at most (the oldest is
 /// closed to make room: see `heads`).
 pub const WAITING: usize = 256;

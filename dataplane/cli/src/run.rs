@@ -55,7 +55,8 @@ fn build_store(
         })
     };
     let Some(dir) = cfg.control.state_dir() else {
-        let store = RuleStore::with_rules(scfg, stats, file_rules()?).map_err(RunError::Store)?;
+        let store = RuleStore::with_rules_compiled_later(scfg, stats, file_rules()?)
+            .map_err(RunError::Store)?;
         return Ok((store, None));
     };
     let dir = dir.as_path();
@@ -66,7 +67,8 @@ fn build_store(
     }
     if restored.is_empty() {
         let rules = file_rules()?;
-        let store = RuleStore::with_rules(scfg, stats, rules).map_err(RunError::Store)?;
+        let store =
+            RuleStore::with_rules_compiled_later(scfg, stats, rules).map_err(RunError::Store)?;
         let mut j = Journal::open(dir, 0).map_err(RunError::State)?;
         j.compact(store.generation(), &store.rules())
             .map_err(RunError::State)?;
@@ -82,8 +84,9 @@ fn build_store(
         );
         return Ok((store, Some(j)));
     }
-    let mut store = RuleStore::with_rules(scfg, stats, std::mem::take(&mut restored.rules))
-        .map_err(RunError::Snapshot)?;
+    let mut store =
+        RuleStore::with_rules_compiled_later(scfg, stats, std::mem::take(&mut restored.rules))
+            .map_err(RunError::Snapshot)?;
     store.set_generation(restored.snapshot_generation);
     replay_journal(&mut store, &restored.records)?;
     if !cfg.rules.file.is_empty() {

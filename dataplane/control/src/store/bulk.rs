@@ -71,11 +71,14 @@ fn sizes(rules: &[Rule]) -> (HashMap<PrefixClass, usize>, usize) {
 }
 
 impl RuleStore {
-    /// A store holding exactly `rules` (see [`RuleStore::with_rules`]).
+    /// A store holding exactly `rules` (see [`RuleStore::with_rules`]);
+    /// with `compile_now`, the multi-field rules' compiled layer is built
+    /// before it returns, else the first background compile builds it.
     pub(super) fn build(
         cfg: StoreConfig,
         stats: Arc<LiveStats>,
         rules: Vec<Rule>,
+        compile_now: bool,
     ) -> Result<Self, StoreError> {
         cfg.check_max_rules()?;
         let n = rules.len();
@@ -110,7 +113,7 @@ impl RuleStore {
         let flow_filter = build_filter(&cfg, cfg.flow_capacity, &ids.flow_keys, || "flow".into())?;
         drop(ids.flow_keys);
         let (store_classes, parts) = class_filters(&cfg, ids.class_keys, matches.class_entries)?;
-        let (acl, compile_refused_at) = multi_field(&set)?;
+        let (acl, compile_refused_at) = multi_field(&set, compile_now)?;
         let tables = Tables::from_parts(Arc::clone(&flow_filter), matches.exact, parts, slots, acl)
             .with_hash_secret(cfg.hash_secret);
         let (w, r) = left_right::new_from_empty::<Tables, Op>(tables);
@@ -327,7 +330,10 @@ fn build_filter(
 /// `cfdp_engine::acl`: later updates go to the live layer in front of it);
 /// with the number of IPv4 rules when the compile was refused (over the
 /// layer's budget: the set stays in the tuple space, as exact).
-fn multi_field(set: &RuleSet) -> Result<(AclClassifier, Option<usize>), StoreError> {
+fn multi_field(
+    set: &RuleSet,
+    compile_now: bool,
+) -> Result<(AclClassifier, Option<usize>), StoreError> {
     let mut acl = AclClassifier::new();
     for (index, s) in set.iter().enumerate() {
         if let Some(r) = AclRule::of(&s.rule) {
@@ -337,6 +343,9 @@ fn multi_field(set: &RuleSet) -> Result<(AclClassifier, Option<usize>), StoreErr
                 why: e.to_string(),
             })?;
         }
+    }
+    if !compile_now {
+        return Ok((acl, None));
     }
     let refused = acl.compile().err().map(|_| acl.layers().live_v4);
     Ok((acl, refused))

@@ -173,7 +173,7 @@ fn start_node(dir: &Path) -> (std::process::Child, Socket, u16) {
         format!(
             "[dataplane]\nworkers = 1\n[pcap]\ninput = {capture:?}\nloop = true\npps = 100000\n\
              [rules]\nfile = \"\"\n[control]\nsocket = {socket:?}\nstate_dir = {:?}\n\
-             [p4runtime]\nlisten = \"127.0.0.1:{port}\"\n",
+             [p4runtime]\nlisten = \"127.0.0.1:{port}\"\ninsecure_plaintext = true\n",
             dir.join("state")
         ),
     )

@@ -276,26 +276,29 @@ async fn idle_connections_are_capped() {
     let node = Node::start_with(&dir, "max_controllers = 2");
     let port = node.port;
     let cap = cfdp_p4runtime::server::max_connections(2);
-    let idle: Vec<std::net::TcpStream> = (0..cap)
-        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
-        .collect();
     let capabilities = || async move {
         let mut c = P4RuntimeClient::connect(format!("http://127.0.0.1:{port}")).await?;
         c.capabilities(p4::CapabilitiesRequest {}).await?;
         Ok::<(), Box<dyn std::error::Error>>(())
     };
-    // Accepted in order: once a connection past the cap has been closed
-    // by the server, every earlier one holds its slot.
-    let mut extra = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    extra
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    let mut buf = [0u8; 1];
-    assert_eq!(
-        std::io::Read::read(&mut extra, &mut buf).unwrap(),
-        0,
-        "the connection past the cap is closed"
-    );
+    // An admitted connection hears the server's HTTP/2 settings at once; one
+    // past the cap is closed on accept (a read gives 0). Connections are
+    // opened until one is refused: that happens at the cap (one earlier
+    // while the slot of the start-up probe's connection is still being
+    // given back).
+    let mut idle = Vec::new();
+    let admitted = loop {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        if std::io::Read::read(&mut s, &mut buf).unwrap() == 0 {
+            break idle.len();
+        }
+        idle.push(s);
+        assert!(idle.len() <= cap, "more than the cap ({cap}) admitted");
+    };
+    assert!(admitted + 1 >= cap, "refused after {admitted} of {cap}");
     let mut c =
         cfdp_control::client::Client::connect(&cfdp_control::client::Target::Unix(&node.socket))
             .unwrap();

@@ -676,7 +676,8 @@ async fn tls_with_client_certificates() {
     );
     let port = node.port;
     let pem = |p: &Path| std::fs::read(p).unwrap();
-    let capabilities = |identity: Option<Identity>| {
+    // A client of the door, with this identity (or none).
+    let channel = |identity: Option<Identity>| {
         let mut tls = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(pem(&ca)))
             .domain_name("localhost");
@@ -684,13 +685,18 @@ async fn tls_with_client_certificates() {
             tls = tls.identity(i);
         }
         async move {
-            let ch = Channel::from_shared(format!("https://127.0.0.1:{port}"))
+            Channel::from_shared(format!("https://127.0.0.1:{port}"))
                 .unwrap()
                 .tls_config(tls)
                 .unwrap()
                 .connect()
-                .await?;
-            P4RuntimeClient::new(ch)
+                .await
+        }
+    };
+    let capabilities = |identity: Option<Identity>| {
+        let ch = channel(identity);
+        async move {
+            P4RuntimeClient::new(ch.await?)
                 .capabilities(p4::CapabilitiesRequest {})
                 .await
                 .map_err(Into::into)
@@ -715,20 +721,8 @@ async fn tls_with_client_certificates() {
     // reads, and whatever election id it sends it is never primary and
     // cannot write; the allowed controller with a lower id is primary.
     let client_of = |cert: &Path, key: &Path| {
-        let tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(pem(&ca)))
-            .domain_name("localhost")
-            .identity(Identity::from_pem(pem(cert), pem(key)));
-        async move {
-            let ch = Channel::from_shared(format!("https://127.0.0.1:{port}"))
-                .unwrap()
-                .tls_config(tls)
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
-            P4RuntimeClient::new(ch)
-        }
+        let ch = channel(Some(Identity::from_pem(pem(cert), pem(key))));
+        async move { P4RuntimeClient::new(ch.await.unwrap()) }
     };
     let mut intruder = client_of(&other, &other_key).await;
     let (_held, code) = arbitrate(&mut intruder, u64::MAX).await;

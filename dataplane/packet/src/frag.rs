@@ -454,18 +454,23 @@ mod tests {
         assert_eq!(t.take(&k, 9), None);
     }
 
-    /// A flood from one source (a spoofed address) fills its quota, not
-    /// the table: another source's out-of-order fragments are still held,
-    /// and the quota comes back when the flood's datagrams time out.
-    #[test]
-    fn one_source_cannot_take_the_hold_table() {
-        let mut t = HoldTable::new(HoldLimits {
+    /// Room for everyone; 10 frames a source.
+    fn quota_of_ten() -> HoldLimits {
+        HoldLimits {
             frames: 100,
             bytes: 1 << 20,
             per_datagram: 4,
             per_source: 10,
             ttl_ns: 1_000,
-        });
+        }
+    }
+
+    /// A flood from one source (a spoofed address) fills its quota, not
+    /// the table: another source's out-of-order fragments are still held,
+    /// and the quota comes back when the flood's datagrams time out.
+    #[test]
+    fn one_source_cannot_take_the_hold_table() {
+        let mut t = HoldTable::new(quota_of_ten());
         let flood = FlowKey::v4([6, 6, 6, 6], [2, 2, 2, 2], 17, 0, 0);
         let real = FlowKey::v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 0, 0);
         let mut held_ok = 0;
@@ -587,13 +592,7 @@ mod tests {
     /// spoofed addresses of one /64 no longer get eight quotas.
     #[test]
     fn an_ipv6_slash64_is_one_source_for_the_hold_table() {
-        let mut t = HoldTable::new(HoldLimits {
-            frames: 100,
-            bytes: 1 << 20,
-            per_datagram: 4,
-            per_source: 10,
-            ttl_ns: 1_000,
-        });
+        let mut t = HoldTable::new(quota_of_ten());
         let from = |host: u8| FlowKey {
             v6: true,
             src: [0x20, 1, 0xd, 0xb8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, host],

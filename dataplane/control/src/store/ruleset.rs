@@ -272,29 +272,22 @@ impl RuleSet {
     /// limit) without (no copy or sort of the set either way), and the
     /// first call builds the id order once.
     pub(super) fn page(&mut self, after: Option<RuleId>, offset: usize, limit: usize) -> Vec<Rule> {
-        let by_slot = &self.by_slot;
-        let ordered = self.ordered.get_or_insert_with(|| {
-            let mut v: Vec<(RuleId, u32)> = (0..by_slot.len() as u32)
-                .filter(|&s| {
-                    let s = s as usize;
-                    self.taken
-                        .get(s / 64)
-                        .is_some_and(|w| w & (1 << (s % 64)) != 0)
-                })
-                .map(|s| (by_slot[s as usize].id, s))
-                .collect();
-            v.sort_unstable();
-            v.into_iter().collect()
-        });
-        let slots: Box<dyn Iterator<Item = (&RuleId, &u32)>> = match after {
-            Some(id) => {
-                Box::new(ordered.range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded)))
-            }
-            None => Box::new(ordered.iter().skip(offset)),
+        if self.ordered.is_none() {
+            let order = self.iter().map(|s| (s.rule.id, s.slot)).collect();
+            self.ordered = Some(order);
+        }
+        let ordered = self.ordered.as_ref().expect("built above");
+        let slots: Vec<u32> = match after {
+            Some(id) => ordered
+                .range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))
+                .take(limit)
+                .map(|(_, &slot)| slot)
+                .collect(),
+            None => ordered.values().skip(offset).take(limit).copied().collect(),
         };
         slots
-            .take(limit)
-            .map(|(_, &slot)| by_slot[slot as usize])
+            .into_iter()
+            .map(|s| self.by_slot[s as usize])
             .collect()
     }
 

@@ -27,8 +27,11 @@ use crate::proto::p4::v1 as p4;
 /// The P4Runtime version cfdp's messages follow.
 pub const API_VERSION: &str = "1.4.1";
 
-/// Rules read from the control thread per Read answer message.
+/// Rules read from the control thread at a time for a Read.
 const READ_PAGE: u64 = 1000;
+/// Entities in one ReadResponse at most: with the answer channel's two
+/// places, what a Read in flight holds however large the set.
+pub const READ_CHUNK: usize = 128;
 /// Distinct entities one `ReadRequest` may hold (after duplicates are
 /// dropped): each is one pass over every page, so they bound the work a
 /// Read costs per rule.
@@ -309,9 +312,9 @@ impl Query {
     }
 
     /// Its entities among `rules`.
-    fn answer(&self, rules: &[RuleEntry], out: &mut Vec<p4::Entity>) {
+    fn answers<'a>(&'a self, rules: &'a [RuleEntry]) -> impl Iterator<Item = p4::Entity> + 'a {
         use p4::entity::Entity as E;
-        out.extend(rules.iter().filter_map(|r| {
+        rules.iter().filter_map(|r| {
             let mut e = self.wanted.takes(&r.rule)?;
             let data = counter_data(r);
             Some(p4::Entity {
@@ -327,7 +330,7 @@ impl Query {
                     E::TableEntry(e)
                 }),
             })
-        }));
+        })
     }
 }
 
@@ -422,16 +425,16 @@ impl Service {
                 };
                 let last = (page.rules.len() as u64) < READ_PAGE;
                 offset += page.rules.len() as u64;
-                // One response per query and page: at most a page of
-                // entities is built before the bounded channel takes it,
-                // however many queries the request holds.
+                // Responses of at most READ_CHUNK entities, per query and
+                // page: what a Read holds is one page of rules and two
+                // chunks, however many queries the request holds.
                 for q in &queries {
-                    let mut entities = Vec::new();
-                    q.answer(&page.rules, &mut entities);
-                    if !entities.is_empty()
-                        && tx.send(Ok(p4::ReadResponse { entities })).await.is_err()
-                    {
-                        return; // the client went away
+                    let mut answers = q.answers(&page.rules).peekable();
+                    while answers.peek().is_some() {
+                        let entities = answers.by_ref().take(READ_CHUNK).collect();
+                        if tx.send(Ok(p4::ReadResponse { entities })).await.is_err() {
+                            return; // the client went away
+                        }
                     }
                 }
                 if last {

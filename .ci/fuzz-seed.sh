@@ -2,7 +2,7 @@
 # Seeds the fuzz corpora from the project's own files (never from ../shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p dataplane/fuzz/corpus/capture dataplane/fuzz/corpus/decode dataplane/fuzz/corpus/p4_write dataplane/fuzz/corpus/p4_read rules/fuzz/corpus/rule_file rules/fuzz/corpus/request filter/fuzz/corpus/snapshot
+mkdir -p dataplane/fuzz/corpus/capture dataplane/fuzz/corpus/decode dataplane/fuzz/corpus/p4_write dataplane/fuzz/corpus/p4_read dataplane/fuzz/corpus/p4_stream rules/fuzz/corpus/rule_file rules/fuzz/corpus/request filter/fuzz/corpus/snapshot
 cp pcap/mixed.pcap dataplane/fuzz/corpus/capture/
 cp pcap/mixed.rules.json rules/fuzz/corpus/rule_file/
 # Multi-field rules (with priorities): the grammar's ranges and defaults.
@@ -35,5 +35,5 @@ while i + 16 <= len(d):
 PY
 # Filter images: written by the filter's own snapshot test helper.
 cargo run -q --release -p cfdp-bench --bin seed-images -- filter/fuzz/corpus/snapshot
-# P4Runtime WriteRequests: encoded by the crate's own seed writer.
-cargo run -q --release -p cfdp-p4runtime --bin p4-seeds -- dataplane/fuzz/corpus/p4_write
+# P4Runtime WriteRequests and stream events: by the crate's own seed writer.
+cargo run -q --release -p cfdp-p4runtime --bin p4-seeds -- dataplane/fuzz/corpus/p4_write dataplane/fuzz/corpus/p4_stream

@@ -1,6 +1,8 @@
-//! Writes seed inputs for the `p4_write` fuzz target (`dataplane/fuzz`):
-//! encoded WriteRequests with entries of each kind cfdp takes and some it
-//! refuses. `cargo run -p cfdp-p4runtime --bin p4-seeds -- DIR`
+//! Writes seed inputs for the P4Runtime fuzz targets (`dataplane/fuzz`):
+//! for `p4_write`, encoded WriteRequests with entries of each kind cfdp
+//! takes and some it refuses; for `p4_stream` (when a second directory is
+//! given), runs of stream events in that target's format. `cargo run -p
+//! cfdp-p4runtime --bin p4-seeds -- DIR [STREAM_DIR]`
 #![forbid(unsafe_code)]
 
 use cfdp_p4runtime::pipeline;
@@ -115,6 +117,60 @@ fn main() -> std::io::Result<()> {
             ..Default::default()
         };
         std::fs::write(dir.join(format!("seed{i}")), w.encode_to_vec())?;
+    }
+    if let Some(stream_dir) = std::env::args().nth(2) {
+        stream_seeds(std::path::Path::new(&stream_dir))?;
+    }
+    Ok(())
+}
+
+/// `p4_stream`'s format: an event is a byte (client in bits 0–2, bit 3:
+/// its certificate may write, bit 7: it closes its stream) followed, when
+/// it sends, by a length byte and an encoded StreamMessageRequest.
+fn stream_seeds(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let send = |client: u8, writer: bool, election: u64| {
+        let m = p4::StreamMessageRequest {
+            update: Some(p4::stream_message_request::Update::Arbitration(
+                p4::MasterArbitrationUpdate {
+                    device_id: 1,
+                    election_id: Some(p4::Uint128 {
+                        high: 0,
+                        low: election,
+                    }),
+                    ..Default::default()
+                },
+            )),
+        }
+        .encode_to_vec();
+        let mut e = vec![client | if writer { 8 } else { 0 }, m.len() as u8];
+        e.extend(m);
+        e
+    };
+    let close = |client: u8| vec![0x80 | client];
+    let seeds = [
+        // Two writers, the primary leaves, a reader with the highest id.
+        [
+            send(0, true, 1),
+            send(1, true, 2),
+            close(1),
+            send(2, false, 9),
+        ]
+        .concat(),
+        // Equal ids, a higher id from the same client, more than the cap.
+        [
+            send(0, true, 5),
+            send(1, true, 5),
+            send(0, true, 7),
+            send(2, true, 3),
+            send(3, true, 4),
+            send(4, true, 6),
+            send(5, true, 8),
+        ]
+        .concat(),
+    ];
+    for (i, s) in seeds.iter().enumerate() {
+        std::fs::write(dir.join(format!("seed{i}")), s)?;
     }
     Ok(())
 }

@@ -405,3 +405,62 @@ pub(crate) fn control_p4runtime(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `floods`: each flood's peak memory rise, the Unix socket's one-rule
+/// batch round trip meanwhile and the packets received per second.
+pub(crate) fn floods(d: &Path) -> R<String> {
+    let c = Csv::load(d, "floods.csv")?;
+    let mut rows = Vec::new();
+    for r in c.records() {
+        let n = |k: &str| num(r[k], &c.name);
+        rows.push(vec![
+            format!("`{}`", r["flood"]),
+            format!("{:.1} MiB", n("peak_rise_mib")?),
+            format!(
+                "{:.2} · {:.2} ms ({} of {} failed)",
+                n("probe_p50_ms")?,
+                n("probe_max_ms")?,
+                r["probe_failures"],
+                r["probes"]
+            ),
+            format!("{:.0}", n("received_pps")?),
+            format!("{} · {}", r["held"], r["closed"]),
+        ]);
+    }
+    Ok(table(
+        &[
+            "flood",
+            "peak RSS rise (goal ≤ 64 MiB)",
+            "Unix-socket batch p50 · max (goal ≤ 1 s)",
+            "packets/s received (paced at 100 k)",
+            "flooder's connections held · closed by cfdp",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
+/// `p4runtime-read`: a whole-set Read at 10k and 100k rules, per rule.
+pub(crate) fn p4runtime_read(d: &Path) -> R<String> {
+    let c = Csv::load(d, "p4runtime_read.csv")?;
+    let recs = c.records();
+    let per_rule = |r: &std::collections::BTreeMap<&str, &str>| num(r["us_per_rule"], &c.name);
+    let base = per_rule(recs.first().ok_or("no rows")?)?;
+    let mut rows = Vec::new();
+    for r in &recs {
+        rows.push(vec![
+            r["rules"].to_string(),
+            format!("{:.3} s", num(r["read_s"], &c.name)?),
+            format!("{:.2} µs", per_rule(r)?),
+            format!("{:.2}×", per_rule(r)? / base),
+        ]);
+    }
+    Ok(table(
+        &[
+            "rules",
+            "Read of every entry (median)",
+            "per rule",
+            "per rule / first row's",
+        ],
+        &rows,
+    ) + &c.source())
+}

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::control::{
     control_batch, control_churn, control_p4runtime, control_path, control_path_stages, dpdk,
-    fleet, fold_stall, inline,
+    fleet, floods, fold_stall, inline, p4runtime_read,
 };
 use crate::csv::R;
 use crate::dataplane::{
@@ -72,6 +72,8 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "control-path" => control_path(dir),
         "control-path-stages" => control_path_stages(dir),
         "control-p4runtime" => control_p4runtime(dir),
+        "floods" => floods(dir),
+        "p4runtime-read" => p4runtime_read(dir),
         "control-batch" => control_batch(dir),
         "fold-stall" => fold_stall(dir),
         "control-churn" => control_churn(dir),

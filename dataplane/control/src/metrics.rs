@@ -375,7 +375,7 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
         &'static str,
         fn(&cfdp_engine::stats::WorkerSnapshot) -> u64,
     );
-    let fields: [Field; 11] = [
+    let fields: [Field; 13] = [
         ("packets", "Packets received", |w| w.totals.packets),
         ("bytes", "Bytes received (wire length)", |w| w.totals.bytes),
         ("forwarded", "Packets forwarded (incl. redirected)", |w| {
@@ -404,6 +404,16 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
             "filter_false_positives",
             "Filter positives the exact tables refuted",
             |w| w.totals.filter_false_positives,
+        ),
+        (
+            "fragments_evicted",
+            "First-fragment entries evicted to make room (the table was full)",
+            |w| w.totals.fragments_evicted,
+        ),
+        (
+            "fragments_source_refused",
+            "First fragments not remembered: their source held its share of the table",
+            |w| w.totals.fragments_source_refused,
         ),
     ];
     let workers = &stats.dataplane.workers;

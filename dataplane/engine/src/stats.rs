@@ -105,6 +105,8 @@ counters!(
     fragments_timed_out,
     fragments_overflow,
     fragments_incomplete,
+    fragments_evicted,
+    fragments_source_refused,
     matched,
     dropped,
     forwarded,

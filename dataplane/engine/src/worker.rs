@@ -404,8 +404,13 @@ impl Worker {
                 c.fragments += 1;
                 // Not remembered when its source holds its share: its
                 // later fragments are then held and dropped, the
-                // flooder's own loss.
-                let _ = self.frags.first(key, id, p.ts_ns);
+                // flooder's own loss. Counted, as is an entry evicted to
+                // make room (what a many-source flood costs others).
+                let evicted = self.frags.evicted;
+                if !self.frags.first(key, id, p.ts_ns) {
+                    c.fragments_source_refused += 1;
+                }
+                c.fragments_evicted += self.frags.evicted - evicted;
                 if let Some(v) = self.hold.take(key, id) {
                     self.releasing.push((i, v));
                 }

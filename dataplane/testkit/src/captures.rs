@@ -346,6 +346,34 @@ pub fn reordered_fragments() -> Vec<GenFrame> {
     out
 }
 
+/// A flood of first fragments (each datagram's first fragment only, to an
+/// unruled port of [`MIXED_RULES`], so every frame is forwarded): one
+/// source sends `per_source + 10` datagrams, of which the last 10 find
+/// its share of the first-fragment table full; then `capacity` sources
+/// send one datagram each, which fills the table and evicts the first
+/// source's `per_source` entries (the oldest). With the worker's
+/// `cfdp_engine::{FRAG_PER_SOURCE, FRAG_CAPACITY}`: refused 10, evicted
+/// `FRAG_PER_SOURCE`.
+pub fn first_fragment_flood(per_source: usize, capacity: usize) -> Vec<GenFrame> {
+    let first = |src: [u8; 4], id: u16| {
+        fragments4(src, [203, 0, 113, 9], 5001, 4000, id, &[0x5a; 24], 16).swap_remove(0)
+    };
+    let one = (0..per_source + 10).map(|i| first([172, 16, 9, 1], i as u16));
+    let many = (0..capacity).map(|i| {
+        let [_, a, b, c] = (i as u32 + 1).to_be_bytes();
+        first([10, a, b, c], 7)
+    });
+    one.chain(many)
+        .enumerate()
+        .map(|(i, data)| GenFrame {
+            data,
+            ts_ns: i as u64 * 1000,
+            verdict: Expect::Forward,
+            note: "first fragment of a flood",
+        })
+        .collect()
+}
+
 /// Counts a replay of [`reordered_fragments`] must report beside its
 /// verdicts: later fragments before their first, released with it, timed
 /// out.

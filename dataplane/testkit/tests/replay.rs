@@ -236,6 +236,40 @@ fn fragments_sent_before_their_first_fragment_get_its_verdict() {
     }
 }
 
+/// A flood of first fragments is counted: those refused because their
+/// source holds its share of the table, and the entries evicted when many
+/// sources fill it (what a many-source flood costs real flows).
+#[test]
+fn first_fragment_floods_are_counted() {
+    let frames =
+        gen::first_fragment_flood(cfdp_engine::FRAG_PER_SOURCE, cfdp_engine::FRAG_CAPACITY);
+    let dir = tmpdir("frag-flood");
+    let input = dir.join("flood.pcap");
+    gen::write_pcap(&input, &frames).unwrap();
+    let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
+    let (_store, dp) = RuleStore::fixed(&rules[..], Mode::Verify, 1).unwrap();
+    let r = replay(&ReplayOptions::new(input, 1), &dp, &mut |_, _| {}).unwrap();
+    let t = &r.stats.totals;
+    assert_eq!(
+        (
+            t.fragments,
+            t.forwarded,
+            t.matched,
+            t.fragments_source_refused,
+            t.fragments_evicted
+        ),
+        (
+            frames.len() as u64,
+            frames.len() as u64,
+            0,
+            10,
+            cfdp_engine::FRAG_PER_SOURCE as u64
+        ),
+        "{t:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// First fragments without their ports (an IPv6 chain cut short, an IPv4
 /// tiny fragment) are dropped, and their later fragments do not take ports
 /// from them: port rules cannot be bypassed by splitting the headers.

@@ -1,0 +1,131 @@
+//! A connection's key: the 5-tuple with its two endpoints in a fixed
+//! order, so that a packet and its reply find the same entry, and the
+//! direction a packet takes relative to the connection's opener.
+
+use cfdp_rules::FlowKey;
+
+/// Which way a packet goes: as the packet that opened its connection
+/// (`Orig`), or back (`Reply`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dir {
+    Orig,
+    Reply,
+}
+
+impl Dir {
+    pub fn index(self) -> usize {
+        match self {
+            Dir::Orig => 0,
+            Dir::Reply => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dir::Orig => "original",
+            Dir::Reply => "reply",
+        }
+    }
+}
+
+/// The endpoints of a connection, lower (address, port) first: both
+/// directions of a connection have the same key. Exact: two connections
+/// never share a key, whatever their hashes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnKey {
+    v6: bool,
+    proto: u8,
+    lo: ([u8; 16], u16),
+    hi: ([u8; 16], u16),
+}
+
+impl ConnKey {
+    /// The key of `k`'s connection, and whether `k` goes from the lower
+    /// endpoint to the higher one (`true`) or back.
+    pub fn of(k: &FlowKey) -> (Self, bool) {
+        let (a, b) = ((k.src, k.sport), (k.dst, k.dport));
+        let from_lo = a <= b;
+        let (lo, hi) = if from_lo { (a, b) } else { (b, a) };
+        (
+            Self {
+                v6: k.v6,
+                proto: k.proto,
+                lo,
+                hi,
+            },
+            from_lo,
+        )
+    }
+
+    /// The bytes the table hashes (fixed layout, 38 bytes).
+    pub fn bytes(&self) -> [u8; 38] {
+        let mut b = [0u8; 38];
+        b[0] = u8::from(self.v6);
+        b[1] = self.proto;
+        b[2..18].copy_from_slice(&self.lo.0);
+        b[18..20].copy_from_slice(&self.lo.1.to_be_bytes());
+        b[20..36].copy_from_slice(&self.hi.0);
+        b[36..38].copy_from_slice(&self.hi.1.to_be_bytes());
+        b
+    }
+
+    pub fn proto(&self) -> u8 {
+        self.proto
+    }
+
+    /// The 5-tuple of the packet that goes from the lower endpoint
+    /// (`from_lo`) or from the higher one.
+    pub fn flow(&self, from_lo: bool) -> FlowKey {
+        let ((src, sport), (dst, dport)) = if from_lo {
+            (self.lo, self.hi)
+        } else {
+            (self.hi, self.lo)
+        };
+        FlowKey {
+            v6: self.v6,
+            src,
+            dst,
+            proto: self.proto,
+            sport,
+            dport,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn flow(src: &str, sp: u16, dst: &str, dp: u16) -> FlowKey {
+        FlowKey::new(
+            src.parse::<IpAddr>().unwrap(),
+            dst.parse::<IpAddr>().unwrap(),
+            6,
+            sp,
+            dp,
+        )
+    }
+
+    #[test]
+    fn both_directions_have_one_key() {
+        let out = flow("10.0.0.1", 40000, "192.0.2.1", 80);
+        let back = flow("192.0.2.1", 80, "10.0.0.1", 40000);
+        let (k1, lo1) = ConnKey::of(&out);
+        let (k2, lo2) = ConnKey::of(&back);
+        assert_eq!(k1, k2);
+        assert_ne!(lo1, lo2);
+        assert_eq!(k1.flow(lo1), out);
+        assert_eq!(k1.flow(lo2), back);
+        // Another port is another connection; so is the same port pair
+        // with the endpoints' addresses swapped for other ones.
+        assert_ne!(ConnKey::of(&flow("10.0.0.1", 40001, "192.0.2.1", 80)).0, k1);
+        assert_ne!(ConnKey::of(&flow("10.0.0.2", 40000, "192.0.2.1", 80)).0, k1);
+        assert_ne!(
+            k1.bytes(),
+            ConnKey::of(&flow("10.0.0.2", 40000, "192.0.2.1", 80))
+                .0
+                .bytes()
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! # cfdp-conntrack
+//!
+//! Connection tracking for stateful rules: an allowing rule marked
+//! `track` opens a connection entry for the packet it allows, and while
+//! the entry lives the packets of that connection in both directions get
+//! the rule's action before any rule is consulted — what `ct state
+//! established accept` at the top of an nftables chain does.
+//!
+//! * [`key`]: a connection's key, the same for both directions, and which
+//!   direction a packet goes.
+//! * [`state`]: TCP, UDP and ICMP states as Linux's conntrack names them,
+//!   the transitions a packet makes, and Linux's default timeouts
+//!   ([`Timeouts`], the `[conntrack]` section).
+//! * [`table`]: the table the workers share ([`ConnTable`]).
+//!
+//! Parsing the packet (TCP flags, ICMP type and identifier) is the
+//! decoder's; deciding which rule allowed a packet is the classifier's.
+//! This crate only keeps connections: it depends on the filter and the
+//! rule model, and nothing of the data plane depends on it but the worker.
+#![forbid(unsafe_code)]
+
+pub mod key;
+pub mod state;
+pub mod table;
+
+pub use key::{ConnKey, Dir};
+pub use state::{State, Timeouts};
+pub use table::{ConnInfo, ConnTable, Counts, Hit, OpenError};

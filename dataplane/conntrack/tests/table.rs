@@ -1,0 +1,254 @@
+//! The connection table: both directions, exact keys, timeouts by packet
+//! time, a full table, and workers on several threads.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use cfdp_conntrack::state::tcp::{ACK, FIN, SYN};
+use cfdp_conntrack::{ConnTable, Dir, OpenError, State, Timeouts};
+use cfdp_rules::{Action, FlowKey, HashSecret};
+
+const S: u64 = 1_000_000_000;
+
+fn v4(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(i))
+}
+
+/// Client `i` (10.0.0.0 + i, port 40000 + i % 20000) to 192.0.2.1:80.
+fn tcp(i: u32) -> FlowKey {
+    FlowKey::new(
+        v4(0x0a00_0000 + i),
+        v4(0xc000_0201),
+        6,
+        40000 + (i % 20000) as u16,
+        80,
+    )
+}
+
+fn udp(i: u32) -> FlowKey {
+    FlowKey::new(v4(0x0a00_0000 + i), v4(0xc000_0235), 17, 5000, 53)
+}
+
+fn back(k: &FlowKey) -> FlowKey {
+    FlowKey {
+        src: k.dst,
+        dst: k.src,
+        sport: k.dport,
+        dport: k.sport,
+        ..*k
+    }
+}
+
+fn table(capacity: usize) -> ConnTable {
+    ConnTable::new(capacity, Timeouts::default(), HashSecret::from_seed(7)).unwrap()
+}
+
+#[test]
+fn both_directions_share_one_connection_and_its_action() {
+    let t = table(1024);
+    let k = tcp(1);
+    assert_eq!(t.lookup(&k, SYN, 60, 0), None);
+    let h = t.open(&k, SYN, false, 7, Action::Count, 60, 0).unwrap();
+    assert_eq!(
+        (h.rule, h.action, h.dir, h.state),
+        (7, Action::Count, Dir::Orig, State::TcpSynSent)
+    );
+    let r = t.lookup(&back(&k), SYN | ACK, 60, S).unwrap();
+    assert_eq!(
+        (r.dir, r.state, r.action),
+        (Dir::Reply, State::TcpSynRecv, Action::Count)
+    );
+    assert_eq!(
+        t.lookup(&k, ACK, 52, 2 * S).unwrap().state,
+        State::TcpEstablished
+    );
+    // Another client port, another server, another protocol: not it.
+    assert_eq!(t.lookup(&tcp(2), ACK, 52, 2 * S), None);
+    assert_eq!(t.lookup(&FlowKey { dport: 81, ..k }, ACK, 52, 2 * S), None);
+    assert_eq!(t.lookup(&FlowKey { proto: 17, ..k }, 0, 52, 2 * S), None);
+    let l = t.list(10, |_| true);
+    assert_eq!(l.len(), 1);
+    assert_eq!(
+        (l[0].orig, l[0].packets, l[0].bytes),
+        (k, [2, 1], [112, 60])
+    );
+    assert_eq!(l[0].state, State::TcpEstablished);
+    // Only a SYN opens a TCP connection.
+    assert_eq!(
+        t.open(&tcp(3), ACK, false, 7, Action::Allow, 52, 0),
+        Err(OpenError::NotAnOpener)
+    );
+}
+
+/// A fingerprint collision never admits a packet: a million packets of
+/// other 5-tuples against a thousand connections, none answered, though
+/// the filter let some through (counted as false positives).
+#[test]
+fn only_the_exact_key_is_admitted() {
+    let t = table(1024);
+    for i in 0..1000 {
+        t.open(&udp(i), 0, false, 1, Action::Allow, 60, 0).unwrap();
+    }
+    let mut hits = 0;
+    for i in 1000..1_001_000 {
+        hits += usize::from(t.lookup(&udp(i), 0, 60, S).is_some());
+        hits += usize::from(t.lookup(&tcp(i), ACK, 60, S).is_some());
+    }
+    assert_eq!(hits, 0);
+    let fp = t.counts().false_positives;
+    assert!(
+        fp > 0,
+        "the filter never let a stranger through: the test shows nothing"
+    );
+    for i in 0..1000 {
+        assert!(t.lookup(&back(&udp(i)), 0, 60, S).is_some(), "{i}");
+    }
+}
+
+#[test]
+fn timeouts_run_on_packet_time() {
+    let t = table(1024);
+    let k = udp(1);
+    t.open(&k, 0, false, 1, Action::Allow, 60, 0).unwrap();
+    // Unreplied: 30 s after the last packet.
+    assert!(t.lookup(&k, 0, 60, 29 * S).is_some());
+    assert!(
+        t.lookup(&back(&k), 0, 60, 58 * S).is_some(),
+        "29 s after the last"
+    );
+    // Replied now: 120 s.
+    assert!(t.lookup(&k, 0, 60, 170 * S).is_some());
+    assert_eq!(t.lookup(&k, 0, 60, 291 * S), None, "121 s after the last");
+    assert_eq!(t.len(), 0);
+    // A sweep removes what no packet came back for.
+    for i in 10..20 {
+        t.open(&udp(i), 0, false, 1, Action::Allow, 60, 0).unwrap();
+    }
+    let x = tcp(5);
+    t.open(&x, SYN, false, 1, Action::Allow, 60, 0).unwrap();
+    t.lookup(&back(&x), SYN | ACK, 60, 0).unwrap();
+    t.lookup(&x, ACK, 60, 0).unwrap();
+    assert_eq!(t.sweep(31 * S), 10);
+    assert_eq!(t.len(), 1, "the established TCP connection stays");
+    let c = t.counts();
+    assert_eq!(
+        (c.expired, c.by_state[State::TcpEstablished.index()]),
+        (11, 1)
+    );
+    // A FIN each way and the last ACK: TIME_WAIT, 120 s.
+    t.lookup(&x, FIN | ACK, 60, 40 * S).unwrap();
+    t.lookup(&back(&x), FIN | ACK, 60, 40 * S).unwrap();
+    assert_eq!(
+        t.lookup(&x, ACK, 60, 40 * S).unwrap().state,
+        State::TcpTimeWait
+    );
+    assert_eq!(t.sweep(159 * S), 0);
+    assert_eq!(t.sweep(161 * S), 1);
+    assert!(t.is_empty());
+}
+
+/// Full of established connections, a SYN flood is refused and pushes
+/// none of them out; with embryonic entries among them, new connections
+/// take the embryonic ones' places and the established stay.
+#[test]
+fn a_full_table_never_drops_an_established_connection() {
+    let t = table(64);
+    let establish = |i: u32| {
+        t.open(&tcp(i), SYN, false, 1, Action::Allow, 60, 0)
+            .unwrap();
+        t.lookup(&back(&tcp(i)), SYN | ACK, 60, 0).unwrap();
+        assert_eq!(
+            t.lookup(&tcp(i), ACK, 60, 0).unwrap().state,
+            State::TcpEstablished
+        );
+    };
+    (0..64).for_each(establish);
+    for i in 1000..2000 {
+        assert_eq!(
+            t.open(&tcp(i), SYN, false, 1, Action::Allow, 60, S),
+            Err(OpenError::Full)
+        );
+    }
+    let c = t.counts();
+    assert_eq!(
+        (c.refused, c.by_state[State::TcpEstablished.index()]),
+        (1000, 64)
+    );
+    for i in 0..64 {
+        assert!(t.lookup(&back(&tcp(i)), ACK, 60, S).is_some(), "{i}");
+    }
+
+    let t = table(64);
+    (0..32).for_each(|i| {
+        t.open(&tcp(i), SYN, false, 1, Action::Allow, 60, 0)
+            .unwrap();
+        t.lookup(&back(&tcp(i)), SYN | ACK, 60, 0).unwrap();
+        t.lookup(&tcp(i), ACK, 60, 0).unwrap();
+    });
+    for i in 1000..2000 {
+        t.open(&tcp(i), SYN, false, 1, Action::Allow, 60, S + u64::from(i))
+            .unwrap();
+    }
+    let c = t.counts();
+    assert_eq!(c.refused, 0);
+    assert_eq!(c.by_state[State::TcpEstablished.index()], 32);
+    assert_eq!(c.by_state[State::TcpSynSent.index()], 32);
+    assert_eq!(c.early_dropped, 1000 - 32);
+    assert_eq!(t.len(), 64);
+}
+
+/// Workers on different threads: one sees every connection's opening
+/// SYN, another its reply (after the opener, as a reply comes after what
+/// it answers), while a third opens and expires other connections in the
+/// same stripes. Every reply finds its connection.
+#[test]
+fn directions_on_different_threads_meet_in_one_entry() {
+    let t = table(1 << 16);
+    let n = 20_000u32;
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..n {
+                t.open(&tcp(i), SYN, false, 1, Action::Allow, 60, 0)
+                    .unwrap();
+                tx.send(i).unwrap();
+            }
+            drop(tx);
+        });
+        s.spawn(|| {
+            for i in rx {
+                let h = t.lookup(&back(&tcp(i)), SYN | ACK, 60, 0);
+                assert_eq!(
+                    h.map(|h| (h.dir, h.state)),
+                    Some((Dir::Reply, State::TcpSynRecv)),
+                    "{i}"
+                );
+            }
+        });
+        s.spawn(|| {
+            // Opened at 0 and swept at 31 s: UDP's 30 s are over, the
+            // TCP connections' 60 and 120 s are not.
+            for _ in 0..20 {
+                for i in 0..1000 {
+                    let k = udp(100_000 + i);
+                    let _ = t.open(&k, 0, false, 2, Action::Allow, 60, 0);
+                }
+                t.sweep(31 * S);
+            }
+        });
+    });
+    let c = t.counts();
+    assert_eq!(c.by_state[State::TcpSynRecv.index()], u64::from(n));
+    assert_eq!(t.len() as u64, c.by_state.iter().sum::<u64>());
+}
+
+#[test]
+fn memory_per_connection_is_what_the_docs_say() {
+    // Key 38 bytes, entry 64 (with padding), the map's control byte: 105
+    // bytes a slot, plus a quarter of spare room, the embryonic queue's
+    // key and ~2 bytes of filter.
+    const { assert!(cfdp_conntrack::table::SLOT_BYTES <= 105) };
+    let t = table(1 << 20);
+    let per = t.memory_bytes() as f64 / f64::from(1u32 << 20);
+    eprintln!("{per:.1} bytes per connection at 2^20");
+    assert!(per < 200.0, "{per} bytes per connection");
+}

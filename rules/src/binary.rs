@@ -44,7 +44,7 @@ use crate::acl_match::{AclMatch, PortRange};
 use crate::flow::proto;
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
-use crate::rule::{Action, Dir, Match, Rule, RuleId};
+use crate::rule::{Action, Allowing, Dir, Match, Rule, RuleId};
 use crate::FlowKey;
 
 /// Bytes of one record.
@@ -82,14 +82,22 @@ pub fn encode_wide(r: &Rule) -> [u8; RECORD_WIDE] {
     b
 }
 
+/// An action's code and port. A stateful rule's action is its allowing
+/// action's code plus [`TRACKED`].
 fn action_bytes(a: Action) -> (u8, u16) {
     match a {
         Action::Drop => (0, 0),
         Action::Allow => (1, 0),
         Action::Count => (2, 0),
         Action::Redirect(p) => (3, p),
+        Action::Track(Allowing::Allow) => (1 + TRACKED, 0),
+        Action::Track(Allowing::Count) => (2 + TRACKED, 0),
+        Action::Track(Allowing::Redirect(p)) => (3 + TRACKED, p),
     }
 }
+
+/// Added to an allowing action's code for a stateful rule (`track`).
+const TRACKED: u8 = 3;
 
 /// The rule of a wide record, or what is wrong with it.
 pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
@@ -164,7 +172,12 @@ fn head(b: &[u8; RECORD]) -> Result<(RuleId, Action), DecodeError> {
         (1, 0) => Action::Allow,
         (2, 0) => Action::Count,
         (3, p) => Action::Redirect(p),
-        (a @ 0..=2, p) => return Err(DecodeError::PortWithoutRedirect { action: a, port: p }),
+        (4, 0) => Action::Track(Allowing::Allow),
+        (5, 0) => Action::Track(Allowing::Count),
+        (6, p) => Action::Track(Allowing::Redirect(p)),
+        (a @ (0..=2 | 4 | 5), p) => {
+            return Err(DecodeError::PortWithoutRedirect { action: a, port: p })
+        }
         (a, _) => return Err(DecodeError::UnknownAction(a)),
     };
     Ok((id, action))
@@ -372,6 +385,9 @@ mod tests {
             json!({"id": 5, "match": {"src_prefix": "2001:db8::/33", "proto": "udp", "port": 53}, "action": "drop"}),
             json!({"id": 6, "match": {"dst_prefix": "0.0.0.0/0", "proto": 47}, "action": "drop"}),
             json!({"id": 7, "match": {"src_prefix": "192.0.2.7"}, "action": {"redirect": 0}}),
+            json!({"id": 8, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow", "track": true}),
+            json!({"id": 9, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "count", "track": true}),
+            json!({"id": 10, "match": {"dst_prefix": "10.0.0.0/8"}, "action": {"redirect": 9}, "track": true}),
         ];
         texts
             .iter()

@@ -21,6 +21,8 @@
 //!   **destination** port, which needs `proto` tcp or udp.
 //! * `action`: `"drop"`, `"allow"`, `"count"` (allow and count per rule) or
 //!   `{"redirect": PORT}` (send out of output port PORT).
+//! * `track`: `true` beside an allowing action makes the rule stateful
+//!   ([`Action::Track`]).
 //!
 //! Every problem is reported with the rule's position, its id when known,
 //! and the field: `rule #2 (id 7): match.flow.sport: ...`.
@@ -49,15 +51,89 @@ pub enum Action {
     Count,
     /// Forward out of the given output port.
     Redirect(u16),
+    /// A stateful rule (`"track": true` beside an allowing action): the
+    /// packet it allows opens a connection, whose packets in both
+    /// directions then take this action before any rule is consulted
+    /// (`cfdp-conntrack`). Written as its action and `"track": true`, never
+    /// as a variant of its own: serde skips it.
+    #[serde(skip)]
+    Track(Allowing),
 }
 
+/// The actions that let a packet through: those a stateful rule may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Allowing {
+    Allow,
+    Count,
+    Redirect(u16),
+}
+
+impl Allowing {
+    /// The action it is when not tracked.
+    pub fn action(self) -> Action {
+        match self {
+            Allowing::Allow => Action::Allow,
+            Allowing::Count => Action::Count,
+            Allowing::Redirect(p) => Action::Redirect(p),
+        }
+    }
+}
+
+/// `"track": true` beside an action that does not let the packet through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotAllowing(pub Action);
+
+impl fmt::Display for NotAllowing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "only an allowing action (allow, count, redirect) can be tracked, not {}",
+            self.0.name()
+        )
+    }
+}
+
+impl std::error::Error for NotAllowing {}
+
 impl Action {
+    /// The action's name, tracked or not (`track` is said apart).
     pub fn name(&self) -> &'static str {
         match self {
             Action::Drop => "drop",
-            Action::Allow => "allow",
-            Action::Count => "count",
-            Action::Redirect(_) => "redirect",
+            Action::Allow | Action::Track(Allowing::Allow) => "allow",
+            Action::Count | Action::Track(Allowing::Count) => "count",
+            Action::Redirect(_) | Action::Track(Allowing::Redirect(_)) => "redirect",
+        }
+    }
+
+    /// What happens to the packet itself: the action without its tracking.
+    pub fn plain(self) -> Action {
+        match self {
+            Action::Track(a) => a.action(),
+            a => a,
+        }
+    }
+
+    /// The action a stateful rule applies, when this is one.
+    pub fn tracked(self) -> Option<Allowing> {
+        match self {
+            Action::Track(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// This action made stateful (`track`) or not; only an allowing
+    /// action can be tracked.
+    pub fn with_track(self, track: bool) -> Result<Action, NotAllowing> {
+        let plain = self.plain();
+        if !track {
+            return Ok(plain);
+        }
+        match plain {
+            Action::Allow => Ok(Action::Track(Allowing::Allow)),
+            Action::Count => Ok(Action::Track(Allowing::Count)),
+            Action::Redirect(p) => Ok(Action::Track(Allowing::Redirect(p))),
+            a => Err(NotAllowing(a)),
         }
     }
 }
@@ -175,7 +251,8 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
     let obj = v
         .as_object()
         .ok_or_else(|| err("", "a rule is an object with id, match, action".into()))?;
-    check_keys(obj, &["id", "priority", "match", "action"], "").map_err(|(f, m)| err(&f, m))?;
+    check_keys(obj, &["id", "priority", "match", "action", "track"], "")
+        .map_err(|(f, m)| err(&f, m))?;
     let id = match obj.get("id") {
         Some(Value::Number(n)) => n
             .as_u64()
@@ -192,6 +269,18 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
             )
         })?,
         None => return Err(err("action", "missing".into())),
+    };
+    let action = match obj.get("track") {
+        None | Some(Value::Bool(false)) => action,
+        Some(Value::Bool(true)) => action
+            .with_track(true)
+            .map_err(|e| err("track", e.to_string()))?,
+        Some(other) => {
+            return Err(err(
+                "track",
+                format!("expected true or false, found {other}"),
+            ))
+        }
     };
     let m = obj
         .get("match")

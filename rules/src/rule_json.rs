@@ -17,13 +17,19 @@ impl Serialize for Rule {
             Match::Acl { priority, .. } => Some(priority),
             _ => None,
         };
-        let mut m = s.serialize_map(Some(3 + usize::from(priority.is_some())))?;
+        let track = self.action.tracked().is_some();
+        let mut m = s.serialize_map(Some(
+            3 + usize::from(priority.is_some()) + usize::from(track),
+        ))?;
         m.serialize_entry("id", &self.id)?;
         if let Some(p) = priority {
             m.serialize_entry("priority", &p)?;
         }
         m.serialize_entry("match", &MatchJson(&self.matcher))?;
-        m.serialize_entry("action", &self.action)?;
+        m.serialize_entry("action", &self.action.plain())?;
+        if track {
+            m.serialize_entry("track", &true)?;
+        }
         m.end()
     }
 }

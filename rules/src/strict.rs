@@ -82,6 +82,18 @@ impl<'a> Reader<'a> {
         u16::try_from(self.uint()?).ok()
     }
 
+    /// `true` or `false`.
+    fn boolean(&mut self) -> Option<bool> {
+        self.ws();
+        for (word, v) in [("true", true), ("false", false)] {
+            if self.s[self.i..].starts_with(word) {
+                self.i += word.len();
+                return Some(v);
+            }
+        }
+        None
+    }
+
     /// An object: `f` reads each key's value (and refuses unknown keys).
     fn object(&mut self, mut f: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.eat(b'{')?;
@@ -192,12 +204,14 @@ impl<'a> Reader<'a> {
 impl<'a> Reader<'a> {
     fn rule_object(&mut self) -> Option<FastRule<'a>> {
         let (mut id, mut priority, mut matcher, mut action) = (None, None, None, None);
+        let mut track = None;
         self.object(|r, k| {
             match k {
                 "id" if id.is_none() => id = Some(u32::try_from(r.uint()?).ok()?),
                 "priority" if priority.is_none() => priority = Some(r.uint()?),
                 "match" if matcher.is_none() => matcher = Some(r.matcher()?),
                 "action" if action.is_none() => action = Some(r.action()?),
+                "track" if track.is_none() => track = Some(r.boolean()?),
                 _ => return None,
             }
             Some(())
@@ -206,7 +220,8 @@ impl<'a> Reader<'a> {
             id: id?,
             priority,
             matcher: matcher?,
-            action: action?,
+            // A tracked action that cannot be: the general parser says why.
+            action: action?.with_track(track.unwrap_or(false)).ok()?,
         })
     }
 
@@ -357,6 +372,8 @@ mod tests {
             r#"{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "udp", "sport": 53, "dport": 0}}, "action": "drop"}"#,
             " {\"action\":{\"redirect\":65535},\"match\":{\"dst_prefix\":\"10.0.0.0/8\",\"port\":80,\"proto\":6},\"id\":4294967295}\n",
             r#"{"id": 0, "match": {}, "action": "count"}"#,
+            r#"{"id": 2, "track": true, "match": {}, "action": {"redirect": 3}}"#,
+            r#"{"id": 2, "match": {}, "action": "drop", "track": false}"#,
         ];
         for t in taken {
             assert!(super::rule(t).is_some(), "{t}");
@@ -378,6 +395,9 @@ mod tests {
             r#"{"id": 1, "match": {"proto": 256}, "action": "drop"}"#,
             "{\"id\": 1, \"match\": {\"dst_prefix\": \"a\tb\"}, \"action\": \"drop\"}",
             r#"{"id": 1, "match": {}}"#,
+            r#"{"id": 1, "match": {}, "action": "drop", "track": true}"#,
+            r#"{"id": 1, "match": {}, "action": "allow", "track": 1}"#,
+            r#"{"id": 1, "match": {}, "action": "allow", "track": truex}"#,
         ];
         for t in left {
             assert!(super::rule(t).is_none(), "{t}");

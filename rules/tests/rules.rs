@@ -11,8 +11,28 @@ const FILE: &str = r#"{"rules": [
   {"id": 22, "match": {"dst_prefix": "10.0.0.0/16", "proto": "udp", "port": 53}, "action": {"redirect": 2}},
   {"id": 23, "match": {"src_prefix": "10.0.0.0/16"}, "action": "drop"},
   {"id": 30, "match": {"src_prefix": "2001:db8::/32", "proto": 58}, "action": "drop"},
-  {"id": 40, "match": {"flow": {"src": "192.0.2.1", "dst": "192.0.2.2", "proto": "icmp"}}, "action": "count"}
+  {"id": 40, "match": {"flow": {"src": "192.0.2.1", "dst": "192.0.2.2", "proto": "icmp"}}, "action": "count"},
+  {"id": 50, "priority": 3, "match": {"src_prefix": "10.0.0.0/8", "proto": "tcp", "dport": 22}, "action": "allow", "track": true},
+  {"id": 51, "match": {"dst_prefix": "10.9.0.0/16"}, "action": {"redirect": 1}, "track": true},
+  {"id": 52, "match": {"dst_prefix": "10.8.0.0/16"}, "action": "count", "track": false}
 ]}"#;
+
+/// `"track": true` makes an allowing rule stateful; `false` is the same as
+/// leaving it out; the action is written back with it.
+#[test]
+fn tracked_rules_read_and_write_back() {
+    use cfdp_rules::{Action, Allowing};
+    let rules = parse_rule_file(FILE).unwrap();
+    let action = |id| rules.iter().find(|r| r.id == id).unwrap().action;
+    assert_eq!(action(50), Action::Track(Allowing::Allow));
+    assert_eq!(action(51), Action::Track(Allowing::Redirect(1)));
+    assert_eq!(action(52), Action::Count);
+    let text = serde_json::to_string(rules.iter().find(|r| r.id == 51).unwrap()).unwrap();
+    assert!(
+        text.ends_with(r#""action":{"redirect":1},"track":true}"#),
+        "{text}"
+    );
+}
 
 #[test]
 fn rules_round_trip_through_json() {
@@ -73,6 +93,10 @@ fn errors_name_the_rule_and_the_field() {
         (r#"{"rules": []} 7"#, "not valid JSON: trailing characters"),
         (r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"}, 3]}"#,
          "rule #2: a rule is an object"),
+        (r#"{"rules": [{"id": 4, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop", "track": true}]}"#,
+         "rule #1 (id 4): track: only an allowing action (allow, count, redirect) can be tracked, not drop"),
+        (r#"{"rules": [{"id": 4, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "allow", "track": "yes"}]}"#,
+         "rule #1 (id 4): track: expected true or false"),
     ];
     for (text, want) in cases {
         let got = err(text);

@@ -24,7 +24,7 @@ use std::time::Instant;
 use cfdp_packet::frag::{FragTable, Held, HoldLimits, HoldTable};
 use cfdp_packet::prefetch::prefetch_read;
 use cfdp_packet::{decode, decode_fast, Decoded, Frag, LinkType};
-use cfdp_rules::{Action, FlowKey};
+use cfdp_rules::{Action, Allowing, FlowKey};
 use hdrhistogram::Histogram;
 use left_right::ReadHandleFactory;
 
@@ -468,15 +468,17 @@ impl Judge<'_> {
                 self.rules.add(r.slot, u64::from(orig_len), self.now_s);
                 match r.action {
                     Action::Drop => Verdict::Drop,
-                    Action::Allow => {
+                    Action::Allow | Action::Track(Allowing::Allow) => {
                         c.allowed += 1;
                         Verdict::Forward
                     }
-                    Action::Count => {
+                    Action::Count | Action::Track(Allowing::Count) => {
                         c.counted += 1;
                         Verdict::Forward
                     }
-                    Action::Redirect(port) => Verdict::Redirect(port),
+                    Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => {
+                        Verdict::Redirect(port)
+                    }
                 }
             }
         };

@@ -10,7 +10,9 @@
 //! zeros, one byte for zero).
 
 use cfdp_rules::rule::MAX_PRIORITY;
-use cfdp_rules::{AclMatch, Action, IpPrefix, Match, MatchError, PortField, PortRange, Rule};
+use cfdp_rules::{
+    AclMatch, Action, Allowing, IpPrefix, Match, MatchError, PortField, PortRange, Rule,
+};
 use prost::bytes::Bytes;
 
 use crate::pipeline::{self, Table, DPORT, DST, PROTO, SPORT, SRC};
@@ -181,10 +183,17 @@ pub fn entry_action(e: &p4::TableEntry) -> Result<Action, EntryError> {
         pipeline::DROP => no_params(Action::Drop),
         pipeline::ALLOW => no_params(Action::Allow),
         pipeline::COUNT => no_params(Action::Count),
-        pipeline::REDIRECT => match a.params.as_slice() {
+        pipeline::ALLOW_TRACKED => no_params(Action::Track(Allowing::Allow)),
+        pipeline::COUNT_TRACKED => no_params(Action::Track(Allowing::Count)),
+        id @ (pipeline::REDIRECT | pipeline::REDIRECT_TRACKED) => match a.params.as_slice() {
             [p] if p.param_id == pipeline::REDIRECT_PORT => {
                 let port = value("action.port", &p.value, 2)?;
-                Ok(Action::Redirect(u16::from_be_bytes([port[0], port[1]])))
+                let port = u16::from_be_bytes([port[0], port[1]]);
+                Ok(if id == pipeline::REDIRECT {
+                    Action::Redirect(port)
+                } else {
+                    Action::Track(Allowing::Redirect(port))
+                })
             }
             _ => Err(EntryError::invalid(
                 "action.params",
@@ -316,17 +325,20 @@ pub fn rule_entry(r: &Rule) -> Option<p4::TableEntry> {
             });
         }
     }
+    let port = |port: u16| {
+        vec![p4::action::Param {
+            param_id: pipeline::REDIRECT_PORT,
+            value: canonical(&port.to_be_bytes()),
+        }]
+    };
     let (action_id, params) = match r.action {
         Action::Drop => (pipeline::DROP, vec![]),
         Action::Allow => (pipeline::ALLOW, vec![]),
         Action::Count => (pipeline::COUNT, vec![]),
-        Action::Redirect(port) => (
-            pipeline::REDIRECT,
-            vec![p4::action::Param {
-                param_id: pipeline::REDIRECT_PORT,
-                value: canonical(&port.to_be_bytes()),
-            }],
-        ),
+        Action::Redirect(p) => (pipeline::REDIRECT, port(p)),
+        Action::Track(Allowing::Allow) => (pipeline::ALLOW_TRACKED, vec![]),
+        Action::Track(Allowing::Count) => (pipeline::COUNT_TRACKED, vec![]),
+        Action::Track(Allowing::Redirect(p)) => (pipeline::REDIRECT_TRACKED, port(p)),
     };
     Some(p4::TableEntry {
         table_id: t.id(),
@@ -423,6 +435,33 @@ mod tests {
         assert_eq!(back.r#match[2], r(DPORT, &[80], &[1, 0]));
         assert_eq!(entry_match(&back), Ok(m));
         assert_eq!(entry_action(&back), Ok(action));
+        // Every action, stateful or not, is an action of the pipeline and
+        // comes back as itself.
+        for action in [
+            Action::Drop,
+            Action::Allow,
+            Action::Count,
+            Action::Redirect(7),
+            Action::Track(Allowing::Allow),
+            Action::Track(Allowing::Count),
+            Action::Track(Allowing::Redirect(7)),
+        ] {
+            let e = rule_entry(&Rule {
+                id: 1,
+                matcher: m,
+                action,
+            })
+            .unwrap();
+            assert_eq!(entry_action(&e), Ok(action));
+            let id = match e.action.and_then(|a| a.r#type) {
+                Some(p4::table_action::Type::Action(a)) => a.action_id,
+                other => panic!("{other:?}"),
+            };
+            assert!(crate::pipeline::p4info()
+                .actions
+                .iter()
+                .any(|a| { a.preamble.as_ref().is_some_and(|p| p.id == id) }));
+        }
     }
 
     #[test]

@@ -26,6 +26,14 @@ pub const DROP: u32 = ACTION | 1;
 pub const ALLOW: u32 = ACTION | 2;
 pub const COUNT: u32 = ACTION | 3;
 pub const REDIRECT: u32 = ACTION | 4;
+/// The stateful forms of the three allowing actions (a rule's `"track":
+/// true`): the packet they allow opens a connection whose packets, both
+/// ways, take the same action before any entry is consulted. Actions of
+/// their own rather than a parameter, so that a controller's P4Info shows
+/// which entries are stateful and a parameterless `allow` stays one.
+pub const ALLOW_TRACKED: u32 = ACTION | 5;
+pub const COUNT_TRACKED: u32 = ACTION | 6;
+pub const REDIRECT_TRACKED: u32 = ACTION | 7;
 /// `redirect`'s one parameter, the output port.
 pub const REDIRECT_PORT: u32 = 1;
 
@@ -151,7 +159,17 @@ fn table(t: Table) -> info::Table {
             field(t, SPORT, 16, Range),
             field(t, DPORT, 16, Range),
         ],
-        action_refs: [DROP, ALLOW, COUNT, REDIRECT].map(action).to_vec(),
+        action_refs: [
+            DROP,
+            ALLOW,
+            COUNT,
+            REDIRECT,
+            ALLOW_TRACKED,
+            COUNT_TRACKED,
+            REDIRECT_TRACKED,
+        ]
+        .map(action)
+        .to_vec(),
         const_default_action_id: 0,
         implementation_id: 0,
         direct_resource_ids: vec![counter],
@@ -179,14 +197,21 @@ fn counter(id: u32, name: &str, t: Table) -> info::DirectCounter {
 
 /// cfdp's P4Info.
 pub fn p4info() -> info::P4Info {
-    let mut redirect = action(REDIRECT, "redirect", "forward out of an output port");
-    redirect.params.push(info::action::Param {
+    let port = info::action::Param {
         id: REDIRECT_PORT,
         name: "port".to_string(),
         annotations: Vec::new(),
         bitwidth: 16,
         doc: None,
-    });
+    };
+    let mut redirect = action(REDIRECT, "redirect", "forward out of an output port");
+    redirect.params.push(port.clone());
+    let mut redirect_tracked = action(
+        REDIRECT_TRACKED,
+        "redirect_tracked",
+        "forward out of an output port and track the connection (both directions then take it)",
+    );
+    redirect_tracked.params.push(port);
     info::P4Info {
         pkg_info: Some(info::PkgInfo {
             name: "cfdp".to_string(),
@@ -208,6 +233,17 @@ pub fn p4info() -> info::P4Info {
                 "forward the packet (every entry is counted)",
             ),
             redirect,
+            action(
+                ALLOW_TRACKED,
+                "allow_tracked",
+                "forward the packet and track the connection (both directions then forwarded)",
+            ),
+            action(
+                COUNT_TRACKED,
+                "count_tracked",
+                "forward and count the packet and track the connection",
+            ),
+            redirect_tracked,
         ],
         direct_counters: vec![
             counter(ACL_COUNTER, "acl_counter", Table::Acl),

@@ -1,7 +1,8 @@
 //! Any bytes as a frame of any link type: decode must not panic, and an IP
-//! result must be self-consistent.
+//! result must be self-consistent; nor must reading the transport facts
+//! connection tracking asks for, which agree with the decoded protocol.
 #![no_main]
-use cfdp_packet::decode::{decode, decode_fast, Decoded, Frag, LinkType};
+use cfdp_packet::decode::{decode, decode_fast, transport, Decoded, Frag, LinkType, Transport};
 use libfuzzer_sys::fuzz_target;
 
 const LINKS: [u32; 10] = [1, 113, 276, 101, 228, 229, 0, 108, 239, 147];
@@ -22,6 +23,10 @@ fuzz_target!(|data: &[u8]| {
             }
             other => panic!("fast path {key:?}, decode {other:?}"),
         }
+    }
+    let facts = transport(link, frame);
+    if let Transport::Tcp { .. } = facts {
+        assert!(matches!(full, Decoded::Ip(p) if p.key.proto == 6), "{facts:?} {full:?}");
     }
     if let Decoded::Ip(p) = full {
         assert!(p.l3.offset < frame.len());

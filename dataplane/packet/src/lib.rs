@@ -16,4 +16,7 @@ pub mod decode;
 pub mod frag;
 pub mod prefetch;
 
-pub use decode::{decode, decode_fast, Decoded, Frag, IpPacket, LinkType, Malformed, NonIp, L3};
+pub use decode::{
+    decode, decode_fast, transport, Decoded, Frag, IpPacket, LinkType, Malformed, NonIp, Transport,
+    L3,
+};

@@ -166,7 +166,7 @@ fn is_ipv6_extension(n: u8) -> bool {
 /// of bounds (`from_slice_unchecked`) on a lax-parsed packet whose
 /// fragment header is cut short — a heap overflow from packet input, found
 /// by the `decode` fuzz target (reproducer in `tests/decode.rs`).
-fn ipv6_fragment(first: u8, exts: &[u8]) -> Frag {
+pub(super) fn ipv6_fragment(first: u8, exts: &[u8]) -> Frag {
     const HOP_BY_HOP: u8 = 0;
     const ROUTING: u8 = 43;
     const FRAGMENT: u8 = 44;

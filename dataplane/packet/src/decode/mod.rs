@@ -15,9 +15,11 @@
 mod ip;
 mod link;
 mod outcome;
+mod transport;
 
 pub use link::LinkType;
 pub use outcome::{Decoded, Frag, IpPacket, Malformed, NonIp, L3};
+pub use transport::{transport, Transport};
 
 use cfdp_rules::FlowKey;
 

@@ -1,0 +1,242 @@
+//! What connection tracking reads beyond the 5-tuple: TCP flags, an ICMP
+//! echo's identifier, and the packet an ICMP error is about. Read on
+//! demand (the worker asks only for TCP and ICMP packets, and only when
+//! connections are tracked), never on the decoder's fast path.
+
+use cfdp_rules::{proto, FlowKey};
+use etherparse::LaxIpSlice;
+
+use super::link::{locate_ip, LinkResult};
+use super::outcome::Frag;
+use super::LinkType;
+
+/// A packet's transport facts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// TCP, with its flags byte (FIN 0x01, SYN 0x02, RST 0x04, ACK 0x10).
+    Tcp { flags: u8 },
+    /// An ICMP or ICMPv6 echo request or reply and its identifier.
+    Echo { id: u16, request: bool },
+    /// An ICMP or ICMPv6 error (destination unreachable, time exceeded,
+    /// parameter problem; for ICMPv4 also source quench and redirect; for
+    /// ICMPv6 packet too big), with the 5-tuple of the packet it quotes,
+    /// as that packet was sent (ports 0 when the quote is too short or
+    /// its protocol has none; an echo's identifier as both ports).
+    Error { inner: FlowKey },
+    /// Anything else: UDP, other ICMP messages, other protocols, a later
+    /// fragment, a header cut short.
+    Other,
+}
+
+const ICMP: u8 = 1;
+const ICMPV6: u8 = 58;
+
+/// The transport facts of a frame (see [`Transport`]).
+pub fn transport(link: LinkType, frame: &[u8]) -> Transport {
+    let LinkResult::Ip(l3) = locate_ip(link, frame) else {
+        return Transport::Other;
+    };
+    let Some(Ok((ip, _))) = frame.get(l3.offset..).map(LaxIpSlice::from_slice) else {
+        return Transport::Other;
+    };
+    let (v6, later_fragment, p) = match &ip {
+        LaxIpSlice::Ipv4(v4) => {
+            let h = v4.header();
+            (false, h.fragments_offset().value() != 0, v4.payload())
+        }
+        LaxIpSlice::Ipv6(v6) => {
+            let first = v6.header().next_header().0;
+            let frag = super::ip::ipv6_fragment(first, v6.extensions().slice());
+            (true, matches!(frag, Frag::Later { .. }), v6.payload())
+        }
+    };
+    if later_fragment {
+        return Transport::Other;
+    }
+    let b = p.payload;
+    match (p.ip_number.0, v6) {
+        (proto::TCP, _) => b
+            .get(13)
+            .map_or(Transport::Other, |&f| Transport::Tcp { flags: f }),
+        (ICMP, false) => icmp(b, false),
+        (ICMPV6, true) => icmp(b, true),
+        _ => Transport::Other,
+    }
+}
+
+fn be16(b: &[u8], i: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]))
+}
+
+/// An ICMP (`v6`: ICMPv6) message.
+fn icmp(b: &[u8], v6: bool) -> Transport {
+    let Some(&kind) = b.first() else {
+        return Transport::Other;
+    };
+    let (request, reply, error) = if v6 {
+        (128, 129, matches!(kind, 1..=4))
+    } else {
+        (8, 0, matches!(kind, 3 | 4 | 5 | 11 | 12))
+    };
+    if kind == request || kind == reply {
+        return be16(b, 4).map_or(Transport::Other, |id| Transport::Echo {
+            id,
+            request: kind == request,
+        });
+    }
+    if !error {
+        return Transport::Other;
+    }
+    match b.get(8..).and_then(|q| quoted(q, v6)) {
+        Some(inner) => Transport::Error { inner },
+        None => Transport::Other,
+    }
+}
+
+/// The 5-tuple of the packet an ICMP error quotes (an IP header and at
+/// least the first 8 bytes of its payload). IPv6 extension headers in the
+/// quote are not walked: such a quote gives ports 0.
+fn quoted(q: &[u8], v6: bool) -> Option<FlowKey> {
+    let (mut key, rest) = if v6 {
+        let h = q.get(..40)?;
+        if h[0] >> 4 != 6 {
+            return None;
+        }
+        let (src, dst): ([u8; 16], [u8; 16]) =
+            (h[8..24].try_into().ok()?, h[24..40].try_into().ok()?);
+        (FlowKey::v6(src, dst, h[6], 0, 0), &q[40..])
+    } else {
+        let ihl = usize::from(*q.first()? & 0x0f) * 4;
+        if q[0] >> 4 != 4 || ihl < 20 {
+            return None;
+        }
+        let h = q.get(..ihl)?;
+        let (src, dst): ([u8; 4], [u8; 4]) =
+            (h[12..16].try_into().ok()?, h[16..20].try_into().ok()?);
+        (FlowKey::v4(src, dst, h[9], 0, 0), &q[ihl..])
+    };
+    let echo = if v6 { 128 } else { 8 };
+    let icmp = if v6 { ICMPV6 } else { ICMP };
+    match key.proto {
+        proto::TCP | proto::UDP => {
+            if let (Some(s), Some(d)) = (be16(rest, 0), be16(rest, 2)) {
+                key.sport = s;
+                key.dport = d;
+            }
+        }
+        p if p == icmp && rest.first() == Some(&echo) => {
+            if let Some(id) = be16(rest, 4) {
+                key.sport = id;
+                key.dport = id;
+            }
+        }
+        _ => {}
+    }
+    Some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+    #[test]
+    fn tcp_flags_icmp_echo_ids_and_quoted_packets_are_read() {
+        let mut tcp = Vec::new();
+        PacketBuilder::ethernet2(MAC, MAC)
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 80, 1, 1000)
+            .syn()
+            .ack(5)
+            .write(&mut tcp, &[])
+            .unwrap();
+        assert_eq!(
+            transport(LinkType::Ethernet, &tcp),
+            Transport::Tcp { flags: 0x12 }
+        );
+
+        let mut echo = Vec::new();
+        PacketBuilder::ethernet2(MAC, MAC)
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .icmpv4_echo_request(0x1234, 1)
+            .write(&mut echo, &[0; 8])
+            .unwrap();
+        assert_eq!(
+            transport(LinkType::Ethernet, &echo),
+            Transport::Echo {
+                id: 0x1234,
+                request: true
+            }
+        );
+
+        // A port unreachable quoting a UDP datagram 10.0.0.1:5000 → 10.0.0.2:53.
+        let mut udp = Vec::new();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(5000, 53)
+            .write(&mut udp, &[0; 4])
+            .unwrap();
+        let mut err = Vec::new();
+        PacketBuilder::ethernet2(MAC, MAC)
+            .ipv4([10, 0, 0, 2], [10, 0, 0, 1], 64)
+            .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+                etherparse::icmpv4::DestUnreachableHeader::Port,
+            ))
+            .write(&mut err, &udp[..28])
+            .unwrap();
+        assert_eq!(
+            transport(LinkType::Ethernet, &err),
+            Transport::Error {
+                inner: FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 5000, 53)
+            }
+        );
+
+        // UDP, and frames cut short: nothing to read.
+        assert_eq!(transport(LinkType::Raw, &udp), Transport::Other);
+        assert_eq!(transport(LinkType::Ethernet, &tcp[..40]), Transport::Other);
+        assert_eq!(
+            transport(LinkType::Ethernet, &err[..14 + 20 + 10]),
+            Transport::Other
+        );
+    }
+
+    #[test]
+    fn icmpv6_echo_ids_and_quoted_packets_are_read() {
+        // ICMPv6 echo reply; a packet too big quoting a TCP segment.
+        let (a, b) = (
+            [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        );
+        let mut reply = Vec::new();
+        PacketBuilder::ethernet2(MAC, MAC)
+            .ipv6(b, a, 64)
+            .icmpv6_echo_reply(7, 1)
+            .write(&mut reply, &[])
+            .unwrap();
+        assert_eq!(
+            transport(LinkType::Ethernet, &reply),
+            Transport::Echo {
+                id: 7,
+                request: false
+            }
+        );
+        let mut seg = Vec::new();
+        PacketBuilder::ipv6(a, b, 64)
+            .tcp(443, 50000, 1, 1000)
+            .write(&mut seg, &[])
+            .unwrap();
+        let mut big = Vec::new();
+        PacketBuilder::ethernet2(MAC, MAC)
+            .ipv6(b, a, 64)
+            .icmpv6(etherparse::Icmpv6Type::PacketTooBig { mtu: 1280 })
+            .write(&mut big, &seg[..48])
+            .unwrap();
+        assert_eq!(
+            transport(LinkType::Ethernet, &big),
+            Transport::Error {
+                inner: FlowKey::v6(a, b, 6, 443, 50000)
+            }
+        );
+    }
+}

@@ -30,6 +30,7 @@ pub struct RunConfig {
     pub dpdk: cfdp_dpdk::DpdkOptions,
     pub cluster: ClusterSection,
     pub p4runtime: P4RuntimeSection,
+    pub conntrack: cfdp_conntrack::ConntrackSection,
 }
 
 /// What a worker does when it falls behind the reader.
@@ -158,6 +159,7 @@ mod tests {
         assert_eq!(from_file.dpdk, defaults.dpdk);
         assert_eq!(from_file.cluster, defaults.cluster);
         assert_eq!(from_file.p4runtime, defaults.p4runtime);
+        assert_eq!(from_file.conntrack, defaults.conntrack);
         assert_eq!(from_file, defaults);
     }
 

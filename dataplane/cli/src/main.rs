@@ -14,7 +14,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cfdp_engine::Mode;
 use clap::{Parser, Subcommand};
 
 mod config;
@@ -43,30 +42,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Replay a pcap/pcapng capture through the rules; print a JSON summary.
-    Replay {
-        /// Capture to replay (pcap or pcapng).
-        input: PathBuf,
-        /// Rule file (JSON); without it every packet is forwarded.
-        #[arg(long)]
-        rules: Option<PathBuf>,
-        /// Write forwarded packets here (redirects go to OUT.portN.pcap).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Worker threads (default: cores − 1, at least 1).
-        #[arg(long)]
-        workers: Option<usize>,
-        /// Write exact per-flow counters as CSV.
-        #[arg(long)]
-        flows: Option<PathBuf>,
-        /// verify: confirm filter positives against the exact rule tables;
-        /// filter-only: take the action from the filter (false positives possible).
-        #[arg(long, default_value = "verify")]
-        mode: Mode,
-        /// Trace frame N (1-based) instead: its decoding, fragment state,
-        /// the rule it gets and every rule it matches (JSON).
-        #[arg(long, value_name = "N")]
-        trace: Option<u64>,
-    },
+    Replay(replay_cmd::Args),
     /// Run the data plane from a TOML configuration until SIGINT/SIGTERM
     /// (default: the embedded configs/default.toml).
     Run {
@@ -381,22 +357,6 @@ fn main() -> ExitCode {
             out,
             action,
         }),
-        Cmd::Replay {
-            input,
-            rules,
-            out,
-            workers,
-            flows,
-            mode,
-            trace,
-        } => replay_cmd::replay(replay_cmd::Args {
-            input,
-            rules,
-            out,
-            workers: workers.unwrap_or_else(default_workers),
-            flows,
-            mode,
-            trace,
-        }),
+        Cmd::Replay(a) => replay_cmd::replay(a),
     }
 }

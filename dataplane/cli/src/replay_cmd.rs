@@ -9,15 +9,35 @@ use cfdp_control::RuleStore;
 use cfdp_engine::Mode;
 use cfdp_pcap::{ReplayError, ReplayOptions, MAX_WORKERS};
 
+#[derive(clap::Args)]
 pub struct Args {
+    /// Capture to replay (pcap or pcapng).
     pub input: PathBuf,
+    /// Rule file (JSON); without it every packet is forwarded.
+    #[arg(long)]
     pub rules: Option<PathBuf>,
+    /// Write forwarded packets here (redirects go to OUT.portN.pcap).
+    #[arg(long)]
     pub out: Option<PathBuf>,
-    pub workers: usize,
+    /// Worker threads (default: cores − 1, at least 1).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Write exact per-flow counters as CSV.
+    #[arg(long)]
     pub flows: Option<PathBuf>,
+    /// verify: confirm filter positives against the exact rule tables;
+    /// filter-only: take the action from the filter (false positives possible).
+    #[arg(long, default_value = "verify")]
     pub mode: Mode,
-    /// Trace this frame (1-based) instead of replaying the capture.
+    /// Trace frame N (1-based) instead: its decoding, fragment state,
+    /// the rule it gets and every rule it matches (JSON).
+    #[arg(long, value_name = "N")]
     pub trace: Option<u64>,
+    /// A configuration file whose `[conntrack]` section (table size,
+    /// timeouts) the replay's stateful rules use; the other sections
+    /// are checked and not used.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 /// The rule file's rules (none without one).
@@ -31,23 +51,44 @@ fn read_rules(path: Option<&std::path::Path>) -> Result<Vec<cfdp_rules::Rule>, E
     }
 }
 
+/// The connection table for `rules` when one of them is stateful, from
+/// `config`'s `[conntrack]` (the embedded default's without one).
+fn conntrack_for(
+    rules: &[cfdp_rules::Rule],
+    config: Option<&std::path::Path>,
+) -> Result<Option<std::sync::Arc<cfdp_conntrack::ConnTable>>, ExitCode> {
+    if !rules.iter().any(|r| r.action.tracked().is_some()) {
+        return Ok(None);
+    }
+    crate::config::load_config(config)
+        .and_then(|cfg| crate::run::conntrack_table(&cfg.conntrack))
+        .map(Some)
+        .map_err(|e| {
+            eprintln!("cfdp: {}", crate::error::chain(&e));
+            ExitCode::from(2)
+        })
+}
+
 pub fn replay(a: Args) -> ExitCode {
     let t = std::time::Instant::now();
     let rules = match read_rules(a.rules.as_deref()) {
         Ok(r) => r,
         Err(code) => return code,
     };
-    if a.workers > MAX_WORKERS {
-        eprintln!(
-            "cfdp: workers = {}: at most {MAX_WORKERS} are supported",
-            a.workers
-        );
+    let workers = a.workers.unwrap_or_else(crate::default_workers);
+    if workers > MAX_WORKERS {
+        eprintln!("cfdp: workers = {workers}: at most {MAX_WORKERS} are supported");
         return ExitCode::from(2);
     }
     let parsed = t.elapsed();
     // The store refuses duplicate ids and matches, naming the rule.
     let n = rules.len();
-    let (store, cx) = match RuleStore::fixed(rules, a.mode, a.workers) {
+    // Stateful rules track connections (no table without any).
+    let conntrack = match conntrack_for(&rules, a.config.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let (store, cx) = match RuleStore::fixed_tracked(rules, a.mode, workers, conntrack) {
         Ok(x) => {
             if let Some(path) = &a.rules {
                 eprintln!(
@@ -72,7 +113,7 @@ pub fn replay(a: Args) -> ExitCode {
     let opts = ReplayOptions {
         input: a.input.clone(),
         out: a.out,
-        workers: a.workers,
+        workers,
         flows_csv: a.flows,
         progress: true,
         stop: None,

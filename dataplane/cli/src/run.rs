@@ -158,7 +158,8 @@ pub fn run(cfg: RunConfig, default_workers: usize, hooks: TestHooks) -> Result<(
     check(&cfg)?;
     let workers = worker_count(&cfg, default_workers)?;
     let stats = Arc::new(LiveStats::new(workers, cfg.control.max_rules));
-    let (store, journal) = build_store(&cfg, Arc::clone(&stats))?;
+    let (mut store, journal) = build_store(&cfg, Arc::clone(&stats))?;
+    store.set_conntrack(conntrack_table(&cfg.conntrack)?);
     let cx = store.worker_context();
     let c = &cfg.control;
     let plane_cfg = PlaneConfig {
@@ -500,6 +501,7 @@ fn bind_tcp(addr: std::net::SocketAddr, key: &str) -> Result<std::net::TcpListen
 /// seconds; the EAL): a refusal here is a configuration error (exit 2).
 pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     cfg.control.check()?;
+    conntrack_check(&cfg.conntrack)?;
     crate::descriptors::ensure(cfg)?;
     if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
         return Err(RunError::NotBuiltWith {
@@ -517,6 +519,26 @@ pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     }
     p4runtime_options(cfg)?;
     cluster_mode(cfg).map(|_| ())
+}
+
+/// `[conntrack]`, checked.
+fn conntrack_check(c: &cfdp_conntrack::ConntrackSection) -> Result<(), RunError> {
+    c.check().map_err(setting)
+}
+
+fn setting(b: cfdp_conntrack::settings::BadSetting) -> RunError {
+    RunError::Setting(SettingError::new("conntrack", b.key, b.value, b.need))
+}
+
+/// The connection table of `[conntrack]`, keyed by random secrets (its
+/// keys come from the network).
+pub fn conntrack_table(
+    c: &cfdp_conntrack::ConntrackSection,
+) -> Result<Arc<cfdp_conntrack::ConnTable>, RunError> {
+    let secret = cfdp_control::store::random_secret().map_err(|e| {
+        RunError::io("drawing the connection table's secret")(std::io::Error::other(e))
+    })?;
+    c.table(secret).map(Arc::new).map_err(setting)
 }
 
 /// `[cluster]`: checked (and the link to the agent made) before anything

@@ -252,3 +252,52 @@ fn replay_trace_explains_one_frame_with_its_fragment_state() {
     let (code, _) = trace(frames.len() + 1);
     assert_eq!(code, Some(2));
 }
+
+/// `cfdp replay` with stateful rules takes its table's timeouts from
+/// `--config`'s `[conntrack]`: the generated conversations' answer that
+/// comes 100 s later passes with Linux's 120 s for a replied UDP
+/// conversation, and is dropped with 50 s; a bad value exits 2 naming it.
+#[test]
+fn replay_takes_conntrack_timeouts_from_its_config() {
+    use cfdp_testkit::{captures, stateful};
+    let dir = cfdp_testkit::dirs::test_dir("replay-conntrack");
+    let capture = dir.join("stateful.pcap");
+    captures::write_pcap(&capture, &stateful::stateful_conversations()).unwrap();
+    let rules = dir.join("rules.json");
+    std::fs::write(&rules, stateful::STATEFUL_RULES).unwrap();
+    let replay = |config: Option<&str>| {
+        let mut c = cfdp();
+        c.args(["replay", "--workers", "1", "--rules"])
+            .arg(&rules)
+            .arg(&capture);
+        if let Some(text) = config {
+            let path = dir.join("cfdp.toml");
+            std::fs::write(&path, text).unwrap();
+            c.arg("--config").arg(path);
+        }
+        c.output().unwrap()
+    };
+    let forwarded = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            v["totals"]["forwarded"].as_u64().unwrap(),
+            v["totals"]["ct_opened"].as_u64().unwrap(),
+        )
+    };
+    let (linux, opened) = forwarded(&replay(None));
+    assert_eq!(opened, stateful::STATEFUL_OPENED);
+    let short = forwarded(&replay(Some("[conntrack.timeouts]\nudp_replied_s = 50\n"))).0;
+    assert_eq!(short, linux - 1);
+    let bad = replay(Some("[conntrack]\ncapacity = 0\n"));
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("conntrack") && err.contains("capacity"),
+        "{err}"
+    );
+}

@@ -12,6 +12,7 @@
 //!   the transitions a packet makes, and Linux's default timeouts
 //!   ([`Timeouts`], the `[conntrack]` section).
 //! * [`table`]: the table the workers share ([`ConnTable`]).
+//! * [`settings`]: the `[conntrack]` section.
 //!
 //! Parsing the packet (TCP flags, ICMP type and identifier) is the
 //! decoder's; deciding which rule allowed a packet is the classifier's.
@@ -20,9 +21,11 @@
 #![forbid(unsafe_code)]
 
 pub mod key;
+pub mod settings;
 pub mod state;
 pub mod table;
 
 pub use key::{ConnKey, Dir};
+pub use settings::ConntrackSection;
 pub use state::{State, Timeouts};
 pub use table::{ConnInfo, ConnTable, Counts, Hit, OpenError};

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cfdp_filter::{BloomConfig, BloomMode, Config, ConfigError, Filter};
-use cfdp_rules::{Action, FlowKey, HashSecret, RuleId};
+use cfdp_rules::{Action, FlowKey, HashSecret};
 use hashbrown::HashMap;
 
 use crate::key::{ConnKey, Dir};
@@ -64,7 +64,7 @@ struct Entry {
     fin: u8,
     /// Whether the opener is the key's lower endpoint.
     orig_lo: bool,
-    rule: RuleId,
+    slot: u32,
     action: Action,
     opened_ns: u64,
     last_ns: u64,
@@ -81,8 +81,9 @@ impl Entry {
 /// What the table says of a packet of a tracked connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hit {
-    /// The rule that opened the connection, and its action.
-    pub rule: RuleId,
+    /// The slot of the rule that opened the connection (the control
+    /// plane names its rule), and its action.
+    pub slot: u32,
     pub action: Action,
     pub dir: Dir,
     /// The state after this packet.
@@ -105,7 +106,8 @@ pub struct ConnInfo {
     /// The 5-tuple of the packet that opened it.
     pub orig: FlowKey,
     pub state: State,
-    pub rule: RuleId,
+    /// The slot of the rule that opened it.
+    pub slot: u32,
     pub action: Action,
     pub opened_ns: u64,
     pub last_ns: u64,
@@ -166,25 +168,16 @@ impl ConnTable {
             }),
             ..Config::default()
         })?;
-        // Each stripe's map is sized up front for its share and a margin
-        // (a map that grows does so under its lock, stalling the workers
-        // that wait on it); hashbrown rounds it up to a power of two of
-        // slots at 7/8 load.
+        // A stripe per 64 connections, 256 at most. Their maps start empty
+        // and grow with the connections (a growing map rehashes under its
+        // lock, once per doubling): a table nobody uses costs its filter.
         let shards = (capacity / 64)
             .clamp(1, SHARDS)
             .next_power_of_two()
             .min(SHARDS);
-        let per_shard = capacity.div_ceil(shards) + 64;
         Ok(Self {
             filter,
-            shards: (0..shards)
-                .map(|_| {
-                    Mutex::new(Shard {
-                        map: HashMap::with_capacity(per_shard),
-                        embryonic: std::collections::VecDeque::new(),
-                    })
-                })
-                .collect(),
+            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
             shard_mask: shards - 1,
             secret,
             capacity,
@@ -216,7 +209,7 @@ impl ConnTable {
     }
 
     /// Memory held, in bytes: the filter and every stripe's map at its
-    /// allocated size (one control byte and one entry per slot).
+    /// allocated size (one control byte and one entry per slot) and queue.
     pub fn memory_bytes(&self) -> usize {
         let slot = SLOT_BYTES;
         self.filter.stats().memory_bytes
@@ -262,6 +255,33 @@ impl ConnTable {
         Some(Self::step(e, from_lo, tcp_flags, len, now_ns))
     }
 
+    /// The live connection an ICMP error is about (`inner`: the 5-tuple of
+    /// the packet it quotes, either direction): the error is related to
+    /// it. Its state and timeout do not move.
+    pub fn related(&self, inner: &FlowKey, now_ns: u64) -> Option<Hit> {
+        let (key, from_lo) = ConnKey::of(inner);
+        let h = self.hash(&key);
+        if !self.filter.contains_hash(h) {
+            return None;
+        }
+        let shard = self.shard(h);
+        let e = shard.map.get(&key)?;
+        if e.expired(now_ns, &self.timeouts) {
+            return None;
+        }
+        Some(Hit {
+            slot: e.slot,
+            action: e.action,
+            // The quoted packet's direction; the error goes the other way.
+            dir: if from_lo == e.orig_lo {
+                Dir::Orig
+            } else {
+                Dir::Reply
+            },
+            state: e.state,
+        })
+    }
+
     fn step(e: &mut Entry, from_lo: bool, tcp_flags: u8, len: u32, now_ns: u64) -> Hit {
         let dir = if from_lo == e.orig_lo {
             Dir::Orig
@@ -273,15 +293,15 @@ impl ConnTable {
         e.packets[dir.index()] += 1;
         e.bytes[dir.index()] += u64::from(len);
         Hit {
-            rule: e.rule,
+            slot: e.slot,
             action: e.action,
             dir,
             state: e.state,
         }
     }
 
-    /// Opens the connection of packet `k`, which rule `rule` allowed with
-    /// `action` (the caller found no live entry with [`Self::lookup`]).
+    /// Opens the connection of packet `k`, which the rule in `slot` allowed
+    /// with `action` (the caller found no live entry with [`Self::lookup`]).
     /// If another worker opened it meanwhile, that entry is used.
     #[allow(clippy::too_many_arguments)] // the packet's facts and the rule's
     pub fn open(
@@ -289,7 +309,7 @@ impl ConnTable {
         k: &FlowKey,
         tcp_flags: u8,
         icmp_echo: bool,
-        rule: RuleId,
+        slot: u32,
         action: Action,
         len: u32,
         now_ns: u64,
@@ -324,7 +344,7 @@ impl ConnTable {
             state,
             fin: 0,
             orig_lo: from_lo,
-            rule,
+            slot,
             action,
             opened_ns: now_ns,
             last_ns: now_ns,
@@ -343,7 +363,7 @@ impl ConnTable {
         }
         self.opened.fetch_add(1, Relaxed);
         Ok(Hit {
-            rule,
+            slot,
             action,
             dir: Dir::Orig,
             state,
@@ -446,7 +466,7 @@ impl ConnTable {
                 let info = ConnInfo {
                     orig: k.flow(e.orig_lo),
                     state: e.state,
-                    rule: e.rule,
+                    slot: e.slot,
                     action: e.action,
                     opened_ns: e.opened_ns,
                     last_ns: e.last_ns,

@@ -49,7 +49,7 @@ fn both_directions_share_one_connection_and_its_action() {
     assert_eq!(t.lookup(&k, SYN, 60, 0), None);
     let h = t.open(&k, SYN, false, 7, Action::Count, 60, 0).unwrap();
     assert_eq!(
-        (h.rule, h.action, h.dir, h.state),
+        (h.slot, h.action, h.dir, h.state),
         (7, Action::Count, Dir::Orig, State::TcpSynSent)
     );
     let r = t.lookup(&back(&k), SYN | ACK, 60, S).unwrap();
@@ -244,11 +244,32 @@ fn directions_on_different_threads_meet_in_one_entry() {
 #[test]
 fn memory_per_connection_is_what_the_docs_say() {
     // Key 38 bytes, entry 64 (with padding), the map's control byte: 105
-    // bytes a slot, plus a quarter of spare room, the embryonic queue's
-    // key and ~2 bytes of filter.
+    // bytes a slot; the maps grow in powers of two at 7/8 load.
     const { assert!(cfdp_conntrack::table::SLOT_BYTES <= 105) };
-    let t = table(1 << 20);
-    let per = t.memory_bytes() as f64 / f64::from(1u32 << 20);
-    eprintln!("{per:.1} bytes per connection at 2^20");
-    assert!(per < 200.0, "{per} bytes per connection");
+    let n = 1u32 << 17;
+    let t = table(n as usize);
+    let empty = t.memory_bytes();
+    // Empty, only the filter: a few bytes per configured connection.
+    assert!(empty <= 8 * n as usize, "{empty} bytes empty");
+    for i in 0..n {
+        t.open(&udp(i), 0, false, 1, Action::Allow, 60, 0).unwrap();
+    }
+    let per = t.memory_bytes() as f64 / f64::from(n);
+    eprintln!("{per:.1} bytes per connection, {n} connections ({empty} bytes empty)");
+    assert!(per < 300.0, "{per} bytes per connection");
+}
+
+/// An ICMP error quoting a packet of a tracked connection (either way) is
+/// related to it; one quoting another 5-tuple is not; neither moves it.
+#[test]
+fn icmp_errors_find_the_connection_they_quote() {
+    let t = table(1024);
+    let k = udp(1);
+    t.open(&k, 0, false, 3, Action::Count, 60, 0).unwrap();
+    let r = t.related(&k, S).unwrap();
+    assert_eq!((r.slot, r.state), (3, State::UdpUnreplied));
+    assert!(t.related(&back(&k), S).is_some());
+    assert_eq!(t.related(&udp(2), S), None);
+    assert_eq!(t.related(&k, 31 * S), None, "expired");
+    assert_eq!(t.list(1, |_| true)[0].packets, [1, 0]);
 }

@@ -21,11 +21,13 @@
 
 pub mod acl;
 pub mod backend;
+pub mod frame;
 pub mod matcher;
 pub mod shared;
 pub mod stats;
 pub mod tables;
 pub mod trace;
+mod track;
 pub mod worker;
 
 pub use backend::{run_worker, Backend, Frames, Limit, MemoryBackend, RunEnd, Rx};

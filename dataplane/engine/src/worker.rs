@@ -21,9 +21,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cfdp_conntrack::{ConnTable, OpenError};
 use cfdp_packet::frag::{FragTable, Held, HoldLimits, HoldTable};
 use cfdp_packet::prefetch::prefetch_read;
-use cfdp_packet::{decode, decode_fast, Decoded, Frag, LinkType};
+use cfdp_packet::{decode, decode_fast, Decoded, Frag};
 use cfdp_rules::{Action, Allowing, FlowKey};
 use hdrhistogram::Histogram;
 use left_right::ReadHandleFactory;
@@ -31,6 +32,7 @@ use left_right::ReadHandleFactory;
 use crate::matcher::{match_burst, MatchCtx, Mode, MAX_BURST};
 use crate::stats::{burst_histogram, LiveStats, LocalCounters, HIST_FOLD_INTERVAL};
 use crate::tables::{RuleRef, Tables};
+use crate::track::{self, Decided};
 
 /// What happens to a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -42,27 +44,7 @@ pub enum Verdict {
     Drop,
 }
 
-/// One frame of a burst, as the backend hands it over.
-#[derive(Clone, Copy, Debug)]
-pub struct PacketRef<'a> {
-    pub link: LinkType,
-    /// When the frame arrived, in the backend's clock (capture time for a
-    /// replay, monotonic time for a NIC): fragment entries age by it.
-    pub ts_ns: u64,
-    /// Length on the wire (counted in bytes).
-    pub orig_len: u32,
-    pub data: &'a [u8],
-}
-
-impl PacketRef<'_> {
-    /// A placeholder for the unused tail of a burst array.
-    pub const EMPTY: PacketRef<'static> = PacketRef {
-        link: LinkType::Ethernet,
-        ts_ns: 0,
-        orig_len: 0,
-        data: &[],
-    };
-}
+pub use crate::frame::PacketRef;
 
 /// Per-flow packet and byte counts (exact flow accounting).
 pub type FlowTable = HashMap<FlowKey, (u64, u64)>;
@@ -74,6 +56,9 @@ pub struct WorkerContext {
     pub mode: Mode,
     pub readers: ReadHandleFactory<Tables>,
     pub stats: Arc<LiveStats>,
+    /// The connections of stateful rules, shared by every worker; `None`:
+    /// a stateful rule acts as its plain action.
+    pub conntrack: Option<Arc<ConnTable>>,
 }
 
 /// Per-worker options of a run.
@@ -123,6 +108,8 @@ struct Scratch {
     /// Later fragments this burst held (true) or could not hold (false).
     held: [Option<bool>; MAX_BURST],
     rules: [Option<RuleRef>; MAX_BURST],
+    /// What a tracked connection decided (set only when tracking).
+    conns: [Option<Decided>; MAX_BURST],
 }
 
 /// A held fragment on its way out, with its datagram's verdict.
@@ -151,7 +138,15 @@ pub struct Worker {
     sample: u32,
     /// When the local burst histogram was last folded into the shared one.
     folded: Instant,
+    conntrack: Option<Arc<ConnTable>>,
+    /// The next connection-table stripe this worker sweeps.
+    sweep_next: usize,
 }
+
+/// A worker sweeps one stripe of the connection table every this many
+/// bursts (and when idle): expired entries also go when a packet or a new
+/// connection meets them.
+const SWEEP_EVERY: u64 = 64;
 
 impl Worker {
     /// Worker `index` of `cx` (whose statistics must have that many
@@ -177,9 +172,12 @@ impl Worker {
                 valid: [false; MAX_BURST],
                 held: [None; MAX_BURST],
                 rules: [None; MAX_BURST],
+                conns: [None; MAX_BURST],
             }),
             sample: 0,
             folded: Instant::now(),
+            conntrack: cx.conntrack.clone(),
+            sweep_next: index,
         }
     }
 
@@ -191,6 +189,7 @@ impl Worker {
     /// backend's clock, so entries expire without traffic too.
     pub fn idle(&mut self, now_ns: u64) {
         self.frags.expire(now_ns);
+        self.sweep(now_ns);
         // Bursts recorded but not yet folded show up once traffic pauses.
         if !self.histogram.is_empty() && self.folded.elapsed() >= HIST_FOLD_INTERVAL {
             self.fold_histogram(false);
@@ -211,6 +210,14 @@ impl Worker {
     /// Forgets the released fragments (the backend has sent them).
     pub fn clear_released(&mut self) {
         self.released.clear();
+    }
+
+    /// Sweeps the next stripe of the connection table.
+    fn sweep(&mut self, now_ns: u64) {
+        if let Some(t) = &self.conntrack {
+            t.sweep_shard(self.sweep_next, now_ns);
+            self.sweep_next = (self.sweep_next + 1) % t.stripes();
+        }
     }
 
     fn count_timed_out(&mut self, n: u64) {
@@ -271,6 +278,10 @@ impl Worker {
         }
         self.released.clear();
         self.decode_burst(pkts);
+        let tracking = self.conntrack.as_deref();
+        if let Some(t) = tracking {
+            Self::track_burst(t, &mut self.scratch, pkts);
+        }
         // The burst's scratch arrays live in the worker: set per frame by
         // `decode_burst`, never cleared as a whole (a 1.3 KB memset a burst).
         let Scratch {
@@ -278,6 +289,7 @@ impl Worker {
             valid,
             held,
             rules,
+            conns,
         } = &mut *self.scratch;
         let mut cx = MatchCtx {
             mode: self.mode,
@@ -290,10 +302,12 @@ impl Worker {
             c: &mut self.local.totals,
             rules: &shared.rules,
             now_s: self.stats.clock(start),
+            opened: false,
         };
         for i in 0..n {
             verdicts[i] = match held[i] {
-                None => judge.verdict(rules[i], pkts[i].orig_len),
+                None if tracking.is_none() => judge.verdict(rules[i], pkts[i].orig_len),
+                None => judge.tracked(tracking, conns[i], rules[i], &pkts[i], &keys[i]),
                 // Held: the copy waits; the backend frees the original.
                 Some(true) => Verdict::Drop,
                 Some(false) => {
@@ -312,11 +326,32 @@ impl Worker {
             }
         }
         judge.c.bursts += 1;
+        let sweep = judge.c.bursts.is_multiple_of(SWEEP_EVERY);
         shared.counters.publish(&self.local);
         self.histogram
             .saturating_record(start.elapsed().as_nanos() as u64);
         if start.duration_since(self.folded) >= HIST_FOLD_INTERVAL {
             self.fold_histogram(false);
+        }
+        if let Some(last) = pkts.last().filter(|_| sweep) {
+            self.sweep(last.ts_ns);
+        }
+    }
+
+    /// Looks each matchable packet of the burst up in the connection table
+    /// (skipped while it is empty): a packet of a tracked connection is
+    /// decided by it and not matched against the rules.
+    fn track_burst(t: &ConnTable, s: &mut Scratch, pkts: &[PacketRef<'_>]) {
+        let n = pkts.len();
+        s.conns[..n].fill(None);
+        if t.is_empty() {
+            return;
+        }
+        for (i, p) in pkts.iter().enumerate() {
+            if s.valid[i] {
+                s.conns[i] = track::lookup(t, p, &s.keys[i]);
+                s.valid[i] = s.conns[i].is_none();
+            }
         }
     }
 
@@ -455,32 +490,90 @@ struct Judge<'a> {
     c: &'a mut crate::Totals,
     rules: &'a crate::stats::SlotCounters,
     now_s: u32,
+    /// A connection was opened in this burst (later packets look again).
+    opened: bool,
 }
 
 impl Judge<'_> {
     #[inline]
     fn verdict(&mut self, rule: Option<RuleRef>, orig_len: u32) -> Verdict {
-        let c = &mut *self.c;
-        let v = match rule {
-            None => Verdict::Forward,
-            Some(r) => {
-                c.matched += 1;
-                self.rules.add(r.slot, u64::from(orig_len), self.now_s);
-                match r.action {
-                    Action::Drop => Verdict::Drop,
-                    Action::Allow | Action::Track(Allowing::Allow) => {
-                        c.allowed += 1;
-                        Verdict::Forward
+        let Some(r) = rule else {
+            return self.act(None);
+        };
+        self.c.matched += 1;
+        self.rules.add(r.slot, u64::from(orig_len), self.now_s);
+        self.act(Some(r.action))
+    }
+
+    /// The verdict when connections are tracked (`t`): a connection's
+    /// decision (`conn`), else the rule's, and a stateful rule opens the
+    /// packet's connection; when the table is full the packet is dropped,
+    /// as Linux's conntrack drops it, and counted.
+    fn tracked(
+        &mut self,
+        t: Option<&ConnTable>,
+        conn: Option<Decided>,
+        rule: Option<RuleRef>,
+        p: &PacketRef<'_>,
+        key: &FlowKey,
+    ) -> Verdict {
+        // A connection opened by an earlier packet of this burst: a
+        // replayed capture can hold a request and its answer in one burst.
+        let conn = match (conn, t) {
+            (None, Some(t)) if self.opened => track::lookup(t, p, key),
+            _ => conn,
+        };
+        match conn {
+            Some(Decided::Established(a)) => {
+                self.c.ct_established += 1;
+                return self.act(Some(a.action()));
+            }
+            Some(Decided::Related(a)) => {
+                self.c.ct_related += 1;
+                return self.act(Some(a.action()));
+            }
+            None => {}
+        }
+        if let (Some(t), Some(r)) = (t, rule) {
+            if r.action.tracked().is_some() {
+                match track::open(t, p, key, r.slot, r.action) {
+                    Ok(()) => {
+                        self.c.ct_opened += 1;
+                        self.opened = true;
                     }
-                    Action::Count | Action::Track(Allowing::Count) => {
-                        c.counted += 1;
-                        Verdict::Forward
-                    }
-                    Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => {
-                        Verdict::Redirect(port)
+                    Err(OpenError::NotAnOpener) => {}
+                    Err(OpenError::Full) => {
+                        self.c.ct_refused += 1;
+                        self.c.matched += 1;
+                        self.rules.add(r.slot, u64::from(p.orig_len), self.now_s);
+                        return self.act(Some(Action::Drop));
                     }
                 }
             }
+        }
+        self.verdict(rule, p.orig_len)
+    }
+
+    /// What `action` (none: no rule) does to the packet, counted.
+    #[inline]
+    fn act(&mut self, action: Option<Action>) -> Verdict {
+        let c = &mut *self.c;
+        let v = match action {
+            None => Verdict::Forward,
+            Some(action) => match action {
+                Action::Drop => Verdict::Drop,
+                Action::Allow | Action::Track(Allowing::Allow) => {
+                    c.allowed += 1;
+                    Verdict::Forward
+                }
+                Action::Count | Action::Track(Allowing::Count) => {
+                    c.counted += 1;
+                    Verdict::Forward
+                }
+                Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => {
+                    Verdict::Redirect(port)
+                }
+            },
         };
         match v {
             Verdict::Drop => c.dropped += 1,

@@ -54,6 +54,7 @@ fn context(mode: Mode) -> (left_right::WriteHandle<Tables, Op>, WorkerContext) {
         mode,
         readers: r.factory(),
         stats,
+        conntrack: None,
     };
     (w, cx)
 }

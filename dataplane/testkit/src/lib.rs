@@ -17,6 +17,7 @@ pub mod child;
 pub mod dirs;
 pub mod etcd;
 mod frames;
+pub mod stateful;
 pub mod trace;
 
 /// SplitMix64: a tiny, well-known deterministic generator for the soak

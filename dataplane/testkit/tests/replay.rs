@@ -392,3 +392,71 @@ fn precomputed_collisions_miss_a_node_with_its_own_hash_secret() {
     assert_eq!(redirected(own, &own_flow, "own-flow").len(), 1);
     eprintln!("{} precomputed collisions of 8192 probes", colliding.len());
 }
+
+/// Stateful rules in a replay: every frame of the generated conversations
+/// gets what `ct state established,related accept`, then the rules, then
+/// drop would give it (replies, an ICMP error about a tracked connection,
+/// timeouts by capture time, TIME_WAIT and CLOSE, a port reused), frame by
+/// frame in order; and without a connection table the same rules drop
+/// every answer.
+#[test]
+fn stateful_rules_let_answers_back_in() {
+    use cfdp_testkit::stateful;
+    let frames = stateful::stateful_conversations();
+    let dir = tmpdir("stateful");
+    let input = dir.join("stateful.pcap");
+    gen::write_pcap(&input, &frames).unwrap();
+    let rules = parse_rule_file(stateful::STATEFUL_RULES).unwrap();
+    let run = |table: Option<std::sync::Arc<cfdp_conntrack::ConnTable>>| {
+        let (_store, dp) = RuleStore::fixed_tracked(rules.clone(), Mode::Verify, 1, table).unwrap();
+        let opts = ReplayOptions {
+            out: Some(dir.join("out.pcap")),
+            ..ReplayOptions::new(input.clone(), 1)
+        };
+        let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
+        (r, frames_of(&dir.join("out.pcap")))
+    };
+    let table = cfdp_conntrack::ConntrackSection::default()
+        .table(cfdp_rules::HashSecret::from_seed(3))
+        .unwrap();
+    let (r, got) = run(Some(std::sync::Arc::new(table)));
+    let want: Vec<&[u8]> = frames
+        .iter()
+        .filter(|f| f.verdict == Expect::Forward)
+        .map(|f| &f.data[..])
+        .collect();
+    let unique: std::collections::HashSet<&[u8]> = frames.iter().map(|f| &f.data[..]).collect();
+    assert_eq!(unique.len(), frames.len(), "frames are told apart");
+    for (i, f) in frames.iter().enumerate() {
+        let forwarded = got.iter().any(|g| g == &f.data);
+        assert_eq!(
+            forwarded,
+            f.verdict == Expect::Forward,
+            "frame {}: {}",
+            i + 1,
+            f.note
+        );
+    }
+    assert_eq!(got, want, "forwarded in order");
+    let t = &r.stats.totals;
+    assert_eq!(
+        (t.ct_opened, t.ct_established, t.ct_related, t.ct_refused),
+        (
+            stateful::STATEFUL_OPENED,
+            stateful::STATEFUL_ESTABLISHED,
+            stateful::STATEFUL_RELATED,
+            0
+        ),
+        "{t:?}"
+    );
+    // Stateless (no table): the rules alone, so no answer comes back in.
+    let (r, got) = run(None);
+    assert_eq!(r.stats.totals.ct_established, 0);
+    assert!(
+        got.len() < want.len() - 10,
+        "{} of {}",
+        got.len(),
+        want.len()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

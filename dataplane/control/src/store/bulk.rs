@@ -135,6 +135,7 @@ impl RuleStore {
             compile: None,
             compiles: Default::default(),
             compile_refused_at,
+            conntrack: None,
         })
     }
 }

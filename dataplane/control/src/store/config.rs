@@ -101,9 +101,17 @@ pub fn hash_secret_for(mode: Mode, seed: u64) -> Result<cfdp_rules::HashSecret, 
     if mode != Mode::FilterOnly {
         return Ok(HashSecret::PUBLIC);
     }
+    random_secret()
+}
+
+/// Secrets derived from a seed drawn from the operating system: for
+/// tables whose keys come from the network (filter-only mode's filters,
+/// the connection table), so that nobody can compute colliding keys
+/// offline.
+pub fn random_secret() -> Result<cfdp_rules::HashSecret, StoreError> {
     let mut raw = [0u8; 8];
     getrandom::fill(&mut raw).map_err(|e| StoreError::Random(e.to_string()))?;
-    Ok(HashSecret::from_seed(u64::from_le_bytes(raw)))
+    Ok(cfdp_rules::HashSecret::from_seed(u64::from_le_bytes(raw)))
 }
 
 impl StoreConfig {

@@ -57,7 +57,7 @@ mod transaction;
 mod types;
 mod views;
 
-pub use config::{hash_secret_for, StoreConfig};
+pub use config::{hash_secret_for, random_secret, StoreConfig};
 pub use recompile::{RECOMPILE_AFTER, RECOMPILE_FRACTION};
 pub use state::RuleStore;
 pub use trace::{TraceKey, TraceReport};

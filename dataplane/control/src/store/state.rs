@@ -42,6 +42,9 @@ pub struct RuleStore {
     pub(super) compiles: super::types::CompileStats,
     /// IPv4 multi-field rules at the last refused compile.
     pub(super) compile_refused_at: Option<usize>,
+    /// The connections of stateful rules, which the workers keep; the
+    /// store hands the table to them and reads it for `stats` and `conns`.
+    pub(super) conntrack: Option<Arc<cfdp_conntrack::ConnTable>>,
 }
 
 impl RuleStore {
@@ -77,6 +80,7 @@ impl RuleStore {
             compile: None,
             compiles: Default::default(),
             compile_refused_at: None,
+            conntrack: None,
         })
     }
 
@@ -88,13 +92,24 @@ impl RuleStore {
         mode: Mode,
         workers: usize,
     ) -> Result<(RuleStore, WorkerContext), StoreError> {
+        Self::fixed_tracked(rules, mode, workers, None)
+    }
+
+    /// [`Self::fixed`] with a connection table for its stateful rules.
+    pub fn fixed_tracked(
+        rules: impl Into<Vec<Rule>>,
+        mode: Mode,
+        workers: usize,
+        conntrack: Option<Arc<cfdp_conntrack::ConnTable>>,
+    ) -> Result<(RuleStore, WorkerContext), StoreError> {
         let rules = rules.into();
         let cfg = StoreConfig {
             mode,
             ..Default::default()
         };
         let stats = Arc::new(LiveStats::new(workers, cfg.max_rules.max(rules.len())));
-        let store = RuleStore::with_rules(cfg, stats, rules)?;
+        let mut store = RuleStore::with_rules(cfg, stats, rules)?;
+        store.conntrack = conntrack;
         let cx = store.worker_context();
         Ok((store, cx))
     }
@@ -160,7 +175,19 @@ impl RuleStore {
             mode: self.cfg.mode,
             readers: self.readers(),
             stats: Arc::clone(&self.stats),
+            conntrack: self.conntrack.clone(),
         }
+    }
+
+    /// Gives the workers made from here on (`worker_context`) a connection
+    /// table: stateful rules then track connections. Without one they act
+    /// as their plain actions.
+    pub fn set_conntrack(&mut self, table: Arc<cfdp_conntrack::ConnTable>) {
+        self.conntrack = Some(table);
+    }
+
+    pub fn conntrack(&self) -> Option<&Arc<cfdp_conntrack::ConnTable>> {
+        self.conntrack.as_ref()
     }
 
     /// Workers get their read handles from here.

@@ -1,0 +1,106 @@
+//! `[conntrack]`: the table's size and, under `[conntrack.timeouts]`, how
+//! long each state lasts (Linux's defaults; see [`Timeouts`]).
+
+use cfdp_rules::HashSecret;
+use serde::{Deserialize, Serialize};
+
+use crate::state::Timeouts;
+use crate::table::ConnTable;
+
+/// The `[conntrack]` section.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConntrackSection {
+    /// Connections at most (Linux's `nf_conntrack_max` on a host with 4 GiB
+    /// or more). Memory grows with the connections, not with this.
+    pub capacity: usize,
+    pub timeouts: Timeouts,
+}
+
+impl Default for ConntrackSection {
+    fn default() -> Self {
+        Self {
+            capacity: 262_144,
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// A `[conntrack]` value refused: the key, the value, what it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadSetting {
+    pub key: &'static str,
+    pub value: u64,
+    pub need: &'static str,
+}
+
+/// The most connections a table takes: 2^26 connections are ~16 GiB of
+/// entries, past what one node should hold.
+pub const MAX_CAPACITY: usize = 1 << 26;
+
+impl ConntrackSection {
+    /// Every value checked: a capacity of 1..=[`MAX_CAPACITY`], timeouts
+    /// of at least a second.
+    pub fn check(&self) -> Result<(), BadSetting> {
+        if !(1..=MAX_CAPACITY).contains(&self.capacity) {
+            return Err(BadSetting {
+                key: "capacity",
+                value: self.capacity as u64,
+                need: "1 to 67108864 connections",
+            });
+        }
+        let t = &self.timeouts;
+        for (key, value) in [
+            ("timeouts.tcp_syn_sent_s", t.tcp_syn_sent_s),
+            ("timeouts.tcp_syn_recv_s", t.tcp_syn_recv_s),
+            ("timeouts.tcp_established_s", t.tcp_established_s),
+            ("timeouts.tcp_fin_wait_s", t.tcp_fin_wait_s),
+            ("timeouts.tcp_close_wait_s", t.tcp_close_wait_s),
+            ("timeouts.tcp_last_ack_s", t.tcp_last_ack_s),
+            ("timeouts.tcp_time_wait_s", t.tcp_time_wait_s),
+            ("timeouts.tcp_close_s", t.tcp_close_s),
+            ("timeouts.udp_unreplied_s", t.udp_unreplied_s),
+            ("timeouts.udp_replied_s", t.udp_replied_s),
+            ("timeouts.icmp_s", t.icmp_s),
+        ] {
+            if value == 0 {
+                return Err(BadSetting {
+                    key,
+                    value,
+                    need: "at least 1 second",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ConntrackSection {
+    /// The table this section describes, keyed by `secret` (checked first).
+    pub fn table(&self, secret: HashSecret) -> Result<ConnTable, BadSetting> {
+        self.check()?;
+        ConnTable::new(self.capacity, self.timeouts.clone(), secret).map_err(|_| BadSetting {
+            key: "capacity",
+            value: self.capacity as u64,
+            need: "a size the connection table's filter can take",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_values_are_refused_by_name() {
+        assert_eq!(ConntrackSection::default().check(), Ok(()));
+        let mut s = ConntrackSection::default();
+        s.timeouts.udp_replied_s = 0;
+        assert_eq!(s.check().unwrap_err().key, "timeouts.udp_replied_s");
+        let s = ConntrackSection {
+            capacity: 0,
+            ..ConntrackSection::default()
+        };
+        assert_eq!(s.check().unwrap_err().key, "capacity");
+    }
+}

@@ -1,0 +1,87 @@
+//! The worker's connection-tracking step (stateful rules, `cfdp-conntrack`):
+//! before a burst is matched, each packet of a tracked connection takes
+//! the connection's action (an ICMP error that quotes one is related to
+//! it); after, a packet a stateful rule allowed opens its connection.
+//! Transport facts (TCP flags, an echo's identifier, what an ICMP error
+//! quotes) are read here, on demand, for TCP and ICMP packets only.
+
+use cfdp_conntrack::{ConnTable, OpenError};
+use cfdp_packet::{transport, Transport};
+use cfdp_rules::{proto, Action, Allowing, FlowKey};
+
+use crate::frame::PacketRef;
+
+/// What a connection decided for a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decided {
+    /// A packet of the connection, either way.
+    Established(Allowing),
+    /// An ICMP error about the connection.
+    Related(Allowing),
+}
+
+const ICMP: u8 = 1;
+const ICMPV6: u8 = 58;
+
+/// The packet's transport facts (nothing to read for UDP and the rest).
+fn facts(p: &PacketRef<'_>, key: &FlowKey) -> Transport {
+    match key.proto {
+        proto::TCP | ICMP | ICMPV6 => transport(p.link, p.data),
+        _ => Transport::Other,
+    }
+}
+
+/// An ICMP echo's connection is keyed by its identifier, as both ports.
+fn echo_key(key: &FlowKey, id: u16) -> FlowKey {
+    FlowKey {
+        sport: id,
+        dport: id,
+        ..*key
+    }
+}
+
+/// The connection's decision for packet `p` (its matched 5-tuple `key`),
+/// if it belongs to one.
+pub(crate) fn lookup(t: &ConnTable, p: &PacketRef<'_>, key: &FlowKey) -> Option<Decided> {
+    let (ts, len) = (p.ts_ns, p.orig_len);
+    let allowing = |a: Action| a.tracked();
+    match facts(p, key) {
+        Transport::Error { inner } => t
+            .related(&inner, ts)
+            .and_then(|h| allowing(h.action))
+            .map(Decided::Related),
+        Transport::Tcp { flags } => t
+            .lookup(key, flags, len, ts)
+            .and_then(|h| allowing(h.action))
+            .map(Decided::Established),
+        Transport::Echo { id, .. } => t
+            .lookup(&echo_key(key, id), 0, len, ts)
+            .and_then(|h| allowing(h.action))
+            .map(Decided::Established),
+        Transport::Other => t
+            .lookup(key, 0, len, ts)
+            .and_then(|h| allowing(h.action))
+            .map(Decided::Established),
+    }
+}
+
+/// Opens the connection of packet `p`, which the stateful rule in `slot`
+/// allowed with `action`. A packet that cannot open one (a TCP segment
+/// other than a SYN, an ICMP message other than an echo request) is
+/// `NotAnOpener`: the rule's action applies to it alone.
+pub(crate) fn open(
+    t: &ConnTable,
+    p: &PacketRef<'_>,
+    key: &FlowKey,
+    slot: u32,
+    action: Action,
+) -> Result<(), OpenError> {
+    let (k, flags, echo) = match facts(p, key) {
+        Transport::Tcp { flags } => (*key, flags, false),
+        Transport::Echo { id, request } => (echo_key(key, id), 0, request),
+        Transport::Error { .. } => return Err(OpenError::NotAnOpener),
+        Transport::Other => (*key, 0, false),
+    };
+    t.open(&k, flags, echo, slot, action, p.orig_len, p.ts_ns)
+        .map(|_| ())
+}

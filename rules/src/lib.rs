@@ -44,8 +44,8 @@ pub use precedence::{matching, Precedence};
 pub use prefix::{IpPrefix, PrefixError};
 pub use prefix_match::PrefixMatch;
 pub use rule::{
-    parse_flow_key, parse_rule, rule_to_json, Action, Allowing, Dir, Match, NotAllowing, Rule,
-    RuleError, RuleId,
+    parse_flow_key, parse_rule, proto_by_name, rule_to_json, Action, Allowing, Dir, Match,
+    NotAllowing, Rule, RuleError, RuleId,
 };
 
 /// Reads and parses a rule file; every field is validated (the error names

@@ -27,10 +27,12 @@ pub enum Method {
     Replace,
     /// Which rule a 5-tuple gets, and why.
     Trace,
+    /// Tracked connections (stateful rules), filtered.
+    Conns,
 }
 
 impl Method {
-    pub const ALL: [Method; 10] = [
+    pub const ALL: [Method; 11] = [
         Method::Hello,
         Method::Apply,
         Method::Replace,
@@ -41,6 +43,7 @@ impl Method {
         Method::Snapshot,
         Method::Ping,
         Method::Trace,
+        Method::Conns,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Method {
             Method::Ping => "ping",
             Method::Replace => "replace",
             Method::Trace => "trace",
+            Method::Conns => "conns",
         }
     }
 
@@ -72,6 +76,7 @@ impl Method {
             Method::Migrate => &["budget"],
             Method::Replace => &["rules", "expected_generation"],
             Method::Trace => &["src", "dst", "proto", "sport", "dport"],
+            Method::Conns => &["src", "dst", "proto", "port", "limit"],
             Method::Stats | Method::Snapshot | Method::Ping => &[],
         }
     }

@@ -536,7 +536,7 @@ fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {
 }
 
 /// A protocol by name (any case): tcp, udp, icmp, icmpv6 (or ipv6-icmp).
-pub(crate) fn proto_by_name(s: &str) -> Option<u8> {
+pub fn proto_by_name(s: &str) -> Option<u8> {
     match s.to_ascii_lowercase().as_str() {
         "tcp" => Some(proto::TCP),
         "udp" => Some(proto::UDP),

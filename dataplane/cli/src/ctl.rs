@@ -36,6 +36,31 @@ fn read_apply(
     Ok(batch)
 }
 
+/// `conns`'s parameters: only those given, a numeric protocol as a number.
+fn conns_params(
+    src: Option<String>,
+    dst: Option<String>,
+    proto: Option<String>,
+    port: Option<u16>,
+    limit: u64,
+) -> Value {
+    let mut p = json!({ "limit": limit });
+    for (k, v) in [("src", src), ("dst", dst)] {
+        if let Some(v) = v {
+            p[k] = v.into();
+        }
+    }
+    if let Some(proto) = proto {
+        p["proto"] = proto
+            .parse::<u64>()
+            .map_or_else(|_| proto.into(), Value::from);
+    }
+    if let Some(port) = port {
+        p["port"] = port.into();
+    }
+    p
+}
+
 /// `replace`'s rules from FILE (a rule file or a bare list).
 fn read_rules(file: &std::path::Path) -> Result<Value, ExitCode> {
     client::read_batch(file)
@@ -162,6 +187,13 @@ fn request(cmd: CtlCmd) -> Result<(&'static str, Value, bool), ExitCode> {
         }
         CtlCmd::Get { id } => plain("get", json!({ "id": id })),
         CtlCmd::Stats => plain("stats", json!({})),
+        CtlCmd::Conns {
+            src,
+            dst,
+            proto,
+            port,
+            limit,
+        } => plain("conns", conns_params(src, dst, proto, port, limit)),
         CtlCmd::Migrate { budget } => plain(
             "migrate",
             budget.map_or_else(|| json!({}), |b| json!({ "budget": b })),
@@ -307,6 +339,17 @@ fn render_trace(t: &Value) -> String {
         t["generation"],
         t["mode"].as_str().unwrap_or("?")
     );
+    let c = &t["connection"];
+    if !c.is_null() {
+        // A tracked connection decides before any rule.
+        s += &format!(
+            "verdict  connection {} ({} direction) -> {}, opened by rule {}; without it:\n",
+            c["state"].as_str().unwrap_or("?"),
+            c["direction"].as_str().unwrap_or("?"),
+            c["action"].as_str().unwrap_or("?"),
+            c["rule"],
+        );
+    }
     s += &match t["rule"].is_null() {
         true => "verdict  no rule matches: forwarded\n".to_string(),
         false => format!("verdict  {}\n", rule(&t["rule"])),

@@ -202,6 +202,25 @@ pub(crate) enum CtlCmd {
     },
     /// Counters, filter occupancy, latencies.
     Stats,
+    /// Tracked connections of stateful rules: state, age, packets and
+    /// bytes each way, the rule that opened them.
+    Conns {
+        /// Opened from this prefix or address.
+        #[arg(long)]
+        src: Option<String>,
+        /// Opened towards this prefix or address.
+        #[arg(long)]
+        dst: Option<String>,
+        /// tcp, udp, icmp, icmpv6 or a number.
+        #[arg(long)]
+        proto: Option<String>,
+        /// Either port (an ICMP echo's identifier).
+        #[arg(long)]
+        port: Option<u16>,
+        /// At most this many (1 to 10000).
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+    },
     /// Move Bloom-part elements back into cuckoo entries now.
     Migrate {
         #[arg(long)]

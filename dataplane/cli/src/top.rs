@@ -129,7 +129,7 @@ fn rate(now: u64, before: Option<u64>, secs: f64) -> String {
 fn draw(f: &mut Frame<'_>, prev: Option<&Sample>, now: &Sample) {
     let secs = prev.map_or(0.0, |p| now.at.duration_since(p.at).as_secs_f64());
     let [head, workers, rules] = Layout::vertical([
-        Constraint::Length(5),
+        Constraint::Length(6),
         Constraint::Min(4),
         Constraint::Min(6),
     ])
@@ -151,7 +151,7 @@ fn head_text(s: &Value) -> String {
     format!(
         "generation {}   rules {}   up {:.0} s\n\
          batches applied {} refused {}   batch p50 {} µs  p99 {} µs  max {} µs\n\
-         journal records {}   filter occupancy {:.1} %  items {}",
+         journal records {}   filter occupancy {:.1} %  items {}\n{}",
         n(&s["generation"]),
         n(&s["rules"]),
         s["uptime_s"].as_f64().unwrap_or(0.0),
@@ -165,6 +165,35 @@ fn head_text(s: &Value) -> String {
             .map_or("-".into(), |r| r.to_string()),
         s["filter"]["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
         n(&s["filter"]["items"]),
+        conntrack_line(&s["conntrack"]),
+    )
+}
+
+/// Tracked connections: how many, the states most of them are in, what
+/// was refused or dropped to make room.
+fn conntrack_line(ct: &Value) -> String {
+    let Some(states) = ct["by_state"].as_object() else {
+        return "connections: no table".into();
+    };
+    let mut busy: Vec<(&String, u64)> = states.iter().map(|(k, v)| (k, n(v))).collect();
+    busy.sort_by_key(|&(_, v)| std::cmp::Reverse(v));
+    let top: Vec<String> = busy
+        .iter()
+        .filter(|&&(_, v)| v > 0)
+        .take(3)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    format!(
+        "connections {} of {}   {}   refused {}  early-dropped {}",
+        n(&ct["entries"]),
+        n(&ct["capacity"]),
+        if top.is_empty() {
+            "-".into()
+        } else {
+            top.join("  ")
+        },
+        n(&ct["refused"]),
+        n(&ct["early_dropped"]),
     )
 }
 

@@ -1237,6 +1237,8 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
         },
     );
     assert!(screen.contains("packets/s"), "{screen}");
+    // `cfdp run` keeps a connection table: its line is there, empty.
+    assert!(screen.contains("connections 0 of 262144"), "{screen}");
     eprintln!("{screen}");
     tmux(&["send-keys", "-t", "top", "q"]);
     wait_for("top quits on q", || {
@@ -1379,4 +1381,100 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
     drop(c);
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A stateful rule inserted into a running node opens its connection; the
+/// connection's later packets are decided by it, `conns` lists it (and
+/// filters it out by source), `stats` and the Prometheus export count it.
+#[test]
+#[allow(clippy::too_many_lines)] // a scenario read top to bottom
+fn a_stateful_rule_tracks_its_connection_and_conns_lists_it() {
+    let dir = tmpdir("conns");
+    let mut srv = Server::start(&dir, 5000, "metrics = \"127.0.0.1:0\"\n");
+    let metrics = srv.port(METRICS);
+    let mut c = srv.client();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([{"op": "insert", "rule": {"id": 1, "priority": 5,
+            "match": {"src_prefix": "10.9.0.1/32", "proto": "udp"},
+            "action": "count", "track": true}}]),
+    );
+    assert_eq!(codes(&r), ["ok"]);
+    wait_for("the connection's own packets", || {
+        let s = c.call("stats", json!({})).unwrap();
+        s["result"]["totals"]["ct_established"].as_u64() > Some(10)
+    });
+    let s = c.call("stats", json!({})).unwrap();
+    let ct = &s["result"]["conntrack"];
+    assert_eq!(ct["opened"], 1, "{ct}");
+    assert_eq!(ct["by_state"]["UDP_UNREPLIED"], 1, "{ct}");
+    assert_eq!(s["result"]["totals"]["ct_opened"], 1);
+    let l = c
+        .call("conns", json!({"src": "10.9.0.0/24", "proto": "udp"}))
+        .unwrap();
+    let conns = l["result"]["conns"].as_array().unwrap();
+    assert_eq!(conns.len(), 1, "{l}");
+    let e = &conns[0];
+    assert_eq!(
+        (
+            &e["src"],
+            &e["dst"],
+            &e["dport"],
+            &e["state"],
+            &e["rule"],
+            &e["action"]
+        ),
+        (
+            &json!("10.9.0.1"),
+            &json!("10.9.0.2"),
+            &json!(2000),
+            &json!("UDP_UNREPLIED"),
+            &json!(1),
+            &json!("count")
+        ),
+        "{e}"
+    );
+    assert!(e["packets"][0].as_u64() > Some(10), "{e}");
+    // `trace` says the connection decides, both ways.
+    for (src, dst, sp, dp, dir) in [
+        ("10.9.0.1", "10.9.0.2", 1000, 2000, "original"),
+        ("10.9.0.2", "10.9.0.1", 2000, 1000, "reply"),
+    ] {
+        let t = c
+            .call(
+                "trace",
+                json!({"src": src, "dst": dst, "proto": "udp", "sport": sp, "dport": dp}),
+            )
+            .unwrap();
+        let conn = &t["result"]["connection"];
+        assert_eq!(conn["direction"], dir, "{t}");
+        assert_eq!(
+            (&conn["state"], &conn["rule"]),
+            (&json!("UDP_UNREPLIED"), &json!(1))
+        );
+    }
+    let none = c.call("conns", json!({"src": "10.9.0.3"})).unwrap();
+    assert_eq!(none["result"]["conns"], json!([]), "{none}");
+    let bad = c.call("conns", json!({"limit": 0})).unwrap();
+    assert!(
+        bad["error"]["message"].as_str().unwrap().contains("limit"),
+        "{bad}"
+    );
+    let text = scrape(metrics);
+    assert!(
+        text.contains("cfdp_conntrack_entries{state=\"UDP_UNREPLIED\"} 1"),
+        "{text}"
+    );
+    // Deleting the rule leaves the connection (as nftables does) but it no
+    // longer names a rule.
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([{"op": "delete", "id": 1}]),
+    );
+    assert_eq!(codes(&r), ["ok"]);
+    let l = c.call("conns", json!({})).unwrap();
+    assert_eq!(l["result"]["conns"][0]["rule"], Value::Null, "{l}");
+    srv.stop();
 }

@@ -28,4 +28,4 @@ pub mod table;
 pub use key::{ConnKey, Dir};
 pub use settings::ConntrackSection;
 pub use state::{State, Timeouts};
-pub use table::{ConnInfo, ConnTable, Counts, Hit, OpenError};
+pub use table::{ConnInfo, ConnQuery, ConnTable, Counts, Hit, OpenError};

@@ -116,6 +116,26 @@ pub struct ConnInfo {
     pub bytes: [u64; 2],
 }
 
+/// Which connections `cfdp ctl conns` lists: each field given must match
+/// the packet that opened the connection (`port`: either of its ports).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnQuery {
+    pub src: Option<cfdp_rules::IpPrefix>,
+    pub dst: Option<cfdp_rules::IpPrefix>,
+    pub proto: Option<u8>,
+    pub port: Option<u16>,
+}
+
+impl ConnQuery {
+    pub fn matches(&self, c: &ConnInfo) -> bool {
+        let k = &c.orig;
+        self.src.is_none_or(|p| p.contains(k.v6, &k.src))
+            && self.dst.is_none_or(|p| p.contains(k.v6, &k.dst))
+            && self.proto.is_none_or(|p| p == k.proto)
+            && self.port.is_none_or(|p| p == k.sport || p == k.dport)
+    }
+}
+
 /// The table's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -273,6 +293,30 @@ impl ConnTable {
             slot: e.slot,
             action: e.action,
             // The quoted packet's direction; the error goes the other way.
+            dir: if from_lo == e.orig_lo {
+                Dir::Orig
+            } else {
+                Dir::Reply
+            },
+            state: e.state,
+        })
+    }
+
+    /// The connection packet `k` belongs to, as it stands (nothing moves:
+    /// for `trace`). Expiry is judged against the newest packet time the
+    /// entry has seen, so an entry past its timeout but not yet swept is
+    /// still shown.
+    pub fn peek(&self, k: &FlowKey) -> Option<Hit> {
+        let (key, from_lo) = ConnKey::of(k);
+        let h = self.hash(&key);
+        if !self.filter.contains_hash(h) {
+            return None;
+        }
+        let shard = self.shard(h);
+        let e = shard.map.get(&key)?;
+        Some(Hit {
+            slot: e.slot,
+            action: e.action,
             dir: if from_lo == e.orig_lo {
                 Dir::Orig
             } else {
@@ -458,6 +502,16 @@ impl ConnTable {
         c
     }
 
+    /// The newest packet time any entry has seen: what `cfdp ctl conns`
+    /// measures ages against (time is the packets'). 0 when empty.
+    pub fn newest_ns(&self) -> u64 {
+        self.shards
+            .iter()
+            .filter_map(|s| lock(s).map.values().map(|e| e.last_ns).max())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Up to `limit` connections that `keep` accepts.
     pub fn list(&self, limit: usize, keep: impl Fn(&ConnInfo) -> bool) -> Vec<ConnInfo> {
         let mut out = Vec::new();
@@ -489,6 +543,17 @@ impl ConnTable {
 /// whole (each change is one insert or remove): keep serving.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl std::fmt::Debug for ConnTable {
+    /// Its size, not its entries (a pass over them is `counts`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnTable")
+            .field("capacity", &self.capacity)
+            .field("entries", &self.len())
+            .field("stripes", &self.shards.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Bytes of one connection's slot in its stripe's map (entry and key,

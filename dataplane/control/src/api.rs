@@ -76,6 +76,11 @@ pub enum Command {
     /// A batch whose rules are named by their match (P4Runtime's table
     /// entries).
     ApplyKeyed(KeyedBatch),
+    /// Up to `limit` tracked connections that `query` selects.
+    Conns {
+        query: cfdp_conntrack::ConnQuery,
+        limit: usize,
+    },
 }
 
 /// A batch of updates that name rules by their match, priority included,
@@ -223,6 +228,38 @@ pub struct RuleEntry {
     pub last_hit_unix_s: Option<u64>,
 }
 
+/// One tracked connection (`conns`), as the packet that opened it shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConnEntry {
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
+    pub proto: u8,
+    /// For ICMP echo, the identifier.
+    pub sport: u16,
+    pub dport: u16,
+    /// Linux's name for its state.
+    pub state: &'static str,
+    /// The stateful rule that opened it, if the rule set still holds it.
+    pub rule: Option<RuleId>,
+    /// The action its packets take.
+    pub action: &'static str,
+    /// Seconds since it opened and since its last packet, in the packets'
+    /// time, measured against the newest packet the table has seen.
+    pub age_s: f64,
+    pub idle_s: f64,
+    /// Packets and bytes, original direction then reply.
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// `conns`'s answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConnsPage {
+    /// Entries in the table, whatever the query.
+    pub entries: usize,
+    pub conns: Vec<ConnEntry>,
+}
+
 /// A page of `rules`.
 #[derive(Clone, Debug, Serialize)]
 pub struct RulesPage {
@@ -294,6 +331,7 @@ pub enum Response {
     Snapshot(SnapshotReport),
     Trace(TraceReport),
     Keyed(KeyedReport),
+    Conns(ConnsPage),
 }
 
 /// Why the control plane refused a request. Every variant has its
@@ -460,6 +498,15 @@ impl ControlHandle {
     /// Applies a batch of updates named by match (see [`KeyedBatch`]).
     pub fn apply_keyed(&self, batch: KeyedBatch) -> Result<KeyedReport, ControlError> {
         answer!(self.call(Command::ApplyKeyed(batch)), Keyed, "apply_keyed")
+    }
+
+    /// Tracked connections (see [`Command::Conns`]).
+    pub fn conns(
+        &self,
+        query: cfdp_conntrack::ConnQuery,
+        limit: usize,
+    ) -> Result<ConnsPage, ControlError> {
+        answer!(self.call(Command::Conns { query, limit }), Conns, "conns")
     }
 
     /// Which rule the published tables give `k` (see [`Command::Trace`]).

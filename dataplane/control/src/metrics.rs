@@ -375,7 +375,7 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
         &'static str,
         fn(&cfdp_engine::stats::WorkerSnapshot) -> u64,
     );
-    let fields: [Field; 13] = [
+    let fields: [Field; 17] = [
         ("packets", "Packets received", |w| w.totals.packets),
         ("bytes", "Bytes received (wire length)", |w| w.totals.bytes),
         ("forwarded", "Packets forwarded (incl. redirected)", |w| {
@@ -414,6 +414,24 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
             "fragments_source_refused",
             "First fragments not remembered: their source held its share of the table",
             |w| w.totals.fragments_source_refused,
+        ),
+        (
+            "ct_established",
+            "Packets decided by their tracked connection",
+            |w| w.totals.ct_established,
+        ),
+        (
+            "ct_related",
+            "ICMP errors passed as related to a tracked connection",
+            |w| w.totals.ct_related,
+        ),
+        ("ct_opened", "Connections a stateful rule opened", |w| {
+            w.totals.ct_opened
+        }),
+        (
+            "ct_refused",
+            "Packets dropped because their connection could not be opened (table full)",
+            |w| w.totals.ct_refused,
         ),
     ];
     let workers = &stats.dataplane.workers;
@@ -482,7 +500,45 @@ fn encode_control(e: Enc, stats: &ControlStats) -> Res {
             ("refused", c.refused),
         ],
     )?;
+    if let Some(ct) = &stats.conntrack {
+        encode_conntrack(e, ct)?;
+    }
     Ok(())
+}
+
+/// The connection table: entries by state, what happened to connections.
+fn encode_conntrack(e: Enc, ct: &crate::stats::ConntrackStats) -> Res {
+    gauges(
+        e,
+        "conntrack_entries",
+        "Tracked connections by state",
+        "state",
+        ct.by_state.iter().map(|(s, n)| (*s, *n as f64)),
+    )?;
+    gauge(
+        e,
+        "conntrack_capacity",
+        "Connections the table holds at most",
+        ct.capacity as u64,
+    )?;
+    counters(
+        e,
+        "conntrack_connections",
+        "Connections by what happened to them",
+        "event",
+        [
+            ("opened", ct.opened),
+            ("refused", ct.refused),
+            ("early_dropped", ct.early_dropped),
+            ("expired", ct.expired),
+        ],
+    )?;
+    gauge(
+        e,
+        "conntrack_memory_bytes",
+        "Memory of the connection table",
+        ct.memory_bytes as u64,
+    )
 }
 
 /// The rule set: size, generation, filters, memory, journal.

@@ -125,6 +125,7 @@ impl ControlPlane {
             requests: 0,
             journal: None,
             acl_compiles: Default::default(),
+            conntrack: None,
         }
     }
 
@@ -158,6 +159,7 @@ impl ControlPlane {
                 records: j.records(),
             }),
             acl_compiles: self.store.compile_stats(),
+            conntrack: self.store.conntrack().cloned(),
         }
     }
 
@@ -234,7 +236,52 @@ impl ControlPlane {
             Command::Snapshot => Response::Snapshot(self.snapshot()?),
             Command::Trace(k) => Response::Trace(self.store.trace(&k)),
             Command::ApplyKeyed(b) => Response::Keyed(self.apply_keyed(b)?),
+            Command::Conns { query, limit } => Response::Conns(self.conns(&query, limit)),
         })
+    }
+
+    /// Up to `limit` tracked connections `query` selects (none without a
+    /// connection table).
+    fn conns(&self, query: &cfdp_conntrack::ConnQuery, limit: usize) -> crate::api::ConnsPage {
+        let Some(t) = self.store.conntrack() else {
+            return crate::api::ConnsPage {
+                entries: 0,
+                conns: Vec::new(),
+            };
+        };
+        let now = t.newest_ns();
+        let secs = |ns: u64| now.saturating_sub(ns) as f64 / 1e9;
+        let conns = t
+            .list(limit, |c| query.matches(c))
+            .into_iter()
+            .map(|c| {
+                let k = c.orig;
+                // The rule in its slot, if it is still the stateful rule
+                // that opened it (a slot is reused after a delete).
+                let rule = self
+                    .store
+                    .rule_at_slot(c.slot)
+                    .filter(|r| r.action == c.action);
+                crate::api::ConnEntry {
+                    src: k.src_ip(),
+                    dst: k.dst_ip(),
+                    proto: k.proto,
+                    sport: k.sport,
+                    dport: k.dport,
+                    state: c.state.name(),
+                    rule: rule.map(|r| r.id),
+                    action: c.action.name(),
+                    age_s: secs(c.opened_ns),
+                    idle_s: secs(c.last_ns),
+                    packets: c.packets,
+                    bytes: c.bytes,
+                }
+            })
+            .collect();
+        crate::api::ConnsPage {
+            entries: t.len(),
+            conns,
+        }
     }
 
     /// Resolves a batch named by matches into one named by ids (inserts

@@ -55,6 +55,48 @@ pub struct PlaneView {
     pub requests: u64,
     pub journal: Option<JournalStats>,
     pub acl_compiles: CompileStats,
+    /// The workers' connection table (read live by `stats`).
+    pub conntrack: Option<Arc<cfdp_conntrack::ConnTable>>,
+}
+
+/// The connection table of stateful rules, as `stats` reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConntrackStats {
+    pub capacity: usize,
+    /// Entries held (expired ones not yet swept included).
+    pub entries: usize,
+    /// Live entries by state, named as Linux names them.
+    pub by_state: std::collections::BTreeMap<&'static str, u64>,
+    pub opened: u64,
+    /// New connections refused because the table was full.
+    pub refused: u64,
+    /// Unanswered entries dropped to make room for new connections.
+    pub early_dropped: u64,
+    pub expired: u64,
+    /// Lookups the table's filter let through that no entry confirmed.
+    pub false_positives: u64,
+    pub memory_bytes: usize,
+}
+
+impl ConntrackStats {
+    /// Reads the table (a pass over its stripes).
+    pub fn of(t: &cfdp_conntrack::ConnTable) -> Self {
+        let c = t.counts();
+        Self {
+            capacity: t.capacity(),
+            entries: t.len(),
+            by_state: cfdp_conntrack::State::ALL
+                .iter()
+                .map(|s| (s.name(), c.by_state[s.index()]))
+                .collect(),
+            opened: c.opened,
+            refused: c.refused,
+            early_dropped: c.early_dropped,
+            expired: c.expired,
+            false_positives: c.false_positives,
+            memory_bytes: t.memory_bytes(),
+        }
+    }
 }
 
 /// Everything `stats` answers.
@@ -77,6 +119,8 @@ pub struct ControlStats {
     pub journal: Option<JournalStats>,
     /// The multi-field rules' background compiles (`store::recompile`).
     pub acl_compiles: CompileStats,
+    /// Connection tracking (stateful rules); `null` without a table.
+    pub conntrack: Option<ConntrackStats>,
 }
 
 impl ControlStats {
@@ -99,6 +143,7 @@ impl ControlStats {
             requests: view.requests,
             journal: view.journal,
             acl_compiles: view.acl_compiles,
+            conntrack: view.conntrack.as_deref().map(ConntrackStats::of),
         }
     }
 }

@@ -72,6 +72,7 @@ pub fn command(
         Method::Trace => cfdp_rules::parse_flow_key(p)
             .map(Command::Trace)
             .map_err(|e| bad(&e)),
+        Method::Conns => conns_query(p).map_err(|e| bad(&e)),
         Method::Replace => {
             check_params(p, Method::Replace.params()).map_err(|e| bad(&e))?;
             let expected_generation = param_u64(p, "expected_generation").map_err(|e| bad(&e))?;
@@ -92,6 +93,55 @@ pub fn command(
             })
         }
     }
+}
+
+/// Connections listed at most by one `conns`.
+pub const MAX_CONNS: u64 = 10_000;
+
+/// `conns`'s parameters: `src`/`dst` a prefix or address, `proto` a name
+/// or number, `port`, `limit` (100 unless given, at most [`MAX_CONNS`]).
+fn conns_query(p: &Value) -> Result<Command, String> {
+    check_params(p, Method::Conns.params()).map_err(|e| e.to_string())?;
+    let prefix = |k: &str| -> Result<Option<cfdp_rules::IpPrefix>, String> {
+        match p.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => s.parse().map(Some).map_err(|e| format!("{k}: {e}")),
+            Some(v) => Err(format!(
+                "{k}: expected a prefix or address string, found {v}"
+            )),
+        }
+    };
+    let proto = match p.get("proto") {
+        None => None,
+        Some(Value::String(s)) => Some(
+            cfdp_rules::proto_by_name(s)
+                .ok_or_else(|| format!("proto: unknown protocol \"{s}\""))?,
+        ),
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| u8::try_from(n).ok())
+                .ok_or_else(|| format!("proto: {v} is not a protocol (0..=255 or a name)"))?,
+        ),
+    };
+    let port = param_u64(p, "port")
+        .map_err(|e| e.to_string())?
+        .map(|n| u16::try_from(n).map_err(|_| format!("port: {n} is not a port")))
+        .transpose()?;
+    let limit = param_u64(p, "limit")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(100);
+    if limit == 0 || limit > MAX_CONNS {
+        return Err(format!("limit: {limit}: 1 to {MAX_CONNS}"));
+    }
+    Ok(Command::Conns {
+        query: cfdp_conntrack::ConnQuery {
+            src: prefix("src")?,
+            dst: prefix("dst")?,
+            proto,
+            port,
+        },
+        limit: limit as usize,
+    })
 }
 
 /// The error reply for `e`, with the current generation as `data` for a

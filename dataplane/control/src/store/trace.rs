@@ -26,6 +26,22 @@ pub struct TraceReport {
     /// filter-only mode when a filter false positive decided; otherwise a
     /// bug worth reporting).
     pub consistent: bool,
+    /// The tracked connection the 5-tuple belongs to, if any: its packets
+    /// take the connection's action before any rule (`rule` and `matches`
+    /// then say what a packet of no connection would get).
+    pub connection: Option<TraceConn>,
+}
+
+/// A tracked connection as `trace` reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceConn {
+    /// Linux's name for its state.
+    pub state: &'static str,
+    /// `original` (as the packet that opened it) or `reply`.
+    pub direction: &'static str,
+    pub action: &'static str,
+    /// The stateful rule that opened it, if still in the rule set.
+    pub rule: Option<cfdp_rules::RuleId>,
 }
 
 /// A 5-tuple as `trace` reports it.
@@ -61,7 +77,17 @@ impl RuleStore {
         };
         let rule = tables.winner.and_then(|r| self.rule_at_slot(r.slot));
         let matches = cfdp_rules::matching(self.iter(), k);
+        let connection = self.conntrack().and_then(|t| t.peek(k)).map(|h| TraceConn {
+            state: h.state.name(),
+            direction: h.dir.name(),
+            action: h.action.name(),
+            rule: self
+                .rule_at_slot(h.slot)
+                .filter(|r| r.action == h.action)
+                .map(|r| r.id),
+        });
         TraceReport {
+            connection,
             generation,
             mode,
             key: TraceKey::from(k),

@@ -1238,7 +1238,7 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
     );
     assert!(screen.contains("packets/s"), "{screen}");
     // `cfdp run` keeps a connection table: its line is there, empty.
-    assert!(screen.contains("connections 0 of 262144"), "{screen}");
+    assert!(screen.contains("connections 0 of 65536"), "{screen}");
     eprintln!("{screen}");
     tmux(&["send-keys", "-t", "top", "q"]);
     wait_for("top quits on q", || {

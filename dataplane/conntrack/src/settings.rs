@@ -11,8 +11,8 @@ use crate::table::ConnTable;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConntrackSection {
-    /// Connections at most (Linux's `nf_conntrack_max` on a host with 4 GiB
-    /// or more). Memory grows with the connections, not with this.
+    /// Connections at most (Linux's `nf_conntrack_max` on a small host).
+    /// The table is allocated for it at start: ~240 bytes a connection.
     pub capacity: usize,
     pub timeouts: Timeouts,
 }
@@ -20,7 +20,7 @@ pub struct ConntrackSection {
 impl Default for ConntrackSection {
     fn default() -> Self {
         Self {
-            capacity: 262_144,
+            capacity: 65_536,
             timeouts: Timeouts::default(),
         }
     }

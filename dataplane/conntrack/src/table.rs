@@ -177,27 +177,53 @@ impl ConnTable {
         timeouts: Timeouts,
         secret: HashSecret,
     ) -> Result<Self, ConfigError> {
+        Self::with_filter(capacity, timeouts, secret, true, None)
+    }
+
+    /// [`Self::new`] with the filter's insert path chosen (`bloom = false`:
+    /// the plain cuckoo walk instead of the Bloom-assisted one) and, with
+    /// `buckets_log2`, its size (else the smallest that holds `capacity` at
+    /// 95 % load): the comparisons the `conntrack` bench makes.
+    pub fn with_filter(
+        capacity: usize,
+        timeouts: Timeouts,
+        secret: HashSecret,
+        bloom: bool,
+        buckets_log2: Option<u32>,
+    ) -> Result<Self, ConfigError> {
         let capacity = capacity.max(1);
         let filter = Filter::new(Config {
             capacity,
+            buckets_log2,
             fingerprint_bits: 16,
             value_bits: 0,
-            bloom: Some(BloomConfig {
+            bloom: bloom.then_some(BloomConfig {
                 mode: BloomMode::Bit,
                 threshold: 0,
             }),
             ..Config::default()
         })?;
-        // A stripe per 64 connections, 256 at most. Their maps start empty
-        // and grow with the connections (a growing map rehashes under its
-        // lock, once per doubling): a table nobody uses costs its filter.
+        // A stripe per 64 connections, 256 at most, each allocated up
+        // front for its share and a margin: a map or queue that grew would
+        // rehash under its stripe's lock, and a burst of new connections
+        // would wait behind it (measured: 130 µs at the 99.9th percentile
+        // of a burst into a table whose maps grew, `bench --bin conntrack`).
         let shards = (capacity / 64)
             .clamp(1, SHARDS)
             .next_power_of_two()
             .min(SHARDS);
+        let share = capacity.div_ceil(shards);
+        let per_shard = share + share / 4 + 8;
         Ok(Self {
             filter,
-            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..shards)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        map: HashMap::with_capacity(per_shard),
+                        embryonic: std::collections::VecDeque::with_capacity(per_shard),
+                    })
+                })
+                .collect(),
             shard_mask: shards - 1,
             secret,
             capacity,
@@ -226,6 +252,11 @@ impl ConnTable {
 
     pub fn timeouts(&self) -> &Timeouts {
         &self.timeouts
+    }
+
+    /// The filter's statistics (load, Bloom-part items).
+    pub fn filter_stats(&self) -> cfdp_filter::Stats {
+        self.filter.stats()
     }
 
     /// Memory held, in bytes: the filter and every stripe's map at its

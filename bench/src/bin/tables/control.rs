@@ -464,3 +464,67 @@ pub(crate) fn p4runtime_read(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `conntrack`: a burst of new connections into a nearly full table, the
+/// Bloom-assisted insert path beside the plain cuckoo walk.
+pub(crate) fn conntrack_burst(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack.csv")?;
+    let mut rows = Vec::new();
+    for r in c.records().iter().filter(|r| r["part"] == "burst") {
+        let (path, pct) = r["variant"]
+            .split_once('-')
+            .ok_or_else(|| format!("{}: variant {}", c.name, r["variant"]))?;
+        let us = |k: &str| -> R<String> { Ok(format!("{:.2}", num(r[k], &c.name)? / 1e3)) };
+        rows.push(vec![
+            format!("{pct} %"),
+            if path == "bloom" {
+                "Bloom-assisted".into()
+            } else {
+                "plain cuckoo".into()
+            },
+            r["n"].to_string(),
+            format!(
+                "{} · {} · {} · {}",
+                us("p50_ns_or_mops")?,
+                us("p99_ns")?,
+                us("p999_ns")?,
+                us("max_ns")?
+            ),
+            r["refused"].to_string(),
+            format!("{:.3}", num(r["load"], &c.name)?),
+            r["bloom_items"].to_string(),
+        ]);
+    }
+    Ok(table(
+        &[
+            "capacity (of the filter's slots)",
+            "insert path",
+            "burst (new connections)",
+            "open µs: p50 · p99 · p99.9 · max",
+            "refused",
+            "filter load after",
+            "Bloom-part items",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
+/// `conntrack`: lookups and concurrent opens.
+pub(crate) fn conntrack_ops(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack.csv")?;
+    let mut rows = Vec::new();
+    for r in c.records().iter().filter(|r| r["part"] != "burst") {
+        let what = match (r["part"], r["variant"]) {
+            ("lookup", "established") => "lookup, a packet of an established connection",
+            ("lookup", "none") => "lookup, a packet of no connection",
+            ("concurrent", _) => "open a connection and look its answer up",
+            (p, v) => return Err(format!("{}: row {p},{v}", c.name).into()),
+        };
+        rows.push(vec![
+            what.to_string(),
+            r["slots_or_threads"].to_string(),
+            format!("{:.2}", num(r["p50_ns_or_mops"], &c.name)?),
+        ]);
+    }
+    Ok(table(&["operation", "threads", "million operations/s"], &rows) + &c.source())
+}

@@ -21,8 +21,8 @@ mod filter;
 use std::path::{Path, PathBuf};
 
 use crate::control::{
-    control_batch, control_churn, control_p4runtime, control_path, control_path_stages, dpdk,
-    fleet, floods, fold_stall, inline, p4runtime_read,
+    conntrack_burst, conntrack_ops, control_batch, control_churn, control_p4runtime, control_path,
+    control_path_stages, dpdk, fleet, floods, fold_stall, inline, p4runtime_read,
 };
 use crate::csv::R;
 use crate::dataplane::{
@@ -74,6 +74,8 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "control-p4runtime" => control_p4runtime(dir),
         "floods" => floods(dir),
         "p4runtime-read" => p4runtime_read(dir),
+        "conntrack-burst" => conntrack_burst(dir),
+        "conntrack-ops" => conntrack_ops(dir),
         "control-batch" => control_batch(dir),
         "fold-stall" => fold_stall(dir),
         "control-churn" => control_churn(dir),

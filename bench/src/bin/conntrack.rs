@@ -1,0 +1,276 @@
+//! The connection table of stateful rules (`cfdp-conntrack`), measured
+//! where its design is meant to matter:
+//!
+//! - **A burst of new connections into a nearly full table** (a flash
+//!   crowd, or a SYN flood of spoofed sources), through the filter's
+//!   Bloom-assisted insert path beside its plain cuckoo path: the table's
+//!   capacity is 95 % of its filter's slots (the filter is sized so), it is
+//!   filled with established connections to 85 % of the slots, then a
+//!   burst of SYNs opens the rest. Per open: p50, p99, p99.9 and max (ns,
+//!   one clock read each side), refusals, the filter's load and Bloom-part
+//!   items after.
+//! - **Lookups**: a packet of an established connection (a hit: filter,
+//!   stripe lock, exact key, state step) and a packet of no connection
+//!   (the filter's lock-free negative), one thread; and opens plus
+//!   lookups from 1 and 2 threads at once (this VM has 2 cores).
+//!
+//! Output: tables, `bench/results/conntrack.csv` (quick:
+//! `bench/results/quick/`). Run: `cargo run --release -p cfdp-bench --bin
+//! conntrack [-- --quick]`.
+#![forbid(unsafe_code)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
+
+use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv};
+use cfdp_conntrack::state::tcp::{ACK, SYN};
+use cfdp_conntrack::{ConnTable, OpenError, Timeouts};
+use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
+
+const TRACKED: Action = Action::Track(Allowing::Allow);
+
+/// Connection `i`: a client of 10.0.0.0/8 (or, `spoofed`, of 100.64.0.0/10)
+/// to 192.0.2.1:443.
+fn conn(i: u32, spoofed: bool) -> FlowKey {
+    let base = if spoofed { 0x6440_0000 } else { 0x0a00_0000 };
+    let src = IpAddr::V4(Ipv4Addr::from(base + (i >> 4)));
+    FlowKey::new(
+        src,
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        6,
+        1024 + (i & 15) as u16 * 4000,
+        443,
+    )
+}
+
+fn back(k: &FlowKey) -> FlowKey {
+    FlowKey {
+        src: k.dst,
+        dst: k.src,
+        sport: k.dport,
+        dport: k.sport,
+        ..*k
+    }
+}
+
+/// A table whose capacity is `pct` % of its filter's 4 × 2^`log2` slots.
+fn table(log2: u32, bloom: bool, pct: usize) -> (ConnTable, usize) {
+    let slots = 4usize << log2;
+    let capacity = slots * pct / 100;
+    let t = ConnTable::with_filter(
+        capacity,
+        Timeouts::default(),
+        HashSecret::from_seed(11),
+        bloom,
+        Some(log2),
+    )
+    .expect("table");
+    assert_eq!(
+        t.filter_stats().buckets,
+        1 << log2,
+        "filter sized to the capacity"
+    );
+    (t, slots)
+}
+
+fn establish(t: &ConnTable, k: &FlowKey) {
+    t.open(k, SYN, false, 1, TRACKED, 60, 0).expect("room");
+    t.lookup(&back(k), SYN | ACK, 60, 0);
+    t.lookup(k, ACK, 60, 0);
+}
+
+fn percentile(v: &[u64], p: f64) -> u64 {
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+struct Burst {
+    p50: u64,
+    p99: u64,
+    p999: u64,
+    max: u64,
+    refused: usize,
+    load: f64,
+    bloom_items: usize,
+    burst: usize,
+}
+
+/// Fills to 85 % of the slots with established connections, then opens
+/// the rest of the capacity (`pct` % of the slots) as a burst of SYNs,
+/// timing each.
+fn burst(log2: u32, bloom: bool, pct: usize) -> Burst {
+    let (t, slots) = table(log2, bloom, pct);
+    let fill = slots * 85 / 100;
+    for i in 0..fill as u32 {
+        establish(&t, &conn(i, false));
+    }
+    let n = t.capacity() - fill;
+    let mut ns = Vec::with_capacity(n);
+    let mut refused = 0;
+    for i in 0..n as u32 {
+        let k = conn(i, true);
+        let s = Instant::now();
+        let r = t.open(&k, SYN, false, 1, TRACKED, 60, 1);
+        ns.push(s.elapsed().as_nanos() as u64);
+        if r == Err(OpenError::Full) {
+            refused += 1;
+        }
+    }
+    ns.sort_unstable();
+    let f = t.filter_stats();
+    Burst {
+        p50: percentile(&ns, 0.5),
+        p99: percentile(&ns, 0.99),
+        p999: percentile(&ns, 0.999),
+        max: *ns.last().unwrap(),
+        refused,
+        load: f.load_factor,
+        bloom_items: f.bloom_items,
+        burst: n,
+    }
+}
+
+/// Million operations a second: `f` run `n` times, median of `rounds`.
+fn mops(rounds: usize, n: u32, mut f: impl FnMut(u32)) -> f64 {
+    let mut r: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let s = Instant::now();
+            for i in 0..n {
+                f(i);
+            }
+            f64::from(n) / s.elapsed().as_secs_f64() / 1e6
+        })
+        .collect();
+    median(&mut r)
+}
+
+fn main() {
+    let quick = is_quick();
+    let log2 = if quick { 16 } else { 18 };
+    let rounds = if quick { 3 } else { 7 };
+    let mut rows = burst_rows(log2, rounds);
+    rows.extend(ops_rows(log2, rounds));
+    let path = results_path("conntrack.csv");
+    write_csv(
+        &path,
+        "part,variant,slots_or_threads,n,p50_ns_or_mops,p99_ns,p999_ns,max_ns,refused,load,bloom_items",
+        &rows,
+    )
+    .expect("write CSV");
+    println!("wrote {}", path.display());
+}
+
+/// The bursts into a nearly full table: a row per insert path and capacity.
+fn burst_rows(log2: u32, rounds: usize) -> Vec<String> {
+    let machine = machine_description();
+    let mut rows = Vec::new();
+    println!(
+        "burst of SYNs into a table at 85 % of its filter's {} slots, up to its capacity ({machine})",
+        4usize << log2
+    );
+    println!(
+        "{:<8} {:>4} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>6} {:>7}",
+        "insert",
+        "cap%",
+        "burst",
+        "p50_ns",
+        "p99_ns",
+        "p999_ns",
+        "max_ns",
+        "refused",
+        "load",
+        "bloom"
+    );
+    // Alternating, medians per figure over rounds. 95 %: the table as
+    // configured (its filter sized for the capacity at 95 % load); 98 %:
+    // more connections in the same filter, where the walks grow.
+    let variants = [(true, 95), (false, 95), (true, 98), (false, 98)];
+    let mut results: Vec<Vec<Burst>> = variants.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds.min(5) {
+        for (v, &(bloom, pct)) in variants.iter().enumerate() {
+            results[v].push(burst(log2, bloom, pct));
+        }
+    }
+    for (v, &(bloom, pct)) in variants.iter().enumerate() {
+        let name = if bloom { "bloom" } else { "cuckoo" };
+        let b = &results[v];
+        let med = |f: &dyn Fn(&Burst) -> u64| {
+            let mut x: Vec<f64> = b.iter().map(|r| f(r) as f64).collect();
+            median(&mut x) as u64
+        };
+        let (p50, p99, p999, max) = (
+            med(&|r| r.p50),
+            med(&|r| r.p99),
+            med(&|r| r.p999),
+            med(&|r| r.max),
+        );
+        let refused = med(&|r| r.refused as u64);
+        let last = b.last().unwrap();
+        println!(
+            "{name:<8} {pct:>4} {:>7} {p50:>7} {p99:>7} {p999:>8} {max:>9} {refused:>8} {:>6.3} {:>7}",
+            last.burst, last.load, last.bloom_items
+        );
+        rows.push(format!(
+            "burst,{name}-{pct},{},{},{p50},{p99},{p999},{max},{refused},{:.4},{}",
+            4usize << log2,
+            last.burst,
+            last.load,
+            last.bloom_items
+        ));
+    }
+
+    rows
+}
+
+/// Lookups (one thread), and opens with their answers (1 and 2 threads).
+fn ops_rows(log2: u32, rounds: usize) -> Vec<String> {
+    let mut rows = Vec::new();
+    // Lookups, one thread.
+    let (t, slots) = table(log2, true, 95);
+    let n = (slots * 80 / 100) as u32;
+    for i in 0..n {
+        establish(&t, &conn(i, false));
+    }
+    let hit = mops(rounds, n, |i| {
+        std::hint::black_box(t.lookup(&back(&conn(i, false)), ACK, 60, 2));
+    });
+    let miss = mops(rounds, n, |i| {
+        std::hint::black_box(t.lookup(&conn(i, true), ACK, 60, 2));
+    });
+    println!("lookups, one thread: established {hit:.2} M/s, no connection {miss:.2} M/s");
+    rows.push(format!("lookup,established,1,{n},{hit:.3},,,,,,"));
+    rows.push(format!("lookup,none,1,{n},{miss:.3},,,,,,"));
+
+    // Opens and lookups from 1 and 2 threads: each thread opens its own
+    // connections and looks each one's answer up (two directions of one
+    // connection, as a worker sees them).
+    for threads in [1u32, 2] {
+        let per = n / 4 / threads;
+        let mut r: Vec<f64> = (0..rounds)
+            .map(|_| {
+                let (t, _) = table(log2, true, 95);
+                let s = Instant::now();
+                std::thread::scope(|sc| {
+                    for w in 0..threads {
+                        let t = &t;
+                        sc.spawn(move || {
+                            for i in 0..per {
+                                let k = conn(w * per + i, false);
+                                let _ = t.open(&k, SYN, false, 1, TRACKED, 60, 0);
+                                std::hint::black_box(t.lookup(&back(&k), SYN | ACK, 60, 0));
+                            }
+                        });
+                    }
+                });
+                f64::from(2 * per * threads) / s.elapsed().as_secs_f64() / 1e6
+            })
+            .collect();
+        let m = median(&mut r);
+        println!("open + answer, {threads} thread(s): {m:.2} M operations/s");
+        rows.push(format!(
+            "concurrent,open+lookup,{threads},{},{m:.3},,,,,,",
+            per * threads
+        ));
+    }
+
+    rows
+}

@@ -14,6 +14,13 @@
 //!   (the filter's lock-free negative), one thread; and opens plus
 //!   lookups from 1 and 2 threads at once (this VM has 2 cores).
 //!
+//! - **The worker path with stateless rules**, which `cfdp run` runs with
+//!   a connection table always attached: one worker, 64-byte UDP frames
+//!   from memory against 100k exact-flow rules, half of them matching,
+//!   without a table, with an empty one (the step is skipped) and with one
+//!   holding 100k connections the traffic never belongs to (every packet
+//!   then pays the table's lock-free negative), rounds alternating.
+//!
 //! Output: tables, `bench/results/conntrack.csv` (quick:
 //! `bench/results/quick/`). Run: `cargo run --release -p cfdp-bench --bin
 //! conntrack [-- --quick]`.
@@ -149,6 +156,7 @@ fn main() {
     let rounds = if quick { 3 } else { 7 };
     let mut rows = burst_rows(log2, rounds);
     rows.extend(ops_rows(log2, rounds));
+    rows.extend(worker_rows(quick, rounds));
     let path = results_path("conntrack.csv");
     write_csv(
         &path,
@@ -272,5 +280,79 @@ fn ops_rows(log2: u32, rounds: usize) -> Vec<String> {
         ));
     }
 
+    rows
+}
+
+/// The worker path with stateless rules and a connection table that is
+/// absent, empty, or full of other connections.
+fn worker_rows(quick: bool, rounds: usize) -> Vec<String> {
+    use cfdp_bench::{bench_flow, udp_frame, SplitMix};
+    use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
+    use cfdp_rules::{Match, Rule};
+    let n: u64 = 100_000;
+    let rules: Vec<Rule> = (0..n)
+        .map(|i| Rule {
+            id: i as u32,
+            matcher: Match::Flow(bench_flow(i)),
+            action: if i % 2 == 0 {
+                Action::Drop
+            } else {
+                Action::Allow
+            },
+        })
+        .collect();
+    let busy = std::sync::Arc::new(
+        ConnTable::new(200_000, Timeouts::default(), HashSecret::from_seed(5)).expect("table"),
+    );
+    for i in 0..100_000 {
+        busy.open(&conn(i, true), SYN, false, 1, TRACKED, 60, 0)
+            .expect("room");
+    }
+    let empty = std::sync::Arc::new(
+        ConnTable::new(200_000, Timeouts::default(), HashSecret::from_seed(5)).expect("table"),
+    );
+    let variants = [
+        ("none", None),
+        ("empty", Some(empty)),
+        ("100k-other", Some(busy)),
+    ];
+    let planes: Vec<_> = variants
+        .iter()
+        .map(|(_, t)| {
+            cfdp_control::RuleStore::fixed_tracked(&rules[..], Mode::Verify, 1, t.clone())
+                .expect("rules load")
+        })
+        .collect();
+    let mut rng = SplitMix::new(7);
+    let pool = if quick { 1 << 16 } else { 1 << 20 };
+    let frames: Vec<Vec<u8>> = (0..pool)
+        .map(|_| {
+            let k = if rng.next().is_multiple_of(2) {
+                bench_flow(rng.next() % n)
+            } else {
+                bench_flow(n + rng.next() % (1 << 30))
+            };
+            udp_frame(&k)
+        })
+        .collect();
+    let secs = if quick { 0.2 } else { 0.6 };
+    let mut samples = vec![Vec::new(); variants.len()];
+    for _ in 0..rounds {
+        for (v, (_store, cx)) in planes.iter().enumerate() {
+            let mut w = Worker::new(cx, 0, WorkerOptions::default());
+            let tables = cx.readers.handle();
+            let mut backend = MemoryBackend::new(&frames, Limit::Seconds(secs));
+            let start = Instant::now();
+            let done = run_worker(&mut backend, &mut w, &tables).packets;
+            samples[v].push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
+        }
+    }
+    let mut rows = Vec::new();
+    println!("worker path, 100k flow rules, 50 % matching, one worker (Mpps, median of {rounds})");
+    for (v, (name, _)) in variants.iter().enumerate() {
+        let m = median(&mut samples[v]);
+        println!("  table {name:<11} {m:.2}");
+        rows.push(format!("worker,{name},1,{n},{m:.3},,,,,,"));
+    }
     rows
 }

@@ -284,6 +284,26 @@ impl ConnTable {
         lock(&self.shards[(h >> 56) as usize & self.shard_mask])
     }
 
+    /// Which of `keys` may belong to a tracked connection (`false`:
+    /// certainly none), the filter probed for all of them at once so that
+    /// their cache misses overlap (a burst of packets of no connection pays
+    /// about one miss, not one each). `out` is as long as `keys`.
+    pub fn may_hold(&self, keys: &[FlowKey], out: &mut [bool]) {
+        const CHUNK: usize = 32;
+        let mut hashes = [0u64; CHUNK];
+        let mut found = [cfdp_filter::Lookup::Miss; CHUNK];
+        for (ks, os) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            for (h, k) in hashes.iter_mut().zip(ks) {
+                *h = self.hash(&ConnKey::of(k).0);
+            }
+            self.filter
+                .get_batch_hashes(&hashes[..ks.len()], &mut found[..ks.len()]);
+            for (o, f) in os.iter_mut().zip(&found) {
+                *o = f.is_hit();
+            }
+        }
+    }
+
     /// The connection of packet `k`, if one is tracked: its state moves
     /// with the packet (`tcp_flags`: 0 unless TCP), and its counters.
     /// An entry found past its timeout is removed and the packet is new.

@@ -31,6 +31,12 @@ fn facts(p: &PacketRef<'_>, key: &FlowKey) -> Transport {
     }
 }
 
+/// Whether a packet's connection may be keyed otherwise than by its
+/// 5-tuple (ICMP: an echo by its identifier, an error by what it quotes).
+pub(crate) fn keyed_apart(key: &FlowKey) -> bool {
+    matches!(key.proto, ICMP | ICMPV6)
+}
+
 /// An ICMP echo's connection is keyed by its identifier, as both ports.
 fn echo_key(key: &FlowKey, id: u16) -> FlowKey {
     FlowKey {

@@ -347,8 +347,14 @@ impl Worker {
         if t.is_empty() {
             return;
         }
+        // The whole burst against the table's filter first: most packets
+        // belong to no connection, and their probes overlap.
+        let mut maybe = [false; MAX_BURST];
+        t.may_hold(&s.keys[..n], &mut maybe[..n]);
         for (i, p) in pkts.iter().enumerate() {
-            if s.valid[i] {
+            // An ICMP packet's connection is not keyed by its 5-tuple (an
+            // echo by its identifier, an error by what it quotes).
+            if s.valid[i] && (maybe[i] || track::keyed_apart(&s.keys[i])) {
                 s.conns[i] = track::lookup(t, p, &s.keys[i]);
                 s.valid[i] = s.conns[i].is_none();
             }

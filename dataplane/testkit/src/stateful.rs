@@ -246,6 +246,22 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
         ),
         (11, tcp(WEB, IN, 80, 40000, ACK), Drop, "CLOSE lasts 10 s"),
     ];
+    // Thirty-one frames nobody answers after the first: the replay's
+    // bursts are 32 frames, so the SYN-ACK starts the second burst and
+    // finds its connection in the table, not through an open earlier in
+    // its own burst.
+    let mut steps = steps;
+    let fill: Vec<_> = (0..31)
+        .map(|_| {
+            (
+                0,
+                udp(OTHER, IN, 7, 9),
+                Drop,
+                "unsolicited UDP (a burst's filler)",
+            )
+        })
+        .collect();
+    steps.splice(1..1, fill);
     let mut t = 0;
     steps
         .into_iter()

@@ -518,6 +518,11 @@ pub(crate) fn conntrack_ops(d: &Path) -> R<String> {
             ("lookup", "established") => "lookup, a packet of an established connection",
             ("lookup", "none") => "lookup, a packet of no connection",
             ("concurrent", _) => "open a connection and look its answer up",
+            ("worker", "none") => "worker path, stateless rules, no connection table",
+            ("worker", "empty") => "worker path, stateless rules, an empty table",
+            ("worker", "100k-other") => {
+                "worker path, stateless rules, a table of 100k other connections"
+            }
             (p, v) => return Err(format!("{}: row {p},{v}", c.name).into()),
         };
         rows.push(vec![

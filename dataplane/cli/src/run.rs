@@ -159,7 +159,13 @@ pub fn run(cfg: RunConfig, default_workers: usize, hooks: TestHooks) -> Result<(
     let workers = worker_count(&cfg, default_workers)?;
     let stats = Arc::new(LiveStats::new(workers, cfg.control.max_rules));
     let (mut store, journal) = build_store(&cfg, Arc::clone(&stats))?;
-    store.set_conntrack(conntrack_table(&cfg.conntrack)?);
+    let table = conntrack_table(&cfg.conntrack)?;
+    // The connections a graceful stop saved come back (state_dir only).
+    let saved_in = cfg.control.state_dir();
+    if let Some(dir) = &saved_in {
+        crate::conntrack_state::restore(dir, &table, &store)?;
+    }
+    store.set_conntrack(Arc::clone(&table));
     let cx = store.worker_context();
     let c = &cfg.control;
     let plane_cfg = PlaneConfig {
@@ -218,6 +224,7 @@ pub fn run(cfg: RunConfig, default_workers: usize, hooks: TestHooks) -> Result<(
         board,
         control,
         listeners,
+        conntrack: saved_in.map(|dir| (table, dir)),
     };
     if cfg.dpdk.enabled {
         return run_dpdk(&cfg, &cx, running);
@@ -321,6 +328,9 @@ struct Running {
     board: cfdp_control::stats::StatsBoard,
     control: std::thread::JoinHandle<ControlPlane>,
     listeners: Vec<std::thread::JoinHandle<()>>,
+    /// The connection table and the state_dir it is saved in at a
+    /// graceful stop.
+    conntrack: Option<(Arc<cfdp_conntrack::ConnTable>, std::path::PathBuf)>,
 }
 
 impl Running {
@@ -333,6 +343,11 @@ impl Running {
         let plane = self.control.join().map_err(|_| RunError::ControlPanicked)?;
         for l in self.listeners {
             let _ = l.join();
+        }
+        // The workers have stopped: the table is still.
+        if let Some((table, dir)) = &self.conntrack {
+            let n = crate::conntrack_state::save(dir, table, &plane.store)?;
+            eprintln!("cfdp: saved {n} tracked connections for the next start");
         }
         let mut line = serde_json::to_value(plane.stats()).map_err(RunError::Json)?;
         line["final"] = true.into();

@@ -1478,3 +1478,63 @@ fn a_stateful_rule_tracks_its_connection_and_conns_lists_it() {
     assert_eq!(l["result"]["conns"][0]["rule"], Value::Null, "{l}");
     srv.stop();
 }
+
+/// A graceful stop (SIGTERM) saves the connection table in `state_dir` and
+/// the next start restores it (the connection is not opened again: its
+/// counters carry on); after a SIGKILL the next start says the table was
+/// lost.
+#[test]
+fn tracked_connections_survive_a_graceful_restart_not_a_crash() {
+    let dir = tmpdir("conns-restart");
+    let srv = Server::start(&dir, 5000, "");
+    let mut c = srv.client();
+    let r = apply(
+        &mut c,
+        "rollback_on_error",
+        json!([{"op": "insert", "rule": {"id": 1, "priority": 5,
+            "match": {"src_prefix": "10.9.0.1/32", "proto": "udp"},
+            "action": "allow", "track": true}}]),
+    );
+    assert_eq!(codes(&r), ["ok"]);
+    wait_for("the connection's own packets", || {
+        let s = c.call("stats", json!({})).unwrap();
+        s["result"]["totals"]["ct_established"].as_u64() > Some(10)
+    });
+    let before = c.call("conns", json!({})).unwrap()["result"]["conns"][0]["packets"][0]
+        .as_u64()
+        .unwrap();
+    drop(c);
+    srv.stop();
+    let srv = Server::start(&dir, 5000, "");
+    assert!(
+        srv.stderr().contains("restored 1 of 1 tracked connections"),
+        "{}",
+        srv.stderr()
+    );
+    let mut c = srv.client();
+    let l = c.call("conns", json!({})).unwrap();
+    let e = &l["result"]["conns"][0];
+    assert_eq!(
+        (&e["rule"], &e["state"]),
+        (&json!(1), &json!("UDP_UNREPLIED")),
+        "{l}"
+    );
+    assert!(
+        e["packets"][0].as_u64() >= Some(before),
+        "{e} after {before}"
+    );
+    let s = c.call("stats", json!({})).unwrap();
+    assert_eq!(
+        s["result"]["conntrack"]["opened"], 0,
+        "restored, not opened again"
+    );
+    drop(c);
+    drop(srv); // SIGKILL: nothing saved
+    let srv = Server::start(&dir, 5000, "");
+    assert!(
+        srv.stderr().contains("did not stop cleanly"),
+        "{}",
+        srv.stderr()
+    );
+    srv.stop();
+}

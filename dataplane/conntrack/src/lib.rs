@@ -13,6 +13,7 @@
 //!   ([`Timeouts`], the `[conntrack]` section).
 //! * [`table`]: the table the workers share ([`ConnTable`]).
 //! * [`settings`]: the `[conntrack]` section.
+//! * [`persist`]: the table across a graceful restart.
 //!
 //! Parsing the packet (TCP flags, ICMP type and identifier) is the
 //! decoder's; deciding which rule allowed a packet is the classifier's.
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod key;
+pub mod persist;
 pub mod settings;
 pub mod state;
 pub mod table;
@@ -28,4 +30,4 @@ pub mod table;
 pub use key::{ConnKey, Dir};
 pub use settings::ConntrackSection;
 pub use state::{State, Timeouts};
-pub use table::{ConnInfo, ConnQuery, ConnTable, Counts, Hit, OpenError};
+pub use table::{ConnInfo, ConnQuery, ConnTable, Counts, Hit, OpenError, Saved};

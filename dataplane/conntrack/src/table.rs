@@ -136,6 +136,21 @@ impl ConnQuery {
     }
 }
 
+/// An entry as saved across a graceful restart ([`crate::persist`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Saved {
+    /// The 5-tuple of the packet that opened it.
+    pub orig: FlowKey,
+    pub state: State,
+    pub fin: u8,
+    pub slot: u32,
+    pub action: Action,
+    pub opened_ns: u64,
+    pub last_ns: u64,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
 /// The table's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -561,6 +576,66 @@ impl ConnTable {
             .filter_map(|s| lock(s).map.values().map(|e| e.last_ns).max())
             .max()
             .unwrap_or(0)
+    }
+
+    /// Every entry, for a graceful restart (the workers stopped).
+    pub fn export(&self) -> Vec<Saved> {
+        let mut out = Vec::with_capacity(self.len());
+        for s in &*self.shards {
+            for (k, e) in &lock(s).map {
+                out.push(Saved {
+                    orig: k.flow(e.orig_lo),
+                    state: e.state,
+                    fin: e.fin,
+                    slot: e.slot,
+                    action: e.action,
+                    opened_ns: e.opened_ns,
+                    last_ns: e.last_ns,
+                    packets: e.packets,
+                    bytes: e.bytes,
+                });
+            }
+        }
+        out
+    }
+
+    /// Puts saved entries back (before the workers start); `slot_of` gives
+    /// each its rule's slot now (a rule's slot may differ after a restart;
+    /// `None`: keep the saved one). Returns how many were taken: an entry
+    /// already present or past the capacity is left out.
+    pub fn import(&self, saved: &[Saved], slot_of: impl Fn(&Saved) -> Option<u32>) -> usize {
+        let mut taken = 0;
+        for e in saved {
+            let (key, from_lo) = ConnKey::of(&e.orig);
+            let h = self.hash(&key);
+            let mut shard = self.shard(h);
+            if shard.map.contains_key(&key) || self.len() >= self.capacity {
+                continue;
+            }
+            if self.filter.insert_hash(h, 0).is_err() {
+                continue;
+            }
+            self.len.fetch_add(1, Relaxed);
+            shard.map.insert(
+                key,
+                Entry {
+                    state: e.state,
+                    fin: e.fin,
+                    orig_lo: from_lo,
+                    slot: slot_of(e).unwrap_or(e.slot),
+                    action: e.action,
+                    opened_ns: e.opened_ns,
+                    last_ns: e.last_ns,
+                    packets: e.packets,
+                    bytes: e.bytes,
+                },
+            );
+            if e.state.embryonic() {
+                shard.embryonic.push_back(key);
+            }
+            taken += 1;
+        }
+        taken
     }
 
     /// Up to `limit` connections that `keep` accepts.

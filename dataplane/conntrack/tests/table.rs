@@ -275,3 +275,67 @@ fn icmp_errors_find_the_connection_they_quote() {
     assert_eq!(t.related(&k, 31 * S), None, "expired");
     assert_eq!(t.list(1, |_| true)[0].packets, [1, 0]);
 }
+
+/// A table saved at a graceful stop comes back whole at the next start:
+/// states, FIN bits, directions, counters; a damaged file is refused whole.
+#[test]
+fn a_saved_table_comes_back_and_a_damaged_one_is_refused() {
+    use cfdp_conntrack::persist;
+    let t = table(1024);
+    let k = tcp(1);
+    t.open(
+        &k,
+        SYN,
+        false,
+        4,
+        Action::Track(cfdp_rules::Allowing::Allow),
+        60,
+        0,
+    )
+    .unwrap();
+    t.lookup(&back(&k), SYN | ACK, 60, S);
+    t.lookup(&k, ACK, 60, S);
+    t.lookup(&k, FIN | ACK, 60, 2 * S);
+    t.open(
+        &udp(2),
+        0,
+        false,
+        5,
+        Action::Track(cfdp_rules::Allowing::Redirect(3)),
+        70,
+        0,
+    )
+    .unwrap();
+    let bytes = persist::encode(&t.export());
+    assert_eq!(bytes.len(), 16 + 2 * persist::RECORD);
+    let again = table(1024);
+    let saved = persist::decode(&bytes).unwrap();
+    assert_eq!(again.import(&saved, |s| Some(s.slot + 10)), 2);
+    // The reply's FIN now closes it as it would have before the restart.
+    let h = again.lookup(&back(&k), FIN | ACK, 60, 3 * S).unwrap();
+    assert_eq!(
+        (h.dir, h.state, h.slot),
+        (Dir::Reply, State::TcpLastAck, 14)
+    );
+    let mut l = again.list(10, |_| true);
+    l.sort_by_key(|c| c.slot);
+    assert_eq!(
+        (l[1].orig, l[1].packets, l[1].state),
+        (udp(2), [1, 0], State::UdpUnreplied)
+    );
+    assert_eq!(again.import(&saved, |_| None), 0, "already there");
+    let mut bad = bytes.clone();
+    bad[40] ^= 1;
+    assert_eq!(persist::decode(&bad), Err(persist::PersistError::Checksum));
+    assert_eq!(
+        persist::decode(&bytes[..bytes.len() - 1]),
+        Err(persist::PersistError::Length {
+            records: 2,
+            bytes: 2 * persist::RECORD - 1
+        })
+    );
+    assert_eq!(
+        persist::decode(b"not a table"),
+        Err(persist::PersistError::NotATable)
+    );
+}

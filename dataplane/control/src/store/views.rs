@@ -148,6 +148,11 @@ impl RuleStore {
         self.rules.get(id).map(|s| s.rule)
     }
 
+    /// The counter slot of rule `id`, if committed.
+    pub fn slot_of(&self, id: RuleId) -> Option<u32> {
+        self.rules.get(id).map(|s| s.slot)
+    }
+
     /// The committed rule holding counter slot `slot` (what a worker's
     /// `RuleRef` points to).
     pub fn rule_at_slot(&self, slot: u32) -> Option<Rule> {

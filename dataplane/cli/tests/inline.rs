@@ -134,6 +134,18 @@ struct Cfdp {
 impl Cfdp {
     /// `pmd`: `af_packet` or `af_xdp` (veth-lab.sh's names).
     fn start(lab: &Lab, pmd: &str, qpairs: u16, workers: u16, rules: &str) -> Cfdp {
+        Self::start_with(lab, pmd, qpairs, workers, rules, "")
+    }
+
+    /// [`Cfdp::start`] with `extra` TOML appended to the configuration.
+    fn start_with(
+        lab: &Lab,
+        pmd: &str,
+        qpairs: u16,
+        workers: u16,
+        rules: &str,
+        extra: &str,
+    ) -> Cfdp {
         let dir = std::env::temp_dir().join(format!("cfdp-inline-{}", lab.prefix));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -152,7 +164,8 @@ impl Cfdp {
                 &format!("socket = \"/tmp/{}.sock\"", lab.prefix),
                 &format!("socket = {socket:?}"),
             )
-            .replace("file = \"\"", &format!("file = {rules_file:?}"));
+            .replace("file = \"\"", &format!("file = {rules_file:?}"))
+            + extra;
         let cfg_path = dir.join("cfdp.toml");
         std::fs::write(&cfg_path, cfg).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
@@ -548,5 +561,292 @@ fn two_workers_on_two_queue_pairs_carry_every_flow() {
             "a worker saw (almost) nothing: {stats}"
         );
     }
+    cfdp.stop();
+}
+
+/// Runs `f` on a thread inside network namespace `ns` (a socket it opens
+/// stays there).
+fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let fd = std::fs::File::open(&path).unwrap();
+            rustix::thread::move_into_link_name_space(
+                fd.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// An inside host A and an outside host B on either side of a stateful
+/// firewall: their namespaces and addresses.
+struct Ends {
+    a: String,
+    b: String,
+    a_ip: std::net::Ipv4Addr,
+    b_ip: std::net::Ipv4Addr,
+}
+
+const NO_WAIT: Duration = Duration::from_millis(800);
+
+impl Ends {
+    fn ping(&self, from_a: bool) -> bool {
+        let (ns, to) = if from_a {
+            (&self.a, self.b_ip)
+        } else {
+            (&self.b, self.a_ip)
+        };
+        Command::new("ip")
+            .args([
+                "netns", "exec", ns, "ping", "-c", "2", "-i", "0.2", "-W", "1", "-q",
+            ])
+            .arg(to.to_string())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    fn udp(&self, on_a: bool, port: u16) -> UdpSocket {
+        let (ns, ip) = if on_a {
+            (&self.a, self.a_ip)
+        } else {
+            (&self.b, self.b_ip)
+        };
+        let s = in_ns(ns, || UdpSocket::bind((ip, port)).unwrap());
+        s.set_read_timeout(Some(NO_WAIT)).unwrap();
+        s
+    }
+
+    /// A TCP connection from one side to a listener on the other, with a
+    /// byte each way.
+    fn tcp(&self, from_a: bool, port: u16) -> bool {
+        let (server_ns, server_ip, client_ns) = if from_a {
+            (&self.b, self.b_ip, &self.a)
+        } else {
+            (&self.a, self.a_ip, &self.b)
+        };
+        let l = in_ns(server_ns, || TcpListener::bind((server_ip, port)).unwrap());
+        let to = SocketAddr::from((server_ip, port));
+        let Ok(mut c) = in_ns(client_ns, || TcpStream::connect_timeout(&to, NO_WAIT)) else {
+            return false;
+        };
+        let (mut s, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(NO_WAIT)).unwrap();
+        s.set_read_timeout(Some(NO_WAIT)).unwrap();
+        let mut b = [0u8; 1];
+        c.write_all(b"q").is_ok()
+            && s.read_exact(&mut b).is_ok()
+            && s.write_all(b"a").is_ok()
+            && c.read_exact(&mut b).is_ok()
+    }
+
+    /// The scripted traffic; what arrived, step by step. `timeout`: the
+    /// UDP timeouts both firewalls were given.
+    fn script(&self, timeout: Duration) -> Vec<(&'static str, bool)> {
+        // Warm up alike on both: the path carries traffic (cfdp's ports
+        // take a moment after start) and A knows B's address.
+        let start = Instant::now();
+        while !self.ping(true) {
+            assert!(start.elapsed() < Duration::from_secs(20), "A never reached B");
+        }
+        let mut out = Vec::new();
+        out.push((
+            "TCP opened from inside, a byte each way",
+            self.tcp(true, 5101),
+        ));
+        out.push(("TCP opened from outside", self.tcp(false, 5102)));
+        // UDP request and response.
+        let (qa, rb) = (self.udp(true, 5103), self.udp(false, 5104));
+        qa.send_to(b"query", (self.b_ip, 5104)).unwrap();
+        let mut buf = [0u8; 64];
+        let asked = rb.recv_from(&mut buf).map(|(_, from)| from);
+        let answered = asked.is_ok_and(|from| rb.send_to(b"answer", from).is_ok())
+            && qa.recv_from(&mut buf).is_ok();
+        out.push(("UDP request and its response", answered));
+        // An unsolicited datagram from outside.
+        let (la, sb) = (self.udp(true, 5105), self.udp(false, 5106));
+        sb.send_to(b"hello", (self.a_ip, 5105)).unwrap();
+        out.push((
+            "UDP from outside, unsolicited",
+            la.recv_from(&mut buf).is_ok(),
+        ));
+        out.push(("ICMP echo from inside", self.ping(true)));
+        out.push(("ICMP echo from outside", self.ping(false)));
+        // A datagram to a closed port outside: its port unreachable is
+        // related to the connection it opened and comes back.
+        let ca = self.udp(true, 5107);
+        ca.connect((self.b_ip, 5999)).unwrap();
+        ca.send(b"anyone?").unwrap();
+        let refused = matches!(ca.recv(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+        out.push(("ICMP port unreachable about a tracked connection", refused));
+        // A connection used again after its timeout: the outside's late
+        // datagram is unsolicited by then.
+        let (ta, tb) = (self.udp(true, 5108), self.udp(false, 5109));
+        ta.send_to(b"open", (self.b_ip, 5109)).unwrap();
+        let opened = tb.recv_from(&mut buf).is_ok();
+        std::thread::sleep(timeout + Duration::from_millis(1500));
+        tb.send_to(b"late", (self.a_ip, 5108)).unwrap();
+        let late = ta.recv_from(&mut buf).is_ok();
+        out.push(("UDP answer after the connection timed out", opened && late));
+        out
+    }
+}
+
+/// A Linux router between two hosts with the nftables ruleset equivalent
+/// to cfdp's stateful rules: `ct state established,related accept`, the
+/// inside's TCP, UDP and ICMP accepted, everything else dropped. Removed
+/// when dropped.
+struct LinuxRouter {
+    prefix: String,
+}
+
+impl LinuxRouter {
+    fn up(prefix: &str, udp_timeout_s: u64) -> LinuxRouter {
+        let r = LinuxRouter {
+            prefix: prefix.into(),
+        };
+        r.down();
+        let p = prefix;
+        let sh = |cmd: String| {
+            let st = Command::new("sh").args(["-ec", &cmd]).status().unwrap();
+            assert!(st.success(), "{cmd}");
+        };
+        sh(format!(
+            "ip netns add {p}a; ip netns add {p}r; ip netns add {p}b
+             ip link add {p}a0 type veth peer name {p}ra; ip link add {p}b0 type veth peer name {p}rb
+             ip link set {p}a0 netns {p}a; ip link set {p}ra netns {p}r
+             ip link set {p}b0 netns {p}b; ip link set {p}rb netns {p}r
+             for n in a r b; do ip -n {p}$n link set lo up; done
+             ip -n {p}a addr add 10.78.1.2/24 dev {p}a0; ip -n {p}a link set {p}a0 up
+             ip -n {p}b addr add 10.78.2.2/24 dev {p}b0; ip -n {p}b link set {p}b0 up
+             ip -n {p}r addr add 10.78.1.1/24 dev {p}ra; ip -n {p}r link set {p}ra up
+             ip -n {p}r addr add 10.78.2.1/24 dev {p}rb; ip -n {p}r link set {p}rb up
+             ip -n {p}a route add default via 10.78.1.1
+             ip -n {p}b route add default via 10.78.2.1
+             ip netns exec {p}r sysctl -qw net.ipv4.ip_forward=1"
+        ));
+        let ruleset = "table inet cfdp_anchor {
+  chain forward {
+    type filter hook forward priority filter; policy drop;
+    ct state established,related accept
+    ip saddr 10.78.1.0/24 meta l4proto { tcp, udp, icmp } accept
+  }
+}
+";
+        let mut nft = Command::new("ip")
+            .args(["netns", "exec", &format!("{p}r"), "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        nft.stdin
+            .take()
+            .unwrap()
+            .write_all(ruleset.as_bytes())
+            .unwrap();
+        assert!(nft.wait().unwrap().success(), "nft -f");
+        sh(format!(
+            "ip netns exec {p}r sysctl -qw net.netfilter.nf_conntrack_udp_timeout={udp_timeout_s} \
+             net.netfilter.nf_conntrack_udp_timeout_stream={udp_timeout_s}"
+        ));
+        r
+    }
+
+    fn ends(&self) -> Ends {
+        Ends {
+            a: format!("{}a", self.prefix),
+            b: format!("{}b", self.prefix),
+            a_ip: [10, 78, 1, 2].into(),
+            b_ip: [10, 78, 2, 2].into(),
+        }
+    }
+
+    fn down(&self) {
+        for n in ["a", "r", "b"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &format!("{}{n}", self.prefix)])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for LinuxRouter {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// The anchor against Linux: the same scripted traffic through cfdp with
+/// stateful rules (inline, `net_af_packet`) and through a Linux router
+/// with the equivalent nftables ruleset, UDP timeouts shortened alike;
+/// what arrives at each end must be the same, step by step.
+#[test]
+fn stateful_rules_let_through_what_nftables_conntrack_does() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(why) = unavailable() {
+        eprintln!("inline lab skipped: {why}");
+        return;
+    }
+    let has_nft = Command::new("sh")
+        .args(["-c", "command -v nft"])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_nft {
+        assert!(
+            std::env::var_os("REQUIRE_INLINE_LAB").is_none(),
+            "REQUIRE_INLINE_LAB is set, but nft is not installed (apt-get install nftables)"
+        );
+        eprintln!("nftables anchor skipped: nft not installed");
+        return;
+    }
+    let timeout = Duration::from_secs(2);
+    let id = std::process::id() % 100_000;
+    let linux = {
+        let router = LinuxRouter::up(&format!("nf{id}"), timeout.as_secs());
+        router.ends().script(timeout)
+    };
+    let lab = Lab::up(&format!("st{id}"), 1);
+    let rules = r#"{"rules": [
+      {"id": 1, "priority": 10, "match": {"src_prefix": "10.77.0.1/32", "proto": "tcp"}, "action": "allow", "track": true},
+      {"id": 2, "priority": 10, "match": {"src_prefix": "10.77.0.1/32", "proto": "udp"}, "action": "allow", "track": true},
+      {"id": 3, "priority": 10, "match": {"src_prefix": "10.77.0.1/32", "proto": "icmp"}, "action": "allow", "track": true},
+      {"id": 9, "priority": 1, "match": {"src_prefix": "10.77.0.0/24"}, "action": "drop"}
+    ]}"#;
+    let extra = format!(
+        "\n[conntrack.timeouts]\nudp_unreplied_s = {0}\nudp_replied_s = {0}\n",
+        timeout.as_secs()
+    );
+    let cfdp = Cfdp::start_with(&lab, "af_packet", 1, 1, rules, &extra);
+    let ends = Ends {
+        a: lab.ns('a'),
+        b: lab.ns('b'),
+        a_ip: [10, 77, 0, 1].into(),
+        b_ip: [10, 77, 0, 2].into(),
+    };
+    let ours = ends.script(timeout);
+    let stats = cfdp.call("stats", json!({}));
+    eprintln!("linux: {linux:?}\ncfdp:  {ours:?}");
+    assert_eq!(
+        ours, linux,
+        "cfdp and nftables let different traffic through"
+    );
+    // And what a stateful firewall should let through, so that the two
+    // agreeing on nothing would not pass.
+    let want = [true, false, true, false, true, false, true, false];
+    assert_eq!(ours.iter().map(|o| o.1).collect::<Vec<_>>(), want);
+    assert!(
+        stats["totals"]["ct_established"].as_u64() > Some(0),
+        "{stats}"
+    );
+    assert!(stats["totals"]["ct_related"].as_u64() > Some(0), "{stats}");
     cfdp.stop();
 }

@@ -653,7 +653,10 @@ impl Ends {
         // take a moment after start) and A knows B's address.
         let start = Instant::now();
         while !self.ping(true) {
-            assert!(start.elapsed() < Duration::from_secs(20), "A never reached B");
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "A never reached B"
+            );
         }
         let mut out = Vec::new();
         out.push((

@@ -60,6 +60,11 @@ pub enum Action {
     Track(Allowing),
 }
 
+// An action rides in every table entry and burst slot (`RuleRef`): the
+// stateful variant must not make it bigger than the four bytes of a
+// redirect (tag and port).
+const _: () = assert!(std::mem::size_of::<Action>() == 4);
+
 /// The actions that let a packet through: those a stateful rule may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Allowing {

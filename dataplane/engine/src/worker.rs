@@ -139,14 +139,17 @@ pub struct Worker {
     /// When the local burst histogram was last folded into the shared one.
     folded: Instant,
     conntrack: Option<Arc<ConnTable>>,
-    /// The next connection-table stripe this worker sweeps.
+    /// The next connection-table stripe this worker sweeps, and when (in
+    /// packet time) it last swept one.
     sweep_next: usize,
+    swept_ns: u64,
 }
 
-/// A worker sweeps one stripe of the connection table every this many
-/// bursts (and when idle): expired entries also go when a packet or a new
-/// connection meets them.
-const SWEEP_EVERY: u64 = 64;
+/// A worker sweeps one stripe of the connection table at most this often
+/// (packet time; after a burst or when idle, so an idle poll loop does not
+/// spin on the stripes' locks): expired entries also go when a packet or a
+/// new connection meets them.
+const SWEEP_GAP_NS: u64 = 10_000_000;
 
 impl Worker {
     /// Worker `index` of `cx` (whose statistics must have that many
@@ -178,6 +181,7 @@ impl Worker {
             folded: Instant::now(),
             conntrack: cx.conntrack.clone(),
             sweep_next: index,
+            swept_ns: 0,
         }
     }
 
@@ -212,12 +216,18 @@ impl Worker {
         self.released.clear();
     }
 
-    /// Sweeps the next stripe of the connection table.
+    /// Sweeps the next stripe of the connection table, when the last
+    /// sweep is [`SWEEP_GAP_NS`] old.
     fn sweep(&mut self, now_ns: u64) {
-        if let Some(t) = &self.conntrack {
-            t.sweep_shard(self.sweep_next, now_ns);
-            self.sweep_next = (self.sweep_next + 1) % t.stripes();
+        let Some(t) = &self.conntrack else {
+            return;
+        };
+        if now_ns.abs_diff(self.swept_ns) < SWEEP_GAP_NS {
+            return;
         }
+        self.swept_ns = now_ns;
+        t.sweep_shard(self.sweep_next, now_ns);
+        self.sweep_next = (self.sweep_next + 1) % t.stripes();
     }
 
     fn count_timed_out(&mut self, n: u64) {
@@ -326,14 +336,13 @@ impl Worker {
             }
         }
         judge.c.bursts += 1;
-        let sweep = judge.c.bursts.is_multiple_of(SWEEP_EVERY);
         shared.counters.publish(&self.local);
         self.histogram
             .saturating_record(start.elapsed().as_nanos() as u64);
         if start.duration_since(self.folded) >= HIST_FOLD_INTERVAL {
             self.fold_histogram(false);
         }
-        if let Some(last) = pkts.last().filter(|_| sweep) {
+        if let Some(last) = pkts.last() {
             self.sweep(last.ts_ns);
         }
     }

@@ -181,7 +181,12 @@ pub struct ConnTable {
     early_dropped: AtomicU64,
     expired: AtomicU64,
     false_positives: AtomicU64,
+    /// Each worker's packet time ([`Self::advance`]); `u64::MAX`: none.
+    clocks: Box<[AtomicU64]>,
 }
+
+/// Workers whose packet time the table follows ([`ConnTable::advance`]).
+pub const CLOCKS: usize = 64;
 
 impl ConnTable {
     /// A table for `capacity` connections. `secret` keys its hash: a
@@ -249,6 +254,7 @@ impl ConnTable {
             early_dropped: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             false_positives: AtomicU64::new(0),
+            clocks: (0..CLOCKS).map(|_| AtomicU64::new(u64::MAX)).collect(),
         })
     }
 
@@ -517,6 +523,26 @@ impl ConnTable {
         self.len.fetch_sub(1, Relaxed);
     }
 
+    /// Worker `worker`'s packet time is now `now_ns`. A sweep never runs
+    /// ahead of the slowest worker that said so: in a replay each worker
+    /// has its own capture time, and a sweep by one that is ahead must not
+    /// expire an entry that the connection's own worker, still behind,
+    /// would find live (a NIC's workers share one clock; it costs nothing
+    /// there). A worker past [`CLOCKS`] is not followed.
+    pub fn advance(&self, worker: usize, now_ns: u64) {
+        if let Some(c) = self.clocks.get(worker) {
+            c.store(now_ns, Relaxed);
+        }
+    }
+
+    /// The time sweeps use for `now_ns`: no later than any worker's.
+    fn sweep_time(&self, now_ns: u64) -> u64 {
+        self.clocks
+            .iter()
+            .map(|c| c.load(Relaxed))
+            .fold(now_ns, u64::min)
+    }
+
     /// Removes every entry past its timeout at `now_ns`; returns how many.
     pub fn sweep(&self, now_ns: u64) -> usize {
         (0..self.shards.len())
@@ -532,6 +558,7 @@ impl ConnTable {
     /// [`Self::sweep`] for one stripe, so that a caller can spread the
     /// work (a stripe per turn).
     pub fn sweep_shard(&self, i: usize, now_ns: u64) -> usize {
+        let now_ns = self.sweep_time(now_ns);
         let mut shard = lock(&self.shards[i & self.shard_mask]);
         let before = shard.map.len();
         let t = &self.timeouts;

@@ -339,3 +339,20 @@ fn a_saved_table_comes_back_and_a_damaged_one_is_refused() {
         Err(persist::PersistError::NotATable)
     );
 }
+
+/// A sweep never runs ahead of the slowest worker's packet time: a worker
+/// ahead in a replay does not expire what a worker behind still sees live.
+#[test]
+fn sweeps_wait_for_the_slowest_worker() {
+    let t = table(1024);
+    t.open(&udp(1), 0, false, 1, Action::Allow, 60, 0).unwrap();
+    t.advance(0, 10 * S);
+    t.advance(1, 100 * S);
+    assert_eq!(
+        t.sweep(100 * S),
+        0,
+        "worker 0 is at 10 s: still live for it"
+    );
+    t.advance(0, 40 * S);
+    assert_eq!(t.sweep(100 * S), 1);
+}

@@ -222,6 +222,7 @@ impl Worker {
         let Some(t) = &self.conntrack else {
             return;
         };
+        t.advance(self.index, now_ns);
         if now_ns.abs_diff(self.swept_ns) < SWEEP_GAP_NS {
             return;
         }
@@ -290,6 +291,10 @@ impl Worker {
         self.decode_burst(pkts);
         let tracking = self.conntrack.as_deref();
         if let Some(t) = tracking {
+            // Before this burst opens anything: no sweep runs ahead of it.
+            if let Some(first) = pkts.first() {
+                t.advance(self.index, first.ts_ns);
+            }
             Self::track_burst(t, &mut self.scratch, pkts);
         }
         // The burst's scratch arrays live in the worker: set per frame by

@@ -407,19 +407,24 @@ fn stateful_rules_let_answers_back_in() {
     let input = dir.join("stateful.pcap");
     gen::write_pcap(&input, &frames).unwrap();
     let rules = parse_rule_file(stateful::STATEFUL_RULES).unwrap();
-    let run = |table: Option<std::sync::Arc<cfdp_conntrack::ConnTable>>| {
-        let (_store, dp) = RuleStore::fixed_tracked(rules.clone(), Mode::Verify, 1, table).unwrap();
+    let run_on = |workers: usize, table: Option<std::sync::Arc<cfdp_conntrack::ConnTable>>| {
+        let (_store, dp) =
+            RuleStore::fixed_tracked(rules.clone(), Mode::Verify, workers, table).unwrap();
         let opts = ReplayOptions {
             out: Some(dir.join("out.pcap")),
-            ..ReplayOptions::new(input.clone(), 1)
+            ..ReplayOptions::new(input.clone(), workers)
         };
         let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
         (r, frames_of(&dir.join("out.pcap")))
     };
-    let table = cfdp_conntrack::ConntrackSection::default()
-        .table(cfdp_rules::HashSecret::from_seed(3))
-        .unwrap();
-    let (r, got) = run(Some(std::sync::Arc::new(table)));
+    let table = || {
+        let t = cfdp_conntrack::ConntrackSection::default()
+            .table(cfdp_rules::HashSecret::from_seed(3))
+            .unwrap();
+        Some(std::sync::Arc::new(t))
+    };
+    let run = |t| run_on(1, t);
+    let (r, got) = run(table());
     let want: Vec<&[u8]> = frames
         .iter()
         .filter(|f| f.verdict == Expect::Forward)
@@ -449,6 +454,18 @@ fn stateful_rules_let_answers_back_in() {
         ),
         "{t:?}"
     );
+    // The same verdicts with three workers: both directions of a
+    // connection and the ICMP errors about it share a worker (the replay's
+    // RSS), and no worker's sweep runs ahead of another's capture time.
+    for _ in 0..3 {
+        let (r3, mut got3) = run_on(3, table());
+        let mut sorted = got.clone();
+        sorted.sort();
+        got3.sort();
+        assert_eq!(got3, sorted, "3 workers forward what 1 does");
+        let ct = |t: &cfdp_engine::Totals| (t.ct_opened, t.ct_established, t.ct_related);
+        assert_eq!(ct(&r3.stats.totals), ct(&r.stats.totals));
+    }
     // Stateless (no table): the rules alone, so no answer comes back in.
     let (r, got) = run(None);
     assert_eq!(r.stats.totals.ct_established, 0);

@@ -21,6 +21,13 @@
 //!   holding 100k connections the traffic never belongs to (every packet
 //!   then pays the table's lock-free negative), rounds alternating.
 //!
+//! - **A SYN flood against a server port a stateful rule opens**: one
+//!   worker, 64-byte TCP frames: ACKs of 100k established connections
+//!   alone, then half of them mixed with spoofed SYNs to the same port
+//!   (each a new embryonic connection, the table's capacity 150k): the
+//!   worker's rate and the share of the established connections still in
+//!   the table, established, afterwards.
+//!
 //! Output: tables, `bench/results/conntrack.csv` (quick:
 //! `bench/results/quick/`). Run: `cargo run --release -p cfdp-bench --bin
 //! conntrack [-- --quick]`.
@@ -31,7 +38,7 @@ use std::time::Instant;
 
 use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv};
 use cfdp_conntrack::state::tcp::{ACK, SYN};
-use cfdp_conntrack::{ConnTable, OpenError, Timeouts};
+use cfdp_conntrack::{ConnTable, OpenError, State, Timeouts};
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
 
 const TRACKED: Action = Action::Track(Allowing::Allow);
@@ -157,6 +164,7 @@ fn main() {
     let mut rows = burst_rows(log2, rounds);
     rows.extend(ops_rows(log2, rounds));
     rows.extend(worker_rows(quick, rounds));
+    rows.extend(flood_rows(quick, rounds));
     let path = results_path("conntrack.csv");
     write_csv(
         &path,
@@ -353,6 +361,117 @@ fn worker_rows(quick: bool, rounds: usize) -> Vec<String> {
         let m = median(&mut samples[v]);
         println!("  table {name:<11} {m:.2}");
         rows.push(format!("worker,{name},1,{n},{m:.3},,,,,,"));
+    }
+    rows
+}
+
+/// A 64-byte TCP frame of `k` with `flags`.
+fn tcp_frame(k: &FlowKey, flags: u8) -> Vec<u8> {
+    let ip = |a: &[u8; 16]| [a[0], a[1], a[2], a[3]];
+    let mut h = etherparse::TcpHeader::new(k.sport, k.dport, 1, 65535);
+    h.syn = flags & SYN != 0;
+    h.ack = flags & ACK != 0;
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(ip(&k.src), ip(&k.dst), 64)
+        .tcp_header(h);
+    let mut out = Vec::new();
+    b.write(&mut out, &[]).expect("frame");
+    out
+}
+
+/// Client `i` of 100.64.0.0/10 to the server 10.0.0.1:443.
+fn client(i: u32) -> FlowKey {
+    FlowKey::new(
+        IpAddr::V4(Ipv4Addr::from(0x6440_0000 + (i >> 4))),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        6,
+        1024 + (i & 15) as u16 * 4000,
+        443,
+    )
+}
+
+/// The worker under a SYN flood: established traffic alone, then mixed
+/// half and half with spoofed SYNs a stateful rule lets open connections.
+fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
+    use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
+    let n = 100_000u32;
+    let rules = cfdp_rules::parse_rule_file(
+        r#"{"rules": [
+          {"id": 1, "priority": 10, "match": {"dst_prefix": "10.0.0.1/32", "proto": "tcp", "dport": 443}, "action": "allow", "track": true},
+          {"id": 9, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}"#,
+    )
+    .expect("rules");
+    let pool = if quick { 1 << 16 } else { 1 << 18 };
+    let established: Vec<Vec<u8>> = (0..pool as u32)
+        .map(|i| tcp_frame(&client(i % n), ACK))
+        .collect();
+    let mut rng = cfdp_bench::SplitMix::new(9);
+    let mixed: Vec<Vec<u8>> = (0..pool as u32)
+        .map(|i| {
+            if i % 2 == 0 {
+                tcp_frame(&client(i % n), ACK)
+            } else {
+                // A spoofed source from elsewhere, never the same twice.
+                let r = rng.next();
+                let k = FlowKey::new(
+                    IpAddr::V4(Ipv4Addr::from(0xc600_0000 | (r as u32 & 0x00ff_ffff))),
+                    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                    6,
+                    1024 + (r >> 32) as u16 % 60_000,
+                    443,
+                );
+                tcp_frame(&k, SYN)
+            }
+        })
+        .collect();
+    let secs = if quick { 0.2 } else { 0.6 };
+    let mut rows = Vec::new();
+    println!(
+        "SYN flood, 100k established connections, table of 150k, one worker (median of {rounds})"
+    );
+    for (name, frames) in [
+        ("established", &established),
+        ("established+synflood", &mixed),
+    ] {
+        let mut mpps = Vec::new();
+        let mut passed = Vec::new();
+        for _ in 0..rounds {
+            // A fresh table and node each round: the flood fills it.
+            let table = std::sync::Arc::new(
+                ConnTable::new(150_000, Timeouts::default(), HashSecret::from_seed(2))
+                    .expect("table"),
+            );
+            let (store, cx) = cfdp_control::RuleStore::fixed_tracked(
+                &rules[..],
+                Mode::Verify,
+                1,
+                Some(std::sync::Arc::clone(&table)),
+            )
+            .expect("rules load");
+            let slot = 0;
+            for i in 0..n {
+                let k = client(i);
+                table
+                    .open(&k, SYN, false, slot, TRACKED, 60, 0)
+                    .expect("room");
+                table.lookup(&back(&k), SYN | ACK, 60, 0);
+                table.lookup(&k, ACK, 60, 0);
+            }
+            let mut w = Worker::new(&cx, 0, WorkerOptions::default());
+            let tables = cx.readers.handle();
+            let mut backend = MemoryBackend::new(frames, Limit::Seconds(secs));
+            let start = Instant::now();
+            let done = run_worker(&mut backend, &mut w, &tables).packets;
+            mpps.push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
+            // Every established connection still in the table, established
+            // (its packets then pass).
+            let alive = table.counts().by_state[State::TcpEstablished.index()];
+            passed.push(alive as f64 / f64::from(n));
+            drop(store);
+        }
+        let (m, p) = (median(&mut mpps), median(&mut passed));
+        println!("  {name:<22} {m:.2} Mpps, established connections kept {p:.4}");
+        rows.push(format!("flood,{name},1,{n},{m:.3},,,,,{p:.5},"));
     }
     rows
 }

@@ -513,7 +513,11 @@ pub(crate) fn conntrack_burst(d: &Path) -> R<String> {
 pub(crate) fn conntrack_ops(d: &Path) -> R<String> {
     let c = Csv::load(d, "conntrack.csv")?;
     let mut rows = Vec::new();
-    for r in c.records().iter().filter(|r| r["part"] != "burst") {
+    for r in c
+        .records()
+        .iter()
+        .filter(|r| r["part"] != "burst" && r["part"] != "flood")
+    {
         let what = match (r["part"], r["variant"]) {
             ("lookup", "established") => "lookup, a packet of an established connection",
             ("lookup", "none") => "lookup, a packet of no connection",
@@ -532,4 +536,25 @@ pub(crate) fn conntrack_ops(d: &Path) -> R<String> {
         ]);
     }
     Ok(table(&["operation", "threads", "million operations/s"], &rows) + &c.source())
+}
+
+/// `conntrack`: the worker under a SYN flood.
+pub(crate) fn conntrack_flood(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack.csv")?;
+    let mut rows = Vec::new();
+    for r in c.records().iter().filter(|r| r["part"] == "flood") {
+        rows.push(vec![
+            r["variant"].replace('+', " + "),
+            format!("{:.2}", num(r["p50_ns_or_mops"], &c.name)?),
+            format!("{:.2} %", num(r["load"], &c.name)? * 100.0),
+        ]);
+    }
+    Ok(table(
+        &[
+            "traffic (one worker)",
+            "Mpps",
+            "established connections kept",
+        ],
+        &rows,
+    ) + &c.source())
 }

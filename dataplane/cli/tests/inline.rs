@@ -91,20 +91,7 @@ impl Lab {
 
     /// Runs `f` on a thread inside the namespace of `side`.
     fn within<T: Send>(&self, side: char, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.ns(side));
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let fd = std::fs::File::open(&path).unwrap();
-                rustix::thread::move_into_link_name_space(
-                    fd.as_fd(),
-                    Some(rustix::thread::LinkNameSpaceType::Network),
-                )
-                .unwrap();
-                f()
-            })
-            .join()
-            .unwrap()
-        })
+        in_ns(&self.ns(side), f)
     }
 
     fn ping(&self, from: char, to: &str) -> bool {

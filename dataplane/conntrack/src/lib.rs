@@ -30,4 +30,4 @@ pub mod table;
 pub use key::{ConnKey, Dir};
 pub use settings::ConntrackSection;
 pub use state::{State, Timeouts};
-pub use table::{ConnInfo, ConnQuery, ConnTable, Counts, Hit, OpenError, Saved};
+pub use table::{ConnInfo, ConnQuery, ConnTable, Counts, Hit, OpenError};

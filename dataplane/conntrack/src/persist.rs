@@ -11,7 +11,7 @@
 use cfdp_rules::{Action, Allowing, FlowKey};
 
 use crate::state::State;
-use crate::table::Saved;
+use crate::table::ConnInfo;
 
 const MAGIC: &[u8; 8] = b"CFDPCT01";
 const HEADER: usize = 16;
@@ -43,7 +43,7 @@ fn action_code(a: Action) -> Option<(u8, u16)> {
 
 /// The file's bytes for `entries` (only stateful actions are saved: an
 /// entry holds no other).
-pub fn encode(entries: &[Saved]) -> Vec<u8> {
+pub fn encode(entries: &[ConnInfo]) -> Vec<u8> {
     let mut records = Vec::with_capacity(entries.len() * RECORD);
     let mut count = 0u32;
     for e in entries {
@@ -78,7 +78,7 @@ pub fn encode(entries: &[Saved]) -> Vec<u8> {
 }
 
 /// The entries of a file [`encode`] wrote, or why it is refused.
-pub fn decode(b: &[u8]) -> Result<Vec<Saved>, PersistError> {
+pub fn decode(b: &[u8]) -> Result<Vec<ConnInfo>, PersistError> {
     if b.len() < HEADER || &b[..8] != MAGIC {
         return Err(PersistError::NotATable);
     }
@@ -101,7 +101,7 @@ pub fn decode(b: &[u8]) -> Result<Vec<Saved>, PersistError> {
         .collect()
 }
 
-fn record(r: &[u8]) -> Result<Saved, &'static str> {
+fn record(r: &[u8]) -> Result<ConnInfo, &'static str> {
     let mut at = 0;
     let mut take = |n: usize| {
         let s = &r[at..at + n];
@@ -143,7 +143,7 @@ fn record(r: &[u8]) -> Result<Saved, &'static str> {
     if !v6 && (src[4..].iter().chain(&dst[4..]).any(|&x| x != 0)) {
         return Err("IPv4 address with bytes past its fourth");
     }
-    Ok(Saved {
+    Ok(ConnInfo {
         orig: FlowKey {
             v6,
             src,

@@ -76,6 +76,39 @@ impl Entry {
     fn expired(&self, now_ns: u64, t: &Timeouts) -> bool {
         now_ns.saturating_sub(self.last_ns) > t.of(self.state)
     }
+
+    /// The direction of a packet from the key's lower endpoint (`from_lo`)
+    /// or from its higher one.
+    fn dir(&self, from_lo: bool) -> Dir {
+        if from_lo == self.orig_lo {
+            Dir::Orig
+        } else {
+            Dir::Reply
+        }
+    }
+
+    fn hit(&self, from_lo: bool) -> Hit {
+        Hit {
+            slot: self.slot,
+            action: self.action,
+            dir: self.dir(from_lo),
+            state: self.state,
+        }
+    }
+
+    fn info(&self, k: &ConnKey) -> ConnInfo {
+        ConnInfo {
+            orig: k.flow(self.orig_lo),
+            state: self.state,
+            fin: self.fin,
+            slot: self.slot,
+            action: self.action,
+            opened_ns: self.opened_ns,
+            last_ns: self.last_ns,
+            packets: self.packets,
+            bytes: self.bytes,
+        }
+    }
 }
 
 /// What the table says of a packet of a tracked connection.
@@ -100,12 +133,15 @@ pub enum OpenError {
     Full,
 }
 
-/// One connection, as `cfdp ctl conns` lists it.
+/// One connection, as `cfdp ctl conns` lists it and a graceful restart
+/// saves it ([`crate::persist`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnInfo {
     /// The 5-tuple of the packet that opened it.
     pub orig: FlowKey,
     pub state: State,
+    /// Which directions have sent a FIN (bit 0: original, bit 1: reply).
+    pub fin: u8,
     /// The slot of the rule that opened it.
     pub slot: u32,
     pub action: Action,
@@ -134,21 +170,6 @@ impl ConnQuery {
             && self.proto.is_none_or(|p| p == k.proto)
             && self.port.is_none_or(|p| p == k.sport || p == k.dport)
     }
-}
-
-/// An entry as saved across a graceful restart ([`crate::persist`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Saved {
-    /// The 5-tuple of the packet that opened it.
-    pub orig: FlowKey,
-    pub state: State,
-    pub fin: u8,
-    pub slot: u32,
-    pub action: Action,
-    pub opened_ns: u64,
-    pub last_ns: u64,
-    pub packets: [u64; 2],
-    pub bytes: [u64; 2],
 }
 
 /// The table's counters.
@@ -349,36 +370,22 @@ impl ConnTable {
 
     /// The live connection an ICMP error is about (`inner`: the 5-tuple of
     /// the packet it quotes, either direction): the error is related to
-    /// it. Its state and timeout do not move.
+    /// it. Its state and timeout do not move. (`dir` is the quoted
+    /// packet's; the error goes the other way.)
     pub fn related(&self, inner: &FlowKey, now_ns: u64) -> Option<Hit> {
-        let (key, from_lo) = ConnKey::of(inner);
-        let h = self.hash(&key);
-        if !self.filter.contains_hash(h) {
-            return None;
-        }
-        let shard = self.shard(h);
-        let e = shard.map.get(&key)?;
-        if e.expired(now_ns, &self.timeouts) {
-            return None;
-        }
-        Some(Hit {
-            slot: e.slot,
-            action: e.action,
-            // The quoted packet's direction; the error goes the other way.
-            dir: if from_lo == e.orig_lo {
-                Dir::Orig
-            } else {
-                Dir::Reply
-            },
-            state: e.state,
-        })
+        self.find(inner, Some(now_ns))
     }
 
     /// The connection packet `k` belongs to, as it stands (nothing moves:
-    /// for `trace`). Expiry is judged against the newest packet time the
-    /// entry has seen, so an entry past its timeout but not yet swept is
-    /// still shown.
+    /// for `trace`). An entry past its timeout but not yet swept is still
+    /// shown.
     pub fn peek(&self, k: &FlowKey) -> Option<Hit> {
+        self.find(k, None)
+    }
+
+    /// The entry of `k`'s connection, unchanged; with `now_ns`, only if it
+    /// is live then.
+    fn find(&self, k: &FlowKey, now_ns: Option<u64>) -> Option<Hit> {
         let (key, from_lo) = ConnKey::of(k);
         let h = self.hash(&key);
         if !self.filter.contains_hash(h) {
@@ -386,34 +393,19 @@ impl ConnTable {
         }
         let shard = self.shard(h);
         let e = shard.map.get(&key)?;
-        Some(Hit {
-            slot: e.slot,
-            action: e.action,
-            dir: if from_lo == e.orig_lo {
-                Dir::Orig
-            } else {
-                Dir::Reply
-            },
-            state: e.state,
-        })
+        if now_ns.is_some_and(|now| e.expired(now, &self.timeouts)) {
+            return None;
+        }
+        Some(e.hit(from_lo))
     }
 
     fn step(e: &mut Entry, from_lo: bool, tcp_flags: u8, len: u32, now_ns: u64) -> Hit {
-        let dir = if from_lo == e.orig_lo {
-            Dir::Orig
-        } else {
-            Dir::Reply
-        };
+        let dir = e.dir(from_lo);
         e.state = e.state.next(dir, tcp_flags, &mut e.fin);
         e.last_ns = e.last_ns.max(now_ns);
         e.packets[dir.index()] += 1;
         e.bytes[dir.index()] += u64::from(len);
-        Hit {
-            slot: e.slot,
-            action: e.action,
-            dir,
-            state: e.state,
-        }
+        e.hit(from_lo)
     }
 
     /// Opens the connection of packet `k`, which the rule in `slot` allowed
@@ -606,31 +598,15 @@ impl ConnTable {
     }
 
     /// Every entry, for a graceful restart (the workers stopped).
-    pub fn export(&self) -> Vec<Saved> {
-        let mut out = Vec::with_capacity(self.len());
-        for s in &*self.shards {
-            for (k, e) in &lock(s).map {
-                out.push(Saved {
-                    orig: k.flow(e.orig_lo),
-                    state: e.state,
-                    fin: e.fin,
-                    slot: e.slot,
-                    action: e.action,
-                    opened_ns: e.opened_ns,
-                    last_ns: e.last_ns,
-                    packets: e.packets,
-                    bytes: e.bytes,
-                });
-            }
-        }
-        out
+    pub fn export(&self) -> Vec<ConnInfo> {
+        self.list(usize::MAX, |_| true)
     }
 
     /// Puts saved entries back (before the workers start); `slot_of` gives
     /// each its rule's slot now (a rule's slot may differ after a restart;
     /// `None`: keep the saved one). Returns how many were taken: an entry
     /// already present or past the capacity is left out.
-    pub fn import(&self, saved: &[Saved], slot_of: impl Fn(&Saved) -> Option<u32>) -> usize {
+    pub fn import(&self, saved: &[ConnInfo], slot_of: impl Fn(&ConnInfo) -> Option<u32>) -> usize {
         let mut taken = 0;
         for e in saved {
             let (key, from_lo) = ConnKey::of(&e.orig);
@@ -670,16 +646,7 @@ impl ConnTable {
         let mut out = Vec::new();
         for s in &*self.shards {
             for (k, e) in &lock(s).map {
-                let info = ConnInfo {
-                    orig: k.flow(e.orig_lo),
-                    state: e.state,
-                    slot: e.slot,
-                    action: e.action,
-                    opened_ns: e.opened_ns,
-                    last_ns: e.last_ns,
-                    packets: e.packets,
-                    bytes: e.bytes,
-                };
+                let info = e.info(k);
                 if keep(&info) {
                     out.push(info);
                     if out.len() >= limit {

@@ -54,7 +54,7 @@ use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::{AclClassifier, Probes};
 use cfdp_engine::{LiveStats, Mode};
 use cfdp_rules::{
-    AclMatch, AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, PortRange, Update,
+    AclMatch, AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, PortRange, RuleId, Update,
 };
 
 #[allow(clippy::too_many_lines)] // a benchmark's main
@@ -125,7 +125,12 @@ fn main() {
         return;
     }
     // On a copy: the update timings below churn `c` too.
-    let churned = arg("--churn").map(|pct| churn(&mut c.clone(), rules, &pct, &keys, rounds));
+    let churned = arg("--churn").map(|pct| {
+        (
+            churn(&mut c.clone(), rules, &pct, &keys, rounds, false),
+            churn(&mut c.clone(), rules, &pct, &keys, rounds, true),
+        )
+    });
     let (mut cins, mut cdel) = updates(&mut c, rules);
     // Rules that match every packet (full wildcards: ClassBench sets end
     // with one) leave no packet to miss: the miss trace runs against the
@@ -171,8 +176,17 @@ fn main() {
         "tree_levels_per_packet": levels as f64 / keys.len().max(1) as f64,
         "leaf_entries_per_packet": scanned as f64 / keys.len().max(1) as f64,
     });
-    if let Some((pct, single, batched)) = churned {
+    if let Some(((pct, single, batched, _, _), (_, new_single, new_batched, patched, live))) =
+        churned
+    {
         line["churn_pct"] = pct.into();
+        // The same churn with the rules put back under new ids (no
+        // revival in place), and where those went: patched into the tree,
+        // or into the live tuple space.
+        line["mpps_single_churned_new_ids"] = new_single.into();
+        line["mpps_batched_churned_new_ids"] = new_batched.into();
+        line["churn_new_ids_patched"] = patched.into();
+        line["churn_new_ids_live_v4"] = live.into();
         line["mpps_single_churned"] = single.into();
         line["mpps_batched_churned"] = batched.into();
     }
@@ -295,8 +309,13 @@ impl Samples {
     }
 }
 
-/// Deletes and re-inserts up to 2000 rules spread over the set, one at a
-/// time, timing each (ns).
+/// An id no ClassBench rule has: updates insert rules under new ids, so
+/// that they take the general insert path (patched into the compiled
+/// layer, or the live one) rather than reviving the deleted rule in place.
+const NEW_ID: RuleId = 1 << 30;
+
+/// Deletes up to 2000 rules spread over the set and inserts each back under
+/// a new id ([`NEW_ID`]), one at a time, timing each (ns).
 fn updates(c: &mut AclClassifier, rules: &[cfdp_rules::AclRule]) -> (Samples, Samples) {
     let mut ins = Samples::default();
     let mut del = Samples::default();
@@ -306,24 +325,32 @@ fn updates(c: &mut AclClassifier, rules: &[cfdp_rules::AclRule]) -> (Samples, Sa
         c.remove(r.id).expect("present");
         del.saturating_record(t.elapsed().as_nanos() as u64);
         let t = Instant::now();
-        c.insert(*r).expect("absent");
+        c.insert(AclRule {
+            id: r.id + NEW_ID,
+            ..*r
+        })
+        .expect("absent");
         ins.saturating_record(t.elapsed().as_nanos() as u64);
     }
     (ins, del)
 }
 
 /// `--churn PCT`: PCT % of the set's rules (spread evenly over it) deleted
-/// and inserted back (same match, priority, action and id) with no compile
-/// in between, so they leave the compiled layer (dead there) for the live
-/// one; then the rates again, and with `--verdicts OUT` the verdicts after
-/// the churn in `OUT.churned`. Returns (PCT, single, batched).
+/// and inserted back (same match, priority and action; the same id, or a
+/// new one with `new_ids`) with no compile in between: a rule put back
+/// under its id is revived in the compiled layer, one under a new id is
+/// patched into it or goes to the live tuple space
+/// (`cfdp_engine::acl::compiled::overlay`). Then the rates again, and with
+/// `--verdicts OUT` (same ids only) the verdicts after the churn in
+/// `OUT.churned`. Returns (PCT, single, batched, patched, live IPv4).
 fn churn(
     c: &mut AclClassifier,
     rules: &[AclRule],
     pct: &str,
     keys: &[FlowKey],
     rounds: usize,
-) -> (f64, f64, f64) {
+    new_ids: bool,
+) -> (f64, f64, f64, usize, usize) {
     let pct: f64 = match pct.parse() {
         Ok(p) if (0.0..=100.0).contains(&p) => p,
         _ => {
@@ -337,14 +364,18 @@ fn churn(
         for i in 0..n {
             let r = rules[(i as f64 * step) as usize];
             c.remove(r.id).expect("present");
-            c.insert(r).expect("absent");
+            let id = if new_ids { r.id + NEW_ID } else { r.id };
+            c.insert(AclRule { id, ..r }).expect("absent");
         }
     }
-    if let Some(out) = arg("--verdicts") {
+    if new_ids {
+        // Same answers, other ids: no verdict file (it names rules by id).
+    } else if let Some(out) = arg("--verdicts") {
         write_verdicts(&format!("{out}.churned"), c, keys);
     }
     let (single, batched) = rates(c, keys, rounds);
-    (pct, single, batched)
+    let l = c.layers();
+    (pct, single, batched, l.patched, l.live_v4)
 }
 
 /// Whether a rule matches every packet of its family.
@@ -427,8 +458,8 @@ fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, 
         expected_generation: None,
         updates: vec![Ok(u)],
     };
-    let step = (set.len() / 2000).max(1);
-    for r in set.iter().step_by(step) {
+    let step = (rules.len() / 2000).max(1);
+    for r in rules.iter().step_by(step) {
         let t = Instant::now();
         let rep = store
             .apply(&one(Update::Delete(r.id)), |_, _| Ok(()))
@@ -437,8 +468,13 @@ fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, 
         del.saturating_record(t.elapsed().as_nanos() as u64);
         assert!(rep.applied, "delete {}", r.id);
         let t = Instant::now();
+        let new = AclRule {
+            id: r.id + NEW_ID,
+            ..*r
+        }
+        .to_rule();
         let rep = store
-            .apply(&one(Update::Insert(*r)), |_, _| Ok(()))
+            .apply(&one(Update::Insert(new)), |_, _| Ok(()))
             .expect("applies");
         store.settle();
         ins.saturating_record(t.elapsed().as_nanos() as u64);

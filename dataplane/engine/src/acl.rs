@@ -45,7 +45,7 @@ mod word;
 
 use std::sync::Arc;
 
-use compiled::{Compiled, Dead, Hit, Input, LANES};
+use compiled::{Compiled, Hit, Input, Overlay, LANES};
 
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
@@ -70,10 +70,12 @@ pub enum AclError {
 ///
 /// IPv4 rules live in one of two layers. [`AclClassifier::compile`] moves
 /// every IPv4 rule into the compiled layer ([`compiled`]: a decision tree,
-/// shared by the clones through an `Arc`); rules inserted after it go into
-/// the tuple space, the live layer, updated in microseconds; a compiled
-/// rule deleted or replaced is marked in the dead bitmap, which each clone
-/// keeps for itself. A lookup takes the better of the compiled layer's
+/// shared by the clones through an `Arc`). Each clone keeps its own
+/// [`Overlay`] over the tree: a compiled rule deleted or replaced is marked
+/// in its dead bitmap, and a rule inserted after the compile is patched
+/// into the few leaves it touches ([`compiled::overlay`]); a rule too wide
+/// for that goes into the tuple space, the live layer, updated in
+/// microseconds. A lookup takes the better of the compiled layer's
 /// first live match and the live layer's winner (the live layer's walk
 /// starts with the compiled winner as the rank to beat). IPv6 rules stay in
 /// the tuple space.
@@ -82,7 +84,7 @@ pub struct AclClassifier {
     v4: Family<u32, { <u32 as Word>::CUT_AT.len() }>,
     v6: Family<u128, { <u128 as Word>::CUT_AT.len() }>,
     compiled: Option<Arc<Compiled>>,
-    dead: Dead,
+    overlay: Overlay,
     slab: Vec<(AclRule, u32)>,
     free: Vec<u32>,
     /// Each rule's table and slot (a compiled rule keeps the tuple of the
@@ -100,10 +102,13 @@ pub struct AclClassifier {
 /// The layers' sizes (see [`AclClassifier`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Layers {
-    /// Rules in the compiled layer, dead ones included.
+    /// Rules in the compiled layer, dead ones included (patched ones too).
     pub compiled: usize,
     /// Compiled rules deleted or replaced since the compile.
     pub dead: usize,
+    /// Rules patched into the compiled layer since the compile (see
+    /// [`compiled::overlay`]), live or deleted since.
+    pub patched: usize,
     /// IPv4 rules in the live layer (inserted since the compile).
     pub live_v4: usize,
     /// IPv6 rules (always in the tuple space).
@@ -161,7 +166,7 @@ impl AclClassifier {
         self.v4.bytes()
             + self.v6.bytes()
             + self.compiled.as_ref().map_or(0, |c| c.bytes())
-            + self.dead.bytes()
+            + self.overlay.bytes()
             + self.slab.capacity() * std::mem::size_of::<(AclRule, u32)>()
             + self.by_id.capacity() * (std::mem::size_of::<(RuleId, (Tuple, u32))>() + 1)
             + self.by_match.capacity() * (std::mem::size_of::<((AclMatch, u32), RuleId)>() + 1)
@@ -205,6 +210,15 @@ impl AclClassifier {
         self.by_match.insert((r.matcher, r.priority), r.id);
         self.v6_rules += usize::from(r.matcher.v6());
         let shape = Tuple::of(&r);
+        if let Some(c) = self.compiled.as_deref().filter(|_| !shape.v6) {
+            let inp = Input { rule: r, tag, slot };
+            let o = &mut self.overlay;
+            if c.revive(o, &inp).is_some() || c.patch(o, &inp).is_ok() {
+                // The tuple is unused while the rule is in the tree.
+                self.by_id.insert(r.id, (shape, slot));
+                return Ok(());
+            }
+        }
         let tuple = if shape.v6 {
             self.v6.insert(shape, Entry::new(&r, slot, tag))
         } else {
@@ -223,9 +237,10 @@ impl AclClassifier {
         }
         self.v6_rules -= usize::from(r.matcher.v6());
         if let Some(idx) = self.compiled_index(id) {
-            // A compiled rule: dead from now on (an id deleted before and
-            // inserted again is already dead there, and lives in a table).
-            self.dead.set(idx);
+            // A compiled or patched rule: dead from now on (an id deleted
+            // before and inserted again is already dead there, and lives in
+            // a table or is patched in under another index).
+            self.overlay.kill(idx);
         } else if tuple.v6 {
             self.v6.remove(tuple, &Entry::new(&r, slot, tag));
         } else {
@@ -263,7 +278,7 @@ impl AclClassifier {
         let hit = self
             .compiled
             .as_ref()
-            .and_then(|c| c.lookup(&tree_fields(&p), &self.dead));
+            .and_then(|c| c.lookup(&tree_fields(&p), &self.overlay));
         self.merge(&p, hit, probes)
     }
 
@@ -276,10 +291,10 @@ impl AclClassifier {
         }
     }
 
-    /// The compiled index of rule `id` while it is live there.
+    /// The compiled (or patched) index of rule `id` while it is live
+    /// there.
     fn compiled_index(&self, id: RuleId) -> Option<u32> {
-        let idx = self.compiled.as_ref()?.index_of(id)?;
-        (!self.dead.get(idx)).then_some(idx)
+        self.compiled.as_ref()?.live_index(&self.overlay, id)
     }
 
     /// Moves every IPv4 rule into a new compiled layer (built from them
@@ -312,7 +327,7 @@ impl AclClassifier {
     /// id is gone, or now names another rule or tag, is dead at once;
     /// every IPv4 rule the layer holds alive leaves the live layer.
     pub fn install(&mut self, c: Arc<Compiled>) {
-        let mut dead = Dead::new(c.len());
+        let mut overlay = c.overlay();
         for idx in 0..c.len() as u32 {
             let h = c.hit(idx);
             let same = self.by_id.get(&h.id).is_some_and(|&(_, slot)| {
@@ -320,7 +335,7 @@ impl AclClassifier {
                 r == c.rule(idx) && *tag == h.tag && slot == h.slot
             });
             if !same {
-                dead.set(idx);
+                overlay.kill(idx);
             }
         }
         // The live layer keeps only the IPv4 rules the new layer does not
@@ -328,7 +343,7 @@ impl AclClassifier {
         let mut live: Vec<(AclRule, u32, u32)> = self
             .by_id
             .iter()
-            .filter(|&(&id, &(t, _))| !t.v6 && c.index_of(id).is_none_or(|i| dead.get(i)))
+            .filter(|&(&id, &(t, _))| !t.v6 && c.live_index(&overlay, id).is_none())
             .map(|(_, &(_, slot))| {
                 let (r, tag) = self.slab[slot as usize];
                 (r, tag, slot)
@@ -341,17 +356,19 @@ impl AclClassifier {
             self.by_id.insert(r.id, (tuple, slot));
         }
         self.compiled = Some(c);
-        self.dead = dead;
+        self.overlay = overlay;
     }
 
     /// The layers' sizes, in O(1).
     pub fn layers(&self) -> Layers {
-        let compiled = self.compiled.as_ref().map_or(0, |c| c.len());
-        let dead = self.dead.count();
+        let patched = self.overlay.patched();
+        let compiled = self.compiled.as_ref().map_or(0, |c| c.len()) + patched;
+        let dead = self.overlay.dead();
         let v6 = self.v6_rules;
         Layers {
             compiled,
             dead,
+            patched,
             live_v4: self.by_id.len() - v6 - (compiled - dead),
             v6,
         }
@@ -366,7 +383,7 @@ impl AclClassifier {
     /// [`Compiled::cost`]); `None` for IPv6 or without a compiled layer.
     pub fn compiled_cost(&self, k: &FlowKey) -> Option<(u32, u32)> {
         let c = self.compiled.as_deref().filter(|_| !k.v6)?;
-        Some(c.cost(&tree_fields(&Packet::of(k)), &self.dead))
+        Some(c.cost(&tree_fields(&Packet::of(k)), &self.overlay))
     }
 
     /// The winning rule's action and tag for one packet, from the table's
@@ -422,7 +439,7 @@ impl AclClassifier {
                 }
             }
             let mut hits = [None; LANES];
-            c.lookup_lanes(&fs[..n], &self.dead, &mut hits);
+            c.lookup_lanes(&fs[..n], &self.overlay, &mut hits);
             for ((p, i), hit) in ps[..n].iter().zip(hits) {
                 put(*i, self.merge(p, hit, &mut probes));
             }

@@ -172,6 +172,11 @@ enum Step {
     /// Replace a rule with another (same id): priority, match or both.
     Modify(prop::sample::Index, AclRule),
     Insert(AclRule),
+    /// The same rule (id, match, priority) with another action: a modify
+    /// a compiled rule may take in place.
+    Reaction(prop::sample::Index, u16),
+    /// A rule deleted earlier put back as it was (same id).
+    Restore(prop::sample::Index, u16),
     /// A compile on the spot.
     Compile,
     /// A compile whose input is taken now and installed after the next
@@ -186,6 +191,8 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             3 => any::<prop::sample::Index>().prop_map(Step::Delete),
             3 => (any::<prop::sample::Index>(), rule(0)).prop_map(|(i, r)| Step::Modify(i, r)),
             3 => rule(0).prop_map(Step::Insert),
+            2 => (any::<prop::sample::Index>(), 0u16..3).prop_map(|(i, a)| Step::Reaction(i, a)),
+            2 => (any::<prop::sample::Index>(), 0u16..3).prop_map(|(i, a)| Step::Restore(i, a)),
             1 => Just(Step::Compile),
             1 => Just(Step::CompileLater),
             1 => Just(Step::Install),
@@ -211,13 +218,26 @@ proptest! {
         let check = |c: &AclClassifier, live: &[AclRule], at: usize| {
             let mut burst = vec![None; packets.len()];
             c.classify_burst(&packets, &mut burst);
-            for (k, b) in packets.iter().zip(&burst) {
-                let want = first_match(live, k).map(|r| r.id);
-                prop_assert_eq!(c.classify(k).map(|r| r.id), want, "step {}: {:?}", at, k);
-                prop_assert_eq!(*b, want, "step {}: {:?} in a burst", at, k);
+            let mut actions = vec![None; packets.len()];
+            c.classify_burst_action(&packets, &mut actions);
+            for ((k, b), a) in packets.iter().zip(&burst).zip(&actions) {
+                let want = first_match(live, k);
+                let id = want.map(|r| r.id);
+                prop_assert_eq!(c.classify(k).map(|r| r.id), id, "step {}: {:?}", at, k);
+                prop_assert_eq!(*b, id, "step {}: {:?} in a burst", at, k);
+                // The answer's action, from the layer that holds the rule.
+                let action = want.map(|r| r.action);
+                prop_assert_eq!(c.classify_action(k).map(|a| a.0), action, "step {}: {:?}", at, k);
+                prop_assert_eq!(a.map(|a| a.0), action, "step {}: {:?} in a burst", at, k);
             }
             Ok(())
         };
+        let action = |a: u16| match a {
+            0 => Action::Drop,
+            1 => Action::Allow,
+            p => Action::Redirect(p),
+        };
+        let mut gone: Vec<AclRule> = Vec::new();
         let mut c = AclClassifier::with_rules(&rules).unwrap();
         c.compile().unwrap();
         let mut live = rules.clone();
@@ -229,6 +249,20 @@ proptest! {
                 Step::Delete(i) if !live.is_empty() => {
                     let r = live.remove(i.index(live.len()));
                     c.remove(r.id).unwrap();
+                    gone.push(r);
+                }
+                Step::Reaction(i, a) if !live.is_empty() => {
+                    let i = i.index(live.len());
+                    let r = AclRule { action: action(*a), ..live[i] };
+                    c.remove(r.id).unwrap();
+                    c.insert(r).unwrap();
+                    live[i] = r;
+                }
+                Step::Restore(i, a) if !gone.is_empty() => {
+                    let r = gone.swap_remove(i.index(gone.len()));
+                    let r = AclRule { action: action(*a), ..r };
+                    c.insert(r).unwrap();
+                    live.push(r);
                 }
                 Step::Modify(i, new) if !live.is_empty() => {
                     let i = i.index(live.len());

@@ -19,8 +19,8 @@ use cfdp_engine::Op;
 use super::state::RuleStore;
 use super::types::{CompileJob, CompileStats};
 
-/// Rules changed since the last compile (inserted into the live layer, or
-/// dead in the compiled one) before a recompile starts: at least this
+/// Rules changed since the last compile (inserted into the live layer,
+/// patched into the compiled one, or dead there) before a recompile starts: at least this
 /// many, and at least 1/[`RECOMPILE_FRACTION`] of the IPv4 rules.
 pub const RECOMPILE_AFTER: usize = 64;
 pub const RECOMPILE_FRACTION: usize = 32;
@@ -36,7 +36,8 @@ impl RuleStore {
         let Some(input) = self.w.enter().and_then(|t| {
             let l = t.acl_layers();
             let v4 = l.compiled - l.dead + l.live_v4;
-            let changed = l.live_v4 + l.dead;
+            // Patched rules lengthen leaves: they count as changes too.
+            let changed = l.live_v4 + l.dead + l.patched;
             let due = changed >= RECOMPILE_AFTER.max(v4 / RECOMPILE_FRACTION);
             let refused_near = self
                 .compile_refused_at

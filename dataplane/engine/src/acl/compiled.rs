@@ -22,11 +22,20 @@
 //! rule): every leaf lists *every* rule that can match a packet reaching
 //! it, in rank order, so the first live match is the exact winner among the
 //! compiled rules whatever was deleted.
+//!
+//! Rules inserted since the compile go into the tree too where they touch
+//! few leaves ([`overlay`]): the caller's [`Overlay`] rewrites those
+//! leaves' lists in its own memory, so a churned set keeps the tree's
+//! speed without a recompile; a rule that would touch many leaves, or
+//! lengthen one past a bound, is left to the caller's tuple space.
 
 use cfdp_rules::{AclRule, Action, RuleId};
 use hashbrown::HashMap;
 
 mod build;
+pub mod overlay;
+
+pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
 
 /// Rules a leaf may hold before the builder tries to cut it: the sizes a
 /// compile tries in turn, smallest (fastest where it fits) first.
@@ -167,8 +176,7 @@ pub struct Input {
 pub const BUDGET_PER_LEAF_RULE: usize = 3;
 pub const BUDGET_SLACK: usize = 4096;
 
-/// The tree (a `Vec` of them: the lookup takes the best over several, as a
-/// partitioned build would make; one today).
+/// The tree.
 #[derive(Debug, Default)]
 struct Tree {
     nodes: Vec<Node>,
@@ -183,7 +191,7 @@ struct Tree {
 /// The compiled trees of a snapshot of IPv4 rules (see the module docs).
 #[derive(Debug, Default)]
 pub struct Compiled {
-    trees: Vec<Tree>,
+    tree: Tree,
     /// The leaf size that fit the budget.
     leaf: usize,
     hits: Vec<Hit>,
@@ -238,76 +246,79 @@ impl Compiled {
 
     /// Heap bytes of the trees, their leaves, the answers and the id index.
     pub fn bytes(&self) -> usize {
-        self.trees
-            .iter()
-            .map(|t| {
-                t.nodes.capacity() * std::mem::size_of::<Node>()
-                    + t.steps.capacity() * std::mem::size_of::<Step>()
-                    + t.items.capacity() * std::mem::size_of::<Item>()
-                    + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
-            })
-            .sum::<usize>()
+        let t = &self.tree;
+        t.nodes.capacity() * std::mem::size_of::<Node>()
+            + t.steps.capacity() * std::mem::size_of::<Step>()
+            + t.items.capacity() * std::mem::size_of::<Item>()
+            + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.rules.capacity() * std::mem::size_of::<AclRule>()
             + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
     }
 
-    /// Trees, tree nodes, leaf entries (rules counted once per leaf), and
-    /// the deepest leaf's depth.
+    /// Trees (one), tree nodes, leaf entries (rules counted once per
+    /// leaf), and the deepest leaf's depth.
     pub fn shape(&self) -> (usize, usize, usize, u32) {
-        (
-            self.trees.len(),
-            self.trees.iter().map(|t| t.nodes.len()).sum(),
-            self.trees.iter().map(|t| t.items.len()).sum(),
-            self.trees.iter().map(|t| t.depth).max().unwrap_or(0),
-        )
+        let t = &self.tree;
+        (1, t.nodes.len(), t.items.len(), t.depth)
     }
 
     /// What one packet's lookup costs: tree levels walked and leaf
     /// entries compared (for the benchmarks, as the tuple space counts
     /// tables probed).
-    pub fn cost(&self, f: &Fields, dead: &Dead) -> (u32, u32) {
-        let (mut levels, mut scanned) = (0, 0);
-        let mut best: Option<u32> = None;
-        for t in &self.trees {
-            let mut n = 0u32;
-            while !t.nodes[n as usize].is_leaf() {
-                let node = &t.nodes[n as usize];
-                n = node.kids[usize::from(f[node.field as usize] >= node.cut)];
-                levels += 1;
-            }
-            let (start, len) = t.spans[t.nodes[n as usize].kids[1] as usize];
-            for it in &t.items[start as usize..(start + len) as usize] {
-                if best.is_some_and(|b| it.idx >= b) {
-                    break;
-                }
-                scanned += 1;
-                if it.matches(f) && !dead.get(it.idx) {
-                    best = Some(it.idx);
-                    break;
-                }
-            }
+    pub fn cost(&self, f: &Fields, o: &Overlay) -> (u32, u32) {
+        let t = &self.tree;
+        let mut levels = 0;
+        let mut n = 0u32;
+        while !t.nodes[n as usize].is_leaf() {
+            let node = &t.nodes[n as usize];
+            n = node.kids[usize::from(f[node.field as usize] >= node.cut)];
+            levels += 1;
         }
-        (levels, scanned)
+        let items = self.leaf_items(n, o);
+        let scanned = o.first_live(items, f).map_or(items.len(), |(i, _)| i + 1);
+        (levels, scanned as u32)
     }
 
     /// The best live compiled rule for one packet.
     #[inline]
-    pub fn lookup(&self, f: &Fields, dead: &Dead) -> Option<&Hit> {
-        let mut best: Option<u32> = None;
-        for t in &self.trees {
-            let leaf = t.walk(f);
-            if let Some(i) = t.scan(leaf, f, dead, best) {
-                best = Some(i);
-            }
+    pub fn lookup<'a>(&'a self, f: &Fields, o: &'a Overlay) -> Option<&'a Hit> {
+        let leaf = self.tree.walk(f);
+        self.scan(leaf, f, o).map(|i| self.hit_in(o, i))
+    }
+
+    /// The answer of rule `idx`, compiled or patched in (see [`overlay`]).
+    #[inline(always)]
+    pub fn hit_in<'a>(&'a self, o: &'a Overlay, idx: u32) -> &'a Hit {
+        match self.hits.get(idx as usize) {
+            Some(h) => h,
+            None => &o.hits[idx as usize - self.hits.len()],
         }
-        best.map(|i| &self.hits[i as usize])
+    }
+
+    /// The rules leaf `node` lists, as the overlay has them.
+    #[inline(always)]
+    fn leaf_items<'a>(&'a self, node: u32, o: &'a Overlay) -> &'a [Item] {
+        let (start, len) = o.spans[self.tree.nodes[node as usize].kids[1] as usize];
+        let (items, start) = if start & overlay::PATCHED == 0 {
+            (&self.tree.items, start)
+        } else {
+            (&o.items, start & !overlay::PATCHED)
+        };
+        &items[start as usize..(start + len) as usize]
+    }
+
+    /// The first live rule of leaf `node` matching `f`.
+    #[inline(always)]
+    fn scan(&self, node: u32, f: &Fields, o: &Overlay) -> Option<u32> {
+        o.first_live(self.leaf_items(node, o), f)
+            .map(|(_, idx)| idx)
     }
 
     /// [`Self::lookup`] for up to [`LANES`] packets at once: each tree's
     /// walks go level by level over all of them (see the module docs).
     #[inline]
-    pub fn lookup_lanes<'a>(&'a self, fs: &[Fields], dead: &Dead, out: &mut [Option<&'a Hit>]) {
+    pub fn lookup_lanes<'a>(&'a self, fs: &[Fields], o: &'a Overlay, out: &mut [Option<&'a Hit>]) {
         debug_assert!(fs.len() <= LANES && out.len() >= fs.len());
         let n = fs.len();
         if n == 0 {
@@ -317,25 +328,18 @@ impl Compiled {
         // so the loops below have no bound but LANES.
         let mut lanes = [fs[0]; LANES];
         lanes[..n].copy_from_slice(fs);
-        let mut best = [None::<u32>; LANES];
-        for t in &self.trees {
-            let mut at = [0u32; LANES];
-            // Every walk ends by `depth` steps (a leaf loops to itself):
-            // exactly that many, with no test of whether all have ended
-            // (the test cost more than the steps it saved).
-            for _ in 0..t.depth {
-                for (a, f) in at.iter_mut().zip(&lanes) {
-                    *a = t.step(*a, f);
-                }
-            }
-            for i in 0..n {
-                if let Some(x) = t.scan(at[i], &fs[i], dead, best[i]) {
-                    best[i] = Some(x);
-                }
+        let t = &self.tree;
+        let mut at = [0u32; LANES];
+        // Every walk ends by `depth` steps (a leaf loops to itself):
+        // exactly that many, with no test of whether all have ended
+        // (the test cost more than the steps it saved).
+        for _ in 0..t.depth {
+            for (a, f) in at.iter_mut().zip(&lanes) {
+                *a = t.step(*a, f);
             }
         }
         for i in 0..n {
-            out[i] = best[i].map(|x| &self.hits[x as usize]);
+            out[i] = self.scan(at[i], &fs[i], o).map(|x| self.hit_in(o, x));
         }
     }
 }
@@ -366,60 +370,6 @@ impl Tree {
                 n + 1
             };
         }
-    }
-
-    /// The first live rule of leaf `node` matching `f`, if it ranks above
-    /// `better_than` (a compiled index: indices follow rank, best first).
-    #[inline(always)]
-    fn scan(&self, node: u32, f: &Fields, dead: &Dead, better_than: Option<u32>) -> Option<u32> {
-        let (start, len) = self.spans[self.nodes[node as usize].kids[1] as usize];
-        let limit = better_than.unwrap_or(u32::MAX);
-        self.items[start as usize..(start + len) as usize]
-            .iter()
-            .take_while(|it| it.idx < limit)
-            .find(|it| it.matches(f) && !dead.get(it.idx))
-            .map(|it| it.idx)
-    }
-}
-
-/// Compiled rules deleted or replaced since the compile: one bit each.
-#[derive(Clone, Debug, Default)]
-pub struct Dead {
-    words: Vec<u64>,
-    count: usize,
-}
-
-impl Dead {
-    /// None of `n` rules dead.
-    pub fn new(n: usize) -> Self {
-        Self {
-            words: vec![0; n.div_ceil(64)],
-            count: 0,
-        }
-    }
-
-    #[inline(always)]
-    pub fn get(&self, idx: u32) -> bool {
-        self.words[(idx / 64) as usize] & (1 << (idx % 64)) != 0
-    }
-
-    /// Marks `idx` dead; false if it was already.
-    pub fn set(&mut self, idx: u32) -> bool {
-        let w = &mut self.words[(idx / 64) as usize];
-        let bit = 1 << (idx % 64);
-        let was = *w & bit != 0;
-        *w |= bit;
-        self.count += usize::from(!was);
-        !was
-    }
-
-    /// Rules marked dead.
-    pub fn count(&self) -> usize {
-        self.count
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.words.capacity() * 8
     }
 }
 
@@ -469,18 +419,18 @@ mod tests {
             })
             .collect();
         let c = Compiled::build(&rules).unwrap();
-        let dead = Dead::new(c.len());
+        let o = c.overlay();
         let (_, _, items, depth) = c.shape();
         assert!(items <= 2 * rules.len(), "{items} leaf entries");
         assert!(depth <= 16, "depth {depth}");
-        let hit = c.lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 1500), &dead);
+        let hit = c.lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 1500), &o);
         assert_eq!(hit.map(|h| h.id), Some(501));
         assert_eq!(hit.map(|h| h.tag), Some(5010));
         assert!(c
-            .lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 999), &dead)
+            .lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 999), &o)
             .is_none());
         assert!(c
-            .lookup(&f([11, 1, 1, 1], [192, 168, 3, 4], 1500), &dead)
+            .lookup(&f([11, 1, 1, 1], [192, 168, 3, 4], 1500), &o)
             .is_none());
     }
 
@@ -492,19 +442,107 @@ mod tests {
             rule(3, 10, "0.0.0.0/0", "0.0.0.0/0", (0, 65535)),
         ];
         let c = Compiled::build(&rules).unwrap();
-        let mut dead = Dead::new(c.len());
+        let mut o = c.overlay();
         let p = f([10, 1, 2, 3], [1, 1, 1, 1], 80);
         let fs = [p; 3];
-        let mut out = [None; 3];
         for want in [Some(1), Some(2), Some(3), None] {
-            assert_eq!(c.lookup(&p, &dead).map(|h| h.id), want);
-            c.lookup_lanes(&fs, &dead, &mut out);
+            assert_eq!(c.lookup(&p, &o).map(|h| h.id), want);
+            let mut out = [None; 3];
+            c.lookup_lanes(&fs, &o, &mut out);
             assert!(out.iter().all(|h| h.map(|h| h.id) == want));
             if let Some(id) = want {
-                assert!(dead.set(c.index_of(id).unwrap()));
+                assert!(o.kill(c.index_of(id).unwrap()));
             }
         }
-        assert_eq!(dead.count(), 3);
+        assert_eq!(o.dead(), 3);
+    }
+
+    #[test]
+    fn churned_rules_are_patched_in_and_old_lists_compacted() {
+        // The 2,000 port rules, each deleted and inserted back (same id,
+        // a new index) many times over: every insert lands in the tree,
+        // the overlay compacts along the way, and every answer stays the
+        // rule's own.
+        let rules: Vec<Input> = (0..2000u32)
+            .map(|i| {
+                let p = 1000 + i as u16;
+                rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
+            })
+            .collect();
+        let c = Compiled::build(&rules).unwrap();
+        let mut o = c.overlay();
+        let mut compactions = 0;
+        for round in 0..10u32 {
+            for (k, r) in rules.iter().enumerate() {
+                let id = r.rule.id;
+                assert!(o.kill(c.live_index(&o, id).unwrap()));
+                let before = o.items.len();
+                let idx = c.patch(&mut o, r).unwrap();
+                compactions += usize::from(o.items.len() < before);
+                assert_eq!(c.live_index(&o, id), Some(idx));
+                let probe = rules[(k * 7 + round as usize) % rules.len()];
+                let p = f(
+                    [10, 1, 1, 1],
+                    [192, 168, 3, 4],
+                    probe.rule.matcher.dport().lo(),
+                );
+                assert_eq!(c.lookup(&p, &o).map(|h| h.id), Some(probe.rule.id));
+            }
+        }
+        assert!(compactions > 0, "the overlay never compacted");
+        assert_eq!(o.patched(), 20_000);
+        // The 2,000 compiled rules, then 18,000 patched ones.
+        assert_eq!(o.dead(), 20_000);
+        // Every rule again, single and in lanes.
+        let fs: Vec<Fields> = rules
+            .iter()
+            .map(|r| f([10, 9, 9, 9], [192, 168, 0, 1], r.rule.matcher.dport().lo()))
+            .collect();
+        for (chunk, want) in fs.chunks(LANES).zip(rules.chunks(LANES)) {
+            let mut out = [None; LANES];
+            c.lookup_lanes(chunk, &o, &mut out);
+            for (h, w) in out.iter().zip(want) {
+                assert_eq!(h.map(|h| h.id), Some(w.rule.id));
+            }
+        }
+    }
+
+    #[test]
+    fn a_rule_touching_many_leaves_is_refused_whole() {
+        let rules: Vec<Input> = (0..2000u32)
+            .map(|i| {
+                let p = 1000 + i as u16;
+                rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
+            })
+            .collect();
+        let c = Compiled::build(&rules).unwrap();
+        let mut o = c.overlay();
+        let wide = rule(5000, 5000, "10.0.0.0/8", "192.168.0.0/16", (0, 65535));
+        assert_eq!(c.patch(&mut o, &wide), Err(PatchRefused::TooWide));
+        assert_eq!((o.patched(), o.items.len()), (0, 0));
+        // One port more than a leaf may grow by: refused as a whole, the
+        // leaves already rewritten for it are not kept.
+        let mut id = 6000;
+        let (err, items) = loop {
+            id += 1;
+            let items = (o.items.len(), o.spans.clone());
+            match c.patch(
+                &mut o,
+                &rule(id, 0, "10.0.0.0/8", "192.168.0.0/16", (1500, 1501)),
+            ) {
+                Ok(_) => continue,
+                Err(e) => break (e, items),
+            }
+        };
+        assert_eq!(err, PatchRefused::LeafFull);
+        assert_eq!((o.items.len(), o.spans.clone()), items);
+        let patched = o.patched();
+        assert!(
+            (PATCH_EXTRA..=PATCH_EXTRA + c.leaf_size()).contains(&patched),
+            "{patched}"
+        );
+        assert!(c.live_index(&o, id).is_none());
+        assert!(c.live_index(&o, id - 1).is_some());
     }
 
     #[test]

@@ -465,6 +465,11 @@ impl<W: Word, const N: usize> Family<W, N> {
         probes: &mut Probes,
         floor: Option<Rank>,
     ) -> Option<&Entry<W>> {
+        // An empty layer (a compiled set with no change since): no cut to
+        // read.
+        if self.tables.is_empty() {
+            return None;
+        }
         let mut best: Option<&Entry<W>> = None;
         let mut bound = floor;
         let mut left = self.cuts.candidates(p);

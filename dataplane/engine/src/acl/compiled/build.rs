@@ -55,7 +55,7 @@ impl Compiled {
             };
             if b.node(all.clone(), root, 0).is_some() {
                 b.t.steps = steps(&b.t.nodes);
-                c.trees.push(b.t);
+                c.tree = b.t;
                 c.leaf = leaf;
                 return Ok(c);
             }
@@ -70,13 +70,13 @@ impl Compiled {
 
 /// A rule during the build: its range on each field.
 #[derive(Clone, Copy)]
-struct Ranges {
-    lo: [u32; FIELDS],
-    hi: [u32; FIELDS],
+pub(super) struct Ranges {
+    pub(super) lo: [u32; FIELDS],
+    pub(super) hi: [u32; FIELDS],
 }
 
 impl Ranges {
-    fn of(r: &AclRule) -> Self {
+    pub(super) fn of(r: &AclRule) -> Self {
         let m = &r.matcher;
         let (s, d) = (m.src(), m.dst());
         // A prefix's first and last address.
@@ -133,7 +133,7 @@ fn budget(rules: usize, leaf: usize) -> usize {
     rules * leaf * BUDGET_PER_LEAF_RULE / 2 + BUDGET_SLACK
 }
 
-fn item(inp: &Input, idx: u32) -> Item {
+pub(super) fn item(inp: &Input, idx: u32) -> Item {
     let m = &inp.rule.matcher;
     let (s, d) = (m.src(), m.dst());
     Item {

@@ -1,0 +1,334 @@
+//! What one classifier copy changes over a shared compiled tree: the
+//! rules deleted since the compile (the dead bitmap), and the leaves it
+//! rewrote to take rules inserted since ("patches").
+//!
+//! The tree itself is shared by the copies through an `Arc` and never
+//! written after its build. A rule inserted after the compile goes into
+//! the tree where its box (its range on each field) touches at most
+//! [`PATCH_LEAVES`] leaves: each of those leaves gets a new list, the old
+//! one's live rules with the new rule at its rank, written into the
+//! overlay's own item array, and the overlay's span of that leaf points
+//! there. A lookup reads the leaf's span from the overlay and its items
+//! from the tree or the overlay: the same walk, the same scan, one more
+//! predictable branch. So a churned set (rules deleted and inserted back,
+//! a modify) keeps the tree's speed with no recompile, and an update stays
+//! a few microseconds: a walk down the tree for the leaves, a copy of a
+//! few short lists.
+//!
+//! A rule put back with the id, match and priority of a compiled rule
+//! deleted since (a modify that changes the action, or a delete undone) is
+//! *revived* instead, however many leaves it touches: the compiled rule's
+//! entries are already where the rule belongs, in its rank, so the overlay
+//! only maps the dead index to the new rule's answer ([`Overlay::alias`]).
+//! A scan that meets a matching dead entry looks the map up (only then),
+//! which is why rewritten lists keep the compiled rules' dead entries.
+//!
+//! A rule whose box touches more leaves (a wide rule over a finely cut
+//! region), or that would make a leaf longer than its build's leaf size
+//! plus [`PATCH_EXTRA`], is refused ([`PatchRefused`]) and the caller keeps
+//! it in its tuple space: a packet's scan stays bounded whatever is
+//! inserted. Rewritten lists leave their old copies behind in the overlay;
+//! once those exceed the tree's own entry count the overlay compacts
+//! (O(leaves), amortised over at least that many patched entries).
+
+use super::{build, Compiled, Hit, Input, Item};
+use cfdp_rules::RuleId;
+use hashbrown::HashMap;
+
+/// Leaves a patched rule may touch.
+pub const PATCH_LEAVES: usize = 4;
+/// Entries a patched leaf may hold beyond the build's leaf size.
+pub const PATCH_EXTRA: usize = 16;
+/// A span's start with this bit set is in the overlay's items.
+pub(super) const PATCHED: u32 = 1 << 31;
+
+/// Why a rule was not patched into the tree (the caller keeps it in its
+/// tuple space: exact either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatchRefused {
+    #[error("an IPv6 rule: the compiled layer holds IPv4 rules")]
+    NotIpv4,
+    #[error("the rule touches more than {PATCH_LEAVES} leaves")]
+    TooWide,
+    #[error("a leaf would hold more than its leaf size plus {PATCH_EXTRA} rules")]
+    LeafFull,
+}
+
+/// A copy's changes over a compiled tree (see the module docs). Made by
+/// [`Compiled::overlay`]; meaningful only with the tree that made it.
+#[derive(Clone, Debug, Default)]
+pub struct Overlay {
+    pub(super) dead: Dead,
+    /// Every leaf's (start, len): in the tree's items, or with
+    /// [`PATCHED`] set in `items` below.
+    pub(super) spans: Vec<(u32, u32)>,
+    pub(super) items: Vec<Item>,
+    /// Answers of the rules patched in: index `i` is rule `base + i`.
+    pub(super) hits: Vec<Hit>,
+    /// Live patched rules by id.
+    index: HashMap<RuleId, u32>,
+    /// Revived compiled rules: the dead compiled index to the index of the
+    /// rule that took its place (see the module docs).
+    pub(super) alias: HashMap<u32, u32>,
+    /// The tree's rule count: the first patched rule's index.
+    base: u32,
+    /// Entries of `items` no span points to any more.
+    garbage: usize,
+}
+
+impl Compiled {
+    /// A fresh overlay: nothing dead, nothing patched.
+    pub fn overlay(&self) -> Overlay {
+        Overlay {
+            dead: Dead::new(self.hits.len()),
+            spans: self.tree.spans.clone(),
+            base: u32::try_from(self.hits.len()).expect("fewer than 2^32 rules"),
+            ..Overlay::default()
+        }
+    }
+
+    /// The index of live rule `id`, patched in or compiled.
+    pub fn live_index(&self, o: &Overlay, id: RuleId) -> Option<u32> {
+        if let Some(&i) = o.index.get(&id) {
+            return Some(i);
+        }
+        let i = self.index_of(id)?;
+        (!o.dead.get(i)).then_some(i)
+    }
+
+    /// Inserts `inp` into the leaves its box touches (see the module docs);
+    /// returns its index. Refused: nothing changed.
+    pub fn patch(&self, o: &mut Overlay, inp: &Input) -> Result<u32, PatchRefused> {
+        let r = &inp.rule;
+        if r.matcher.v6() {
+            return Err(PatchRefused::NotIpv4);
+        }
+        let ranges = build::Ranges::of(r);
+        let mut leaves = Vec::new();
+        let mut stack = vec![0u32];
+        while let Some(n) = stack.pop() {
+            let node = &self.tree.nodes[n as usize];
+            if node.is_leaf() {
+                if leaves.len() == PATCH_LEAVES {
+                    return Err(PatchRefused::TooWide);
+                }
+                leaves.push(n);
+                continue;
+            }
+            let f = node.field as usize;
+            if ranges.hi[f] >= node.cut {
+                stack.push(node.kids[1]);
+            }
+            if ranges.lo[f] < node.cut {
+                stack.push(node.kids[0]);
+            }
+        }
+        let idx = o.base + u32::try_from(o.hits.len()).expect("fewer than 2^31 patches");
+        // The index `add` gives below.
+        let hit = Hit {
+            priority: r.priority,
+            id: r.id,
+            action: r.action,
+            tag: inp.tag,
+            slot: inp.slot,
+        };
+        let item = build::item(inp, idx);
+        let cap = self.leaf + PATCH_EXTRA;
+        // Every new list first, so that a refusal leaves nothing half done.
+        let mut lists = Vec::with_capacity(leaves.len());
+        for leaf in leaves {
+            // Dead patched entries go; dead compiled ones stay, for a
+            // revival.
+            let mut list: Vec<Item> = self
+                .leaf_items(leaf, o)
+                .iter()
+                .copied()
+                .filter(|it| it.idx < o.base || !o.dead.get(it.idx))
+                .collect();
+            let at = list.partition_point(|it| self.hit_in(o, it.idx).rank() > hit.rank());
+            list.insert(at, item);
+            if list.len() > cap {
+                return Err(PatchRefused::LeafFull);
+            }
+            lists.push((self.tree.nodes[leaf as usize].kids[1], list));
+        }
+        o.add(hit);
+        for (span, list) in lists {
+            let (old, old_len) = o.spans[span as usize];
+            if old & PATCHED != 0 {
+                o.garbage += old_len as usize;
+            }
+            o.spans[span as usize] = (o.put(&list), list.len() as u32);
+        }
+        if o.garbage > self.tree.items.len().max(4096) {
+            o.compact();
+        }
+        Ok(idx)
+    }
+
+    /// Revives the compiled rule `inp` puts back (same id, match and
+    /// priority, deleted since the compile; see the module docs) with
+    /// `inp`'s action and tag; returns its new index, or `None` when `inp`
+    /// is not such a rule.
+    pub fn revive(&self, o: &mut Overlay, inp: &Input) -> Option<u32> {
+        let r = &inp.rule;
+        let old = self.index_of(r.id)?;
+        let was = &self.rules[old as usize];
+        if !o.dead.get(old) || was.matcher != r.matcher || was.priority != r.priority {
+            return None;
+        }
+        let idx = o.add(Hit {
+            priority: r.priority,
+            id: r.id,
+            action: r.action,
+            tag: inp.tag,
+            slot: inp.slot,
+        });
+        o.alias.insert(old, idx);
+        Some(idx)
+    }
+}
+
+impl Overlay {
+    /// A new live rule's index and answer.
+    fn add(&mut self, hit: Hit) -> u32 {
+        let idx = self.base + u32::try_from(self.hits.len()).expect("fewer than 2^31 patches");
+        self.dead.grow(idx as usize + 1);
+        self.hits.push(hit);
+        self.index.insert(hit.id, idx);
+        idx
+    }
+
+    /// The live rule in the place of dead entry `idx`, if one was revived
+    /// there.
+    #[inline]
+    pub(super) fn revived(&self, idx: u32) -> Option<u32> {
+        if self.alias.is_empty() {
+            return None;
+        }
+        self.alias.get(&idx).copied().filter(|&a| !self.dead.get(a))
+    }
+
+    /// The first live rule of `items` matching `f`: an entry's own rule, or
+    /// the rule revived in its place.
+    #[inline(always)]
+    pub(super) fn first_live(&self, items: &[Item], f: &super::Fields) -> Option<(usize, u32)> {
+        items.iter().enumerate().find_map(|(i, it)| {
+            if !it.matches(f) {
+                None
+            } else if !self.dead.get(it.idx) {
+                Some((i, it.idx))
+            } else {
+                self.revived(it.idx).map(|a| (i, a))
+            }
+        })
+    }
+    /// Marks rule `idx` (compiled or patched) deleted; false if it was.
+    pub fn kill(&mut self, idx: u32) -> bool {
+        if let Some(h) = idx
+            .checked_sub(self.base)
+            .and_then(|i| self.hits.get(i as usize))
+        {
+            self.index.remove(&h.id);
+        }
+        self.dead.set(idx)
+    }
+
+    /// Rules patched in since the compile (live or deleted since).
+    pub fn patched(&self) -> usize {
+        self.hits.len()
+    }
+
+    /// Rules marked deleted, compiled or patched.
+    pub fn dead(&self) -> usize {
+        self.dead.count()
+    }
+
+    /// Heap bytes.
+    pub fn bytes(&self) -> usize {
+        self.dead.bytes()
+            + self.spans.capacity() * std::mem::size_of::<(u32, u32)>()
+            + self.items.capacity() * std::mem::size_of::<Item>()
+            + self.hits.capacity() * std::mem::size_of::<Hit>()
+            + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
+            + self.alias.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
+    }
+
+    /// Compiled rules revived in place (see the module docs).
+    pub fn revived_count(&self) -> usize {
+        self.alias.len()
+    }
+
+    /// Appends a leaf list; its start with [`PATCHED`] set.
+    fn put(&mut self, list: &[Item]) -> u32 {
+        let start = u32::try_from(self.items.len())
+            .ok()
+            .filter(|&s| s < PATCHED)
+            .expect("compaction keeps the overlay under 2^31 entries");
+        self.items.extend_from_slice(list);
+        start | PATCHED
+    }
+
+    /// Copies the lists spans point to into a fresh array, dropping the
+    /// old copies.
+    fn compact(&mut self) {
+        let old = std::mem::take(&mut self.items);
+        for (start, len) in &mut self.spans {
+            if *start & PATCHED != 0 {
+                let s = (*start & !PATCHED) as usize;
+                let from = &old[s..s + *len as usize];
+                *start = (self.items.len() as u32) | PATCHED;
+                self.items.extend_from_slice(from);
+            }
+        }
+        self.garbage = 0;
+    }
+}
+
+/// Compiled rules deleted or replaced since the compile: one bit each.
+#[derive(Clone, Debug, Default)]
+pub struct Dead {
+    words: Vec<u64>,
+    count: usize,
+}
+
+impl Dead {
+    /// None of `n` rules dead.
+    pub fn new(n: usize) -> Self {
+        Self {
+            words: vec![0; n.div_ceil(64)],
+            count: 0,
+        }
+    }
+
+    /// Room for `n` rules (the new ones live).
+    fn grow(&mut self, n: usize) {
+        if n > self.words.len() * 64 {
+            self.words.resize(n.div_ceil(64), 0);
+        }
+    }
+
+    #[inline(always)]
+    pub fn get(&self, idx: u32) -> bool {
+        self.words[(idx / 64) as usize] & (1 << (idx % 64)) != 0
+    }
+
+    /// Marks `idx` dead; false if it was already.
+    pub fn set(&mut self, idx: u32) -> bool {
+        let w = &mut self.words[(idx / 64) as usize];
+        let bit = 1 << (idx % 64);
+        let was = *w & bit != 0;
+        *w |= bit;
+        self.count += usize::from(!was);
+        !was
+    }
+
+    /// Rules marked dead.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.words.capacity() * 8
+    }
+}

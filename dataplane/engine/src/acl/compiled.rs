@@ -276,7 +276,10 @@ impl Compiled {
             levels += 1;
         }
         let items = self.leaf_items(n, o);
-        let scanned = o.first_live(items, f).map_or(items.len(), |(i, _)| i + 1);
+        let scanned = items
+            .iter()
+            .position(|it| it.matches(f) && (!o.dead.get(it.idx) || o.revived(it.idx).is_some()))
+            .map_or(items.len(), |i| i + 1);
         (levels, scanned as u32)
     }
 
@@ -312,7 +315,6 @@ impl Compiled {
     #[inline(always)]
     fn scan(&self, node: u32, f: &Fields, o: &Overlay) -> Option<u32> {
         o.first_live(self.leaf_items(node, o), f)
-            .map(|(_, idx)| idx)
     }
 
     /// [`Self::lookup`] for up to [`LANES`] packets at once: each tree's

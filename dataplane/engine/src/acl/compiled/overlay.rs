@@ -212,16 +212,18 @@ impl Overlay {
     /// The first live rule of `items` matching `f`: an entry's own rule, or
     /// the rule revived in its place.
     #[inline(always)]
-    pub(super) fn first_live(&self, items: &[Item], f: &super::Fields) -> Option<(usize, u32)> {
-        items.iter().enumerate().find_map(|(i, it)| {
-            if !it.matches(f) {
-                None
-            } else if !self.dead.get(it.idx) {
-                Some((i, it.idx))
-            } else {
-                self.revived(it.idx).map(|a| (i, a))
+    pub(super) fn first_live(&self, items: &[Item], f: &super::Fields) -> Option<u32> {
+        for it in items {
+            if it.matches(f) {
+                if !self.dead.get(it.idx) {
+                    return Some(it.idx);
+                }
+                if let Some(a) = self.revived(it.idx) {
+                    return Some(a);
+                }
             }
-        })
+        }
+        None
     }
     /// Marks rule `idx` (compiled or patched) deleted; false if it was.
     pub fn kill(&mut self, idx: u32) -> bool {

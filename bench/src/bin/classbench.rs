@@ -17,7 +17,13 @@
 //!   the trace's packets with their addresses moved outside every rule's
 //!   prefixes) and, with `--explosion`, a set built to maximise the shapes
 //!   (every pair of source and destination prefix lengths, 33 × 33) under
-//!   its own trace (`explosion_tables`, `explosion_mpps`).
+//!   its own trace (`explosion_tables`, `explosion_mpps`), and with
+//!   `--ports` 2,000 rules on one source/destination prefix pair differing
+//!   only in (overlapping) destination port ranges and priority, inserted
+//!   one at a time in ascending and in descending priority
+//!   (`ports_load_asc_s`, `ports_load_desc_s`: the live layer, where such
+//!   rules share one bucket), then looked up in bursts as loaded
+//!   (`ports_mpps_live`) and compiled (`ports_mpps`).
 //!
 //! Rates are medians of `--rounds` passes over the trace (default 5).
 //!
@@ -189,6 +195,11 @@ fn main() {
         line["churn_new_ids_live_v4"] = live.into();
         line["mpps_single_churned"] = single.into();
         line["mpps_batched_churned"] = batched.into();
+    }
+    if std::env::args().any(|a| a == "--ports") {
+        for (k, v) in ports(rounds) {
+            line[k] = v;
+        }
     }
     if std::env::args().any(|a| a == "--explosion") {
         let (tables, mpps) = explosion(rounds);
@@ -553,4 +564,76 @@ fn explosion(rounds: usize) -> (usize, f64) {
     let c = AclClassifier::with_rules(&rules).expect("unique ids");
     let (single, _) = rates(&c, &keys, rounds);
     (c.tables(), single)
+}
+
+/// `--ports`: the port-range worst case (see the module docs).
+fn ports(rounds: usize) -> Vec<(&'static str, serde_json::Value)> {
+    let v4 = |a: [u8; 4], len: u8| {
+        let mut b = [0u8; 16];
+        b[..4].copy_from_slice(&a);
+        IpPrefix::new(false, b, len).expect("a valid prefix")
+    };
+    let rules: Vec<AclRule> = (0..2000u32)
+        .map(|i| {
+            let lo = (i * 16) as u16;
+            AclRule {
+                id: i + 1,
+                priority: i,
+                matcher: AclMatch::new(
+                    v4([10, 0, 0, 0], 8),
+                    v4([192, 168, 0, 0], 16),
+                    Some(6),
+                    PortRange::ANY,
+                    PortRange::new(lo, lo + 31).expect("lo <= hi"),
+                )
+                .expect("a valid match"),
+                action: Action::Drop,
+            }
+        })
+        .collect();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let keys: Vec<FlowKey> = (0..20_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let h = x.to_le_bytes();
+            FlowKey::v4(
+                [10, h[0], h[1], h[2]],
+                [192, 168, h[3], h[4]],
+                6,
+                40000,
+                u16::from_le_bytes([h[5], h[6]]) % 34_000,
+            )
+        })
+        .collect();
+    // One at a time into the live layer, each order on a fresh classifier.
+    let load = |order: &mut dyn Iterator<Item = &AclRule>| {
+        let mut c = AclClassifier::new();
+        let t = Instant::now();
+        for r in order {
+            c.insert(*r).expect("unique ids");
+        }
+        (t.elapsed().as_secs_f64(), c)
+    };
+    // Alternated, five each (the first load also pays the allocator's
+    // first growth): medians.
+    let (mut asc, mut desc) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        asc.push(load(&mut rules.iter()).0);
+        desc.push(load(&mut rules.iter().rev()).0);
+    }
+    let (asc_s, desc_s) = (median(&mut asc), median(&mut desc));
+    let (_, mut c) = load(&mut rules.iter());
+    let (_, live) = rates(&c, &keys, rounds);
+    let compiled = c.compile().is_ok();
+    let (_, mpps) = rates(&c, &keys, rounds);
+    vec![
+        ("ports_rules", rules.len().into()),
+        ("ports_load_asc_s", asc_s.into()),
+        ("ports_load_desc_s", desc_s.into()),
+        ("ports_mpps_live", live.into()),
+        ("ports_compiled", compiled.into()),
+        ("ports_mpps", mpps.into()),
+    ]
 }

@@ -12,11 +12,17 @@
 #     classbench (median of ROUNDS passes): the classifier single-packet
 #     and in bursts of 32, the workers' burst matching over the rule
 #     store's published tables (cfdp-worker), a trace that misses every
-#     rule (cfdp-miss) and a 1089-shape set (cfdp-explosion); the rule
+#     rule (cfdp-miss), a 1089-shape set (cfdp-explosion) and 2,000 rules
+#     differing only in ports (cfdp-ports: compiled; cfdp-ports-live: as
+#     loaded one at a time, the load's seconds in store_build_s, ascending
+#     priority, -desc descending); the rule
 #     store's bulk load and one-rule updates with publication (no journal);
 #     the compiled layer's build time and size (compile_s, compiled_bytes),
 #     and both lookups again after CHURN % (default 10) of the rules were
-#     deleted and inserted back with no recompile (cfdp-*-churned);
+#     deleted and inserted back with no recompile (cfdp-*-churned: same
+#     ids, revived in place; cfdp-*-churned-new-ids: under new ids, patched
+#     into the tree or left to the live layer); rte_acl's memory (the
+#     runtime footprint its build logs) in the rte_acl rows' bytes;
 #   * IPv6: the same set and trace moved into IPv6 (classbench --v6 32:
 #     every prefix under 2001:db8::/32, /0 as ::/0), its verdicts against
 #     the IPv4 set's (cfdp-*-v6 rows; rte_acl runs IPv4 only here);
@@ -60,9 +66,9 @@ trap 'rm -rf "$work"' EXIT
 algs="scalar sse avx2"
 if grep -qw avx512bw /proc/cpuinfo; then algs="$algs avx512x16 avx512x32"; fi
 
-acl() { # set alg iter verbose
-    local wide=""
-    case "$2" in avx512*) wide="--force-max-simd-bitwidth=512" ;; esac
+acl() { # set alg iter verbose [EAL options]
+    local wide="${5:-}"
+    case "$2" in avx512*) wide="$wide --force-max-simd-bitwidth=512" ;; esac
     dpdk-test-acl -l 0 --no-huge -m 2048 --no-pci --no-telemetry --file-prefix "cb$$" $wide -- \
         --rulesf="$data/$1" --tracef="$data/${1}_trace" --rulenum=200000 --tracenum=200000 \
         --iter="$3" --verbose="$4" --alg="$2" 2>&1
@@ -77,13 +83,17 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 for set in $SETS; do
     [ -f "$data/$set" ] || { echo "classbench: $data/$set missing" >&2; exit 1; }
-    # Verdicts.
-    acl "$set" scalar 1 2 | sed -n 's/.*result: //p' >"$work/truth"
+    # Verdicts, and rte_acl's memory: the build's debug log gives the
+    # runtime structure's footprint ("total: N bytes"; the same for every
+    # algorithm: they walk one structure).
+    acl "$set" scalar 1 2 --log-level=lib.acl:debug >"$work/acl.log"
+    sed -n 's/.*result: //p' "$work/acl.log" >"$work/truth"
+    acl_bytes=$(sed -n 's/^total: \([0-9]*\) bytes$/\1/p' "$work/acl.log" | head -1)
     "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --verdicts "$work/ours" --rounds 1 \
         --churn "$CHURN" >/dev/null
     diffs=$(awk '{print ($1 > 0) ? $1 - 1 : 0}' "$work/ours" | paste - "$work/truth" | awk '$1 != $2' | wc -l)
-    # After the churn (same rules back, new ids where the store needed
-    # them): the verdicts must not move.
+    # After the churn (same rules back under their ids): the verdicts must
+    # not move.
     cdiffs=$(awk '{print ($1 > 0) ? $1 - 1 : 0}' "$work/ours.churned" | paste - "$work/truth" \
         | awk '$1 != $2' | wc -l)
     if [ "$(wc -l <"$work/truth")" != "$(wc -l <"$work/ours")" ]; then
@@ -103,7 +113,7 @@ for set in $SETS; do
         for alg in $algs; do
             acl "$set" "$alg" "$ITER" 0 | sed -n 's/.* \([0-9.]*\) pkt\/sec$/\1/p' >>"$work/$alg"
         done
-        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion \
+        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion --ports \
             --churn "$CHURN" >>"$work/cfdp.jsonl"
         "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --v6 32 >>"$work/cfdp6.jsonl"
     done
@@ -111,7 +121,7 @@ for set in $SETS; do
     for alg in $algs; do
         [ -s "$work/$alg" ] || continue
         mpps=$(median <"$work/$alg" | awk '{printf "%.2f", $1 / 1e6}')
-        echo "$set,$rules,rte_acl-$alg,$mpps,,,,,,,,$diffs,," >>"$work/out.csv"
+        echo "$set,$rules,rte_acl-$alg,$mpps,,,,$acl_bytes,,,,$diffs,," >>"$work/out.csv"
     done
     for run in "cfdp.jsonl:$diffs::$cdiffs" "cfdp6.jsonl:$diffs6:-v6:"; do
         IFS=: read -r file d suffix cd <<<"$run"
@@ -130,11 +140,16 @@ impls = [("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched"),
          ("cfdp-worker", "mpps_worker")]
 # After CHURN % of the rules were deleted and inserted back, before a
 # recompile (the compiled layer's worst moment): IPv4 runs only.
+# Same ids (revived in place) and new ids (patched in, or the live layer).
 if "mpps_batched_churned" in last:
     impls += [("cfdp-single-churned", "mpps_single_churned"),
-              ("cfdp-batched-churned", "mpps_batched_churned")]
+              ("cfdp-batched-churned", "mpps_batched_churned"),
+              ("cfdp-single-churned-new-ids", "mpps_single_churned_new_ids"),
+              ("cfdp-batched-churned-new-ids", "mpps_batched_churned_new_ids")]
 for impl, key in impls:
     row = cols(churn_diffs) if impl.endswith("-churned") else common
+    if impl.endswith("-new-ids"):
+        row = cols("")  # no verdict file: the ids moved
     print(f"{name},{rules},{impl}{suffix},{med(key):.2f},{row}")
 if suffix:
     sys.exit(0)
@@ -144,6 +159,13 @@ if suffix:
 if last["miss_packets"]:
     print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common}")
 print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,,,")
+# 2,000 rules differing only in ports: bursts over the compiled set, and
+# over the live layer as loaded one at a time (store_build_s: that load,
+# ascending priority; the -desc row: descending).
+n = last["ports_rules"]
+print(f"{name},{n},cfdp-ports,{med('ports_mpps'):.2f},,,,,,,,,,")
+print(f"{name},{n},cfdp-ports-live,{med('ports_mpps_live'):.2f},,,{med('ports_load_asc_s'):.6f},,,,,,,")
+print(f"{name},{n},cfdp-ports-live-desc,,,,{med('ports_load_desc_s'):.6f},,,,,,,")
 PY
     done
     # End to end: the set imported as a rule file (count rules), the trace

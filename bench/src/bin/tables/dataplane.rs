@@ -353,7 +353,21 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
         let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
         let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
         let replay = of("cfdp-replay");
-        let (compiled, churned) = compiled_cols(single, of("cfdp-batched-churned"), batched, &c)?;
+        let (compiled, mut churned) =
+            compiled_cols(single, of("cfdp-batched-churned"), batched, &c)?;
+        // Churned under new ids (2026-11-28 on, with the overlay).
+        if let Some(r) = of("cfdp-batched-churned-new-ids") {
+            let m = num(r["mpps"], &c.name)?;
+            churned += &format!("; new ids {} ({:.2}×)", f2(m), m / batched);
+        }
+        // rte_acl's runtime footprint (2026-11-28 on): "–" before.
+        let acl_mb = recs
+            .iter()
+            .find(|r| r["set"] == set && r["impl"].starts_with("rte_acl-"))
+            .and_then(|r| r.get("bytes").copied().filter(|b| !b.is_empty()))
+            .map_or(Ok("–".to_string()), |b| {
+                num(b, &c.name).map(|b| format!("{:.2}", b / 1e6))
+            })?;
         // IPv6 rows came with the --v6 runs (2026-11-26 on): "–" before.
         let v6 = match of("cfdp-batched-v6") {
             Some(r) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
@@ -372,7 +386,8 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             replay.map_or(Ok("–".to_string()), |r| num(r["mpps"], &c.name).map(f2))?,
             format!("{} / {}", single["tables"], single["probes_per_packet"]),
             single["store_build_s"].to_string(),
-            format!("{:.1}", num(single["bytes"], &c.name)? / 1e6),
+            format!("{:.2}", num(single["bytes"], &c.name)? / 1e6),
+            acl_mb,
             compiled,
             churned,
             format!("{} / {}", single["insert_us_p99"], single["delete_us_p99"]),
@@ -398,8 +413,9 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             "tables / probed a packet",
             "store build s",
             "cfdp MB",
+            "rte_acl MB",
             "compiled MB (build s)",
-            "batched after 10 % churn",
+            "batched after 10 % churn (same ids; new ids)",
             "update p99 µs insert / delete",
             "verdict diffs / replay rule diffs",
         ],
@@ -460,11 +476,31 @@ pub(crate) fn classbench_worst(d: &Path) -> R<String> {
                 }
             })
         };
+        let ports = recs
+            .iter()
+            .find(|r| r["set"] == set && r["impl"] == "cfdp-ports-live")
+            .zip(
+                recs.iter()
+                    .find(|r| r["set"] == set && r["impl"] == "cfdp-ports-live-desc"),
+            );
+        let load = match ports {
+            Some((a, d)) => {
+                let (a, d) = (
+                    num(a["store_build_s"], &c.name)?,
+                    num(d["store_build_s"], &c.name)?,
+                );
+                format!("{:.2} / {:.2} ({:.2}×)", a * 1e3, d * 1e3, a / d)
+            }
+            None => "–".to_string(),
+        };
         rows.push(vec![
             set.to_string(),
             f2(base),
             cost(mpps("cfdp-miss"))?,
             cost(mpps("cfdp-explosion"))?,
+            mpps("cfdp-ports").map_or(Ok("–".into()), |m| cost(Some(m)))?,
+            mpps("cfdp-ports-live").map_or(Ok("–".into()), |m| cost(Some(m)))?,
+            load,
         ]);
     }
     Ok(table(
@@ -473,6 +509,9 @@ pub(crate) fn classbench_worst(d: &Path) -> R<String> {
             "ClassBench trace Mpps",
             "miss trace Mpps",
             "1089-shape set Mpps",
+            "2,000 port rules, compiled",
+            "the same, live layer",
+            "their load ms ascending / descending",
         ],
         &rows,
     ) + &c.source())

@@ -57,6 +57,7 @@ use std::sync::Arc;
 
 use cfdp_bench::{arg, load_classbench, median, BurstMatcher};
 use cfdp_control::{RuleStore, StoreConfig};
+use cfdp_engine::acl::compiled::Layer;
 use cfdp_engine::acl::{AclClassifier, Probes};
 use cfdp_engine::{LiveStats, Mode};
 use cfdp_rules::{
@@ -176,8 +177,17 @@ fn main() {
         "compiled": compiled,
         "compile_s": compile_s,
         "compiled_bytes": c.compiled().map_or(0, cfdp_engine::acl::compiled::Compiled::bytes),
-        "compiled_shape": c.compiled().map(cfdp_engine::acl::compiled::Compiled::shape),
-        "compiled_leaf_size": c.compiled().map(cfdp_engine::acl::compiled::Compiled::leaf_size),
+        // The set's family's tree (IPv6 with --v6).
+        "compiled_shape": c.compiled().and_then(|c| if v6_at.is_some() {
+            c.v6.as_ref().map(Layer::shape)
+        } else {
+            c.v4.as_ref().map(Layer::shape)
+        }),
+        "compiled_leaf_size": c.compiled().and_then(|c| if v6_at.is_some() {
+            c.v6.as_ref().map(Layer::leaf_size)
+        } else {
+            c.v4.as_ref().map(Layer::leaf_size)
+        }),
         "compile_refused": refused,
         "tree_levels_per_packet": levels as f64 / keys.len().max(1) as f64,
         "leaf_entries_per_packet": scanned as f64 / keys.len().max(1) as f64,
@@ -192,7 +202,7 @@ fn main() {
         line["mpps_single_churned_new_ids"] = new_single.into();
         line["mpps_batched_churned_new_ids"] = new_batched.into();
         line["churn_new_ids_patched"] = patched.into();
-        line["churn_new_ids_live_v4"] = live.into();
+        line["churn_new_ids_live"] = live.into();
         line["mpps_single_churned"] = single.into();
         line["mpps_batched_churned"] = batched.into();
     }
@@ -386,7 +396,7 @@ fn churn(
     }
     let (single, batched) = rates(c, keys, rounds);
     let l = c.layers();
-    (pct, single, batched, l.patched, l.live_v4)
+    (pct, single, batched, l.patched, l.live_v4 + l.live_v6)
 }
 
 /// Whether a rule matches every packet of its family.

@@ -273,7 +273,7 @@ proptest! {
 /// The multi-field rules' background recompile: enough changed rules start
 /// one on its own thread (`RuleStore::compile_stats`), batches keep
 /// changing rules meanwhile, and once it lands (`finish_compile(true)`
-/// waits for it: no timing involved) the IPv4 rules sit in the compiled
+/// waits for it: no timing involved) the rules sit in the compiled
 /// layer with only the later changes live — and every answer, before,
 /// during and after, is the first match of the committed rules.
 #[test]
@@ -328,9 +328,13 @@ fn a_background_compile_lands_and_answers_stay_exact() {
     let layers = s.readers().handle().enter().unwrap().acl_layers();
     // Everything committed is in the compiled layer or the live one, and
     // the live one holds fewer rules than a recompile waits for.
-    assert_eq!(layers.compiled - layers.dead + layers.live_v4, 290);
+    assert_eq!(
+        layers.compiled - layers.dead + layers.live_v4 + layers.live_v6,
+        290
+    );
     assert!(
-        layers.live_v4 + layers.dead + layers.patched < cfdp_control::store::RECOMPILE_AFTER,
+        layers.live_v4 + layers.live_v6 + layers.dead + layers.patched
+            < cfdp_control::store::RECOMPILE_AFTER,
         "{layers:?}"
     );
     check(&s);

@@ -45,7 +45,7 @@ mod word;
 
 use std::sync::Arc;
 
-use compiled::{Compiled, Hit, Input, Overlay, LANES};
+use compiled::{Compiled, Fields, Hit, Input, Layer, Overlay, LANES};
 
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
@@ -68,23 +68,25 @@ pub enum AclError {
 /// The classifier: each family's tables, and the rules in a slab with a
 /// tag each (the caller's: the rule store's counter slot).
 ///
-/// IPv4 rules live in one of two layers. [`AclClassifier::compile`] moves
-/// every IPv4 rule into the compiled layer ([`compiled`]: a decision tree,
-/// shared by the clones through an `Arc`). Each clone keeps its own
+/// Rules live in one of two layers. [`AclClassifier::compile`] moves every
+/// rule into the compiled layer ([`compiled`]: a decision tree per address
+/// family, shared by the clones through an `Arc`). Each clone keeps its own
 /// [`Overlay`] over the tree: a compiled rule deleted or replaced is marked
 /// in its dead bitmap, and a rule inserted after the compile is patched
 /// into the few leaves it touches ([`compiled::overlay`]); a rule too wide
 /// for that goes into the tuple space, the live layer, updated in
 /// microseconds. A lookup takes the better of the compiled layer's
 /// first live match and the live layer's winner (the live layer's walk
-/// starts with the compiled winner as the rank to beat). IPv6 rules stay in
-/// the tuple space.
+/// starts with the compiled winner as the rank to beat). A family whose
+/// tree would be over the budget stays in the tuple space.
 #[derive(Clone, Default)]
 pub struct AclClassifier {
     v4: Family<u32, { <u32 as Word>::CUT_AT.len() }>,
     v6: Family<u128, { <u128 as Word>::CUT_AT.len() }>,
     compiled: Option<Arc<Compiled>>,
-    overlay: Overlay,
+    /// This copy's changes over each family's compiled tree.
+    o4: Overlay<u32>,
+    o6: Overlay<u128>,
     slab: Vec<(AclRule, u32)>,
     free: Vec<u32>,
     /// Each rule's table and slot (a compiled rule keeps the tuple of the
@@ -111,7 +113,9 @@ pub struct Layers {
     pub patched: usize,
     /// IPv4 rules in the live layer (inserted since the compile).
     pub live_v4: usize,
-    /// IPv6 rules (always in the tuple space).
+    /// IPv6 rules in the live layer.
+    pub live_v6: usize,
+    /// IPv6 rules, both layers.
     pub v6: usize,
 }
 
@@ -166,7 +170,8 @@ impl AclClassifier {
         self.v4.bytes()
             + self.v6.bytes()
             + self.compiled.as_ref().map_or(0, |c| c.bytes())
-            + self.overlay.bytes()
+            + self.o4.bytes()
+            + self.o6.bytes()
             + self.slab.capacity() * std::mem::size_of::<(AclRule, u32)>()
             + self.by_id.capacity() * (std::mem::size_of::<(RuleId, (Tuple, u32))>() + 1)
             + self.by_match.capacity() * (std::mem::size_of::<((AclMatch, u32), RuleId)>() + 1)
@@ -210,14 +215,17 @@ impl AclClassifier {
         self.by_match.insert((r.matcher, r.priority), r.id);
         self.v6_rules += usize::from(r.matcher.v6());
         let shape = Tuple::of(&r);
-        if let Some(c) = self.compiled.as_deref().filter(|_| !shape.v6) {
-            let inp = Input { rule: r, tag, slot };
-            let o = &mut self.overlay;
-            if c.revive(o, &inp).is_some() || c.patch(o, &inp).is_ok() {
-                // The tuple is unused while the rule is in the tree.
-                self.by_id.insert(r.id, (shape, slot));
-                return Ok(());
-            }
+        let inp = Input { rule: r, tag, slot };
+        let c = self.compiled.as_deref();
+        let in_tree = if shape.v6 {
+            into_tree(c.and_then(|c| c.v6.as_ref()), &mut self.o6, &inp)
+        } else {
+            into_tree(c.and_then(|c| c.v4.as_ref()), &mut self.o4, &inp)
+        };
+        if in_tree {
+            // The tuple is unused while the rule is in the tree.
+            self.by_id.insert(r.id, (shape, slot));
+            return Ok(());
         }
         let tuple = if shape.v6 {
             self.v6.insert(shape, Entry::new(&r, slot, tag))
@@ -236,11 +244,15 @@ impl AclClassifier {
             self.by_match.remove(&(r.matcher, r.priority));
         }
         self.v6_rules -= usize::from(r.matcher.v6());
-        if let Some(idx) = self.compiled_index(id) {
+        if let Some(idx) = self.compiled_index(id, tuple.v6) {
             // A compiled or patched rule: dead from now on (an id deleted
             // before and inserted again is already dead there, and lives in
             // a table or is patched in under another index).
-            self.overlay.kill(idx);
+            if tuple.v6 {
+                self.o6.kill(idx);
+            } else {
+                self.o4.kill(idx);
+            }
         } else if tuple.v6 {
             self.v6.remove(tuple, &Entry::new(&r, slot, tag));
         } else {
@@ -269,52 +281,56 @@ impl AclClassifier {
     #[inline(always)]
     fn winner(&self, k: &FlowKey, probes: &mut Probes) -> Option<Answer> {
         if k.v6 {
-            return self
-                .v6
-                .classify(&Packet::of(k), probes, None)
-                .map(Entry::answer);
+            let p = Packet::of(k);
+            let hit = self.l6().and_then(|l| l.lookup(&tree_fields(&p), &self.o6));
+            return merge(&self.v6, &p, hit, probes);
         }
         let p = Packet::of(k);
-        let hit = self
-            .compiled
-            .as_ref()
-            .and_then(|c| c.lookup(&tree_fields(&p), &self.overlay));
-        self.merge(&p, hit, probes)
+        let hit = self.l4().and_then(|l| l.lookup(&tree_fields(&p), &self.o4));
+        merge(&self.v4, &p, hit, probes)
     }
 
-    /// The better of a compiled hit and the live layer's winner for `p`.
+    /// The IPv4 compiled tree, if any.
     #[inline(always)]
-    fn merge(&self, p: &Packet<u32>, hit: Option<&Hit>, probes: &mut Probes) -> Option<Answer> {
-        match self.v4.classify(p, probes, hit.map(Hit::rank)) {
-            Some(e) => Some(e.answer()),
-            None => hit.map(Answer::of_hit),
+    fn l4(&self) -> Option<&Layer<u32>> {
+        self.compiled.as_deref()?.v4.as_ref()
+    }
+
+    /// The IPv6 compiled tree, if any.
+    #[inline(always)]
+    fn l6(&self) -> Option<&Layer<u128>> {
+        self.compiled.as_deref()?.v6.as_ref()
+    }
+
+    /// The compiled (or patched) index of rule `id` of family `v6` while
+    /// it is live there.
+    fn compiled_index(&self, id: RuleId, v6: bool) -> Option<u32> {
+        if v6 {
+            self.l6()?.live_index(&self.o6, id)
+        } else {
+            self.l4()?.live_index(&self.o4, id)
         }
     }
 
-    /// The compiled (or patched) index of rule `id` while it is live
-    /// there.
-    fn compiled_index(&self, id: RuleId) -> Option<u32> {
-        self.compiled.as_ref()?.live_index(&self.overlay, id)
-    }
-
-    /// Moves every IPv4 rule into a new compiled layer (built from them
-    /// now, on this thread), leaving the live layer empty: see
-    /// [`AclClassifier`]. [`Self::compile_input`] and [`Self::install`]
+    /// Moves every rule into a new compiled layer (a tree per family,
+    /// built from them now, on this thread), leaving the live layer empty:
+    /// see [`AclClassifier`]. [`Self::compile_input`] and [`Self::install`]
     /// do the same in two steps, the build between them on any thread.
     ///
-    /// A set whose tree would exceed the compiled layer's budget
-    /// ([`compiled::BUDGET_PER_LEAF_RULE`]) is refused and stays where it is.
+    /// A family whose tree would exceed the compiled layer's budget
+    /// ([`compiled::BUDGET_PER_LEAF_RULE`]) stays where it is, and the
+    /// refusal is returned (after the other family's tree is installed).
     pub fn compile(&mut self) -> Result<(), compiled::CompileError> {
         let c = Compiled::build(&self.compile_input())?;
+        let refused = c.refused;
         self.install(Arc::new(c));
-        Ok(())
+        refused.map_or(Ok(()), Err)
     }
 
-    /// The IPv4 rules as a compile takes them.
+    /// The rules as a compile takes them.
     pub fn compile_input(&self) -> Vec<Input> {
         self.by_id
             .values()
-            .filter(|(t, _)| !t.v6)
             .map(|&(_, slot)| {
                 let (rule, tag) = self.slab[slot as usize];
                 Input { rule, tag, slot }
@@ -325,25 +341,23 @@ impl AclClassifier {
     /// Installs a compiled layer built from [`Self::compile_input`]. Rules
     /// changed since that input was taken stay exact: a compiled rule whose
     /// id is gone, or now names another rule or tag, is dead at once;
-    /// every IPv4 rule the layer holds alive leaves the live layer.
+    /// every rule the layer holds alive leaves the live layer.
     pub fn install(&mut self, c: Arc<Compiled>) {
-        let mut overlay = c.overlay();
-        for idx in 0..c.len() as u32 {
-            let h = c.hit(idx);
-            let same = self.by_id.get(&h.id).is_some_and(|&(_, slot)| {
-                let (r, tag) = &self.slab[slot as usize];
-                r == c.rule(idx) && *tag == h.tag && slot == h.slot
-            });
-            if !same {
-                overlay.kill(idx);
+        let o4 = self.fresh(c.v4.as_ref());
+        let o6 = self.fresh(c.v6.as_ref());
+        // The live layer keeps only the rules the new layer does not hold
+        // alive (inserted or replaced after the input was taken).
+        let alive = |id: RuleId, v6: bool| {
+            if v6 {
+                c.v6.as_ref().and_then(|l| l.live_index(&o6, id)).is_some()
+            } else {
+                c.v4.as_ref().and_then(|l| l.live_index(&o4, id)).is_some()
             }
-        }
-        // The live layer keeps only the IPv4 rules the new layer does not
-        // hold alive (inserted or replaced after the input was taken).
+        };
         let mut live: Vec<(AclRule, u32, u32)> = self
             .by_id
             .iter()
-            .filter(|&(&id, &(t, _))| !t.v6 && c.live_index(&overlay, id).is_none())
+            .filter(|&(&id, &(t, _))| !alive(id, t.v6))
             .map(|(_, &(_, slot))| {
                 let (r, tag) = self.slab[slot as usize];
                 (r, tag, slot)
@@ -351,25 +365,54 @@ impl AclClassifier {
             .collect();
         live.sort_by(|a, b| b.0.priority.cmp(&a.0.priority).then(a.0.id.cmp(&b.0.id)));
         self.v4 = Family::default();
+        self.v6 = Family::default();
         for (r, tag, slot) in live {
-            let tuple = self.v4.insert(Tuple::of(&r), Entry::new(&r, slot, tag));
+            let shape = Tuple::of(&r);
+            let tuple = if shape.v6 {
+                self.v6.insert(shape, Entry::new(&r, slot, tag))
+            } else {
+                self.v4.insert(shape, Entry::new(&r, slot, tag))
+            };
             self.by_id.insert(r.id, (tuple, slot));
         }
         self.compiled = Some(c);
-        self.overlay = overlay;
+        self.o4 = o4;
+        self.o6 = o6;
+    }
+
+    /// A fresh overlay over `layer` with every compiled rule that is not
+    /// the rule set's (same id, rule, tag and slot) dead.
+    fn fresh<W: compiled::Word>(&self, layer: Option<&Layer<W>>) -> Overlay<W> {
+        let Some(l) = layer else {
+            return Overlay::default();
+        };
+        let mut o = l.overlay();
+        for idx in 0..l.len() as u32 {
+            let h = l.hit(idx);
+            let same = self.by_id.get(&h.id).is_some_and(|&(_, slot)| {
+                let (r, tag) = &self.slab[slot as usize];
+                r == l.rule(idx) && *tag == h.tag && slot == h.slot
+            });
+            if !same {
+                o.kill(idx);
+            }
+        }
+        o
     }
 
     /// The layers' sizes, in O(1).
     pub fn layers(&self) -> Layers {
-        let patched = self.overlay.patched();
-        let compiled = self.compiled.as_ref().map_or(0, |c| c.len()) + patched;
-        let dead = self.overlay.dead();
+        let c4 = self.l4().map_or(0, Layer::len) + self.o4.patched();
+        let c6 = self.l6().map_or(0, Layer::len) + self.o6.patched();
+        let (d4, d6) = (self.o4.dead(), self.o6.dead());
         let v6 = self.v6_rules;
+        let v4 = self.by_id.len() - v6;
         Layers {
-            compiled,
-            dead,
-            patched,
-            live_v4: self.by_id.len() - v6 - (compiled - dead),
+            compiled: c4 + c6,
+            dead: d4 + d6,
+            patched: self.o4.patched() + self.o6.patched(),
+            live_v4: v4 - (c4 - d4),
+            live_v6: v6 - (c6 - d6),
             v6,
         }
     }
@@ -379,11 +422,14 @@ impl AclClassifier {
         self.compiled.as_deref()
     }
 
-    /// The compiled layer's cost for one IPv4 packet (see
-    /// [`Compiled::cost`]); `None` for IPv6 or without a compiled layer.
+    /// The compiled layer's cost for one packet (see [`Layer::cost`]);
+    /// `None` without a compiled tree for its family.
     pub fn compiled_cost(&self, k: &FlowKey) -> Option<(u32, u32)> {
-        let c = self.compiled.as_deref().filter(|_| !k.v6)?;
-        Some(c.cost(&tree_fields(&Packet::of(k)), &self.overlay))
+        if k.v6 {
+            Some(self.l6()?.cost(&tree_fields(&Packet::of(k)), &self.o6))
+        } else {
+            Some(self.l4()?.cost(&tree_fields(&Packet::of(k)), &self.o4))
+        }
     }
 
     /// The winning rule's action and tag for one packet, from the table's
@@ -411,46 +457,103 @@ impl AclClassifier {
         self.burst(keys, |i, a| out[i] = a.map(|a| (a.action, a.tag)));
     }
 
-    /// Each key's answer, handed to `put` with its index: IPv4 keys walk
-    /// the compiled layer [`LANES`] at a time, then the live layer.
+    /// Each key's answer, handed to `put` with its index: each family's
+    /// keys walk its compiled tree [`LANES`] at a time, then the live
+    /// layer.
     #[inline]
     fn burst(&self, keys: &[FlowKey], mut put: impl FnMut(usize, Option<Answer>)) {
         let mut probes = Probes::default();
-        let Some(c) = self.compiled.as_deref() else {
+        if self.compiled.is_none() {
             for (i, k) in keys.iter().enumerate() {
                 put(i, self.winner(k, &mut probes));
             }
             return;
-        };
+        }
         for (base, chunk) in keys.chunks(LANES).enumerate() {
-            let mut fs = [[0u32; 8]; LANES];
-            // Each IPv4 key's packet and index, read once for both layers.
-            let mut ps: [(Packet<u32>, usize); LANES] = [(Packet::default(), 0); LANES];
-            let mut n = 0;
+            let at = base * LANES;
+            let (l4, l6) = (
+                (self.l4(), &self.o4, &self.v4),
+                (self.l6(), &self.o6, &self.v6),
+            );
+            // A chunk of one family (the common case) needs no indices.
+            if chunk.iter().all(|k| !k.v6) {
+                lanes(l4, chunk, None, at, &mut probes, &mut put);
+                continue;
+            }
+            // Each family's keys, by their place in the chunk.
+            let (mut i4, mut i6) = ([0u8; LANES], [0u8; LANES]);
+            let (mut n4, mut n6) = (0, 0);
             for (j, k) in chunk.iter().enumerate() {
-                let i = base * LANES + j;
                 if k.v6 {
-                    put(i, self.winner(k, &mut probes));
+                    i6[n6] = j as u8;
+                    n6 += 1;
                 } else {
-                    let p = Packet::of(k);
-                    fs[n] = tree_fields(&p);
-                    ps[n] = (p, i);
-                    n += 1;
+                    i4[n4] = j as u8;
+                    n4 += 1;
                 }
             }
-            let mut hits = [None; LANES];
-            c.lookup_lanes(&fs[..n], &self.overlay, &mut hits);
-            for ((p, i), hit) in ps[..n].iter().zip(hits) {
-                put(*i, self.merge(p, hit, &mut probes));
+            if n4 > 0 {
+                lanes(l4, chunk, Some(&i4[..n4]), at, &mut probes, &mut put);
             }
+            lanes(l6, chunk, Some(&i6[..n6]), at, &mut probes, &mut put);
         }
     }
 }
 
-/// An IPv4 packet's fields as the compiled layer reads them.
+/// One family's keys of a burst chunk (`idx`: their places in `chunk`,
+/// which starts at key `at`; `None`: the whole chunk) through its compiled
+/// tree in lanes, then its live layer; each answer handed to `put`.
 #[inline(always)]
-fn tree_fields(p: &Packet<u32>) -> compiled::Fields {
+fn lanes<W: compiled::Word, const N: usize>(
+    (layer, o, live): (Option<&Layer<W>>, &Overlay<W>, &Family<W, N>),
+    chunk: &[FlowKey],
+    idx: Option<&[u8]>,
+    at: usize,
+    probes: &mut Probes,
+    put: &mut impl FnMut(usize, Option<Answer>),
+) {
+    let n = idx.map_or(chunk.len(), <[u8]>::len);
+    let place = |i: usize| idx.map_or(i, |x| usize::from(x[i]));
+    let mut fs = [[W::default(); 8]; LANES];
+    // Each key's packet, read once for both layers.
+    let mut ps = [Packet::<W>::default(); LANES];
+    for i in 0..n {
+        ps[i] = Packet::of(&chunk[place(i)]);
+        fs[i] = tree_fields(&ps[i]);
+    }
+    let mut hits = [None; LANES];
+    if let Some(l) = layer {
+        l.lookup_lanes(&fs[..n], o, &mut hits);
+    }
+    for (i, (p, hit)) in ps[..n].iter().zip(hits).enumerate() {
+        put(at + place(i), merge(live, p, hit, probes));
+    }
+}
+
+/// A packet's fields as the compiled layer reads them.
+#[inline(always)]
+fn tree_fields<W: compiled::Word>(p: &Packet<W>) -> Fields<W> {
     compiled::fields(p.src, p.dst, p.sport, p.dport, p.proto)
+}
+
+/// The better of a compiled hit and the live layer's winner for `p`.
+#[inline(always)]
+fn merge<W: compiled::Word, const N: usize>(
+    live: &Family<W, N>,
+    p: &Packet<W>,
+    hit: Option<&Hit>,
+    probes: &mut Probes,
+) -> Option<Answer> {
+    match live.classify(p, probes, hit.map(Hit::rank)) {
+        Some(e) => Some(e.answer()),
+        None => hit.map(Answer::of_hit),
+    }
+}
+
+/// Puts `inp` into `layer`'s tree through its overlay (revived in place,
+/// or patched into its leaves); false when it must go to the live layer.
+fn into_tree<W: compiled::Word>(layer: Option<&Layer<W>>, o: &mut Overlay<W>, inp: &Input) -> bool {
+    layer.is_some_and(|l| l.revive(o, inp).is_some() || l.patch(o, inp).is_ok())
 }
 
 #[cfg(test)]

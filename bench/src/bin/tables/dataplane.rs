@@ -325,6 +325,28 @@ pub(crate) fn large_rules_ab(d: &Path, file: &str) -> R<String> {
     ) + &c.source())
 }
 
+/// The `classbench` table's columns.
+const CLASSBENCH_COLUMNS: [&str; 18] = [
+    "set",
+    "rules",
+    "rte_acl best Mpps (alg)",
+    "cfdp batched",
+    "/ best",
+    "cfdp single",
+    "/ best",
+    "worker path",
+    "IPv6 batched (verdict diffs)",
+    "replay (1 worker)",
+    "tables / probed a packet",
+    "store build s",
+    "cfdp MB",
+    "rte_acl MB",
+    "compiled MB (build s)",
+    "batched after 10 % churn (same ids; new ids)",
+    "update p99 µs insert / delete",
+    "verdict diffs / replay rule diffs",
+];
+
 /// `classbench`: cfdp's multi-field classifier beside rte_acl's fastest
 /// algorithm on each ClassBench set (`bench/classbench.sh`).
 pub(crate) fn classbench(d: &Path) -> R<String> {
@@ -353,21 +375,16 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
         let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
         let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
         let replay = of("cfdp-replay");
-        let (compiled, mut churned) =
-            compiled_cols(single, of("cfdp-batched-churned"), batched, &c)?;
-        // Churned under new ids (2026-11-28 on, with the overlay).
-        if let Some(r) = of("cfdp-batched-churned-new-ids") {
-            let m = num(r["mpps"], &c.name)?;
-            churned += &format!("; new ids {} ({:.2}×)", f2(m), m / batched);
-        }
-        // rte_acl's runtime footprint (2026-11-28 on): "–" before.
-        let acl_mb = recs
-            .iter()
-            .find(|r| r["set"] == set && r["impl"].starts_with("rte_acl-"))
-            .and_then(|r| r.get("bytes").copied().filter(|b| !b.is_empty()))
-            .map_or(Ok("–".to_string()), |b| {
-                num(b, &c.name).map(|b| format!("{:.2}", b / 1e6))
-            })?;
+        let (compiled, churned) = compiled_cols(
+            single,
+            [
+                of("cfdp-batched-churned"),
+                of("cfdp-batched-churned-new-ids"),
+            ],
+            batched,
+            &c,
+        )?;
+        let acl_mb = rte_acl_mb(&recs, set, &c)?;
         // IPv6 rows came with the --v6 runs (2026-11-26 on): "–" before.
         let v6 = match of("cfdp-batched-v6") {
             Some(r) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
@@ -398,29 +415,17 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             ),
         ]);
     }
-    Ok(table(
-        &[
-            "set",
-            "rules",
-            "rte_acl best Mpps (alg)",
-            "cfdp batched",
-            "/ best",
-            "cfdp single",
-            "/ best",
-            "worker path",
-            "IPv6 batched (verdict diffs)",
-            "replay (1 worker)",
-            "tables / probed a packet",
-            "store build s",
-            "cfdp MB",
-            "rte_acl MB",
-            "compiled MB (build s)",
-            "batched after 10 % churn (same ids; new ids)",
-            "update p99 µs insert / delete",
-            "verdict diffs / replay rule diffs",
-        ],
-        &rows,
-    ) + &c.source())
+    Ok(table(&CLASSBENCH_COLUMNS, &rows) + &c.source())
+}
+
+/// rte_acl's runtime footprint on `set`, MB (2026-11-28 on): "–" before.
+fn rte_acl_mb(recs: &[std::collections::BTreeMap<&str, &str>], set: &str, c: &Csv) -> R<String> {
+    recs.iter()
+        .find(|r| r["set"] == set && r["impl"].starts_with("rte_acl-"))
+        .and_then(|r| r.get("bytes").copied().filter(|b| !b.is_empty()))
+        .map_or(Ok("–".to_string()), |b| {
+            num(b, &c.name).map(|b| format!("{:.2}", b / 1e6))
+        })
 }
 
 /// The compiled layer's size and build time, and the batched rate after
@@ -428,7 +433,7 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
 /// (2026-11-28 on): "–" before.
 fn compiled_cols(
     single: &std::collections::BTreeMap<&str, &str>,
-    churned: Option<&std::collections::BTreeMap<&str, &str>>,
+    [churned, new_ids]: [Option<&std::collections::BTreeMap<&str, &str>>; 2],
     batched: f64,
     c: &Csv,
 ) -> R<(String, String)> {
@@ -444,13 +449,18 @@ fn compiled_cols(
         ),
         None => "–".to_string(),
     };
-    let churned = match churned {
+    let mut churned = match churned {
         Some(r) => {
             let m = num(r["mpps"], &c.name)?;
             format!("{} ({:.2}× fresh)", f2(m), m / batched)
         }
         None => "–".to_string(),
     };
+    // Churned under new ids (2026-11-28 on, with the overlay).
+    if let Some(r) = new_ids {
+        let m = num(r["mpps"], &c.name)?;
+        churned += &format!("; new ids {} ({:.2}×)", f2(m), m / batched);
+    }
     Ok((compiled, churned))
 }
 

@@ -327,10 +327,11 @@ fn build_filter(
 }
 
 /// The classifier of a rule set's multi-field rules, each tagged with its
-/// slot, its IPv4 rules compiled where the compiled layer takes them (see
-/// `cfdp_engine::acl`: later updates go to the live layer in front of it);
-/// with the number of IPv4 rules when the compile was refused (over the
-/// layer's budget: the set stays in the tuple space, as exact).
+/// slot, its rules compiled where the compiled layer takes them (see
+/// `cfdp_engine::acl`: later updates are patched into it or go to the live
+/// layer in front of it); with the number of rules left in the live layer
+/// when a family's compile was refused (over the layer's budget: that
+/// family stays in the tuple space, as exact).
 fn multi_field(
     set: &RuleSet,
     compile_now: bool,
@@ -348,6 +349,9 @@ fn multi_field(
     if !compile_now {
         return Ok((acl, None));
     }
-    let refused = acl.compile().err().map(|_| acl.layers().live_v4);
+    let refused = acl.compile().err().map(|_| {
+        let l = acl.layers();
+        l.live_v4 + l.live_v6
+    });
     Ok((acl, refused))
 }

@@ -5,7 +5,7 @@
 //! [`Op::InstallAcl`], as the exact tables' fold lands its rebase.
 //!
 //! The control thread never waits for a build: it takes the input (a copy
-//! of the IPv4 rules, O(rules)) and later installs the result (O(rules):
+//! of the rules, O(rules)) and later installs the result (O(rules):
 //! the live layer is rebuilt from the rules the new tree does not hold).
 //! Rules that changed while the build ran stay exact: `install` marks
 //! them dead in the new tree and keeps them live.
@@ -21,7 +21,7 @@ use super::types::{CompileJob, CompileStats};
 
 /// Rules changed since the last compile (inserted into the live layer,
 /// patched into the compiled one, or dead there) before a recompile starts: at least this
-/// many, and at least 1/[`RECOMPILE_FRACTION`] of the IPv4 rules.
+/// many, and at least 1/[`RECOMPILE_FRACTION`] of the rules.
 pub const RECOMPILE_AFTER: usize = 64;
 pub const RECOMPILE_FRACTION: usize = 32;
 
@@ -35,13 +35,13 @@ impl RuleStore {
         }
         let Some(input) = self.w.enter().and_then(|t| {
             let l = t.acl_layers();
-            let v4 = l.compiled - l.dead + l.live_v4;
+            let rules = l.compiled - l.dead + l.live_v4 + l.live_v6;
             // Patched rules lengthen leaves: they count as changes too.
-            let changed = l.live_v4 + l.dead + l.patched;
-            let due = changed >= RECOMPILE_AFTER.max(v4 / RECOMPILE_FRACTION);
+            let changed = l.live_v4 + l.live_v6 + l.dead + l.patched;
+            let due = changed >= RECOMPILE_AFTER.max(rules / RECOMPILE_FRACTION);
             let refused_near = self
                 .compile_refused_at
-                .is_some_and(|n| v4.abs_diff(n) < n / 4 + RECOMPILE_AFTER);
+                .is_some_and(|n| rules.abs_diff(n) < n / 4 + RECOMPILE_AFTER);
             (due && !refused_near).then(|| t.acl_compile_input())
         }) else {
             return;
@@ -80,7 +80,11 @@ impl RuleStore {
             Ok((Ok(c), took)) => {
                 self.compiles.last_build_s = took.as_secs_f64();
                 self.compiles.landed += 1;
-                self.compile_refused_at = None;
+                // One family refused, the other compiled: the refused one
+                // stays live, and is not retried until the set moves (its
+                // live rules would call for a compile at once).
+                self.compile_refused_at = c.refused.map(|_| job.rules);
+                self.compiles.refused += u64::from(c.refused.is_some());
                 self.w.append(Op::InstallAcl(Arc::new(c)));
                 true
             }

@@ -182,7 +182,8 @@ pub(super) struct Unsettled {
 pub struct CompileStats {
     pub started: u64,
     pub landed: u64,
-    /// Builds refused (the set was over the compiled layer's budget).
+    /// Builds refused, whole or for one family (over the compiled layer's
+    /// budget).
     pub refused: u64,
     /// The last finished build's time on its thread, seconds.
     pub last_build_s: f64,
@@ -197,6 +198,6 @@ pub(super) struct CompileJob {
         Result<cfdp_engine::acl::compiled::Compiled, cfdp_engine::acl::compiled::CompileError>,
         std::time::Duration,
     )>,
-    /// IPv4 rules the build was given.
+    /// Rules the build was given.
     pub(super) rules: usize,
 }

@@ -1,5 +1,6 @@
-//! The compiled layer: a decision tree over the five header fields,
-//! rebuilt from a snapshot of the IPv4 rules, beside the live tuple space.
+//! The compiled layer: a decision tree over the five header fields per
+//! address family, rebuilt from a snapshot of the rules, beside the live
+//! tuple space.
 //!
 //! The tree is HyperSplit's (Qi, Xu, Yang, Li, "Packet Classification
 //! Algorithms: From Theory to Practice", INFOCOM 2009): every inner node
@@ -28,6 +29,12 @@
 //! leaves' lists in its own memory, so a churned set keeps the tree's
 //! speed without a recompile; a rule that would touch many leaves, or
 //! lengthen one past a bound, is left to the caller's tuple space.
+//!
+//! IPv6 rules get their own tree ([`Layer`]`<u128>`), built and walked by
+//! the same code over 128-bit fields: a prefix is a range of 128-bit
+//! values as an IPv4 prefix is of 32-bit ones. Its nodes and leaf entries
+//! are wider (32 and 80 bytes against 16 and 32), so the same set costs
+//! about twice the memory in IPv6.
 
 use cfdp_rules::{AclRule, Action, RuleId};
 use hashbrown::HashMap;
@@ -35,6 +42,7 @@ use hashbrown::HashMap;
 mod build;
 pub mod overlay;
 
+pub use super::word::Word;
 pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
 
 /// Rules a leaf may hold before the builder tries to cut it: the sizes a
@@ -48,21 +56,23 @@ pub const LANES: usize = 16;
 const FIELDS: usize = 5;
 const ZERO_FIELD: u32 = 5;
 
-/// A packet's fields as the tree reads them.
-pub type Fields = [u32; 8];
+/// A packet's fields as the tree reads them, each a word of its family
+/// ([`Word`]: `u32` for IPv4, `u128` for IPv6).
+pub type Fields<W> = [W; 8];
 
-/// The fields of an IPv4 5-tuple.
+/// The fields of a 5-tuple.
 #[inline(always)]
-pub fn fields(src: u32, dst: u32, sport: u16, dport: u16, proto: u16) -> Fields {
+pub fn fields<W: Word>(src: W, dst: W, sport: u16, dport: u16, proto: u16) -> Fields<W> {
+    let zero = W::default();
     [
         src,
         dst,
-        u32::from(sport),
-        u32::from(dport),
-        u32::from(proto),
-        0,
-        u32::MAX,
-        0,
+        W::from_u32(u32::from(sport)),
+        W::from_u32(u32::from(dport)),
+        W::from_u32(u32::from(proto)),
+        zero,
+        W::MAX,
+        zero,
     ]
 }
 
@@ -70,13 +80,13 @@ pub fn fields(src: u32, dst: u32, sport: u16, dport: u16, proto: u16) -> Fields 
 /// a leaf reads the zero field against `cut` 1 and so goes to `kids[0]`,
 /// itself, and names its span of [`Compiled::items`] in `kids[1]`.
 #[derive(Clone, Copy, Debug)]
-struct Node {
+struct Node<W> {
     field: u32,
-    cut: u32,
+    cut: W,
     kids: [u32; 2],
 }
 
-impl Node {
+impl<W> Node<W> {
     fn is_leaf(&self) -> bool {
         self.field == ZERO_FIELD
     }
@@ -93,8 +103,8 @@ impl Node {
 /// nodes: for them a branch mispredicts, and a select feeding the next
 /// load compiles back into one (measured at half the rate).
 #[derive(Clone, Copy, Debug)]
-struct Step {
-    cut: u32,
+struct Step<W> {
+    cut: W,
     link: u32,
 }
 
@@ -103,14 +113,15 @@ const RIGHT: u32 = (1 << 29) - 1;
 /// [`Step::link`]'s top bits on a leaf.
 const LEAF_LINK: u32 = 7;
 
-/// A rule as a leaf checks it: 32 bytes, every field an integer compare.
+/// A rule as a leaf checks it: 32 bytes for IPv4 (80 for IPv6), every
+/// field an integer compare.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-struct Item {
-    src: u32,
-    src_mask: u32,
-    dst: u32,
-    dst_mask: u32,
+struct Item<W> {
+    src: W,
+    src_mask: W,
+    dst: W,
+    dst_mask: W,
     sport: [u16; 2],
     dport: [u16; 2],
     /// 0..=255, or 256 for any.
@@ -120,16 +131,17 @@ struct Item {
     idx: u32,
 }
 
-impl Item {
+impl<W: Word> Item<W> {
     #[inline(always)]
-    fn matches(&self, f: &Fields) -> bool {
+    fn matches(&self, f: &Fields<W>) -> bool {
+        let w = |x: u16| W::from_u32(u32::from(x));
         (f[0] & self.src_mask) == self.src
             && (f[1] & self.dst_mask) == self.dst
-            && (self.proto == 256 || u32::from(self.proto) == f[4])
-            && u32::from(self.sport[0]) <= f[2]
-            && f[2] <= u32::from(self.sport[1])
-            && u32::from(self.dport[0]) <= f[3]
-            && f[3] <= u32::from(self.dport[1])
+            && (self.proto == 256 || w(self.proto) == f[4])
+            && w(self.sport[0]) <= f[2]
+            && f[2] <= w(self.sport[1])
+            && w(self.dport[0]) <= f[3]
+            && f[3] <= w(self.dport[1])
     }
 }
 
@@ -178,20 +190,47 @@ pub const BUDGET_SLACK: usize = 4096;
 
 /// The tree.
 #[derive(Debug, Default)]
-struct Tree {
-    nodes: Vec<Node>,
+struct Tree<W> {
+    nodes: Vec<Node<W>>,
     /// The same tree for one packet's walk (see [`Step`]).
-    steps: Vec<Step>,
-    items: Vec<Item>,
+    steps: Vec<Step<W>>,
+    items: Vec<Item<W>>,
     /// Leaf spans of `items`: (start, len).
     spans: Vec<(u32, u32)>,
     depth: u32,
 }
 
-/// The compiled trees of a snapshot of IPv4 rules (see the module docs).
+/// The compiled layer of a snapshot of rules: one tree per address family
+/// (see the module docs); a family with no rules, or whose tree would
+/// exceed the budget, has none and stays in the caller's tuple space.
 #[derive(Debug, Default)]
 pub struct Compiled {
-    tree: Tree,
+    pub v4: Option<Layer<u32>>,
+    pub v6: Option<Layer<u128>>,
+    /// Why a family with rules was not compiled, if one was not.
+    pub refused: Option<CompileError>,
+}
+
+impl Compiled {
+    /// Rules compiled, both families.
+    pub fn len(&self) -> usize {
+        self.v4.as_ref().map_or(0, Layer::len) + self.v6.as_ref().map_or(0, Layer::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Heap bytes, both families.
+    pub fn bytes(&self) -> usize {
+        self.v4.as_ref().map_or(0, Layer::bytes) + self.v6.as_ref().map_or(0, Layer::bytes)
+    }
+}
+
+/// One family's compiled tree (see the module docs).
+#[derive(Debug, Default)]
+pub struct Layer<W> {
+    tree: Tree<W>,
     /// The leaf size that fit the budget.
     leaf: usize,
     hits: Vec<Hit>,
@@ -204,8 +243,8 @@ pub struct Compiled {
 /// Why a snapshot could not be compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CompileError {
-    #[error("rule id {0} is an IPv6 rule: the compiled layer holds IPv4 rules")]
-    NotIpv4(RuleId),
+    #[error("rule id {0} is of the other address family than this tree")]
+    WrongFamily(RuleId),
     #[error("rule id {0} is given twice")]
     Duplicate(RuleId),
     /// The tree would copy the rules past [`BUDGET_PER_LEAF_RULE`] with
@@ -214,7 +253,7 @@ pub enum CompileError {
     OverBudget { rules: usize, budget: usize },
 }
 
-impl Compiled {
+impl<W: Word> Layer<W> {
     /// The leaf size the tree was built with (see [`LEAF_SIZES`]).
     pub fn leaf_size(&self) -> usize {
         self.leaf
@@ -247,9 +286,9 @@ impl Compiled {
     /// Heap bytes of the trees, their leaves, the answers and the id index.
     pub fn bytes(&self) -> usize {
         let t = &self.tree;
-        t.nodes.capacity() * std::mem::size_of::<Node>()
-            + t.steps.capacity() * std::mem::size_of::<Step>()
-            + t.items.capacity() * std::mem::size_of::<Item>()
+        t.nodes.capacity() * std::mem::size_of::<Node<W>>()
+            + t.steps.capacity() * std::mem::size_of::<Step<W>>()
+            + t.items.capacity() * std::mem::size_of::<Item<W>>()
             + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.rules.capacity() * std::mem::size_of::<AclRule>()
@@ -266,7 +305,7 @@ impl Compiled {
     /// What one packet's lookup costs: tree levels walked and leaf
     /// entries compared (for the benchmarks, as the tuple space counts
     /// tables probed).
-    pub fn cost(&self, f: &Fields, o: &Overlay) -> (u32, u32) {
+    pub fn cost(&self, f: &Fields<W>, o: &Overlay<W>) -> (u32, u32) {
         let t = &self.tree;
         let mut levels = 0;
         let mut n = 0u32;
@@ -285,14 +324,14 @@ impl Compiled {
 
     /// The best live compiled rule for one packet.
     #[inline]
-    pub fn lookup<'a>(&'a self, f: &Fields, o: &'a Overlay) -> Option<&'a Hit> {
+    pub fn lookup<'a>(&'a self, f: &Fields<W>, o: &'a Overlay<W>) -> Option<&'a Hit> {
         let leaf = self.tree.walk(f);
         self.scan(leaf, f, o).map(|i| self.hit_in(o, i))
     }
 
     /// The answer of rule `idx`, compiled or patched in (see [`overlay`]).
     #[inline(always)]
-    pub fn hit_in<'a>(&'a self, o: &'a Overlay, idx: u32) -> &'a Hit {
+    pub fn hit_in<'a>(&'a self, o: &'a Overlay<W>, idx: u32) -> &'a Hit {
         match self.hits.get(idx as usize) {
             Some(h) => h,
             None => &o.hits[idx as usize - self.hits.len()],
@@ -301,7 +340,7 @@ impl Compiled {
 
     /// The rules leaf `node` lists, as the overlay has them.
     #[inline(always)]
-    fn leaf_items<'a>(&'a self, node: u32, o: &'a Overlay) -> &'a [Item] {
+    fn leaf_items<'a>(&'a self, node: u32, o: &'a Overlay<W>) -> &'a [Item<W>] {
         let (start, len) = o.spans[self.tree.nodes[node as usize].kids[1] as usize];
         let (items, start) = if start & overlay::PATCHED == 0 {
             (&self.tree.items, start)
@@ -313,14 +352,19 @@ impl Compiled {
 
     /// The first live rule of leaf `node` matching `f`.
     #[inline(always)]
-    fn scan(&self, node: u32, f: &Fields, o: &Overlay) -> Option<u32> {
+    fn scan(&self, node: u32, f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
         o.first_live(self.leaf_items(node, o), f)
     }
 
     /// [`Self::lookup`] for up to [`LANES`] packets at once: each tree's
     /// walks go level by level over all of them (see the module docs).
     #[inline]
-    pub fn lookup_lanes<'a>(&'a self, fs: &[Fields], o: &'a Overlay, out: &mut [Option<&'a Hit>]) {
+    pub fn lookup_lanes<'a>(
+        &'a self,
+        fs: &[Fields<W>],
+        o: &'a Overlay<W>,
+        out: &mut [Option<&'a Hit>],
+    ) {
         debug_assert!(fs.len() <= LANES && out.len() >= fs.len());
         let n = fs.len();
         if n == 0 {
@@ -346,19 +390,19 @@ impl Compiled {
     }
 }
 
-impl Tree {
+impl<W: Word> Tree<W> {
     /// One level from node `n` (a leaf stays where it is). The field
     /// index is masked to the array's width: the compiler then drops the
     /// bounds check (fields are below 8 by construction).
     #[inline(always)]
-    fn step(&self, n: u32, f: &Fields) -> u32 {
+    fn step(&self, n: u32, f: &Fields<W>) -> u32 {
         let node = &self.nodes[n as usize];
         node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)]
     }
 
     /// The leaf `f` reaches, one packet alone (see [`Step`]).
     #[inline(always)]
-    fn walk(&self, f: &Fields) -> u32 {
+    fn walk(&self, f: &Fields<W>) -> u32 {
         let mut n = 0u32;
         loop {
             let s = self.steps[n as usize];
@@ -400,7 +444,7 @@ mod tests {
         }
     }
 
-    fn f(src: [u8; 4], dst: [u8; 4], dport: u16) -> Fields {
+    fn f(src: [u8; 4], dst: [u8; 4], dport: u16) -> Fields<u32> {
         fields(
             u32::from_be_bytes(src),
             u32::from_be_bytes(dst),
@@ -420,7 +464,7 @@ mod tests {
                 rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
             })
             .collect();
-        let c = Compiled::build(&rules).unwrap();
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let o = c.overlay();
         let (_, _, items, depth) = c.shape();
         assert!(items <= 2 * rules.len(), "{items} leaf entries");
@@ -443,7 +487,7 @@ mod tests {
             rule(2, 20, "10.0.0.0/8", "0.0.0.0/0", (0, 65535)),
             rule(3, 10, "0.0.0.0/0", "0.0.0.0/0", (0, 65535)),
         ];
-        let c = Compiled::build(&rules).unwrap();
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let mut o = c.overlay();
         let p = f([10, 1, 2, 3], [1, 1, 1, 1], 80);
         let fs = [p; 3];
@@ -471,7 +515,7 @@ mod tests {
                 rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
             })
             .collect();
-        let c = Compiled::build(&rules).unwrap();
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let mut o = c.overlay();
         let mut compactions = 0;
         for round in 0..10u32 {
@@ -496,7 +540,7 @@ mod tests {
         // The 2,000 compiled rules, then 18,000 patched ones.
         assert_eq!(o.dead(), 20_000);
         // Every rule again, single and in lanes.
-        let fs: Vec<Fields> = rules
+        let fs: Vec<Fields<u32>> = rules
             .iter()
             .map(|r| f([10, 9, 9, 9], [192, 168, 0, 1], r.rule.matcher.dport().lo()))
             .collect();
@@ -517,7 +561,7 @@ mod tests {
                 rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
             })
             .collect();
-        let c = Compiled::build(&rules).unwrap();
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let mut o = c.overlay();
         let wide = rule(5000, 5000, "10.0.0.0/8", "192.168.0.0/16", (0, 65535));
         assert_eq!(c.patch(&mut o, &wide), Err(PatchRefused::TooWide));
@@ -548,13 +592,40 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_and_duplicates_are_refused() {
+    fn families_get_their_own_trees_and_duplicates_are_refused() {
         let mut r = rule(1, 1, "10.0.0.0/8", "0.0.0.0/0", (0, 65535));
         assert_eq!(
             Compiled::build(&[r, r]).unwrap_err(),
             CompileError::Duplicate(1)
         );
-        r.rule.matcher = AclMatch::any(true);
-        assert_eq!(Compiled::build(&[r]).unwrap_err(), CompileError::NotIpv4(1));
+        let v4 = r;
+        r.rule.id = 2;
+        r.rule.matcher = AclMatch::new(
+            "2001:db8::/32".parse().unwrap(),
+            "::/0".parse().unwrap(),
+            Some(6),
+            PortRange::ANY,
+            PortRange::new(80, 80).unwrap(),
+        )
+        .unwrap();
+        let c = Compiled::build(&[v4, r]).unwrap();
+        assert_eq!(c.v4.as_ref().map(Layer::len), Some(1));
+        assert_eq!(c.v6.as_ref().map(Layer::len), Some(1));
+        assert_eq!(
+            Layer::<u32>::build(&[&r]).unwrap_err(),
+            CompileError::WrongFamily(2)
+        );
+        // An IPv6 packet finds its rule through the IPv6 tree.
+        let l6 = c.v6.as_ref().unwrap();
+        let o = l6.overlay();
+        let a = u128::from_be_bytes(
+            "2001:db8::1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        let hit = l6.lookup(&fields(a, 1, 1234, 80, 6), &o);
+        assert_eq!(hit.map(|h| h.id), Some(2));
+        assert!(l6.lookup(&fields(a, 1, 1234, 81, 6), &o).is_none());
     }
 }

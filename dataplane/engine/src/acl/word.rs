@@ -8,11 +8,30 @@ use cfdp_rules::FlowKey;
 /// Leading address bits that index the cut arrays (see `cuts`).
 pub const CUT_BITS: u32 = 12;
 
-/// An address as one machine word: `u32` for IPv4, `u128` for IPv6.
-pub(super) trait Word:
-    Copy + Eq + BitAnd<Output = Self> + Default + std::fmt::Debug
+/// An address as one machine word: `u32` for IPv4, `u128` for IPv6. The
+/// compiled layer keeps every field of a packet in this width (ports and
+/// protocol too), so one tree walk compares one kind of number.
+pub trait Word:
+    Copy
+    + Ord
+    + BitAnd<Output = Self>
+    + std::ops::BitOr<Output = Self>
+    + std::ops::BitXor<Output = Self>
+    + Default
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
+    /// The family: IPv6's word.
+    const V6: bool;
+    const MAX: Self;
     fn of(a: &[u8; 16]) -> Self;
+    fn from_u32(x: u32) -> Self;
+    /// The next value, if any.
+    fn inc(self) -> Option<Self>;
+    /// The value before (`self` > 0).
+    fn dec(self) -> Self;
     /// The first `len` bits.
     fn mask(len: u8) -> Self;
     /// Where the address's cut windows start (see [`Cuts`]): the bit
@@ -27,7 +46,19 @@ pub(super) trait Word:
 }
 
 impl Word for u32 {
+    const V6: bool = false;
+    const MAX: Self = u32::MAX;
     const CUT_AT: &'static [u32] = &[0];
+    #[inline(always)]
+    fn from_u32(x: u32) -> Self {
+        x
+    }
+    fn inc(self) -> Option<Self> {
+        self.checked_add(1)
+    }
+    fn dec(self) -> Self {
+        self - 1
+    }
     #[inline(always)]
     fn of(a: &[u8; 16]) -> Self {
         u32::from_be_bytes([a[0], a[1], a[2], a[3]])
@@ -56,6 +87,18 @@ impl Word for u128 {
     /// would not help: global unicast addresses share 2000::/3. A prefix
     /// that ends before a window is wide in it (every index).
     const CUT_AT: &'static [u32] = &[16, 32];
+    const V6: bool = true;
+    const MAX: Self = u128::MAX;
+    #[inline(always)]
+    fn from_u32(x: u32) -> Self {
+        u128::from(x)
+    }
+    fn inc(self) -> Option<Self> {
+        self.checked_add(1)
+    }
+    fn dec(self) -> Self {
+        self - 1
+    }
     #[inline(always)]
     fn of(a: &[u8; 16]) -> Self {
         u128::from_be_bytes(*a)

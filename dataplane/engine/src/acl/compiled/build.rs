@@ -2,28 +2,57 @@
 //! from the root down, within the entry budget (see the parent module).
 
 use super::{
-    CompileError, Compiled, Hit, Input, Item, Node, Step, Tree, BUDGET_PER_LEAF_RULE, BUDGET_SLACK,
-    FIELDS, LEAF_LINK, LEAF_SIZES, RIGHT, ZERO_FIELD,
+    CompileError, Compiled, Hit, Input, Item, Layer, Node, Step, Tree, Word, BUDGET_PER_LEAF_RULE,
+    BUDGET_SLACK, FIELDS, LEAF_LINK, LEAF_SIZES, RIGHT, ZERO_FIELD,
 };
-use crate::acl::word::Word;
 use cfdp_rules::AclRule;
 
 impl Compiled {
-    /// Compiles `rules` (IPv4, unique ids; any order).
+    /// Compiles `rules` (unique ids; any order, both families): a tree per
+    /// family that has rules. A family whose tree exceeds the budget is
+    /// left out (named in [`Compiled::refused`]); the build fails only when
+    /// no family compiled (or on a duplicate id).
     pub fn build(rules: &[Input]) -> Result<Self, CompileError> {
-        let mut order: Vec<&Input> = rules.iter().collect();
+        let (v6, v4): (Vec<&Input>, Vec<&Input>) = rules.iter().partition(|i| i.rule.matcher.v6());
+        let mut c = Compiled::default();
+        let mut built = false;
+        if !v4.is_empty() {
+            match Layer::build(&v4) {
+                Ok(l) => (c.v4, built) = (Some(l), true),
+                Err(e @ CompileError::OverBudget { .. }) => c.refused = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if !v6.is_empty() {
+            match Layer::build(&v6) {
+                Ok(l) => (c.v6, built) = (Some(l), true),
+                Err(e @ CompileError::OverBudget { .. }) => c.refused = c.refused.or(Some(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        match c.refused {
+            Some(e) if !built => Err(e),
+            _ => Ok(c),
+        }
+    }
+}
+
+impl<W: Word> Layer<W> {
+    /// Compiles `rules` (this family's, unique ids; any order).
+    pub fn build(rules: &[&Input]) -> Result<Self, CompileError> {
+        let mut order: Vec<&Input> = rules.to_vec();
         order.sort_by(|a, b| {
             b.rule
                 .priority
                 .cmp(&a.rule.priority)
                 .then(a.rule.id.cmp(&b.rule.id))
         });
-        let mut c = Compiled::default();
+        let mut c = Layer::default();
         let mut ranges = Vec::with_capacity(order.len());
         for (i, inp) in order.iter().enumerate() {
             let r = &inp.rule;
-            if r.matcher.v6() {
-                return Err(CompileError::NotIpv4(r.id));
+            if r.matcher.v6() != W::V6 {
+                return Err(CompileError::WrongFamily(r.id));
             }
             let idx = u32::try_from(i).expect("fewer than 2^32 rules");
             if c.index.insert(r.id, idx).is_some() {
@@ -39,10 +68,11 @@ impl Compiled {
             ranges.push(Ranges::of(r));
             c.rules.push(*r);
         }
-        let items: Vec<Item> = order.iter().zip(0u32..).map(|(i, n)| item(i, n)).collect();
+        let items: Vec<Item<W>> = order.iter().zip(0u32..).map(|(i, n)| item(i, n)).collect();
+        let w = W::from_u32;
         let root = Ranges {
-            lo: [0; FIELDS],
-            hi: [u32::MAX, u32::MAX, 65535, 65535, 255],
+            lo: [W::default(); FIELDS],
+            hi: [W::MAX, W::MAX, w(65535), w(65535), w(255)],
         };
         let all: Vec<u32> = (0..c.hits.len() as u32).collect();
         for leaf in LEAF_SIZES {
@@ -70,51 +100,42 @@ impl Compiled {
 
 /// A rule during the build: its range on each field.
 #[derive(Clone, Copy)]
-pub(super) struct Ranges {
-    pub(super) lo: [u32; FIELDS],
-    pub(super) hi: [u32; FIELDS],
+pub(super) struct Ranges<W> {
+    pub(super) lo: [W; FIELDS],
+    pub(super) hi: [W; FIELDS],
 }
 
-impl Ranges {
+impl<W: Word> Ranges<W> {
     pub(super) fn of(r: &AclRule) -> Self {
         let m = &r.matcher;
         let (s, d) = (m.src(), m.dst());
-        // A prefix's first and last address.
+        // A prefix's first and last address: the base with the bits below
+        // the prefix all set (`!mask`, as `mask ^ MAX`).
         let span = |a: &[u8; 16], len: u8| {
-            let base = u32::of(a);
-            (base, base | !u32::mask(len))
+            let base = W::of(a);
+            let mask = W::mask(len);
+            (base, base | (mask ^ W::MAX))
         };
+        let w = |x: u16| W::from_u32(u32::from(x));
         let (sl, sh) = span(s.addr(), s.len());
         let (dl, dh) = span(d.addr(), d.len());
-        let (pl, ph) = m.proto().map_or((0, 255), |p| (u32::from(p), u32::from(p)));
+        let (pl, ph) = m.proto().map_or((0, 255), |p| (u16::from(p), u16::from(p)));
         Self {
-            lo: [
-                sl,
-                dl,
-                u32::from(m.sport().lo()),
-                u32::from(m.dport().lo()),
-                pl,
-            ],
-            hi: [
-                sh,
-                dh,
-                u32::from(m.sport().hi()),
-                u32::from(m.dport().hi()),
-                ph,
-            ],
+            lo: [sl, dl, w(m.sport().lo()), w(m.dport().lo()), w(pl)],
+            hi: [sh, dh, w(m.sport().hi()), w(m.dport().hi()), w(ph)],
         }
     }
 }
 
 /// The one-packet copy of a tree built in depth-first order (see [`Step`]).
-fn steps(nodes: &[Node]) -> Vec<Step> {
+fn steps<W: Word>(nodes: &[Node<W>]) -> Vec<Step<W>> {
     nodes
         .iter()
         .enumerate()
         .map(|(me, n)| {
             if n.is_leaf() {
                 Step {
-                    cut: 0,
+                    cut: W::default(),
                     link: LEAF_LINK << 29,
                 }
             } else {
@@ -133,14 +154,14 @@ fn budget(rules: usize, leaf: usize) -> usize {
     rules * leaf * BUDGET_PER_LEAF_RULE / 2 + BUDGET_SLACK
 }
 
-pub(super) fn item(inp: &Input, idx: u32) -> Item {
+pub(super) fn item<W: Word>(inp: &Input, idx: u32) -> Item<W> {
     let m = &inp.rule.matcher;
     let (s, d) = (m.src(), m.dst());
     Item {
-        src: u32::of(s.addr()),
-        src_mask: u32::mask(s.len()),
-        dst: u32::of(d.addr()),
-        dst_mask: u32::mask(d.len()),
+        src: W::of(s.addr()),
+        src_mask: W::mask(s.len()),
+        dst: W::of(d.addr()),
+        dst_mask: W::mask(d.len()),
         sport: [m.sport().lo(), m.sport().hi()],
         dport: [m.dport().lo(), m.dport().hi()],
         proto: m.proto().map_or(256, u16::from),
@@ -150,10 +171,10 @@ pub(super) fn item(inp: &Input, idx: u32) -> Item {
 }
 
 /// The recursive build of one group's tree (see the module docs).
-struct Builder<'a> {
-    t: Tree,
-    ranges: &'a [Ranges],
-    items: &'a [Item],
+struct Builder<'a, W> {
+    t: Tree<W>,
+    ranges: &'a [Ranges<W>],
+    items: &'a [Item<W>],
     /// Rules a leaf may hold before a cut is tried.
     leaf: usize,
     /// Leaf entries left before the tree is given up.
@@ -163,16 +184,16 @@ struct Builder<'a> {
 /// A cut: the field, the first value of the upper side, and the rules on
 /// the larger side.
 #[derive(Clone, Copy)]
-struct Cut {
+struct Cut<W> {
     field: usize,
-    at: u32,
+    at: W,
     cost: (usize, usize),
 }
 
-impl Builder<'_> {
+impl<W: Word> Builder<'_, W> {
     /// Builds the subtree of `rules` (indices, best first) over `region`;
     /// returns its node index, or `None` once the budget is spent.
-    fn node(&mut self, rules: Vec<u32>, region: Ranges, depth: u32) -> Option<u32> {
+    fn node(&mut self, rules: Vec<u32>, region: Ranges<W>, depth: u32) -> Option<u32> {
         let me = u32::try_from(self.t.nodes.len()).expect("fewer than 2^32 nodes");
         self.t.depth = self.t.depth.max(depth + 1);
         let cut = if rules.len() > self.leaf {
@@ -190,7 +211,7 @@ impl Builder<'_> {
             self.t.spans.push((start, rules.len() as u32));
             self.t.nodes.push(Node {
                 field: ZERO_FIELD,
-                cut: 1,
+                cut: W::from_u32(1),
                 kids: [me, span],
             });
             return Some(me);
@@ -220,7 +241,7 @@ impl Builder<'_> {
         );
         drop(rules);
         let mut lo_region = region;
-        lo_region.hi[f] = cut.at - 1;
+        lo_region.hi[f] = cut.at.dec();
         let mut hi_region = region;
         hi_region.lo[f] = cut.at;
         let l = self.node(left, lo_region, depth + 1)?;
@@ -231,9 +252,9 @@ impl Builder<'_> {
 
     /// The cut whose larger side holds the fewest rules (then the fewest
     /// copies), if one leaves both sides smaller than the node.
-    fn best_cut(&self, rules: &[u32], region: &Ranges) -> Option<Cut> {
+    fn best_cut(&self, rules: &[u32], region: &Ranges<W>) -> Option<Cut<W>> {
         let n = rules.len();
-        let mut best: Option<Cut> = None;
+        let mut best: Option<Cut<W>> = None;
         let mut los = Vec::with_capacity(n);
         let mut his = Vec::with_capacity(n);
         for f in 0..FIELDS {
@@ -248,11 +269,11 @@ impl Builder<'_> {
             his.sort_unstable();
             // Candidate cuts: a rule's first value, or the one after its
             // last, strictly inside the region.
-            let inside = |v: u32| v > region.lo[f] && v <= region.hi[f];
+            let inside = |v: W| v > region.lo[f] && v <= region.hi[f];
             let candidates = los
                 .iter()
                 .copied()
-                .chain(his.iter().filter_map(|&h| h.checked_add(1)))
+                .chain(his.iter().filter_map(|&h| h.inc()))
                 .filter(|&v| inside(v));
             for at in candidates {
                 let left = los.partition_point(|&v| v < at);

@@ -31,7 +31,7 @@
 //! once those exceed the tree's own entry count the overlay compacts
 //! (O(leaves), amortised over at least that many patched entries).
 
-use super::{build, Compiled, Hit, Input, Item};
+use super::{build, Hit, Input, Item, Layer, Word};
 use cfdp_rules::RuleId;
 use hashbrown::HashMap;
 
@@ -46,8 +46,8 @@ pub(super) const PATCHED: u32 = 1 << 31;
 /// tuple space: exact either way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PatchRefused {
-    #[error("an IPv6 rule: the compiled layer holds IPv4 rules")]
-    NotIpv4,
+    #[error("a rule of the other address family than the tree's")]
+    WrongFamily,
     #[error("the rule touches more than {PATCH_LEAVES} leaves")]
     TooWide,
     #[error("a leaf would hold more than its leaf size plus {PATCH_EXTRA} rules")]
@@ -55,14 +55,14 @@ pub enum PatchRefused {
 }
 
 /// A copy's changes over a compiled tree (see the module docs). Made by
-/// [`Compiled::overlay`]; meaningful only with the tree that made it.
-#[derive(Clone, Debug, Default)]
-pub struct Overlay {
+/// [`Layer::overlay`]; meaningful only with the tree that made it.
+#[derive(Clone, Debug)]
+pub struct Overlay<W> {
     pub(super) dead: Dead,
     /// Every leaf's (start, len): in the tree's items, or with
     /// [`PATCHED`] set in `items` below.
     pub(super) spans: Vec<(u32, u32)>,
-    pub(super) items: Vec<Item>,
+    pub(super) items: Vec<Item<W>>,
     /// Answers of the rules patched in: index `i` is rule `base + i`.
     pub(super) hits: Vec<Hit>,
     /// Live patched rules by id.
@@ -76,9 +76,25 @@ pub struct Overlay {
     garbage: usize,
 }
 
-impl Compiled {
+// By hand: a derived Default would ask `W: Default` of every user.
+impl<W> Default for Overlay<W> {
+    fn default() -> Self {
+        Self {
+            dead: Dead::default(),
+            spans: Vec::new(),
+            items: Vec::new(),
+            hits: Vec::new(),
+            index: HashMap::new(),
+            alias: HashMap::new(),
+            base: 0,
+            garbage: 0,
+        }
+    }
+}
+
+impl<W: Word> Layer<W> {
     /// A fresh overlay: nothing dead, nothing patched.
-    pub fn overlay(&self) -> Overlay {
+    pub fn overlay(&self) -> Overlay<W> {
         Overlay {
             dead: Dead::new(self.hits.len()),
             spans: self.tree.spans.clone(),
@@ -88,7 +104,7 @@ impl Compiled {
     }
 
     /// The index of live rule `id`, patched in or compiled.
-    pub fn live_index(&self, o: &Overlay, id: RuleId) -> Option<u32> {
+    pub fn live_index(&self, o: &Overlay<W>, id: RuleId) -> Option<u32> {
         if let Some(&i) = o.index.get(&id) {
             return Some(i);
         }
@@ -98,12 +114,12 @@ impl Compiled {
 
     /// Inserts `inp` into the leaves its box touches (see the module docs);
     /// returns its index. Refused: nothing changed.
-    pub fn patch(&self, o: &mut Overlay, inp: &Input) -> Result<u32, PatchRefused> {
+    pub fn patch(&self, o: &mut Overlay<W>, inp: &Input) -> Result<u32, PatchRefused> {
         let r = &inp.rule;
-        if r.matcher.v6() {
-            return Err(PatchRefused::NotIpv4);
+        if r.matcher.v6() != W::V6 {
+            return Err(PatchRefused::WrongFamily);
         }
-        let ranges = build::Ranges::of(r);
+        let ranges = build::Ranges::<W>::of(r);
         let mut leaves = Vec::new();
         let mut stack = vec![0u32];
         while let Some(n) = stack.pop() {
@@ -139,7 +155,7 @@ impl Compiled {
         for leaf in leaves {
             // Dead patched entries go; dead compiled ones stay, for a
             // revival.
-            let mut list: Vec<Item> = self
+            let mut list: Vec<Item<W>> = self
                 .leaf_items(leaf, o)
                 .iter()
                 .copied()
@@ -170,7 +186,7 @@ impl Compiled {
     /// priority, deleted since the compile; see the module docs) with
     /// `inp`'s action and tag; returns its new index, or `None` when `inp`
     /// is not such a rule.
-    pub fn revive(&self, o: &mut Overlay, inp: &Input) -> Option<u32> {
+    pub fn revive(&self, o: &mut Overlay<W>, inp: &Input) -> Option<u32> {
         let r = &inp.rule;
         let old = self.index_of(r.id)?;
         let was = &self.rules[old as usize];
@@ -189,7 +205,7 @@ impl Compiled {
     }
 }
 
-impl Overlay {
+impl<W: Word> Overlay<W> {
     /// A new live rule's index and answer.
     fn add(&mut self, hit: Hit) -> u32 {
         let idx = self.base + u32::try_from(self.hits.len()).expect("fewer than 2^31 patches");
@@ -212,7 +228,7 @@ impl Overlay {
     /// The first live rule of `items` matching `f`: an entry's own rule, or
     /// the rule revived in its place.
     #[inline(always)]
-    pub(super) fn first_live(&self, items: &[Item], f: &super::Fields) -> Option<u32> {
+    pub(super) fn first_live(&self, items: &[Item<W>], f: &super::Fields<W>) -> Option<u32> {
         for it in items {
             if it.matches(f) {
                 if !self.dead.get(it.idx) {
@@ -250,7 +266,7 @@ impl Overlay {
     pub fn bytes(&self) -> usize {
         self.dead.bytes()
             + self.spans.capacity() * std::mem::size_of::<(u32, u32)>()
-            + self.items.capacity() * std::mem::size_of::<Item>()
+            + self.items.capacity() * std::mem::size_of::<Item<W>>()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
             + self.alias.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
@@ -262,7 +278,7 @@ impl Overlay {
     }
 
     /// Appends a leaf list; its start with [`PATCHED`] set.
-    fn put(&mut self, list: &[Item]) -> u32 {
+    fn put(&mut self, list: &[Item<W>]) -> u32 {
         let start = u32::try_from(self.items.len())
             .ok()
             .filter(|&s| s < PATCHED)

@@ -36,13 +36,16 @@
 //! are wider (32 and 80 bytes against 16 and 32), so the same set costs
 //! about twice the memory in IPv6.
 
-use cfdp_rules::{AclRule, Action, RuleId};
+use cfdp_rules::{AclRule, RuleId};
 use hashbrown::HashMap;
 
 mod build;
+mod node;
 pub mod overlay;
+mod patch;
 
-pub use super::word::Word;
+pub use node::{fields, Fields, Hit, Input, Word};
+use node::{Item, Node, Step, LEAF_LINK, RIGHT};
 pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
 
 /// Rules a leaf may hold before the builder tries to cut it: the sizes a
@@ -50,126 +53,6 @@ pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
 pub const LEAF_SIZES: [usize; 2] = [8, 32];
 /// Packets walked together (see the module docs).
 pub const LANES: usize = 16;
-
-/// Fields in tree order: source, destination, source port, destination
-/// port, protocol; index 5 is always 0 (a leaf's self-loop reads it).
-const FIELDS: usize = 5;
-const ZERO_FIELD: u32 = 5;
-
-/// A packet's fields as the tree reads them, each a word of its family
-/// ([`Word`]: `u32` for IPv4, `u128` for IPv6).
-pub type Fields<W> = [W; 8];
-
-/// The fields of a 5-tuple.
-#[inline(always)]
-pub fn fields<W: Word>(src: W, dst: W, sport: u16, dport: u16, proto: u16) -> Fields<W> {
-    let zero = W::default();
-    [
-        src,
-        dst,
-        W::from_u32(u32::from(sport)),
-        W::from_u32(u32::from(dport)),
-        W::from_u32(u32::from(proto)),
-        zero,
-        W::MAX,
-        zero,
-    ]
-}
-
-/// A tree node: an inner node goes to `kids[(f[field] >= cut) as usize]`;
-/// a leaf reads the zero field against `cut` 1 and so goes to `kids[0]`,
-/// itself, and names its span of [`Compiled::items`] in `kids[1]`.
-#[derive(Clone, Copy, Debug)]
-struct Node<W> {
-    field: u32,
-    cut: W,
-    kids: [u32; 2],
-}
-
-impl<W> Node<W> {
-    fn is_leaf(&self) -> bool {
-        self.field == ZERO_FIELD
-    }
-}
-
-/// The tree again for one packet's walk, 8 bytes a node: the nodes are
-/// in depth-first order, so a node's left child is the next one. An inner
-/// node goes to its right child (`link`'s low 29 bits) when field
-/// `link >> 29` of the packet is at least `cut`, else to the next node; a
-/// leaf stops the walk (`link >> 29` is [`LEAF_LINK`]). A walk here
-/// branches on each cut, which one packet gains from (the core runs ahead
-/// down the predicted side, and the left child is in the same cache line):
-/// 9.5 against 6.9 Mpps single on acl1_10k. The lanes keep the 16-byte
-/// nodes: for them a branch mispredicts, and a select feeding the next
-/// load compiles back into one (measured at half the rate).
-#[derive(Clone, Copy, Debug)]
-struct Step<W> {
-    cut: W,
-    link: u32,
-}
-
-/// Bits of [`Step::link`] that hold the right child.
-const RIGHT: u32 = (1 << 29) - 1;
-/// [`Step::link`]'s top bits on a leaf.
-const LEAF_LINK: u32 = 7;
-
-/// A rule as a leaf checks it: 32 bytes for IPv4 (80 for IPv6), every
-/// field an integer compare.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
-struct Item<W> {
-    src: W,
-    src_mask: W,
-    dst: W,
-    dst_mask: W,
-    sport: [u16; 2],
-    dport: [u16; 2],
-    /// 0..=255, or 256 for any.
-    proto: u16,
-    _pad: u16,
-    /// The rule's index in [`Compiled::hits`] and in the dead bitmap.
-    idx: u32,
-}
-
-impl<W: Word> Item<W> {
-    #[inline(always)]
-    fn matches(&self, f: &Fields<W>) -> bool {
-        let w = |x: u16| W::from_u32(u32::from(x));
-        (f[0] & self.src_mask) == self.src
-            && (f[1] & self.dst_mask) == self.dst
-            && (self.proto == 256 || w(self.proto) == f[4])
-            && w(self.sport[0]) <= f[2]
-            && f[2] <= w(self.sport[1])
-            && w(self.dport[0]) <= f[3]
-            && f[3] <= w(self.dport[1])
-    }
-}
-
-/// What a compiled rule answers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hit {
-    pub priority: u32,
-    pub id: RuleId,
-    pub action: Action,
-    pub tag: u32,
-    pub slot: u32,
-}
-
-impl Hit {
-    /// Higher priority, then lower id: as [`AclRule::beats`].
-    #[inline(always)]
-    pub fn rank(&self) -> (u32, std::cmp::Reverse<RuleId>) {
-        (self.priority, std::cmp::Reverse(self.id))
-    }
-}
-
-/// A rule to compile, with the caller's tag and slab slot.
-#[derive(Clone, Copy, Debug)]
-pub struct Input {
-    pub rule: AclRule,
-    pub tag: u32,
-    pub slot: u32,
-}
 
 /// Leaf entries the tree may hold per rule, as a multiple of its leaf
 /// size in halves (3: one and a half times; plus [`BUDGET_SLACK`]): a rule wide on a field that others cut
@@ -422,7 +305,7 @@ impl<W: Word> Tree<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cfdp_rules::{AclMatch, PortRange};
+    use cfdp_rules::{AclMatch, Action, PortRange};
 
     fn rule(id: u32, prio: u32, src: &str, dst: &str, dport: (u16, u16)) -> Input {
         Input {

@@ -1,10 +1,8 @@
 //! Building the tree: rules sorted best first, then HyperSplit's cuts
 //! from the root down, within the entry budget (see the parent module).
 
-use super::{
-    CompileError, Compiled, Hit, Input, Item, Layer, Node, Step, Tree, Word, BUDGET_PER_LEAF_RULE,
-    BUDGET_SLACK, FIELDS, LEAF_LINK, LEAF_SIZES, RIGHT, ZERO_FIELD,
-};
+use super::node::{Hit, Input, Item, Node, Step, Word, FIELDS, LEAF_LINK, RIGHT, ZERO_FIELD};
+use super::{CompileError, Compiled, Layer, Tree, BUDGET_PER_LEAF_RULE, BUDGET_SLACK, LEAF_SIZES};
 use cfdp_rules::AclRule;
 
 impl Compiled {

@@ -31,7 +31,7 @@
 //! once those exceed the tree's own entry count the overlay compacts
 //! (O(leaves), amortised over at least that many patched entries).
 
-use super::{build, Hit, Input, Item, Layer, Word};
+use super::node::{Fields, Hit, Item, Word};
 use cfdp_rules::RuleId;
 use hashbrown::HashMap;
 
@@ -66,14 +66,14 @@ pub struct Overlay<W> {
     /// Answers of the rules patched in: index `i` is rule `base + i`.
     pub(super) hits: Vec<Hit>,
     /// Live patched rules by id.
-    index: HashMap<RuleId, u32>,
+    pub(super) index: HashMap<RuleId, u32>,
     /// Revived compiled rules: the dead compiled index to the index of the
     /// rule that took its place (see the module docs).
     pub(super) alias: HashMap<u32, u32>,
     /// The tree's rule count: the first patched rule's index.
-    base: u32,
+    pub(super) base: u32,
     /// Entries of `items` no span points to any more.
-    garbage: usize,
+    pub(super) garbage: usize,
 }
 
 // By hand: a derived Default would ask `W: Default` of every user.
@@ -92,122 +92,9 @@ impl<W> Default for Overlay<W> {
     }
 }
 
-impl<W: Word> Layer<W> {
-    /// A fresh overlay: nothing dead, nothing patched.
-    pub fn overlay(&self) -> Overlay<W> {
-        Overlay {
-            dead: Dead::new(self.hits.len()),
-            spans: self.tree.spans.clone(),
-            base: u32::try_from(self.hits.len()).expect("fewer than 2^32 rules"),
-            ..Overlay::default()
-        }
-    }
-
-    /// The index of live rule `id`, patched in or compiled.
-    pub fn live_index(&self, o: &Overlay<W>, id: RuleId) -> Option<u32> {
-        if let Some(&i) = o.index.get(&id) {
-            return Some(i);
-        }
-        let i = self.index_of(id)?;
-        (!o.dead.get(i)).then_some(i)
-    }
-
-    /// Inserts `inp` into the leaves its box touches (see the module docs);
-    /// returns its index. Refused: nothing changed.
-    pub fn patch(&self, o: &mut Overlay<W>, inp: &Input) -> Result<u32, PatchRefused> {
-        let r = &inp.rule;
-        if r.matcher.v6() != W::V6 {
-            return Err(PatchRefused::WrongFamily);
-        }
-        let ranges = build::Ranges::<W>::of(r);
-        let mut leaves = Vec::new();
-        let mut stack = vec![0u32];
-        while let Some(n) = stack.pop() {
-            let node = &self.tree.nodes[n as usize];
-            if node.is_leaf() {
-                if leaves.len() == PATCH_LEAVES {
-                    return Err(PatchRefused::TooWide);
-                }
-                leaves.push(n);
-                continue;
-            }
-            let f = node.field as usize;
-            if ranges.hi[f] >= node.cut {
-                stack.push(node.kids[1]);
-            }
-            if ranges.lo[f] < node.cut {
-                stack.push(node.kids[0]);
-            }
-        }
-        let idx = o.base + u32::try_from(o.hits.len()).expect("fewer than 2^31 patches");
-        // The index `add` gives below.
-        let hit = Hit {
-            priority: r.priority,
-            id: r.id,
-            action: r.action,
-            tag: inp.tag,
-            slot: inp.slot,
-        };
-        let item = build::item(inp, idx);
-        let cap = self.leaf + PATCH_EXTRA;
-        // Every new list first, so that a refusal leaves nothing half done.
-        let mut lists = Vec::with_capacity(leaves.len());
-        for leaf in leaves {
-            // Dead patched entries go; dead compiled ones stay, for a
-            // revival.
-            let mut list: Vec<Item<W>> = self
-                .leaf_items(leaf, o)
-                .iter()
-                .copied()
-                .filter(|it| it.idx < o.base || !o.dead.get(it.idx))
-                .collect();
-            let at = list.partition_point(|it| self.hit_in(o, it.idx).rank() > hit.rank());
-            list.insert(at, item);
-            if list.len() > cap {
-                return Err(PatchRefused::LeafFull);
-            }
-            lists.push((self.tree.nodes[leaf as usize].kids[1], list));
-        }
-        o.add(hit);
-        for (span, list) in lists {
-            let (old, old_len) = o.spans[span as usize];
-            if old & PATCHED != 0 {
-                o.garbage += old_len as usize;
-            }
-            o.spans[span as usize] = (o.put(&list), list.len() as u32);
-        }
-        if o.garbage > self.tree.items.len().max(4096) {
-            o.compact();
-        }
-        Ok(idx)
-    }
-
-    /// Revives the compiled rule `inp` puts back (same id, match and
-    /// priority, deleted since the compile; see the module docs) with
-    /// `inp`'s action and tag; returns its new index, or `None` when `inp`
-    /// is not such a rule.
-    pub fn revive(&self, o: &mut Overlay<W>, inp: &Input) -> Option<u32> {
-        let r = &inp.rule;
-        let old = self.index_of(r.id)?;
-        let was = &self.rules[old as usize];
-        if !o.dead.get(old) || was.matcher != r.matcher || was.priority != r.priority {
-            return None;
-        }
-        let idx = o.add(Hit {
-            priority: r.priority,
-            id: r.id,
-            action: r.action,
-            tag: inp.tag,
-            slot: inp.slot,
-        });
-        o.alias.insert(old, idx);
-        Some(idx)
-    }
-}
-
 impl<W: Word> Overlay<W> {
     /// A new live rule's index and answer.
-    fn add(&mut self, hit: Hit) -> u32 {
+    pub(super) fn add(&mut self, hit: Hit) -> u32 {
         let idx = self.base + u32::try_from(self.hits.len()).expect("fewer than 2^31 patches");
         self.dead.grow(idx as usize + 1);
         self.hits.push(hit);
@@ -228,7 +115,7 @@ impl<W: Word> Overlay<W> {
     /// The first live rule of `items` matching `f`: an entry's own rule, or
     /// the rule revived in its place.
     #[inline(always)]
-    pub(super) fn first_live(&self, items: &[Item<W>], f: &super::Fields<W>) -> Option<u32> {
+    pub(super) fn first_live(&self, items: &[Item<W>], f: &Fields<W>) -> Option<u32> {
         for it in items {
             if it.matches(f) {
                 if !self.dead.get(it.idx) {
@@ -278,7 +165,7 @@ impl<W: Word> Overlay<W> {
     }
 
     /// Appends a leaf list; its start with [`PATCHED`] set.
-    fn put(&mut self, list: &[Item<W>]) -> u32 {
+    pub(super) fn put(&mut self, list: &[Item<W>]) -> u32 {
         let start = u32::try_from(self.items.len())
             .ok()
             .filter(|&s| s < PATCHED)
@@ -289,7 +176,7 @@ impl<W: Word> Overlay<W> {
 
     /// Copies the lists spans point to into a fresh array, dropping the
     /// old copies.
-    fn compact(&mut self) {
+    pub(super) fn compact(&mut self) {
         let old = std::mem::take(&mut self.items);
         for (start, len) in &mut self.spans {
             if *start & PATCHED != 0 {
@@ -320,7 +207,7 @@ impl Dead {
     }
 
     /// Room for `n` rules (the new ones live).
-    fn grow(&mut self, n: usize) {
+    pub(super) fn grow(&mut self, n: usize) {
         if n > self.words.len() * 64 {
             self.words.resize(n.div_ceil(64), 0);
         }

@@ -24,8 +24,9 @@
 #     into the tree or left to the live layer); rte_acl's memory (the
 #     runtime footprint its build logs) in the rte_acl rows' bytes;
 #   * IPv6: the same set and trace moved into IPv6 (classbench --v6 32:
-#     every prefix under 2001:db8::/32, /0 as ::/0), its verdicts against
-#     the IPv4 set's (cfdp-*-v6 rows; rte_acl runs IPv4 only here);
+#     every prefix under 2001:db8::/32, /0 as ::/0; --write-v6 writes them
+#     in dpdk-test-acl's IPv6 formats), cfdp's verdicts against rte_acl's
+#     (--ipv6) and both speeds (cfdp-*-v6 and rte_acl-*-v6 rows);
 #   * end to end: `cfdp rules import` and `trace-pcap`, then `cfdp replay`
 #     with one worker (cfdp-replay: its rate, and in verdict_diffs the
 #     rules whose packet count differs from dpdk-test-acl's verdicts).
@@ -66,12 +67,12 @@ trap 'rm -rf "$work"' EXIT
 algs="scalar sse avx2"
 if grep -qw avx512bw /proc/cpuinfo; then algs="$algs avx512x16 avx512x32"; fi
 
-acl() { # set alg iter verbose [EAL options]
-    local wide="${5:-}"
-    case "$2" in avx512*) wide="$wide --force-max-simd-bitwidth=512" ;; esac
+acl() { # rules trace alg iter verbose [EAL options] [app options]
+    local wide="${6:-}"
+    case "$3" in avx512*) wide="$wide --force-max-simd-bitwidth=512" ;; esac
     dpdk-test-acl -l 0 --no-huge -m 2048 --no-pci --no-telemetry --file-prefix "cb$$" $wide -- \
-        --rulesf="$data/$1" --tracef="$data/${1}_trace" --rulenum=200000 --tracenum=200000 \
-        --iter="$3" --verbose="$4" --alg="$2" 2>&1
+        --rulesf="$1" --tracef="$2" --rulenum=200000 --tracenum=200000 \
+        --iter="$4" --verbose="$5" --alg="$3" ${7:-} 2>&1
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -86,7 +87,7 @@ for set in $SETS; do
     # Verdicts, and rte_acl's memory: the build's debug log gives the
     # runtime structure's footprint ("total: N bytes"; the same for every
     # algorithm: they walk one structure).
-    acl "$set" scalar 1 2 --log-level=lib.acl:debug >"$work/acl.log"
+    acl "$data/$set" "$data/${set}_trace" scalar 1 2 --log-level=lib.acl:debug >"$work/acl.log"
     sed -n 's/.*result: //p' "$work/acl.log" >"$work/truth"
     acl_bytes=$(sed -n 's/^total: \([0-9]*\) bytes$/\1/p' "$work/acl.log" | head -1)
     "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --verdicts "$work/ours" --rounds 1 \
@@ -100,18 +101,32 @@ for set in $SETS; do
         echo "classbench: $set: $(wc -l <"$work/truth") dpdk verdicts, $(wc -l <"$work/ours") cfdp's" >&2
         exit 1
     fi
-    # The same set moved into IPv6 (--v6 32: its prefixes under one /32):
-    # its verdicts against the IPv4 set's, which match rte_acl's above.
+    # The same set moved into IPv6 (--v6 32: its prefixes under one /32),
+    # written for dpdk-test-acl --ipv6 too: cfdp's verdicts against
+    # rte_acl's on it.
+    mkdir -p "$work/v6"
+    "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --v6 32 --write-v6 "$work/v6"
+    acl "$work/v6/rules" "$work/v6/trace" scalar 1 2 --log-level=lib.acl:debug --ipv6 \
+        >"$work/acl6.log"
+    sed -n 's/.*result: //p' "$work/acl6.log" >"$work/truth6"
+    acl6_bytes=$(sed -n 's/^total: \([0-9]*\) bytes$/\1/p' "$work/acl6.log" | head -1)
     "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --v6 32 --verdicts "$work/ours6" \
         --rounds 1 >/dev/null
-    diffs6=$(paste "$work/ours" "$work/ours6" | awk '$1 != $2' | wc -l)
+    diffs6=$(awk '{print ($1 > 0) ? $1 - 1 : 0}' "$work/ours6" | paste - "$work/truth6" \
+        | awk '$1 != $2' | wc -l)
+    if [ "$(wc -l <"$work/truth6")" != "$(wc -l <"$work/ours6")" ]; then
+        echo "classbench: $set v6: $(wc -l <"$work/truth6") dpdk verdicts, $(wc -l <"$work/ours6") cfdp's" >&2
+        exit 1
+    fi
     # Speed, alternated: each round runs every algorithm and cfdp once.
     : >"$work/cfdp.jsonl"
     : >"$work/cfdp6.jsonl"
-    for alg in $algs; do : >"$work/$alg"; done
+    for alg in $algs; do : >"$work/$alg"; : >"$work/$alg-v6"; done
+    rate() { sed -n 's/.* \([0-9.]*\) pkt\/sec$/\1/p'; }
     for _ in $(seq "$ROUNDS"); do
         for alg in $algs; do
-            acl "$set" "$alg" "$ITER" 0 | sed -n 's/.* \([0-9.]*\) pkt\/sec$/\1/p' >>"$work/$alg"
+            acl "$data/$set" "$data/${set}_trace" "$alg" "$ITER" 0 | rate >>"$work/$alg"
+            acl "$work/v6/rules" "$work/v6/trace" "$alg" "$ITER" 0 "" --ipv6 | rate >>"$work/$alg-v6"
         done
         "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion --ports \
             --churn "$CHURN" >>"$work/cfdp.jsonl"
@@ -122,6 +137,9 @@ for set in $SETS; do
         [ -s "$work/$alg" ] || continue
         mpps=$(median <"$work/$alg" | awk '{printf "%.2f", $1 / 1e6}')
         echo "$set,$rules,rte_acl-$alg,$mpps,,,,$acl_bytes,,,,$diffs,," >>"$work/out.csv"
+        [ -s "$work/$alg-v6" ] || continue
+        mpps=$(median <"$work/$alg-v6" | awk '{printf "%.2f", $1 / 1e6}')
+        echo "$set,$rules,rte_acl-$alg-v6,$mpps,,,,$acl6_bytes,,,,$diffs6,," >>"$work/out.csv"
     done
     for run in "cfdp.jsonl:$diffs::$cdiffs" "cfdp6.jsonl:$diffs6:-v6:"; do
         IFS=: read -r file d suffix cd <<<"$run"

@@ -86,6 +86,12 @@ fn main() {
     let v6_at = v6_arg();
     if let Some(at) = v6_at {
         to_v6(&mut rules, &mut keys, at);
+        if let Some(dir) = arg("--write-v6") {
+            // The moved set and trace in dpdk-test-acl's IPv6 formats, so
+            // that rte_acl classifies the very same packets (--ipv6).
+            write_v6_for_dpdk(&dir, &rules, &keys);
+            return;
+        }
     }
     let rules = &rules;
 
@@ -262,6 +268,58 @@ fn v6_addr(a: &[u8; 16], at: u32) -> [u8; 16] {
     let v4 = u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
     let lead = base & u128::MAX.checked_shl(128 - at).unwrap_or(0);
     (lead | (u128::from(v4) << (96 - at))).to_be_bytes()
+}
+
+/// `--v6 AT --write-v6 DIR`: DIR/rules and DIR/trace, the moved set (in
+/// its line order: priority) and trace as `dpdk-test-acl --ipv6` reads
+/// them: addresses as eight groups of four hex digits, a rule line
+/// `@SRC/LEN DST/LEN SPLO : SPHI DPLO : DPHI PROTO/MASK`, a trace line
+/// `SRC DST SPORT DPORT PROTO`.
+fn write_v6_for_dpdk(dir: &str, rules: &[AclRule], keys: &[FlowKey]) {
+    let hex = |a: &[u8; 16]| {
+        a.chunks(2)
+            .map(|g| format!("{:02x}{:02x}", g[0], g[1]))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let write = |name: &str, text: String| {
+        let path = format!("{dir}/{name}");
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("classbench: {path}: {e}");
+            std::process::exit(2)
+        }
+    };
+    let mut order: Vec<&AclRule> = rules.iter().collect();
+    order.sort_by_key(|r| r.id);
+    let mut text = String::new();
+    for r in order {
+        let m = &r.matcher;
+        let (proto, mask) = m.proto().map_or((0, 0), |p| (p, 0xff));
+        text += &format!(
+            "@{}/{}\t{}/{}\t{} : {}\t{} : {}\t0x{proto:02x}/0x{mask:02x}\n",
+            hex(m.src().addr()),
+            m.src().len(),
+            hex(m.dst().addr()),
+            m.dst().len(),
+            m.sport().lo(),
+            m.sport().hi(),
+            m.dport().lo(),
+            m.dport().hi(),
+        );
+    }
+    write("rules", text);
+    let mut text = String::new();
+    for k in keys {
+        text += &format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            hex(&k.src),
+            hex(&k.dst),
+            k.sport,
+            k.dport,
+            k.proto
+        );
+    }
+    write("trace", text);
 }
 
 /// An IPv4 prefix as IPv6 (see [`v6_addr`]); `/0` stays "any" (`::/0`).

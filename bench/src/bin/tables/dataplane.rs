@@ -335,7 +335,7 @@ const CLASSBENCH_COLUMNS: [&str; 18] = [
     "cfdp single",
     "/ best",
     "worker path",
-    "IPv6 batched (verdict diffs)",
+    "IPv6 batched / rte_acl's best (verdict diffs)",
     "replay (1 worker)",
     "tables / probed a packet",
     "store build s",
@@ -359,18 +359,7 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             let r = of(impl_).ok_or_else(|| format!("classbench.csv: no {impl_} for {set}"))?;
             num(r["mpps"], &c.name)
         };
-        let (best_alg, best) = recs
-            .iter()
-            .filter(|r| r["set"] == set && r["impl"].starts_with("rte_acl-"))
-            .map(|r| {
-                Ok((
-                    r["impl"].trim_start_matches("rte_acl-"),
-                    num(r["mpps"], &c.name)?,
-                ))
-            })
-            .collect::<R<Vec<_>>>()?
-            .into_iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1))
+        let (best_alg, best) = rte_acl_best(&recs, set, "", &c)?
             .ok_or_else(|| format!("classbench.csv: no rte_acl rows for {set}"))?;
         let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
         let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
@@ -385,10 +374,21 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
             &c,
         )?;
         let acl_mb = rte_acl_mb(&recs, set, &c)?;
-        // IPv6 rows came with the --v6 runs (2026-11-26 on): "–" before.
-        let v6 = match of("cfdp-batched-v6") {
-            Some(r) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
-            None => "–".to_string(),
+        // IPv6 rows came with the --v6 runs (2026-11-26 on), rte_acl's
+        // IPv6 rows on 2026-11-28: "–" before.
+        let v6 = match (of("cfdp-batched-v6"), rte_acl_best(&recs, set, "-v6", &c)?) {
+            (Some(r), Some((alg, acl))) => {
+                let m = num(r["mpps"], &c.name)?;
+                format!(
+                    "{} / {} ({alg}): {:.2}× ({})",
+                    f2(m),
+                    f2(acl),
+                    m / acl,
+                    r["verdict_diffs"]
+                )
+            }
+            (Some(r), None) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
+            _ => "–".to_string(),
         };
         rows.push(vec![
             set.to_string(),
@@ -418,10 +418,37 @@ pub(crate) fn classbench(d: &Path) -> R<String> {
     Ok(table(&CLASSBENCH_COLUMNS, &rows) + &c.source())
 }
 
+/// rte_acl's fastest algorithm on `set` (IPv4 rows, or those whose name
+/// ends in `suffix`: "-v6"), and its rate.
+fn rte_acl_best<'a>(
+    recs: &[std::collections::BTreeMap<&'a str, &'a str>],
+    set: &str,
+    suffix: &str,
+    c: &Csv,
+) -> R<Option<(&'a str, f64)>> {
+    Ok(recs
+        .iter()
+        .filter(|r| r["set"] == set)
+        .filter_map(|r| Some((r["impl"].strip_prefix("rte_acl-")?, r)))
+        .filter(|(alg, _)| {
+            if suffix.is_empty() {
+                !alg.ends_with("-v6")
+            } else {
+                alg.ends_with(suffix)
+            }
+        })
+        .map(|(alg, r)| Ok((alg.trim_end_matches(suffix), num(r["mpps"], &c.name)?)))
+        .collect::<R<Vec<_>>>()?
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1)))
+}
+
 /// rte_acl's runtime footprint on `set`, MB (2026-11-28 on): "–" before.
 fn rte_acl_mb(recs: &[std::collections::BTreeMap<&str, &str>], set: &str, c: &Csv) -> R<String> {
     recs.iter()
-        .find(|r| r["set"] == set && r["impl"].starts_with("rte_acl-"))
+        .find(|r| {
+            r["set"] == set && r["impl"].starts_with("rte_acl-") && !r["impl"].ends_with("-v6")
+        })
         .and_then(|r| r.get("bytes").copied().filter(|b| !b.is_empty()))
         .map_or(Ok("–".to_string()), |b| {
             num(b, &c.name).map(|b| format!("{:.2}", b / 1e6))

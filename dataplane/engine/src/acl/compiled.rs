@@ -182,7 +182,7 @@ impl<W: Word> Layer<W> {
     /// leaf), and the deepest leaf's depth.
     pub fn shape(&self) -> (usize, usize, usize, u32) {
         let t = &self.tree;
-        (1, t.nodes.len(), t.items.len(), t.depth)
+        (1, t.steps.len(), t.items.len(), t.depth)
     }
 
     /// What one packet's lookup costs: tree levels walked and leaf
@@ -259,12 +259,17 @@ impl<W: Word> Layer<W> {
         lanes[..n].copy_from_slice(fs);
         let t = &self.tree;
         let mut at = [0u32; LANES];
+        // The nodes as a slice whose length the compiler knows to be
+        // `mask + 1`: indices masked by `mask` need no bounds check.
+        let mask = t.nodes.len() - 1;
+        let nodes = &t.nodes[..=mask];
         // Every walk ends by `depth` steps (a leaf loops to itself):
         // exactly that many, with no test of whether all have ended
         // (the test cost more than the steps it saved).
         for _ in 0..t.depth {
             for (a, f) in at.iter_mut().zip(&lanes) {
-                *a = t.step(*a, f);
+                let node = &nodes[*a as usize & mask];
+                *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)];
             }
         }
         for i in 0..n {
@@ -274,15 +279,6 @@ impl<W: Word> Layer<W> {
 }
 
 impl<W: Word> Tree<W> {
-    /// One level from node `n` (a leaf stays where it is). The field
-    /// index is masked to the array's width: the compiler then drops the
-    /// bounds check (fields are below 8 by construction).
-    #[inline(always)]
-    fn step(&self, n: u32, f: &Fields<W>) -> u32 {
-        let node = &self.nodes[n as usize];
-        node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)]
-    }
-
     /// The leaf `f` reaches, one packet alone (see [`Step`]).
     #[inline(always)]
     fn walk(&self, f: &Fields<W>) -> u32 {

@@ -83,6 +83,15 @@ impl<W: Word> Layer<W> {
             };
             if b.node(all.clone(), root, 0).is_some() {
                 b.t.steps = steps(&b.t.nodes);
+                // Padded to a power of two with leaves (never reached), so
+                // that the lanes index the nodes under a mask.
+                let n = b.t.nodes.len();
+                let pad = Node {
+                    field: ZERO_FIELD,
+                    cut: W::from_u32(1),
+                    kids: [0, 0],
+                };
+                b.t.nodes.resize(n.next_power_of_two(), pad);
                 c.tree = b.t;
                 c.leaf = leaf;
                 return Ok(c);

@@ -39,6 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${CLASSBENCH:-../shared/classbench}
 csv=bench/results/classbench.csv
+p99csv=bench/results/classbench_compile_p99.csv
 ROUNDS=${ROUNDS:-5}
 ITER=${ITER:-20}
 # Percent of each set's rules deleted and inserted back before the churned
@@ -49,6 +50,7 @@ if [ "${1:-}" = "--quick" ]; then
     ROUNDS=1 ITER=2 SETS=${SETS_QUICK:-acl1_1k}
     mkdir -p bench/results/quick
     csv=bench/results/quick/classbench.csv
+    p99csv=bench/results/quick/classbench_compile_p99.csv
 fi
 if [ ! -d "$data" ]; then
     echo "classbench: $data not found (the ClassBench sets live in ../shared)" >&2
@@ -81,6 +83,10 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
     "$bin" --run-header
     echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs,compile_s,compiled_bytes"
 } >"$work/out.csv"
+{
+    "$bin" --run-header
+    echo "set,rules,phase,burst_ns_p50,burst_ns_p99,burst_ns_p999,compiles_during,compile_s"
+} >"$work/p99.csv"
 
 for set in $SETS; do
     [ -f "$data/$set" ] || { echo "classbench: $data/$set missing" >&2; exit 1; }
@@ -208,10 +214,24 @@ diff = sum(1 for k in set(want) | set(counts) if want.get(k, 0) != counts.get(k,
 mpps = statistics.median(r["mpps"] for r in runs)
 print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff},,")
 PY
+    # The workers' burst latency with and without full compiles running
+    # back to back on the other core (classbench --compile-p99), once.
+    "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --compile-p99 \
+        | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+name, rules = sys.argv[1:]
+took = d["compile_s"]
+for phase in ("idle", "compiling"):
+    q = [d[f"worker_burst_ns_{p}_{phase}"] for p in ("p50", "p99", "p999")]
+    n = d["compiles_during"] if phase == "compiling" else 0
+    print(f"{name},{rules},{phase},{q[0]},{q[1]},{q[2]},{n},{took:.4f}")
+' "$set" "$rules" >>"$work/p99.csv"
     echo "classbench: $set: $diffs verdict differences" >&2
 done
 mkdir -p "$(dirname "$csv")"
 cp "$work/out.csv" "$csv"
+cp "$work/p99.csv" "$p99csv"
 column -s, -t <"$csv" | sed 1d
 # A verdict that differs from rte_acl's is a bug: the run fails (after the
 # CSV is written, so it can be read).

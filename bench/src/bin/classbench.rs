@@ -23,7 +23,13 @@
 //!   one at a time in ascending and in descending priority
 //!   (`ports_load_asc_s`, `ports_load_desc_s`: the live layer, where such
 //!   rules share one bucket), then looked up in bursts as loaded
-//!   (`ports_mpps_live`) and compiled (`ports_mpps`).
+//!   (`ports_mpps_live`) and compiled (`ports_mpps`);
+//! * with `--compile-p99`, the workers' burst latency (`match_burst` over
+//!   the published tables, bursts of 32, one thread) with nothing else
+//!   running and while full compiles of the set run back to back on
+//!   another thread, alternating: `worker_burst_ns_p50/p99/p999_idle`,
+//!   `..._compiling`, and `compiles_during` (what the background recompile
+//!   costs the workers on a machine with a core to spare).
 //!
 //! Rates are medians of `--rounds` passes over the trace (default 5).
 //!
@@ -211,6 +217,11 @@ fn main() {
         line["churn_new_ids_live"] = live.into();
         line["mpps_single_churned"] = single.into();
         line["mpps_batched_churned"] = batched.into();
+    }
+    if std::env::args().any(|a| a == "--compile-p99") {
+        for (k, v) in compile_p99(rules, &keys) {
+            line[k] = v;
+        }
     }
     if std::env::args().any(|a| a == "--ports") {
         for (k, v) in ports(rounds) {
@@ -703,5 +714,76 @@ fn ports(rounds: usize) -> Vec<(&'static str, serde_json::Value)> {
         ("ports_mpps_live", live.into()),
         ("ports_compiled", compiled.into()),
         ("ports_mpps", mpps.into()),
+    ]
+}
+
+/// `--compile-p99`: see the module docs. Phases alternate, four each,
+/// each as long as three compiles (at least half a second).
+fn compile_p99(rules: &[AclRule], keys: &[FlowKey]) -> Vec<(&'static str, serde_json::Value)> {
+    use cfdp_engine::acl::compiled::Compiled;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let set: Vec<cfdp_rules::Rule> = rules.iter().map(AclRule::to_rule).collect();
+    let cfg = StoreConfig {
+        mode: Mode::Verify,
+        max_rules: (rules.len() * 2).max(1 << 16),
+        ..StoreConfig::default()
+    };
+    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+    let store = RuleStore::with_rules(cfg, stats, set).expect("the set loads");
+    let input = AclClassifier::with_rules(rules)
+        .expect("unique ids")
+        .compile_input();
+    let t = Instant::now();
+    let _ = Compiled::build(&input);
+    let phase = (t.elapsed() * 3).max(std::time::Duration::from_millis(500));
+    let compiling = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let compiles = AtomicU64::new(0);
+    let new_hist = || {
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds")
+    };
+    let (mut idle, mut busy) = (new_hist(), new_hist());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                if compiling.load(Ordering::Acquire) {
+                    std::hint::black_box(Compiled::build(&input)).ok();
+                    compiles.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        });
+        let readers = store.readers();
+        let handle = readers.handle();
+        let t = handle.enter().expect("published");
+        let mut m = BurstMatcher::default();
+        for round in 0..8 {
+            let on = round % 2 == 1;
+            compiling.store(on, Ordering::Release);
+            let h = if on { &mut busy } else { &mut idle };
+            let start = Instant::now();
+            'phase: loop {
+                for burst in keys.chunks(32) {
+                    let b = Instant::now();
+                    std::hint::black_box(m.run(&t, burst));
+                    h.saturating_record(b.elapsed().as_nanos() as u64);
+                    if start.elapsed() > phase {
+                        break 'phase;
+                    }
+                }
+            }
+        }
+        done.store(true, Ordering::Release);
+    });
+    let q = |h: &hdrhistogram::Histogram<u64>, p: f64| h.value_at_quantile(p);
+    vec![
+        ("worker_burst_ns_p50_idle", q(&idle, 0.5).into()),
+        ("worker_burst_ns_p99_idle", q(&idle, 0.99).into()),
+        ("worker_burst_ns_p999_idle", q(&idle, 0.999).into()),
+        ("worker_burst_ns_p50_compiling", q(&busy, 0.5).into()),
+        ("worker_burst_ns_p99_compiling", q(&busy, 0.99).into()),
+        ("worker_burst_ns_p999_compiling", q(&busy, 0.999).into()),
+        ("compiles_during", compiles.load(Ordering::Relaxed).into()),
     ]
 }

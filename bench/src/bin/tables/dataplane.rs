@@ -608,3 +608,51 @@ pub(crate) fn scaling_replay_ab(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `classbench-compile`: the workers' burst latency with nothing else
+/// running and while full compiles of the set run back to back on the
+/// other core (`classbench --compile-p99`).
+pub(crate) fn classbench_compile(d: &Path) -> R<String> {
+    let c = Csv::load(d, "classbench_compile_p99.csv")?;
+    let recs = c.records();
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        let of = |phase: &str| {
+            recs.iter()
+                .find(|r| r["set"] == set && r["phase"] == phase)
+                .ok_or_else(|| format!("{}: no {phase} row for {set}", c.name))
+        };
+        let (idle, busy) = (of("idle")?, of("compiling")?);
+        let us = |r: &std::collections::BTreeMap<&str, &str>, k: &str| -> R<f64> {
+            Ok(num(r[k], &c.name)? / 1e3)
+        };
+        let row = |r| -> R<String> {
+            Ok(format!(
+                "{:.2} / {:.2} / {:.2}",
+                us(r, "burst_ns_p50")?,
+                us(r, "burst_ns_p99")?,
+                us(r, "burst_ns_p999")?
+            ))
+        };
+        rows.push(vec![
+            set.to_string(),
+            format!("{} ({} s)", busy["compiles_during"], busy["compile_s"]),
+            row(idle)?,
+            row(busy)?,
+            format!(
+                "{:.2}×",
+                us(busy, "burst_ns_p99")? / us(idle, "burst_ns_p99")?
+            ),
+        ]);
+    }
+    Ok(table(
+        &[
+            "set",
+            "compiles during (one build)",
+            "burst µs p50 / p99 / p99.9, idle",
+            "the same, compiling",
+            "p99 compiling / idle",
+        ],
+        &rows,
+    ) + &c.source())
+}

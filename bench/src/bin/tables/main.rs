@@ -27,7 +27,7 @@ use crate::control::{
 };
 use crate::csv::R;
 use crate::dataplane::{
-    architecture, classbench, classbench_worst, large_rules, large_rules_ab,
+    architecture, classbench, classbench_compile, classbench_worst, large_rules, large_rules_ab,
     large_rules_components, large_rules_filter_only, scaling, scaling_replay_ab, worker_ab,
 };
 use crate::filter::{
@@ -39,6 +39,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
     match name {
         "classbench" => classbench(dir),
         "classbench-worst" => classbench_worst(dir),
+        "classbench-compile" => classbench_compile(dir),
         "hashes" => hashes(dir),
         "space" => space(dir),
         "filter-ab-22" => filter_ab(dir, "filter_ab.csv", "22"),

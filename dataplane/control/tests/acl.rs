@@ -270,6 +270,66 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Random batches with the background recompile in play: a first batch
+    /// of 80 rules starts a compile on its thread; the batches after it
+    /// (inserts under new ids, modifies to another match, modifies of the
+    /// action alone, deletes, deleted rules put back under their ids) are
+    /// applied while it builds, and between them compiles land
+    /// (`finish_compile`, waiting for the build or not) and new ones start.
+    /// After every batch and every landing, every packet's answer (its
+    /// rule, and the action, which `matched` checks) is the first match of
+    /// the committed rules.
+    #[test]
+    fn answers_stay_exact_while_compiles_run(
+        first in proptest::collection::vec((1u32..2).prop_flat_map(acl_rule), 80),
+        pool in proptest::collection::vec((1u32..2).prop_flat_map(acl_rule), 40),
+        batches in proptest::collection::vec(
+            (proptest::collection::vec((0u32..80, any::<u8>(), 0usize..40), 1..40), 0u8..3),
+            1..8,
+        ),
+        packets in proptest::collection::vec(packet(), 30),
+    ) {
+        let mut s = store(Mode::Verify);
+        let check = |s: &RuleStore, at: usize| -> Result<(), TestCaseError> {
+            let live = model(&s.rules());
+            for k in &packets {
+                let want = first_match(&live, k).map(|r| r.id);
+                prop_assert_eq!(matched(s, k), want, "after step {}: {:?}", at, k);
+            }
+            Ok(())
+        };
+        // Rule `i` of the first batch has id i + 1.
+        let original = |i: u32| Rule { id: i + 1, ..first[i as usize] };
+        apply(&mut s, (0..80).map(|i| Update::Insert(original(i))).collect());
+        prop_assert!(s.compile_stats().started >= 1, "{:?}", s.compile_stats());
+        check(&s, 0)?;
+        for (at, (ops, land)) in batches.iter().enumerate() {
+            let updates = ops
+                .iter()
+                .map(|&(i, op, pick)| match op % 5 {
+                    0 => Update::Insert(Rule { id: 1000 + u32::from(op) * 80 + i, ..pool[pick] }),
+                    1 => Update::Modify(Rule { id: i + 1, ..pool[pick] }),
+                    2 => {
+                        let r = original(i);
+                        let action = if r.action == Action::Drop { Action::Allow } else { Action::Drop };
+                        Update::Modify(Rule { action, ..r })
+                    }
+                    3 => Update::Delete(i + 1),
+                    _ => Update::Insert(original(i)),
+                })
+                .collect();
+            apply(&mut s, updates);
+            check(&s, at + 1)?;
+            if *land > 0 && s.finish_compile(*land == 2) {
+                check(&s, at + 1)?;
+            }
+        }
+    }
+}
+
 /// The multi-field rules' background recompile: enough changed rules start
 /// one on its own thread (`RuleStore::compile_stats`), batches keep
 /// changing rules meanwhile, and once it lands (`finish_compile(true)`

@@ -81,7 +81,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 {
     "$bin" --run-header
-    echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs,compile_s,compiled_bytes"
+    echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs,compile_s,compiled_bytes,bytes_fresh"
 } >"$work/out.csv"
 {
     "$bin" --run-header
@@ -142,10 +142,10 @@ for set in $SETS; do
     for alg in $algs; do
         [ -s "$work/$alg" ] || continue
         mpps=$(median <"$work/$alg" | awk '{printf "%.2f", $1 / 1e6}')
-        echo "$set,$rules,rte_acl-$alg,$mpps,,,,$acl_bytes,,,,$diffs,," >>"$work/out.csv"
+        echo "$set,$rules,rte_acl-$alg,$mpps,,,,$acl_bytes,,,,$diffs,,," >>"$work/out.csv"
         [ -s "$work/$alg-v6" ] || continue
         mpps=$(median <"$work/$alg-v6" | awk '{printf "%.2f", $1 / 1e6}')
-        echo "$set,$rules,rte_acl-$alg-v6,$mpps,,,,$acl6_bytes,,,,$diffs6,," >>"$work/out.csv"
+        echo "$set,$rules,rte_acl-$alg-v6,$mpps,,,,$acl6_bytes,,,,$diffs6,,," >>"$work/out.csv"
     done
     for run in "cfdp.jsonl:$diffs::$cdiffs" "cfdp6.jsonl:$diffs6:-v6:"; do
         IFS=: read -r file d suffix cd <<<"$run"
@@ -158,7 +158,8 @@ last = runs[-1]
 def cols(d):
     return (f"{last['tables']},{last['tables_probed_per_packet']:.2f},{med('store_build_s'):.4f},"
             f"{last['bytes']},{med('insert_us_p50'):.2f},{med('insert_us_p99'):.2f},"
-            f"{med('delete_us_p99'):.2f},{d},{med('compile_s'):.4f},{last['compiled_bytes']}")
+            f"{med('delete_us_p99'):.2f},{d},{med('compile_s'):.4f},{last['compiled_bytes']},"
+            f"{last['bytes_fresh']}")
 common = cols(diffs)
 impls = [("cfdp-single", "mpps_single"), ("cfdp-batched", "mpps_batched"),
          ("cfdp-worker", "mpps_worker")]
@@ -182,14 +183,14 @@ if suffix:
 # address), and the 33x33-shape set.
 if last["miss_packets"]:
     print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common}")
-print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,,,")
+print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,,,,")
 # 2,000 rules differing only in ports: bursts over the compiled set, and
 # over the live layer as loaded one at a time (store_build_s: that load,
 # ascending priority; the -desc row: descending).
 n = last["ports_rules"]
-print(f"{name},{n},cfdp-ports,{med('ports_mpps'):.2f},,,,,,,,,,")
-print(f"{name},{n},cfdp-ports-live,{med('ports_mpps_live'):.2f},,,{med('ports_load_asc_s'):.6f},,,,,,,")
-print(f"{name},{n},cfdp-ports-live-desc,,,,{med('ports_load_desc_s'):.6f},,,,,,,")
+print(f"{name},{n},cfdp-ports,{med('ports_mpps'):.2f},,,,,,,,,,,")
+print(f"{name},{n},cfdp-ports-live,{med('ports_mpps_live'):.2f},,,{med('ports_load_asc_s'):.6f},,,,,,,,")
+print(f"{name},{n},cfdp-ports-live-desc,,,,{med('ports_load_desc_s'):.6f},,,,,,,,")
 PY
     done
     # End to end: the set imported as a rule file (count rules), the trace
@@ -212,7 +213,7 @@ counts = {r["id"]: r["packets"] for r in runs[-1]["rule_counters"]}
 want = collections.Counter(int(l) + 1 for l in open(truth))
 diff = sum(1 for k in set(want) | set(counts) if want.get(k, 0) != counts.get(k, 0))
 mpps = statistics.median(r["mpps"] for r in runs)
-print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff},,")
+print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff},,,")
 PY
     # The workers' burst latency with and without full compiles running
     # back to back on the other core (classbench --compile-p99), once.

@@ -112,6 +112,10 @@ fn main() {
     };
     let compile_s = t0.elapsed().as_secs_f64();
     let compiled = refused.is_none();
+    // The classifier as built, before any update (`bytes` below is after
+    // the update timings, whose rules under new ids may sit in the live
+    // layer).
+    let bytes_fresh = c.bytes();
 
     if std::env::args().any(|a| a == "--tables") {
         for (t, rules, buckets, longest) in c.table_shapes() {
@@ -170,6 +174,7 @@ fn main() {
         "tables": c.tables(),
         "build_s": build_s,
         "bytes": c.bytes(),
+        "bytes_fresh": bytes_fresh,
         "mpps_single": single,
         "mpps_batched": batched,
         "tables_probed_per_packet": probes.tables as f64 / probes.packets.max(1) as f64,

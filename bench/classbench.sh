@@ -38,8 +38,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${CLASSBENCH:-../shared/classbench}
-csv=bench/results/classbench.csv
-p99csv=bench/results/classbench_compile_p99.csv
+csv=${CSV:-bench/results/classbench.csv}
+p99csv=${P99CSV:-bench/results/classbench_compile_p99.csv}
+# REPLAY=0 skips the end-to-end replay rows, P99=0 the compile-p99 run
+# (bench/classbench-seeds.sh runs without them).
+REPLAY=${REPLAY:-1}
+P99=${P99:-1}
 ROUNDS=${ROUNDS:-5}
 ITER=${ITER:-20}
 # Percent of each set's rules deleted and inserted back before the churned
@@ -193,6 +197,7 @@ print(f"{name},{n},cfdp-ports-live,{med('ports_mpps_live'):.2f},,,{med('ports_lo
 print(f"{name},{n},cfdp-ports-live-desc,,,,{med('ports_load_desc_s'):.6f},,,,,,,,")
 PY
     done
+    if [ "$REPLAY" = 1 ]; then
     # End to end: the set imported as a rule file (count rules), the trace
     # as a capture, `cfdp replay` with one worker; its per-rule counters
     # against dpdk-test-acl's verdicts (rules whose count differs).
@@ -215,9 +220,10 @@ diff = sum(1 for k in set(want) | set(counts) if want.get(k, 0) != counts.get(k,
 mpps = statistics.median(r["mpps"] for r in runs)
 print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff},,,")
 PY
+    fi
     # The workers' burst latency with and without full compiles running
     # back to back on the other core (classbench --compile-p99), once.
-    "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --compile-p99 \
+    [ "$P99" = 1 ] && "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --compile-p99 \
         | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

@@ -37,6 +37,12 @@
 //! its first matching rule, 0 for none — what `dpdk-test-acl --verbose=2`
 //! reports, so `bench/classbench.sh` can compare the two.
 //!
+//! `--rules FILE --make-trace OUT` writes a trace for a set that has none
+//! (the sets `bench/classbench-seeds.sh` generates): ten headers a rule,
+//! each a random point of the rule's box (a random protocol where it
+//! takes any), in ClassBench's trace format with the rule's line last,
+//! shuffled; deterministic (a fixed seed).
+//!
 //! `--v6 AT` moves the set and its trace into IPv6 before anything runs:
 //! every address becomes 2001:db8::/32's first `AT` bits followed by the
 //! IPv4 address, every prefix `/L` (L > 0) becomes `/(AT+L)`, and `/0` stays
@@ -75,6 +81,10 @@ fn main() {
     if std::env::args().any(|a| a == "--run-header") {
         // The provenance line bench/classbench.sh puts first in its CSV.
         println!("{}", cfdp_bench::run_header());
+        return;
+    }
+    if let (Some(rules_path), Some(out)) = (arg("--rules"), arg("--make-trace")) {
+        make_trace(&rules_path, &out);
         return;
     }
     let (Some(rules_path), Some(trace_path)) = (arg("--rules"), arg("--trace")) else {
@@ -791,4 +801,59 @@ fn compile_p99(rules: &[AclRule], keys: &[FlowKey]) -> Vec<(&'static str, serde_
         ("worker_burst_ns_p999_compiling", q(&busy, 0.999).into()),
         ("compiles_during", compiles.load(Ordering::Relaxed).into()),
     ]
+}
+
+/// `--make-trace`: see the module docs.
+fn make_trace(rules_path: &str, out: &str) {
+    let fail = |path: &str, e: &dyn std::fmt::Display| -> ! {
+        eprintln!("classbench: {path}: {e}");
+        std::process::exit(2)
+    };
+    let text = std::fs::read_to_string(rules_path).unwrap_or_else(|e| fail(rules_path, &e));
+    let set = cfdp_rules::acl::classbench::parse_rules(&text, Action::Drop)
+        .unwrap_or_else(|e| fail(rules_path, &e));
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut lines = Vec::with_capacity(set.rules.len() * 10);
+    for r in &set.rules {
+        let m = &r.matcher;
+        // A random address of a prefix: its bits, then random ones.
+        let addr = |p: &IpPrefix, rnd: u64| {
+            let a = u32::from_be_bytes([p.addr()[0], p.addr()[1], p.addr()[2], p.addr()[3]]);
+            let host = u32::MAX.checked_shr(u32::from(p.len())).unwrap_or(0);
+            a | (rnd as u32 & host)
+        };
+        let in_range = |r: PortRange, rnd: u64| {
+            let span = u64::from(r.hi() - r.lo()) + 1;
+            u64::from(r.lo()) + rnd % span
+        };
+        for _ in 0..10 {
+            let (a, b, c) = (next(), next(), next());
+            let proto = m.proto().map_or([6u8, 17, 1, (c >> 40) as u8][(c % 4) as usize], |p| p);
+            lines.push(format!(
+                "{}\t{}\t{}\t{}\t{}\t0\t{}",
+                addr(&m.src(), a),
+                addr(&m.dst(), a >> 32),
+                in_range(m.sport(), b),
+                in_range(m.dport(), b >> 32),
+                proto,
+                r.id
+            ));
+        }
+    }
+    // Shuffled (Fisher-Yates), so that a burst mixes rules.
+    for i in (1..lines.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        lines.swap(i, j);
+    }
+    let mut text = lines.join("\n");
+    text.push('\n');
+    if let Err(e) = std::fs::write(out, text) {
+        fail(out, &e);
+    }
 }

@@ -349,8 +349,8 @@ const CLASSBENCH_COLUMNS: [&str; 18] = [
 
 /// `classbench`: cfdp's multi-field classifier beside rte_acl's fastest
 /// algorithm on each ClassBench set (`bench/classbench.sh`).
-pub(crate) fn classbench(d: &Path) -> R<String> {
-    let c = Csv::load(d, "classbench.csv")?;
+pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
+    let c = Csv::load(d, file)?;
     let recs = c.records();
     let mut rows = Vec::new();
     for set in c.distinct("set")? {

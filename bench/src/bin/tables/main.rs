@@ -37,7 +37,8 @@ use crate::filter::{
 
 fn render(dir: &Path, name: &str) -> R<String> {
     match name {
-        "classbench" => classbench(dir),
+        "classbench" => classbench(dir, "classbench.csv"),
+        "classbench-seeds" => classbench(dir, "classbench_seeds.csv"),
         "classbench-worst" => classbench_worst(dir),
         "classbench-compile" => classbench_compile(dir),
         "hashes" => hashes(dir),

@@ -450,7 +450,7 @@ fn cfdp_mb(single: &std::collections::BTreeMap<&str, &str>, c: &Csv) -> R<String
     Ok(
         match single.get("bytes_fresh").copied().filter(|b| !b.is_empty()) {
             Some(b) => format!("{:.2}; {after:.2}", num(b, &c.name)? / 1e6),
-            None => format!("{after:.2}"),
+            None => format!("–; {after:.2}"),
         },
     )
 }

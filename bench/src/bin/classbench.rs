@@ -834,7 +834,9 @@ fn make_trace(rules_path: &str, out: &str) {
         };
         for _ in 0..10 {
             let (a, b, c) = (next(), next(), next());
-            let proto = m.proto().map_or([6u8, 17, 1, (c >> 40) as u8][(c % 4) as usize], |p| p);
+            let proto = m
+                .proto()
+                .map_or([6u8, 17, 1, (c >> 40) as u8][(c % 4) as usize], |p| p);
             lines.push(format!(
                 "{}\t{}\t{}\t{}\t{}\t0\t{}",
                 addr(&m.src(), a),

@@ -52,6 +52,10 @@ pub enum PatchRefused {
     TooWide,
     #[error("a leaf would hold more than its leaf size plus {PATCH_EXTRA} rules")]
     LeafFull,
+    /// 2^32 rules patched or revived since the compile: the next compile
+    /// starts the numbering again.
+    #[error("the overlay has numbered 2^32 rules since the compile")]
+    Numbered,
 }
 
 /// A copy's changes over a compiled tree (see the module docs). Made by
@@ -93,9 +97,17 @@ impl<W> Default for Overlay<W> {
 }
 
 impl<W: Word> Overlay<W> {
-    /// A new live rule's index and answer.
+    /// The index the next patched or revived rule gets, if one is left.
+    pub(super) fn next_index(&self) -> Option<u32> {
+        u32::try_from(self.hits.len())
+            .ok()
+            .and_then(|n| self.base.checked_add(n))
+    }
+
+    /// A new live rule's index and answer (the caller checked
+    /// [`Self::next_index`]).
     pub(super) fn add(&mut self, hit: Hit) -> u32 {
-        let idx = self.base + u32::try_from(self.hits.len()).expect("fewer than 2^31 patches");
+        let idx = self.next_index().expect("checked by the caller");
         self.dead.grow(idx as usize + 1);
         self.hits.push(hit);
         self.index.insert(hit.id, idx);

@@ -54,8 +54,8 @@ impl<W: Word> Layer<W> {
                 stack.push(node.kids[0]);
             }
         }
-        let idx = o.base + u32::try_from(o.hits.len()).expect("fewer than 2^31 patches");
         // The index `add` gives below.
+        let idx = o.next_index().ok_or(PatchRefused::Numbered)?;
         let hit = Hit {
             priority: r.priority,
             id: r.id,
@@ -108,6 +108,7 @@ impl<W: Word> Layer<W> {
         if !o.dead.get(old) || was.matcher != r.matcher || was.priority != r.priority {
             return None;
         }
+        o.next_index()?;
         let idx = o.add(Hit {
             priority: r.priority,
             id: r.id,

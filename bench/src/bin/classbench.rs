@@ -522,9 +522,9 @@ fn miss_trace(c: &AclClassifier, keys: &[FlowKey], v6_at: Option<u32>) -> Vec<Fl
     out
 }
 
-/// The set as `cfdp run` holds it: bulk load, the workers' matching over
-/// the published tables, and one-rule batches with publication.
-fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, Samples, Samples) {
+/// A rule store holding `rules` (bulk load, verify mode), as `cfdp run`
+/// would.
+fn store_of(rules: &[AclRule]) -> RuleStore {
     let set: Vec<cfdp_rules::Rule> = rules.iter().map(AclRule::to_rule).collect();
     let cfg = StoreConfig {
         mode: Mode::Verify,
@@ -532,8 +532,14 @@ fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, 
         ..StoreConfig::default()
     };
     let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+    RuleStore::with_rules(cfg, stats, set).expect("the set loads")
+}
+
+/// The set as `cfdp run` holds it: bulk load, the workers' matching over
+/// the published tables, and one-rule batches with publication.
+fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, Samples, Samples) {
     let t0 = Instant::now();
-    let mut store = RuleStore::with_rules(cfg, stats, set.clone()).expect("the set loads");
+    let mut store = store_of(rules);
     let build_s = t0.elapsed().as_secs_f64();
     let mut worker = Vec::with_capacity(rounds);
     {
@@ -737,14 +743,7 @@ fn ports(rounds: usize) -> Vec<(&'static str, serde_json::Value)> {
 fn compile_p99(rules: &[AclRule], keys: &[FlowKey]) -> Vec<(&'static str, serde_json::Value)> {
     use cfdp_engine::acl::compiled::Compiled;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let set: Vec<cfdp_rules::Rule> = rules.iter().map(AclRule::to_rule).collect();
-    let cfg = StoreConfig {
-        mode: Mode::Verify,
-        max_rules: (rules.len() * 2).max(1 << 16),
-        ..StoreConfig::default()
-    };
-    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
-    let store = RuleStore::with_rules(cfg, stats, set).expect("the set loads");
+    let store = store_of(rules);
     let input = AclClassifier::with_rules(rules)
         .expect("unique ids")
         .compile_input();

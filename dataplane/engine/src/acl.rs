@@ -227,13 +227,19 @@ impl AclClassifier {
             self.by_id.insert(r.id, (shape, slot));
             return Ok(());
         }
+        self.insert_live(&r, slot, tag);
+        Ok(())
+    }
+
+    /// Puts `r` in its family's tuple space and records its table.
+    fn insert_live(&mut self, r: &AclRule, slot: u32, tag: u32) {
+        let shape = Tuple::of(r);
         let tuple = if shape.v6 {
-            self.v6.insert(shape, Entry::new(&r, slot, tag))
+            self.v6.insert(shape, Entry::new(r, slot, tag))
         } else {
-            self.v4.insert(shape, Entry::new(&r, slot, tag))
+            self.v4.insert(shape, Entry::new(r, slot, tag))
         };
         self.by_id.insert(r.id, (tuple, slot));
-        Ok(())
     }
 
     /// Removes rule `id`.
@@ -367,13 +373,7 @@ impl AclClassifier {
         self.v4 = Family::default();
         self.v6 = Family::default();
         for (r, tag, slot) in live {
-            let shape = Tuple::of(&r);
-            let tuple = if shape.v6 {
-                self.v6.insert(shape, Entry::new(&r, slot, tag))
-            } else {
-                self.v4.insert(shape, Entry::new(&r, slot, tag))
-            };
-            self.by_id.insert(r.id, (tuple, slot));
+            self.insert_live(&r, slot, tag);
         }
         self.compiled = Some(c);
         self.o4 = o4;

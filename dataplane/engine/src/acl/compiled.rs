@@ -303,6 +303,17 @@ mod tests {
     use super::*;
     use cfdp_rules::{AclMatch, Action, PortRange};
 
+    /// 2,000 rules on one prefix pair, one destination port each (1000 on),
+    /// priority rising with the port.
+    fn port_rules() -> Vec<Input> {
+        (0..2000u32)
+            .map(|i| {
+                let p = 1000 + i as u16;
+                rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
+            })
+            .collect()
+    }
+
     fn rule(id: u32, prio: u32, src: &str, dst: &str, dport: (u16, u16)) -> Input {
         Input {
             rule: AclRule {
@@ -337,12 +348,7 @@ mod tests {
     fn rules_differing_only_in_ports_are_cut_not_scanned() {
         // 2,000 rules on one prefix pair, one port each: the tree cuts the
         // port field until each leaf holds at most the first leaf size.
-        let rules: Vec<Input> = (0..2000u32)
-            .map(|i| {
-                let p = 1000 + i as u16;
-                rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
-            })
-            .collect();
+        let rules = port_rules();
         let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let o = c.overlay();
         let (_, _, items, depth) = c.shape();
@@ -388,12 +394,7 @@ mod tests {
         // a new index) many times over: every insert lands in the tree,
         // the overlay compacts along the way, and every answer stays the
         // rule's own.
-        let rules: Vec<Input> = (0..2000u32)
-            .map(|i| {
-                let p = 1000 + i as u16;
-                rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
-            })
-            .collect();
+        let rules = port_rules();
         let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let mut o = c.overlay();
         let mut compactions = 0;
@@ -434,12 +435,7 @@ mod tests {
 
     #[test]
     fn a_rule_touching_many_leaves_is_refused_whole() {
-        let rules: Vec<Input> = (0..2000u32)
-            .map(|i| {
-                let p = 1000 + i as u16;
-                rule(i + 1, i, "10.0.0.0/8", "192.168.0.0/16", (p, p))
-            })
-            .collect();
+        let rules = port_rules();
         let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let mut o = c.overlay();
         let wide = rule(5000, 5000, "10.0.0.0/8", "192.168.0.0/16", (0, 65535));

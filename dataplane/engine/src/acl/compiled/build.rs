@@ -12,26 +12,32 @@ impl Compiled {
     /// no family compiled (or on a duplicate id).
     pub fn build(rules: &[Input]) -> Result<Self, CompileError> {
         let (v6, v4): (Vec<&Input>, Vec<&Input>) = rules.iter().partition(|i| i.rule.matcher.v6());
-        let mut c = Compiled::default();
-        let mut built = false;
-        if !v4.is_empty() {
-            match Layer::build(&v4) {
-                Ok(l) => (c.v4, built) = (Some(l), true),
-                Err(e @ CompileError::OverBudget { .. }) => c.refused = Some(e),
-                Err(e) => return Err(e),
-            }
+        let mut refused = None;
+        let v4 = family(&v4, &mut refused)?;
+        let v6 = family(&v6, &mut refused)?;
+        match refused {
+            Some(e) if v4.is_none() && v6.is_none() => Err(e),
+            _ => Ok(Compiled { v4, v6, refused }),
         }
-        if !v6.is_empty() {
-            match Layer::build(&v6) {
-                Ok(l) => (c.v6, built) = (Some(l), true),
-                Err(e @ CompileError::OverBudget { .. }) => c.refused = c.refused.or(Some(e)),
-                Err(e) => return Err(e),
-            }
+    }
+}
+
+/// One family's tree: none for no rules, nor over the budget (the first
+/// such refusal kept in `refused`).
+fn family<W: Word>(
+    rules: &[&Input],
+    refused: &mut Option<CompileError>,
+) -> Result<Option<Layer<W>>, CompileError> {
+    if rules.is_empty() {
+        return Ok(None);
+    }
+    match Layer::build(rules) {
+        Ok(l) => Ok(Some(l)),
+        Err(e @ CompileError::OverBudget { .. }) => {
+            refused.get_or_insert(e);
+            Ok(None)
         }
-        match c.refused {
-            Some(e) if !built => Err(e),
-            _ => Ok(c),
-        }
+        Err(e) => Err(e),
     }
 }
 

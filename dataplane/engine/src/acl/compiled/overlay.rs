@@ -171,11 +171,6 @@ impl<W: Word> Overlay<W> {
             + self.alias.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
     }
 
-    /// Compiled rules revived in place (see the module docs).
-    pub fn revived_count(&self) -> usize {
-        self.alias.len()
-    }
-
     /// Appends a leaf list; its start with [`PATCHED`] set.
     pub(super) fn put(&mut self, list: &[Item<W>]) -> u32 {
         let start = u32::try_from(self.items.len())

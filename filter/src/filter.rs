@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 
 use crate::config::{BloomMode, Config, ConfigError};
 use crate::hash::hash_bytes;
-use crate::layout::{kind, Layout, ENTRIES_PER_BUCKET};
-use crate::outcome::{InsertError, InsertOutcome, Lookup, Stats};
+use crate::layout::{kind, Bucket, Layout, ENTRIES_PER_BUCKET};
+use crate::outcome::{Candidates, InsertError, InsertOutcome, Lookup, Stats};
 use crate::raw::{RawTable, ReadView};
 #[cfg(any(test, loom))]
 use crate::state::Loc;
@@ -78,6 +78,31 @@ impl<L: Borrow<Layout>> Reader<'_, L> {
         } else {
             self.lookup::<K, false>(&self.derive(h))
         }
+    }
+
+    /// Every entry of `h`'s two buckets whose fingerprint matches, and the
+    /// Bloom field's answer, from one validated read of the pair.
+    fn candidates<const K: u8>(&self, h: u64) -> Candidates {
+        let l = self.layout.borrow();
+        let k = self.derive(h);
+        let (b1, b2) = self.view.read_pair::<K>(k.i1, k.i2);
+        let mut c = Candidates::default();
+        // A bucket that is its own alternate is scanned once.
+        let pair: &[&Bucket] = if k.i1 == k.i2 { &[&b1] } else { &[&b1, &b2] };
+        for b in pair {
+            for s in 0..ENTRIES_PER_BUCKET {
+                let e = l.entry(b, s);
+                if l.entry_fp(e) == k.fp {
+                    c.values[c.len] = l.entry_value(e);
+                    c.len += 1;
+                }
+            }
+        }
+        if l.tag_bits != 0 {
+            let t1 = l.tag(&b1);
+            c.bloom = t1 != 0 && t1 == l.tag(&b2) && t1 == bloom_tag(self.mode, k.fp, k.i1, k.i2);
+        }
+        c
     }
 
     #[inline(always)]
@@ -243,6 +268,21 @@ impl Filter {
             kind::PACKED => r.get::<{ kind::PACKED }>(h),
             kind::TWO_WORDS => r.get::<{ kind::TWO_WORDS }>(h),
             _ => r.get::<{ kind::ONE_WORD }>(h),
+        }
+    }
+
+    /// Every value stored under `h`'s fingerprint in its two buckets (up
+    /// to eight) and whether the Bloom part may hold `h`, read as of one
+    /// instant. [`Filter::get_hash`] gives the first matching entry's
+    /// value only: a caller that keeps items by value and finds that value
+    /// is another item's (their fingerprints collided), or is answered
+    /// [`Lookup::Bloom`], reads this to know every place its item can be.
+    pub fn candidates_hash(&self, h: u64) -> Candidates {
+        let r = self.reader(&self.raw.layout);
+        match r.layout.kind() {
+            kind::PACKED => r.candidates::<{ kind::PACKED }>(h),
+            kind::TWO_WORDS => r.candidates::<{ kind::TWO_WORDS }>(h),
+            _ => r.candidates::<{ kind::ONE_WORD }>(h),
         }
     }
 

@@ -91,7 +91,7 @@ pub use bulk::BuildError;
 pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
 pub use filter::FilterWriter;
 pub use layout::ENTRIES_PER_BUCKET;
-pub use outcome::{InsertError, InsertOutcome, Lookup, Placement, Stats};
+pub use outcome::{Candidates, InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use snapshot::SnapshotError;
 pub use state::Filter;
 pub use tagmap::{pair_hash, TagMap};

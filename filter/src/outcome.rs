@@ -24,6 +24,22 @@ impl Lookup {
     }
 }
 
+/// Answer of [`crate::Filter::candidates_hash`]: the values of every
+/// entry whose fingerprint matches, and whether the Bloom part may hold
+/// the item (its value is then in no entry).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Candidates {
+    pub(crate) values: [u32; 2 * crate::ENTRIES_PER_BUCKET],
+    pub(crate) len: usize,
+    pub bloom: bool,
+}
+
+impl Candidates {
+    pub fn values(&self) -> &[u32] {
+        &self.values[..self.len]
+    }
+}
+
 /// Where an insert put the new item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {

@@ -310,3 +310,41 @@ fn an_insert_reports_the_value_it_evicted_into_the_bloom_part() {
         assert_eq!(f.get_hash(hashes[v as usize]), Lookup::Bloom, "item {v}");
     }
 }
+
+/// `candidates_hash` gives every value stored under a hash's fingerprint
+/// (two items whose fingerprints and buckets collide both show), and says
+/// when the Bloom part may hold the item instead: what a caller that keeps
+/// items by value needs when `get_hash`'s first value is another item's.
+#[test]
+fn candidates_list_every_colliding_value_and_the_bloom_part() {
+    let f = bcf(BloomMode::Bit, 0);
+    let h = cfdp_filter::hash::hash_u64(42);
+    f.insert_hash(h, 3).unwrap();
+    f.insert_hash(h, 9).unwrap();
+    let mut v = f.candidates_hash(h).values().to_vec();
+    v.sort_unstable();
+    assert_eq!(v, [3, 9]);
+    assert!(!f.candidates_hash(h).bloom);
+    assert!(f
+        .candidates_hash(cfdp_filter::hash::hash_u64(43))
+        .values()
+        .is_empty());
+    // Near full, every burst item is among its candidates or in the Bloom
+    // part, and the Bloom-placed ones say so.
+    let mut keys = Keys::new(9);
+    fill_to(&f, 0.96, &mut keys);
+    let (burst, placements) = burst(&f, &mut keys, 256);
+    assert!(placements > 0);
+    let mut in_bloom = 0;
+    for &(h, v) in &burst {
+        let c = f.candidates_hash(h);
+        if !c.values().contains(&v) {
+            assert!(c.bloom, "{h:#x} (value {v}) is nowhere");
+            in_bloom += 1;
+        }
+    }
+    assert!(
+        in_bloom > 0,
+        "no burst item was found only in the Bloom part"
+    );
+}

@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use cfdp_bench::{is_quick, machine_description, median, results_path, write_csv};
 use cfdp_conntrack::state::tcp::{ACK, SYN};
+use cfdp_conntrack::table::Options;
 use cfdp_conntrack::{ConnTable, OpenError, State, Timeouts};
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
 
@@ -71,12 +72,16 @@ fn back(k: &FlowKey) -> FlowKey {
 fn table(log2: u32, bloom: bool, pct: usize) -> (ConnTable, usize) {
     let slots = 4usize << log2;
     let capacity = slots * pct / 100;
-    let t = ConnTable::with_filter(
+    let opts = Options {
+        bloom,
+        buckets_log2: Some(log2),
+        ..Options::default()
+    };
+    let t = ConnTable::with_options(
         capacity,
         Timeouts::default(),
         HashSecret::from_seed(11),
-        bloom,
-        Some(log2),
+        opts,
     )
     .expect("table");
     assert_eq!(

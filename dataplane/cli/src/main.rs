@@ -203,8 +203,9 @@ pub(crate) enum CtlCmd {
     },
     /// Counters, filter occupancy, latencies.
     Stats,
-    /// Tracked connections of stateful rules: state, age, packets and
-    /// bytes each way, the rule that opened them.
+    /// Tracked connections of stateful rules: state, idle time, the rule
+    /// that opened them; age, packets and bytes each way with `[conntrack]
+    /// accounting`.
     Conns {
         /// Opened from this prefix or address.
         #[arg(long)]

@@ -1390,7 +1390,11 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn a_stateful_rule_tracks_its_connection_and_conns_lists_it() {
     let dir = tmpdir("conns");
-    let mut srv = Server::start(&dir, 5000, "metrics = \"127.0.0.1:0\"\n");
+    let mut srv = Server::start(
+        &dir,
+        5000,
+        "metrics = \"127.0.0.1:0\"\n[conntrack]\naccounting = true\n",
+    );
     let metrics = srv.port(METRICS);
     let mut c = srv.client();
     let r = apply(
@@ -1486,7 +1490,8 @@ fn a_stateful_rule_tracks_its_connection_and_conns_lists_it() {
 #[test]
 fn tracked_connections_survive_a_graceful_restart_not_a_crash() {
     let dir = tmpdir("conns-restart");
-    let srv = Server::start(&dir, 5000, "");
+    const ACCT: &str = "[conntrack]\naccounting = true\n";
+    let srv = Server::start(&dir, 5000, ACCT);
     let mut c = srv.client();
     let r = apply(
         &mut c,
@@ -1505,7 +1510,7 @@ fn tracked_connections_survive_a_graceful_restart_not_a_crash() {
         .unwrap();
     drop(c);
     srv.stop();
-    let srv = Server::start(&dir, 5000, "");
+    let srv = Server::start(&dir, 5000, ACCT);
     assert!(
         srv.stderr().contains("restored 1 of 1 tracked connections"),
         "{}",

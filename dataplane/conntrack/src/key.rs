@@ -69,6 +69,45 @@ impl ConnKey {
         b
     }
 
+    /// The key as a table slot stores it: the two addresses as four
+    /// words, and in one word the ports (bits 0–31), the protocol (32–39)
+    /// and the family (40). [`Self::from_words`] reads it back.
+    pub(crate) fn words(&self) -> ([u64; 4], u64) {
+        let w = |b: &[u8; 16], at: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(x)
+        };
+        (
+            [
+                w(&self.lo.0, 0),
+                w(&self.lo.0, 8),
+                w(&self.hi.0, 0),
+                w(&self.hi.0, 8),
+            ],
+            u64::from(self.lo.1)
+                | u64::from(self.hi.1) << 16
+                | u64::from(self.proto) << 32
+                | u64::from(self.v6) << 40,
+        )
+    }
+
+    /// The key [`Self::words`] gave (bits of `meta` above 40 ignored).
+    pub(crate) fn from_words(addr: [u64; 4], meta: u64) -> Self {
+        let a = |x: u64, y: u64| {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&x.to_le_bytes());
+            b[8..].copy_from_slice(&y.to_le_bytes());
+            b
+        };
+        Self {
+            v6: meta >> 40 & 1 == 1,
+            proto: (meta >> 32) as u8,
+            lo: (a(addr[0], addr[1]), meta as u16),
+            hi: (a(addr[2], addr[3]), (meta >> 16) as u16),
+        }
+    }
+
     pub fn proto(&self) -> u8 {
         self.proto
     }
@@ -121,6 +160,10 @@ mod tests {
         // with the endpoints' addresses swapped for other ones.
         assert_ne!(ConnKey::of(&flow("10.0.0.1", 40001, "192.0.2.1", 80)).0, k1);
         assert_ne!(ConnKey::of(&flow("10.0.0.2", 40000, "192.0.2.1", 80)).0, k1);
+        let (a, m) = k1.words();
+        assert_eq!(ConnKey::from_words(a, m | 0xdead << 41), k1);
+        let v6 = ConnKey::of(&flow("2001:db8::1", 1, "2001:db8::2", 65535)).0;
+        assert_eq!(ConnKey::from_words(v6.words().0, v6.words().1), v6);
         assert_ne!(
             k1.bytes(),
             ConnKey::of(&flow("10.0.0.2", 40000, "192.0.2.1", 80))

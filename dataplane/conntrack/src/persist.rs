@@ -2,7 +2,7 @@
 //! file in its `state_dir` when it stops on a signal and reads them back at
 //! its next start (then removes the file: a table is restored once).
 //!
-//! Format: a 16-byte header (magic `CFDPCT01`, the entry count as u32, a
+//! Format: a 16-byte header (magic `CFDPCT02`, the entry count as u32, a
 //! CRC32 of the records as u32, little-endian), then one fixed-size record
 //! per entry. Fixed records and a checksum, not JSON: a stateful rule's
 //! action has no serde form of its own (it is written as an action and
@@ -11,13 +11,16 @@
 use cfdp_rules::{Action, Allowing, FlowKey};
 
 use crate::state::State;
-use crate::table::ConnInfo;
+use crate::table::{Acct, ConnInfo};
 
-const MAGIC: &[u8; 8] = b"CFDPCT01";
+/// `02`: the accounting flag (a table of `01`, before accounting was
+/// optional, is refused as not a table: one restart loses it).
+const MAGIC: &[u8; 8] = b"CFDPCT02";
 const HEADER: usize = 16;
 /// v6, proto, src, dst, sport, dport, state, fin, action, port, slot,
-/// opened, last, packets ×2, bytes ×2.
-pub const RECORD: usize = 1 + 1 + 16 + 16 + 2 + 2 + 1 + 1 + 1 + 2 + 4 + 8 + 8 + 16 + 16;
+/// last, whether accounting follows, opened, packets ×2, bytes ×2 (zero
+/// without accounting).
+pub const RECORD: usize = 1 + 1 + 16 + 16 + 2 + 2 + 1 + 1 + 1 + 2 + 4 + 8 + 1 + 8 + 16 + 16;
 
 /// Why a saved table was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,9 +65,11 @@ pub fn encode(entries: &[ConnInfo]) -> Vec<u8> {
         records.push(code);
         records.extend_from_slice(&port.to_le_bytes());
         records.extend_from_slice(&e.slot.to_le_bytes());
-        records.extend_from_slice(&e.opened_ns.to_le_bytes());
         records.extend_from_slice(&e.last_ns.to_le_bytes());
-        for v in e.packets.iter().chain(&e.bytes) {
+        records.push(u8::from(e.acct.is_some()));
+        let a = e.acct.unwrap_or_default();
+        records.extend_from_slice(&a.opened_ns.to_le_bytes());
+        for v in a.packets.iter().chain(&a.bytes) {
             records.extend_from_slice(&v.to_le_bytes());
         }
         count += 1;
@@ -136,10 +141,17 @@ fn record(r: &[u8]) -> Result<ConnInfo, &'static str> {
         _ => return Err("not a stateful action"),
     };
     let slot = u32::from_le_bytes(take(4).try_into().expect("4 bytes"));
-    let opened_ns = u64_of(take(8));
     let last_ns = u64_of(take(8));
-    let packets = [u64_of(take(8)), u64_of(take(8))];
-    let bytes = [u64_of(take(8)), u64_of(take(8))];
+    let has_acct = match take(1)[0] {
+        0 => false,
+        1 => true,
+        _ => return Err("accounting flag neither 0 nor 1"),
+    };
+    let acct = Acct {
+        opened_ns: u64_of(take(8)),
+        packets: [u64_of(take(8)), u64_of(take(8))],
+        bytes: [u64_of(take(8)), u64_of(take(8))],
+    };
     if !v6 && (src[4..].iter().chain(&dst[4..]).any(|&x| x != 0)) {
         return Err("IPv4 address with bytes past its fourth");
     }
@@ -156,9 +168,7 @@ fn record(r: &[u8]) -> Result<ConnInfo, &'static str> {
         fin,
         slot,
         action,
-        opened_ns,
         last_ns,
-        packets,
-        bytes,
+        acct: has_acct.then_some(acct),
     })
 }

@@ -12,8 +12,14 @@ use crate::table::ConnTable;
 #[serde(default, deny_unknown_fields)]
 pub struct ConntrackSection {
     /// Connections at most (Linux's `nf_conntrack_max` on a small host).
-    /// The table is allocated for it at start: ~240 bytes a connection.
+    /// The table is allocated for it at start: a 56-byte slot a
+    /// connection plus a margin (1.4 slots a connection at the default,
+    /// 1.1 at a million) and the filter's ~4 bytes an entry.
     pub capacity: usize,
+    /// Count each connection's packets and bytes both ways and keep its
+    /// opening time (`cfdp ctl conns` shows them): 40 bytes more a slot.
+    /// Off by default, as Linux's `nf_conntrack_acct` is.
+    pub accounting: bool,
     pub timeouts: Timeouts,
 }
 
@@ -21,6 +27,7 @@ impl Default for ConntrackSection {
     fn default() -> Self {
         Self {
             capacity: 65_536,
+            accounting: false,
             timeouts: Timeouts::default(),
         }
     }
@@ -34,9 +41,10 @@ pub struct BadSetting {
     pub need: &'static str,
 }
 
-/// The most connections a table takes: 2^26 connections are ~16 GiB of
-/// entries, past what one node should hold.
-pub const MAX_CAPACITY: usize = 1 << 26;
+/// The most connections a table takes: the filter's entries index at most
+/// [`crate::table::MAX_SLOTS`] slots, and 2^22 connections with their
+/// margin are 4.4 M slots (246 MB).
+pub const MAX_CAPACITY: usize = 1 << 22;
 
 impl ConntrackSection {
     /// Every value checked: a capacity of 1..=[`MAX_CAPACITY`], timeouts
@@ -46,7 +54,7 @@ impl ConntrackSection {
             return Err(BadSetting {
                 key: "capacity",
                 value: self.capacity as u64,
-                need: "1 to 67108864 connections",
+                need: "1 to 4194304 connections",
             });
         }
         let t = &self.timeouts;
@@ -79,10 +87,16 @@ impl ConntrackSection {
     /// The table this section describes, keyed by `secret` (checked first).
     pub fn table(&self, secret: HashSecret) -> Result<ConnTable, BadSetting> {
         self.check()?;
-        ConnTable::new(self.capacity, self.timeouts.clone(), secret).map_err(|_| BadSetting {
-            key: "capacity",
-            value: self.capacity as u64,
-            need: "a size the connection table's filter can take",
+        let opts = crate::table::Options {
+            accounting: self.accounting,
+            ..crate::table::Options::default()
+        };
+        ConnTable::with_options(self.capacity, self.timeouts.clone(), secret, opts).map_err(|_| {
+            BadSetting {
+                key: "capacity",
+                value: self.capacity as u64,
+                need: "a size the connection table's filter can take",
+            }
         })
     }
 }

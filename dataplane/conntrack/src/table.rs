@@ -1,114 +1,187 @@
 //! The connection table the workers share.
 //!
-//! Two parts, written together under one lock stripe:
+//! Two parts:
 //! * a **Bloom-Cuckoo filter** (`cfdp-filter`, Algorithm 2 insert path)
-//!   over the keys' hashes, read without a lock: a packet of no tracked
-//!   connection — most packets, when few rules are stateful — costs one
-//!   lock-free probe and never touches a lock;
-//! * the **exact entries**, in [`SHARDS`] hash maps each behind its own
-//!   mutex (the lock stripes). A filter positive is confirmed against
-//!   the exact key: a fingerprint collision never admits a packet.
+//!   over the keys' hashes, whose entries carry the index of the
+//!   connection's slot: a packet of no tracked connection — most packets,
+//!   when few rules are stateful — costs one lock-free probe;
+//! * the **slots**, one 56-byte record a connection (key, state, rule,
+//!   last packet time), read without a lock: a seqlock on each slot's
+//!   control word (its generation changes whenever the slot is freed), so
+//!   a reader that raced a reuse of the slot sees it and looks again. A
+//!   filter positive is confirmed against the exact key: a fingerprint
+//!   collision never admits a packet.
+//!
+//! A packet of a tracked connection is one hash, the filter's two buckets,
+//! one slot line and, when its state moves, a compare-and-swap on the
+//! control word; no lock. Opening and removing take the connection's lock
+//! stripe (its hash picks one of at most [`SHARDS`]), which owns a
+//! partition of the slots and its free list, and the filter's writer lock
+//! inside it.
 //!
 //! Any worker may open, update or remove any connection, so the two
 //! directions of a connection may arrive on different workers (no
-//! symmetric RSS needed): both take the same stripe. Why one shared
-//! table and not one per worker: a per-worker table is right only when
-//! the NIC's RSS is symmetric (both directions of a 5-tuple on one
-//! queue), which `cfdp run` on DPDK does not configure today and `cfdp
-//! replay`'s RSS does not promise either.
+//! symmetric RSS needed). Why one shared table and not one per worker: a
+//! per-worker table is right only when the NIC's RSS is symmetric (both
+//! directions of a 5-tuple on one queue), which `cfdp run` on DPDK does
+//! not configure today and `cfdp replay`'s RSS does not promise either.
 //!
-//! Order: an entry is in the map before its key is in the filter, and
-//! leaves the map before its key leaves the filter, both under its
-//! stripe's lock (and the filter's own writer lock inside it, never the
-//! other way round). A reader that misses the filter for an entry being
-//! opened treats the packet as new: the rules decide it, as they would
-//! have a moment earlier. The reply of a connection cannot be that
-//! packet: the worker opens the entry before it sends the packet that
-//! opened it.
+//! Order: a slot is written before its index is in the filter, and its
+//! index leaves the filter before the slot is freed. A reader that misses
+//! the filter for an entry being opened treats the packet as new: the
+//! rules decide it, as they would have a moment earlier. The reply of a
+//! connection cannot be that packet: the worker opens the entry before it
+//! sends the packet that opened it.
 //!
-//! Full: a new connection may take the place of the oldest embryonic
-//! entry of its stripe (an unanswered SYN, UDP or ICMP request), as
-//! Linux's early drop does; an established connection is never
-//! dropped to make room, so a flood of spoofed SYNs can only push out
-//! other embryonic entries. With none to take, the connection is refused
-//! and counted.
+//! Bloom part: an entry the filter's insert walk puts in its Bloom part
+//! has no value in the filter's entries; the table keeps those entries'
+//! (hash, slot) pairs in a small ordered set, read only when the filter's
+//! Bloom field answers for a key that no entry confirmed.
+//!
+//! Full: a new connection may take the place of an embryonic entry of its
+//! stripe (an unanswered SYN, UDP or ICMP request; a clock hand over the
+//! stripe's slots finds the next one), as Linux's early drop does; an
+//! established connection is never dropped to make room, so a flood of
+//! spoofed SYNs can only push out other embryonic entries. With none to
+//! take, the connection is refused and counted.
+//!
+//! Accounting (packets, bytes and the opening time of each connection,
+//! `[conntrack] accounting`) is off by default, as Linux's
+//! `nf_conntrack_acct` is: it adds 40 bytes a slot.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::collections::BTreeSet;
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use cfdp_filter::{BloomConfig, BloomMode, Config, ConfigError, Filter};
-use cfdp_rules::{Action, FlowKey, HashSecret};
-use hashbrown::HashMap;
+use cfdp_filter::{BloomConfig, BloomMode, Config, ConfigError, Filter, Lookup, Placement};
+use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
 
 use crate::key::{ConnKey, Dir};
 use crate::state::{State, Timeouts};
 
-/// Lock stripes of the exact entries at most (fewer for a small table: one
-/// per 64 connections, so that a full stripe has entries to drop).
+/// Lock stripes at most (fewer for a small table: one per 64
+/// connections, so that a full stripe has entries to drop).
 pub const SHARDS: usize = 256;
 
-/// One lock stripe: its entries, and the keys of those opened embryonic,
-/// oldest first (some may have been answered or removed since: they are
-/// skipped when met), so that a full table finds the oldest embryonic
-/// entry without scanning.
+/// Slots the table can index: the filter's entries carry a slot index in
+/// at most 23 bits beside a fingerprint of at least 8 (an entry is at most
+/// 31 bits with the Bloom field in the two-word bucket layout).
+pub const MAX_SLOTS: usize = 1 << 23;
+
+// A slot's control word: whether it holds a connection, the opener's side,
+// the FIN bits, the state, the slot's generation (bumped when it is freed)
+// and the opening rule's slot.
+const USED: u64 = 1;
+const ORIG_LO: u64 = 1 << 1;
+const FIN_SHIFT: u32 = 2;
+const STATE_SHIFT: u32 = 4;
+const GEN_SHIFT: u32 = 8;
+const GEN_MASK: u64 = 0xff_ffff << GEN_SHIFT;
+const RULE_SHIFT: u32 = 32;
+/// Bits that say which connection a slot holds: a change in them between
+/// a reader's two loads means the slot was freed (and maybe reused).
+const IDENTITY: u64 = GEN_MASK | USED;
+/// The key's bits in a slot's `meta` word ([`ConnKey::words`]); the
+/// action sits above them.
+const KEY_BITS: u64 = (1 << 41) - 1;
+const ACTION_SHIFT: u32 = 41;
+/// The end of a free list.
+const NONE: u32 = u32::MAX;
+
+/// One connection (or a free slot). Every field is an atomic: readers
+/// read without a lock while the stripe's owner may rewrite it, and the
+/// control word's generation tells them whether what they read is whole.
+/// 56 bytes.
 #[derive(Default)]
+struct Slot {
+    ctl: AtomicU64,
+    /// The newest packet time seen (ns).
+    last: AtomicU64,
+    /// Lower and higher endpoint's address ([`ConnKey::words`]).
+    addr: [AtomicU64; 4],
+    /// Ports, protocol, family and the action; in a free slot, the next
+    /// free slot's index.
+    meta: AtomicU64,
+}
+
+/// A slot's accounting, when it is on.
+#[derive(Default)]
+struct AcctSlot {
+    opened: AtomicU64,
+    packets: [AtomicU64; 2],
+    bytes: [AtomicU64; 2],
+}
+
+/// Bytes a connection's slot takes (the filter's entry, ~4 bytes at 95 %
+/// load, comes on top).
+pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+/// Bytes a slot's accounting adds when it is on.
+pub const ACCT_BYTES: usize = std::mem::size_of::<AcctSlot>();
+const _: () = assert!(SLOT_BYTES == 56);
+
+fn state_of(c: u64) -> State {
+    State::ALL[(c >> STATE_SHIFT & 0xf) as usize]
+}
+
+fn fin_of(c: u64) -> u8 {
+    (c >> FIN_SHIFT & 3) as u8
+}
+
+fn rule_of(c: u64) -> u32 {
+    (c >> RULE_SHIFT) as u32
+}
+
+fn with_state(c: u64, state: State, fin: u8) -> u64 {
+    c & !(0xf << STATE_SHIFT | 3 << FIN_SHIFT)
+        | (state.index() as u64) << STATE_SHIFT
+        | u64::from(fin & 3) << FIN_SHIFT
+}
+
+/// The direction of a packet from the key's lower endpoint (`from_lo`) or
+/// from its higher one, for the connection in control word `c`.
+fn dir_of(c: u64, from_lo: bool) -> Dir {
+    if from_lo == (c & ORIG_LO != 0) {
+        Dir::Orig
+    } else {
+        Dir::Reply
+    }
+}
+
+/// An action in 19 bits (a tag and a port).
+fn action_bits(a: Action) -> u64 {
+    let (tag, port) = match a {
+        Action::Drop => (0, 0),
+        Action::Allow => (1, 0),
+        Action::Count => (2, 0),
+        Action::Redirect(p) => (3, p),
+        Action::Track(Allowing::Allow) => (4, 0),
+        Action::Track(Allowing::Count) => (5, 0),
+        Action::Track(Allowing::Redirect(p)) => (6, p),
+    };
+    tag | u64::from(port) << 3
+}
+
+fn action_of(bits: u64) -> Action {
+    let port = (bits >> 3) as u16;
+    match bits & 7 {
+        1 => Action::Allow,
+        2 => Action::Count,
+        3 => Action::Redirect(port),
+        4 => Action::Track(Allowing::Allow),
+        5 => Action::Track(Allowing::Count),
+        6 => Action::Track(Allowing::Redirect(port)),
+        _ => Action::Drop,
+    }
+}
+
+/// One lock stripe's share of the slots: `[base, base + len)`, a free list
+/// through the free slots' `meta` words, the slots never used yet, and the
+/// early-drop clock hand.
 struct Shard {
-    map: HashMap<ConnKey, Entry>,
-    embryonic: std::collections::VecDeque<ConnKey>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    state: State,
-    /// Which directions have sent a FIN (bit 0: original, bit 1: reply).
-    fin: u8,
-    /// Whether the opener is the key's lower endpoint.
-    orig_lo: bool,
-    slot: u32,
-    action: Action,
-    opened_ns: u64,
-    last_ns: u64,
-    packets: [u64; 2],
-    bytes: [u64; 2],
-}
-
-impl Entry {
-    fn expired(&self, now_ns: u64, t: &Timeouts) -> bool {
-        now_ns.saturating_sub(self.last_ns) > t.of(self.state)
-    }
-
-    /// The direction of a packet from the key's lower endpoint (`from_lo`)
-    /// or from its higher one.
-    fn dir(&self, from_lo: bool) -> Dir {
-        if from_lo == self.orig_lo {
-            Dir::Orig
-        } else {
-            Dir::Reply
-        }
-    }
-
-    fn hit(&self, from_lo: bool) -> Hit {
-        Hit {
-            slot: self.slot,
-            action: self.action,
-            dir: self.dir(from_lo),
-            state: self.state,
-        }
-    }
-
-    fn info(&self, k: &ConnKey) -> ConnInfo {
-        ConnInfo {
-            orig: k.flow(self.orig_lo),
-            state: self.state,
-            fin: self.fin,
-            slot: self.slot,
-            action: self.action,
-            opened_ns: self.opened_ns,
-            last_ns: self.last_ns,
-            packets: self.packets,
-            bytes: self.bytes,
-        }
-    }
+    base: u32,
+    free: u32,
+    fresh: u32,
+    hand: u32,
 }
 
 /// What the table says of a packet of a tracked connection.
@@ -133,6 +206,15 @@ pub enum OpenError {
     Full,
 }
 
+/// A connection's accounting (`[conntrack] accounting = true`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Acct {
+    pub opened_ns: u64,
+    /// Original, reply.
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
 /// One connection, as `cfdp ctl conns` lists it and a graceful restart
 /// saves it ([`crate::persist`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,11 +227,9 @@ pub struct ConnInfo {
     /// The slot of the rule that opened it.
     pub slot: u32,
     pub action: Action,
-    pub opened_ns: u64,
     pub last_ns: u64,
-    /// Original, reply.
-    pub packets: [u64; 2],
-    pub bytes: [u64; 2],
+    /// With accounting on.
+    pub acct: Option<Acct>,
 }
 
 /// Which connections `cfdp ctl conns` lists: each field given must match
@@ -188,11 +268,72 @@ pub struct Counts {
     pub false_positives: u64,
 }
 
+/// The table's shape beyond its capacity: what the `conntrack` bench
+/// varies, and accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Count packets, bytes and the opening time of each connection.
+    pub accounting: bool,
+    /// The filter's insert path: Bloom-assisted (Algorithm 2) or the plain
+    /// cuckoo walk.
+    pub bloom: bool,
+    /// The filter's size, as log2 of its buckets (else the smallest that
+    /// holds the slots at 95 % load).
+    pub buckets_log2: Option<u32>,
+    /// The filter's fingerprint bits (else as many as fit beside the slot
+    /// index, 16 at most): fewer make collisions common, what the tests of
+    /// the collision path want.
+    pub fingerprint_bits: Option<u32>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            accounting: false,
+            bloom: true,
+            buckets_log2: None,
+            fingerprint_bits: None,
+        }
+    }
+}
+
+/// A packet's connection key hashed and probed in the filter
+/// ([`ConnTable::probe`]): what [`ConnTable::lookup_probed`] starts from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Probe {
+    hash: u64,
+    found: Lookup,
+}
+
+impl Probe {
+    /// `false`: the packet certainly belongs to no tracked connection.
+    pub fn may_hold(&self) -> bool {
+        self.found.is_hit()
+    }
+}
+
+/// What a read of one slot found for a key.
+enum Read {
+    /// The key's connection: its control and meta words, read whole.
+    Mine(u64, u64),
+    /// Free, or another connection's.
+    Other,
+    /// Freed while it was read: look again.
+    Moved,
+}
+
 /// Connections shared by the workers (see the module docs).
 pub struct ConnTable {
     filter: Filter,
+    slots: Box<[Slot]>,
+    acct: Option<Box<[AcctSlot]>>,
     shards: Box<[Mutex<Shard>]>,
+    /// Slots a stripe owns.
+    per_shard: u32,
     shard_mask: usize,
+    /// (hash, slot) of the entries the filter holds in its Bloom part.
+    side: Mutex<BTreeSet<(u64, u32)>>,
+    side_len: AtomicUsize,
     secret: HashSecret,
     capacity: usize,
     len: AtomicUsize,
@@ -209,63 +350,82 @@ pub struct ConnTable {
 /// Workers whose packet time the table follows ([`ConnTable::advance`]).
 pub const CLOCKS: usize = 64;
 
+/// Why a table was not built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TableError {
+    #[error("{slots} slots are more than the table can index ({MAX_SLOTS})")]
+    TooLarge { slots: usize },
+    #[error(transparent)]
+    Filter(#[from] ConfigError),
+}
+
 impl ConnTable {
-    /// A table for `capacity` connections. `secret` keys its hash: a
-    /// random one, so that nobody can compute offline keys that crowd one
-    /// stripe or one filter bucket.
+    /// A table for `capacity` connections, accounting off. `secret` keys
+    /// its hash: a random one, so that nobody can compute offline keys
+    /// that crowd one stripe or one filter bucket.
     pub fn new(
         capacity: usize,
         timeouts: Timeouts,
         secret: HashSecret,
-    ) -> Result<Self, ConfigError> {
-        Self::with_filter(capacity, timeouts, secret, true, None)
+    ) -> Result<Self, TableError> {
+        Self::with_options(capacity, timeouts, secret, Options::default())
     }
 
-    /// [`Self::new`] with the filter's insert path chosen (`bloom = false`:
-    /// the plain cuckoo walk instead of the Bloom-assisted one) and, with
-    /// `buckets_log2`, its size (else the smallest that holds `capacity` at
-    /// 95 % load): the comparisons the `conntrack` bench makes.
-    pub fn with_filter(
+    /// [`Self::new`] with its [`Options`].
+    pub fn with_options(
         capacity: usize,
         timeouts: Timeouts,
         secret: HashSecret,
-        bloom: bool,
-        buckets_log2: Option<u32>,
-    ) -> Result<Self, ConfigError> {
+        opts: Options,
+    ) -> Result<Self, TableError> {
         let capacity = capacity.max(1);
-        let filter = Filter::new(Config {
-            capacity,
-            buckets_log2,
-            fingerprint_bits: 16,
-            value_bits: 0,
-            bloom: bloom.then_some(BloomConfig {
-                mode: BloomMode::Bit,
-                threshold: 0,
-            }),
-            ..Config::default()
-        })?;
-        // A stripe per 64 connections, 256 at most, each allocated up
-        // front for its share and a margin: a map or queue that grew would
-        // rehash under its stripe's lock, and a burst of new connections
-        // would wait behind it (measured: 130 µs at the 99.9th percentile
-        // of a burst into a table whose maps grew, `bench --bin conntrack`).
+        // A stripe per 64 connections, 256 at most, each owning its share
+        // of the slots and a margin of six standard deviations of a
+        // binomial share (a stripe fills before the table only by that
+        // much bad luck), all allocated up front: nothing grows under a
+        // stripe's lock.
         let shards = (capacity / 64)
             .clamp(1, SHARDS)
             .next_power_of_two()
             .min(SHARDS);
         let share = capacity.div_ceil(shards);
-        let per_shard = share + share / 4 + 8;
+        let per_shard = share + 6 * (share as f64).sqrt().ceil() as usize + 8;
+        let total = per_shard * shards;
+        if total > MAX_SLOTS {
+            return Err(TableError::TooLarge { slots: total });
+        }
+        let value_bits = usize::BITS - (total - 1).leading_zeros();
+        let filter = Filter::new(Config {
+            capacity: total.min(capacity.max(per_shard)),
+            buckets_log2: opts.buckets_log2,
+            fingerprint_bits: opts.fingerprint_bits.unwrap_or((31 - value_bits).min(16)),
+            value_bits,
+            bloom: opts.bloom.then_some(BloomConfig {
+                mode: BloomMode::Bit,
+                threshold: 0,
+            }),
+            ..Config::default()
+        })?;
         Ok(Self {
             filter,
+            slots: (0..total).map(|_| Slot::default()).collect(),
+            acct: opts
+                .accounting
+                .then(|| (0..total).map(|_| AcctSlot::default()).collect()),
             shards: (0..shards)
-                .map(|_| {
+                .map(|i| {
                     Mutex::new(Shard {
-                        map: HashMap::with_capacity(per_shard),
-                        embryonic: std::collections::VecDeque::with_capacity(per_shard),
+                        base: (i * per_shard) as u32,
+                        free: NONE,
+                        fresh: 0,
+                        hand: 0,
                     })
                 })
                 .collect(),
+            per_shard: per_shard as u32,
             shard_mask: shards - 1,
+            side: Mutex::new(BTreeSet::new()),
+            side_len: AtomicUsize::new(0),
             secret,
             capacity,
             len: AtomicUsize::new(0),
@@ -281,6 +441,16 @@ impl ConnTable {
 
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Slots allocated: the capacity and each stripe's margin.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether packets, bytes and opening times are kept.
+    pub fn accounting(&self) -> bool {
+        self.acct.is_some()
     }
 
     /// Entries held (expired ones not yet removed included).
@@ -301,20 +471,15 @@ impl ConnTable {
         self.filter.stats()
     }
 
-    /// Memory held, in bytes: the filter and every stripe's map at its
-    /// allocated size (one control byte and one entry per slot) and queue.
+    /// Memory held, in bytes: the filter, every slot (and its accounting),
+    /// and the Bloom part's (hash, slot) pairs, counted at twice their
+    /// size for the ordered set's nodes (an estimate: the set does not
+    /// say).
     pub fn memory_bytes(&self) -> usize {
-        let slot = SLOT_BYTES;
         self.filter.stats().memory_bytes
-            + self
-                .shards
-                .iter()
-                .map(|s| {
-                    let s = lock(s);
-                    s.map.capacity() * slot
-                        + s.embryonic.capacity() * std::mem::size_of::<ConnKey>()
-                })
-                .sum::<usize>()
+            + self.slots.len() * SLOT_BYTES
+            + self.acct.as_ref().map_or(0, |a| a.len() * ACCT_BYTES)
+            + self.side_len.load(Relaxed) * 2 * std::mem::size_of::<(u64, u32)>()
     }
 
     fn hash(&self, key: &ConnKey) -> u64 {
@@ -326,22 +491,108 @@ impl ConnTable {
         lock(&self.shards[(h >> 56) as usize & self.shard_mask])
     }
 
-    /// Which of `keys` may belong to a tracked connection (`false`:
-    /// certainly none), the filter probed for all of them at once so that
-    /// their cache misses overlap (a burst of packets of no connection pays
-    /// about one miss, not one each). `out` is as long as `keys`.
-    pub fn may_hold(&self, keys: &[FlowKey], out: &mut [bool]) {
+    fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
+        now_ns.saturating_sub(last) > self.timeouts.of(state_of(c))
+    }
+
+    /// Reads slot `i` for the key whose words are `w`.
+    #[inline]
+    fn read(&self, i: u32, w: &([u64; 4], u64)) -> Read {
+        let Some(s) = self.slots.get(i as usize) else {
+            return Read::Other;
+        };
+        let c1 = s.ctl.load(Acquire);
+        if c1 & USED == 0 {
+            return Read::Other;
+        }
+        let addr = [
+            s.addr[0].load(Relaxed),
+            s.addr[1].load(Relaxed),
+            s.addr[2].load(Relaxed),
+            s.addr[3].load(Relaxed),
+        ];
+        let meta = s.meta.load(Relaxed);
+        // The seqlock's read side: the words above were loaded before the
+        // control word is loaded again; a writer that freed the slot
+        // changed its generation first (`free`).
+        fence(Acquire);
+        let c2 = s.ctl.load(Relaxed);
+        if (c1 ^ c2) & IDENTITY != 0 {
+            return Read::Moved;
+        }
+        if addr == w.0 && meta & KEY_BITS == w.1 {
+            Read::Mine(c2, meta)
+        } else {
+            Read::Other
+        }
+    }
+
+    /// Where the connection of key words `w` (hash `h`) is: its slot and
+    /// that slot's control and meta words. `first` is the filter's answer
+    /// for `h`, if the caller has it.
+    fn locate(
+        &self,
+        w: &([u64; 4], u64),
+        h: u64,
+        first: Option<Lookup>,
+    ) -> Option<(u32, u64, u64)> {
+        let mut first = first.unwrap_or_else(|| self.filter.get_hash(h));
+        'again: loop {
+            match first {
+                Lookup::Miss => return None,
+                Lookup::Entry(v) => match self.read(v, w) {
+                    Read::Mine(c, m) => return Some((v, c, m)),
+                    Read::Moved => {
+                        first = self.filter.get_hash(h);
+                        continue 'again;
+                    }
+                    Read::Other => {}
+                },
+                Lookup::Bloom => {}
+            }
+            // The first match was another connection's (their
+            // fingerprints collided), or the Bloom part answered: every
+            // entry under the fingerprint, then the Bloom part's pairs.
+            let c = self.filter.candidates_hash(h);
+            for &v in c.values() {
+                match self.read(v, w) {
+                    Read::Mine(c, m) => return Some((v, c, m)),
+                    Read::Moved => {
+                        first = self.filter.get_hash(h);
+                        continue 'again;
+                    }
+                    Read::Other => {}
+                }
+            }
+            if c.bloom && self.side_len.load(Acquire) > 0 {
+                let side = lock(&self.side);
+                for &(_, v) in side.range((h, 0)..=(h, u32::MAX)) {
+                    if let Read::Mine(c, m) = self.read(v, w) {
+                        return Some((v, c, m));
+                    }
+                }
+            }
+            self.false_positives.fetch_add(1, Relaxed);
+            return None;
+        }
+    }
+
+    /// Every packet key of a burst hashed and probed in the filter at
+    /// once, so that their cache misses overlap (a burst of packets of no
+    /// connection pays about one miss, not one each). `out` is as long as
+    /// `keys`.
+    pub fn probe(&self, keys: &[FlowKey], out: &mut [Probe]) {
         const CHUNK: usize = 32;
         let mut hashes = [0u64; CHUNK];
-        let mut found = [cfdp_filter::Lookup::Miss; CHUNK];
+        let mut found = [Lookup::Miss; CHUNK];
         for (ks, os) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
             for (h, k) in hashes.iter_mut().zip(ks) {
                 *h = self.hash(&ConnKey::of(k).0);
             }
             self.filter
                 .get_batch_hashes(&hashes[..ks.len()], &mut found[..ks.len()]);
-            for (o, f) in os.iter_mut().zip(&found) {
-                *o = f.is_hit();
+            for ((o, &hash), &found) in os.iter_mut().zip(&hashes).zip(&found) {
+                *o = Probe { hash, found };
             }
         }
     }
@@ -352,20 +603,103 @@ impl ConnTable {
     pub fn lookup(&self, k: &FlowKey, tcp_flags: u8, len: u32, now_ns: u64) -> Option<Hit> {
         let (key, from_lo) = ConnKey::of(k);
         let h = self.hash(&key);
-        if !self.filter.contains_hash(h) {
+        self.lookup_at(&key, from_lo, h, None, tcp_flags, len, now_ns)
+    }
+
+    /// [`Self::lookup`] from `probe`, [`Self::probe`]'s answer for this
+    /// same `k` (the key is not hashed again). A probe of another key
+    /// finds nothing: slots are matched on the exact key.
+    pub fn lookup_probed(
+        &self,
+        k: &FlowKey,
+        probe: &Probe,
+        tcp_flags: u8,
+        len: u32,
+        now_ns: u64,
+    ) -> Option<Hit> {
+        if !probe.may_hold() {
             return None;
         }
-        let mut shard = self.shard(h);
-        let Some(e) = shard.map.get_mut(&key) else {
-            self.false_positives.fetch_add(1, Relaxed);
-            return None;
-        };
-        if e.expired(now_ns, &self.timeouts) {
-            self.remove(&mut shard, &key, h);
-            self.expired.fetch_add(1, Relaxed);
+        let (key, from_lo) = ConnKey::of(k);
+        self.lookup_at(
+            &key,
+            from_lo,
+            probe.hash,
+            Some(probe.found),
+            tcp_flags,
+            len,
+            now_ns,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)] // the packet's facts and the key's
+    fn lookup_at(
+        &self,
+        key: &ConnKey,
+        from_lo: bool,
+        h: u64,
+        first: Option<Lookup>,
+        tcp_flags: u8,
+        len: u32,
+        now_ns: u64,
+    ) -> Option<Hit> {
+        let (i, c, m) = self.locate(&key.words(), h, first)?;
+        if self.expired(c, self.slots[i as usize].last.load(Relaxed), now_ns) {
+            let mut shard = self.shard(h);
+            self.remove_if(&mut shard, i, c, h, |c, last| self.expired(c, last, now_ns));
             return None;
         }
-        Some(Self::step(e, from_lo, tcp_flags, len, now_ns))
+        self.step(i, c, m, from_lo, tcp_flags, len, now_ns)
+    }
+
+    /// Moves slot `i`'s connection (control word `c`, meta `m`, as read)
+    /// with a packet: its state by a compare-and-swap that fails if the
+    /// slot was freed meanwhile (then `None`: the connection is gone and
+    /// the packet is new), its last time, its counters.
+    #[allow(clippy::too_many_arguments)] // the slot as read and the packet
+    fn step(
+        &self,
+        i: u32,
+        mut c: u64,
+        m: u64,
+        from_lo: bool,
+        tcp_flags: u8,
+        len: u32,
+        now_ns: u64,
+    ) -> Option<Hit> {
+        let s = &self.slots[i as usize];
+        let dir = dir_of(c, from_lo);
+        loop {
+            let mut fin = fin_of(c);
+            let n = with_state(c, state_of(c).next(dir, tcp_flags, &mut fin), fin);
+            if n == c {
+                break;
+            }
+            match s.ctl.compare_exchange_weak(c, n, AcqRel, Acquire) {
+                Ok(_) => {
+                    c = n;
+                    break;
+                }
+                Err(now) if (now ^ c) & IDENTITY != 0 => return None,
+                Err(now) => c = now,
+            }
+        }
+        // Not under the compare-and-swap: if the slot is freed and reused
+        // between the two (nanoseconds), the next connection's last time
+        // or counters take this packet's — it lives at most that much
+        // longer. Never another connection's verdict.
+        s.last.fetch_max(now_ns, Relaxed);
+        if let Some(a) = &self.acct {
+            let a = &a[i as usize];
+            a.packets[dir.index()].fetch_add(1, Relaxed);
+            a.bytes[dir.index()].fetch_add(u64::from(len), Relaxed);
+        }
+        Some(Hit {
+            slot: rule_of(c),
+            action: action_of(m >> ACTION_SHIFT),
+            dir,
+            state: state_of(c),
+        })
     }
 
     /// The live connection an ICMP error is about (`inner`: the 5-tuple of
@@ -387,25 +721,17 @@ impl ConnTable {
     /// is live then.
     fn find(&self, k: &FlowKey, now_ns: Option<u64>) -> Option<Hit> {
         let (key, from_lo) = ConnKey::of(k);
-        let h = self.hash(&key);
-        if !self.filter.contains_hash(h) {
+        let (i, c, m) = self.locate(&key.words(), self.hash(&key), None)?;
+        let last = self.slots[i as usize].last.load(Relaxed);
+        if now_ns.is_some_and(|now| self.expired(c, last, now)) {
             return None;
         }
-        let shard = self.shard(h);
-        let e = shard.map.get(&key)?;
-        if now_ns.is_some_and(|now| e.expired(now, &self.timeouts)) {
-            return None;
-        }
-        Some(e.hit(from_lo))
-    }
-
-    fn step(e: &mut Entry, from_lo: bool, tcp_flags: u8, len: u32, now_ns: u64) -> Hit {
-        let dir = e.dir(from_lo);
-        e.state = e.state.next(dir, tcp_flags, &mut e.fin);
-        e.last_ns = e.last_ns.max(now_ns);
-        e.packets[dir.index()] += 1;
-        e.bytes[dir.index()] += u64::from(len);
-        e.hit(from_lo)
+        Some(Hit {
+            slot: rule_of(c),
+            action: action_of(m >> ACTION_SHIFT),
+            dir: dir_of(c, from_lo),
+            state: state_of(c),
+        })
     }
 
     /// Opens the connection of packet `k`, which the rule in `slot` allowed
@@ -425,49 +751,33 @@ impl ConnTable {
         let state = State::open(k.proto, tcp_flags, icmp_echo).ok_or(OpenError::NotAnOpener)?;
         let (key, from_lo) = ConnKey::of(k);
         let h = self.hash(&key);
+        let w = key.words();
         let mut shard = self.shard(h);
-        if let Some(e) = shard.map.get_mut(&key) {
-            if !e.expired(now_ns, &self.timeouts) {
-                return Ok(Self::step(e, from_lo, tcp_flags, len, now_ns));
+        if let Some((i, c, m)) = self.locate(&w, h, None) {
+            let last = self.slots[i as usize].last.load(Relaxed);
+            if !self.expired(c, last, now_ns) {
+                if let Some(hit) = self.step(i, c, m, from_lo, tcp_flags, len, now_ns) {
+                    return Ok(hit);
+                }
             }
-            self.remove(&mut shard, &key, h);
-            self.expired.fetch_add(1, Relaxed);
+            self.remove_if(&mut shard, i, c, h, |c, last| self.expired(c, last, now_ns));
         }
-        if self.len.fetch_add(1, Relaxed) >= self.capacity {
-            self.len.fetch_sub(1, Relaxed);
-            if !self.drop_one(&mut shard, now_ns) {
-                self.refused.fetch_add(1, Relaxed);
-                return Err(OpenError::Full);
-            }
-            self.len.fetch_add(1, Relaxed);
-        }
-        if self.filter.insert_hash(h, 0).is_err() {
-            // The filter's buckets are full around this key even with its
-            // Bloom part: refused like a full table.
-            self.len.fetch_sub(1, Relaxed);
+        let i = self.reserve(&mut shard, now_ns).ok_or_else(|| {
             self.refused.fetch_add(1, Relaxed);
-            return Err(OpenError::Full);
-        }
-        let e = Entry {
-            state,
-            fin: 0,
-            orig_lo: from_lo,
-            slot,
-            action,
+            OpenError::Full
+        })?;
+        let ctl = USED
+            | if from_lo { ORIG_LO } else { 0 }
+            | (state.index() as u64) << STATE_SHIFT
+            | u64::from(slot) << RULE_SHIFT;
+        let acct = Acct {
             opened_ns: now_ns,
-            last_ns: now_ns,
             packets: [1, 0],
             bytes: [u64::from(len), 0],
         };
-        shard.map.insert(key, e);
-        if state.embryonic() {
-            shard.embryonic.push_back(key);
-            // Keys answered or removed since stay behind until met; a
-            // queue twice its stripe's size is cleared of them at once.
-            if shard.embryonic.len() > 2 * shard.map.len() + 16 {
-                let Shard { map, embryonic } = &mut *shard;
-                embryonic.retain(|k| map.get(k).is_some_and(|e| e.state.embryonic()));
-            }
+        if !self.fill(&mut shard, i, &w, h, ctl, action, now_ns, acct) {
+            self.refused.fetch_add(1, Relaxed);
+            return Err(OpenError::Full);
         }
         self.opened.fetch_add(1, Relaxed);
         Ok(Hit {
@@ -478,41 +788,201 @@ impl ConnTable {
         })
     }
 
-    /// Removes the oldest embryonic (or expired) entry of `shard` to make
-    /// room; `false` when it has none.
+    /// A free slot of `shard` for a new connection, counted in the
+    /// table's length: room under the capacity, or an embryonic entry's
+    /// place. `None`: refused.
+    fn reserve(&self, shard: &mut Shard, now_ns: u64) -> Option<u32> {
+        if self.len.fetch_add(1, Relaxed) >= self.capacity {
+            self.len.fetch_sub(1, Relaxed);
+            if !self.drop_one(shard, now_ns) {
+                return None;
+            }
+            self.len.fetch_add(1, Relaxed);
+        }
+        let i = match self.alloc(shard) {
+            Some(i) => i,
+            // The stripe's share is used up though the table is not full
+            // (six standard deviations of bad luck): make room in it.
+            None if self.drop_one(shard, now_ns) => self.alloc(shard)?,
+            None => None?,
+        };
+        Some(i)
+    }
+
+    /// Writes a new connection into reserved slot `i` and puts it in the
+    /// filter; `false` (the slot freed again, the length taken back) when
+    /// the filter has no room around its hash even with its Bloom part.
+    #[allow(clippy::too_many_arguments)] // the connection's fields
+    fn fill(
+        &self,
+        shard: &mut Shard,
+        i: u32,
+        w: &([u64; 4], u64),
+        h: u64,
+        ctl: u64,
+        action: Action,
+        last_ns: u64,
+        acct: Acct,
+    ) -> bool {
+        let s = &self.slots[i as usize];
+        // The seqlock's write side: the generation was bumped when the
+        // slot was freed; this fence orders that before the words below,
+        // so a reader that sees any of them sees the new generation.
+        fence(Release);
+        for (a, &x) in s.addr.iter().zip(&w.0) {
+            a.store(x, Relaxed);
+        }
+        s.meta
+            .store(w.1 | action_bits(action) << ACTION_SHIFT, Relaxed);
+        s.last.store(last_ns, Relaxed);
+        if let Some(a) = &self.acct {
+            let a = &a[i as usize];
+            a.opened.store(acct.opened_ns, Relaxed);
+            for d in 0..2 {
+                a.packets[d].store(acct.packets[d], Relaxed);
+                a.bytes[d].store(acct.bytes[d], Relaxed);
+            }
+        }
+        let gen = s.ctl.load(Relaxed) & GEN_MASK;
+        s.ctl.store(gen | ctl, Release);
+        // Only now in the filter: a reader that finds the index finds the
+        // slot whole.
+        let mut fw = self.filter.writer();
+        let out = match fw.insert_hash(h, i) {
+            Ok(out) => out,
+            Err(_) => {
+                drop(fw);
+                self.free(shard, i);
+                return false;
+            }
+        };
+        if out.placement == Placement::Bloom || out.evicted.is_some() {
+            let mut side = lock(&self.side);
+            if out.placement == Placement::Bloom {
+                side.insert((h, i));
+            }
+            if let Some(v) = out.evicted {
+                // A live entry (its removal would need the filter's writer
+                // lock, held here): its key is whole.
+                let e = &self.slots[v as usize];
+                let k = ConnKey::from_words(
+                    [0, 1, 2, 3].map(|j| e.addr[j].load(Relaxed)),
+                    e.meta.load(Relaxed),
+                );
+                side.insert((self.hash(&k), v));
+            }
+            self.side_len.store(side.len(), Release);
+        }
+        true
+    }
+
+    /// Slot `i` of `shard` back on its free list: its generation bumped
+    /// first (readers of what it held see the change), the length taken
+    /// back.
+    fn free(&self, shard: &mut Shard, i: u32) {
+        let s = &self.slots[i as usize];
+        let gen = (s.ctl.load(Relaxed) + (1 << GEN_SHIFT)) & GEN_MASK;
+        s.ctl.store(gen, Release);
+        s.meta.store(u64::from(shard.free), Relaxed);
+        shard.free = i;
+        self.len.fetch_sub(1, Relaxed);
+    }
+
+    /// A slot of `shard` never used or freed.
+    fn alloc(&self, shard: &mut Shard) -> Option<u32> {
+        if shard.free != NONE {
+            let i = shard.free;
+            shard.free = self.slots[i as usize].meta.load(Relaxed) as u32;
+            return Some(i);
+        }
+        (shard.fresh < self.per_shard).then(|| {
+            shard.fresh += 1;
+            shard.base + shard.fresh - 1
+        })
+    }
+
+    /// Removes slot `i`'s connection (control word `c` as read, hash `h`;
+    /// `shard` its stripe, held) if it still holds it and `cond` says so of
+    /// its control word and last time now; counts an expiry. `true` if
+    /// removed.
+    fn remove_if(
+        &self,
+        shard: &mut Shard,
+        i: u32,
+        c: u64,
+        h: u64,
+        cond: impl Fn(u64, u64) -> bool,
+    ) -> bool {
+        let s = &self.slots[i as usize];
+        let now = s.ctl.load(Acquire);
+        if (now ^ c) & IDENTITY != 0 || !cond(now, s.last.load(Relaxed)) {
+            return false;
+        }
+        self.remove(shard, i, h);
+        self.expired.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// Removes slot `i`'s connection (hash `h`; `shard` its stripe, held):
+    /// out of the filter (and the Bloom part's pairs), then freed.
+    fn remove(&self, shard: &mut Shard, i: u32, h: u64) {
+        {
+            let mut fw = self.filter.writer();
+            let removed = fw.remove_hash(h, i);
+            debug_assert!(removed, "a connection's slot was not in the filter");
+            if self.side_len.load(Acquire) > 0 {
+                let mut side = lock(&self.side);
+                if side.remove(&(h, i)) {
+                    self.side_len.store(side.len(), Release);
+                }
+            }
+        }
+        self.free(shard, i);
+    }
+
+    /// The key and hash of the connection in slot `i` (its stripe held:
+    /// the key cannot change).
+    fn key_at(&self, i: u32) -> (ConnKey, u64) {
+        let s = &self.slots[i as usize];
+        let k = ConnKey::from_words(
+            [0, 1, 2, 3].map(|j| s.addr[j].load(Relaxed)),
+            s.meta.load(Relaxed),
+        );
+        let h = self.hash(&k);
+        (k, h)
+    }
+
+    /// Removes an embryonic (or expired) entry of `shard` to make room: the
+    /// next one after the stripe's clock hand. `false` when it has none.
     fn drop_one(&self, shard: &mut Shard, now_ns: u64) -> bool {
-        while let Some(k) = shard.embryonic.pop_front() {
-            let Some(e) = shard.map.get(&k) else {
-                continue;
-            };
-            let expired = e.expired(now_ns, &self.timeouts);
-            if !(expired || e.state.embryonic()) {
+        let n = shard.fresh;
+        for step in 0..n {
+            let off = (shard.hand + step) % n;
+            let i = shard.base + off;
+            let s = &self.slots[i as usize];
+            let c = s.ctl.load(Acquire);
+            if c & USED == 0 {
                 continue;
             }
-            self.remove(shard, &k, self.hash(&k));
-            if expired {
-                self.expired.fetch_add(1, Relaxed);
-            } else {
-                self.early_dropped.fetch_add(1, Relaxed);
+            let expired = self.expired(c, s.last.load(Relaxed), now_ns);
+            if !(expired || state_of(c).embryonic()) {
+                continue;
             }
-            return true;
+            shard.hand = (off + 1) % n;
+            let h = self.key_at(i).1;
+            // A reader's compare-and-swap may have moved it on since:
+            // drop it only if it is still embryonic or expired.
+            if self.remove_if(shard, i, c, h, |c, last| {
+                state_of(c).embryonic() || self.expired(c, last, now_ns)
+            }) {
+                if !expired {
+                    self.expired.fetch_sub(1, Relaxed);
+                    self.early_dropped.fetch_add(1, Relaxed);
+                }
+                return true;
+            }
         }
         false
-    }
-
-    /// Removes `key`'s entry from its stripe (held), then its hash `h`
-    /// from the filter.
-    fn remove(&self, shard: &mut Shard, key: &ConnKey, h: u64) {
-        if shard.map.remove(key).is_some() {
-            self.forget(h);
-        }
-    }
-
-    /// Takes a removed entry's hash out of the filter and the count.
-    fn forget(&self, h: u64) {
-        let removed = self.filter.remove_hash(h, 0);
-        debug_assert!(removed, "an entry's key was not in the filter");
-        self.len.fetch_sub(1, Relaxed);
     }
 
     /// Worker `worker`'s packet time is now `now_ns`. A sweep never runs
@@ -552,24 +1022,21 @@ impl ConnTable {
     pub fn sweep_shard(&self, i: usize, now_ns: u64) -> usize {
         let now_ns = self.sweep_time(now_ns);
         let mut shard = lock(&self.shards[i & self.shard_mask]);
-        let before = shard.map.len();
-        let t = &self.timeouts;
-        let mut gone = Vec::new();
-        shard.map.retain(|k, e| {
-            let keep = !e.expired(now_ns, t);
-            if !keep {
-                gone.push(*k);
+        let mut gone = 0;
+        for j in shard.base..shard.base + shard.fresh {
+            let s = &self.slots[j as usize];
+            let c = s.ctl.load(Acquire);
+            if c & USED != 0 && self.expired(c, s.last.load(Relaxed), now_ns) {
+                let h = self.key_at(j).1;
+                gone += usize::from(
+                    self.remove_if(&mut shard, j, c, h, |c, last| self.expired(c, last, now_ns)),
+                );
             }
-            keep
-        });
-        for k in &gone {
-            self.forget(self.hash(k));
         }
-        self.expired.fetch_add(gone.len() as u64, Relaxed);
-        before - shard.map.len()
+        gone
     }
 
-    /// Counters, and the live entries by state (a pass over every stripe).
+    /// Counters, and the live entries by state (a pass over every slot).
     pub fn counts(&self) -> Counts {
         let mut c = Counts {
             opened: self.opened.load(Relaxed),
@@ -579,9 +1046,10 @@ impl ConnTable {
             false_positives: self.false_positives.load(Relaxed),
             ..Counts::default()
         };
-        for s in &*self.shards {
-            for e in lock(s).map.values() {
-                c.by_state[e.state.index()] += 1;
+        for s in &*self.slots {
+            let x = s.ctl.load(Relaxed);
+            if x & USED != 0 {
+                c.by_state[state_of(x).index()] += 1;
             }
         }
         c
@@ -590,9 +1058,10 @@ impl ConnTable {
     /// The newest packet time any entry has seen: what `cfdp ctl conns`
     /// measures ages against (time is the packets'). 0 when empty.
     pub fn newest_ns(&self) -> u64 {
-        self.shards
+        self.slots
             .iter()
-            .filter_map(|s| lock(s).map.values().map(|e| e.last_ns).max())
+            .filter(|s| s.ctl.load(Relaxed) & USED != 0)
+            .map(|s| s.last.load(Relaxed))
             .max()
             .unwrap_or(0)
     }
@@ -605,53 +1074,83 @@ impl ConnTable {
     /// Puts saved entries back (before the workers start); `slot_of` gives
     /// each its rule's slot now (a rule's slot may differ after a restart;
     /// `None`: keep the saved one). Returns how many were taken: an entry
-    /// already present or past the capacity is left out.
+    /// already present or past the capacity is left out. Saved counters
+    /// are kept if this table keeps accounting (zero if they were not
+    /// saved).
     pub fn import(&self, saved: &[ConnInfo], slot_of: impl Fn(&ConnInfo) -> Option<u32>) -> usize {
         let mut taken = 0;
         for e in saved {
             let (key, from_lo) = ConnKey::of(&e.orig);
             let h = self.hash(&key);
+            let w = key.words();
             let mut shard = self.shard(h);
-            if shard.map.contains_key(&key) || self.len() >= self.capacity {
+            if self.locate(&w, h, None).is_some() || self.len() >= self.capacity {
                 continue;
             }
-            if self.filter.insert_hash(h, 0).is_err() {
+            let Some(i) = self.alloc(&mut shard) else {
                 continue;
-            }
+            };
             self.len.fetch_add(1, Relaxed);
-            shard.map.insert(
-                key,
-                Entry {
-                    state: e.state,
-                    fin: e.fin,
-                    orig_lo: from_lo,
-                    slot: slot_of(e).unwrap_or(e.slot),
-                    action: e.action,
-                    opened_ns: e.opened_ns,
-                    last_ns: e.last_ns,
-                    packets: e.packets,
-                    bytes: e.bytes,
-                },
-            );
-            if e.state.embryonic() {
-                shard.embryonic.push_back(key);
+            let ctl = USED
+                | if from_lo { ORIG_LO } else { 0 }
+                | u64::from(e.fin & 3) << FIN_SHIFT
+                | (e.state.index() as u64) << STATE_SHIFT
+                | u64::from(slot_of(e).unwrap_or(e.slot)) << RULE_SHIFT;
+            let acct = e.acct.unwrap_or(Acct {
+                opened_ns: e.last_ns,
+                ..Acct::default()
+            });
+            if self.fill(&mut shard, i, &w, h, ctl, e.action, e.last_ns, acct) {
+                taken += 1;
             }
-            taken += 1;
         }
         taken
+    }
+
+    /// The connection in slot `i`, read whole; `None` if free or freed
+    /// while read.
+    fn info(&self, i: usize) -> Option<ConnInfo> {
+        let s = &self.slots[i];
+        let c1 = s.ctl.load(Acquire);
+        if c1 & USED == 0 {
+            return None;
+        }
+        let addr = [0, 1, 2, 3].map(|j| s.addr[j].load(Relaxed));
+        let meta = s.meta.load(Relaxed);
+        let last_ns = s.last.load(Relaxed);
+        let acct = self.acct.as_ref().map(|a| {
+            let a = &a[i];
+            Acct {
+                opened_ns: a.opened.load(Relaxed),
+                packets: [0, 1].map(|d| a.packets[d].load(Relaxed)),
+                bytes: [0, 1].map(|d| a.bytes[d].load(Relaxed)),
+            }
+        });
+        fence(Acquire);
+        let c2 = s.ctl.load(Relaxed);
+        if (c1 ^ c2) & IDENTITY != 0 {
+            return None;
+        }
+        let key = ConnKey::from_words(addr, meta);
+        Some(ConnInfo {
+            orig: key.flow(c2 & ORIG_LO != 0),
+            state: state_of(c2),
+            fin: fin_of(c2),
+            slot: rule_of(c2),
+            action: action_of(meta >> ACTION_SHIFT),
+            last_ns,
+            acct,
+        })
     }
 
     /// Up to `limit` connections that `keep` accepts.
     pub fn list(&self, limit: usize, keep: impl Fn(&ConnInfo) -> bool) -> Vec<ConnInfo> {
         let mut out = Vec::new();
-        for s in &*self.shards {
-            for (k, e) in &lock(s).map {
-                let info = e.info(k);
-                if keep(&info) {
-                    out.push(info);
-                    if out.len() >= limit {
-                        return out;
-                    }
+        for i in 0..self.slots.len() {
+            if let Some(info) = self.info(i).filter(|c| keep(c)) {
+                out.push(info);
+                if out.len() >= limit {
+                    break;
                 }
             }
         }
@@ -659,8 +1158,9 @@ impl ConnTable {
     }
 }
 
-/// A stripe's lock. A worker that panicked while holding one left its map
-/// whole (each change is one insert or remove): keep serving.
+/// A stripe's lock (or the Bloom part's pairs'). A worker that panicked
+/// while holding one left it whole (each change is a few stores whose
+/// readers check the slot's generation): keep serving.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -672,11 +1172,46 @@ impl std::fmt::Debug for ConnTable {
             .field("capacity", &self.capacity)
             .field("entries", &self.len())
             .field("stripes", &self.shards.len())
+            .field("slots", &self.slots.len())
             .finish_non_exhaustive()
     }
 }
 
-/// Bytes of one connection's slot in its stripe's map (entry and key,
-/// plus the map's control byte), before the map's spare room and the
-/// filter's ~2 bytes.
-pub const SLOT_BYTES: usize = std::mem::size_of::<(ConnKey, Entry)>() + 1;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot answers only for its exact key: every field of the key
+    /// (each address word, each port, the protocol, the family) changed
+    /// alone makes it another connection's. The filter's fingerprints
+    /// rarely bring such a twin to the slot, so this is checked on the
+    /// slot itself.
+    #[test]
+    fn a_slot_answers_only_its_exact_key() {
+        let t = ConnTable::new(64, Timeouts::default(), HashSecret::from_seed(1)).unwrap();
+        let k = FlowKey::new(
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+            17,
+            5000,
+            53,
+        );
+        t.open(&k, 0, false, 1, Action::Allow, 60, 0).unwrap();
+        let (key, _) = ConnKey::of(&k);
+        let w = key.words();
+        let (i, ..) = t.locate(&w, t.hash(&key), None).unwrap();
+        assert!(matches!(t.read(i, &w), Read::Mine(..)));
+        let mut twins = Vec::new();
+        for j in 0..4 {
+            let mut x = w;
+            x.0[j] ^= 1 << 63;
+            twins.push(x);
+        }
+        for bit in [0, 16, 32, 40] {
+            twins.push((w.0, w.1 ^ 1 << bit));
+        }
+        for x in twins {
+            assert!(matches!(t.read(i, &x), Read::Other), "{x:x?}");
+        }
+    }
+}

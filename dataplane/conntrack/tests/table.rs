@@ -4,7 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use cfdp_conntrack::state::tcp::{ACK, FIN, SYN};
-use cfdp_conntrack::{ConnTable, Dir, OpenError, State, Timeouts};
+use cfdp_conntrack::table::Options;
+use cfdp_conntrack::{ConnInfo, ConnTable, Dir, OpenError, State, Timeouts};
 use cfdp_rules::{Action, FlowKey, HashSecret};
 
 const S: u64 = 1_000_000_000;
@@ -42,9 +43,28 @@ fn table(capacity: usize) -> ConnTable {
     ConnTable::new(capacity, Timeouts::default(), HashSecret::from_seed(7)).unwrap()
 }
 
+/// A table that counts packets and bytes.
+fn counting(capacity: usize) -> ConnTable {
+    let opts = Options {
+        accounting: true,
+        ..Options::default()
+    };
+    ConnTable::with_options(
+        capacity,
+        Timeouts::default(),
+        HashSecret::from_seed(7),
+        opts,
+    )
+    .unwrap()
+}
+
+fn packets(c: &ConnInfo) -> [u64; 2] {
+    c.acct.expect("accounting on").packets
+}
+
 #[test]
 fn both_directions_share_one_connection_and_its_action() {
-    let t = table(1024);
+    let t = counting(1024);
     let k = tcp(1);
     assert_eq!(t.lookup(&k, SYN, 60, 0), None);
     let h = t.open(&k, SYN, false, 7, Action::Count, 60, 0).unwrap();
@@ -67,10 +87,14 @@ fn both_directions_share_one_connection_and_its_action() {
     assert_eq!(t.lookup(&FlowKey { proto: 17, ..k }, 0, 52, 2 * S), None);
     let l = t.list(10, |_| true);
     assert_eq!(l.len(), 1);
-    assert_eq!(
-        (l[0].orig, l[0].packets, l[0].bytes),
-        (k, [2, 1], [112, 60])
-    );
+    let a = l[0].acct.unwrap();
+    assert_eq!((l[0].orig, a.packets, a.bytes), (k, [2, 1], [112, 60]));
+    // Without accounting, no counters.
+    let t = table(1024);
+    t.open(&k, SYN, false, 7, Action::Count, 60, 0).unwrap();
+    assert_eq!(t.list(1, |_| true)[0].acct, None);
+    let t = counting(1024);
+    t.open(&k, SYN, false, 7, Action::Count, 60, 0).unwrap();
     assert_eq!(l[0].state, State::TcpEstablished);
     // Only a SYN opens a TCP connection.
     assert_eq!(
@@ -243,11 +267,9 @@ fn directions_on_different_threads_meet_in_one_entry() {
 
 #[test]
 fn memory_per_connection_is_what_the_docs_say() {
-    // Key 38 bytes, entry 64 (with padding), the map's control byte: 105
-    // bytes a slot. Each stripe's map and queue are allocated at start for
-    // its share and a quarter more, which hashbrown rounds to a power of
-    // two of slots at 7/8 load: about 2.5 slots a configured connection.
-    const { assert!(cfdp_conntrack::table::SLOT_BYTES <= 105) };
+    // A 56-byte slot a connection, the filter's entry beside it; each
+    // stripe's slots are allocated at start for its share and a margin.
+    const { assert!(cfdp_conntrack::table::SLOT_BYTES == 56) };
     let n = 1u32 << 17;
     let t = table(n as usize);
     let empty = t.memory_bytes();
@@ -255,17 +277,134 @@ fn memory_per_connection_is_what_the_docs_say() {
         t.open(&udp(i), 0, false, 1, Action::Allow, 60, 0).unwrap();
     }
     let full = t.memory_bytes();
-    let per = full as f64 / f64::from(n);
-    eprintln!("{per:.1} bytes per connection, {n} connections ({empty} bytes at start)");
-    assert_eq!(full, empty, "nothing grew: no rehash under a stripe's lock");
-    assert!(per < 300.0, "{per} bytes per connection");
+    // Nothing grew but the Bloom part's (hash, slot) pairs (counted at
+    // twice their 16 bytes).
+    let bloom = t.filter_stats().bloom_items;
+    assert_eq!(full - empty, bloom * 32, "{bloom} in the Bloom part");
+    // The empty slots: spare slots of the stripes, free filter entries.
+    let st = t.filter_stats();
+    let entry = st.memory_bytes as f64 / (st.buckets * 4) as f64;
+    let spare = (t.slots() - n as usize) * cfdp_conntrack::table::SLOT_BYTES;
+    let free_entries = (st.buckets * 4 - st.entries) as f64 * entry;
+    let per = (full as f64 - spare as f64 - free_entries) / f64::from(n);
+    eprintln!(
+        "{per:.1} bytes per connection beside {} spare slots and {} free filter entries of {entry} bytes, {n} connections",
+        t.slots() - n as usize,
+        st.buckets * 4 - st.entries
+    );
+    assert!(per <= 64.0, "{per} bytes per connection");
+    assert!(t.slots() < 2 * n as usize, "{} slots", t.slots());
+}
+
+/// Near full, the filter's insert walk puts some connections in its Bloom
+/// part (no slot index there) and, with few fingerprint bits, many keys'
+/// first match is another connection's: every connection is still found,
+/// both ways, and no stranger is.
+#[test]
+fn connections_in_the_bloom_part_or_behind_a_colliding_fingerprint_are_found() {
+    let opts = Options {
+        buckets_log2: Some(10),
+        fingerprint_bits: Some(5),
+        ..Options::default()
+    };
+    let n = 4000u32;
+    let t = ConnTable::with_options(
+        n as usize,
+        Timeouts::default(),
+        HashSecret::from_seed(3),
+        opts,
+    )
+    .unwrap();
+    let mut opened = Vec::new();
+    for i in 0..n {
+        if t.open(&udp(i), 0, false, 1, Action::Allow, 60, 0).is_ok() {
+            opened.push(i);
+        }
+    }
+    let st = t.filter_stats();
+    assert!(
+        st.bloom_items > 0,
+        "nothing in the Bloom part: the test shows nothing"
+    );
+    assert!(opened.len() > 3900, "{} opened", opened.len());
+    for &i in &opened {
+        assert!(t.lookup(&back(&udp(i)), 0, 60, S).is_some(), "{i}");
+    }
+    for i in n..n + 20_000 {
+        assert_eq!(t.lookup(&udp(i), 0, 60, S), None);
+    }
+    // Same addresses, another port or protocol: strangers too.
+    for &i in &opened {
+        let k = udp(i);
+        assert_eq!(t.lookup(&FlowKey { sport: 5001, ..k }, 0, 60, S), None);
+        assert_eq!(t.lookup(&FlowKey { proto: 6, ..k }, 0, 60, S), None);
+    }
+    // Removing them all (timeouts) empties the filter and its Bloom part.
+    assert_eq!(t.sweep(500 * S), opened.len());
+    assert_eq!(t.filter_stats().items, 0);
+    assert!(t.is_empty());
+}
+
+/// With few fingerprint bits, a stranger's fingerprint often matches a
+/// connection's: only the exact key admits it.
+#[test]
+fn colliding_fingerprints_never_admit_a_stranger() {
+    let opts = Options {
+        fingerprint_bits: Some(5),
+        ..Options::default()
+    };
+    // Many connections between one pair of addresses: a stranger's
+    // fingerprint often matches one of them (5 bits), whose addresses are
+    // its own; only the ports or the protocol tell them apart.
+    let t =
+        ConnTable::with_options(4096, Timeouts::default(), HashSecret::from_seed(4), opts).unwrap();
+    let pair =
+        |sport: u16, proto: u8| FlowKey::new(v4(0x0a00_0001), v4(0xc000_0235), proto, sport, 53);
+    for p in 1000..3000 {
+        t.open(&pair(p, 17), 0, false, 1, Action::Allow, 60, 0)
+            .unwrap();
+    }
+    for p in 3000..23_000 {
+        assert_eq!(t.lookup(&pair(p, 17), 0, 60, S), None, "port {p}");
+    }
+    for p in 1000..3000 {
+        assert_eq!(t.lookup(&pair(p, 6), 0, 60, S), None, "TCP port {p}");
+        assert!(t.lookup(&pair(p, 17), 0, 60, S).is_some(), "UDP port {p}");
+    }
+    assert!(t.counts().false_positives > 1000);
+    // Same addresses and ports: the protocol, or the family (an IPv6
+    // address with the same sixteen bytes as an IPv4 one's slot), tells
+    // them apart. A filter of 32 buckets: strangers meet members' fingerprints.
+    let small = Options {
+        buckets_log2: Some(5),
+        ..opts
+    };
+    let t =
+        ConnTable::with_options(128, Timeouts::default(), HashSecret::from_seed(5), small).unwrap();
+    for p in 1000..1100 {
+        t.open(&pair(p, 17), 0, false, 1, Action::Allow, 60, 0)
+            .unwrap();
+    }
+    for p in 1000..1100 {
+        for proto in (0..=255).filter(|&q| q != 17) {
+            assert_eq!(
+                t.lookup(&pair(p, proto), 0, 60, S),
+                None,
+                "port {p} protocol {proto}"
+            );
+        }
+        let mut k = pair(p, 17);
+        k.v6 = true;
+        assert_eq!(t.lookup(&k, 0, 60, S), None, "IPv6 twin of port {p}");
+    }
+    assert!(t.counts().false_positives > 20, "{:?}", t.counts());
 }
 
 /// An ICMP error quoting a packet of a tracked connection (either way) is
 /// related to it; one quoting another 5-tuple is not; neither moves it.
 #[test]
 fn icmp_errors_find_the_connection_they_quote() {
-    let t = table(1024);
+    let t = counting(1024);
     let k = udp(1);
     t.open(&k, 0, false, 3, Action::Count, 60, 0).unwrap();
     let r = t.related(&k, S).unwrap();
@@ -273,7 +412,7 @@ fn icmp_errors_find_the_connection_they_quote() {
     assert!(t.related(&back(&k), S).is_some());
     assert_eq!(t.related(&udp(2), S), None);
     assert_eq!(t.related(&k, 31 * S), None, "expired");
-    assert_eq!(t.list(1, |_| true)[0].packets, [1, 0]);
+    assert_eq!(packets(&t.list(1, |_| true)[0]), [1, 0]);
 }
 
 /// A table saved at a graceful stop comes back whole at the next start:
@@ -281,7 +420,7 @@ fn icmp_errors_find_the_connection_they_quote() {
 #[test]
 fn a_saved_table_comes_back_and_a_damaged_one_is_refused() {
     use cfdp_conntrack::persist;
-    let t = table(1024);
+    let t = counting(1024);
     let k = tcp(1);
     t.open(
         &k,
@@ -308,7 +447,7 @@ fn a_saved_table_comes_back_and_a_damaged_one_is_refused() {
     .unwrap();
     let bytes = persist::encode(&t.export());
     assert_eq!(bytes.len(), 16 + 2 * persist::RECORD);
-    let again = table(1024);
+    let again = counting(1024);
     let saved = persist::decode(&bytes).unwrap();
     assert_eq!(again.import(&saved, |s| Some(s.slot + 10)), 2);
     // The reply's FIN now closes it as it would have before the restart.
@@ -320,7 +459,7 @@ fn a_saved_table_comes_back_and_a_damaged_one_is_refused() {
     let mut l = again.list(10, |_| true);
     l.sort_by_key(|c| c.slot);
     assert_eq!(
-        (l[1].orig, l[1].packets, l[1].state),
+        (l[1].orig, packets(&l[1]), l[1].state),
         (udp(2), [1, 0], State::UdpUnreplied)
     );
     assert_eq!(again.import(&saved, |_| None), 0, "already there");

@@ -243,13 +243,16 @@ pub struct ConnEntry {
     pub rule: Option<RuleId>,
     /// The action its packets take.
     pub action: &'static str,
-    /// Seconds since it opened and since its last packet, in the packets'
-    /// time, measured against the newest packet the table has seen.
-    pub age_s: f64,
+    /// Seconds since its last packet and (with `[conntrack] accounting`)
+    /// since it opened, in the packets' time, measured against the newest
+    /// packet the table has seen.
     pub idle_s: f64,
-    /// Packets and bytes, original direction then reply.
-    pub packets: [u64; 2],
-    pub bytes: [u64; 2],
+    pub age_s: Option<f64>,
+    /// Packets and bytes, original direction then reply (with
+    /// `[conntrack] accounting`; `null` without, as Linux's `conntrack -L`
+    /// shows none while `nf_conntrack_acct` is off).
+    pub packets: Option<[u64; 2]>,
+    pub bytes: Option<[u64; 2]>,
 }
 
 /// `conns`'s answer.

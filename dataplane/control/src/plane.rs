@@ -271,10 +271,10 @@ impl ControlPlane {
                     state: c.state.name(),
                     rule: rule.map(|r| r.id),
                     action: c.action.name(),
-                    age_s: secs(c.opened_ns),
                     idle_s: secs(c.last_ns),
-                    packets: c.packets,
-                    bytes: c.bytes,
+                    age_s: c.acct.map(|a| secs(a.opened_ns)),
+                    packets: c.acct.map(|a| a.packets),
+                    bytes: c.acct.map(|a| a.bytes),
                 }
             })
             .collect();

@@ -5,6 +5,7 @@
 //! Transport facts (TCP flags, an echo's identifier, what an ICMP error
 //! quotes) are read here, on demand, for TCP and ICMP packets only.
 
+use cfdp_conntrack::table::Probe;
 use cfdp_conntrack::{ConnTable, OpenError};
 use cfdp_packet::{transport, Transport};
 use cfdp_rules::{proto, Action, Allowing, FlowKey};
@@ -46,9 +47,19 @@ fn echo_key(key: &FlowKey, id: u16) -> FlowKey {
     }
 }
 
-/// The connection's decision for packet `p` (its matched 5-tuple `key`),
+/// The connection's decision for packet `p` (its matched 5-tuple `key`,
+/// with `probe` when the burst's probe of the table is still current),
 /// if it belongs to one.
-pub(crate) fn lookup(t: &ConnTable, p: &PacketRef<'_>, key: &FlowKey) -> Option<Decided> {
+pub(crate) fn lookup(
+    t: &ConnTable,
+    p: &PacketRef<'_>,
+    key: &FlowKey,
+    probe: Option<&Probe>,
+) -> Option<Decided> {
+    let find = |k: &FlowKey, flags: u8, len: u32, ts: u64| match probe {
+        Some(pr) => t.lookup_probed(k, pr, flags, len, ts),
+        None => t.lookup(k, flags, len, ts),
+    };
     let (ts, len) = (p.ts_ns, p.orig_len);
     let allowing = |a: Action| a.tracked();
     match facts(p, key) {
@@ -56,16 +67,14 @@ pub(crate) fn lookup(t: &ConnTable, p: &PacketRef<'_>, key: &FlowKey) -> Option<
             .related(&inner, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Related),
-        Transport::Tcp { flags } => t
-            .lookup(key, flags, len, ts)
+        Transport::Tcp { flags } => find(key, flags, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
         Transport::Echo { id, .. } => t
             .lookup(&echo_key(key, id), 0, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
-        Transport::Other => t
-            .lookup(key, 0, len, ts)
+        Transport::Other => find(key, 0, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
     }

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cfdp_conntrack::table::Probe;
 use cfdp_conntrack::{ConnTable, OpenError};
 use cfdp_packet::frag::{FragTable, Held, HoldLimits, HoldTable};
 use cfdp_packet::prefetch::prefetch_read;
@@ -362,14 +363,15 @@ impl Worker {
             return;
         }
         // The whole burst against the table's filter first: most packets
-        // belong to no connection, and their probes overlap.
-        let mut maybe = [false; MAX_BURST];
-        t.may_hold(&s.keys[..n], &mut maybe[..n]);
+        // belong to no connection, and their probes overlap. A candidate
+        // is then looked up from its probe (not hashed again).
+        let mut probes = [Probe::default(); MAX_BURST];
+        t.probe(&s.keys[..n], &mut probes[..n]);
         for (i, p) in pkts.iter().enumerate() {
             // An ICMP packet's connection is not keyed by its 5-tuple (an
             // echo by its identifier, an error by what it quotes).
-            if s.valid[i] && (maybe[i] || track::keyed_apart(&s.keys[i])) {
-                s.conns[i] = track::lookup(t, p, &s.keys[i]);
+            if s.valid[i] && (probes[i].may_hold() || track::keyed_apart(&s.keys[i])) {
+                s.conns[i] = track::lookup(t, p, &s.keys[i], Some(&probes[i]));
                 s.valid[i] = s.conns[i].is_none();
             }
         }
@@ -540,7 +542,7 @@ impl Judge<'_> {
         // A connection opened by an earlier packet of this burst: a
         // replayed capture can hold a request and its answer in one burst.
         let conn = match (conn, t) {
-            (None, Some(t)) if self.opened => track::lookup(t, p, key),
+            (None, Some(t)) if self.opened => track::lookup(t, p, key, None),
             _ => conn,
         };
         match conn {

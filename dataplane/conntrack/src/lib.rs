@@ -22,9 +22,12 @@
 #![forbid(unsafe_code)]
 
 pub mod key;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub mod persist;
 pub mod settings;
 pub mod state;
+mod sync;
 pub mod table;
 
 pub use key::{ConnKey, Dir};

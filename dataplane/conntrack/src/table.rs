@@ -26,6 +26,11 @@
 //! directions of a 5-tuple on one queue), which `cfdp run` on DPDK does
 //! not configure today and `cfdp replay`'s RSS does not promise either.
 //!
+//! Every write of a slot's control word is a read-modify-write, so that a
+//! reader's compare-and-swap and a free of the slot are totally ordered
+//! (the loom model, `src/loom_tests.rs`, found a reader's state change
+//! landing on the slot's next connection with plain stores there).
+//!
 //! Order: a slot is written before its index is in the filter, and its
 //! index leaves the filter before the slot is freed. A reader that misses
 //! the filter for an entry being opened treats the packet as new: the
@@ -49,9 +54,9 @@
 //! `[conntrack] accounting`) is off by default, as Linux's
 //! `nf_conntrack_acct` is: it adds 40 bytes a slot.
 
+use crate::sync::Ordering::*;
+use crate::sync::{fence, lock, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 use std::collections::BTreeSet;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cfdp_filter::{BloomConfig, BloomMode, Config, ConfigError, Filter, Lookup, Placement};
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
@@ -92,7 +97,6 @@ const NONE: u32 = u32::MAX;
 /// read without a lock while the stripe's owner may rewrite it, and the
 /// control word's generation tells them whether what they read is whole.
 /// 56 bytes.
-#[derive(Default)]
 struct Slot {
     ctl: AtomicU64,
     /// The newest packet time seen (ns).
@@ -105,11 +109,49 @@ struct Slot {
 }
 
 /// A slot's accounting, when it is on.
-#[derive(Default)]
 struct AcctSlot {
     opened: AtomicU64,
     packets: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
+}
+
+fn zeros<const N: usize>() -> [AtomicU64; N] {
+    std::array::from_fn(|_| AtomicU64::new(0))
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            ctl: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+            addr: zeros(),
+            meta: AtomicU64::new(0),
+        }
+    }
+}
+
+impl AcctSlot {
+    fn new() -> Self {
+        Self {
+            opened: AtomicU64::new(0),
+            packets: zeros(),
+            bytes: zeros(),
+        }
+    }
+}
+
+/// Rewrites a slot's control word with `f` of its current value, as one
+/// read-modify-write (returns the value before): a reader's
+/// compare-and-swap on the word and this change are then totally ordered,
+/// and the reader's fails if the slot was freed.
+fn rmw(w: &AtomicU64, f: impl Fn(u64) -> u64) -> u64 {
+    let mut c = w.load(Relaxed);
+    loop {
+        match w.compare_exchange_weak(c, f(c), Release, Relaxed) {
+            Ok(old) => return old,
+            Err(now) => c = now,
+        }
+    }
 }
 
 /// Bytes a connection's slot takes (the filter's entry, ~4 bytes at 95 %
@@ -117,6 +159,7 @@ struct AcctSlot {
 pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
 /// Bytes a slot's accounting adds when it is on.
 pub const ACCT_BYTES: usize = std::mem::size_of::<AcctSlot>();
+#[cfg(not(loom))]
 const _: () = assert!(SLOT_BYTES == 56);
 
 fn state_of(c: u64) -> State {
@@ -347,8 +390,9 @@ pub struct ConnTable {
     clocks: Box<[AtomicU64]>,
 }
 
-/// Workers whose packet time the table follows ([`ConnTable::advance`]).
-pub const CLOCKS: usize = 64;
+/// Workers whose packet time the table follows ([`ConnTable::advance`]);
+/// two in the loom model (each is an atomic every sweep reads).
+pub const CLOCKS: usize = if cfg!(loom) { 2 } else { 64 };
 
 /// Why a table was not built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -389,7 +433,12 @@ impl ConnTable {
             .next_power_of_two()
             .min(SHARDS);
         let share = capacity.div_ceil(shards);
-        let per_shard = share + 6 * (share as f64).sqrt().ceil() as usize + 8;
+        let margin = if cfg!(loom) {
+            1 // the loom model's table: every slot is seven model atomics
+        } else {
+            6 * (share as f64).sqrt().ceil() as usize + 8
+        };
+        let per_shard = share + margin;
         let total = per_shard * shards;
         if total > MAX_SLOTS {
             return Err(TableError::TooLarge { slots: total });
@@ -404,14 +453,17 @@ impl ConnTable {
                 mode: BloomMode::Bit,
                 threshold: 0,
             }),
+            // The filter's seqlock stripes: its default, or four atomics in
+            // the loom model.
+            stripes: if cfg!(loom) { 4 } else { 0 },
             ..Config::default()
         })?;
         Ok(Self {
             filter,
-            slots: (0..total).map(|_| Slot::default()).collect(),
+            slots: (0..total).map(|_| Slot::new()).collect(),
             acct: opts
                 .accounting
-                .then(|| (0..total).map(|_| AcctSlot::default()).collect()),
+                .then(|| (0..total).map(|_| AcctSlot::new()).collect()),
             shards: (0..shards)
                 .map(|i| {
                     Mutex::new(Shard {
@@ -441,6 +493,22 @@ impl ConnTable {
 
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn dump(&self) -> String {
+        self.slots
+            .iter()
+            .map(|s| {
+                format!(
+                    "ctl {:x} addr0 {:x} meta {:x}",
+                    s.ctl.load(Relaxed),
+                    s.addr[0].load(Relaxed),
+                    s.meta.load(Relaxed)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// Slots allocated: the capacity and each stripe's margin.
@@ -843,8 +911,7 @@ impl ConnTable {
                 a.bytes[d].store(acct.bytes[d], Relaxed);
             }
         }
-        let gen = s.ctl.load(Relaxed) & GEN_MASK;
-        s.ctl.store(gen | ctl, Release);
+        rmw(&s.ctl, |c| c & GEN_MASK | ctl);
         // Only now in the filter: a reader that finds the index finds the
         // slot whole.
         let mut fw = self.filter.writer();
@@ -881,8 +948,7 @@ impl ConnTable {
     /// back.
     fn free(&self, shard: &mut Shard, i: u32) {
         let s = &self.slots[i as usize];
-        let gen = (s.ctl.load(Relaxed) + (1 << GEN_SHIFT)) & GEN_MASK;
-        s.ctl.store(gen, Release);
+        rmw(&s.ctl, |c| (c + (1 << GEN_SHIFT)) & GEN_MASK);
         s.meta.store(u64::from(shard.free), Relaxed);
         shard.free = i;
         self.len.fetch_sub(1, Relaxed);
@@ -1156,13 +1222,6 @@ impl ConnTable {
         }
         out
     }
-}
-
-/// A stripe's lock (or the Bloom part's pairs'). A worker that panicked
-/// while holding one left it whole (each change is a few stores whose
-/// readers check the slot's generation): keep serving.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for ConnTable {

@@ -1,0 +1,111 @@
+//! Model checking of the table's lock-free read path with `loom`.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
+//! cfdp-conntrack --lib --release loom`
+//!
+//! A worker looks a connection up (and moves its state by a
+//! compare-and-swap) while another worker opens, early-drops and reuses
+//! slots. loom explores the interleavings of every atomic access of both
+//! threads — the slots' control words and key words, the filter's buckets
+//! and seqlock stripes — and in every one the reader must see a whole
+//! connection that is its own, or none, and must never move another
+//! connection's state.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use cfdp_rules::{Action, FlowKey, HashSecret};
+use loom::thread;
+
+use crate::key::Dir;
+use crate::state::{State, Timeouts};
+use crate::table::ConnTable;
+
+fn udp(i: u8) -> FlowKey {
+    FlowKey::new(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)),
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 53)),
+        17,
+        5000,
+        53,
+    )
+}
+
+fn back(k: &FlowKey) -> FlowKey {
+    FlowKey {
+        src: k.dst,
+        dst: k.src,
+        sport: k.dport,
+        dport: k.sport,
+        ..*k
+    }
+}
+
+/// A table of one connection (two slots).
+fn tiny() -> ConnTable {
+    ConnTable::new(1, Timeouts::default(), HashSecret::from_seed(1)).expect("table")
+}
+
+/// The reader answers connection A's reply while the writer opens B in a
+/// full table: B takes A's place (A is unanswered, so it may be dropped)
+/// and, the free list being last-in first-out, A's slot. The reader sees
+/// A whole or nothing, never B; its compare-and-swap (A's state moving to
+/// replied) never lands on B; and either B replaced A or A was answered
+/// first and B was refused.
+#[test]
+fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
+    loom::model(|| {
+        let t = Arc::new(tiny());
+        let (a, b) = (udp(1), udp(2));
+        t.open(&a, 0, false, 1, Action::Allow, 60, 0).expect("room");
+        let reader = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || t.lookup(&back(&a), 0, 60, 1))
+        };
+        let opened = t.open(&b, 0, false, 2, Action::Count, 60, 1);
+        let seen = reader.join().unwrap();
+        if let Some(h) = seen {
+            assert_eq!(
+                (h.slot, h.action, h.dir, h.state),
+                (1, Action::Allow, Dir::Reply, State::UdpReplied),
+                "the reader took another connection for A"
+            );
+        }
+        assert_eq!(t.len(), 1);
+        match opened {
+            Ok(_) => {
+                assert!(t.peek(&a).is_none(), "A stayed beside B");
+                let h = t.peek(&b).expect("B opened");
+                assert_eq!(
+                    (h.slot, h.action, h.state),
+                    (2, Action::Count, State::UdpUnreplied),
+                    "B's entry was changed by A's reader: {}",
+                    t.dump()
+                );
+            }
+            Err(_) => {
+                assert!(seen.is_some(), "B refused though A was droppable");
+                assert_eq!(t.peek(&a).map(|h| h.state), Some(State::UdpReplied));
+            }
+        }
+    });
+}
+
+/// A connection being opened is found whole (its rule, its action, the
+/// reply's direction) or not at all.
+#[test]
+fn loom_a_connection_being_opened_is_found_whole_or_not_at_all() {
+    loom::model(|| {
+        let t = Arc::new(tiny());
+        let a = udp(1);
+        let reader = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || t.related(&back(&a), 1))
+        };
+        t.open(&a, 0, false, 7, Action::Count, 60, 0).expect("room");
+        if let Some(h) = reader.join().unwrap() {
+            assert_eq!((h.slot, h.action, h.dir), (7, Action::Count, Dir::Reply));
+        }
+        assert!(t.peek(&a).is_some());
+    });
+}

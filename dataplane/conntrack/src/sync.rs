@@ -1,0 +1,20 @@
+//! The atomics and locks the table is built from, switched to `loom`'s
+//! model-checked versions under `--cfg loom`, so that its lock-free read
+//! path (a seqlock per slot) is checked against opens, removals and slot
+//! reuse on a tiny table (`src/loom_tests.rs`).
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
+
+/// A lock (a stripe's, or the Bloom part's pairs'). A worker that
+/// panicked while holding one left it whole (each change is a few stores
+/// whose readers check the slot's generation): keep serving.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -495,6 +495,8 @@ impl ConnTable {
         self.capacity
     }
 
+    /// Every slot's control, first address and meta words, for a failing
+    /// loom model's message.
     #[cfg(loom)]
     pub(crate) fn dump(&self) -> String {
         self.slots
@@ -872,7 +874,10 @@ impl ConnTable {
             // The stripe's share is used up though the table is not full
             // (six standard deviations of bad luck): make room in it.
             None if self.drop_one(shard, now_ns) => self.alloc(shard)?,
-            None => None?,
+            None => {
+                self.len.fetch_sub(1, Relaxed);
+                return None;
+            }
         };
         Some(i)
     }
@@ -1239,6 +1244,51 @@ impl std::fmt::Debug for ConnTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stripe whose share of slots is used up refuses a connection it
+    /// cannot make room for, though the table is not full, and the table's
+    /// length does not count the refused one; other stripes still open.
+    #[test]
+    fn a_full_stripe_refuses_and_counts_nothing() {
+        use crate::state::tcp::{ACK, SYN};
+        let t = ConnTable::new(128, Timeouts::default(), HashSecret::from_seed(2)).unwrap();
+        assert_eq!(t.stripes(), 2);
+        let stripe = |k: &FlowKey| (t.hash(&ConnKey::of(k).0) >> 56) as usize & t.shard_mask;
+        let tcp = |i: u32| {
+            FlowKey::new(
+                std::net::Ipv4Addr::from(0x0a00_0000 + i).into(),
+                std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
+                6,
+                40000,
+                80,
+            )
+        };
+        let back = |k: &FlowKey| FlowKey {
+            src: k.dst,
+            dst: k.src,
+            sport: k.dport,
+            dport: k.sport,
+            ..*k
+        };
+        let mut keys = (0..).map(tcp);
+        let share = t.per_shard as usize;
+        for _ in 0..share {
+            let k = keys.find(|k| stripe(k) == 0).unwrap();
+            t.open(&k, SYN, false, 1, Action::Allow, 60, 0).unwrap();
+            t.lookup(&back(&k), SYN | ACK, 60, 0).unwrap();
+            t.lookup(&k, ACK, 60, 0).unwrap();
+        }
+        assert!(share < t.capacity());
+        let k = keys.find(|k| stripe(k) == 0).unwrap();
+        assert_eq!(
+            t.open(&k, SYN, false, 1, Action::Allow, 60, 0),
+            Err(OpenError::Full)
+        );
+        assert_eq!(t.len(), share);
+        let k = keys.find(|k| stripe(k) == 1).unwrap();
+        t.open(&k, SYN, false, 1, Action::Allow, 60, 0).unwrap();
+        assert_eq!(t.len(), share + 1);
+    }
 
     /// A slot answers only for its exact key: every field of the key
     /// (each address word, each port, the protocol, the family) changed

@@ -92,6 +92,7 @@ pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
 pub use filter::FilterWriter;
 pub use layout::ENTRIES_PER_BUCKET;
 pub use outcome::{Candidates, InsertError, InsertOutcome, Lookup, Placement, Stats};
+pub use prefetch::read as prefetch_read;
 pub use snapshot::SnapshotError;
 pub use state::Filter;
 pub use tagmap::{pair_hash, TagMap};

@@ -663,6 +663,13 @@ impl ConnTable {
                 .get_batch_hashes(&hashes[..ks.len()], &mut found[..ks.len()]);
             for ((o, &hash), &found) in os.iter_mut().zip(&hashes).zip(&found) {
                 *o = Probe { hash, found };
+                // The slot a positive points at, on its way while the rest
+                // of the batch is probed and looked up.
+                if let Lookup::Entry(v) = found {
+                    if let Some(s) = self.slots.get(v as usize) {
+                        cfdp_filter::prefetch_read(std::ptr::from_ref(s).cast());
+                    }
+                }
             }
         }
     }

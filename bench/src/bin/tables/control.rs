@@ -558,3 +558,58 @@ pub(crate) fn conntrack_flood(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// cfdp's connection table beside `rte_hash` on the same keys
+/// (`conntrack_rte_hash.csv`), with cfdp's ratio in each column (a rate's
+/// ratio is cfdp/rte_hash; a latency's, rte_hash/cfdp: above 1 is cfdp
+/// ahead either way).
+pub(crate) fn conntrack_rte_hash(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack_rte_hash.csv")?;
+    let recs = c.records();
+    let find = |name: &str| {
+        recs.iter()
+            .find(|r| r["impl"] == name)
+            .ok_or_else(|| format!("{}: no {name} row", c.name))
+    };
+    let (ours, theirs) = (find("cfdp")?, find("rte_hash")?);
+    let cols = [
+        ("insert p50 (ns)", "insert_p50_ns", false),
+        ("insert p99 (ns)", "insert_p99_ns", false),
+        ("insert p99.9 (ns)", "insert_p999_ns", false),
+        ("failed inserts", "failed", false),
+        ("lookup, established (M/s)", "lookup_mops", true),
+        (
+            "lookup, established, 32 at a time (M/s)",
+            "lookup_bulk_mops",
+            true,
+        ),
+        ("lookup, stranger (M/s)", "stranger_mops", true),
+    ];
+    let mut rows = Vec::new();
+    for (label, col, rate) in cols {
+        let (a, b) = (num(ours[col], &c.name)?, num(theirs[col], &c.name)?);
+        let ratio = match (rate, a, b) {
+            (_, a, b) if a == 0.0 && b == 0.0 => "=".to_owned(),
+            (true, a, b) if b > 0.0 => format!("{:.2}×", a / b),
+            (false, a, b) if a > 0.0 => format!("{:.2}×", b / a),
+            _ => "–".to_owned(),
+        };
+        let fmt = |x: f64| {
+            if rate {
+                format!("{x:.2}")
+            } else {
+                format!("{x:.0}")
+            }
+        };
+        rows.push(vec![label.to_owned(), fmt(a), fmt(b), ratio]);
+    }
+    Ok(table(
+        &[
+            "figure",
+            "cfdp",
+            "rte_hash (RW_CONCURRENCY_LF, crc)",
+            "cfdp's ratio",
+        ],
+        &rows,
+    ) + &c.source())
+}

@@ -633,6 +633,80 @@ impl Ends {
             && c.read_exact(&mut b).is_ok()
     }
 
+    /// A TCP connection from A, a byte, then closed by a FIN each way:
+    /// each end reads the other's end of stream.
+    fn tcp_close(&self, port: u16) -> bool {
+        let l = in_ns(&self.b, || TcpListener::bind((self.b_ip, port)).unwrap());
+        let to = SocketAddr::from((self.b_ip, port));
+        let Ok(mut c) = in_ns(&self.a, || TcpStream::connect_timeout(&to, NO_WAIT)) else {
+            return false;
+        };
+        let (mut s, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(NO_WAIT)).unwrap();
+        s.set_read_timeout(Some(NO_WAIT)).unwrap();
+        let mut b = [0u8; 1];
+        c.write_all(b"q").is_ok()
+            && s.read_exact(&mut b).is_ok()
+            && c.shutdown(std::net::Shutdown::Write).is_ok()
+            && s.read(&mut b).is_ok_and(|n| n == 0)
+            && s.shutdown(std::net::Shutdown::Write).is_ok()
+            && c.read(&mut b).is_ok_and(|n| n == 0)
+    }
+
+    /// A SYN from A to a port of B where nothing listens: B's RST comes
+    /// back (the connection is refused rather than timing out).
+    fn tcp_refused(&self, port: u16) -> bool {
+        let to = SocketAddr::from((self.b_ip, port));
+        matches!(
+            in_ns(&self.a, || TcpStream::connect_timeout(&to, NO_WAIT)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    }
+
+    /// An ICMP port unreachable that B forges (a raw socket) about UDP from
+    /// A's `a_port` to B's `b_port`, after A sent a datagram that way
+    /// (`tracked`) or without it: whether it reaches A, whose socket is
+    /// connected to that pair and reports the error as a refused
+    /// connection.
+    fn forged_icmp_error(&self, tracked: bool, a_port: u16, b_port: u16) -> bool {
+        let a = self.udp(true, a_port);
+        a.connect((self.b_ip, b_port)).unwrap();
+        let b = self.udp(false, b_port);
+        let mut buf = [0u8; 64];
+        if tracked {
+            a.send(b"x").unwrap();
+            if b.recv_from(&mut buf).is_err() {
+                return false;
+            }
+        }
+        // ICMP type 3 code 3, then the quoted IPv4 header and the first 8
+        // bytes of its datagram (a UDP header carrying one byte).
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&29u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&self.a_ip.octets());
+        ip[16..20].copy_from_slice(&self.b_ip.octets());
+        let c = checksum(&ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut msg = vec![3u8, 3, 0, 0, 0, 0, 0, 0];
+        msg.extend_from_slice(&ip);
+        msg.extend_from_slice(&a_port.to_be_bytes());
+        msg.extend_from_slice(&b_port.to_be_bytes());
+        msg.extend_from_slice(&9u16.to_be_bytes());
+        msg.extend_from_slice(&[0, 0]);
+        let c = checksum(&msg);
+        msg[2..4].copy_from_slice(&c.to_be_bytes());
+        let to = SocketAddr::from((self.a_ip, 0));
+        in_ns(&self.b, || {
+            use rustix::net::{ipproto, sendto, socket, AddressFamily, SendFlags, SocketType};
+            let raw = socket(AddressFamily::INET, SocketType::RAW, Some(ipproto::ICMP)).unwrap();
+            sendto(&raw, &msg, SendFlags::empty(), &to).unwrap();
+        });
+        matches!(a.recv(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+    }
+
     /// The scripted traffic; what arrived, step by step. `timeout`: the
     /// UDP timeouts both firewalls were given.
     fn script(&self, timeout: Duration) -> Vec<(&'static str, bool)> {
@@ -684,6 +758,22 @@ impl Ends {
         tb.send_to(b"late", (self.a_ip, 5108)).unwrap();
         let late = ta.recv_from(&mut buf).is_ok();
         out.push(("UDP answer after the connection timed out", opened && late));
+        out.push((
+            "TCP from inside closed by a FIN each way, both ends see it",
+            self.tcp_close(5110),
+        ));
+        out.push((
+            "TCP SYN from inside to a closed port: its RST comes back",
+            self.tcp_refused(5111),
+        ));
+        out.push((
+            "a forged ICMP error about a tracked connection",
+            self.forged_icmp_error(true, 5112, 5113),
+        ));
+        out.push((
+            "a forged ICMP error about an untracked connection",
+            self.forged_icmp_error(false, 5114, 5115),
+        ));
         out
     }
 }
@@ -831,7 +921,9 @@ fn stateful_rules_let_through_what_nftables_conntrack_does() {
     );
     // And what a stateful firewall should let through, so that the two
     // agreeing on nothing would not pass.
-    let want = [true, false, true, false, true, false, true, false];
+    let want = [
+        true, false, true, false, true, false, true, false, true, true, true, false,
+    ];
     assert_eq!(ours.iter().map(|o| o.1).collect::<Vec<_>>(), want);
     assert!(
         stats["totals"]["ct_established"].as_u64() > Some(0),
@@ -839,4 +931,16 @@ fn stateful_rules_let_through_what_nftables_conntrack_does() {
     );
     assert!(stats["totals"]["ct_related"].as_u64() > Some(0), "{stats}");
     cfdp.stop();
+}
+
+/// The Internet checksum (RFC 1071) of `b`.
+fn checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }

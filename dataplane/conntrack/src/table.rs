@@ -140,6 +140,13 @@ impl AcctSlot {
     }
 }
 
+/// The folded 128-bit product of `a` and `b`.
+#[inline(always)]
+fn mum(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ (r >> 64) as u64
+}
+
 /// Rewrites a slot's control word with `f` of its current value, as one
 /// read-modify-write (returns the value before): a reader's
 /// compare-and-swap on the word and this change are then totally ordered,
@@ -377,10 +384,14 @@ pub struct ConnTable {
     /// (hash, slot) of the entries the filter holds in its Bloom part.
     side: Mutex<BTreeSet<(u64, u32)>>,
     side_len: AtomicUsize,
-    secret: HashSecret,
+    /// The hash's keys, drawn from the table's secret.
+    seeds: [u64; 7],
     capacity: usize,
     len: AtomicUsize,
     timeouts: Timeouts,
+    /// Each state's timeout in ns, by the state's index in a control word
+    /// (16 entries: no bounds check on four bits).
+    timeout_ns: [u64; 16],
     opened: AtomicU64,
     refused: AtomicU64,
     early_dropped: AtomicU64,
@@ -478,9 +489,12 @@ impl ConnTable {
             shard_mask: shards - 1,
             side: Mutex::new(BTreeSet::new()),
             side_len: AtomicUsize::new(0),
-            secret,
+            seeds: std::array::from_fn(|i| secret.hash_bytes(&[i as u8, 0x5a]) | 1),
             capacity,
             len: AtomicUsize::new(0),
+            timeout_ns: std::array::from_fn(|i| {
+                State::ALL.get(i).map_or(u64::MAX, |&s| timeouts.of(s))
+            }),
             timeouts,
             opened: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -553,7 +567,15 @@ impl ConnTable {
     }
 
     fn hash(&self, key: &ConnKey) -> u64 {
-        self.secret.hash_bytes(&key.bytes())
+        let (a, m) = key.words();
+        let s = &self.seeds;
+        // Three independent multiplies of the key's words with the seeds,
+        // folded by a fourth: the mixing rapidhash does for short keys,
+        // without its byte loads and its serial chain.
+        let x = mum(a[0] ^ s[0], a[1] ^ s[1]);
+        let y = mum(a[2] ^ s[2], a[3] ^ s[3]);
+        let z = mum(m ^ s[4], s[5]);
+        mum(x ^ s[6], y ^ z)
     }
 
     fn shard(&self, h: u64) -> MutexGuard<'_, Shard> {
@@ -562,7 +584,7 @@ impl ConnTable {
     }
 
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
-        now_ns.saturating_sub(last) > self.timeouts.of(state_of(c))
+        now_ns.saturating_sub(last) > self.timeout_ns[(c >> STATE_SHIFT & 0xf) as usize]
     }
 
     /// Reads slot `i` for the key whose words are `w`.

@@ -231,8 +231,18 @@ impl Filter {
     // ----- removal and updates ------------------------------------------
 
     pub(crate) fn remove_locked(&self, w: &mut Guard<'_>, h: u64, value: u32) -> bool {
+        self.remove_placed_locked(w, h, value).is_some()
+    }
+
+    /// [`Self::remove_locked`], saying where the item was.
+    pub(crate) fn remove_placed_locked(
+        &self,
+        w: &mut Guard<'_>,
+        h: u64,
+        value: u32,
+    ) -> Option<Placement> {
         if value > self.max_value() {
-            return false;
+            return None;
         }
         let l = &self.raw.layout;
         let k = self.derive(h);
@@ -245,11 +255,11 @@ impl Filter {
                 self.raw.store_locked(&g, bucket, wi, v);
                 drop(g);
                 bump(&self.entries, -1);
-                return true;
+                return Some(Placement::Entry);
             }
         }
         if l.tag_bits == 0 {
-            return false;
+            return None;
         }
         let (lo, hi) = (k.i1.min(k.i2), k.i1.max(k.i2));
         let expected = BloomRecord {
@@ -258,7 +268,7 @@ impl Filter {
             high: hi,
         };
         if w.side.get(&lo) != Some(&expected) {
-            return false;
+            return None;
         }
         {
             let g = self.raw.lock_pair(w, lo, hi);
@@ -269,7 +279,7 @@ impl Filter {
         }
         w.side.remove(&lo);
         bump(&self.bloom_items, -1);
-        true
+        Some(Placement::Bloom)
     }
 
     pub(crate) fn replace_locked(

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use crate::config::{BloomMode, Config, ConfigError};
 use crate::hash::hash_bytes;
 use crate::layout::{kind, Bucket, Layout, ENTRIES_PER_BUCKET};
-use crate::outcome::{Candidates, InsertError, InsertOutcome, Lookup, Stats};
+use crate::outcome::{Candidates, InsertError, InsertOutcome, Lookup, Placement, Stats};
 use crate::raw::{RawTable, ReadView};
 #[cfg(any(test, loom))]
 use crate::state::Loc;
@@ -556,6 +556,14 @@ impl FilterWriter<'_> {
     /// another element's bits. Returns false when nothing matched.
     pub fn remove_hash(&mut self, h: u64, value: u32) -> bool {
         self.filter.remove_locked(&mut self.guard, h, value)
+    }
+
+    /// [`Self::remove_hash`], saying where the item was: in an entry or in
+    /// the Bloom part (`None`: not found). A caller that keeps the values
+    /// of Bloom-part items aside (they have no entry) knows then whether
+    /// to look there.
+    pub fn remove_hash_placed(&mut self, h: u64, value: u32) -> Option<Placement> {
+        self.filter.remove_placed_locked(&mut self.guard, h, value)
     }
 
     /// Changes the value of one copy of an item in place (atomically for

@@ -1028,13 +1028,15 @@ impl ConnTable {
     fn remove(&self, shard: &mut Shard, i: u32, h: u64) {
         {
             let mut fw = self.filter.writer();
-            let removed = fw.remove_hash(h, i);
-            debug_assert!(removed, "a connection's slot was not in the filter");
-            if self.side_len.load(Acquire) > 0 {
+            let placed = fw.remove_hash_placed(h, i);
+            debug_assert!(
+                placed.is_some(),
+                "a connection's slot was not in the filter"
+            );
+            if placed == Some(Placement::Bloom) {
                 let mut side = lock(&self.side);
-                if side.remove(&(h, i)) {
-                    self.side_len.store(side.len(), Release);
-                }
+                side.remove(&(h, i));
+                self.side_len.store(side.len(), Release);
             }
         }
         self.free(shard, i);

@@ -315,6 +315,7 @@ fn connections_in_the_bloom_part_or_behind_a_colliding_fingerprint_are_found() {
         opts,
     )
     .unwrap();
+    let empty = t.memory_bytes();
     let mut opened = Vec::new();
     for i in 0..n {
         if t.open(&udp(i), 0, false, 1, Action::Allow, 60, 0).is_ok() {
@@ -339,10 +340,12 @@ fn connections_in_the_bloom_part_or_behind_a_colliding_fingerprint_are_found() {
         assert_eq!(t.lookup(&FlowKey { sport: 5001, ..k }, 0, 60, S), None);
         assert_eq!(t.lookup(&FlowKey { proto: 6, ..k }, 0, 60, S), None);
     }
-    // Removing them all (timeouts) empties the filter and its Bloom part.
+    // Removing them all (timeouts) empties the filter and its Bloom part,
+    // and the Bloom part's (hash, slot) pairs: memory back to the start.
     assert_eq!(t.sweep(500 * S), opened.len());
     assert_eq!(t.filter_stats().items, 0);
     assert!(t.is_empty());
+    assert_eq!(t.memory_bytes(), empty);
 }
 
 /// With few fingerprint bits, a stranger's fingerprint often matches a

@@ -29,7 +29,7 @@ fn flow(i: usize) -> FlowKey {
     } else {
         ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
     };
-    let proto = if i % 2 == 0 { 6 } else { 17 };
+    let proto = if i.is_multiple_of(2) { 6 } else { 17 };
     // Same addresses throughout: the ports, protocol and family alone
     // tell the connections apart.
     FlowKey::new(a, b, proto, 1000 + (i / 2) as u16, 53)

@@ -9,10 +9,16 @@
 //!   burst of SYNs opens the rest. Per open: p50, p99, p99.9 and max (ns,
 //!   one clock read each side), refusals, the filter's load and Bloom-part
 //!   items after.
-//! - **Lookups**: a packet of an established connection (a hit: filter,
-//!   stripe lock, exact key, state step) and a packet of no connection
-//!   (the filter's lock-free negative), one thread; and opens plus
+//! - **Lookups**: a packet of an established connection (a hit: key and
+//!   hash, filter, the slot's exact key, state step; no lock) and a packet
+//!   of no connection (the filter's negative), one thread; and opens plus
 //!   lookups from 1 and 2 threads at once (this VM has 2 cores).
+//!
+//! - **Beside `rte_hash`** (`--rte-hash HARNESS`, run by
+//!   `bench/conntrack-rte-hash.sh`): the same keys and occupancy through
+//!   cfdp's table and through DPDK's `rte_hash` (a C harness run as a
+//!   child), rounds alternating: inserts, established lookups one at a
+//!   time and 32 at a time, strangers.
 //!
 //! - **The worker path with stateless rules**, which `cfdp run` runs with
 //!   a connection table always attached: one worker, 64-byte UDP frames

@@ -62,7 +62,7 @@ use cfdp_filter::{BloomConfig, BloomMode, Config, ConfigError, Filter, Lookup, P
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
 
 use crate::key::{ConnKey, Dir};
-use crate::state::{State, Timeouts};
+use crate::state::{tcp, State, Timeouts};
 
 /// Lock stripes at most (fewer for a small table: one per 64
 /// connections, so that a full stripe has entries to drop).
@@ -169,8 +169,20 @@ pub const ACCT_BYTES: usize = std::mem::size_of::<AcctSlot>();
 #[cfg(not(loom))]
 const _: () = assert!(SLOT_BYTES == 56);
 
+/// The states by their index in a control word's four state bits (the
+/// last four never written).
+const STATES: [State; 16] = {
+    let mut t = [State::TcpClose; 16];
+    let mut i = 0;
+    while i < State::ALL.len() {
+        t[i] = State::ALL[i];
+        i += 1;
+    }
+    t
+};
+
 fn state_of(c: u64) -> State {
-    State::ALL[(c >> STATE_SHIFT & 0xf) as usize]
+    STATES[(c >> STATE_SHIFT & 0xf) as usize]
 }
 
 fn fin_of(c: u64) -> u8 {
@@ -768,7 +780,17 @@ impl ConnTable {
     ) -> Option<Hit> {
         let s = &self.slots[i as usize];
         let dir = dir_of(c, from_lo);
-        loop {
+        // Most packets move nothing: an established TCP segment without
+        // SYN, FIN or RST, anything of a replied UDP or echo connection,
+        // the opener's side again before an answer (what `State::next`
+        // says of them, without its match).
+        let settled = match state_of(c) {
+            State::UdpReplied | State::IcmpReplied => true,
+            State::UdpUnreplied | State::IcmpUnreplied => dir == Dir::Orig,
+            State::TcpEstablished => tcp_flags & (tcp::SYN | tcp::FIN | tcp::RST) == 0,
+            _ => false,
+        };
+        while !settled {
             let mut fin = fin_of(c);
             let n = with_state(c, state_of(c).next(dir, tcp_flags, &mut fin), fin);
             if n == c {

@@ -64,6 +64,13 @@ enum Op {
     Sweep {
         after_s: u64,
     },
+    /// A TCP handshake: the opener's SYN, the answer's SYN-ACK, the ACK
+    /// (three steps, each checked), so that established connections and
+    /// what closes them are common.
+    Handshake {
+        i: usize,
+        after_s: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -82,7 +89,8 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (i.clone(), any::<bool>(), flags, after.clone())
             .prop_map(|(i, reply, flags, after_s)| Op::Packet { i, reply, flags, after_s }),
         1 => (i, after.clone()).prop_map(|(i, after_s)| Op::Error { i, after_s }),
-        1 => after.prop_map(|after_s| Op::Sweep { after_s }),
+        1 => after.clone().prop_map(|after_s| Op::Sweep { after_s }),
+        2 => (0..7usize, after).prop_map(|(i, after_s)| Op::Handshake { i: 2 * i, after_s }),
     ]
 }
 
@@ -138,6 +146,17 @@ proptest! {
 
     #[test]
     fn the_table_answers_as_the_model(ops in proptest::collection::vec(op(), 1..120)) {
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .flat_map(|o| match o {
+                Op::Handshake { i, after_s } => vec![
+                    Op::Open { i, after_s },
+                    Op::Packet { i, reply: true, flags: SYN | ACK, after_s: 0 },
+                    Op::Packet { i, reply: false, flags: ACK, after_s: 0 },
+                ],
+                o => vec![o],
+            })
+            .collect();
         let opts = Options {
             buckets_log2: Some(1),
             fingerprint_bits: Some(4),
@@ -196,6 +215,7 @@ proptest! {
                     let want = m.conns.get(&key).filter(|c| now.saturating_sub(c.last) <= m.timeouts.of(c.state)).map(|c| (c.slot, c.action, c.state));
                     prop_assert_eq!(got.map(|h| (h.slot, h.action, h.state)), want, "step {}", n);
                 }
+                Op::Handshake { .. } => unreachable!("expanded above"),
                 Op::Sweep { after_s } => {
                     now += after_s * S;
                     let before = m.conns.len();

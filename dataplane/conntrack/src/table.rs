@@ -147,6 +147,24 @@ fn mum(a: u64, b: u64) -> u64 {
     (r as u64) ^ (r >> 64) as u64
 }
 
+/// Moves the state in control word `ctl` (read as `c`) with a packet going
+/// `dir` with `tcp_flags`, by compare-and-swap: the word after it, or
+/// `None` if the slot was freed meanwhile (the connection is gone).
+fn move_state(ctl: &AtomicU64, mut c: u64, dir: Dir, tcp_flags: u8) -> Option<u64> {
+    loop {
+        let mut fin = fin_of(c);
+        let n = with_state(c, state_of(c).next(dir, tcp_flags, &mut fin), fin);
+        if n == c {
+            return Some(c);
+        }
+        match ctl.compare_exchange_weak(c, n, AcqRel, Acquire) {
+            Ok(_) => return Some(n),
+            Err(now) if (now ^ c) & IDENTITY != 0 => return None,
+            Err(now) => c = now,
+        }
+    }
+}
+
 /// Rewrites a slot's control word with `f` of its current value, as one
 /// read-modify-write (returns the value before): a reader's
 /// compare-and-swap on the word and this change are then totally ordered,
@@ -790,20 +808,8 @@ impl ConnTable {
             State::TcpEstablished => tcp_flags & (tcp::SYN | tcp::FIN | tcp::RST) == 0,
             _ => false,
         };
-        while !settled {
-            let mut fin = fin_of(c);
-            let n = with_state(c, state_of(c).next(dir, tcp_flags, &mut fin), fin);
-            if n == c {
-                break;
-            }
-            match s.ctl.compare_exchange_weak(c, n, AcqRel, Acquire) {
-                Ok(_) => {
-                    c = n;
-                    break;
-                }
-                Err(now) if (now ^ c) & IDENTITY != 0 => return None,
-                Err(now) => c = now,
-            }
+        if !settled {
+            c = move_state(&s.ctl, c, dir, tcp_flags)?;
         }
         // Not under the compare-and-swap: if the slot is freed and reused
         // between the two (nanoseconds), the next connection's last time

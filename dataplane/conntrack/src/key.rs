@@ -44,7 +44,10 @@ impl ConnKey {
     /// endpoint to the higher one (`true`) or back.
     pub fn of(k: &FlowKey) -> (Self, bool) {
         let (a, b) = ((k.src, k.sport), (k.dst, k.dport));
-        let from_lo = a <= b;
+        // The bytes' lexicographic order, compared as big-endian numbers
+        // (two loads and a compare, not a byte loop).
+        let num = |x: &([u8; 16], u16)| (u128::from_be_bytes(x.0), x.1);
+        let from_lo = num(&a) <= num(&b);
         let (lo, hi) = if from_lo { (a, b) } else { (b, a) };
         (
             Self {

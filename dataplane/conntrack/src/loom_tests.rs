@@ -50,8 +50,9 @@ fn tiny() -> ConnTable {
 /// full table: B takes A's place (A is unanswered, so it may be dropped)
 /// and, the free list being last-in first-out, A's slot. The reader sees
 /// A whole or nothing, never B; its compare-and-swap (A's state moving to
-/// replied) never lands on B; and either B replaced A or A was answered
-/// first and B was refused.
+/// replied) never lands on B; and either B replaced A (and the reader saw
+/// nothing) or A was answered first and B was refused: an answered
+/// connection is never dropped for a new one.
 #[test]
 fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
     loom::model(|| {
@@ -70,6 +71,8 @@ fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
                 (1, Action::Allow, Dir::Reply, State::UdpReplied),
                 "the reader took another connection for A"
             );
+            // A's reply made it assured: it may not be dropped after.
+            assert!(opened.is_err(), "A, answered, was dropped for B");
         }
         assert_eq!(t.len(), 1);
         match opened {

@@ -31,8 +31,9 @@
 //! (the loom model, `src/loom_tests.rs`, found a reader's state change
 //! landing on the slot's next connection with plain stores there).
 //!
-//! Order: a slot is written before its index is in the filter, and its
-//! index leaves the filter before the slot is freed. A reader that misses
+//! Order: a slot is written before its index is in the filter; a slot is
+//! marked free (by a compare-and-swap from the state its removal judged)
+//! before its index leaves the filter, and reused only after. A reader that misses
 //! the filter for an entry being opened treats the packet as new: the
 //! rules decide it, as they would have a moment earlier. The reply of a
 //! connection cannot be that packet: the worker opens the entry before it
@@ -1007,11 +1008,20 @@ impl ConnTable {
 
     /// Slot `i` of `shard` back on its free list: its generation bumped
     /// first (readers of what it held see the change), the length taken
-    /// back.
+    /// back. For a slot that never reached the filter.
     fn free(&self, shard: &mut Shard, i: u32) {
-        let s = &self.slots[i as usize];
-        rmw(&s.ctl, |c| (c + (1 << GEN_SHIFT)) & GEN_MASK);
-        s.meta.store(u64::from(shard.free), Relaxed);
+        rmw(&self.slots[i as usize].ctl, |c| {
+            (c + (1 << GEN_SHIFT)) & GEN_MASK
+        });
+        self.recycle(shard, i);
+    }
+
+    /// Slot `i`, already marked free (its generation bumped), on its
+    /// stripe's free list; the length taken back.
+    fn recycle(&self, shard: &mut Shard, i: u32) {
+        self.slots[i as usize]
+            .meta
+            .store(u64::from(shard.free), Relaxed);
         shard.free = i;
         self.len.fetch_sub(1, Relaxed);
     }
@@ -1031,8 +1041,17 @@ impl ConnTable {
 
     /// Removes slot `i`'s connection (control word `c` as read, hash `h`;
     /// `shard` its stripe, held) if it still holds it and `cond` says so of
-    /// its control word and last time now; counts an expiry. `true` if
-    /// removed.
+    /// its control word and last time; counts an expiry. `true` if removed.
+    ///
+    /// The slot is marked free by a compare-and-swap from the control word
+    /// `cond` judged, before its index leaves the filter: a reader's
+    /// compare-and-swap (a reply that makes an embryonic connection
+    /// assured) and the removal are then ordered — if the reader's comes
+    /// first, `cond` is judged again on what it wrote (an assured
+    /// connection is not dropped); if the removal's comes first, the
+    /// reader's fails and its packet is new. A reader that finds the index
+    /// in the filter meanwhile sees a freed slot: no connection. The slot
+    /// is reused only once its index left the filter.
     fn remove_if(
         &self,
         shard: &mut Shard,
@@ -1042,18 +1061,17 @@ impl ConnTable {
         cond: impl Fn(u64, u64) -> bool,
     ) -> bool {
         let s = &self.slots[i as usize];
-        let now = s.ctl.load(Acquire);
-        if (now ^ c) & IDENTITY != 0 || !cond(now, s.last.load(Relaxed)) {
-            return false;
+        let mut now = s.ctl.load(Acquire);
+        loop {
+            if (now ^ c) & IDENTITY != 0 || !cond(now, s.last.load(Relaxed)) {
+                return false;
+            }
+            let freed = (now + (1 << GEN_SHIFT)) & GEN_MASK;
+            match s.ctl.compare_exchange(now, freed, AcqRel, Acquire) {
+                Ok(_) => break,
+                Err(x) => now = x,
+            }
         }
-        self.remove(shard, i, h);
-        self.expired.fetch_add(1, Relaxed);
-        true
-    }
-
-    /// Removes slot `i`'s connection (hash `h`; `shard` its stripe, held):
-    /// out of the filter (and the Bloom part's pairs), then freed.
-    fn remove(&self, shard: &mut Shard, i: u32, h: u64) {
         {
             let mut fw = self.filter.writer();
             let placed = fw.remove_hash_placed(h, i);
@@ -1067,7 +1085,9 @@ impl ConnTable {
                 self.side_len.store(side.len(), Release);
             }
         }
-        self.free(shard, i);
+        self.recycle(shard, i);
+        self.expired.fetch_add(1, Relaxed);
+        true
     }
 
     /// The key and hash of the connection in slot `i` (its stripe held:

@@ -992,8 +992,10 @@ impl ConnTable {
                 side.insert((h, i));
             }
             if let Some(v) = out.evicted {
-                // A live entry (its removal would need the filter's writer
-                // lock, held here): its key is whole.
+                // An entry of the filter: a removal may have marked its
+                // slot free already, but the slot is rewritten only once
+                // its index left the filter, which needs the filter's
+                // writer lock, held here: its key is whole.
                 let e = &self.slots[v as usize];
                 let k = ConnKey::from_words(
                     [0, 1, 2, 3].map(|j| e.addr[j].load(Relaxed)),

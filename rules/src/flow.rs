@@ -28,6 +28,17 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
+    /// The 5-tuple of a packet going the other way (an answer's).
+    pub fn reply(&self) -> FlowKey {
+        FlowKey {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            ..*self
+        }
+    }
+
     pub fn new(src: IpAddr, dst: IpAddr, proto: u8, sport: u16, dport: u16) -> Self {
         let (v6, s) = addr_bytes(src);
         let (_, d) = addr_bytes(dst);

@@ -64,16 +64,6 @@ fn conn(i: u32, spoofed: bool) -> FlowKey {
     )
 }
 
-fn back(k: &FlowKey) -> FlowKey {
-    FlowKey {
-        src: k.dst,
-        dst: k.src,
-        sport: k.dport,
-        dport: k.sport,
-        ..*k
-    }
-}
-
 /// A table whose capacity is `pct` % of its filter's 4 × 2^`log2` slots.
 fn table(log2: u32, bloom: bool, pct: usize) -> (ConnTable, usize) {
     let slots = 4usize << log2;
@@ -100,7 +90,7 @@ fn table(log2: u32, bloom: bool, pct: usize) -> (ConnTable, usize) {
 
 fn establish(t: &ConnTable, k: &FlowKey) {
     t.open(k, SYN, false, 1, TRACKED, 60, 0).expect("room");
-    t.lookup(&back(k), SYN | ACK, 60, 0);
+    t.lookup(&k.reply(), SYN | ACK, 60, 0);
     t.lookup(k, ACK, 60, 0);
 }
 
@@ -262,7 +252,7 @@ fn ops_rows(log2: u32, rounds: usize) -> Vec<String> {
         establish(&t, &conn(i, false));
     }
     let hit = mops(rounds, n, |i| {
-        std::hint::black_box(t.lookup(&back(&conn(i, false)), ACK, 60, 2));
+        std::hint::black_box(t.lookup(&conn(i, false).reply(), ACK, 60, 2));
     });
     let miss = mops(rounds, n, |i| {
         std::hint::black_box(t.lookup(&conn(i, true), ACK, 60, 2));
@@ -287,7 +277,7 @@ fn ops_rows(log2: u32, rounds: usize) -> Vec<String> {
                             for i in 0..per {
                                 let k = conn(w * per + i, false);
                                 let _ = t.open(&k, SYN, false, 1, TRACKED, 60, 0);
-                                std::hint::black_box(t.lookup(&back(&k), SYN | ACK, 60, 0));
+                                std::hint::black_box(t.lookup(&k.reply(), SYN | ACK, 60, 0));
                             }
                         });
                     }
@@ -469,7 +459,7 @@ fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
                 table
                     .open(&k, SYN, false, slot, TRACKED, 60, 0)
                     .expect("room");
-                table.lookup(&back(&k), SYN | ACK, 60, 0);
+                table.lookup(&k.reply(), SYN | ACK, 60, 0);
                 table.lookup(&k, ACK, 60, 0);
             }
             let mut w = Worker::new(&cx, 0, WorkerOptions::default());
@@ -531,7 +521,7 @@ fn cfdp_side(log2: u32, keys: &[FlowKey], fill: usize, burst: usize) -> Side {
     // (the harness's stride): traffic does not come in opening order.
     assert_ne!(fill as u64 % STRIDE, 0);
     let answers: Vec<FlowKey> = (0..fill as u64)
-        .map(|i| back(&keys[(i * STRIDE % fill as u64) as usize]))
+        .map(|i| keys[(i * STRIDE % fill as u64) as usize].reply())
         .collect();
     let s = Instant::now();
     let found = answers

@@ -610,9 +610,9 @@ impl Ends {
         s
     }
 
-    /// A TCP connection from one side to a listener on the other, with a
-    /// byte each way.
-    fn tcp(&self, from_a: bool, port: u16) -> bool {
+    /// A TCP connection from one side to a listener on the other: the
+    /// client's and the server's streams (read timeouts set), if it opened.
+    fn connect(&self, from_a: bool, port: u16) -> Option<(TcpStream, TcpStream)> {
         let (server_ns, server_ip, client_ns) = if from_a {
             (&self.b, self.b_ip, &self.a)
         } else {
@@ -620,12 +620,19 @@ impl Ends {
         };
         let l = in_ns(server_ns, || TcpListener::bind((server_ip, port)).unwrap());
         let to = SocketAddr::from((server_ip, port));
-        let Ok(mut c) = in_ns(client_ns, || TcpStream::connect_timeout(&to, NO_WAIT)) else {
-            return false;
-        };
-        let (mut s, _) = l.accept().unwrap();
+        let c = in_ns(client_ns, || TcpStream::connect_timeout(&to, NO_WAIT)).ok()?;
+        let (s, _) = l.accept().unwrap();
         c.set_read_timeout(Some(NO_WAIT)).unwrap();
         s.set_read_timeout(Some(NO_WAIT)).unwrap();
+        Some((c, s))
+    }
+
+    /// A TCP connection from one side to a listener on the other, with a
+    /// byte each way.
+    fn tcp(&self, from_a: bool, port: u16) -> bool {
+        let Some((mut c, mut s)) = self.connect(from_a, port) else {
+            return false;
+        };
         let mut b = [0u8; 1];
         c.write_all(b"q").is_ok()
             && s.read_exact(&mut b).is_ok()
@@ -636,14 +643,9 @@ impl Ends {
     /// A TCP connection from A, a byte, then closed by a FIN each way:
     /// each end reads the other's end of stream.
     fn tcp_close(&self, port: u16) -> bool {
-        let l = in_ns(&self.b, || TcpListener::bind((self.b_ip, port)).unwrap());
-        let to = SocketAddr::from((self.b_ip, port));
-        let Ok(mut c) = in_ns(&self.a, || TcpStream::connect_timeout(&to, NO_WAIT)) else {
+        let Some((mut c, mut s)) = self.connect(true, port) else {
             return false;
         };
-        let (mut s, _) = l.accept().unwrap();
-        c.set_read_timeout(Some(NO_WAIT)).unwrap();
-        s.set_read_timeout(Some(NO_WAIT)).unwrap();
         let mut b = [0u8; 1];
         c.write_all(b"q").is_ok()
             && s.read_exact(&mut b).is_ok()

@@ -31,16 +31,6 @@ fn udp(i: u8) -> FlowKey {
     )
 }
 
-fn back(k: &FlowKey) -> FlowKey {
-    FlowKey {
-        src: k.dst,
-        dst: k.src,
-        sport: k.dport,
-        dport: k.sport,
-        ..*k
-    }
-}
-
 /// A table of one connection (two slots).
 fn tiny() -> ConnTable {
     ConnTable::new(1, Timeouts::default(), HashSecret::from_seed(1)).expect("table")
@@ -61,7 +51,7 @@ fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
         t.open(&a, 0, false, 1, Action::Allow, 60, 0).expect("room");
         let reader = {
             let t = Arc::clone(&t);
-            thread::spawn(move || t.lookup(&back(&a), 0, 60, 1))
+            thread::spawn(move || t.lookup(&a.reply(), 0, 60, 1))
         };
         let opened = t.open(&b, 0, false, 2, Action::Count, 60, 1);
         let seen = reader.join().unwrap();
@@ -103,7 +93,7 @@ fn loom_a_connection_being_opened_is_found_whole_or_not_at_all() {
         let a = udp(1);
         let reader = {
             let t = Arc::clone(&t);
-            thread::spawn(move || t.related(&back(&a), 1))
+            thread::spawn(move || t.related(&a.reply(), 1))
         };
         t.open(&a, 0, false, 7, Action::Count, 60, 0).expect("room");
         if let Some(h) = reader.join().unwrap() {

@@ -996,12 +996,7 @@ impl ConnTable {
                 // slot free already, but the slot is rewritten only once
                 // its index left the filter, which needs the filter's
                 // writer lock, held here: its key is whole.
-                let e = &self.slots[v as usize];
-                let k = ConnKey::from_words(
-                    [0, 1, 2, 3].map(|j| e.addr[j].load(Relaxed)),
-                    e.meta.load(Relaxed),
-                );
-                side.insert((self.hash(&k), v));
+                side.insert((self.hash_at(v), v));
             }
             self.side_len.store(side.len(), Release);
         }
@@ -1092,16 +1087,15 @@ impl ConnTable {
         true
     }
 
-    /// The key and hash of the connection in slot `i` (its stripe held:
-    /// the key cannot change).
-    fn key_at(&self, i: u32) -> (ConnKey, u64) {
+    /// The hash of the connection in slot `i` (its stripe held, or the
+    /// filter's writer lock while `i` is in the filter: the key cannot
+    /// change).
+    fn hash_at(&self, i: u32) -> u64 {
         let s = &self.slots[i as usize];
-        let k = ConnKey::from_words(
+        self.hash(&ConnKey::from_words(
             [0, 1, 2, 3].map(|j| s.addr[j].load(Relaxed)),
             s.meta.load(Relaxed),
-        );
-        let h = self.hash(&k);
-        (k, h)
+        ))
     }
 
     /// Removes an embryonic (or expired) entry of `shard` to make room: the
@@ -1121,7 +1115,7 @@ impl ConnTable {
                 continue;
             }
             shard.hand = (off + 1) % n;
-            let h = self.key_at(i).1;
+            let h = self.hash_at(i);
             // A reader's compare-and-swap may have moved it on since:
             // drop it only if it is still embryonic or expired.
             if self.remove_if(shard, i, c, h, |c, last| {
@@ -1179,7 +1173,7 @@ impl ConnTable {
             let s = &self.slots[j as usize];
             let c = s.ctl.load(Acquire);
             if c & USED != 0 && self.expired(c, s.last.load(Relaxed), now_ns) {
-                let h = self.key_at(j).1;
+                let h = self.hash_at(j);
                 gone += usize::from(
                     self.remove_if(&mut shard, j, c, h, |c, last| self.expired(c, last, now_ns)),
                 );
@@ -1344,19 +1338,12 @@ mod tests {
                 80,
             )
         };
-        let back = |k: &FlowKey| FlowKey {
-            src: k.dst,
-            dst: k.src,
-            sport: k.dport,
-            dport: k.sport,
-            ..*k
-        };
         let mut keys = (0..).map(tcp);
         let share = t.per_shard as usize;
         for _ in 0..share {
             let k = keys.find(|k| stripe(k) == 0).unwrap();
             t.open(&k, SYN, false, 1, Action::Allow, 60, 0).unwrap();
-            t.lookup(&back(&k), SYN | ACK, 60, 0).unwrap();
+            t.lookup(&k.reply(), SYN | ACK, 60, 0).unwrap();
             t.lookup(&k, ACK, 60, 0).unwrap();
         }
         assert!(share < t.capacity());

@@ -29,16 +29,6 @@ fn udp(i: u32) -> FlowKey {
     FlowKey::new(v4(0x0a00_0000 + i), v4(0xc000_0235), 17, 5000, 53)
 }
 
-fn back(k: &FlowKey) -> FlowKey {
-    FlowKey {
-        src: k.dst,
-        dst: k.src,
-        sport: k.dport,
-        dport: k.sport,
-        ..*k
-    }
-}
-
 fn table(capacity: usize) -> ConnTable {
     ConnTable::new(capacity, Timeouts::default(), HashSecret::from_seed(7)).unwrap()
 }
@@ -72,7 +62,7 @@ fn both_directions_share_one_connection_and_its_action() {
         (h.slot, h.action, h.dir, h.state),
         (7, Action::Count, Dir::Orig, State::TcpSynSent)
     );
-    let r = t.lookup(&back(&k), SYN | ACK, 60, S).unwrap();
+    let r = t.lookup(&k.reply(), SYN | ACK, 60, S).unwrap();
     assert_eq!(
         (r.dir, r.state, r.action),
         (Dir::Reply, State::TcpSynRecv, Action::Count)
@@ -124,7 +114,7 @@ fn only_the_exact_key_is_admitted() {
         "the filter never let a stranger through: the test shows nothing"
     );
     for i in 0..1000 {
-        assert!(t.lookup(&back(&udp(i)), 0, 60, S).is_some(), "{i}");
+        assert!(t.lookup(&udp(i).reply(), 0, 60, S).is_some(), "{i}");
     }
 }
 
@@ -136,7 +126,7 @@ fn timeouts_run_on_packet_time() {
     // Unreplied: 30 s after the last packet.
     assert!(t.lookup(&k, 0, 60, 29 * S).is_some());
     assert!(
-        t.lookup(&back(&k), 0, 60, 58 * S).is_some(),
+        t.lookup(&k.reply(), 0, 60, 58 * S).is_some(),
         "29 s after the last"
     );
     // Replied now: 120 s.
@@ -149,7 +139,7 @@ fn timeouts_run_on_packet_time() {
     }
     let x = tcp(5);
     t.open(&x, SYN, false, 1, Action::Allow, 60, 0).unwrap();
-    t.lookup(&back(&x), SYN | ACK, 60, 0).unwrap();
+    t.lookup(&x.reply(), SYN | ACK, 60, 0).unwrap();
     t.lookup(&x, ACK, 60, 0).unwrap();
     assert_eq!(t.sweep(31 * S), 10);
     assert_eq!(t.len(), 1, "the established TCP connection stays");
@@ -160,7 +150,7 @@ fn timeouts_run_on_packet_time() {
     );
     // A FIN each way and the last ACK: TIME_WAIT, 120 s.
     t.lookup(&x, FIN | ACK, 60, 40 * S).unwrap();
-    t.lookup(&back(&x), FIN | ACK, 60, 40 * S).unwrap();
+    t.lookup(&x.reply(), FIN | ACK, 60, 40 * S).unwrap();
     assert_eq!(
         t.lookup(&x, ACK, 60, 40 * S).unwrap().state,
         State::TcpTimeWait
@@ -179,7 +169,7 @@ fn a_full_table_never_drops_an_established_connection() {
     let establish = |i: u32| {
         t.open(&tcp(i), SYN, false, 1, Action::Allow, 60, 0)
             .unwrap();
-        t.lookup(&back(&tcp(i)), SYN | ACK, 60, 0).unwrap();
+        t.lookup(&tcp(i).reply(), SYN | ACK, 60, 0).unwrap();
         assert_eq!(
             t.lookup(&tcp(i), ACK, 60, 0).unwrap().state,
             State::TcpEstablished
@@ -198,14 +188,14 @@ fn a_full_table_never_drops_an_established_connection() {
         (1000, 64)
     );
     for i in 0..64 {
-        assert!(t.lookup(&back(&tcp(i)), ACK, 60, S).is_some(), "{i}");
+        assert!(t.lookup(&tcp(i).reply(), ACK, 60, S).is_some(), "{i}");
     }
 
     let t = table(64);
     (0..32).for_each(|i| {
         t.open(&tcp(i), SYN, false, 1, Action::Allow, 60, 0)
             .unwrap();
-        t.lookup(&back(&tcp(i)), SYN | ACK, 60, 0).unwrap();
+        t.lookup(&tcp(i).reply(), SYN | ACK, 60, 0).unwrap();
         t.lookup(&tcp(i), ACK, 60, 0).unwrap();
     });
     for i in 1000..2000 {
@@ -240,7 +230,7 @@ fn directions_on_different_threads_meet_in_one_entry() {
         });
         s.spawn(|| {
             for i in rx {
-                let h = t.lookup(&back(&tcp(i)), SYN | ACK, 60, 0);
+                let h = t.lookup(&tcp(i).reply(), SYN | ACK, 60, 0);
                 assert_eq!(
                     h.map(|h| (h.dir, h.state)),
                     Some((Dir::Reply, State::TcpSynRecv)),
@@ -329,7 +319,7 @@ fn connections_in_the_bloom_part_or_behind_a_colliding_fingerprint_are_found() {
     );
     assert!(opened.len() > 3900, "{} opened", opened.len());
     for &i in &opened {
-        assert!(t.lookup(&back(&udp(i)), 0, 60, S).is_some(), "{i}");
+        assert!(t.lookup(&udp(i).reply(), 0, 60, S).is_some(), "{i}");
     }
     for i in n..n + 20_000 {
         assert_eq!(t.lookup(&udp(i), 0, 60, S), None);
@@ -412,7 +402,7 @@ fn icmp_errors_find_the_connection_they_quote() {
     t.open(&k, 0, false, 3, Action::Count, 60, 0).unwrap();
     let r = t.related(&k, S).unwrap();
     assert_eq!((r.slot, r.state), (3, State::UdpUnreplied));
-    assert!(t.related(&back(&k), S).is_some());
+    assert!(t.related(&k.reply(), S).is_some());
     assert_eq!(t.related(&udp(2), S), None);
     assert_eq!(t.related(&k, 31 * S), None, "expired");
     assert_eq!(packets(&t.list(1, |_| true)[0]), [1, 0]);
@@ -435,7 +425,7 @@ fn a_saved_table_comes_back_and_a_damaged_one_is_refused() {
         0,
     )
     .unwrap();
-    t.lookup(&back(&k), SYN | ACK, 60, S);
+    t.lookup(&k.reply(), SYN | ACK, 60, S);
     t.lookup(&k, ACK, 60, S);
     t.lookup(&k, FIN | ACK, 60, 2 * S);
     t.open(
@@ -454,7 +444,7 @@ fn a_saved_table_comes_back_and_a_damaged_one_is_refused() {
     let saved = persist::decode(&bytes).unwrap();
     assert_eq!(again.import(&saved, |s| Some(s.slot + 10)), 2);
     // The reply's FIN now closes it as it would have before the restart.
-    let h = again.lookup(&back(&k), FIN | ACK, 60, 3 * S).unwrap();
+    let h = again.lookup(&k.reply(), FIN | ACK, 60, 3 * S).unwrap();
     assert_eq!(
         (h.dir, h.state, h.slot),
         (Dir::Reply, State::TcpLastAck, 14)

@@ -35,16 +35,6 @@ fn flow(i: usize) -> FlowKey {
     FlowKey::new(a, b, proto, 1000 + (i / 2) as u16, 53)
 }
 
-fn back(k: &FlowKey) -> FlowKey {
-    FlowKey {
-        src: k.dst,
-        dst: k.src,
-        sport: k.dport,
-        dport: k.sport,
-        ..*k
-    }
-}
-
 #[derive(Clone, Debug)]
 enum Op {
     Open {
@@ -196,7 +186,7 @@ proptest! {
                 }
                 Op::Packet { i, reply, flags, after_s } => {
                     now += after_s * S;
-                    let k = if reply { back(&flow(i)) } else { flow(i) };
+                    let k = if reply { flow(i).reply() } else { flow(i) };
                     let flags = flags_of(&k, flags);
                     let got = t.lookup(&k, flags, 60, now);
                     let want = m.live(&k, now).map(|c| {

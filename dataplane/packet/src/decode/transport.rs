@@ -32,7 +32,43 @@ const ICMP: u8 = 1;
 const ICMPV6: u8 = 58;
 
 /// The transport facts of a frame (see [`Transport`]).
+#[inline]
 pub fn transport(link: LinkType, frame: &[u8]) -> Transport {
+    match tcp_fast(link, frame) {
+        Some(flags) => Transport::Tcp { flags },
+        None => transport_general(link, frame),
+    }
+}
+
+/// The common TCP frame read directly: Ethernet, IPv4 without options,
+/// not a later fragment, the IP total length within the capture and
+/// covering the flags byte: its flags, what etherparse's slicing below
+/// says of it (a unit test checks both agree on generated headers).
+/// Measured: the general path was ~150 instructions of an established
+/// connection's packet, a sixth of the worker's work on it.
+#[inline]
+fn tcp_fast(link: LinkType, frame: &[u8]) -> Option<u8> {
+    /// The flags byte's offset in a TCP header.
+    const FLAGS: usize = 13;
+    if link != LinkType::Ethernet || frame.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ip = frame.get(14..)?;
+    let h = ip.get(..20)?;
+    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let offset = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
+    if h[0] != 0x45
+        || h[9] != proto::TCP
+        || offset != 0
+        || !(20 + FLAGS + 1..=ip.len()).contains(&total)
+    {
+        return None;
+    }
+    Some(ip[20 + FLAGS])
+}
+
+/// [`transport`] for every frame, through etherparse.
+fn transport_general(link: LinkType, frame: &[u8]) -> Transport {
     let LinkResult::Ip(l3) = locate_ip(link, frame) else {
         return Transport::Other;
     };
@@ -199,6 +235,50 @@ mod tests {
             transport(LinkType::Ethernet, &err[..14 + 20 + 10]),
             Transport::Other
         );
+    }
+
+    #[test]
+    fn the_tcp_fast_path_agrees_with_etherparse() {
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut fast = 0;
+        for _ in 0..1_000_000 {
+            let r = next();
+            let len = 14 + 20 + (r % 40) as usize;
+            let mut f: Vec<u8> = (0..len).map(|i| (next() >> (i % 8)) as u8).collect();
+            if r & 0x3 != 0 {
+                f[12..14].copy_from_slice(&[0x08, 0x00]);
+            }
+            f[14] = if r & 0x30 == 0 { 0x46 } else { 0x45 };
+            let total = match (r >> 10) % 4 {
+                0 => len - 14,
+                1 => (len - 14).saturating_sub(((r >> 12) % 8) as usize),
+                2 => len - 14 + ((r >> 12) % 8) as usize,
+                _ => ((r >> 12) % 64) as usize,
+            } as u16;
+            f[16..18].copy_from_slice(&total.to_be_bytes());
+            if (r >> 20) % 4 != 0 {
+                f[20] &= 0xe0; // flags kept, offset 0
+                f[21] = 0;
+            }
+            f[23] = [6, 6, 17, 1][((r >> 24) % 4) as usize];
+            if let Some(flags) = tcp_fast(LinkType::Ethernet, &f) {
+                fast += 1;
+                assert_eq!(
+                    transport_general(LinkType::Ethernet, &f),
+                    Transport::Tcp { flags },
+                    "{f:02x?}"
+                );
+            }
+            assert_eq!(tcp_fast(LinkType::Raw, &f), None);
+        }
+        // The fast path is taken for most of them (not vacuous).
+        assert!(fast > 50_000, "{fast}");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! threads — the slots' control words and key words, the filter's buckets
 //! and seqlock stripes — and in every one the reader must see a whole
 //! connection that is its own, or none, and must never move another
-//! connection's state.
+//! connection's state. Two workers opening one connection from their
+//! probes (each missed) open it once.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -100,5 +101,34 @@ fn loom_a_connection_being_opened_is_found_whole_or_not_at_all() {
             assert_eq!((h.slot, h.action, h.dir), (7, Action::Count, Dir::Reply));
         }
         assert!(t.peek(&a).is_some());
+    });
+}
+
+/// Two workers see the first packets of one connection, one each way: each
+/// probes, misses, and opens from its probe. Whatever the interleaving,
+/// the connection is opened once (a probe's miss is trusted only while its
+/// stripe's count of opens has not moved), and both packets get its entry.
+#[test]
+fn loom_two_openers_from_their_probes_open_one_connection() {
+    loom::model(|| {
+        let t = Arc::new(
+            ConnTable::new(2, Timeouts::default(), HashSecret::from_seed(1)).expect("table"),
+        );
+        let a = udp(1);
+        let open_from_probe = |t: &ConnTable, k: FlowKey, slot: u32| {
+            let mut p = [crate::table::Probe::default(); 1];
+            t.probe(&[k], &mut p);
+            t.open_probed(&k, &p[0], 0, false, slot, Action::Allow, 60, 0)
+                .expect("room")
+        };
+        let other = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || open_from_probe(&t, a.reply(), 2))
+        };
+        let mine = open_from_probe(&t, a, 1);
+        let theirs = other.join().unwrap();
+        assert_eq!(t.len(), 1, "opened twice: {}", t.dump());
+        assert_eq!(mine.slot, theirs.slot, "two entries answered");
+        assert_ne!(mine.dir, theirs.dir);
     });
 }

@@ -379,11 +379,16 @@ impl Default for Options {
 }
 
 /// A packet's connection key hashed and probed in the filter
-/// ([`ConnTable::probe`]): what [`ConnTable::lookup_probed`] starts from.
+/// ([`ConnTable::probe`]): what [`ConnTable::lookup_probed`] and
+/// [`ConnTable::open_probed`] start from. The default is no probe.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Probe {
     hash: u64,
     found: Lookup,
+    /// The key's stripe's count of connections opened, read before the
+    /// filter was probed ([`ConnTable::unchanged`]).
+    epoch: u64,
+    probed: bool,
 }
 
 impl Probe {
@@ -409,6 +414,11 @@ pub struct ConnTable {
     slots: Box<[Slot]>,
     acct: Option<Box<[AcctSlot]>>,
     shards: Box<[Mutex<Shard>]>,
+    /// Each stripe's count of connections put in the filter, bumped under
+    /// its lock after the filter insert: a probe that read it before
+    /// missing in the filter knows its key is still absent while it has
+    /// not moved (a key can only be opened in its own stripe).
+    epochs: Box<[AtomicU64]>,
     /// Slots a stripe owns.
     per_shard: u32,
     shard_mask: usize,
@@ -516,6 +526,7 @@ impl ConnTable {
                     })
                 })
                 .collect(),
+            epochs: (0..shards).map(|_| AtomicU64::new(0)).collect(),
             per_shard: per_shard as u32,
             shard_mask: shards - 1,
             side: Mutex::new(BTreeSet::new()),
@@ -609,9 +620,21 @@ impl ConnTable {
         mum(x ^ s[6], y ^ z)
     }
 
+    /// The stripe of hash `h`: bits the filter does not take its bucket
+    /// from (the low ones).
+    fn stripe(&self, h: u64) -> usize {
+        (h >> 56) as usize & self.shard_mask
+    }
+
     fn shard(&self, h: u64) -> MutexGuard<'_, Shard> {
-        // Bits the filter does not take its bucket from (the low ones).
-        lock(&self.shards[(h >> 56) as usize & self.shard_mask])
+        lock(&self.shards[self.stripe(h)])
+    }
+
+    /// Whether no connection was opened in `probe`'s stripe since it was
+    /// taken: what it and the lookups from it found of its key still
+    /// holds (removals only take entries away). `false` for no probe.
+    pub fn unchanged(&self, probe: &Probe) -> bool {
+        probe.probed && self.epochs[self.stripe(probe.hash)].load(Acquire) == probe.epoch
     }
 
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
@@ -709,13 +732,24 @@ impl ConnTable {
         let mut hashes = [0u64; CHUNK];
         let mut found = [Lookup::Miss; CHUNK];
         for (ks, os) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-            for (h, k) in hashes.iter_mut().zip(ks) {
+            let mut epochs = [0u64; CHUNK];
+            for ((h, e), k) in hashes.iter_mut().zip(&mut epochs).zip(ks) {
                 *h = self.hash(&ConnKey::of(k).0);
+                // Before the filter is read (acquire): an open whose
+                // insert the probe misses bumps it afterwards.
+                *e = self.epochs[self.stripe(*h)].load(Acquire);
             }
             self.filter
                 .get_batch_hashes(&hashes[..ks.len()], &mut found[..ks.len()]);
-            for ((o, &hash), &found) in os.iter_mut().zip(&hashes).zip(&found) {
-                *o = Probe { hash, found };
+            for (((o, &hash), &found), &epoch) in
+                os.iter_mut().zip(&hashes).zip(&found).zip(&epochs)
+            {
+                *o = Probe {
+                    hash,
+                    found,
+                    epoch,
+                    probed: true,
+                };
                 // The slot a positive points at, on its way while the rest
                 // of the batch is probed and looked up.
                 if let Lookup::Entry(v) = found {
@@ -876,12 +910,36 @@ impl ConnTable {
         len: u32,
         now_ns: u64,
     ) -> Result<Hit, OpenError> {
+        let p = Probe::default();
+        self.open_probed(k, &p, tcp_flags, icmp_echo, slot, action, len, now_ns)
+    }
+
+    /// [`Self::open`] after `probe`, [`Self::probe`]'s answer for this
+    /// same `k`, missed: while no connection was opened in its stripe
+    /// since ([`Self::unchanged`]), the key is still absent and the filter
+    /// is not asked again (under a flood of new connections, ~200
+    /// instructions of each). A probe of another key, or one that found
+    /// something, is not trusted.
+    #[allow(clippy::too_many_arguments)] // the packet's facts and the rule's
+    pub fn open_probed(
+        &self,
+        k: &FlowKey,
+        probe: &Probe,
+        tcp_flags: u8,
+        icmp_echo: bool,
+        slot: u32,
+        action: Action,
+        len: u32,
+        now_ns: u64,
+    ) -> Result<Hit, OpenError> {
         let state = State::open(k.proto, tcp_flags, icmp_echo).ok_or(OpenError::NotAnOpener)?;
         let (key, from_lo) = ConnKey::of(k);
         let h = self.hash(&key);
         let w = key.words();
         let mut shard = self.shard(h);
-        if let Some((i, c, m)) = self.locate(&w, h, None) {
+        // Under the stripe's lock: nobody opens in it meanwhile.
+        let absent = probe.hash == h && !probe.found.is_hit() && self.unchanged(probe);
+        if let Some((i, c, m)) = (!absent).then(|| self.locate(&w, h, None)).flatten() {
             let last = self.slots[i as usize].last.load(Relaxed);
             if !self.expired(c, last, now_ns) {
                 if let Some(hit) = self.step(i, c, m, from_lo, tcp_flags, len, now_ns) {
@@ -986,6 +1044,10 @@ impl ConnTable {
                 return false;
             }
         };
+        // After the insert (release): a probe that reads the old count
+        // may have missed it, and its holder will look again.
+        let e = &self.epochs[self.stripe(h)];
+        e.store(e.load(Relaxed) + 1, Release);
         if out.placement == Placement::Bloom || out.evicted.is_some() {
             let mut side = lock(&self.side);
             if out.placement == Placement::Bloom {
@@ -1319,6 +1381,54 @@ impl std::fmt::Debug for ConnTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe's miss is trusted by `open_probed` only while nothing was
+    /// opened in its stripe since: a connection another worker opened
+    /// after the probe (here its answer's direction) is found and used,
+    /// not opened twice. The worker's in-burst look-again hangs on the
+    /// same `unchanged`.
+    #[test]
+    fn a_stale_probe_is_not_trusted() {
+        let t = ConnTable::new(1024, Timeouts::default(), HashSecret::from_seed(3)).unwrap();
+        let k = FlowKey::new(
+            std::net::Ipv4Addr::new(10, 0, 0, 1).into(),
+            std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
+            17,
+            40000,
+            53,
+        );
+        let mut p = [Probe::default(); 2];
+        t.probe(&[k, k.reply()], &mut p);
+        assert!(!p[0].may_hold() && t.unchanged(&p[0]) && t.unchanged(&p[1]));
+        // Another worker opens the connection from the other side.
+        t.open(&k.reply(), 0, false, 7, Action::Allow, 60, 0)
+            .unwrap();
+        assert!(!t.unchanged(&p[0]), "the stripe's count moved");
+        let hit = t
+            .open_probed(&k, &p[0], 0, false, 1, Action::Count, 60, 1)
+            .unwrap();
+        assert_eq!(
+            (hit.slot, hit.dir),
+            (7, Dir::Reply),
+            "the opened entry was not used"
+        );
+        assert_eq!(t.len(), 1);
+        // A fresh probe's miss is trusted; one of another key is not.
+        let other = FlowKey { sport: 40001, ..k };
+        let third = FlowKey { sport: 40002, ..k };
+        let mut q = [Probe::default(); 1];
+        t.probe(&[other], &mut q);
+        let hit = t
+            .open_probed(&other, &q[0], 0, false, 2, Action::Allow, 60, 1)
+            .unwrap();
+        assert_eq!((hit.slot, hit.dir, t.len()), (2, Dir::Orig, 2));
+        t.probe(&[third], &mut q);
+        assert!(!q[0].may_hold() && t.unchanged(&q[0]));
+        let hit = t
+            .open_probed(&other, &q[0], 0, false, 3, Action::Allow, 60, 1)
+            .unwrap();
+        assert_eq!((hit.slot, t.len()), (2, 2), "opened twice");
+    }
 
     /// A stripe whose share of slots is used up refuses a connection it
     /// cannot make room for, though the table is not full, and the table's

@@ -80,14 +80,25 @@ pub(crate) fn lookup(
     }
 }
 
-/// Opens the connection of packet `p`, which the stateful rule in `slot`
-/// allowed with `action`. A packet that cannot open one (a TCP segment
-/// other than a SYN, an ICMP message other than an echo request) is
-/// `NotAnOpener`: the rule's action applies to it alone.
+/// Whether packet `key`'s connection is still absent as its burst's
+/// `probe` found it, though the burst has opened connections since: the
+/// probe missed, nothing was opened in its stripe since, and the packet
+/// is keyed by its 5-tuple (not ICMP). Under a flood of new connections,
+/// most packets: they are not looked up again.
+pub(crate) fn still_absent(t: &ConnTable, key: &FlowKey, probe: &Probe) -> bool {
+    !probe.may_hold() && t.unchanged(probe) && !keyed_apart(key)
+}
+
+/// Opens the connection of packet `p` (`probe`: the burst's probe of
+/// `key`), which the stateful rule in `slot` allowed with `action`. A
+/// packet that cannot open one (a TCP segment other than a SYN, an ICMP
+/// message other than an echo request) is `NotAnOpener`: the rule's
+/// action applies to it alone.
 pub(crate) fn open(
     t: &ConnTable,
     p: &PacketRef<'_>,
     key: &FlowKey,
+    probe: &Probe,
     slot: u32,
     action: Action,
 ) -> Result<(), OpenError> {
@@ -97,6 +108,7 @@ pub(crate) fn open(
         Transport::Error { .. } => return Err(OpenError::NotAnOpener),
         Transport::Other => (*key, 0, false),
     };
-    t.open(&k, flags, echo, slot, action, p.orig_len, p.ts_ns)
+    // An echo's key is not the probe's: the table ignores the probe then.
+    t.open_probed(&k, probe, flags, echo, slot, action, p.orig_len, p.ts_ns)
         .map(|_| ())
 }

@@ -111,6 +111,8 @@ struct Scratch {
     rules: [Option<RuleRef>; MAX_BURST],
     /// What a tracked connection decided (set only when tracking).
     conns: [Option<Decided>; MAX_BURST],
+    /// Each key's probe of the connection table (none when it was empty).
+    probes: [Probe; MAX_BURST],
 }
 
 /// A held fragment on its way out, with its datagram's verdict.
@@ -177,6 +179,7 @@ impl Worker {
                 held: [None; MAX_BURST],
                 rules: [None; MAX_BURST],
                 conns: [None; MAX_BURST],
+                probes: [Probe::default(); MAX_BURST],
             }),
             sample: 0,
             folded: Instant::now(),
@@ -306,6 +309,7 @@ impl Worker {
             held,
             rules,
             conns,
+            probes,
         } = &mut *self.scratch;
         let mut cx = MatchCtx {
             mode: self.mode,
@@ -323,7 +327,7 @@ impl Worker {
         for i in 0..n {
             verdicts[i] = match held[i] {
                 None if tracking.is_none() => judge.verdict(rules[i], pkts[i].orig_len),
-                None => judge.tracked(tracking, conns[i], rules[i], &pkts[i], &keys[i]),
+                None => judge.tracked(tracking, conns[i], rules[i], &pkts[i], &keys[i], &probes[i]),
                 // Held: the copy waits; the backend frees the original.
                 Some(true) => Verdict::Drop,
                 Some(false) => {
@@ -360,18 +364,18 @@ impl Worker {
         let n = pkts.len();
         s.conns[..n].fill(None);
         if t.is_empty() {
+            s.probes[..n].fill(Probe::default());
             return;
         }
         // The whole burst against the table's filter first: most packets
         // belong to no connection, and their probes overlap. A candidate
         // is then looked up from its probe (not hashed again).
-        let mut probes = [Probe::default(); MAX_BURST];
-        t.probe(&s.keys[..n], &mut probes[..n]);
+        t.probe(&s.keys[..n], &mut s.probes[..n]);
         for (i, p) in pkts.iter().enumerate() {
             // An ICMP packet's connection is not keyed by its 5-tuple (an
             // echo by its identifier, an error by what it quotes).
-            if s.valid[i] && (probes[i].may_hold() || track::keyed_apart(&s.keys[i])) {
-                s.conns[i] = track::lookup(t, p, &s.keys[i], Some(&probes[i]));
+            if s.valid[i] && (s.probes[i].may_hold() || track::keyed_apart(&s.keys[i])) {
+                s.conns[i] = track::lookup(t, p, &s.keys[i], Some(&s.probes[i]));
                 s.valid[i] = s.conns[i].is_none();
             }
         }
@@ -528,9 +532,10 @@ impl Judge<'_> {
     }
 
     /// The verdict when connections are tracked (`t`): a connection's
-    /// decision (`conn`), else the rule's, and a stateful rule opens the
-    /// packet's connection; when the table is full the packet is dropped,
-    /// as Linux's conntrack drops it, and counted.
+    /// decision (`conn`, from the burst's `probe` of `key`), else the
+    /// rule's, and a stateful rule opens the packet's connection; when
+    /// the table is full the packet is dropped, as Linux's conntrack drops
+    /// it, and counted.
     fn tracked(
         &mut self,
         t: Option<&ConnTable>,
@@ -538,11 +543,14 @@ impl Judge<'_> {
         rule: Option<RuleRef>,
         p: &PacketRef<'_>,
         key: &FlowKey,
+        probe: &Probe,
     ) -> Verdict {
         // A connection opened by an earlier packet of this burst: a
         // replayed capture can hold a request and its answer in one burst.
         let conn = match (conn, t) {
-            (None, Some(t)) if self.opened => track::lookup(t, p, key, None),
+            (None, Some(t)) if self.opened && !track::still_absent(t, key, probe) => {
+                track::lookup(t, p, key, None)
+            }
             _ => conn,
         };
         match conn {
@@ -558,7 +566,7 @@ impl Judge<'_> {
         }
         if let (Some(t), Some(r)) = (t, rule) {
             if r.action.tracked().is_some() {
-                match track::open(t, p, key, r.slot, r.action) {
+                match track::open(t, p, key, probe, r.slot, r.action) {
                     Ok(()) => {
                         self.c.ct_opened += 1;
                         self.opened = true;

@@ -808,18 +808,20 @@ impl ConnTable {
         now_ns: u64,
     ) -> Option<Hit> {
         let (i, c, m) = self.locate(&key.words(), h, first)?;
-        if self.expired(c, self.slots[i as usize].last.load(Relaxed), now_ns) {
+        let last = self.slots[i as usize].last.load(Relaxed);
+        if self.expired(c, last, now_ns) {
             let mut shard = self.shard(h);
             self.remove_if(&mut shard, i, c, h, |c, last| self.expired(c, last, now_ns));
             return None;
         }
-        self.step(i, c, m, from_lo, tcp_flags, len, now_ns)
+        self.step(i, c, m, from_lo, tcp_flags, len, (last, now_ns))
     }
 
     /// Moves slot `i`'s connection (control word `c`, meta `m`, as read)
     /// with a packet: its state by a compare-and-swap that fails if the
     /// slot was freed meanwhile (then `None`: the connection is gone and
-    /// the packet is new), its last time, its counters.
+    /// the packet is new), its last time (`times`: as read, and the
+    /// packet's), its counters.
     #[allow(clippy::too_many_arguments)] // the slot as read and the packet
     fn step(
         &self,
@@ -829,7 +831,7 @@ impl ConnTable {
         from_lo: bool,
         tcp_flags: u8,
         len: u32,
-        now_ns: u64,
+        (last, now_ns): (u64, u64),
     ) -> Option<Hit> {
         let s = &self.slots[i as usize];
         let dir = dir_of(c, from_lo);
@@ -849,8 +851,13 @@ impl ConnTable {
         // Not under the compare-and-swap: if the slot is freed and reused
         // between the two (nanoseconds), the next connection's last time
         // or counters take this packet's — it lives at most that much
-        // longer. Never another connection's verdict.
-        s.last.fetch_max(now_ns, Relaxed);
+        // longer. Never another connection's verdict. Only when the time
+        // moved: a locked instruction and a written line saved for the
+        // rest of a burst's packets of the connection, which share their
+        // time (a NIC burst's one clock reading).
+        if now_ns > last {
+            s.last.fetch_max(now_ns, Relaxed);
+        }
         if let Some(a) = &self.acct {
             let a = &a[i as usize];
             a.packets[dir.index()].fetch_add(1, Relaxed);
@@ -942,7 +949,7 @@ impl ConnTable {
         if let Some((i, c, m)) = (!absent).then(|| self.locate(&w, h, None)).flatten() {
             let last = self.slots[i as usize].last.load(Relaxed);
             if !self.expired(c, last, now_ns) {
-                if let Some(hit) = self.step(i, c, m, from_lo, tcp_flags, len, now_ns) {
+                if let Some(hit) = self.step(i, c, m, from_lo, tcp_flags, len, (last, now_ns)) {
                     return Ok(hit);
                 }
             }

@@ -150,6 +150,8 @@ proptest! {
         let opts = Options {
             buckets_log2: Some(1),
             fingerprint_bits: Some(4),
+            // The Bloom part as soon as both buckets are full: often.
+            bloom_threshold: 0,
             accounting: true,
             ..Options::default()
         };

@@ -271,13 +271,18 @@ fn action_of(bits: u64) -> Action {
 }
 
 /// One lock stripe's share of the slots: `[base, base + len)`, a free list
-/// through the free slots' `meta` words, the slots never used yet, and the
-/// early-drop clock hand.
+/// through the free slots' `meta` words, the slots never used yet, the
+/// early-drop clock hand, and the stripe's counters (written under its
+/// lock: no locked instruction for them, no line shared between workers
+/// that open in different stripes).
 struct Shard {
     base: u32,
     free: u32,
     fresh: u32,
     hand: u32,
+    opened: u64,
+    early_dropped: u64,
+    expired: u64,
 }
 
 /// What the table says of a packet of a tracked connection.
@@ -453,10 +458,7 @@ pub struct ConnTable {
     /// Each state's timeout in ns, by the state's index in a control word
     /// (16 entries: no bounds check on four bits).
     timeout_ns: [u64; 16],
-    opened: AtomicU64,
     refused: AtomicU64,
-    early_dropped: AtomicU64,
-    expired: AtomicU64,
     false_positives: AtomicU64,
     /// Each worker's packet time ([`Self::advance`]); `u64::MAX`: none.
     clocks: Box<[AtomicU64]>,
@@ -543,6 +545,9 @@ impl ConnTable {
                         free: NONE,
                         fresh: 0,
                         hand: 0,
+                        opened: 0,
+                        early_dropped: 0,
+                        expired: 0,
                     })
                 })
                 .collect(),
@@ -558,10 +563,7 @@ impl ConnTable {
                 State::ALL.get(i).map_or(u64::MAX, |&s| timeouts.of(s))
             }),
             timeouts,
-            opened: AtomicU64::new(0),
             refused: AtomicU64::new(0),
-            early_dropped: AtomicU64::new(0),
-            expired: AtomicU64::new(0),
             false_positives: AtomicU64::new(0),
             clocks: (0..CLOCKS).map(|_| AtomicU64::new(u64::MAX)).collect(),
         })
@@ -992,7 +994,7 @@ impl ConnTable {
             self.refused.fetch_add(1, Relaxed);
             return Err(OpenError::Full);
         }
-        self.opened.fetch_add(1, Relaxed);
+        shard.opened += 1;
         Ok(Hit {
             slot,
             action,
@@ -1006,11 +1008,13 @@ impl ConnTable {
     /// place. `None`: refused.
     fn reserve(&self, shard: &mut Shard, now_ns: u64) -> Option<u32> {
         if self.len.fetch_add(1, Relaxed) >= self.capacity {
-            self.len.fetch_sub(1, Relaxed);
+            // Full: the dropped entry's count is this one's (its removal
+            // gives back what this took; the length never stays above the
+            // capacity).
             if !self.drop_one(shard, now_ns) {
+                self.len.fetch_sub(1, Relaxed);
                 return None;
             }
-            self.len.fetch_add(1, Relaxed);
         }
         let i = match self.alloc(shard) {
             Some(i) => i,
@@ -1172,7 +1176,7 @@ impl ConnTable {
             }
         }
         self.recycle(shard, i);
-        self.expired.fetch_add(1, Relaxed);
+        shard.expired += 1;
         true
     }
 
@@ -1217,8 +1221,8 @@ impl ConnTable {
                 state_of(c).embryonic() || self.expired(c, last, now_ns)
             }) {
                 if !expired {
-                    self.expired.fetch_sub(1, Relaxed);
-                    self.early_dropped.fetch_add(1, Relaxed);
+                    shard.expired -= 1;
+                    shard.early_dropped += 1;
                 }
                 return true;
             }
@@ -1280,13 +1284,16 @@ impl ConnTable {
     /// Counters, and the live entries by state (a pass over every slot).
     pub fn counts(&self) -> Counts {
         let mut c = Counts {
-            opened: self.opened.load(Relaxed),
             refused: self.refused.load(Relaxed),
-            early_dropped: self.early_dropped.load(Relaxed),
-            expired: self.expired.load(Relaxed),
             false_positives: self.false_positives.load(Relaxed),
             ..Counts::default()
         };
+        for shard in &*self.shards {
+            let s = lock(shard);
+            c.opened += s.opened;
+            c.early_dropped += s.early_dropped;
+            c.expired += s.expired;
+        }
         for s in &*self.slots {
             let x = s.ctl.load(Relaxed);
             if x & USED != 0 {

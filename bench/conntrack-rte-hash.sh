@@ -8,7 +8,11 @@
 # read/write concurrency mode (RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF) with
 # rte_hash_crc, its fastest hash here, on the canonical 38-byte connection
 # keys cfdp writes for it (bench/conntrack-rte-hash/harness.c, cfdp's own
-# small C harness, built here with cc against the system DPDK).
+# small C harness, built here with cc against the system DPDK), and on 2 MB
+# huge pages as DPDK runs in production: as root the script reserves 256
+# of them (512 MB) for the run and gives them back after; where it cannot,
+# rte_hash runs on 4 KB pages (--no-huge) and the CSV's `pages` column
+# says so. cfdp's table is on the system allocator's 4 KB pages.
 #
 # Writes bench/results/conntrack_rte_hash.csv (quick: results/quick/);
 # its first line names the run (date, commit, machine). Installs the
@@ -31,4 +35,21 @@ harness=target/conntrack-rte-hash
 cc -O3 -march=native -Wall -Wextra $(pkg-config --cflags libdpdk) \
     bench/conntrack-rte-hash/harness.c -o "$harness" $(pkg-config --libs libdpdk)
 cargo build --release -q -p cfdp-bench --bin conntrack
+
+# Huge pages for rte_hash (it needs ~70 MB at 2^20 slots).
+unset HARNESS_HUGEPAGES
+hp=/proc/sys/vm/nr_hugepages
+if [ "$(id -u)" = 0 ] && [ -w "$hp" ]; then
+    before=$(cat "$hp")
+    trap 'echo "$before" > "$hp"' EXIT
+    echo $((before + 256)) > "$hp" || true
+    if ! grep -qs hugetlbfs /proc/mounts; then
+        mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages || true
+    fi
+    free=$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)
+    if [ "${free:-0}" -ge 64 ] && grep -qs hugetlbfs /proc/mounts; then
+        export HARNESS_HUGEPAGES=1
+    fi
+fi
+[ -n "${HARNESS_HUGEPAGES:-}" ] || echo "no huge pages to reserve: rte_hash runs on 4 KB pages"
 ./target/release/conntrack "${quick[@]}" --rte-hash "$harness"

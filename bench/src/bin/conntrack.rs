@@ -498,6 +498,9 @@ struct Side {
     single: f64,
     bulk: f64,
     miss: f64,
+    /// The memory's page size: `4K` (cfdp's table, on the system
+    /// allocator), `2M` or `4K` for `rte_hash` (the harness says).
+    pages: &'static str,
 }
 
 /// cfdp's table on `keys` (the first `fill` established, the next `burst`
@@ -558,6 +561,7 @@ fn cfdp_side(log2: u32, keys: &[FlowKey], fill: usize, burst: usize) -> Side {
         single,
         bulk,
         miss,
+        pages: "4K",
     }
 }
 
@@ -577,6 +581,11 @@ fn rte_hash_side(harness: &str, file: &std::path::Path, sizes: [usize; 4]) -> Si
         text,
         String::from_utf8_lossy(&out.stderr)
     );
+    let pages = match text.lines().find_map(|l| l.strip_prefix("pages ")) {
+        Some("2M") => "2M",
+        Some("4K") => "4K",
+        other => panic!("the harness did not say its pages: {other:?}"),
+    };
     let line = text.lines().last().expect("a line of figures");
     let v: Vec<f64> = line
         .split(',')
@@ -594,6 +603,7 @@ fn rte_hash_side(harness: &str, file: &std::path::Path, sizes: [usize; 4]) -> Si
         single: v[5],
         bulk: v[6],
         miss: v[7],
+        pages,
     }
 }
 
@@ -632,8 +642,9 @@ fn side_by_side(harness: &str, log2: u32, rounds: usize) {
         machine_description()
     );
     println!(
-        "{:<10} {:>8} {:>8} {:>8} {:>9} {:>7} {:>10} {:>10} {:>10}",
+        "{:<10} {:>5} {:>8} {:>8} {:>8} {:>9} {:>7} {:>10} {:>10} {:>10}",
         "impl",
+        "pages",
         "p50_ns",
         "p99_ns",
         "p999_ns",
@@ -656,18 +667,18 @@ fn side_by_side(harness: &str, log2: u32, rounds: usize) {
             med(v, |s| s.miss),
         ];
         println!(
-            "{name:<10} {:>8.0} {:>8.0} {:>8.0} {:>9.0} {:>7.0} {:>10.2} {:>10.2} {:>10.2}",
-            f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
+            "{name:<10} {:>5} {:>8.0} {:>8.0} {:>8.0} {:>9.0} {:>7.0} {:>10.2} {:>10.2} {:>10.2}",
+            v[0].pages, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
         );
         rows.push(format!(
-            "{name},{slots},{fill},{burst},{strangers},{:.0},{:.0},{:.0},{:.0},{:.0},{:.3},{:.3},{:.3}",
-            f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
+            "{name},{},{slots},{fill},{burst},{strangers},{:.0},{:.0},{:.0},{:.0},{:.0},{:.3},{:.3},{:.3}",
+            v[0].pages, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
         ));
     }
     let path = results_path("conntrack_rte_hash.csv");
     write_csv(
         &path,
-        "impl,slots,established,burst,strangers,insert_p50_ns,insert_p99_ns,insert_p999_ns,insert_max_ns,failed,lookup_mops,lookup_bulk_mops,stranger_mops",
+        "impl,pages,slots,established,burst,strangers,insert_p50_ns,insert_p99_ns,insert_p999_ns,insert_max_ns,failed,lookup_mops,lookup_bulk_mops,stranger_mops",
         &rows,
     )
     .expect("write CSV");

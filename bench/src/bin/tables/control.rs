@@ -603,11 +603,12 @@ pub(crate) fn conntrack_rte_hash(d: &Path) -> R<String> {
         };
         rows.push(vec![label.to_owned(), fmt(a), fmt(b), ratio]);
     }
+    let (pages_ours, pages_theirs) = (ours["pages"], theirs["pages"]);
     Ok(table(
         &[
             "figure",
-            "cfdp",
-            "rte_hash (RW_CONCURRENCY_LF, crc)",
+            &format!("cfdp ({pages_ours} pages)"),
+            &format!("rte_hash (RW_CONCURRENCY_LF, crc, {pages_theirs} pages)"),
             "cfdp's ratio",
         ],
         &rows,

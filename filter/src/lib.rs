@@ -87,6 +87,7 @@ mod state;
 mod sync;
 pub mod tagmap;
 
+pub use alloc::{Zeroable, ZeroedSlice};
 pub use bulk::BuildError;
 pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
 pub use filter::FilterWriter;

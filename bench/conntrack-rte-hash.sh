@@ -12,7 +12,8 @@
 # huge pages as DPDK runs in production: as root the script reserves 256
 # of them (512 MB) for the run and gives them back after; where it cannot,
 # rte_hash runs on 4 KB pages (--no-huge) and the CSV's `pages` column
-# says so. cfdp's table is on the system allocator's 4 KB pages.
+# says so. cfdp's table asks the kernel for transparent huge pages for its
+# slots and filter (madvise); the column says whether it got them.
 #
 # Writes bench/results/conntrack_rte_hash.csv (quick: results/quick/);
 # its first line names the run (date, commit, machine). Installs the

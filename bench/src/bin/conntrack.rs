@@ -503,8 +503,9 @@ struct Side {
     single: f64,
     bulk: f64,
     miss: f64,
-    /// The memory's page size: `4K` (cfdp's table, on the system
-    /// allocator), `2M` or `4K` for `rte_hash` (the harness says).
+    /// The memory's page size, `2M` or `4K`: for cfdp's table whether the
+    /// kernel backed the process's memory with transparent huge pages
+    /// (its arrays ask for them), for `rte_hash` what the harness says.
     pages: &'static str,
 }
 
@@ -566,8 +567,21 @@ fn cfdp_side(log2: u32, keys: &[FlowKey], fill: usize, burst: usize) -> Side {
         single,
         bulk,
         miss,
-        pages: "4K",
+        pages: if anon_huge_kb() >= 2048 { "2M" } else { "4K" },
     }
+}
+
+/// The process's anonymous memory on transparent huge pages, in kB (0
+/// where the kernel does not say).
+fn anon_huge_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// `rte_hash` on the same keys: the C harness (`bench/conntrack-rte-hash/`)

@@ -864,7 +864,7 @@ impl ConnTable {
     /// Moves slot `i`'s connection (control word `c`, meta `m`, as read)
     /// with a packet: its state by a compare-and-swap that fails if the
     /// slot was freed meanwhile (then `None`: the connection is gone and
-    /// the packet is new), its last time (`times`: as read, and the
+    /// the packet is new), its last time (`last` as read, `now_ns` the
     /// packet's), its counters.
     #[allow(clippy::too_many_arguments)] // the slot as read and the packet
     fn step(

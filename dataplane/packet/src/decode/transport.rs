@@ -277,7 +277,7 @@ mod tests {
             }
             assert_eq!(tcp_fast(LinkType::Raw, &f), None);
         }
-        // The fast path is taken for most of them (not vacuous).
+        // The fast path is taken for tens of thousands (not vacuous).
         assert!(fast > 50_000, "{fast}");
     }
 

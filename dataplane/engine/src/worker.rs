@@ -113,6 +113,10 @@ struct Scratch {
     conns: [Option<Decided>; MAX_BURST],
     /// Each key's probe of the connection table (none when it was empty).
     probes: [Probe; MAX_BURST],
+    /// Whether `probes` may hold an earlier burst's probes, which must not
+    /// pass for this one's: cleared once when the table is found empty,
+    /// not at every burst (a 1 KB fill).
+    probed: bool,
 }
 
 /// A held fragment on its way out, with its datagram's verdict.
@@ -180,6 +184,7 @@ impl Worker {
                 rules: [None; MAX_BURST],
                 conns: [None; MAX_BURST],
                 probes: [Probe::default(); MAX_BURST],
+                probed: false,
             }),
             sample: 0,
             folded: Instant::now(),
@@ -310,6 +315,7 @@ impl Worker {
             rules,
             conns,
             probes,
+            probed: _,
         } = &mut *self.scratch;
         let mut cx = MatchCtx {
             mode: self.mode,
@@ -364,9 +370,13 @@ impl Worker {
         let n = pkts.len();
         s.conns[..n].fill(None);
         if t.is_empty() {
-            s.probes[..n].fill(Probe::default());
+            if s.probed {
+                s.probes.fill(Probe::default());
+                s.probed = false;
+            }
             return;
         }
+        s.probed = true;
         // The whole burst against the table's filter first: most packets
         // belong to no connection, and their probes overlap. A candidate
         // is then looked up from its probe (not hashed again).

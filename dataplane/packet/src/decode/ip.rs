@@ -227,13 +227,7 @@ mod tests {
     /// flags, offsets, lengths around the capture length, protocols).
     #[test]
     fn ipv4_fast_path_agrees_with_etherparse() {
-        let mut x = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = super::super::xorshift(0x1234_5678_9abc_def0u64);
         let l3 = L3 {
             offset: 0,
             vlan_tags: 0,
@@ -253,7 +247,7 @@ mod tests {
                 _ => ((r >> 12) % 64) as usize,
             } as u16;
             p[2..4].copy_from_slice(&total.to_be_bytes());
-            if (r >> 20) % 4 != 0 {
+            if !(r >> 20).is_multiple_of(4) {
                 p[6] &= 0x40; // DF at most, offset 0: not fragmenting
                 p[7] = 0;
             }

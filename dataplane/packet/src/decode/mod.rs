@@ -47,3 +47,15 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Decoded {
         link::LinkResult::Malformed(m) => Decoded::Malformed(m),
     }
 }
+
+/// A xorshift generator for the fast paths' agreement tests: millions of
+/// deterministic frames without a crate.
+#[cfg(test)]
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}

@@ -239,13 +239,7 @@ mod tests {
 
     #[test]
     fn the_tcp_fast_path_agrees_with_etherparse() {
-        let mut x = 0x0123_4567_89ab_cdefu64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = super::super::xorshift(0x0123_4567_89ab_cdefu64);
         let mut fast = 0;
         for _ in 0..1_000_000 {
             let r = next();
@@ -262,7 +256,7 @@ mod tests {
                 _ => ((r >> 12) % 64) as usize,
             } as u16;
             f[16..18].copy_from_slice(&total.to_be_bytes());
-            if (r >> 20) % 4 != 0 {
+            if !(r >> 20).is_multiple_of(4) {
                 f[20] &= 0xe0; // flags kept, offset 0
                 f[21] = 0;
             }

@@ -89,7 +89,7 @@ fn table(log2: u32, bloom: bool, pct: usize) -> (ConnTable, usize) {
 }
 
 fn establish(t: &ConnTable, k: &FlowKey) {
-    t.open(k, SYN, false, 1, TRACKED, 60, 0).expect("room");
+    t.open(k, SYN, 1, TRACKED, 60, 0).expect("room");
     t.lookup(&k.reply(), SYN | ACK, 60, 0);
     t.lookup(k, ACK, 60, 0);
 }
@@ -124,7 +124,7 @@ fn burst(log2: u32, bloom: bool, pct: usize) -> Burst {
     for i in 0..n as u32 {
         let k = conn(i, true);
         let s = Instant::now();
-        let r = t.open(&k, SYN, false, 1, TRACKED, 60, 1);
+        let r = t.open(&k, SYN, 1, TRACKED, 60, 1);
         ns.push(s.elapsed().as_nanos() as u64);
         if r == Err(OpenError::Full) {
             refused += 1;
@@ -276,7 +276,7 @@ fn ops_rows(log2: u32, rounds: usize) -> Vec<String> {
                         sc.spawn(move || {
                             for i in 0..per {
                                 let k = conn(w * per + i, false);
-                                let _ = t.open(&k, SYN, false, 1, TRACKED, 60, 0);
+                                let _ = t.open(&k, SYN, 1, TRACKED, 60, 0);
                                 std::hint::black_box(t.lookup(&k.reply(), SYN | ACK, 60, 0));
                             }
                         });
@@ -318,7 +318,7 @@ fn worker_rows(quick: bool, rounds: usize) -> Vec<String> {
         ConnTable::new(200_000, Timeouts::default(), HashSecret::from_seed(5)).expect("table"),
     );
     for i in 0..100_000 {
-        busy.open(&conn(i, true), SYN, false, 1, TRACKED, 60, 0)
+        busy.open(&conn(i, true), SYN, 1, TRACKED, 60, 0)
             .expect("room");
     }
     let empty = std::sync::Arc::new(
@@ -459,9 +459,7 @@ fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
             let slot = 0;
             for i in 0..n {
                 let k = client(i);
-                table
-                    .open(&k, SYN, false, slot, TRACKED, 60, 0)
-                    .expect("room");
+                table.open(&k, SYN, slot, TRACKED, 60, 0).expect("room");
                 table.lookup(&k.reply(), SYN | ACK, 60, 0);
                 table.lookup(&k, ACK, 60, 0);
             }
@@ -521,7 +519,7 @@ fn cfdp_side(log2: u32, keys: &[FlowKey], fill: usize, burst: usize) -> Side {
     let mut failed = 0;
     for k in &keys[fill..fill + burst] {
         let s = Instant::now();
-        let r = t.open(k, SYN, false, 1, TRACKED, 60, 1);
+        let r = t.open(k, SYN, 1, TRACKED, 60, 1);
         ns.push(s.elapsed().as_nanos() as u64);
         failed += usize::from(r.is_err());
     }

@@ -35,6 +35,11 @@ impl Dir {
 pub struct ConnKey {
     v6: bool,
     proto: u8,
+    /// An ICMP echo's key: the requester is the lower endpoint. Linux's
+    /// ICMP tuple holds the message type, so that an echo request from the
+    /// host that was pinged, with the same identifier, is another
+    /// connection, not an answer; this bit is that type.
+    echo_lo: bool,
     lo: ([u8; 16], u16),
     hi: ([u8; 16], u16),
 }
@@ -53,6 +58,7 @@ impl ConnKey {
             Self {
                 v6: k.v6,
                 proto: k.proto,
+                echo_lo: false,
                 lo,
                 hi,
             },
@@ -60,10 +66,21 @@ impl ConnKey {
         )
     }
 
+    /// The key of an ICMP echo's connection: `k` carries the identifier as
+    /// both ports, `request` says whether it is the request (from the
+    /// requester) or the reply (to it). A request and its reply have one
+    /// key; a request the other way is another connection.
+    pub fn echo(k: &FlowKey, request: bool) -> (Self, bool) {
+        let (mut key, from_lo) = Self::of(k);
+        // The requester: the request's source, the reply's destination.
+        key.echo_lo = from_lo == request;
+        (key, from_lo)
+    }
+
     /// The bytes the table hashes (fixed layout, 38 bytes).
     pub fn bytes(&self) -> [u8; 38] {
         let mut b = [0u8; 38];
-        b[0] = u8::from(self.v6);
+        b[0] = u8::from(self.v6) | u8::from(self.echo_lo) << 1;
         b[1] = self.proto;
         b[2..18].copy_from_slice(&self.lo.0);
         b[18..20].copy_from_slice(&self.lo.1.to_be_bytes());
@@ -73,8 +90,9 @@ impl ConnKey {
     }
 
     /// The key as a table slot stores it: the two addresses as four
-    /// words, and in one word the ports (bits 0–31), the protocol (32–39)
-    /// and the family (40). [`Self::from_words`] reads it back.
+    /// words, and in one word the ports (bits 0–31), the protocol (32–39),
+    /// the family (40) and the echo requester's side (41).
+    /// [`Self::from_words`] reads it back.
     pub(crate) fn words(&self) -> ([u64; 4], u64) {
         let w = |b: &[u8; 16], at: usize| {
             let mut x = [0u8; 8];
@@ -91,11 +109,12 @@ impl ConnKey {
             u64::from(self.lo.1)
                 | u64::from(self.hi.1) << 16
                 | u64::from(self.proto) << 32
-                | u64::from(self.v6) << 40,
+                | u64::from(self.v6) << 40
+                | u64::from(self.echo_lo) << 41,
         )
     }
 
-    /// The key [`Self::words`] gave (bits of `meta` above 40 ignored).
+    /// The key [`Self::words`] gave (bits of `meta` above 41 ignored).
     pub(crate) fn from_words(addr: [u64; 4], meta: u64) -> Self {
         let a = |x: u64, y: u64| {
             let mut b = [0u8; 16];
@@ -106,6 +125,7 @@ impl ConnKey {
         Self {
             v6: meta >> 40 & 1 == 1,
             proto: (meta >> 32) as u8,
+            echo_lo: meta >> 41 & 1 == 1,
             lo: (a(addr[0], addr[1]), meta as u16),
             hi: (a(addr[2], addr[3]), (meta >> 16) as u16),
         }
@@ -164,7 +184,24 @@ mod tests {
         assert_ne!(ConnKey::of(&flow("10.0.0.1", 40001, "192.0.2.1", 80)).0, k1);
         assert_ne!(ConnKey::of(&flow("10.0.0.2", 40000, "192.0.2.1", 80)).0, k1);
         let (a, m) = k1.words();
-        assert_eq!(ConnKey::from_words(a, m | 0xdead << 41), k1);
+        assert_eq!(ConnKey::from_words(a, m | 0xdead << 42), k1);
+        // An echo and its reply share a key; a request the other way not.
+        let ping = FlowKey {
+            proto: 1,
+            sport: 7,
+            dport: 7,
+            ..out
+        };
+        let pong = FlowKey {
+            proto: 1,
+            sport: 7,
+            dport: 7,
+            ..back
+        };
+        let e = ConnKey::echo(&ping, true).0;
+        assert_eq!(ConnKey::echo(&pong, false).0, e);
+        assert_ne!(ConnKey::echo(&pong, true).0, e);
+        assert_eq!(ConnKey::from_words(e.words().0, e.words().1), e);
         let v6 = ConnKey::of(&flow("2001:db8::1", 1, "2001:db8::2", 65535)).0;
         assert_eq!(ConnKey::from_words(v6.words().0, v6.words().1), v6);
         assert_ne!(

@@ -11,6 +11,8 @@
 //! * [`state`]: TCP, UDP and ICMP states as Linux's conntrack names them,
 //!   the transitions a packet makes, and Linux's default timeouts
 //!   ([`Timeouts`], the `[conntrack]` section).
+//! * [`tcp`]: Linux's TCP tracking: windows, the state table, RSTs,
+//!   mid-stream pickup.
 //! * [`table`]: the table the workers share ([`ConnTable`]).
 //! * [`settings`]: the `[conntrack]` section.
 //! * [`persist`]: the table across a graceful restart.
@@ -29,6 +31,7 @@ pub mod settings;
 pub mod state;
 mod sync;
 pub mod table;
+pub mod tcp;
 
 pub use key::{ConnKey, Dir};
 pub use settings::ConntrackSection;

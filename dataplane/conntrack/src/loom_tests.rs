@@ -49,12 +49,12 @@ fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
     loom::model(|| {
         let t = Arc::new(tiny());
         let (a, b) = (udp(1), udp(2));
-        t.open(&a, 0, false, 1, Action::Allow, 60, 0).expect("room");
+        t.open(&a, 0, 1, Action::Allow, 60, 0).expect("room");
         let reader = {
             let t = Arc::clone(&t);
             thread::spawn(move || t.lookup(&a.reply(), 0, 60, 1))
         };
-        let opened = t.open(&b, 0, false, 2, Action::Count, 60, 1);
+        let opened = t.open(&b, 0, 2, Action::Count, 60, 1);
         let seen = reader.join().unwrap();
         if let Some(h) = seen {
             assert_eq!(
@@ -96,7 +96,7 @@ fn loom_a_connection_being_opened_is_found_whole_or_not_at_all() {
             let t = Arc::clone(&t);
             thread::spawn(move || t.related(&a.reply(), 1))
         };
-        t.open(&a, 0, false, 7, Action::Count, 60, 0).expect("room");
+        t.open(&a, 0, 7, Action::Count, 60, 0).expect("room");
         if let Some(h) = reader.join().unwrap() {
             assert_eq!((h.slot, h.action, h.dir), (7, Action::Count, Dir::Reply));
         }
@@ -118,7 +118,7 @@ fn loom_two_openers_from_their_probes_open_one_connection() {
         let open_from_probe = |t: &ConnTable, k: FlowKey, slot: u32| {
             let mut p = [crate::table::Probe::default(); 1];
             t.probe(&[k], &mut p);
-            t.open_probed(&k, &p[0], 0, false, slot, Action::Allow, 60, 0)
+            t.open_probed(&k, &p[0], 0, slot, Action::Allow, 60, 0)
                 .expect("room")
         };
         let other = {

@@ -20,6 +20,13 @@ pub struct ConntrackSection {
     /// opening time (`cfdp ctl conns` shows them): 40 bytes more a slot.
     /// Off by default, as Linux's `nf_conntrack_acct` is.
     pub accounting: bool,
+    /// Linux's `nf_conntrack_tcp_be_liberal`: mark only out-of-window
+    /// RSTs invalid (off by default, as in Linux).
+    pub tcp_be_liberal: bool,
+    /// Linux's `nf_conntrack_tcp_loose`: pick up a TCP connection from a
+    /// segment other than a SYN — after a restart, a failover or a full
+    /// table — tracked liberally (on by default, as in Linux).
+    pub tcp_loose: bool,
     pub timeouts: Timeouts,
 }
 
@@ -28,6 +35,8 @@ impl Default for ConntrackSection {
         Self {
             capacity: 65_536,
             accounting: false,
+            tcp_be_liberal: false,
+            tcp_loose: true,
             timeouts: Timeouts::default(),
         }
     }
@@ -70,6 +79,8 @@ impl ConntrackSection {
             ("timeouts.udp_unreplied_s", t.udp_unreplied_s),
             ("timeouts.udp_replied_s", t.udp_replied_s),
             ("timeouts.icmp_s", t.icmp_s),
+            ("timeouts.generic_s", t.generic_s),
+            ("timeouts.tcp_unacknowledged_s", t.tcp_unacknowledged_s),
         ] {
             if value == 0 {
                 return Err(BadSetting {
@@ -89,6 +100,11 @@ impl ConntrackSection {
         self.check()?;
         let opts = crate::table::Options {
             accounting: self.accounting,
+            tcp: crate::tcp::TcpSettings {
+                be_liberal: self.tcp_be_liberal,
+                loose: self.tcp_loose,
+                ..crate::tcp::TcpSettings::default()
+            },
             ..crate::table::Options::default()
         };
         ConnTable::with_options(self.capacity, self.timeouts.clone(), secret, opts).map_err(|_| {

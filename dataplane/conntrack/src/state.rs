@@ -1,25 +1,27 @@
 //! Connection states and what a packet does to them, with Linux's names
 //! and default timeouts (`nf_conntrack_tcp_timeout_*`,
-//! `nf_conntrack_udp_timeout[_stream]`, `nf_conntrack_icmp_timeout`).
+//! `nf_conntrack_udp_timeout[_stream]`, `nf_conntrack_icmp_timeout`,
+//! `nf_conntrack_generic_timeout`).
 //!
-//! TCP follows the flags only: a connection opens on a SYN, is
-//! established once the reply's SYN-ACK has been answered by an ACK, and
-//! closes on a FIN each way or a RST. **Not checked**, unlike Linux:
-//! sequence and acknowledgement numbers against the window (Linux marks
-//! out-of-window segments invalid), window scaling, and which side a
-//! RST comes from; a RST in either direction closes the connection.
+//! TCP's states move as Linux's `tcp_conntracks` table and its window
+//! checks say ([`crate::tcp`]); UDP, ICMP echo and other protocols here:
+//! UDP is replied once an answer came and a stream once it is still
+//! carrying traffic two seconds after it opened (Linux's 30 s timeout
+//! until then, 120 s after); ICMP echo is replied once the echo reply came;
+//! any other protocol is one state with the generic timeout.
 
 use serde::{Deserialize, Serialize};
 
 use crate::key::Dir;
 
-/// TCP flag bits as the header carries them.
+/// TCP flag bits as the header carries them ([`crate::tcp::flags`]).
 pub mod tcp {
-    pub const FIN: u8 = 0x01;
-    pub const SYN: u8 = 0x02;
-    pub const RST: u8 = 0x04;
-    pub const ACK: u8 = 0x10;
+    pub use crate::tcp::flags::*;
 }
+
+/// How long a UDP connection must live, with an answer, before it is a
+/// stream (Linux's `stream_ts`, two seconds after it opened).
+pub const UDP_STREAM_AFTER_NS: u64 = 2_000_000_000;
 
 /// A connection's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,7 +30,7 @@ pub enum State {
     TcpSynSent,
     /// The reply's SYN-ACK seen.
     TcpSynRecv,
-    /// The handshake's last ACK seen.
+    /// The handshake's last ACK seen (or picked up mid-stream).
     TcpEstablished,
     /// One side sent a FIN.
     TcpFinWait,
@@ -42,16 +44,27 @@ pub enum State {
     TcpClose,
     /// UDP: packets one way only (embryonic).
     UdpUnreplied,
-    /// UDP: a reply seen (Linux's "stream" timeout, assured).
+    /// UDP: an answer seen, less than two seconds after the opening
+    /// (Linux's 30 s timeout still; not assured).
     UdpReplied,
     /// ICMP echo: a request, no reply yet.
     IcmpUnreplied,
     /// ICMP echo: a reply seen.
     IcmpReplied,
+    /// TCP: the answer to the opener's SYN was a SYN (simultaneous open).
+    TcpSynSent2,
+    /// UDP: answered, and still carrying traffic two seconds after it
+    /// opened (Linux's stream timeout; assured).
+    UdpStream,
+    /// Any other protocol, tracked by its addresses (Linux's generic
+    /// tracker).
+    Generic,
 }
 
 impl State {
-    pub const ALL: [State; 12] = [
+    /// Every state, by [`Self::index`] (the first twelve in the order a
+    /// saved table of an earlier version numbered them).
+    pub const ALL: [State; 15] = [
         State::TcpSynSent,
         State::TcpSynRecv,
         State::TcpEstablished,
@@ -64,6 +77,9 @@ impl State {
         State::UdpReplied,
         State::IcmpUnreplied,
         State::IcmpReplied,
+        State::TcpSynSent2,
+        State::UdpStream,
+        State::Generic,
     ];
 
     /// Linux's name for it (`conntrack -L` prints these).
@@ -77,10 +93,13 @@ impl State {
             State::TcpLastAck => "LAST_ACK",
             State::TcpTimeWait => "TIME_WAIT",
             State::TcpClose => "CLOSE",
+            State::TcpSynSent2 => "SYN_SENT2",
             State::UdpUnreplied => "UDP_UNREPLIED",
             State::UdpReplied => "UDP_REPLIED",
+            State::UdpStream => "UDP_STREAM",
             State::IcmpUnreplied => "ICMP_UNREPLIED",
             State::IcmpReplied => "ICMP_REPLIED",
+            State::Generic => "GENERIC",
         }
     }
 
@@ -88,73 +107,72 @@ impl State {
         self as usize
     }
 
-    /// Whether no answer has been seen yet: such an entry may be dropped
-    /// to make room for a new connection when the table is full (Linux's
-    /// early drop of unassured entries); no other ever is.
-    pub fn embryonic(self) -> bool {
+    pub fn is_tcp(self) -> bool {
         matches!(
             self,
-            State::TcpSynSent | State::UdpUnreplied | State::IcmpUnreplied
+            State::TcpSynSent
+                | State::TcpSynRecv
+                | State::TcpEstablished
+                | State::TcpFinWait
+                | State::TcpCloseWait
+                | State::TcpLastAck
+                | State::TcpTimeWait
+                | State::TcpClose
+                | State::TcpSynSent2
         )
     }
 
-    /// The state a connection opens in for its first packet, if that packet
-    /// may open one: a TCP SYN without ACK or RST, any UDP datagram, an
-    /// ICMP echo request (the caller says which; `icmp_echo`).
-    pub fn open(proto: u8, tcp_flags: u8, icmp_echo: bool) -> Option<State> {
+    /// A TCP connection on its way out: Linux's early drop takes these
+    /// even when assured (`tcp_can_early_drop`).
+    pub fn closing(self) -> bool {
+        matches!(
+            self,
+            State::TcpFinWait
+                | State::TcpCloseWait
+                | State::TcpLastAck
+                | State::TcpTimeWait
+                | State::TcpClose
+        )
+    }
+
+    /// Whether no answer has been seen yet.
+    pub fn embryonic(self) -> bool {
+        matches!(
+            self,
+            State::TcpSynSent | State::TcpSynSent2 | State::UdpUnreplied | State::IcmpUnreplied
+        )
+    }
+
+    /// The state a connection of protocol `proto` other than TCP opens
+    /// in, if its first packet may open one: any UDP datagram, an ICMP or
+    /// ICMPv6 echo request (`icmp_echo`), any packet of another protocol
+    /// (Linux's generic tracking). TCP opens through [`crate::tcp::open`].
+    pub fn open(proto: u8, icmp_echo: bool) -> Option<State> {
         match proto {
-            cfdp_rules::flow::proto::TCP => {
-                let syn_only = tcp_flags & (tcp::SYN | tcp::ACK | tcp::RST) == tcp::SYN;
-                syn_only.then_some(State::TcpSynSent)
-            }
+            cfdp_rules::flow::proto::TCP => None,
             cfdp_rules::flow::proto::UDP => Some(State::UdpUnreplied),
-            _ if icmp_echo => Some(State::IcmpUnreplied),
-            _ => None,
+            1 | 58 => icmp_echo.then_some(State::IcmpUnreplied),
+            _ => Some(State::Generic),
         }
     }
 
-    /// The state after a packet going `dir` with `tcp_flags` (0 for
-    /// other protocols). `fin` holds which directions have sent a FIN
-    /// (bit 0: original, bit 1: reply) and is updated with it.
-    pub fn next(self, dir: Dir, tcp_flags: u8, fin: &mut u8) -> State {
+    /// The state of a connection other than TCP after a packet going
+    /// `dir`, `age_ns` after the connection opened. (TCP moves through
+    /// [`crate::tcp::packet`]; a TCP state is returned as it is.)
+    pub fn next(self, dir: Dir, age_ns: u64) -> State {
         use State::*;
-        let has = |f: u8| tcp_flags & f == f;
         match self {
-            UdpUnreplied if dir == Dir::Reply => return UdpReplied,
-            IcmpUnreplied if dir == Dir::Reply => return IcmpReplied,
-            UdpUnreplied | UdpReplied | IcmpUnreplied | IcmpReplied => return self,
-            _ => {}
-        }
-        if has(tcp::RST) {
-            return TcpClose;
-        }
-        let me = 1u8 << dir.index();
-        // A new SYN from the opener on a closed connection opens it again
-        // (a port reused after TIME_WAIT), as Linux does.
-        if matches!(self, TcpTimeWait | TcpClose)
-            && dir == Dir::Orig
-            && tcp_flags & (tcp::SYN | tcp::ACK) == tcp::SYN
-        {
-            *fin = 0;
-            return TcpSynSent;
-        }
-        if has(tcp::FIN) {
-            *fin |= me;
-            return match self {
-                TcpSynSent | TcpSynRecv | TcpEstablished if *fin != 3 => TcpFinWait,
-                TcpTimeWait | TcpClose => self,
-                _ if *fin == 3 => TcpLastAck,
-                _ => self,
-            };
-        }
-        match self {
-            TcpSynSent if dir == Dir::Reply && has(tcp::SYN | tcp::ACK) => TcpSynRecv,
-            TcpSynRecv if dir == Dir::Orig && has(tcp::ACK) && !has(tcp::SYN) => TcpEstablished,
-            // The side that did not send the FIN acknowledges it.
-            TcpFinWait if has(tcp::ACK) && *fin & me == 0 => TcpCloseWait,
-            TcpLastAck if has(tcp::ACK) => TcpTimeWait,
+            UdpUnreplied if dir == Dir::Reply => UdpReplied,
+            UdpReplied if age_ns > UDP_STREAM_AFTER_NS => UdpStream,
+            IcmpUnreplied if dir == Dir::Reply => IcmpReplied,
             s => s,
         }
+    }
+
+    /// Whether reaching this state makes a connection assured (never
+    /// early-dropped): a UDP stream (TCP says so itself).
+    pub fn assures(self) -> bool {
+        self == State::UdpStream
     }
 }
 
@@ -173,8 +191,19 @@ pub struct Timeouts {
     pub tcp_time_wait_s: u64,
     pub tcp_close_s: u64,
     pub udp_unreplied_s: u64,
+    /// UDP's stream timeout (Linux's `nf_conntrack_udp_timeout_stream`):
+    /// a connection answered and still carrying traffic two seconds after
+    /// it opened. Before then an answered connection keeps
+    /// `udp_unreplied_s`, as Linux's does.
     pub udp_replied_s: u64,
     pub icmp_s: u64,
+    /// Other protocols (Linux's `nf_conntrack_generic_timeout`).
+    pub generic_s: u64,
+    /// The cap on a TCP connection's timeout while data is unacknowledged,
+    /// after three retransmissions, or picked up mid-stream without an
+    /// answer (Linux's `nf_conntrack_tcp_timeout_unacknowledged` and
+    /// `_max_retrans`, both 300 s).
+    pub tcp_unacknowledged_s: u64,
 }
 
 impl Default for Timeouts {
@@ -192,11 +221,20 @@ impl Default for Timeouts {
             udp_unreplied_s: 30,
             udp_replied_s: 120,
             icmp_s: 30,
+            generic_s: 600,
+            tcp_unacknowledged_s: 300,
         }
     }
 }
 
 impl Timeouts {
+    /// The timeout of `s` in nanoseconds when capped (unacknowledged
+    /// data, retransmissions): the smaller of its own and the cap.
+    pub fn capped(&self, s: State) -> u64 {
+        self.of(s)
+            .min(self.tcp_unacknowledged_s.saturating_mul(1_000_000_000))
+    }
+
     /// The timeout of `s` in nanoseconds.
     pub fn of(&self, s: State) -> u64 {
         let secs = match s {
@@ -208,9 +246,11 @@ impl Timeouts {
             State::TcpLastAck => self.tcp_last_ack_s,
             State::TcpTimeWait => self.tcp_time_wait_s,
             State::TcpClose => self.tcp_close_s,
-            State::UdpUnreplied => self.udp_unreplied_s,
-            State::UdpReplied => self.udp_replied_s,
+            State::TcpSynSent2 => self.tcp_syn_sent_s,
+            State::UdpUnreplied | State::UdpReplied => self.udp_unreplied_s,
+            State::UdpStream => self.udp_replied_s,
             State::IcmpUnreplied | State::IcmpReplied => self.icmp_s,
+            State::Generic => self.generic_s,
         };
         secs.saturating_mul(1_000_000_000)
     }
@@ -218,102 +258,32 @@ impl Timeouts {
 
 #[cfg(test)]
 mod tests {
-    use super::tcp::{ACK, FIN, RST, SYN};
     use super::*;
     use Dir::{Orig, Reply};
 
-    /// Walks `steps` from the state a SYN opens, returning each state.
-    fn walk(steps: &[(Dir, u8)]) -> Vec<State> {
-        let mut s = State::open(6, SYN, false).unwrap();
-        let mut fin = 0;
-        steps
-            .iter()
-            .map(|&(d, f)| {
-                s = s.next(d, f, &mut fin);
-                s
-            })
-            .collect()
-    }
-
     #[test]
-    fn a_tcp_connection_opens_and_closes_as_linux_names_it() {
+    fn udp_is_a_stream_only_after_two_seconds_and_icmp_once_replied() {
         use State::*;
-        assert_eq!(
-            walk(&[
-                (Orig, SYN),
-                (Reply, SYN | ACK),
-                (Orig, ACK),
-                (Orig, ACK),
-                (Orig, FIN | ACK),
-                (Reply, ACK),
-                (Reply, FIN | ACK),
-                (Orig, ACK),
-            ]),
-            [
-                TcpSynSent,
-                TcpSynRecv,
-                TcpEstablished,
-                TcpEstablished,
-                TcpFinWait,
-                TcpCloseWait,
-                TcpLastAck,
-                TcpTimeWait
-            ]
-        );
-        // The server closes first; a RST ends it at once; a new SYN
-        // opens the pair again.
-        assert_eq!(
-            walk(&[
-                (Reply, SYN | ACK),
-                (Orig, ACK),
-                (Reply, FIN | ACK),
-                (Orig, ACK),
-                (Orig, RST),
-                (Reply, ACK),
-                (Orig, SYN),
-            ]),
-            [
-                TcpSynRecv,
-                TcpEstablished,
-                TcpFinWait,
-                TcpCloseWait,
-                TcpClose,
-                TcpClose,
-                TcpSynSent
-            ]
-        );
-    }
-
-    #[test]
-    fn an_unanswered_or_reflected_syn_does_not_establish() {
-        use State::*;
-        // The opener's own ACK before any SYN-ACK; a SYN-ACK from the
-        // opener's side; the reply's ACK: all leave it embryonic.
-        assert_eq!(
-            walk(&[(Orig, ACK), (Orig, SYN | ACK), (Reply, ACK)]),
-            [TcpSynSent, TcpSynSent, TcpSynSent]
-        );
-        assert!(TcpSynSent.embryonic() && !TcpEstablished.embryonic());
-        // Only a bare SYN opens a TCP connection.
-        assert_eq!(State::open(6, SYN | ACK, false), None);
-        assert_eq!(State::open(6, ACK, false), None);
-        assert_eq!(State::open(6, SYN | RST, false), None);
-        assert_eq!(State::open(1, 0, false), None);
-        assert_eq!(State::open(1, 0, true), Some(IcmpUnreplied));
-    }
-
-    #[test]
-    fn udp_and_icmp_are_replied_once_an_answer_comes() {
-        use State::*;
-        let mut fin = 0;
-        let s = State::open(17, 0, false).unwrap();
+        let s = State::open(17, false).unwrap();
         assert_eq!(s, UdpUnreplied);
-        assert_eq!(s.next(Orig, 0, &mut fin), UdpUnreplied);
-        assert_eq!(s.next(Reply, 0, &mut fin), UdpReplied);
-        assert_eq!(IcmpUnreplied.next(Reply, 0, &mut fin), IcmpReplied);
+        assert_eq!(s.next(Orig, 5_000_000_000), UdpUnreplied);
+        let r = s.next(Reply, 100);
+        assert_eq!(r, UdpReplied);
+        // One tick either side of the two seconds.
+        assert_eq!(r.next(Orig, UDP_STREAM_AFTER_NS), UdpReplied);
+        assert_eq!(r.next(Orig, UDP_STREAM_AFTER_NS + 1), UdpStream);
+        assert_eq!(IcmpUnreplied.next(Reply, 0), IcmpReplied);
+        assert_eq!(State::open(1, false), None);
+        assert_eq!(State::open(58, true), Some(IcmpUnreplied));
+        assert_eq!(State::open(50, false), Some(Generic));
+        assert_eq!(State::open(6, false), None);
         let t = Timeouts::default();
         assert_eq!(t.of(UdpUnreplied), 30_000_000_000);
-        assert_eq!(t.of(UdpReplied), 120_000_000_000);
+        assert_eq!(t.of(UdpReplied), 30_000_000_000);
+        assert_eq!(t.of(UdpStream), 120_000_000_000);
+        assert_eq!(t.of(Generic), 600_000_000_000);
         assert_eq!(t.of(TcpEstablished), 432_000 * 1_000_000_000);
+        assert_eq!(t.capped(TcpEstablished), 300_000_000_000);
+        assert_eq!(t.capped(TcpSynSent), 120_000_000_000);
     }
 }

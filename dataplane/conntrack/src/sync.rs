@@ -18,3 +18,14 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// A wait for another thread's short hold of a slot (its TCP lock).
+#[cfg(not(loom))]
+pub(crate) fn spin() {
+    std::hint::spin_loop();
+}
+
+#[cfg(loom)]
+pub(crate) fn spin() {
+    loom::thread::yield_now();
+}

@@ -66,10 +66,12 @@ use std::collections::BTreeSet;
 use cfdp_filter::{
     BloomConfig, BloomMode, Config, ConfigError, Filter, Lookup, Placement, ZeroedSlice,
 };
+use cfdp_packet::TcpSeg;
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
 
 use crate::key::{ConnKey, Dir};
-use crate::state::{tcp, State, Timeouts};
+use crate::state::{State, Timeouts};
+use crate::tcp::{self, TcpConn, TcpSettings, Verdict};
 
 /// Lock stripes at most (fewer for a small table: one per 64
 /// connections, so that a full stripe has entries to drop).
@@ -90,39 +92,63 @@ pub const BLOOM_THRESHOLD: u32 = 16;
 /// flood, alternated runs).
 const PREFETCH_AHEAD: u32 = 3;
 
+/// Slots an early drop looks at, at most, before the open is refused
+/// (Linux looks at 8 hash chains): a refused open's cost is bounded
+/// whatever the stripe holds.
+pub const DROP_SCAN: u32 = 64;
+
+/// Whether the connection in control word `c` may be dropped to make room
+/// for a new one, as Linux's early drop takes it: not assured (no answer
+/// yet, a handshake not completed, UDP that is not a stream, ICMP, other
+/// protocols, a TCP connection picked up and not answered), or closing.
+fn droppable(c: u64) -> bool {
+    c & ASSURED == 0 || state_of(c).closing()
+}
+
 /// Slots the table can index: the filter's entries carry a slot index in
 /// at most 23 bits beside a fingerprint of at least 8 (an entry is at most
 /// 31 bits with the Bloom field in the two-word bucket layout).
 pub const MAX_SLOTS: usize = 1 << 23;
 
 // A slot's control word: whether it holds a connection, the opener's side,
-// the FIN bits, the state, the slot's generation (bumped when it is freed)
-// and the opening rule's slot.
+// the FIN bits, the state, whether its timeout is capped, the slot's lock
+// (TCP: held while its windows move), assured, an answer seen, the slot's
+// generation (bumped when it is freed) and the opening rule's slot.
 const USED: u64 = 1;
 const ORIG_LO: u64 = 1 << 1;
 const FIN_SHIFT: u32 = 2;
 const STATE_SHIFT: u32 = 4;
-const GEN_SHIFT: u32 = 8;
-const GEN_MASK: u64 = 0xff_ffff << GEN_SHIFT;
+/// The timeout is capped at `tcp_unacknowledged_s`: right above the state
+/// bits, so that state and cap index one table of timeouts.
+const CAP: u64 = 1 << 8;
+/// Held by the one packet whose TCP windows are being checked and moved:
+/// a TCP connection's windows and state change together, as under
+/// Linux's `ct->lock`. Nothing else writes the control word while it is
+/// set (compare-and-swaps expect it clear; a removal waits for it).
+const LOCK: u64 = 1 << 9;
+const ASSURED: u64 = 1 << 10;
+const SEEN_REPLY: u64 = 1 << 11;
+const GEN_SHIFT: u32 = 12;
+const GEN_MASK: u64 = 0xf_ffff << GEN_SHIFT;
 const RULE_SHIFT: u32 = 32;
 /// Bits that say which connection a slot holds: a change in them between
 /// a reader's two loads means the slot was freed (and maybe reused).
 const IDENTITY: u64 = GEN_MASK | USED;
 /// The key's bits in a slot's `meta` word ([`ConnKey::words`]); the
 /// action sits above them.
-const KEY_BITS: u64 = (1 << 41) - 1;
-const ACTION_SHIFT: u32 = 41;
+const KEY_BITS: u64 = (1 << 42) - 1;
+const ACTION_SHIFT: u32 = 42;
 /// The end of a free list.
 const NONE: u32 = u32::MAX;
 
-/// One connection (or a free slot): seven atomic words, 56 bytes, named
-/// by [`Fields`]. Every word is an atomic: readers read without a lock
+/// One connection (or a free slot): thirteen atomic words, 104 bytes,
+/// named by [`Fields`]. Every word is an atomic: readers read without a lock
 /// while the stripe's owner may rewrite it, and the control word's
 /// generation tells them whether what they read is whole. Plain words
 /// rather than a struct so that the slots can live in a
 /// [`cfdp_filter::ZeroedSlice`] (huge pages: the table's slots are its
 /// largest part).
-type Slot = [AtomicU64; 7];
+type Slot = [AtomicU64; 7 + tcp::WORDS];
 
 /// A slot's words by name.
 trait Fields {
@@ -136,6 +162,9 @@ trait Fields {
     /// Ports, protocol, family and the action; in a free slot, the next
     /// free slot's index.
     fn meta(&self) -> &AtomicU64;
+    /// TCP: the windows ([`TcpConn::pack`]), written under the slot's
+    /// [`LOCK`]. UDP: the first word is the opening time.
+    fn ext(&self) -> &[AtomicU64];
 }
 
 impl Fields for Slot {
@@ -154,6 +183,10 @@ impl Fields for Slot {
     #[inline(always)]
     fn meta(&self) -> &AtomicU64 {
         &self[6]
+    }
+    #[inline(always)]
+    fn ext(&self) -> &[AtomicU64] {
+        &self[7..]
     }
 }
 
@@ -185,20 +218,49 @@ fn mum(a: u64, b: u64) -> u64 {
     (r as u64) ^ (r >> 64) as u64
 }
 
-/// Moves the state in control word `ctl` (read as `c`) with a packet going
-/// `dir` with `tcp_flags`, by compare-and-swap: the word after it, or
-/// `None` if the slot was freed meanwhile (the connection is gone).
-fn move_state(ctl: &AtomicU64, mut c: u64, dir: Dir, tcp_flags: u8) -> Option<u64> {
+/// Moves the state of a connection other than TCP in control word `ctl`
+/// (read as `c`) with a packet going `dir`, `age_ns` after it opened, by
+/// compare-and-swap: the word after it, or `None` if the slot was freed
+/// meanwhile (the connection is gone).
+fn move_state(ctl: &AtomicU64, mut c: u64, dir: Dir, age_ns: u64) -> Option<u64> {
     loop {
-        let mut fin = fin_of(c);
-        let n = with_state(c, state_of(c).next(dir, tcp_flags, &mut fin), fin);
+        let s = state_of(c).next(dir, age_ns);
+        let mut n = with_state(c, s, fin_of(c));
+        if s.assures() {
+            n |= ASSURED;
+        }
+        if dir == Dir::Reply {
+            n |= SEEN_REPLY;
+        }
         if n == c {
             return Some(c);
         }
-        match ctl.compare_exchange_weak(c, n, AcqRel, Acquire) {
+        match ctl.compare_exchange_weak(c & !LOCK, n & !LOCK, AcqRel, Acquire) {
             Ok(_) => return Some(n),
             Err(now) if (now ^ c) & IDENTITY != 0 => return None,
-            Err(now) => c = now,
+            Err(now) => {
+                crate::sync::spin();
+                c = now;
+            }
+        }
+    }
+}
+
+/// Takes slot `ctl`'s [`LOCK`] (read as `c`): the control word with the
+/// lock held, or `None` if the slot was freed meanwhile.
+fn lock_slot(ctl: &AtomicU64, mut c: u64) -> Option<u64> {
+    loop {
+        if (c & LOCK) == 0 {
+            match ctl.compare_exchange_weak(c, c | LOCK, Acquire, Acquire) {
+                Ok(_) => return Some(c | LOCK),
+                Err(now) => c = now,
+            }
+        } else {
+            crate::sync::spin();
+            c = ctl.load(Acquire);
+        }
+        if c & USED == 0 {
+            return None;
         }
     }
 }
@@ -223,7 +285,7 @@ pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
 /// Bytes a slot's accounting adds when it is on.
 pub const ACCT_BYTES: usize = std::mem::size_of::<AcctSlot>();
 #[cfg(not(loom))]
-const _: () = assert!(SLOT_BYTES == 56);
+const _: () = assert!(SLOT_BYTES == 104);
 
 /// The states by their index in a control word's four state bits (the
 /// last four never written).
@@ -322,9 +384,14 @@ pub struct Hit {
 /// Why a connection was not opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenError {
-    /// The packet cannot open one (a TCP segment other than a SYN, an
-    /// ICMP message other than an echo request, another protocol).
+    /// The packet cannot open one (a TCP segment other than a SYN or,
+    /// with `tcp_loose`, an ACK; invalid TCP flags; an ICMP message other
+    /// than an echo request).
     NotAnOpener,
+    /// The packet belongs to a tracked connection but is invalid for it
+    /// (out of its TCP window, a state it cannot be in): as Linux, it
+    /// meets the rules alone and the connection stays.
+    Invalid,
     /// The table is full of connections that may not be dropped.
     Full,
 }
@@ -389,6 +456,9 @@ pub struct Counts {
     pub expired: u64,
     /// Lookups the filter let through that no entry confirmed.
     pub false_positives: u64,
+    /// Packets of a tracked connection that were invalid for it (Linux's
+    /// `ct state invalid`): they met the rules alone.
+    pub invalid: u64,
 }
 
 /// The table's shape beyond its capacity: what the `conntrack` bench
@@ -411,6 +481,8 @@ pub struct Options {
     /// index, 16 at most): fewer make collisions common, what the tests of
     /// the collision path want.
     pub fingerprint_bits: Option<u32>,
+    /// TCP tracking's settings (Linux's `tcp_be_liberal`, `tcp_loose`).
+    pub tcp: TcpSettings,
 }
 
 impl Default for Options {
@@ -421,8 +493,53 @@ impl Default for Options {
             bloom_threshold: BLOOM_THRESHOLD,
             buckets_log2: None,
             fingerprint_bits: None,
+            tcp: TcpSettings::default(),
         }
     }
+}
+
+/// What the table reads of a packet beyond its 5-tuple: its TCP segment
+/// (for a TCP packet; without one a TCP packet is invalid), whether an
+/// ICMP echo is the request or the reply (its 5-tuple carries the
+/// identifier as both ports), or nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L4 {
+    Tcp(TcpSeg),
+    Echo { request: bool },
+    None,
+}
+
+impl From<TcpSeg> for L4 {
+    fn from(s: TcpSeg) -> Self {
+        L4::Tcp(s)
+    }
+}
+
+impl From<u8> for L4 {
+    /// A TCP segment with these flags and sequence numbers 0
+    /// ([`TcpSeg::flags`]); ignored for a packet of another protocol.
+    fn from(flags: u8) -> Self {
+        L4::Tcp(TcpSeg::flags(flags))
+    }
+}
+
+/// The key of packet `k`'s connection and its side (an echo's by its
+/// requester, see [`ConnKey::echo`]).
+fn key_of(k: &FlowKey, l4: &L4) -> (ConnKey, bool) {
+    match l4 {
+        L4::Echo { request } if matches!(k.proto, 1 | 58) => ConnKey::echo(k, *request),
+        _ => ConnKey::of(k),
+    }
+}
+
+/// What a packet did to the connection it belongs to.
+enum Step {
+    Hit(Hit),
+    /// Invalid for it: the packet meets the rules; the entry stays.
+    Invalid,
+    /// The entry is gone (freed meanwhile, or removed for a reopening
+    /// SYN): the packet is new.
+    Gone,
 }
 
 /// A packet's connection key hashed and probed in the filter
@@ -478,10 +595,13 @@ pub struct ConnTable {
     len: AtomicUsize,
     timeouts: Timeouts,
     /// Each state's timeout in ns, by the state's index in a control word
-    /// (16 entries: no bounds check on four bits).
-    timeout_ns: [u64; 16],
+    /// and its [`CAP`] bit above (32 entries: no bounds check on five
+    /// bits).
+    timeout_ns: [u64; 32],
+    tcp: TcpSettings,
     refused: AtomicU64,
     false_positives: AtomicU64,
+    invalid: AtomicU64,
     /// Each worker's packet time ([`Self::advance`]); `u64::MAX`: none.
     clocks: Box<[AtomicU64]>,
 }
@@ -582,11 +702,19 @@ impl ConnTable {
             capacity,
             len: AtomicUsize::new(0),
             timeout_ns: std::array::from_fn(|i| {
-                State::ALL.get(i).map_or(u64::MAX, |&s| timeouts.of(s))
+                State::ALL.get(i % 16).map_or(u64::MAX, |&s| {
+                    if i >= 16 {
+                        timeouts.capped(s)
+                    } else {
+                        timeouts.of(s)
+                    }
+                })
             }),
             timeouts,
+            tcp: opts.tcp,
             refused: AtomicU64::new(0),
             false_positives: AtomicU64::new(0),
+            invalid: AtomicU64::new(0),
             clocks: (0..CLOCKS).map(|_| AtomicU64::new(u64::MAX)).collect(),
         })
     }
@@ -682,7 +810,7 @@ impl ConnTable {
     }
 
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
-        now_ns.saturating_sub(last) > self.timeout_ns[(c >> STATE_SHIFT & 0xf) as usize]
+        now_ns.saturating_sub(last) > self.timeout_ns[(c >> STATE_SHIFT & 0x1f) as usize]
     }
 
     /// Reads slot `i` for the key whose words are `w`.
@@ -806,12 +934,16 @@ impl ConnTable {
     }
 
     /// The connection of packet `k`, if one is tracked: its state moves
-    /// with the packet (`tcp_flags`: 0 unless TCP), and its counters.
-    /// An entry found past its timeout is removed and the packet is new.
-    pub fn lookup(&self, k: &FlowKey, tcp_flags: u8, len: u32, now_ns: u64) -> Option<Hit> {
-        let (key, from_lo) = ConnKey::of(k);
+    /// with the packet (`l4`: its TCP segment or echo kind), and its
+    /// counters. An entry found past its timeout is removed and the packet
+    /// is new; a packet invalid for its connection (out of its TCP
+    /// window…) is counted and answered `None`: it meets the rules, as
+    /// Linux's `ct state invalid` does.
+    pub fn lookup(&self, k: &FlowKey, l4: impl Into<L4>, len: u32, now_ns: u64) -> Option<Hit> {
+        let l4 = l4.into();
+        let (key, from_lo) = key_of(k, &l4);
         let h = self.hash(&key);
-        self.lookup_at(&key, from_lo, h, None, tcp_flags, len, now_ns)
+        self.lookup_at(&key, from_lo, h, None, &l4, len, now_ns)
     }
 
     /// [`Self::lookup`] from `probe`, [`Self::probe`]'s answer for this
@@ -821,7 +953,7 @@ impl ConnTable {
         &self,
         k: &FlowKey,
         probe: &Probe,
-        tcp_flags: u8,
+        l4: impl Into<L4>,
         len: u32,
         now_ns: u64,
     ) -> Option<Hit> {
@@ -834,7 +966,7 @@ impl ConnTable {
             from_lo,
             probe.hash,
             Some(probe.found),
-            tcp_flags,
+            &l4.into(),
             len,
             now_ns,
         )
@@ -847,7 +979,7 @@ impl ConnTable {
         from_lo: bool,
         h: u64,
         first: Option<Lookup>,
-        tcp_flags: u8,
+        l4: &L4,
         len: u32,
         now_ns: u64,
     ) -> Option<Hit> {
@@ -858,39 +990,79 @@ impl ConnTable {
             self.remove_if(&mut shard, i, c, h, |c, last| self.expired(c, last, now_ns));
             return None;
         }
-        self.step(i, c, m, from_lo, tcp_flags, len, (last, now_ns))
+        match self.step(i, c, m, h, from_lo, l4, len, (last, now_ns)) {
+            Step::Hit(hit) => Some(hit),
+            Step::Invalid => {
+                self.invalid.fetch_add(1, Relaxed);
+                None
+            }
+            Step::Gone => None,
+        }
     }
 
-    /// Moves slot `i`'s connection (control word `c`, meta `m`, as read)
-    /// with a packet: its state by a compare-and-swap that fails if the
-    /// slot was freed meanwhile (then `None`: the connection is gone and
-    /// the packet is new), its last time (`last` as read, `now_ns` the
-    /// packet's), its counters.
+    /// Moves slot `i`'s connection (control word `c`, meta `m`, as read;
+    /// hash `h`) with a packet: its state (TCP: under the slot's lock,
+    /// with its windows; else by a compare-and-swap), its last time
+    /// (`last` as read, `now_ns` the packet's), its counters.
     #[allow(clippy::too_many_arguments)] // the slot as read and the packet
     fn step(
         &self,
         i: u32,
         mut c: u64,
         m: u64,
+        h: u64,
         from_lo: bool,
-        tcp_flags: u8,
+        l4: &L4,
         len: u32,
         (last, now_ns): (u64, u64),
-    ) -> Option<Hit> {
+    ) -> Step {
         let s = &self.slots[i as usize];
         let dir = dir_of(c, from_lo);
-        // Most packets move nothing: an established TCP segment without
-        // SYN, FIN or RST, anything of a replied UDP or echo connection,
-        // the opener's side again before an answer (what `State::next`
-        // says of them, without its match).
-        let settled = match state_of(c) {
-            State::UdpReplied | State::IcmpReplied => true,
-            State::UdpUnreplied | State::IcmpUnreplied => dir == Dir::Orig,
-            State::TcpEstablished => tcp_flags & (tcp::SYN | tcp::FIN | tcp::RST) == 0,
-            _ => false,
-        };
-        if !settled {
-            c = move_state(s.ctl(), c, dir, tcp_flags)?;
+        let state = state_of(c);
+        let mut refresh = true;
+        if state.is_tcp() {
+            let L4::Tcp(seg) = l4 else {
+                return Step::Invalid; // a TCP packet whose header is not whole
+            };
+            match self.step_tcp(s, c, dir, seg) {
+                Some((Verdict::Accept { refresh: r, .. }, n)) => {
+                    refresh = r;
+                    c = n;
+                }
+                Some((Verdict::Pass, n)) => {
+                    refresh = false;
+                    c = n;
+                }
+                Some((Verdict::Invalid, _)) => return Step::Invalid,
+                Some((Verdict::Kill, n)) => {
+                    // A RST before any answer: it passes, the entry goes.
+                    let mut shard = self.shard(h);
+                    self.remove_if(&mut shard, i, n, h, |_, _| true);
+                    c = n;
+                }
+                Some((Verdict::Reopen, n)) => {
+                    let mut shard = self.shard(h);
+                    self.remove_if(&mut shard, i, n, h, |_, _| true);
+                    return Step::Gone;
+                }
+                None => return Step::Gone,
+            }
+        } else {
+            // Most packets move nothing: anything of a UDP stream, a
+            // replied echo or another protocol, the opener's side again
+            // before an answer (what `State::next` says of them).
+            let settled = match state {
+                State::UdpStream | State::IcmpReplied | State::Generic => true,
+                State::UdpUnreplied | State::IcmpUnreplied => dir == Dir::Orig,
+                _ => false,
+            };
+            if !settled {
+                let age = now_ns.saturating_sub(s.ext()[0].load(Relaxed));
+                match move_state(s.ctl(), c, dir, age) {
+                    Some(n) => c = n,
+                    None => return Step::Gone,
+                }
+            }
         }
         // Not under the compare-and-swap: if the slot is freed and reused
         // between the two (nanoseconds), the next connection's last time
@@ -899,7 +1071,7 @@ impl ConnTable {
         // moved: a locked instruction and a written line saved for the
         // rest of a burst's packets of the connection, which share their
         // time (a NIC burst's one clock reading).
-        if now_ns > last {
+        if refresh && now_ns > last {
             s.last().fetch_max(now_ns, Relaxed);
         }
         if let Some(a) = &self.acct {
@@ -907,7 +1079,7 @@ impl ConnTable {
             a.packets[dir.index()].fetch_add(1, Relaxed);
             a.bytes[dir.index()].fetch_add(u64::from(len), Relaxed);
         }
-        Some(Hit {
+        Step::Hit(Hit {
             slot: rule_of(c),
             action: action_of(m >> ACTION_SHIFT),
             dir,
@@ -915,25 +1087,80 @@ impl ConnTable {
         })
     }
 
+    /// A TCP segment through slot `s`'s connection (control word `c` as
+    /// read) under the slot's lock: Linux's verdict and the control word
+    /// after it, or `None` if the slot was freed meanwhile.
+    fn step_tcp(&self, s: &Slot, c: u64, dir: Dir, seg: &TcpSeg) -> Option<(Verdict, u64)> {
+        let held = lock_slot(s.ctl(), c)?;
+        if (held ^ c) & IDENTITY != 0 {
+            s.ctl().fetch_and(!LOCK, Release);
+            return None;
+        }
+        let words: [u64; tcp::WORDS] = std::array::from_fn(|j| s.ext()[j].load(Relaxed));
+        let mut conn = TcpConn::unpack(&words);
+        let st = tcp::Status {
+            seen_reply: held & SEEN_REPLY != 0,
+            assured: held & ASSURED != 0,
+        };
+        let v = tcp::packet(&mut conn, Some(state_of(held)), st, dir, seg, &self.tcp);
+        let after = conn.pack();
+        for (j, (&old, &new)) in words.iter().zip(&after).enumerate() {
+            if old != new {
+                s.ext()[j].store(new, Relaxed);
+            }
+        }
+        let mut n = held & !LOCK;
+        match v {
+            Verdict::Accept {
+                state,
+                cap,
+                assured,
+                ..
+            } => {
+                let mut fin = fin_of(n);
+                if seg.flags & tcp::flags::FIN != 0 {
+                    fin |= 1 << dir.index();
+                }
+                n = with_state(n, state, fin) & !CAP;
+                if cap {
+                    n |= CAP;
+                }
+                if assured {
+                    n |= ASSURED;
+                }
+                if dir == Dir::Reply {
+                    n |= SEEN_REPLY;
+                }
+            }
+            Verdict::Pass | Verdict::Kill if dir == Dir::Reply => n |= SEEN_REPLY,
+            _ => {}
+        }
+        // The release of the lock: one read-modify-write, ordered after
+        // the windows' stores.
+        s.ctl().swap(n, Release);
+        Some((v, n))
+    }
+
     /// The live connection an ICMP error is about (`inner`: the 5-tuple of
-    /// the packet it quotes, either direction): the error is related to
-    /// it. Its state and timeout do not move. (`dir` is the quoted
-    /// packet's; the error goes the other way.)
+    /// the packet it quotes, either direction; an echo request's
+    /// identifier as both ports): the error is related to it. Its state
+    /// and timeout do not move. (`dir` is the quoted packet's; the error
+    /// goes the other way.)
     pub fn related(&self, inner: &FlowKey, now_ns: u64) -> Option<Hit> {
-        self.find(inner, Some(now_ns))
+        self.find(inner, &L4::Echo { request: true }, Some(now_ns))
     }
 
     /// The connection packet `k` belongs to, as it stands (nothing moves:
     /// for `trace`). An entry past its timeout but not yet swept is still
     /// shown.
     pub fn peek(&self, k: &FlowKey) -> Option<Hit> {
-        self.find(k, None)
+        self.find(k, &L4::None, None)
     }
 
     /// The entry of `k`'s connection, unchanged; with `now_ns`, only if it
     /// is live then.
-    fn find(&self, k: &FlowKey, now_ns: Option<u64>) -> Option<Hit> {
-        let (key, from_lo) = ConnKey::of(k);
+    fn find(&self, k: &FlowKey, l4: &L4, now_ns: Option<u64>) -> Option<Hit> {
+        let (key, from_lo) = key_of(k, l4);
         let (i, c, m) = self.locate(&key.words(), self.hash(&key), None)?;
         let last = self.slots[i as usize].last().load(Relaxed);
         if now_ns.is_some_and(|now| self.expired(c, last, now)) {
@@ -950,19 +1177,17 @@ impl ConnTable {
     /// Opens the connection of packet `k`, which the rule in `slot` allowed
     /// with `action` (the caller found no live entry with [`Self::lookup`]).
     /// If another worker opened it meanwhile, that entry is used.
-    #[allow(clippy::too_many_arguments)] // the packet's facts and the rule's
     pub fn open(
         &self,
         k: &FlowKey,
-        tcp_flags: u8,
-        icmp_echo: bool,
+        l4: impl Into<L4>,
         slot: u32,
         action: Action,
         len: u32,
         now_ns: u64,
     ) -> Result<Hit, OpenError> {
         let p = Probe::default();
-        self.open_probed(k, &p, tcp_flags, icmp_echo, slot, action, len, now_ns)
+        self.open_probed(k, &p, l4, slot, action, len, now_ns)
     }
 
     /// [`Self::open`] after `probe`, [`Self::probe`]'s answer for this
@@ -976,15 +1201,14 @@ impl ConnTable {
         &self,
         k: &FlowKey,
         probe: &Probe,
-        tcp_flags: u8,
-        icmp_echo: bool,
+        l4: impl Into<L4>,
         slot: u32,
         action: Action,
         len: u32,
         now_ns: u64,
     ) -> Result<Hit, OpenError> {
-        let state = State::open(k.proto, tcp_flags, icmp_echo).ok_or(OpenError::NotAnOpener)?;
-        let (key, from_lo) = ConnKey::of(k);
+        let l4 = l4.into();
+        let (key, from_lo) = key_of(k, &l4);
         let h = self.hash(&key);
         let w = key.words();
         let mut shard = self.shard(h);
@@ -993,17 +1217,48 @@ impl ConnTable {
         if let Some((i, c, m)) = (!absent).then(|| self.locate(&w, h, None)).flatten() {
             let last = self.slots[i as usize].last().load(Relaxed);
             if !self.expired(c, last, now_ns) {
-                if let Some(hit) = self.step(i, c, m, from_lo, tcp_flags, len, (last, now_ns)) {
-                    return Ok(hit);
+                // The stripe's lock is not held across the step: a
+                // removal it makes takes it.
+                drop(shard);
+                match self.step(i, c, m, h, from_lo, &l4, len, (last, now_ns)) {
+                    Step::Hit(hit) => return Ok(hit),
+                    Step::Invalid => return Err(OpenError::Invalid),
+                    Step::Gone => {}
                 }
+                shard = self.shard(h);
+            } else {
+                self.remove_if(&mut shard, i, c, h, |c, last| self.expired(c, last, now_ns));
             }
-            self.remove_if(&mut shard, i, c, h, |c, last| self.expired(c, last, now_ns));
         }
+        // What the first packet opens: its state, the TCP windows (or
+        // UDP's opening time) and the control word's flags.
+        let mut ext = [0u64; tcp::WORDS];
+        let mut flags = 0;
+        let state = match (k.proto, &l4) {
+            (cfdp_rules::flow::proto::TCP, L4::Tcp(seg)) => {
+                let (conn, v) = tcp::open(seg, &self.tcp).ok_or(OpenError::NotAnOpener)?;
+                let Verdict::Accept { state, cap, .. } = v else {
+                    return Err(OpenError::NotAnOpener);
+                };
+                if cap {
+                    flags |= CAP;
+                }
+                ext = conn.pack();
+                state
+            }
+            (cfdp_rules::flow::proto::TCP, _) => return Err(OpenError::NotAnOpener),
+            (p, l4) => {
+                let echo = matches!(l4, L4::Echo { request: true });
+                ext[0] = now_ns;
+                State::open(p, echo).ok_or(OpenError::NotAnOpener)?
+            }
+        };
         let i = self.reserve(&mut shard, now_ns).ok_or_else(|| {
             self.refused.fetch_add(1, Relaxed);
             OpenError::Full
         })?;
         let ctl = USED
+            | flags
             | if from_lo { ORIG_LO } else { 0 }
             | (state.index() as u64) << STATE_SHIFT
             | u64::from(slot) << RULE_SHIFT;
@@ -1012,7 +1267,7 @@ impl ConnTable {
             packets: [1, 0],
             bytes: [u64::from(len), 0],
         };
-        if !self.fill(&mut shard, i, &w, h, ctl, action, now_ns, acct) {
+        if !self.fill(&mut shard, i, &w, h, ctl, action, now_ns, acct, &ext) {
             self.refused.fetch_add(1, Relaxed);
             return Err(OpenError::Full);
         }
@@ -1065,6 +1320,7 @@ impl ConnTable {
         action: Action,
         last_ns: u64,
         acct: Acct,
+        ext: &[u64; tcp::WORDS],
     ) -> bool {
         let s = &self.slots[i as usize];
         // The seqlock's write side: the generation was bumped when the
@@ -1077,6 +1333,9 @@ impl ConnTable {
         s.meta()
             .store(w.1 | action_bits(action) << ACTION_SHIFT, Relaxed);
         s.last().store(last_ns, Relaxed);
+        for (x, &v) in s.ext().iter().zip(ext) {
+            x.store(v, Relaxed);
+        }
         if let Some(a) = &self.acct {
             let a = &a[i as usize];
             a.opened.store(acct.opened_ns, Relaxed);
@@ -1175,7 +1434,16 @@ impl ConnTable {
         let s = &self.slots[i as usize];
         let mut now = s.ctl().load(Acquire);
         loop {
-            if (now ^ c) & IDENTITY != 0 || !cond(now, s.last().load(Relaxed)) {
+            if (now ^ c) & IDENTITY != 0 {
+                return false;
+            }
+            if now & LOCK != 0 {
+                // A packet is moving its TCP windows: a moment.
+                crate::sync::spin();
+                now = s.ctl().load(Acquire);
+                continue;
+            }
+            if !cond(now, s.last().load(Relaxed)) {
                 return false;
             }
             let freed = (now + (1 << GEN_SHIFT)) & GEN_MASK;
@@ -1217,7 +1485,7 @@ impl ConnTable {
     /// next one after the stripe's clock hand. `false` when it has none.
     fn drop_one(&self, shard: &mut Shard, now_ns: u64) -> bool {
         let n = shard.fresh;
-        for step in 0..n {
+        for step in 0..n.min(DROP_SCAN) {
             let off = (shard.hand + step) % n;
             let i = shard.base + off;
             let s = &self.slots[i as usize];
@@ -1226,7 +1494,7 @@ impl ConnTable {
                 continue;
             }
             let expired = self.expired(c, s.last().load(Relaxed), now_ns);
-            if !(expired || state_of(c).embryonic()) {
+            if !(expired || droppable(c)) {
                 continue;
             }
             shard.hand = (off + 1) % n;
@@ -1238,9 +1506,9 @@ impl ConnTable {
             }
             let h = self.hash_at(i);
             // A reader's compare-and-swap may have moved it on since:
-            // drop it only if it is still embryonic or expired.
+            // drop it only if it is still droppable or expired.
             if self.remove_if(shard, i, c, h, |c, last| {
-                state_of(c).embryonic() || self.expired(c, last, now_ns)
+                droppable(c) || self.expired(c, last, now_ns)
             }) {
                 if !expired {
                     shard.expired -= 1;
@@ -1249,6 +1517,9 @@ impl ConnTable {
                 return true;
             }
         }
+        // Nothing to drop in this stretch: the next refused open looks at
+        // the next one.
+        shard.hand = (shard.hand + DROP_SCAN.min(n.max(1))) % n.max(1);
         false
     }
 
@@ -1308,6 +1579,7 @@ impl ConnTable {
         let mut c = Counts {
             refused: self.refused.load(Relaxed),
             false_positives: self.false_positives.load(Relaxed),
+            invalid: self.invalid.load(Relaxed),
             ..Counts::default()
         };
         for shard in &*self.shards {
@@ -1350,7 +1622,8 @@ impl ConnTable {
     pub fn import(&self, saved: &[ConnInfo], slot_of: impl Fn(&ConnInfo) -> Option<u32>) -> usize {
         let mut taken = 0;
         for e in saved {
-            let (key, from_lo) = ConnKey::of(&e.orig);
+            let echo = L4::Echo { request: true };
+            let (key, from_lo) = key_of(&e.orig, &echo);
             let h = self.hash(&key);
             let w = key.words();
             let mut shard = self.shard(h);
@@ -1361,8 +1634,16 @@ impl ConnTable {
                 continue;
             };
             self.len.fetch_add(1, Relaxed);
+            // The save keeps no windows: a TCP connection comes back
+            // liberal, as one Linux picks up; answered and assured as its
+            // state says.
+            let answered = !e.state.embryonic();
+            let assured =
+                matches!(e.state, State::TcpEstablished | State::UdpStream) || e.state.closing();
             let ctl = USED
                 | if from_lo { ORIG_LO } else { 0 }
+                | if answered { SEEN_REPLY } else { 0 }
+                | if assured { ASSURED } else { 0 }
                 | u64::from(e.fin & 3) << FIN_SHIFT
                 | (e.state.index() as u64) << STATE_SHIFT
                 | u64::from(slot_of(e).unwrap_or(e.slot)) << RULE_SHIFT;
@@ -1370,7 +1651,12 @@ impl ConnTable {
                 opened_ns: e.last_ns,
                 ..Acct::default()
             });
-            if self.fill(&mut shard, i, &w, h, ctl, e.action, e.last_ns, acct) {
+            let ext = if e.state.is_tcp() {
+                TcpConn::liberal().pack()
+            } else {
+                [acct.opened_ns, 0, 0, 0, 0, 0]
+            };
+            if self.fill(&mut shard, i, &w, h, ctl, e.action, e.last_ns, acct, &ext) {
                 taken += 1;
             }
         }
@@ -1463,11 +1749,10 @@ mod tests {
         t.probe(&[k, k.reply()], &mut p);
         assert!(!p[0].may_hold() && t.unchanged(&p[0]) && t.unchanged(&p[1]));
         // Another worker opens the connection from the other side.
-        t.open(&k.reply(), 0, false, 7, Action::Allow, 60, 0)
-            .unwrap();
+        t.open(&k.reply(), 0, 7, Action::Allow, 60, 0).unwrap();
         assert!(!t.unchanged(&p[0]), "the stripe's count moved");
         let hit = t
-            .open_probed(&k, &p[0], 0, false, 1, Action::Count, 60, 1)
+            .open_probed(&k, &p[0], 0, 1, Action::Count, 60, 1)
             .unwrap();
         assert_eq!(
             (hit.slot, hit.dir),
@@ -1481,13 +1766,13 @@ mod tests {
         let mut q = [Probe::default(); 1];
         t.probe(&[other], &mut q);
         let hit = t
-            .open_probed(&other, &q[0], 0, false, 2, Action::Allow, 60, 1)
+            .open_probed(&other, &q[0], 0, 2, Action::Allow, 60, 1)
             .unwrap();
         assert_eq!((hit.slot, hit.dir, t.len()), (2, Dir::Orig, 2));
         t.probe(&[third], &mut q);
         assert!(!q[0].may_hold() && t.unchanged(&q[0]));
         let hit = t
-            .open_probed(&other, &q[0], 0, false, 3, Action::Allow, 60, 1)
+            .open_probed(&other, &q[0], 0, 3, Action::Allow, 60, 1)
             .unwrap();
         assert_eq!((hit.slot, t.len()), (2, 2), "opened twice");
     }
@@ -1514,19 +1799,19 @@ mod tests {
         let share = t.per_shard as usize;
         for _ in 0..share {
             let k = keys.find(|k| stripe(k) == 0).unwrap();
-            t.open(&k, SYN, false, 1, Action::Allow, 60, 0).unwrap();
+            t.open(&k, SYN, 1, Action::Allow, 60, 0).unwrap();
             t.lookup(&k.reply(), SYN | ACK, 60, 0).unwrap();
             t.lookup(&k, ACK, 60, 0).unwrap();
         }
         assert!(share < t.capacity());
         let k = keys.find(|k| stripe(k) == 0).unwrap();
         assert_eq!(
-            t.open(&k, SYN, false, 1, Action::Allow, 60, 0),
+            t.open(&k, SYN, 1, Action::Allow, 60, 0),
             Err(OpenError::Full)
         );
         assert_eq!(t.len(), share);
         let k = keys.find(|k| stripe(k) == 1).unwrap();
-        t.open(&k, SYN, false, 1, Action::Allow, 60, 0).unwrap();
+        t.open(&k, SYN, 1, Action::Allow, 60, 0).unwrap();
         assert_eq!(t.len(), share + 1);
     }
 
@@ -1545,7 +1830,7 @@ mod tests {
             5000,
             53,
         );
-        t.open(&k, 0, false, 1, Action::Allow, 60, 0).unwrap();
+        t.open(&k, 0, 1, Action::Allow, 60, 0).unwrap();
         let (key, _) = ConnKey::of(&k);
         let w = key.words();
         let (i, ..) = t.locate(&w, t.hash(&key), None).unwrap();

@@ -2,17 +2,20 @@
 //! lookups and sweeps over a few connections (some alike but for a port,
 //! the protocol or the family), in a table whose filter is tiny and whose
 //! fingerprints are 4 bits, so that collisions, the Bloom part and
-//! refused inserts are common. The model is a map of connections with the
-//! state machine of `state.rs` (checked on its own in `state_model.rs`):
-//! after every step the table must answer as the model does, and hold as
-//! many connections.
+//! refused inserts are common. The model is a map of connections whose
+//! states move by `State::next` and, for TCP, `tcp::open` and
+//! `tcp::packet` (checked on their own: `state_model.rs` against Linux's
+//! table, the Linux lab against Linux itself): after every step the table
+//! must answer as the model does, and hold as many connections.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 
 use cfdp_conntrack::state::tcp::{ACK, FIN, RST, SYN};
 use cfdp_conntrack::table::Options;
+use cfdp_conntrack::tcp::{self, Status, TcpConn, TcpSettings, Verdict};
 use cfdp_conntrack::{ConnKey, ConnTable, Dir, OpenError, State, Timeouts};
+use cfdp_packet::TcpSeg;
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
 use proptest::prelude::*;
 
@@ -93,6 +96,73 @@ struct Conn {
     slot: u32,
     action: Action,
     last: u64,
+    opened: u64,
+    cap: bool,
+    status: Status,
+    tcp: TcpConn,
+}
+
+/// What a packet does to a live connection of the model, as the table's
+/// step says: `Some(hit)` (and whether the entry goes: a RST before any
+/// answer), or `None` for an invalid packet or a reopening SYN (`gone`).
+enum Moved {
+    Hit((u32, Action, Dir, State), bool),
+    Invalid,
+    Reopen,
+}
+
+fn step(c: &mut Conn, d: Dir, flags: u8, now: u64) -> Moved {
+    let hit = |c: &Conn| (c.slot, c.action, d, c.state);
+    if c.state.is_tcp() {
+        let seg = TcpSeg::flags(flags);
+        let v = tcp::packet(
+            &mut c.tcp,
+            Some(c.state),
+            c.status,
+            d,
+            &seg,
+            &TcpSettings::default(),
+        );
+        match v {
+            Verdict::Accept {
+                state,
+                cap,
+                assured,
+                refresh,
+            } => {
+                c.state = state;
+                c.cap = cap;
+                c.status.assured |= assured;
+                c.status.seen_reply |= d == Dir::Reply;
+                if flags & FIN != 0 {
+                    c.fin |= 1 << d.index();
+                }
+                if refresh {
+                    c.last = c.last.max(now);
+                }
+                Moved::Hit(hit(c), false)
+            }
+            Verdict::Pass => {
+                c.status.seen_reply |= d == Dir::Reply;
+                Moved::Hit(hit(c), false)
+            }
+            Verdict::Kill => Moved::Hit(hit(c), true),
+            Verdict::Invalid => Moved::Invalid,
+            Verdict::Reopen => Moved::Reopen,
+        }
+    } else {
+        c.state = c.state.next(d, now.saturating_sub(c.opened));
+        c.last = c.last.max(now);
+        Moved::Hit(hit(c), false)
+    }
+}
+
+fn timeout(t: &Timeouts, c: &Conn) -> u64 {
+    if c.cap {
+        t.capped(c.state)
+    } else {
+        t.of(c.state)
+    }
 }
 
 struct Model {
@@ -107,7 +177,7 @@ impl Model {
         if self
             .conns
             .get(&key)
-            .is_some_and(|c| now.saturating_sub(c.last) > t.of(c.state))
+            .is_some_and(|c| now.saturating_sub(c.last) > timeout(t, c))
         {
             self.conns.remove(&key);
         }
@@ -165,25 +235,48 @@ proptest! {
                     let k = flow(i);
                     let flags = flags_of(&k, SYN);
                     let action = Action::Track(Allowing::Redirect(i as u16));
-                    let got = t.open(&k, flags, false, i as u32, action, 60, now);
-                    match m.live(&k, now) {
-                        Some(c) => {
-                            let d = dir(c, &k);
-                            c.state = c.state.next(d, flags, &mut c.fin);
-                            c.last = now;
-                            let want = (c.slot, c.action, d, c.state);
-                            let h = got.expect("an open of a live connection steps it");
-                            prop_assert_eq!((h.slot, h.action, h.dir, h.state), want, "step {}", n);
+                    let got = t.open(&k, flags, i as u32, action, 60, now);
+                    let key = ConnKey::of(&k).0;
+                    let mut fresh = true;
+                    if let Some(c) = m.live(&k, now) {
+                        let d = dir(c, &k);
+                        match step(c, d, flags, now) {
+                            Moved::Hit(want, gone) => {
+                                let h = got.expect("an open of a live connection steps it");
+                                prop_assert_eq!((h.slot, h.action, h.dir, h.state), want, "step {}", n);
+                                if gone {
+                                    m.conns.remove(&key);
+                                }
+                                fresh = false;
+                            }
+                            Moved::Invalid => {
+                                prop_assert_eq!(got, Err(OpenError::Invalid), "step {}", n);
+                                fresh = false;
+                            }
+                            Moved::Reopen => {
+                                m.conns.remove(&key);
+                            }
                         }
-                        None => match got {
+                    }
+                    if fresh {
+                        match got {
                             Ok(h) => {
-                                let state = State::open(k.proto, flags, false).unwrap();
+                                let (state, conn, cap) = if k.proto == 6 {
+                                    let (conn, v) = tcp::open(&TcpSeg::flags(flags), &TcpSettings::default()).unwrap();
+                                    let Verdict::Accept { state, cap, .. } = v else { panic!("{v:?}") };
+                                    (state, conn, cap)
+                                } else {
+                                    (State::open(k.proto, false).unwrap(), TcpConn::default(), false)
+                                };
                                 prop_assert_eq!((h.slot, h.action, h.dir, h.state), (i as u32, action, Dir::Orig, state), "step {}", n);
-                                m.conns.insert(ConnKey::of(&k).0, Conn { opener: k, state, fin: 0, slot: i as u32, action, last: now });
+                                m.conns.insert(key, Conn {
+                                    opener: k, state, fin: 0, slot: i as u32, action, last: now,
+                                    opened: now, cap, status: Status::default(), tcp: conn,
+                                });
                             }
                             // The tiny filter had no room around its hash.
                             Err(e) => prop_assert_eq!(e, OpenError::Full, "step {}", n),
-                        },
+                        }
                     }
                 }
                 Op::Packet { i, reply, flags, after_s } => {
@@ -191,12 +284,26 @@ proptest! {
                     let k = if reply { flow(i).reply() } else { flow(i) };
                     let flags = flags_of(&k, flags);
                     let got = t.lookup(&k, flags, 60, now);
-                    let want = m.live(&k, now).map(|c| {
-                        let d = dir(c, &k);
-                        c.state = c.state.next(d, flags, &mut c.fin);
-                        c.last = now;
-                        (c.slot, c.action, d, c.state)
-                    });
+                    let key = ConnKey::of(&k).0;
+                    let want = match m.live(&k, now) {
+                        Some(c) => {
+                            let d = dir(c, &k);
+                            match step(c, d, flags, now) {
+                                Moved::Hit(want, gone) => {
+                                    if gone {
+                                        m.conns.remove(&key);
+                                    }
+                                    Some(want)
+                                }
+                                Moved::Invalid => None,
+                                Moved::Reopen => {
+                                    m.conns.remove(&key);
+                                    None
+                                }
+                            }
+                        }
+                        None => None,
+                    };
                     prop_assert_eq!(got.map(|h| (h.slot, h.action, h.dir, h.state)), want, "step {}", n);
                 }
                 Op::Error { i, after_s } => {
@@ -204,7 +311,7 @@ proptest! {
                     let k = flow(i);
                     let got = t.related(&k, now);
                     let key = ConnKey::of(&k).0;
-                    let want = m.conns.get(&key).filter(|c| now.saturating_sub(c.last) <= m.timeouts.of(c.state)).map(|c| (c.slot, c.action, c.state));
+                    let want = m.conns.get(&key).filter(|c| now.saturating_sub(c.last) <= timeout(&m.timeouts, c)).map(|c| (c.slot, c.action, c.state));
                     prop_assert_eq!(got.map(|h| (h.slot, h.action, h.state)), want, "step {}", n);
                 }
                 Op::Handshake { .. } => unreachable!("expanded above"),
@@ -212,7 +319,7 @@ proptest! {
                     now += after_s * S;
                     let before = m.conns.len();
                     let to = &m.timeouts;
-                    m.conns.retain(|_, c| now.saturating_sub(c.last) <= to.of(c.state));
+                    m.conns.retain(|_, c| now.saturating_sub(c.last) <= timeout(to, c));
                     prop_assert_eq!(t.sweep(now), before - m.conns.len(), "step {}", n);
                 }
             }

@@ -2,10 +2,11 @@
 //! before a burst is matched, each packet of a tracked connection takes
 //! the connection's action (an ICMP error that quotes one is related to
 //! it); after, a packet a stateful rule allowed opens its connection.
-//! Transport facts (TCP flags, an echo's identifier, what an ICMP error
-//! quotes) are read here, on demand, for TCP and ICMP packets only.
+//! Transport facts (a TCP segment's numbers and options, an echo's
+//! identifier, what an ICMP error quotes) are read here, on demand, for
+//! TCP and ICMP packets only.
 
-use cfdp_conntrack::table::Probe;
+use cfdp_conntrack::table::{Probe, L4};
 use cfdp_conntrack::{ConnTable, OpenError};
 use cfdp_packet::{transport, Transport};
 use cfdp_rules::{proto, Action, Allowing, FlowKey};
@@ -56,25 +57,29 @@ pub(crate) fn lookup(
     key: &FlowKey,
     probe: Option<&Probe>,
 ) -> Option<Decided> {
-    let find = |k: &FlowKey, flags: u8, len: u32, ts: u64| match probe {
-        Some(pr) => t.lookup_probed(k, pr, flags, len, ts),
-        None => t.lookup(k, flags, len, ts),
+    let find = |k: &FlowKey, l4: L4, len: u32, ts: u64| match probe {
+        Some(pr) => t.lookup_probed(k, pr, l4, len, ts),
+        None => t.lookup(k, l4, len, ts),
     };
     let (ts, len) = (p.ts_ns, p.orig_len);
     let allowing = |a: Action| a.tracked();
     match facts(p, key) {
-        Transport::Error { inner } => t
+        // Related only when the error goes to the host that sent what it
+        // quotes (Linux checks the outer destination): a forged error to
+        // another host about a tracked flow meets the rules.
+        Transport::Error { inner } if inner.src == key.dst => t
             .related(&inner, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Related),
-        Transport::Tcp { flags } => find(key, flags, len, ts)
+        Transport::Error { .. } => None,
+        Transport::Tcp(seg) => find(key, L4::Tcp(seg), len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
-        Transport::Echo { id, .. } => t
-            .lookup(&echo_key(key, id), 0, len, ts)
+        Transport::Echo { id, request } => t
+            .lookup(&echo_key(key, id), L4::Echo { request }, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
-        Transport::Other => find(key, 0, len, ts)
+        Transport::Other => find(key, L4::None, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
     }
@@ -91,9 +96,10 @@ pub(crate) fn still_absent(t: &ConnTable, key: &FlowKey, probe: &Probe) -> bool 
 
 /// Opens the connection of packet `p` (`probe`: the burst's probe of
 /// `key`), which the stateful rule in `slot` allowed with `action`. A
-/// packet that cannot open one (a TCP segment other than a SYN, an ICMP
-/// message other than an echo request) is `NotAnOpener`: the rule's
-/// action applies to it alone.
+/// packet that cannot open one (invalid TCP flags, a TCP segment other
+/// than a SYN or an ACK, an ICMP message other than an echo request) is
+/// `NotAnOpener`, and one invalid for the connection it belongs to is
+/// `Invalid`: the rule's action applies to it alone.
 pub(crate) fn open(
     t: &ConnTable,
     p: &PacketRef<'_>,
@@ -102,13 +108,13 @@ pub(crate) fn open(
     slot: u32,
     action: Action,
 ) -> Result<(), OpenError> {
-    let (k, flags, echo) = match facts(p, key) {
-        Transport::Tcp { flags } => (*key, flags, false),
-        Transport::Echo { id, request } => (echo_key(key, id), 0, request),
+    let (k, l4) = match facts(p, key) {
+        Transport::Tcp(seg) => (*key, L4::Tcp(seg)),
+        Transport::Echo { id, request } => (echo_key(key, id), L4::Echo { request }),
         Transport::Error { .. } => return Err(OpenError::NotAnOpener),
-        Transport::Other => (*key, 0, false),
+        Transport::Other => (*key, L4::None),
     };
     // An echo's key is not the probe's: the table ignores the probe then.
-    t.open_probed(&k, probe, flags, echo, slot, action, p.orig_len, p.ts_ns)
+    t.open_probed(&k, probe, l4, slot, action, p.orig_len, p.ts_ns)
         .map(|_| ())
 }

@@ -581,7 +581,7 @@ impl Judge<'_> {
                         self.c.ct_opened += 1;
                         self.opened = true;
                     }
-                    Err(OpenError::NotAnOpener) => {}
+                    Err(OpenError::NotAnOpener | OpenError::Invalid) => {}
                     Err(OpenError::Full) => {
                         self.c.ct_refused += 1;
                         self.c.matched += 1;

@@ -14,6 +14,7 @@
 
 pub mod captures;
 pub mod child;
+pub mod crafted;
 pub mod dirs;
 pub mod etcd;
 mod frames;

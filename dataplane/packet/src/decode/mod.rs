@@ -19,7 +19,7 @@ mod transport;
 
 pub use link::LinkType;
 pub use outcome::{Decoded, Frag, IpPacket, Malformed, NonIp, L3};
-pub use transport::{transport, Transport};
+pub use transport::{transport, TcpSeg, Transport};
 
 use cfdp_rules::FlowKey;
 

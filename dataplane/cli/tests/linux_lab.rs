@@ -1,0 +1,269 @@
+//! Truth from Linux: the crafted frames of `cfdp_testkit::crafted` go
+//! through a Linux router namespace — nftables `ct state
+//! established,related accept; iifname inside accept; policy drop`, every
+//! conntrack sysctl at its default — and through `cfdp replay` with the
+//! same policy as stateful rules (1 and 2 workers); the frames that come
+//! out must be the same set.
+//!
+//! Needs root, `ip`, `nft` and `python3` (the frames are sent and caught
+//! with packet sockets, `tests/lab/inject.py`); skipped without them
+//! unless `REQUIRE_LINUX_LAB` is set (CI sets it, after installing
+//! nftables).
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use cfdp_testkit::captures::{write_pcap, Expect, GenFrame};
+use cfdp_testkit::crafted::{self, Crafted};
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn why_unavailable() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root".into());
+    }
+    ["ip", "nft", "python3"]
+        .into_iter()
+        .find(|c| !have(c))
+        .map(|c| format!("{c} is not installed"))
+}
+
+/// The router's namespace `{p}r` and the hosts' `{p}h` (both router-facing
+/// veth ends, no addresses), removed when dropped.
+struct Router {
+    p: String,
+}
+
+impl Router {
+    fn up(p: &str) -> Router {
+        let r = Router { p: p.into() };
+        r.down();
+        let mac = |m: [u8; 6]| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let (ra, rb, a, b, c) = (
+            mac(crafted::MAC_RA),
+            mac(crafted::MAC_RB),
+            mac(crafted::MAC_A),
+            mac(crafted::MAC_B),
+            mac(crafted::MAC_C),
+        );
+        sh(&format!(
+            "ip netns add {p}r; ip netns add {p}h
+             ip link add {p}a type veth peer name {p}ra
+             ip link add {p}b type veth peer name {p}rb
+             ip link set {p}a netns {p}h; ip link set {p}b netns {p}h
+             ip link set {p}ra netns {p}r; ip link set {p}rb netns {p}r
+             ip netns exec {p}h sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+             for i in lo {p}a {p}b; do ip -n {p}h link set $i up; done
+             ip -n {p}r link set {p}ra address {ra}; ip -n {p}r link set {p}rb address {rb}
+             ip -n {p}r addr add 10.79.1.1/24 dev {p}ra; ip -n {p}r addr add 10.79.2.1/24 dev {p}rb
+             ip -n {p}r addr add fd00:79:1::1/64 dev {p}ra nodad
+             ip -n {p}r addr add fd00:79:2::1/64 dev {p}rb nodad
+             for i in lo {p}ra {p}rb; do ip -n {p}r link set $i up; done
+             ip netns exec {p}r sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+             ip -n {p}r neigh replace 10.79.1.2 lladdr {a} dev {p}ra nud permanent
+             ip -n {p}r neigh replace 10.79.1.3 lladdr {c} dev {p}ra nud permanent
+             ip -n {p}r neigh replace 10.79.2.2 lladdr {b} dev {p}rb nud permanent
+             ip -n {p}r neigh replace fd00:79:1::2 lladdr {a} dev {p}ra nud permanent
+             ip -n {p}r neigh replace fd00:79:1::3 lladdr {c} dev {p}ra nud permanent
+             ip -n {p}r neigh replace fd00:79:2::2 lladdr {b} dev {p}rb nud permanent"
+        ));
+        let ruleset = format!(
+            "table inet lab {{
+  chain forward {{
+    type filter hook forward priority filter; policy drop;
+    ct state established,related accept
+    iifname \"{p}ra\" accept
+  }}
+}}
+"
+        );
+        let mut nft = Command::new("ip")
+            .args(["netns", "exec", &format!("{p}r"), "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        nft.stdin
+            .take()
+            .unwrap()
+            .write_all(ruleset.as_bytes())
+            .unwrap();
+        assert!(nft.wait().unwrap().success(), "nft -f");
+        r
+    }
+
+    /// The serials of the frames the router let through.
+    fn pass(&self, frames: &[Crafted], dir: &Path) -> BTreeSet<u32> {
+        let p = &self.p;
+        let list = dir.join("frames.txt");
+        let mut text = String::new();
+        for c in frames {
+            let side = if c.inside { "in" } else { "out" };
+            let hex: String = c.frame.iter().map(|b| format!("{b:02x}")).collect();
+            text.push_str(&format!("{side} {hex}\n"));
+        }
+        std::fs::write(&list, text).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/inject.py");
+        let out = Command::new("ip")
+            .args(["netns", "exec", &format!("{p}h"), "python3", script])
+            .arg(format!("{p}a"))
+            .arg(format!("{p}b"))
+            .arg(&list)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "inject.py: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let sent: BTreeSet<u32> = frames.iter().map(|c| c.serial).collect();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let (_, hex) = l.split_once(' ')?;
+                let bytes: Vec<u8> = (0..hex.len() / 2)
+                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+                    .collect();
+                // Only the router's copies of our frames (not its own).
+                let from_router = bytes.get(6..12) == Some(&crafted::MAC_RA[..])
+                    || bytes.get(6..12) == Some(&crafted::MAC_RB[..]);
+                crafted::serial_of(&bytes).filter(|s| from_router && sent.contains(s))
+            })
+            .collect()
+    }
+
+    fn down(&self) {
+        for n in ["r", "h"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &format!("{}{n}", self.p)])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").args(["-ec", cmd]).status().unwrap();
+    assert!(st.success(), "{cmd}");
+}
+
+/// The serials `cfdp replay` forwards with `workers` workers.
+fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize) -> BTreeSet<u32> {
+    let capture = dir.join("lab.pcap");
+    let gen: Vec<GenFrame> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, c)| GenFrame {
+            data: c.frame.clone(),
+            // The router's pace: one frame every 10 ms.
+            ts_ns: 1_000_000_000 + i as u64 * 10_000_000,
+            verdict: Expect::Forward,
+            note: c.case,
+        })
+        .collect();
+    write_pcap(&capture, &gen).unwrap();
+    let rules = dir.join("rules.json");
+    std::fs::write(&rules, crafted::LAB_RULES).unwrap();
+    let out = dir.join(format!("out{workers}.pcap"));
+    let st = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+        .arg("replay")
+        .arg(&capture)
+        .arg("--rules")
+        .arg(&rules)
+        .arg("--out")
+        .arg(&out)
+        .args(["--workers", &workers.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "cfdp replay");
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&out).unwrap()).unwrap();
+    let mut pass = BTreeSet::new();
+    while let Some(p) = r.next_packet() {
+        pass.extend(crafted::serial_of(&p.unwrap().data));
+    }
+    pass
+}
+
+#[test]
+fn cfdp_lets_through_what_a_linux_router_with_conntrack_does() {
+    if let Some(why) = why_unavailable() {
+        assert!(
+            std::env::var_os("REQUIRE_LINUX_LAB").is_none(),
+            "REQUIRE_LINUX_LAB is set, but the lab cannot run: {why}"
+        );
+        eprintln!("Linux lab skipped: {why}");
+        return;
+    }
+    let frames = crafted::lab_cases();
+    let dir = tempfile::tempdir().unwrap();
+    let id = std::process::id() % 100_000;
+    let linux = Router::up(&format!("lx{id}")).pass(&frames, dir.path());
+    // Not vacuous: the router let some frames from outside through and
+    // dropped others.
+    let outside: Vec<&Crafted> = frames.iter().filter(|c| !c.inside).collect();
+    assert!(
+        outside.iter().any(|c| linux.contains(&c.serial)),
+        "{linux:?}"
+    );
+    assert!(
+        outside.iter().any(|c| !linux.contains(&c.serial)),
+        "{linux:?}"
+    );
+    for workers in [1, 2] {
+        let ours = cfdp_pass(&frames, dir.path(), workers);
+        let differ: Vec<String> = frames
+            .iter()
+            .filter(|c| linux.contains(&c.serial) != ours.contains(&c.serial))
+            .map(|c| {
+                format!(
+                    "#{} {} ({}): linux {}, cfdp {}",
+                    c.serial,
+                    if c.inside {
+                        "from inside"
+                    } else {
+                        "from outside"
+                    },
+                    c.case,
+                    if linux.contains(&c.serial) {
+                        "passes"
+                    } else {
+                        "drops"
+                    },
+                    if ours.contains(&c.serial) {
+                        "passes"
+                    } else {
+                        "drops"
+                    },
+                )
+            })
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{} of {} frames differ with {workers} worker(s):\n{}",
+            differ.len(),
+            frames.len(),
+            differ.join("\n")
+        );
+    }
+}

@@ -230,6 +230,16 @@ fn cfdp_lets_through_what_a_linux_router_with_conntrack_does() {
         outside.iter().any(|c| !linux.contains(&c.serial)),
         "{linux:?}"
     );
+    // What Linux did, frame by frame, for the log.
+    for c in &frames {
+        eprintln!(
+            "#{:<3} {:<12} {:<6} {}",
+            c.serial,
+            if c.inside { "from inside" } else { "from outside" },
+            if linux.contains(&c.serial) { "passes" } else { "drops" },
+            c.case
+        );
+    }
     for workers in [1, 2] {
         let ours = cfdp_pass(&frames, dir.path(), workers);
         let differ: Vec<String> = frames

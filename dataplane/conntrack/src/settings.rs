@@ -12,7 +12,7 @@ use crate::table::ConnTable;
 #[serde(default, deny_unknown_fields)]
 pub struct ConntrackSection {
     /// Connections at most (Linux's `nf_conntrack_max` on a small host).
-    /// The table is allocated for it at start: a 56-byte slot a
+    /// The table is allocated for it at start: a 104-byte slot a
     /// connection plus a margin (1.4 slots a connection at the default,
     /// 1.1 at a million) and the filter's ~4 bytes an entry.
     pub capacity: usize,

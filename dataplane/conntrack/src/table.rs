@@ -5,7 +5,7 @@
 //!   over the keys' hashes, whose entries carry the index of the
 //!   connection's slot: a packet of no tracked connection — most packets,
 //!   when few rules are stateful — costs one lock-free probe;
-//! * the **slots**, one 56-byte record a connection (key, state, rule,
+//! * the **slots**, one 104-byte record a connection (key, state, rule,
 //!   last packet time), read without a lock: a seqlock on each slot's
 //!   control word (its generation changes whenever the slot is freed), so
 //!   a reader that raced a reuse of the slot sees it and looks again. A

@@ -722,8 +722,10 @@ fn in_window(
     let mut end = seg_end(s);
     let syn = s.flags & SYN != 0;
     let has_ack = s.flags & ACK != 0;
-    let liberal = sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal;
-    // Out of window: Linux logs it and, liberal, accepts it anyway.
+    // Out of window: Linux logs it and, liberal, accepts it anyway — but
+    // for a RST ("only out of window RST segments are invalid").
+    let liberal =
+        (sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal) && s.flags & RST == 0;
     let verdict = |v: Window| if liberal { Window::Accept } else { v };
     if receiver.flags & F_SACK_PERM != 0 {
         sack = s.sack;

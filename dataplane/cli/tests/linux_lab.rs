@@ -235,8 +235,16 @@ fn cfdp_lets_through_what_a_linux_router_with_conntrack_does() {
         eprintln!(
             "#{:<3} {:<12} {:<6} {}",
             c.serial,
-            if c.inside { "from inside" } else { "from outside" },
-            if linux.contains(&c.serial) { "passes" } else { "drops" },
+            if c.inside {
+                "from inside"
+            } else {
+                "from outside"
+            },
+            if linux.contains(&c.serial) {
+                "passes"
+            } else {
+                "drops"
+            },
             c.case
         );
     }

@@ -724,8 +724,7 @@ fn in_window(
     let has_ack = s.flags & ACK != 0;
     // Out of window: Linux logs it and, liberal, accepts it anyway — but
     // for a RST ("only out of window RST segments are invalid").
-    let liberal =
-        (sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal) && s.flags & RST == 0;
+    let liberal = (sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal) && s.flags & RST == 0;
     let verdict = |v: Window| if liberal { Window::Accept } else { v };
     if receiver.flags & F_SACK_PERM != 0 {
         sack = s.sack;

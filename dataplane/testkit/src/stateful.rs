@@ -2,8 +2,11 @@
 //! TCP, UDP and ICMP echo conversations are allowed out by rules with
 //! `"track": true`, and an outside that may only answer them. Every frame
 //! carries the verdict a stateful firewall gives it (`ct state
-//! established,related accept`, then the rules, then drop), so a replay
-//! checks connection tracking frame by frame.
+//! established,related accept`, then the rules, then drop) — Linux's
+//! conntrack's, as the Linux lab (`dataplane/cli/tests/linux_lab.rs`)
+//! checks it on crafted frames — so a replay checks connection tracking
+//! frame by frame. TCP segments carry coherent sequence and
+//! acknowledgement numbers: the window is checked.
 
 use etherparse::{icmpv4, Icmpv4Type, PacketBuilder, TcpHeader};
 
@@ -29,9 +32,9 @@ const SYN: u8 = 0x02;
 const RST: u8 = 0x04;
 const ACK: u8 = 0x10;
 
-/// Frames are told apart by a serial number (TCP sequence number, UDP
-/// payload, ICMP sequence number): two frames of the same conversation
-/// with different verdicts are never the same bytes.
+/// Frames are told apart by a serial number (TCP window, UDP payload,
+/// ICMP sequence number): two frames of the same conversation with
+/// different verdicts are never the same bytes.
 fn serial() -> u16 {
     SERIAL.with(|n| {
         let v = n.get();
@@ -49,8 +52,10 @@ fn udp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16) -> Vec<u8> {
     udp4(src, dst, sp, dp, &serial().to_be_bytes())
 }
 
-fn tcp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, flags: u8) -> Vec<u8> {
-    let mut h = TcpHeader::new(sp, dp, u32::from(serial()), 65535);
+#[allow(clippy::too_many_arguments)] // a segment's fields
+fn tcp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, flags: u8, seq: u32, ack: u32) -> Vec<u8> {
+    let mut h = TcpHeader::new(sp, dp, seq, 30_000 + serial());
+    h.acknowledgment_number = if flags & ACK != 0 { ack } else { 0 };
     h.fin = flags & FIN != 0;
     h.syn = flags & SYN != 0;
     h.rst = flags & RST != 0;
@@ -100,46 +105,51 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
     let steps: Vec<(u64, Vec<u8>, Expect, &'static str)> = vec![
         (
             0,
-            tcp(IN, WEB, 40000, 80, SYN),
+            tcp(IN, WEB, 40000, 80, SYN, 1000, 0),
             Forward,
             "inside opens TCP (rule 1)",
         ),
         (
             0,
-            tcp(WEB, IN, 80, 40000, SYN | ACK),
+            tcp(WEB, IN, 80, 40000, SYN | ACK, 5000, 1001),
             Forward,
-            "its SYN-ACK: established",
+            "its SYN-ACK",
         ),
         (
             0,
-            tcp(IN, WEB, 40000, 80, ACK),
+            tcp(IN, WEB, 40000, 80, ACK, 1001, 5001),
             Forward,
-            "the handshake's ACK",
+            "the handshake's ACK: established",
         ),
-        (0, tcp(WEB, IN, 80, 40000, ACK), Forward, "data back"),
         (
             0,
-            tcp(OTHER, IN, 5555, 22, SYN),
+            tcp(WEB, IN, 80, 40000, ACK, 5001, 1001),
+            Forward,
+            "data back",
+        ),
+        (
+            0,
+            tcp(OTHER, IN, 5555, 22, SYN, 77, 0),
             Drop,
             "unsolicited SYN from outside",
         ),
         (
             0,
-            tcp(WEB, IN, 80, 40001, SYN | ACK),
+            tcp(WEB, IN, 80, 40001, SYN | ACK, 88, 99),
             Drop,
             "a SYN-ACK nobody asked for",
         ),
         (
             0,
-            tcp(IN, OTHER, 40002, 443, ACK),
+            tcp(IN, OTHER, 40002, 443, ACK, 3000, 4000),
             Forward,
-            "an inside ACK with no SYN: the rule alone, no entry",
+            "an inside ACK with no SYN: picked up mid-stream (tcp_loose)",
         ),
         (
             0,
-            tcp(OTHER, IN, 443, 40002, ACK),
-            Drop,
-            "so its answer is dropped",
+            tcp(OTHER, IN, 443, 40002, ACK, 4000, 3000),
+            Forward,
+            "so its answer passes",
         ),
         (
             0,
@@ -160,8 +170,8 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
         (
             0,
             echo(WEB, IN, 77, true),
-            Forward,
-            "a request from outside on the same id: the connection's",
+            Drop,
+            "a request from outside on the same id: another connection",
         ),
         (
             0,
@@ -181,32 +191,40 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
             Drop,
             "ICMP error about nothing tracked",
         ),
+        // Still talking 3 s after it opened: the DNS conversation is a
+        // stream (Linux's 120 s; answered within 2 s it had 30 s).
+        (
+            3,
+            udp(IN, DNS, 5000, 53),
+            Forward,
+            "DNS asked again 3 s later: a stream",
+        ),
         // TCP closes: FIN each way, the last ACK; TIME_WAIT is 120 s.
         (
             0,
-            tcp(IN, WEB, 40000, 80, FIN | ACK),
+            tcp(IN, WEB, 40000, 80, FIN | ACK, 1001, 5001),
             Forward,
             "inside closes",
         ),
         (
             0,
-            tcp(WEB, IN, 80, 40000, FIN | ACK),
+            tcp(WEB, IN, 80, 40000, FIN | ACK, 5001, 1002),
             Forward,
             "outside closes",
         ),
         (
             0,
-            tcp(IN, WEB, 40000, 80, ACK),
+            tcp(IN, WEB, 40000, 80, ACK, 1002, 5002),
             Forward,
             "the last ACK: TIME_WAIT",
         ),
-        // The DNS conversation (replied: 120 s) outlives a 100 s pause;
-        // the unanswered query (30 s) does not.
+        // The DNS stream (120 s) outlives a 100 s pause; the unanswered
+        // query (30 s) does not.
         (
             100,
             udp(DNS, IN, 53, 5000),
             Forward,
-            "DNS answer 100 s later: still replied",
+            "DNS answer 100 s later: still a stream",
         ),
         (
             0,
@@ -216,35 +234,40 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
         ),
         (
             0,
-            tcp(WEB, IN, 80, 40000, ACK),
+            tcp(WEB, IN, 80, 40000, ACK, 5002, 1002),
             Forward,
             "TIME_WAIT, 101 s after the close",
         ),
         (
             121,
-            tcp(WEB, IN, 80, 40000, ACK),
+            tcp(WEB, IN, 80, 40000, ACK, 5002, 1002),
             Drop,
             "121 s later, past TIME_WAIT: gone",
         ),
         (
             0,
-            tcp(IN, WEB, 40000, 80, SYN),
+            tcp(IN, WEB, 40000, 80, SYN, 9000, 0),
             Forward,
             "the port reused: a new SYN opens it again",
         ),
         (
             0,
-            tcp(WEB, IN, 80, 40000, SYN | ACK),
+            tcp(WEB, IN, 80, 40000, SYN | ACK, 7000, 9001),
             Forward,
             "and is answered",
         ),
         (
             0,
-            tcp(WEB, IN, 80, 40000, RST),
+            tcp(WEB, IN, 80, 40000, RST, 7001, 0),
             Forward,
             "a RST (the connection's, so it passes) closes it",
         ),
-        (11, tcp(WEB, IN, 80, 40000, ACK), Drop, "CLOSE lasts 10 s"),
+        (
+            11,
+            tcp(WEB, IN, 80, 40000, ACK, 7001, 9001),
+            Drop,
+            "CLOSE lasts 10 s",
+        ),
     ];
     // Thirty-one frames nobody answers after the first: the replay's
     // bursts are 32 frames, so the SYN-ACK starts the second burst and
@@ -278,8 +301,9 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
 }
 
 /// Counts the replay of [`stateful_conversations`] reports: connections
-/// opened (TCP twice on one port, DNS, the second query, the ping), and
-/// frames decided by a connection entry (established and related).
-pub const STATEFUL_OPENED: u64 = 5;
-pub const STATEFUL_ESTABLISHED: u64 = 13;
+/// opened (TCP twice on one port, the picked-up one, DNS, the second
+/// query, the ping), and frames decided by a connection entry
+/// (established and related).
+pub const STATEFUL_OPENED: u64 = 6;
+pub const STATEFUL_ESTABLISHED: u64 = 14;
 pub const STATEFUL_RELATED: u64 = 1;

@@ -38,7 +38,7 @@ pub mod flags {
     pub const ECE: u8 = 0x40;
     pub const CWR: u8 = 0x80;
 }
-use flags::*;
+use flags::{ACK, CWR, ECE, FIN, PSH, RST, SYN};
 
 /// The settings Linux has as sysctls (`net.netfilter.nf_conntrack_tcp_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -496,100 +496,11 @@ pub fn packet(
     }
     let old = state.map_or(T::No, T::of);
     let index = Index::of(s.flags);
-    let mut new = table(dir, index, old);
-    let mut old_for_assure = old;
-    let d = dir.index();
-    let established = old == T::Es && st.assured;
-    let mut skip_window = false;
-    match new {
-        T::Ss if matches!(old, T::Tw | T::Cl) => {
-            let closing = (c.seen[0].flags | c.seen[1].flags) & F_CLOSE_INIT != 0;
-            if closing || (c.last_dir == dir && c.last_index == Index::Rst) {
-                return Verdict::Reopen;
-            }
-            return ignore(c, old, dir, index, s);
-        }
-        T::Ss => {}
-        T::Ig => {
-            if index == Index::SynAck
-                && c.last_index == Index::Syn
-                && c.last_dir != dir
-                && s.ack == c.last_end
-            {
-                // The answer to a SYN we ignored: the two ends are in
-                // step and we are not; take the SYN's side from it.
-                old_for_assure = T::Ss;
-                new = T::Sr;
-                resync(c, dir);
-            } else {
-                return ignore(c, old, dir, index, s);
-            }
-        }
-        T::Iv => return Verdict::Invalid,
-        T::Tw => {
-            // RFC 5961: a challenge ACK answering a SYN we let through in
-            // LAST_ACK does not acknowledge the last FIN.
-            if old == T::La
-                && index == Index::Ack
-                && c.last_dir != dir
-                && c.last_index == Index::Syn
-                && c.last_flags & L_CHALLENGE_ACK != 0
-            {
-                c.last_flags &= !L_CHALLENGE_ACK;
-                return Verdict::Pass;
-            }
-        }
-        T::S2 => c.last_flags |= L_SIMULTANEOUS_OPEN,
-        T::Sr => {
-            if dir == Dir::Reply && index == Index::Ack && c.last_flags & L_SIMULTANEOUS_OPEN != 0 {
-                new = T::Es;
-            }
-        }
-        T::Cl if index == Index::Rst => {
-            if matches!(old, T::Fw | T::Cw | T::La | T::Tw | T::Cl) {
-                // Closing: the tuple may be in use again; no checks.
-                skip_window = true;
-            } else {
-                let peer = &c.seen[1 - d];
-                let mut checked = false;
-                if peer.flags & F_MAXACK_SET != 0 && c.last_index != Index::Syn {
-                    let seq = s.seq;
-                    if seq == 0 && !established {
-                        checked = true; // an answer to a SYN let through
-                    } else if before(seq, peer.maxack) {
-                        return Verdict::Invalid;
-                    } else if !established
-                        || seq == peer.maxack
-                        || (c.last_index == Index::Ack && c.last_dir == dir && seq == c.last_end)
-                    {
-                        checked = true;
-                    } else {
-                        // In window but not exact: keep the state, so
-                        // that a challenge ACK can follow.
-                        new = old;
-                    }
-                }
-                if !checked {
-                    if ((st.seen_reply && c.last_index == Index::Syn)
-                        || (!st.assured && c.last_index == Index::Ack))
-                        && s.ack == c.last_end
-                    {
-                        // A RST to a SYN or ACK let through: no window
-                        // check (it may acknowledge what we ignored).
-                        skip_window = true;
-                    } else if old == T::Ss
-                        && c.last_index == Index::Ack
-                        && c.last_dir == Dir::Reply
-                        && s.seq == c.last_ack
-                    {
-                        skip_window = true;
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
-    if !skip_window {
+    let plan = match special(c, old, st, dir, index, s) {
+        Ok(plan) => plan,
+        Err(v) => return v,
+    };
+    if !plan.skip_window {
         match in_window(c, old, dir, index, s, cfg) {
             Window::Accept => {}
             Window::Ignore => return Verdict::Pass,
@@ -599,34 +510,178 @@ pub fn packet(
             }
         }
     }
+    conclude(c, old, plan, st, dir, index, s, cfg)
+}
+
+/// What the state table and its special cases decided before the window
+/// is checked.
+struct Plan {
+    new: T,
+    /// The old state as the assured rule sees it (a resynchronised
+    /// SYN-ACK counts as from SYN_SENT).
+    old_for_assure: T,
+    /// No window check (a RST Linux takes on other grounds).
+    skip_window: bool,
+}
+
+/// The state table's answer for the segment and Linux's special cases
+/// (the `switch (new_state)` of `nf_conntrack_tcp_packet`): a plan, or the
+/// verdict when the segment stops here.
+fn special(
+    c: &mut TcpConn,
+    old: T,
+    st: Status,
+    dir: Dir,
+    index: Index,
+    s: &TcpSeg,
+) -> Result<Plan, Verdict> {
+    let mut plan = Plan {
+        new: table(dir, index, old),
+        old_for_assure: old,
+        skip_window: false,
+    };
+    match plan.new {
+        T::Ss if matches!(old, T::Tw | T::Cl) => {
+            let closing = (c.seen[0].flags | c.seen[1].flags) & F_CLOSE_INIT != 0;
+            if closing || (c.last_dir == dir && c.last_index == Index::Rst) {
+                return Err(Verdict::Reopen);
+            }
+            return Err(ignore(c, old, dir, index, s));
+        }
+        T::Ig => {
+            if index == Index::SynAck
+                && c.last_index == Index::Syn
+                && c.last_dir != dir
+                && s.ack == c.last_end
+            {
+                // The answer to a SYN we ignored: the two ends are in
+                // step and we are not; take the SYN's side from it.
+                plan.old_for_assure = T::Ss;
+                plan.new = T::Sr;
+                resync(c, dir);
+            } else {
+                return Err(ignore(c, old, dir, index, s));
+            }
+        }
+        T::Iv => return Err(Verdict::Invalid),
+        // RFC 5961: a challenge ACK answering a SYN we let through in
+        // LAST_ACK does not acknowledge the last FIN.
+        T::Tw
+            if old == T::La
+                && index == Index::Ack
+                && c.last_dir != dir
+                && c.last_index == Index::Syn
+                && c.last_flags & L_CHALLENGE_ACK != 0 =>
+        {
+            c.last_flags &= !L_CHALLENGE_ACK;
+            return Err(Verdict::Pass);
+        }
+        T::S2 => c.last_flags |= L_SIMULTANEOUS_OPEN,
+        T::Sr
+            if dir == Dir::Reply
+                && index == Index::Ack
+                && c.last_flags & L_SIMULTANEOUS_OPEN != 0 =>
+        {
+            plan.new = T::Es;
+        }
+        T::Cl if index == Index::Rst => {
+            if matches!(old, T::Fw | T::Cw | T::La | T::Tw | T::Cl) {
+                // Closing: the tuple may be in use again; no checks.
+                plan.skip_window = true;
+            } else {
+                rst(c, &mut plan, old, st, dir, s)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(plan)
+}
+
+/// A RST of a connection not closing yet: checked against the highest
+/// acknowledgement the other side sent (invalid before it; exact, or
+/// right after this side's last data, it closes; otherwise in window it
+/// keeps the state for a challenge ACK), or taken without a window check
+/// when it answers a SYN or ACK that was let through.
+fn rst(
+    c: &TcpConn,
+    plan: &mut Plan,
+    old: T,
+    st: Status,
+    dir: Dir,
+    s: &TcpSeg,
+) -> Result<(), Verdict> {
+    let peer = &c.seen[1 - dir.index()];
+    let established = old == T::Es && st.assured;
+    if peer.flags & F_MAXACK_SET != 0 && c.last_index != Index::Syn {
+        let seq = s.seq;
+        if seq == 0 && !established {
+            return Ok(()); // an answer to a SYN let through
+        }
+        if before(seq, peer.maxack) {
+            return Err(Verdict::Invalid);
+        }
+        if !established
+            || seq == peer.maxack
+            || (c.last_index == Index::Ack && c.last_dir == dir && seq == c.last_end)
+        {
+            return Ok(());
+        }
+        // In window but not exact: keep the state, so that a challenge
+        // ACK can follow.
+        plan.new = old;
+    }
+    let answers_let_through = ((st.seen_reply && c.last_index == Index::Syn)
+        || (!st.assured && c.last_index == Index::Ack))
+        && s.ack == c.last_end;
+    let answers_challenge = old == T::Ss
+        && c.last_index == Index::Ack
+        && c.last_dir == Dir::Reply
+        && s.seq == c.last_ack;
+    plan.skip_window = answers_let_through || answers_challenge;
+    Ok(())
+}
+
+/// The segment is in: the connection moves, and Linux's timeout and
+/// assured rules give the verdict.
+#[allow(clippy::too_many_arguments)] // the segment and what was decided of it
+fn conclude(
+    c: &mut TcpConn,
+    old: T,
+    plan: Plan,
+    st: Status,
+    dir: Dir,
+    index: Index,
+    s: &TcpSeg,
+    cfg: &TcpSettings,
+) -> Verdict {
+    let new = plan.new;
     c.last_index = index;
     c.last_dir = dir;
-    let Some(new_state) = new.state() else {
+    let Some(state) = new.state() else {
         return Verdict::Invalid;
     };
     if old != new && new == T::Fw {
-        c.seen[d].flags |= F_CLOSE_INIT;
+        c.seen[dir.index()].flags |= F_CLOSE_INIT;
     }
     let unack = (c.seen[0].flags | c.seen[1].flags) & F_UNACK != 0;
-    let mut cap = c.retrans >= cfg.max_retrans || unack || c.last_win == 0;
+    let cap = c.retrans >= cfg.max_retrans || unack || c.last_win == 0;
     if !st.seen_reply {
         if s.flags & RST != 0 {
             return Verdict::Kill;
         }
-        let refresh = !(index == Index::Syn && old == T::Ss);
-        if new == T::Es {
-            cap = true;
-        }
         return Verdict::Accept {
-            state: new_state,
-            cap,
+            state,
+            // Picked up mid-stream, no answer yet: not 5 days.
+            cap: cap || new == T::Es,
             assured: false,
-            refresh,
+            // A SYN sent again before any answer does not keep the entry
+            // alive (a port reused by the client or a NAT).
+            refresh: !(index == Index::Syn && old == T::Ss),
         };
     }
-    let assured = !st.assured && matches!(old_for_assure, T::Sr | T::Es) && new == T::Es;
+    let assured = !st.assured && matches!(plan.old_for_assure, T::Sr | T::Es) && new == T::Es;
     Verdict::Accept {
-        state: new_state,
+        state,
         cap,
         assured,
         refresh: true,
@@ -716,165 +771,200 @@ fn in_window(
 ) -> Window {
     let d = dir.index();
     let (mut sender, mut receiver) = (c.seen[d], c.seen[1 - d]);
-    let mut seq = s.seq;
-    let (mut ack, mut sack) = (s.ack, s.ack);
-    let mut win = u32::from(s.win);
-    let mut end = seg_end(s);
-    let syn = s.flags & SYN != 0;
-    let has_ack = s.flags & ACK != 0;
+    let end = seg_end(s);
+    if let Some(w) = init_sides(&mut sender, &mut receiver, old, dir, s, end) {
+        c.seen[d] = sender;
+        c.seen[1 - d] = receiver;
+        return w;
+    }
     // Out of window: Linux logs it and, liberal, accepts it anyway — but
     // for a RST ("only out of window RST segments are invalid").
     let liberal = (sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal) && s.flags & RST == 0;
-    let verdict = |v: Window| if liberal { Window::Accept } else { v };
-    if receiver.flags & F_SACK_PERM != 0 {
-        sack = s.sack;
-    }
-    let write = |c: &mut TcpConn, sender: Side, receiver: Side| {
-        c.seen[d] = sender;
-        c.seen[1 - d] = receiver;
-    };
-    if sender.maxwin == 0 {
-        if syn {
-            init_sender(&mut sender, &mut receiver, s, end, dir);
-            if !has_ack {
-                // Simultaneous open.
-                write(c, sender, receiver);
-                return Window::Accept;
-            }
-        } else {
-            // Mid-stream: take what the segment says.
-            sender.end = end;
-            let swin = win << sender.scale;
-            sender.maxwin = swin.max(1);
-            sender.maxend = end.wrapping_add(sender.maxwin);
-            if receiver.maxwin == 0 {
-                receiver.end = sack;
-                receiver.maxend = sack;
-            } else if sack == receiver.end.wrapping_add(1) {
-                // A keepalive's answer.
-                receiver.end = receiver.end.wrapping_add(1);
-            }
+    let n = Numbers::of(s, &sender, &receiver, old, end);
+    let checked = bounds(&mut sender, &receiver, &n);
+    if !matches!(checked, Window::Accept) {
+        if sender != c.seen[d] {
+            c.seen[d] = sender; // an overshoot is noted even so
         }
-    } else if syn && after(end, sender.end) && matches!(old, T::Ss | T::Sr) {
-        // A SYN (or SYN-ACK) sent again with other numbers (RFC 793's
-        // reinitialised TCP): the side starts again.
-        init_sender(&mut sender, &mut receiver, s, end, dir);
-        if dir == Dir::Reply && !has_ack {
-            write(c, sender, receiver);
-            return Window::Accept;
-        }
+        return if liberal { Window::Accept } else { checked };
     }
-    if !has_ack {
-        ack = receiver.end;
-        sack = receiver.end;
-    } else if s.flags & (ACK | RST) == ACK | RST && ack == 0 {
-        // Stacks that send ACK with a zero acknowledgement in a RST.
-        ack = receiver.end;
-        sack = receiver.end;
-    }
-    if s.flags & RST != 0 && seq == 0 && old == T::Ss {
-        // A RST answering a SYN.
-        seq = sender.end;
-        end = sender.end;
-    }
-    let seq_ok = before(seq, sender.maxend.wrapping_add(1));
-    if !seq_ok {
-        let overshot = end.wrapping_sub(sender.maxend).wrapping_add(1);
-        let ack_ok = after(
-            sack,
-            receiver
-                .end
-                .wrapping_sub(max_ack_window(&sender))
-                .wrapping_sub(1),
-        );
-        let in_recv_win = receiver.maxwin != 0
-            && after(
-                end,
-                sender.end.wrapping_sub(receiver.maxwin).wrapping_sub(1),
-            );
-        if in_recv_win
-            && ack_ok
-            && overshot <= receiver.maxwin
-            && before(sack, receiver.end.wrapping_add(1))
-        {
-            // More than the receiver's window allowed, but only just:
-            // noted so that its acknowledgement is not over the bound.
-            sender.end = end;
-            sender.flags |= F_UNACK;
-            write(c, sender, receiver);
-            return verdict(Window::Ignore);
-        }
-        return verdict(Window::Invalid);
-    }
-    if !before(sack, receiver.end.wrapping_add(1)) {
-        // Acknowledges data not seen yet.
-        return verdict(Window::Invalid);
-    }
-    let in_recv_win = receiver.maxwin == 0
-        || after(
-            end,
-            sender.end.wrapping_sub(receiver.maxwin).wrapping_sub(1),
-        );
-    if !in_recv_win {
-        // Data already acknowledged, sent again.
-        return verdict(Window::Ignore);
-    }
-    if !after(
-        sack,
-        receiver
-            .end
-            .wrapping_sub(max_ack_window(&sender))
-            .wrapping_sub(1),
-    ) {
-        // An acknowledgement far behind (overly delayed).
-        return verdict(Window::Ignore);
-    }
-    if !syn {
-        win <<= sender.scale;
-    }
-    let swin = win.wrapping_add(sack.wrapping_sub(ack));
-    if sender.maxwin < swin {
-        sender.maxwin = swin;
-    }
-    if after(end, sender.end) {
-        sender.end = end;
-        sender.flags |= F_UNACK;
-    }
-    if has_ack {
-        if sender.flags & F_MAXACK_SET == 0 {
-            sender.maxack = ack;
-            sender.flags |= F_MAXACK_SET;
-        } else if after(ack, sender.maxack) {
-            sender.maxack = ack;
-        }
-    }
-    if receiver.maxwin != 0 && after(end, sender.maxend) {
-        receiver.maxwin = receiver
-            .maxwin
-            .wrapping_add(end.wrapping_sub(sender.maxend));
-    }
-    if after(sack.wrapping_add(win), receiver.maxend.wrapping_sub(1)) {
-        receiver.maxend = sack.wrapping_add(win);
-    }
-    if win == 0 {
-        receiver.maxend = receiver.maxend.wrapping_add(1);
-    }
-    if ack == receiver.end {
-        receiver.flags &= !F_UNACK;
-    }
-    write(c, sender, receiver);
+    update(&mut sender, &mut receiver, s, &n);
+    c.seen[d] = sender;
+    c.seen[1 - d] = receiver;
     if index == Index::Ack {
-        if c.last_dir == dir && c.last_ack == ack && c.last_end == end && c.last_win == s.win {
+        if c.last_dir == dir && c.last_ack == n.ack && c.last_end == n.end && c.last_win == s.win {
             c.retrans = c.retrans.saturating_add(1).min(3);
         } else {
             c.last_dir = dir;
-            c.last_ack = ack;
-            c.last_end = end;
+            c.last_ack = n.ack;
+            c.last_end = n.end;
             c.last_win = s.win;
             c.retrans = 0;
         }
     }
     Window::Accept
+}
+
+/// The sides' first numbers: a SYN (or SYN-ACK) starts its side, a
+/// segment of a side never seen takes what it says (mid-stream). `Some`
+/// when that settles the segment (a SYN of a simultaneous open).
+fn init_sides(
+    sender: &mut Side,
+    receiver: &mut Side,
+    old: T,
+    dir: Dir,
+    s: &TcpSeg,
+    end: u32,
+) -> Option<Window> {
+    let syn = s.flags & SYN != 0;
+    let has_ack = s.flags & ACK != 0;
+    if sender.maxwin == 0 {
+        if syn {
+            init_sender(sender, receiver, s, end, dir);
+            // Simultaneous open.
+            return (!has_ack).then_some(Window::Accept);
+        }
+        // Mid-stream: take what the segment says.
+        let sack = if receiver.flags & F_SACK_PERM != 0 {
+            s.sack
+        } else {
+            s.ack
+        };
+        sender.end = end;
+        sender.maxwin = (u32::from(s.win) << sender.scale).max(1);
+        sender.maxend = end.wrapping_add(sender.maxwin);
+        if receiver.maxwin == 0 {
+            receiver.end = sack;
+            receiver.maxend = sack;
+        } else if sack == receiver.end.wrapping_add(1) {
+            // A keepalive's answer.
+            receiver.end = receiver.end.wrapping_add(1);
+        }
+    } else if syn && after(end, sender.end) && matches!(old, T::Ss | T::Sr) {
+        // A SYN (or SYN-ACK) sent again with other numbers (RFC 793's
+        // reinitialised TCP): the side starts again.
+        init_sender(sender, receiver, s, end, dir);
+        if dir == Dir::Reply && !has_ack {
+            return Some(Window::Accept);
+        }
+    }
+    None
+}
+
+/// A segment's numbers as the window checks read them.
+struct Numbers {
+    seq: u32,
+    end: u32,
+    ack: u32,
+    sack: u32,
+    win: u32,
+}
+
+impl Numbers {
+    fn of(s: &TcpSeg, sender: &Side, receiver: &Side, old: T, end: u32) -> Numbers {
+        let mut n = Numbers {
+            seq: s.seq,
+            end,
+            ack: s.ack,
+            sack: if receiver.flags & F_SACK_PERM != 0 {
+                s.sack
+            } else {
+                s.ack
+            },
+            win: u32::from(s.win),
+        };
+        let rst_ack = s.flags & (ACK | RST) == ACK | RST;
+        if s.flags & ACK == 0 || (rst_ack && n.ack == 0) {
+            // No ACK (or a RST with a zero one, as some stacks send):
+            // taken as acknowledging everything.
+            n.ack = receiver.end;
+            n.sack = receiver.end;
+        }
+        if s.flags & RST != 0 && n.seq == 0 && old == T::Ss {
+            // A RST answering a SYN.
+            n.seq = sender.end;
+            n.end = sender.end;
+        }
+        n
+    }
+}
+
+/// Linux's four bounds: the data within the receiver's window (I, II),
+/// the acknowledgement within what was sent (III, IV).
+fn bounds(sender: &mut Side, receiver: &Side, n: &Numbers) -> Window {
+    let lowest_ack = receiver
+        .end
+        .wrapping_sub(max_ack_window(sender))
+        .wrapping_sub(1);
+    let lowest_end = sender.end.wrapping_sub(receiver.maxwin).wrapping_sub(1);
+    if !before(n.seq, sender.maxend.wrapping_add(1)) {
+        let overshot = n.end.wrapping_sub(sender.maxend).wrapping_add(1);
+        let in_recv_win = receiver.maxwin != 0 && after(n.end, lowest_end);
+        if in_recv_win
+            && after(n.sack, lowest_ack)
+            && overshot <= receiver.maxwin
+            && before(n.sack, receiver.end.wrapping_add(1))
+        {
+            // More than the receiver's window allowed, but only just:
+            // noted so that its acknowledgement is not over the bound.
+            sender.end = n.end;
+            sender.flags |= F_UNACK;
+            return Window::Ignore;
+        }
+        return Window::Invalid;
+    }
+    if !before(n.sack, receiver.end.wrapping_add(1)) {
+        // Acknowledges data not seen yet.
+        return Window::Invalid;
+    }
+    if receiver.maxwin != 0 && !after(n.end, lowest_end) {
+        // Data already acknowledged, sent again.
+        return Window::Ignore;
+    }
+    if !after(n.sack, lowest_ack) {
+        // An acknowledgement far behind (overly delayed).
+        return Window::Ignore;
+    }
+    Window::Accept
+}
+
+/// The windows after an in-window segment.
+fn update(sender: &mut Side, receiver: &mut Side, s: &TcpSeg, n: &Numbers) {
+    let win = if s.flags & SYN != 0 {
+        n.win
+    } else {
+        n.win << sender.scale
+    };
+    let swin = win.wrapping_add(n.sack.wrapping_sub(n.ack));
+    if sender.maxwin < swin {
+        sender.maxwin = swin;
+    }
+    if after(n.end, sender.end) {
+        sender.end = n.end;
+        sender.flags |= F_UNACK;
+    }
+    if s.flags & ACK != 0 {
+        if sender.flags & F_MAXACK_SET == 0 {
+            sender.maxack = n.ack;
+            sender.flags |= F_MAXACK_SET;
+        } else if after(n.ack, sender.maxack) {
+            sender.maxack = n.ack;
+        }
+    }
+    if receiver.maxwin != 0 && after(n.end, sender.maxend) {
+        receiver.maxwin = receiver
+            .maxwin
+            .wrapping_add(n.end.wrapping_sub(sender.maxend));
+    }
+    if after(n.sack.wrapping_add(win), receiver.maxend.wrapping_sub(1)) {
+        receiver.maxend = n.sack.wrapping_add(win);
+    }
+    if win == 0 {
+        receiver.maxend = receiver.maxend.wrapping_add(1);
+    }
+    if n.ack == receiver.end {
+        receiver.flags &= !F_UNACK;
+    }
 }
 
 /// Linux's `tcp_init_sender`: a SYN-ACK answering a SYN, or the other

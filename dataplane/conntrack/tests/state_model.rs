@@ -36,7 +36,6 @@ const COLS: [Option<State>; 10] = [
 /// A cell: a column index into `COLS`, or IV / IG.
 const IV: i8 = -1;
 const IG: i8 = -2;
-const NO: i8 = 0;
 const SS: i8 = 1;
 const SR: i8 = 2;
 const ES: i8 = 3;
@@ -138,7 +137,7 @@ proptest! {
         let syn = TcpSeg { flags: SYN, seq: next[0], win: 64_000, ..TcpSeg::default() };
         let (mut conn, v) = tcp::open(&syn, &cfg).unwrap();
         next[0] += 1;
-        let Verdict::Accept { state: mut state, .. } = v else { panic!("{v:?}") };
+        let Verdict::Accept { mut state, .. } = v else { panic!("{v:?}") };
         prop_assert_eq!(state, State::TcpSynSent);
         let mut st = Status::default();
         for (n, s) in segs.iter().enumerate() {

@@ -150,6 +150,7 @@ impl Lab {
         });
     }
 
+    #[allow(clippy::too_many_arguments)] // a segment's fields, as on the wire
     fn tcp(
         &mut self,
         t: &Tcp,
@@ -305,6 +306,14 @@ pub fn lab_cases() -> Vec<Crafted> {
 }
 
 fn cases(l: &mut Lab, p: u16) {
+    window_cases(l, p);
+    flag_and_state_cases(l, p);
+    other_cases(l, p);
+}
+
+/// The window: a handshake, blind resets, injected data, unseen ACKs, the
+/// exact RST.
+fn window_cases(l: &mut Lab, p: u16) {
     use Host::*;
     l.case = "a handshake with window scaling and data each way";
     let mut t = conv(A, p + 1, 80, 1_000_000);
@@ -341,7 +350,12 @@ fn cases(l: &mut Lab, p: u16) {
     let (s1, a1) = (t.next[1], t.next[0]);
     l.tcp(&t, true, RST | ACK, s1, a1, &[], 0);
     l.tcp(&t, true, ACK | PSH, s1, a1, &[], 20);
+}
 
+/// Flags and states: invalid combinations, pickup, simultaneous open,
+/// answers in the wrong state, reuse after TIME_WAIT.
+fn flag_and_state_cases(l: &mut Lab, p: u16) {
+    use Host::*;
     l.case = "SYN+FIN from inside opens nothing; the answer is dropped";
     let mut sf = conv(A, p + 2, 80, 50_000);
     l.tcp(&sf, false, SYN | FIN, sf.next[0], 0, &[], 0);
@@ -417,7 +431,11 @@ fn cases(l: &mut Lab, p: u16) {
     let mut again = conv(A, p + 9, 80, 900_000);
     l.handshake(&mut again);
     l.seg(&mut again, true, ACK | PSH, 10);
+}
 
+/// UDP, ICMP errors and echo, another protocol.
+fn other_cases(l: &mut Lab, p: u16) {
+    use Host::*;
     l.case = "UDP asked and answered, and from outside unasked";
     l.udp(A, B, p + 10, 53);
     l.udp(B, A, 53, p + 10);

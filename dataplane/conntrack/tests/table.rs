@@ -224,6 +224,59 @@ fn a_full_table_never_drops_an_established_connection() {
     assert_eq!(t.len(), 64);
 }
 
+/// A SYN flood against a listening server: every spoofed SYN is
+/// answered, so the table fills with SYN_RECV entries. They are not
+/// assured, so a new connection takes one's place (Linux's early drop);
+/// the established connections stay and still pass.
+#[test]
+fn an_answered_syn_flood_is_dropped_to_make_room() {
+    let t = table(64);
+    (0..32).for_each(|i| {
+        t.open(&tcp(i), SYN, 1, Action::Allow, 60, 0).unwrap();
+        t.lookup(&tcp(i).reply(), SYN | ACK, 60, 0).unwrap();
+        t.lookup(&tcp(i), ACK, 60, 0).unwrap();
+    });
+    for i in 1000..3000 {
+        let at = S + u64::from(i);
+        t.open(&tcp(i), SYN, 1, Action::Allow, 60, at).unwrap();
+        assert_eq!(
+            t.lookup(&tcp(i).reply(), SYN | ACK, 60, at).map(|h| h.state),
+            Some(State::TcpSynRecv),
+            "{i}"
+        );
+    }
+    let c = t.counts();
+    assert_eq!(c.refused, 0);
+    assert_eq!(c.by_state[State::TcpEstablished.index()], 32);
+    assert_eq!(c.by_state[State::TcpSynRecv.index()], 32);
+    assert_eq!(c.early_dropped, 2000 - 32);
+    for i in 0..32 {
+        assert!(t.lookup(&tcp(i).reply(), ACK, 60, 10 * S).is_some(), "{i}");
+    }
+    // A UDP flood that is answered (replied, not yet a stream) is dropped
+    // for new connections too; a stream is not.
+    let t = table(64);
+    for i in 0..64 {
+        t.open(&udp(i), 0, 1, Action::Allow, 60, 0).unwrap();
+        t.lookup(&udp(i).reply(), 0, 60, 0).unwrap();
+    }
+    t.open(&udp(500), 0, 1, Action::Allow, 60, 1).unwrap();
+    assert_eq!(t.counts().early_dropped, 1);
+    let t = table(64);
+    for i in 0..64 {
+        t.open(&udp(i), 0, 1, Action::Allow, 60, 0).unwrap();
+        t.lookup(&udp(i).reply(), 0, 60, 0).unwrap();
+        assert_eq!(
+            t.lookup(&udp(i), 0, 60, 3 * S).map(|h| h.state),
+            Some(State::UdpStream)
+        );
+    }
+    assert_eq!(
+        t.open(&udp(500), 0, 1, Action::Allow, 60, 4 * S),
+        Err(OpenError::Full)
+    );
+}
+
 /// Workers on different threads: one sees every connection's opening
 /// SYN, another its reply (after the opener, as a reply comes after what
 /// it answers), while a third opens and expires other connections in the

@@ -30,9 +30,12 @@
 //! - **A SYN flood against a server port a stateful rule opens**: one
 //!   worker, 64-byte TCP frames: ACKs of 100k established connections
 //!   alone, then half of them mixed with spoofed SYNs to the same port
-//!   (each a new embryonic connection, the table's capacity 150k): the
-//!   worker's rate and the share of the established connections still in
-//!   the table, established, afterwards.
+//!   (each a new embryonic connection, the table's capacity 150k), then a
+//!   flood the server answers (a third ACKs of the established, a third
+//!   spoofed SYNs, a third the server's SYN-ACK to each: the table fills
+//!   with SYN_RECV entries, which early drop must take): the worker's
+//!   rate and the share of the established connections still in the
+//!   table, established, afterwards.
 //!
 //! Output: tables, `bench/results/conntrack.csv` (quick:
 //! `bench/results/quick/`). Run: `cargo run --release -p cfdp-bench --bin
@@ -429,6 +432,27 @@ fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
             }
         })
         .collect();
+    let spoofed = |r: u64| {
+        FlowKey::new(
+            IpAddr::V4(Ipv4Addr::from(0xc600_0000 | (r as u32 & 0x00ff_ffff))),
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            6,
+            1024 + (r >> 32) as u16 % 60_000,
+            443,
+        )
+    };
+    let mut r = 0;
+    let answered: Vec<Vec<u8>> = (0..pool as u32)
+        .map(|i| match i % 3 {
+            0 => tcp_frame(&client(i % n), ACK),
+            1 => {
+                r = rng.next();
+                tcp_frame(&spoofed(r), SYN)
+            }
+            // The server's answer to the SYN before it.
+            _ => tcp_frame(&spoofed(r).reply(), SYN | ACK),
+        })
+        .collect();
     let secs = if quick { 0.2 } else { 0.6 };
     let mut rows = Vec::new();
     println!(
@@ -437,6 +461,7 @@ fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
     let variants = [
         ("established", &established),
         ("established+synflood", &mixed),
+        ("established+answered-synflood", &answered),
     ];
     let mut mpps = vec![Vec::new(); variants.len()];
     let mut passed = vec![Vec::new(); variants.len()];

@@ -37,12 +37,14 @@ fn tiny() -> ConnTable {
     ConnTable::new(1, Timeouts::default(), HashSecret::from_seed(1)).expect("table")
 }
 
-/// The reader answers connection A's reply while the writer opens B in a
-/// full table: B takes A's place (A is unanswered, so it may be dropped)
-/// and, the free list being last-in first-out, A's slot. The reader sees
-/// A whole or nothing, never B; its compare-and-swap (A's state moving to
-/// replied) never lands on B; and either B replaced A (and the reader saw
-/// nothing) or A was answered first and B was refused: an answered
+/// Connection A was answered within its first two seconds (replied, not
+/// yet assured); 3 s after it opened the reader carries its next packet
+/// (which makes it a stream: assured) while the writer opens B in a full
+/// table: B takes A's place (A is not assured, so it may be dropped) and,
+/// the free list being last-in first-out, A's slot. The reader sees A
+/// whole or nothing, never B; its compare-and-swap (A's state moving to
+/// a stream) never lands on B; and either B replaced A (and the reader
+/// saw nothing) or A became assured first and B was refused: an assured
 /// connection is never dropped for a new one.
 #[test]
 fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
@@ -50,20 +52,23 @@ fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
         let t = Arc::new(tiny());
         let (a, b) = (udp(1), udp(2));
         t.open(&a, 0, 1, Action::Allow, 60, 0).expect("room");
+        t.lookup(&a.reply(), 0, 60, 0).expect("answered");
+        let later = 3_000_000_000;
         let reader = {
             let t = Arc::clone(&t);
-            thread::spawn(move || t.lookup(&a.reply(), 0, 60, 1))
+            thread::spawn(move || t.lookup(&a, 0, 60, later))
         };
-        let opened = t.open(&b, 0, 2, Action::Count, 60, 1);
+        let opened = t.open(&b, 0, 2, Action::Count, 60, later);
         let seen = reader.join().unwrap();
         if let Some(h) = seen {
             assert_eq!(
                 (h.slot, h.action, h.dir, h.state),
-                (1, Action::Allow, Dir::Reply, State::UdpReplied),
+                (1, Action::Allow, Dir::Orig, State::UdpStream),
                 "the reader took another connection for A"
             );
-            // A's reply made it assured: it may not be dropped after.
-            assert!(opened.is_err(), "A, answered, was dropped for B");
+            // The reader's packet made A assured: it may not be dropped
+            // after.
+            assert!(opened.is_err(), "A, assured, was dropped for B");
         }
         assert_eq!(t.len(), 1);
         match opened {
@@ -79,7 +84,7 @@ fn loom_a_reader_never_takes_a_reused_slot_for_its_connection() {
             }
             Err(_) => {
                 assert!(seen.is_some(), "B refused though A was droppable");
-                assert_eq!(t.peek(&a).map(|h| h.state), Some(State::UdpReplied));
+                assert_eq!(t.peek(&a).map(|h| h.state), Some(State::UdpStream));
             }
         }
     });
@@ -130,5 +135,60 @@ fn loom_two_openers_from_their_probes_open_one_connection() {
         assert_eq!(t.len(), 1, "opened twice: {}", t.dump());
         assert_eq!(mine.slot, theirs.slot, "two entries answered");
         assert_ne!(mine.dir, theirs.dir);
+    });
+}
+
+/// A table whose filter is two buckets (eight entries) and whose Bloom
+/// part takes an item from the second kick on, filled with eight
+/// connections:
+/// the ninth's insert moves one of them into the Bloom part, where it has
+/// no slot index until the table's pairs have it.
+fn crowded() -> (ConnTable, Vec<FlowKey>) {
+    let opts = crate::table::Options {
+        buckets_log2: Some(1),
+        bloom_threshold: 1,
+        ..crate::table::Options::default()
+    };
+    let t = ConnTable::with_options(9, Timeouts::default(), HashSecret::from_seed(4), opts)
+        .expect("table");
+    let keys: Vec<FlowKey> = (1..=9).map(udp).collect();
+    for k in &keys[..8] {
+        t.open(k, 0, 1, Action::Allow, 60, 0).expect("room");
+    }
+    (t, keys)
+}
+
+/// While the ninth connection's insert moves an established one into the
+/// filter's Bloom part, a reader of that one finds it: it never misses a
+/// connection that was there before it began (a miss would let its reply
+/// meet the rules, or open it twice). Seen failing with the table's
+/// sequence count around the insert ignored.
+#[test]
+fn loom_a_connection_moving_into_the_bloom_part_is_not_missed() {
+    loom::model(|| {
+        // Which connection the ninth insert moves: the same on a twin
+        // table (the filter's walk is seeded), found there first.
+        let (twin, keys) = crowded();
+        twin.open(&keys[8], 0, 2, Action::Allow, 60, 0)
+            .expect("room");
+        let moved = *keys[..8]
+            .iter()
+            .find(|k| {
+                let h = twin.hash(&crate::key::ConnKey::of(k).0);
+                twin.filter.get_hash(h) == cfdp_filter::Lookup::Bloom
+            })
+            .expect("the ninth insert moved one into the Bloom part");
+        let (t, keys) = crowded();
+        let t = Arc::new(t);
+        let reader = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || t.related(&moved.reply(), 1))
+        };
+        t.open(&keys[8], 0, 2, Action::Allow, 60, 0).expect("room");
+        assert!(
+            reader.join().unwrap().is_some(),
+            "a connection was missed while it moved: {}",
+            t.dump()
+        );
     });
 }

@@ -574,7 +574,7 @@ enum Read {
 
 /// Connections shared by the workers (see the module docs).
 pub struct ConnTable {
-    filter: Filter,
+    pub(crate) filter: Filter,
     slots: ZeroedSlice<Slot>,
     acct: Option<Box<[AcctSlot]>>,
     shards: Box<[Mutex<Shard>]>,
@@ -589,6 +589,12 @@ pub struct ConnTable {
     /// (hash, slot) of the entries the filter holds in its Bloom part.
     side: Mutex<BTreeSet<(u64, u32)>>,
     side_len: AtomicUsize,
+    /// A sequence count around every filter insert and the update of
+    /// `side` after it (odd meanwhile, written under the filter's writer
+    /// lock): an insert may move another connection's entry into the
+    /// filter's Bloom part, where it has no slot index until `side` has
+    /// its pair. A reader that found nothing while it moved looks again.
+    side_seq: AtomicU64,
     /// The hash's keys, drawn from the table's secret.
     seeds: [u64; 7],
     capacity: usize,
@@ -698,6 +704,7 @@ impl ConnTable {
             shard_mask: shards - 1,
             side: Mutex::new(BTreeSet::new()),
             side_len: AtomicUsize::new(0),
+            side_seq: AtomicU64::new(0),
             seeds: std::array::from_fn(|i| secret.hash_bytes(&[i as u8, 0x5a]) | 1),
             capacity,
             len: AtomicUsize::new(0),
@@ -780,7 +787,7 @@ impl ConnTable {
             + self.side_len.load(Relaxed) * 2 * std::mem::size_of::<(u64, u32)>()
     }
 
-    fn hash(&self, key: &ConnKey) -> u64 {
+    pub(crate) fn hash(&self, key: &ConnKey) -> u64 {
         let (a, m) = key.words();
         let s = &self.seeds;
         // Three independent multiplies of the key's words with the seeds,
@@ -854,6 +861,10 @@ impl ConnTable {
         h: u64,
         first: Option<Lookup>,
     ) -> Option<(u32, u64, u64)> {
+        // Read before the filter (a probe's `first` was not: a miss from
+        // it is looked at again below before it is believed).
+        let mut seq = self.side_seq.load(Acquire);
+        let mut fresh = first.is_none();
         let mut first = first.unwrap_or_else(|| self.filter.get_hash(h));
         'again: loop {
             match first {
@@ -889,6 +900,20 @@ impl ConnTable {
                         return Some((v, c, m));
                     }
                 }
+            }
+            // The seqlock's read side: had an insert moved this key's
+            // entry into the Bloom part meanwhile, its pair may not have
+            // been in `side` yet.
+            fence(Acquire);
+            let now = self.side_seq.load(Relaxed);
+            if c.bloom && (!fresh || seq & 1 == 1 || now != seq) {
+                if now & 1 == 1 {
+                    crate::sync::spin();
+                }
+                seq = self.side_seq.load(Acquire);
+                fresh = true;
+                first = self.filter.get_hash(h);
+                continue 'again;
             }
             self.false_positives.fetch_add(1, Relaxed);
             return None;
@@ -1348,9 +1373,17 @@ impl ConnTable {
         // Only now in the filter: a reader that finds the index finds the
         // slot whole.
         let mut fw = self.filter.writer();
-        let out = match fw.insert_hash(h, i) {
+        // The seqlock's write side (under the filter's writer lock): odd
+        // while an entry may be moving into the Bloom part without its
+        // pair in `side`.
+        let seq = self.side_seq.load(Relaxed);
+        self.side_seq.store(seq + 1, Relaxed);
+        fence(Release);
+        let inserted = fw.insert_hash(h, i);
+        let out = match inserted {
             Ok(out) => out,
             Err(_) => {
+                self.side_seq.store(seq + 2, Release);
                 drop(fw);
                 self.free(shard, i);
                 return false;
@@ -1374,6 +1407,7 @@ impl ConnTable {
             }
             self.side_len.store(side.len(), Release);
         }
+        self.side_seq.store(seq + 2, Release);
         true
     }
 

@@ -240,7 +240,8 @@ fn an_answered_syn_flood_is_dropped_to_make_room() {
         let at = S + u64::from(i);
         t.open(&tcp(i), SYN, 1, Action::Allow, 60, at).unwrap();
         assert_eq!(
-            t.lookup(&tcp(i).reply(), SYN | ACK, 60, at).map(|h| h.state),
+            t.lookup(&tcp(i).reply(), SYN | ACK, 60, at)
+                .map(|h| h.state),
             Some(State::TcpSynRecv),
             "{i}"
         );

@@ -907,10 +907,14 @@ impl ConnTable {
             fence(Acquire);
             let now = self.side_seq.load(Relaxed);
             if c.bloom && (!fresh || seq & 1 == 1 || now != seq) {
-                if now & 1 == 1 {
+                // Once the insert is over (a few hundred nanoseconds).
+                seq = loop {
+                    let s = self.side_seq.load(Acquire);
+                    if s & 1 == 0 {
+                        break s;
+                    }
                     crate::sync::spin();
-                }
-                seq = self.side_seq.load(Acquire);
+                };
                 fresh = true;
                 first = self.filter.get_hash(h);
                 continue 'again;
@@ -1082,7 +1086,15 @@ impl ConnTable {
                 _ => false,
             };
             if !settled {
-                let age = now_ns.saturating_sub(s.ext()[0].load(Relaxed));
+                let opened = s.ext()[0].load(Relaxed);
+                // Read under the slot's seqlock: the opening time is this
+                // connection's, not a next one's (the loom model saw a
+                // reused slot's time keep a dropped connection's state).
+                fence(Acquire);
+                if (s.ctl().load(Relaxed) ^ c) & IDENTITY != 0 {
+                    return Step::Gone;
+                }
+                let age = now_ns.saturating_sub(opened);
                 match move_state(s.ctl(), c, dir, age) {
                     Some(n) => c = n,
                     None => return Step::Gone,

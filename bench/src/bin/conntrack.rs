@@ -398,6 +398,48 @@ fn client(i: u32) -> FlowKey {
     )
 }
 
+/// A spoofed client of the flood (from elsewhere, never the same twice).
+fn spoofed(r: u64) -> FlowKey {
+    FlowKey::new(
+        IpAddr::V4(Ipv4Addr::from(0xc600_0000 | (r as u32 & 0x00ff_ffff))),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        6,
+        1024 + (r >> 32) as u16 % 60_000,
+        443,
+    )
+}
+
+/// The flood's traffic: ACKs of the `n` established connections alone;
+/// half of them, half spoofed SYNs; a third each of ACKs, spoofed SYNs
+/// and the server's SYN-ACK to each SYN.
+fn flood_pools(quick: bool, n: u32) -> [Vec<Vec<u8>>; 3] {
+    let pool = if quick { 1u32 << 16 } else { 1 << 18 };
+    let established = (0..pool).map(|i| tcp_frame(&client(i % n), ACK)).collect();
+    let mut rng = cfdp_bench::SplitMix::new(9);
+    let mixed = (0..pool)
+        .map(|i| {
+            if i % 2 == 0 {
+                tcp_frame(&client(i % n), ACK)
+            } else {
+                tcp_frame(&spoofed(rng.next()), SYN)
+            }
+        })
+        .collect();
+    let mut r = 0;
+    let answered = (0..pool)
+        .map(|i| match i % 3 {
+            0 => tcp_frame(&client(i % n), ACK),
+            1 => {
+                r = rng.next();
+                tcp_frame(&spoofed(r), SYN)
+            }
+            // The server's answer to the SYN before it.
+            _ => tcp_frame(&spoofed(r).reply(), SYN | ACK),
+        })
+        .collect();
+    [established, mixed, answered]
+}
+
 /// The worker under a SYN flood: established traffic alone, then mixed
 /// half and half with spoofed SYNs a stateful rule lets open connections.
 fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
@@ -409,50 +451,7 @@ fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
           {"id": 9, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}"#,
     )
     .expect("rules");
-    let pool = if quick { 1 << 16 } else { 1 << 18 };
-    let established: Vec<Vec<u8>> = (0..pool as u32)
-        .map(|i| tcp_frame(&client(i % n), ACK))
-        .collect();
-    let mut rng = cfdp_bench::SplitMix::new(9);
-    let mixed: Vec<Vec<u8>> = (0..pool as u32)
-        .map(|i| {
-            if i % 2 == 0 {
-                tcp_frame(&client(i % n), ACK)
-            } else {
-                // A spoofed source from elsewhere, never the same twice.
-                let r = rng.next();
-                let k = FlowKey::new(
-                    IpAddr::V4(Ipv4Addr::from(0xc600_0000 | (r as u32 & 0x00ff_ffff))),
-                    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                    6,
-                    1024 + (r >> 32) as u16 % 60_000,
-                    443,
-                );
-                tcp_frame(&k, SYN)
-            }
-        })
-        .collect();
-    let spoofed = |r: u64| {
-        FlowKey::new(
-            IpAddr::V4(Ipv4Addr::from(0xc600_0000 | (r as u32 & 0x00ff_ffff))),
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            6,
-            1024 + (r >> 32) as u16 % 60_000,
-            443,
-        )
-    };
-    let mut r = 0;
-    let answered: Vec<Vec<u8>> = (0..pool as u32)
-        .map(|i| match i % 3 {
-            0 => tcp_frame(&client(i % n), ACK),
-            1 => {
-                r = rng.next();
-                tcp_frame(&spoofed(r), SYN)
-            }
-            // The server's answer to the SYN before it.
-            _ => tcp_frame(&spoofed(r).reply(), SYN | ACK),
-        })
-        .collect();
+    let [established, mixed, answered] = flood_pools(quick, n);
     let secs = if quick { 0.2 } else { 0.6 };
     let mut rows = Vec::new();
     println!(

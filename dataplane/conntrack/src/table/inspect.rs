@@ -1,0 +1,254 @@
+//! What the table shows of itself: counters, the connection list of
+//! `cfdp ctl conns`, the export and import of a graceful restart, and a
+//! dump for a failing loom model.
+
+use crate::sync::fence;
+use crate::sync::lock;
+use crate::sync::Ordering::*;
+
+use cfdp_rules::{Action, FlowKey};
+
+use super::slot::{
+    action_of, fin_of, rule_of, state_of, Fields, ACTION_SHIFT, ASSURED, FIN_SHIFT, IDENTITY,
+    ORIG_LO, RULE_SHIFT, SEEN_REPLY, STATE_SHIFT, USED,
+};
+use super::{key_of, ConnTable, L4};
+use crate::key::ConnKey;
+use crate::state::State;
+use crate::tcp::TcpConn;
+
+/// A connection's accounting (`[conntrack] accounting = true`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Acct {
+    pub opened_ns: u64,
+    /// Original, reply.
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// One connection, as `cfdp ctl conns` lists it and a graceful restart
+/// saves it ([`crate::persist`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The 5-tuple of the packet that opened it.
+    pub orig: FlowKey,
+    pub state: State,
+    /// Which directions have sent a FIN (bit 0: original, bit 1: reply).
+    pub fin: u8,
+    /// The slot of the rule that opened it.
+    pub slot: u32,
+    pub action: Action,
+    pub last_ns: u64,
+    /// With accounting on.
+    pub acct: Option<Acct>,
+}
+
+/// Which connections `cfdp ctl conns` lists: each field given must match
+/// the packet that opened the connection (`port`: either of its ports).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnQuery {
+    pub src: Option<cfdp_rules::IpPrefix>,
+    pub dst: Option<cfdp_rules::IpPrefix>,
+    pub proto: Option<u8>,
+    pub port: Option<u16>,
+}
+
+impl ConnQuery {
+    pub fn matches(&self, c: &ConnInfo) -> bool {
+        let k = &c.orig;
+        self.src.is_none_or(|p| p.contains(k.v6, &k.src))
+            && self.dst.is_none_or(|p| p.contains(k.v6, &k.dst))
+            && self.proto.is_none_or(|p| p == k.proto)
+            && self.port.is_none_or(|p| p == k.sport || p == k.dport)
+    }
+}
+
+/// The table's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Live entries by state ([`State::index`]).
+    pub by_state: [u64; State::ALL.len()],
+    pub opened: u64,
+    /// New connections refused: the table was full.
+    pub refused: u64,
+    /// Embryonic entries dropped to make room.
+    pub early_dropped: u64,
+    /// Entries removed after their timeout.
+    pub expired: u64,
+    /// Lookups the filter let through that no entry confirmed.
+    pub false_positives: u64,
+    /// Packets of a tracked connection that were invalid for it (Linux's
+    /// `ct state invalid`): they met the rules alone.
+    pub invalid: u64,
+}
+
+impl ConnTable {
+    /// Every slot's control, first address and meta words, for a failing
+    /// loom model's message.
+    #[cfg(loom)]
+    pub(crate) fn dump(&self) -> String {
+        self.slots
+            .iter()
+            .map(|s| {
+                format!(
+                    "ctl {:x} addr0 {:x} meta {:x}",
+                    s.ctl().load(Relaxed),
+                    s.addr()[0].load(Relaxed),
+                    s.meta().load(Relaxed)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Counters, and the live entries by state (a pass over every slot).
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts {
+            refused: self.refused.load(Relaxed),
+            false_positives: self.false_positives.load(Relaxed),
+            invalid: self.invalid.load(Relaxed),
+            ..Counts::default()
+        };
+        for shard in &*self.shards {
+            let s = lock(shard);
+            c.opened += s.opened;
+            c.early_dropped += s.early_dropped;
+            c.expired += s.expired;
+        }
+        for s in &*self.slots {
+            let x = s.ctl().load(Relaxed);
+            if x & USED != 0 {
+                c.by_state[state_of(x).index()] += 1;
+            }
+        }
+        c
+    }
+
+    /// The newest packet time any entry has seen: what `cfdp ctl conns`
+    /// measures ages against (time is the packets'). 0 when empty.
+    pub fn newest_ns(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| s.ctl().load(Relaxed) & USED != 0)
+            .map(|s| s.last().load(Relaxed))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every entry, for a graceful restart (the workers stopped).
+    pub fn export(&self) -> Vec<ConnInfo> {
+        self.list(usize::MAX, |_| true)
+    }
+
+    /// Puts saved entries back (before the workers start); `slot_of` gives
+    /// each its rule's slot now (a rule's slot may differ after a restart;
+    /// `None`: keep the saved one). Returns how many were taken: an entry
+    /// already present or past the capacity is left out. Saved counters
+    /// are kept if this table keeps accounting (zero if they were not
+    /// saved).
+    pub fn import(&self, saved: &[ConnInfo], slot_of: impl Fn(&ConnInfo) -> Option<u32>) -> usize {
+        let mut taken = 0;
+        for e in saved {
+            let echo = L4::Echo { request: true };
+            let (key, from_lo) = key_of(&e.orig, &echo);
+            let h = self.hash(&key);
+            let w = key.words();
+            let mut shard = self.shard(h);
+            if self.locate(&w, h, None).is_some() || self.len() >= self.capacity {
+                continue;
+            }
+            let Some(i) = self.alloc(&mut shard) else {
+                continue;
+            };
+            self.len.fetch_add(1, Relaxed);
+            // The save keeps no windows: a TCP connection comes back
+            // liberal, as one Linux picks up; answered and assured as its
+            // state says.
+            let answered = !e.state.embryonic();
+            let assured =
+                matches!(e.state, State::TcpEstablished | State::UdpStream) || e.state.closing();
+            let ctl = USED
+                | if from_lo { ORIG_LO } else { 0 }
+                | if answered { SEEN_REPLY } else { 0 }
+                | if assured { ASSURED } else { 0 }
+                | u64::from(e.fin & 3) << FIN_SHIFT
+                | (e.state.index() as u64) << STATE_SHIFT
+                | u64::from(slot_of(e).unwrap_or(e.slot)) << RULE_SHIFT;
+            let acct = e.acct.unwrap_or(Acct {
+                opened_ns: e.last_ns,
+                ..Acct::default()
+            });
+            let ext = if e.state.is_tcp() {
+                TcpConn::liberal().pack()
+            } else {
+                [acct.opened_ns, 0, 0, 0, 0, 0]
+            };
+            if self.fill(&mut shard, i, &w, h, ctl, e.action, e.last_ns, acct, &ext) {
+                taken += 1;
+            }
+        }
+        taken
+    }
+
+    /// The connection in slot `i`, read whole; `None` if free or freed
+    /// while read.
+    fn info(&self, i: usize) -> Option<ConnInfo> {
+        let s = &self.slots[i];
+        let c1 = s.ctl().load(Acquire);
+        if c1 & USED == 0 {
+            return None;
+        }
+        let addr = [0, 1, 2, 3].map(|j| s.addr()[j].load(Relaxed));
+        let meta = s.meta().load(Relaxed);
+        let last_ns = s.last().load(Relaxed);
+        let acct = self.acct.as_ref().map(|a| {
+            let a = &a[i];
+            Acct {
+                opened_ns: a.opened.load(Relaxed),
+                packets: [0, 1].map(|d| a.packets[d].load(Relaxed)),
+                bytes: [0, 1].map(|d| a.bytes[d].load(Relaxed)),
+            }
+        });
+        fence(Acquire);
+        let c2 = s.ctl().load(Relaxed);
+        if (c1 ^ c2) & IDENTITY != 0 {
+            return None;
+        }
+        let key = ConnKey::from_words(addr, meta);
+        Some(ConnInfo {
+            orig: key.flow(c2 & ORIG_LO != 0),
+            state: state_of(c2),
+            fin: fin_of(c2),
+            slot: rule_of(c2),
+            action: action_of(meta >> ACTION_SHIFT),
+            last_ns,
+            acct,
+        })
+    }
+
+    /// Up to `limit` connections that `keep` accepts.
+    pub fn list(&self, limit: usize, keep: impl Fn(&ConnInfo) -> bool) -> Vec<ConnInfo> {
+        let mut out = Vec::new();
+        for i in 0..self.slots.len() {
+            if let Some(info) = self.info(i).filter(|c| keep(c)) {
+                out.push(info);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for ConnTable {
+    /// Its size, not its entries (a pass over them is `counts`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnTable")
+            .field("capacity", &self.capacity)
+            .field("entries", &self.len())
+            .field("stripes", &self.shards.len())
+            .field("slots", &self.slots.len())
+            .finish_non_exhaustive()
+    }
+}

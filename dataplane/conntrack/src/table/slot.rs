@@ -1,0 +1,319 @@
+//! A slot: one connection's words, and the memory-ordering contract of
+//! the table in one place.
+//!
+//! * **The control word** holds whether the slot is used, the opener's
+//!   side, FIN bits, state, timeout cap, the TCP lock bit, assured and
+//!   answered bits, the slot's generation and the opening rule. Every
+//!   write of it is a read-modify-write, so that a reader's
+//!   compare-and-swap and a free of the slot are totally ordered.
+//! * **The seqlock**: a reader loads the control word (acquire), the key
+//!   words, an acquire fence, and the control word again; a change of
+//!   generation or use between the two loads means the slot was freed
+//!   (and maybe reused) meanwhile: it looks again. A writer bumps the
+//!   generation when it frees the slot, and fills a slot (release fence,
+//!   then its words, then the control word) before its index is in the
+//!   filter.
+//! * **The TCP lock bit**: a TCP segment takes it (compare-and-swap) to
+//!   move the windows and the state together; nothing else writes the
+//!   control word while it is set, and a removal waits for it.
+//! * **Removal order**: a slot is marked free (compare-and-swap from the
+//!   control word its removal judged) before its index leaves the filter,
+//!   and reused only after.
+
+use crate::sync::Ordering::*;
+use crate::sync::{fence, AtomicU64};
+
+use cfdp_rules::{Action, Allowing};
+
+use super::ConnTable;
+use crate::key::Dir;
+use crate::state::State;
+use crate::tcp;
+
+// A slot's control word: whether it holds a connection, the opener's side,
+// the FIN bits, the state, whether its timeout is capped, the slot's lock
+// (TCP: held while its windows move), assured, an answer seen, the slot's
+// generation (bumped when it is freed) and the opening rule's slot.
+pub(super) const USED: u64 = 1;
+pub(super) const ORIG_LO: u64 = 1 << 1;
+pub(super) const FIN_SHIFT: u32 = 2;
+pub(super) const STATE_SHIFT: u32 = 4;
+/// The timeout is capped at `tcp_unacknowledged_s`: right above the state
+/// bits, so that state and cap index one table of timeouts.
+pub(super) const CAP: u64 = 1 << 8;
+/// Held by the one packet whose TCP windows are being checked and moved:
+/// a TCP connection's windows and state change together, as under
+/// Linux's `ct->lock`. Nothing else writes the control word while it is
+/// set (compare-and-swaps expect it clear; a removal waits for it).
+pub(super) const LOCK: u64 = 1 << 9;
+pub(super) const ASSURED: u64 = 1 << 10;
+pub(super) const SEEN_REPLY: u64 = 1 << 11;
+pub(super) const GEN_SHIFT: u32 = 12;
+pub(super) const GEN_MASK: u64 = 0xf_ffff << GEN_SHIFT;
+pub(super) const RULE_SHIFT: u32 = 32;
+/// Bits that say which connection a slot holds: a change in them between
+/// a reader's two loads means the slot was freed (and maybe reused).
+pub(super) const IDENTITY: u64 = GEN_MASK | USED;
+/// The key's bits in a slot's `meta` word ([`ConnKey::words`]); the
+/// action sits above them.
+pub(super) const KEY_BITS: u64 = (1 << 42) - 1;
+pub(super) const ACTION_SHIFT: u32 = 42;
+/// The end of a free list.
+pub(super) const NONE: u32 = u32::MAX;
+
+/// One connection (or a free slot): thirteen atomic words, 104 bytes,
+/// named by [`Fields`]. Every word is an atomic: readers read without a lock
+/// while the stripe's owner may rewrite it, and the control word's
+/// generation tells them whether what they read is whole. Plain words
+/// rather than a struct so that the slots can live in a
+/// [`cfdp_filter::ZeroedSlice`] (huge pages: the table's slots are its
+/// largest part).
+pub(super) type Slot = [AtomicU64; 7 + tcp::WORDS];
+
+/// A slot's words by name.
+pub(super) trait Fields {
+    /// The control word: in use, the opener's side, FIN bits, state,
+    /// generation, rule slot.
+    fn ctl(&self) -> &AtomicU64;
+    /// The newest packet time seen (ns).
+    fn last(&self) -> &AtomicU64;
+    /// Lower and higher endpoint's address ([`ConnKey::words`]): four words.
+    fn addr(&self) -> &[AtomicU64];
+    /// Ports, protocol, family and the action; in a free slot, the next
+    /// free slot's index.
+    fn meta(&self) -> &AtomicU64;
+    /// TCP: the windows ([`TcpConn::pack`]), written under the slot's
+    /// [`LOCK`]. UDP: the first word is the opening time.
+    fn ext(&self) -> &[AtomicU64];
+}
+
+impl Fields for Slot {
+    #[inline(always)]
+    fn ctl(&self) -> &AtomicU64 {
+        &self[0]
+    }
+    #[inline(always)]
+    fn last(&self) -> &AtomicU64 {
+        &self[1]
+    }
+    #[inline(always)]
+    fn addr(&self) -> &[AtomicU64] {
+        &self[2..6]
+    }
+    #[inline(always)]
+    fn meta(&self) -> &AtomicU64 {
+        &self[6]
+    }
+    #[inline(always)]
+    fn ext(&self) -> &[AtomicU64] {
+        &self[7..]
+    }
+}
+
+/// A slot's accounting, when it is on.
+pub(super) struct AcctSlot {
+    pub(super) opened: AtomicU64,
+    pub(super) packets: [AtomicU64; 2],
+    pub(super) bytes: [AtomicU64; 2],
+}
+
+pub(super) fn zeros<const N: usize>() -> [AtomicU64; N] {
+    std::array::from_fn(|_| AtomicU64::new(0))
+}
+
+impl AcctSlot {
+    pub(super) fn new() -> Self {
+        Self {
+            opened: AtomicU64::new(0),
+            packets: zeros(),
+            bytes: zeros(),
+        }
+    }
+}
+
+/// The folded 128-bit product of `a` and `b`.
+#[inline(always)]
+pub(super) fn mum(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ (r >> 64) as u64
+}
+
+/// Moves the state of a connection other than TCP in control word `ctl`
+/// (read as `c`) with a packet going `dir`, `age_ns` after it opened, by
+/// compare-and-swap: the word after it, or `None` if the slot was freed
+/// meanwhile (the connection is gone).
+pub(super) fn move_state(ctl: &AtomicU64, mut c: u64, dir: Dir, age_ns: u64) -> Option<u64> {
+    loop {
+        let s = state_of(c).next(dir, age_ns);
+        let mut n = with_state(c, s, fin_of(c));
+        if s.assures() {
+            n |= ASSURED;
+        }
+        if dir == Dir::Reply {
+            n |= SEEN_REPLY;
+        }
+        if n == c {
+            return Some(c);
+        }
+        match ctl.compare_exchange_weak(c & !LOCK, n & !LOCK, AcqRel, Acquire) {
+            Ok(_) => return Some(n),
+            Err(now) if (now ^ c) & IDENTITY != 0 => return None,
+            Err(now) => {
+                crate::sync::spin();
+                c = now;
+            }
+        }
+    }
+}
+
+/// Takes slot `ctl`'s [`LOCK`] (read as `c`): the control word with the
+/// lock held, or `None` if the slot was freed meanwhile.
+pub(super) fn lock_slot(ctl: &AtomicU64, mut c: u64) -> Option<u64> {
+    loop {
+        if (c & LOCK) == 0 {
+            match ctl.compare_exchange_weak(c, c | LOCK, Acquire, Acquire) {
+                Ok(_) => return Some(c | LOCK),
+                Err(now) => c = now,
+            }
+        } else {
+            crate::sync::spin();
+            c = ctl.load(Acquire);
+        }
+        if c & USED == 0 {
+            return None;
+        }
+    }
+}
+
+/// Rewrites a slot's control word with `f` of its current value, as one
+/// read-modify-write (returns the value before): a reader's
+/// compare-and-swap on the word and this change are then totally ordered,
+/// and the reader's fails if the slot was freed.
+pub(super) fn rmw(w: &AtomicU64, f: impl Fn(u64) -> u64) -> u64 {
+    let mut c = w.load(Relaxed);
+    loop {
+        match w.compare_exchange_weak(c, f(c), Release, Relaxed) {
+            Ok(old) => return old,
+            Err(now) => c = now,
+        }
+    }
+}
+
+/// Bytes a connection's slot takes (the filter's entry, ~4 bytes at 95 %
+/// load, comes on top).
+pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+/// Bytes a slot's accounting adds when it is on.
+pub const ACCT_BYTES: usize = std::mem::size_of::<AcctSlot>();
+#[cfg(not(loom))]
+const _: () = assert!(SLOT_BYTES == 104);
+
+/// The states by their index in a control word's four state bits (the
+/// last four never written).
+pub(super) const STATES: [State; 16] = {
+    let mut t = [State::TcpClose; 16];
+    let mut i = 0;
+    while i < State::ALL.len() {
+        t[i] = State::ALL[i];
+        i += 1;
+    }
+    t
+};
+
+pub(super) fn state_of(c: u64) -> State {
+    STATES[(c >> STATE_SHIFT & 0xf) as usize]
+}
+
+pub(super) fn fin_of(c: u64) -> u8 {
+    (c >> FIN_SHIFT & 3) as u8
+}
+
+pub(super) fn rule_of(c: u64) -> u32 {
+    (c >> RULE_SHIFT) as u32
+}
+
+pub(super) fn with_state(c: u64, state: State, fin: u8) -> u64 {
+    c & !(0xf << STATE_SHIFT | 3 << FIN_SHIFT)
+        | (state.index() as u64) << STATE_SHIFT
+        | u64::from(fin & 3) << FIN_SHIFT
+}
+
+/// The direction of a packet from the key's lower endpoint (`from_lo`) or
+/// from its higher one, for the connection in control word `c`.
+pub(super) fn dir_of(c: u64, from_lo: bool) -> Dir {
+    if from_lo == (c & ORIG_LO != 0) {
+        Dir::Orig
+    } else {
+        Dir::Reply
+    }
+}
+
+/// An action in 19 bits (a tag and a port).
+pub(super) fn action_bits(a: Action) -> u64 {
+    let (tag, port) = match a {
+        Action::Drop => (0, 0),
+        Action::Allow => (1, 0),
+        Action::Count => (2, 0),
+        Action::Redirect(p) => (3, p),
+        Action::Track(Allowing::Allow) => (4, 0),
+        Action::Track(Allowing::Count) => (5, 0),
+        Action::Track(Allowing::Redirect(p)) => (6, p),
+    };
+    tag | u64::from(port) << 3
+}
+
+pub(super) fn action_of(bits: u64) -> Action {
+    let port = (bits >> 3) as u16;
+    match bits & 7 {
+        1 => Action::Allow,
+        2 => Action::Count,
+        3 => Action::Redirect(port),
+        4 => Action::Track(Allowing::Allow),
+        5 => Action::Track(Allowing::Count),
+        6 => Action::Track(Allowing::Redirect(port)),
+        _ => Action::Drop,
+    }
+}
+
+/// What a read of one slot found for a key.
+pub(super) enum Read {
+    /// The key's connection: its control and meta words, read whole.
+    Mine(u64, u64),
+    /// Free, or another connection's.
+    Other,
+    /// Freed while it was read: look again.
+    Moved,
+}
+
+impl ConnTable {
+    /// Reads slot `i` for the key whose words are `w`.
+    #[inline]
+    pub(super) fn read(&self, i: u32, w: &([u64; 4], u64)) -> Read {
+        let Some(s) = self.slots.get(i as usize) else {
+            return Read::Other;
+        };
+        let c1 = s.ctl().load(Acquire);
+        if c1 & USED == 0 {
+            return Read::Other;
+        }
+        let addr = [
+            s.addr()[0].load(Relaxed),
+            s.addr()[1].load(Relaxed),
+            s.addr()[2].load(Relaxed),
+            s.addr()[3].load(Relaxed),
+        ];
+        let meta = s.meta().load(Relaxed);
+        // The seqlock's read side: the words above were loaded before the
+        // control word is loaded again; a writer that freed the slot
+        // changed its generation first (`free`).
+        fence(Acquire);
+        let c2 = s.ctl().load(Relaxed);
+        if (c1 ^ c2) & IDENTITY != 0 {
+            return Read::Moved;
+        }
+        if addr == w.0 && meta & KEY_BITS == w.1 {
+            Read::Mine(c2, meta)
+        } else {
+            Read::Other
+        }
+    }
+}

@@ -563,9 +563,13 @@ impl ConnTable {
                 };
                 // The slot a positive points at, on its way while the rest
                 // of the batch is probed and looked up.
+                // Both of its lines: a 104-byte slot spans two (the TCP
+                // windows are in the second).
                 if let Lookup::Entry(v) = found {
                     if let Some(s) = self.slots.get(v as usize) {
-                        cfdp_filter::prefetch_read(std::ptr::from_ref(s).cast());
+                        let p: *const u8 = std::ptr::from_ref(s).cast();
+                        cfdp_filter::prefetch_read(p);
+                        cfdp_filter::prefetch_read(p.wrapping_add(SLOT_BYTES - 1));
                     }
                 }
             }

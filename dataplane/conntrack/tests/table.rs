@@ -552,3 +552,39 @@ fn sweeps_wait_for_the_slowest_worker() {
     t.advance(0, 40 * S);
     assert_eq!(t.sweep(100 * S), 1);
 }
+
+/// A RST far out of an established connection's window is invalid: no
+/// entry answers it (it meets the rules), the connection stays, and the
+/// table counts it; the exact RST closes the connection.
+#[test]
+fn a_blind_reset_is_invalid_counted_and_changes_nothing() {
+    use cfdp_packet::TcpSeg;
+    let t = table(1024);
+    let k = tcp(1);
+    let seg = |flags: u8, seq: u32, ack: u32| TcpSeg {
+        flags,
+        seq,
+        ack,
+        win: 64_000,
+        sack: ack,
+        ..TcpSeg::default()
+    };
+    t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
+        .unwrap();
+    t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
+        .unwrap();
+    t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
+    assert_eq!(
+        t.lookup(&k.reply(), seg(RST, 900 + (1 << 30), 0), 60, S),
+        None
+    );
+    assert_eq!(t.counts().invalid, 1);
+    assert_eq!(
+        t.peek(&k).map(|h| h.state),
+        Some(State::TcpEstablished),
+        "the blind RST moved the connection"
+    );
+    let h = t.lookup(&k.reply(), seg(RST, 901, 0), 60, S).unwrap();
+    assert_eq!(h.state, State::TcpClose);
+    assert_eq!(t.counts().invalid, 1);
+}

@@ -533,6 +533,13 @@ fn encode_conntrack(e: Enc, ct: &crate::stats::ConntrackStats) -> Res {
             ("expired", ct.expired),
         ],
     )?;
+    counters(
+        e,
+        "conntrack_packets",
+        "Packets of tracked connections by what the table said of them",
+        "verdict",
+        [("invalid", ct.invalid)],
+    )?;
     gauge(
         e,
         "conntrack_memory_bytes",

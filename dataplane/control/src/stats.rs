@@ -75,6 +75,10 @@ pub struct ConntrackStats {
     pub expired: u64,
     /// Lookups the table's filter let through that no entry confirmed.
     pub false_positives: u64,
+    /// Packets of a tracked connection that were invalid for it (out of
+    /// its TCP window, a flag combination or state it cannot be in):
+    /// they met the rules alone, as `ct state invalid` packets do.
+    pub invalid: u64,
     pub memory_bytes: usize,
 }
 
@@ -94,6 +98,7 @@ impl ConntrackStats {
             early_dropped: c.early_dropped,
             expired: c.expired,
             false_positives: c.false_positives,
+            invalid: c.invalid,
             memory_bytes: t.memory_bytes(),
         }
     }

@@ -559,6 +559,50 @@ pub(crate) fn conntrack_flood(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
+/// `conntrack`: the answered SYN flood at the table, and what a refused
+/// open costs (`conntrack_answered_flood.csv`).
+pub(crate) fn conntrack_answered_flood(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack_answered_flood.csv")?;
+    let mut rows = Vec::new();
+    let us = |r: &std::collections::BTreeMap<&str, &str>, k: &str| -> R<String> {
+        Ok(format!("{:.2}", num(r[k], &c.name)? / 1000.0))
+    };
+    for r in c.records() {
+        rows.push(vec![
+            format!("{} · {}", r["capacity"], r["established"]),
+            r["flood_syns"].to_string(),
+            format!(
+                "{} · {} · {}",
+                us(&r, "open_p50_ns")?,
+                us(&r, "open_p99_ns")?,
+                us(&r, "open_p999_ns")?
+            ),
+            format!(
+                "{} · {} · {}",
+                us(&r, "refused_p50_ns")?,
+                us(&r, "refused_p99_ns")?,
+                us(&r, "refused_max_ns")?
+            ),
+            format!("{:.2} %", num(r["legit_completed_share"], &c.name)? * 100.0),
+            format!(
+                "{:.2} %",
+                num(r["established_kept_share"], &c.name)? * 100.0
+            ),
+        ]);
+    }
+    Ok(table(
+        &[
+            "capacity · established",
+            "answered flood SYNs",
+            "open µs: p50 · p99 · p99.9",
+            "refused open (full table) µs: p50 · p99 · max",
+            "legitimate short connections completed",
+            "established kept",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// cfdp's connection table beside `rte_hash` on the same keys
 /// (`conntrack_rte_hash.csv`), with cfdp's ratio in each column (a rate's
 /// ratio is cfdp/rte_hash; a latency's, rte_hash/cfdp: above 1 is cfdp

@@ -21,9 +21,9 @@ mod filter;
 use std::path::{Path, PathBuf};
 
 use crate::control::{
-    conntrack_burst, conntrack_flood, conntrack_ops, conntrack_rte_hash, control_batch,
-    control_churn, control_p4runtime, control_path, control_path_stages, dpdk, fleet, floods,
-    fold_stall, inline, p4runtime_read,
+    conntrack_answered_flood, conntrack_burst, conntrack_flood, conntrack_ops, conntrack_rte_hash,
+    control_batch, control_churn, control_p4runtime, control_path, control_path_stages, dpdk,
+    fleet, floods, fold_stall, inline, p4runtime_read,
 };
 use crate::csv::R;
 use crate::dataplane::{
@@ -80,6 +80,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "conntrack-burst" => conntrack_burst(dir),
         "conntrack-ops" => conntrack_ops(dir),
         "conntrack-flood" => conntrack_flood(dir),
+        "conntrack-answered-flood" => conntrack_answered_flood(dir),
         "conntrack-rte-hash" => conntrack_rte_hash(dir),
         "control-batch" => control_batch(dir),
         "fold-stall" => fold_stall(dir),

@@ -267,6 +267,52 @@ impl Lab {
         });
     }
 
+    /// IPv6: a UDP datagram behind a destination options header (its
+    /// checksum computed by hand: etherparse does not build the chain),
+    /// then B's port unreachable quoting it, extension header included.
+    fn udp_with_options_and_its_error(&mut self, sp: u16, dp: u16) {
+        let (src, dst) = (self.addr(Host::A), self.addr(Host::B));
+        let mut udp = Vec::new();
+        udp.extend_from_slice(&sp.to_be_bytes());
+        udp.extend_from_slice(&dp.to_be_bytes());
+        udp.extend_from_slice(&11u16.to_be_bytes());
+        udp.extend_from_slice(&[0, 0]);
+        udp.extend_from_slice(b"lab");
+        let mut sum = 0u32;
+        let mut add = |b: &[u8]| {
+            for c in b.chunks(2) {
+                sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+            }
+        };
+        add(&src);
+        add(&dst);
+        add(&[0, 0, 0, 11, 0, 0, 0, 17]);
+        add(&udp);
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        let c = !(sum as u16);
+        udp[6..8].copy_from_slice(&if c == 0 { 0xffff } else { c }.to_be_bytes());
+        // Destination options: next header UDP, 8 bytes, a PadN of 4.
+        let mut payload = vec![17, 0, 1, 4, 0, 0, 0, 0];
+        payload.extend_from_slice(&udp);
+        self.ip(Host::A, Host::B, |b| {
+            let mut out = Vec::new();
+            b.write(&mut out, IpNumber(60), &payload).unwrap();
+            out
+        });
+        let quote = self.frames.last().expect("just sent").frame[14..].to_vec();
+        self.ip(Host::B, Host::A, |b| {
+            let mut out = Vec::new();
+            b.icmpv6(etherparse::Icmpv6Type::DestinationUnreachable(
+                etherparse::icmpv6::DestUnreachableCode::Port,
+            ))
+            .write(&mut out, &quote)
+            .unwrap();
+            out
+        });
+    }
+
     fn raw(&mut self, from: Host, to: Host, proto: u8) {
         self.ip(from, to, |b| {
             let mut out = Vec::new();
@@ -451,6 +497,11 @@ fn other_cases(l: &mut Lab, p: u16) {
     l.echo(A, B, true, p, 1);
     l.echo(B, A, false, p, 1);
     l.echo(B, A, true, p, 2);
+
+    if l.v6 {
+        l.case = "a datagram with a destination options header, and its ICMPv6 error";
+        l.udp_with_options_and_its_error(p + 13, 5353);
+    }
 
     l.case = "another protocol: out and back, and unasked";
     l.raw(A, B, 253);

@@ -219,6 +219,37 @@ fn transport_general(link: LinkType, frame: &[u8]) -> Transport {
     }
 }
 
+/// The transport protocol after an IPv6 extension chain (hop-by-hop,
+/// routing, fragment, authentication, destination options) and the bytes
+/// after it; a later fragment, or a chain cut short, gives no bytes.
+fn skip_extensions(mut next: u8, mut b: &[u8]) -> (u8, &[u8]) {
+    const HOP_BY_HOP: u8 = 0;
+    const ROUTING: u8 = 43;
+    const FRAGMENT: u8 = 44;
+    const AUTH: u8 = 51;
+    const DEST_OPTS: u8 = 60;
+    loop {
+        let len = match (next, b.get(1)) {
+            (HOP_BY_HOP | ROUTING | DEST_OPTS, Some(&l)) => (usize::from(l) + 1) * 8,
+            (AUTH, Some(&l)) => (usize::from(l) + 2) * 4,
+            (FRAGMENT, Some(_)) => {
+                // Not the first fragment: its ports are not in it.
+                if be16(b, 2).is_none_or(|f| f >> 3 != 0) {
+                    return (b[0], &[]);
+                }
+                8
+            }
+            (HOP_BY_HOP | ROUTING | DEST_OPTS | AUTH | FRAGMENT, None) => return (next, &[]),
+            _ => return (next, b),
+        };
+        let Some(after) = b.get(len..) else {
+            return (b[0], &[]);
+        };
+        next = b[0];
+        b = after;
+    }
+}
+
 fn be16(b: &[u8], i: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]))
 }
@@ -249,8 +280,10 @@ fn icmp(b: &[u8], v6: bool) -> Transport {
 }
 
 /// The 5-tuple of the packet an ICMP error quotes (an IP header and at
-/// least the first 8 bytes of its payload). IPv6 extension headers in the
-/// quote are not walked: such a quote gives ports 0.
+/// least the first 8 bytes of its payload). An IPv6 quote's extension
+/// headers are walked to its transport header, as Linux's
+/// `ipv6_skip_exthdr` does; a later fragment's quote, or a chain cut
+/// short, gives ports 0.
 fn quoted(q: &[u8], v6: bool) -> Option<FlowKey> {
     let (mut key, rest) = if v6 {
         let h = q.get(..40)?;
@@ -259,7 +292,8 @@ fn quoted(q: &[u8], v6: bool) -> Option<FlowKey> {
         }
         let (src, dst): ([u8; 16], [u8; 16]) =
             (h[8..24].try_into().ok()?, h[24..40].try_into().ok()?);
-        (FlowKey::v6(src, dst, h[6], 0, 0), &q[40..])
+        let (proto, rest) = skip_extensions(h[6], &q[40..]);
+        (FlowKey::v6(src, dst, proto, 0, 0), rest)
     } else {
         let ihl = usize::from(*q.first()? & 0x0f) * 4;
         if q[0] >> 4 != 4 || ihl < 20 {
@@ -452,6 +486,28 @@ mod tests {
         }
         // The fast path is taken for tens of thousands (not vacuous).
         assert!(fast > 30_000, "{fast}");
+    }
+
+    /// An ICMPv6 error quoting a datagram with extension headers (here
+    /// destination options, then a routing header) names the datagram's
+    /// UDP ports, as Linux finds them.
+    #[test]
+    fn a_quote_with_ipv6_extension_headers_is_walked() {
+        let (a, b) = ([0x20; 16], [0x21; 16]);
+        let mut quote = vec![0x60, 0, 0, 0, 0, 32, 60, 64];
+        quote.extend_from_slice(&a);
+        quote.extend_from_slice(&b);
+        // Destination options (next: routing), 8 bytes; routing (next:
+        // UDP), 16 bytes; then the UDP header.
+        quote.extend_from_slice(&[43, 0, 1, 4, 0, 0, 0, 0]);
+        quote.extend_from_slice(&[17, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        quote.extend_from_slice(&[0x13, 0x88, 0x00, 0x35, 0, 8, 0, 0]);
+        assert_eq!(quoted(&quote, true), Some(FlowKey::v6(a, b, 17, 5000, 53)));
+        // Cut inside the chain: the protocol where it stopped, no ports.
+        assert_eq!(
+            quoted(&quote[..44], true),
+            Some(FlowKey::v6(a, b, 43, 0, 0))
+        );
     }
 
     #[test]

@@ -678,14 +678,13 @@ impl ConnTable {
                 }
                 Some((Verdict::Invalid, _)) => return Step::Invalid,
                 Some((Verdict::Kill, n)) => {
-                    // A RST before any answer: it passes, the entry goes.
-                    let mut shard = self.shard(h);
-                    self.remove_if(&mut shard, i, n, h, |_, _| true);
+                    // A RST before any answer: it passes, the entry goes
+                    // (closed, not expired).
+                    self.remove_closed(i, n, h);
                     c = n;
                 }
                 Some((Verdict::Reopen, n)) => {
-                    let mut shard = self.shard(h);
-                    self.remove_if(&mut shard, i, n, h, |_, _| true);
+                    self.remove_closed(i, n, h);
                     return Step::Gone;
                 }
                 None => return Step::Gone,
@@ -736,6 +735,16 @@ impl ConnTable {
             dir,
             state: state_of(c),
         })
+    }
+
+    /// Removes slot `i`'s connection (control word `c`, hash `h`), which
+    /// a segment closed for good (a RST before any answer, a SYN that
+    /// reopens it): not counted as expired.
+    fn remove_closed(&self, i: u32, c: u64, h: u64) {
+        let mut shard = self.shard(h);
+        if self.remove_if(&mut shard, i, c, h, |_, _| true) {
+            shard.expired -= 1;
+        }
     }
 
     /// A TCP segment through slot `s`'s connection (control word `c` as

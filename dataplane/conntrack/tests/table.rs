@@ -588,3 +588,18 @@ fn a_blind_reset_is_invalid_counted_and_changes_nothing() {
     assert_eq!(h.state, State::TcpClose);
     assert_eq!(t.counts().invalid, 1);
 }
+
+/// A RST answering a SYN (no answer seen before it) passes and ends the
+/// connection at once, as Linux kills it; it is not counted as expired.
+#[test]
+fn a_reset_before_any_answer_removes_the_connection() {
+    let t = table(1024);
+    let k = tcp(7);
+    t.open(&k, SYN, 1, Action::Allow, 60, 0).unwrap();
+    assert!(
+        t.lookup(&k.reply(), RST | ACK, 60, 0).is_some(),
+        "the RST passes"
+    );
+    assert!(t.is_empty() && t.peek(&k).is_none());
+    assert_eq!(t.counts().expired, 0);
+}

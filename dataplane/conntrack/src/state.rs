@@ -14,9 +14,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::key::Dir;
 
-/// TCP flag bits as the header carries them ([`crate::tcp::flags`]).
+/// TCP flag bits as the header carries them.
 pub mod tcp {
-    pub use crate::tcp::flags::*;
+    pub const FIN: u8 = 0x01;
+    pub const SYN: u8 = 0x02;
+    pub const RST: u8 = 0x04;
+    pub const PSH: u8 = 0x08;
+    pub const ACK: u8 = 0x10;
+    pub const URG: u8 = 0x20;
+    pub const ECE: u8 = 0x40;
+    pub const CWR: u8 = 0x80;
 }
 
 /// How long a UDP connection must live, with an answer, before it is a

@@ -75,15 +75,12 @@ mod inspect;
 mod slot;
 mod stripe;
 
-pub use inspect::{Acct, ConnInfo, ConnQuery, Counts};
 use slot::{
     action_of, dir_of, fin_of, lock_slot, move_state, mum, rule_of, state_of, with_state, AcctSlot,
-    Fields, Read, Slot, ACTION_SHIFT, ASSURED, CAP, IDENTITY, LOCK, NONE, ORIG_LO, RULE_SHIFT,
-    SEEN_REPLY, STATE_SHIFT, USED,
+    Fields, Read, Shard, Slot, ACTION_SHIFT, ASSURED, CAP, IDENTITY, KEY_BITS, LOCK, NONE, ORIG_LO,
+    RULE_SHIFT, SEEN_REPLY, STATE_SHIFT, USED,
 };
-pub use slot::{ACCT_BYTES, SLOT_BYTES};
-use stripe::Shard;
-pub use stripe::DROP_SCAN;
+pub use slot::{ACCT_BYTES, DROP_SCAN, SLOT_BYTES};
 
 /// Lock stripes at most (fewer for a small table: one per 64
 /// connections, so that a full stripe has entries to drop).
@@ -129,6 +126,71 @@ pub enum OpenError {
     Invalid,
     /// The table is full of connections that may not be dropped.
     Full,
+}
+
+/// A connection's accounting (`[conntrack] accounting = true`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Acct {
+    pub opened_ns: u64,
+    /// Original, reply.
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// One connection, as `cfdp ctl conns` lists it and a graceful restart
+/// saves it ([`crate::persist`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The 5-tuple of the packet that opened it.
+    pub orig: FlowKey,
+    pub state: State,
+    /// Which directions have sent a FIN (bit 0: original, bit 1: reply).
+    pub fin: u8,
+    /// The slot of the rule that opened it.
+    pub slot: u32,
+    pub action: Action,
+    pub last_ns: u64,
+    /// With accounting on.
+    pub acct: Option<Acct>,
+}
+
+/// Which connections `cfdp ctl conns` lists: each field given must match
+/// the packet that opened the connection (`port`: either of its ports).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnQuery {
+    pub src: Option<cfdp_rules::IpPrefix>,
+    pub dst: Option<cfdp_rules::IpPrefix>,
+    pub proto: Option<u8>,
+    pub port: Option<u16>,
+}
+
+impl ConnQuery {
+    pub fn matches(&self, c: &ConnInfo) -> bool {
+        let k = &c.orig;
+        self.src.is_none_or(|p| p.contains(k.v6, &k.src))
+            && self.dst.is_none_or(|p| p.contains(k.v6, &k.dst))
+            && self.proto.is_none_or(|p| p == k.proto)
+            && self.port.is_none_or(|p| p == k.sport || p == k.dport)
+    }
+}
+
+/// The table's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Live entries by state ([`State::index`]).
+    pub by_state: [u64; State::ALL.len()],
+    pub opened: u64,
+    /// New connections refused: the table was full.
+    pub refused: u64,
+    /// Embryonic entries dropped to make room.
+    pub early_dropped: u64,
+    /// Entries removed after their timeout.
+    pub expired: u64,
+    /// Lookups the filter let through that no entry confirmed.
+    pub false_positives: u64,
+    /// Packets of a tracked connection that were invalid for it (Linux's
+    /// `ct state invalid`): they met the rules alone.
+    pub invalid: u64,
 }
 
 /// The table's shape beyond its capacity: what the `conntrack` bench
@@ -460,6 +522,38 @@ impl ConnTable {
 
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
         now_ns.saturating_sub(last) > self.timeout_ns[(c >> STATE_SHIFT & 0x1f) as usize]
+    }
+
+    /// Reads slot `i` for the key whose words are `w`.
+    #[inline]
+    fn read(&self, i: u32, w: &([u64; 4], u64)) -> Read {
+        let Some(s) = self.slots.get(i as usize) else {
+            return Read::Other;
+        };
+        let c1 = s.ctl().load(Acquire);
+        if c1 & USED == 0 {
+            return Read::Other;
+        }
+        let addr = [
+            s.addr()[0].load(Relaxed),
+            s.addr()[1].load(Relaxed),
+            s.addr()[2].load(Relaxed),
+            s.addr()[3].load(Relaxed),
+        ];
+        let meta = s.meta().load(Relaxed);
+        // The seqlock's read side: the words above were loaded before the
+        // control word is loaded again; a writer that freed the slot
+        // changed its generation first (`free`).
+        fence(Acquire);
+        let c2 = s.ctl().load(Relaxed);
+        if (c1 ^ c2) & IDENTITY != 0 {
+            return Read::Moved;
+        }
+        if addr == w.0 && meta & KEY_BITS == w.1 {
+            Read::Mine(c2, meta)
+        } else {
+            Read::Other
+        }
     }
 
     /// Where the connection of key words `w` (hash `h`) is: its slot and

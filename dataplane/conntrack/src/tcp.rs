@@ -27,16 +27,9 @@ use cfdp_packet::TcpSeg;
 use crate::key::Dir;
 use crate::state::State;
 
-/// TCP flag bits as the header carries them.
+/// TCP flag bits as the header carries them ([`crate::state::tcp`]).
 pub mod flags {
-    pub const FIN: u8 = 0x01;
-    pub const SYN: u8 = 0x02;
-    pub const RST: u8 = 0x04;
-    pub const PSH: u8 = 0x08;
-    pub const ACK: u8 = 0x10;
-    pub const URG: u8 = 0x20;
-    pub const ECE: u8 = 0x40;
-    pub const CWR: u8 = 0x80;
+    pub use crate::state::tcp::*;
 }
 use flags::{ACK, CWR, ECE, FIN, PSH, RST, SYN};
 

@@ -6,81 +6,14 @@ use crate::sync::fence;
 use crate::sync::lock;
 use crate::sync::Ordering::*;
 
-use cfdp_rules::{Action, FlowKey};
-
 use super::slot::{
     action_of, fin_of, rule_of, state_of, Fields, ACTION_SHIFT, ASSURED, FIN_SHIFT, IDENTITY,
     ORIG_LO, RULE_SHIFT, SEEN_REPLY, STATE_SHIFT, USED,
 };
-use super::{key_of, ConnTable, L4};
+use super::{key_of, Acct, ConnInfo, ConnTable, Counts, L4};
 use crate::key::ConnKey;
 use crate::state::State;
 use crate::tcp::TcpConn;
-
-/// A connection's accounting (`[conntrack] accounting = true`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Acct {
-    pub opened_ns: u64,
-    /// Original, reply.
-    pub packets: [u64; 2],
-    pub bytes: [u64; 2],
-}
-
-/// One connection, as `cfdp ctl conns` lists it and a graceful restart
-/// saves it ([`crate::persist`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnInfo {
-    /// The 5-tuple of the packet that opened it.
-    pub orig: FlowKey,
-    pub state: State,
-    /// Which directions have sent a FIN (bit 0: original, bit 1: reply).
-    pub fin: u8,
-    /// The slot of the rule that opened it.
-    pub slot: u32,
-    pub action: Action,
-    pub last_ns: u64,
-    /// With accounting on.
-    pub acct: Option<Acct>,
-}
-
-/// Which connections `cfdp ctl conns` lists: each field given must match
-/// the packet that opened the connection (`port`: either of its ports).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ConnQuery {
-    pub src: Option<cfdp_rules::IpPrefix>,
-    pub dst: Option<cfdp_rules::IpPrefix>,
-    pub proto: Option<u8>,
-    pub port: Option<u16>,
-}
-
-impl ConnQuery {
-    pub fn matches(&self, c: &ConnInfo) -> bool {
-        let k = &c.orig;
-        self.src.is_none_or(|p| p.contains(k.v6, &k.src))
-            && self.dst.is_none_or(|p| p.contains(k.v6, &k.dst))
-            && self.proto.is_none_or(|p| p == k.proto)
-            && self.port.is_none_or(|p| p == k.sport || p == k.dport)
-    }
-}
-
-/// The table's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Live entries by state ([`State::index`]).
-    pub by_state: [u64; State::ALL.len()],
-    pub opened: u64,
-    /// New connections refused: the table was full.
-    pub refused: u64,
-    /// Embryonic entries dropped to make room.
-    pub early_dropped: u64,
-    /// Entries removed after their timeout.
-    pub expired: u64,
-    /// Lookups the filter let through that no entry confirmed.
-    pub false_positives: u64,
-    /// Packets of a tracked connection that were invalid for it (Linux's
-    /// `ct state invalid`): they met the rules alone.
-    pub invalid: u64,
-}
 
 impl ConnTable {
     /// Every slot's control, first address and meta words, for a failing

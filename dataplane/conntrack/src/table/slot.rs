@@ -1,5 +1,7 @@
 //! A slot: one connection's words, and the memory-ordering contract of
-//! the table in one place.
+//! the table in one place; and a lock stripe's state (`Shard`), which
+//! `stripe.rs` works on. Nothing here names the table: the table and its
+//! other parts build on this.
 //!
 //! * **The control word** holds whether the slot is used, the opener's
 //!   side, FIN bits, state, timeout cap, the TCP lock bit, assured and
@@ -20,12 +22,11 @@
 //!   control word its removal judged) before its index leaves the filter,
 //!   and reused only after.
 
+use crate::sync::AtomicU64;
 use crate::sync::Ordering::*;
-use crate::sync::{fence, AtomicU64};
 
 use cfdp_rules::{Action, Allowing};
 
-use super::ConnTable;
 use crate::key::Dir;
 use crate::state::State;
 use crate::tcp;
@@ -284,36 +285,22 @@ pub(super) enum Read {
     Moved,
 }
 
-impl ConnTable {
-    /// Reads slot `i` for the key whose words are `w`.
-    #[inline]
-    pub(super) fn read(&self, i: u32, w: &([u64; 4], u64)) -> Read {
-        let Some(s) = self.slots.get(i as usize) else {
-            return Read::Other;
-        };
-        let c1 = s.ctl().load(Acquire);
-        if c1 & USED == 0 {
-            return Read::Other;
-        }
-        let addr = [
-            s.addr()[0].load(Relaxed),
-            s.addr()[1].load(Relaxed),
-            s.addr()[2].load(Relaxed),
-            s.addr()[3].load(Relaxed),
-        ];
-        let meta = s.meta().load(Relaxed);
-        // The seqlock's read side: the words above were loaded before the
-        // control word is loaded again; a writer that freed the slot
-        // changed its generation first (`free`).
-        fence(Acquire);
-        let c2 = s.ctl().load(Relaxed);
-        if (c1 ^ c2) & IDENTITY != 0 {
-            return Read::Moved;
-        }
-        if addr == w.0 && meta & KEY_BITS == w.1 {
-            Read::Mine(c2, meta)
-        } else {
-            Read::Other
-        }
-    }
+/// Slots an early drop looks at, at most, before the open is refused
+/// (Linux looks at 8 hash chains): a refused open's cost is bounded
+/// whatever the stripe holds.
+pub const DROP_SCAN: u32 = 64;
+
+/// One lock stripe's share of the slots: `[base, base + len)`, a free list
+/// through the free slots' `meta` words, the slots never used yet, the
+/// early-drop clock hand, and the stripe's counters (written under its
+/// lock: no locked instruction for them, no line shared between workers
+/// that open in different stripes).
+pub(super) struct Shard {
+    pub(super) base: u32,
+    pub(super) free: u32,
+    pub(super) fresh: u32,
+    pub(super) hand: u32,
+    pub(super) opened: u64,
+    pub(super) early_dropped: u64,
+    pub(super) expired: u64,
 }

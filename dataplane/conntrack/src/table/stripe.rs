@@ -10,8 +10,8 @@ use cfdp_filter::Placement;
 use cfdp_rules::Action;
 
 use super::slot::{
-    action_bits, rmw, state_of, Fields, ACTION_SHIFT, ASSURED, GEN_MASK, GEN_SHIFT, IDENTITY, LOCK,
-    NONE, USED,
+    action_bits, rmw, state_of, Fields, Shard, ACTION_SHIFT, ASSURED, DROP_SCAN, GEN_MASK,
+    GEN_SHIFT, IDENTITY, LOCK, NONE, USED,
 };
 use super::{Acct, ConnTable};
 use crate::key::ConnKey;
@@ -22,32 +22,12 @@ use crate::tcp;
 /// flood, alternated runs).
 pub(super) const PREFETCH_AHEAD: u32 = 3;
 
-/// Slots an early drop looks at, at most, before the open is refused
-/// (Linux looks at 8 hash chains): a refused open's cost is bounded
-/// whatever the stripe holds.
-pub const DROP_SCAN: u32 = 64;
-
 /// Whether the connection in control word `c` may be dropped to make room
 /// for a new one, as Linux's early drop takes it: not assured (no answer
 /// yet, a handshake not completed, UDP that is not a stream, ICMP, other
 /// protocols, a TCP connection picked up and not answered), or closing.
 pub(super) fn droppable(c: u64) -> bool {
     c & ASSURED == 0 || state_of(c).closing()
-}
-
-/// One lock stripe's share of the slots: `[base, base + len)`, a free list
-/// through the free slots' `meta` words, the slots never used yet, the
-/// early-drop clock hand, and the stripe's counters (written under its
-/// lock: no locked instruction for them, no line shared between workers
-/// that open in different stripes).
-pub(super) struct Shard {
-    pub(super) base: u32,
-    pub(super) free: u32,
-    pub(super) fresh: u32,
-    pub(super) hand: u32,
-    pub(super) opened: u64,
-    pub(super) early_dropped: u64,
-    pub(super) expired: u64,
 }
 
 impl ConnTable {

@@ -821,17 +821,7 @@ impl LinuxRouter {
   }
 }
 ";
-        let mut nft = Command::new("ip")
-            .args(["netns", "exec", &format!("{p}r"), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        nft.stdin
-            .take()
-            .unwrap()
-            .write_all(ruleset.as_bytes())
-            .unwrap();
-        assert!(nft.wait().unwrap().success(), "nft -f");
+        cfdp_testkit::crafted::load_nftables(&format!("{p}r"), ruleset);
         sh(format!(
             "ip netns exec {p}r sysctl -qw net.netfilter.nf_conntrack_udp_timeout={udp_timeout_s} \
              net.netfilter.nf_conntrack_udp_timeout_stream={udp_timeout_s}"

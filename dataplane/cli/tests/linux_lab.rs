@@ -11,7 +11,6 @@
 //! nftables).
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -91,17 +90,7 @@ impl Router {
 }}
 "
         );
-        let mut nft = Command::new("ip")
-            .args(["netns", "exec", &format!("{p}r"), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        nft.stdin
-            .take()
-            .unwrap()
-            .write_all(ruleset.as_bytes())
-            .unwrap();
-        assert!(nft.wait().unwrap().success(), "nft -f");
+        crafted::load_nftables(&format!("{p}r"), &ruleset);
         r
     }
 

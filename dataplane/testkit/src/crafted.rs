@@ -39,6 +39,24 @@ pub const LAB_RULES: &str = r#"{"rules": [
   {"id": 10, "priority": 1, "match": {"src_prefix": "::/0"}, "action": "drop"}
 ]}"#;
 
+/// Loads `ruleset` (nftables syntax) into network namespace `ns`, as
+/// `ip netns exec NS nft -f -`: the Linux routers of the lab tests.
+pub fn load_nftables(ns: &str, ruleset: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("ip netns exec nft");
+    nft.stdin
+        .take()
+        .expect("nft's stdin")
+        .write_all(ruleset.as_bytes())
+        .expect("write the ruleset");
+    assert!(nft.wait().expect("nft").success(), "nft -f");
+}
+
 /// One crafted frame: which side sends it, its bytes, its serial and what
 /// case it belongs to.
 #[derive(Clone, Debug)]

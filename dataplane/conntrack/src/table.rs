@@ -30,8 +30,10 @@
 //! directions of a 5-tuple on one queue), which `cfdp run` on DPDK does
 //! not configure today and `cfdp replay`'s RSS does not promise either.
 //!
-//! Every write of a slot's control word is a read-modify-write, so that a
-//! reader's compare-and-swap and a free of the slot are totally ordered
+//! Every write of a slot's control word is a read-modify-write (but the
+//! release of a slot's TCP lock, which nothing else can write under), so
+//! that a reader's compare-and-swap and a free of the slot are totally
+//! ordered
 //! (the loom model, `src/loom_tests.rs`, found a reader's state change
 //! landing on the slot's next connection with plain stores there).
 //!
@@ -79,8 +81,8 @@ mod stripe;
 use slot::{mum, AcctSlot, Fields, Shard, Slot, NONE, STATE_SHIFT, USED};
 pub use slot::{ACCT_BYTES, DROP_SCAN, SLOT_BYTES};
 
-/// Lock stripes at most (fewer for a small table: one per 64
-/// connections, so that a full stripe has entries to drop).
+/// Lock stripes at most (fewer for a smaller table: see
+/// [`ConnTable::with_options`]).
 pub const SHARDS: usize = 256;
 
 /// Kicks an insert's walk takes before the filter's Bloom part may take
@@ -364,12 +366,16 @@ impl ConnTable {
         opts: Options,
     ) -> Result<Self, TableError> {
         let capacity = capacity.max(1);
-        // A stripe per 64 connections, 256 at most, each owning its share
-        // of the slots and a margin of six standard deviations of a
-        // binomial share (a stripe fills before the table only by that
-        // much bad luck), all allocated up front: nothing grows under a
-        // stripe's lock.
-        let shards = (capacity / 64)
+        // Stripes each owning its share of the slots and a margin of six
+        // standard deviations of a binomial share (a stripe fills before
+        // the table only by that much bad luck), all allocated up front:
+        // nothing grows under a stripe's lock. Shares of 4,096 connections
+        // at least (a margin of 10 %: at 64 a share, the margin was 40 %
+        // of the default 65,536), but 16 stripes where there are 1,024
+        // connections to share (writers on 16 cores rarely meet), 256 at
+        // most.
+        let shards = (capacity / 4096)
+            .max((capacity / 64).min(16))
             .clamp(1, SHARDS)
             .next_power_of_two()
             .min(SHARDS);
@@ -418,7 +424,12 @@ impl ConnTable {
                     })
                 })
                 .collect(),
-            epochs: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            // Epochs apart from the stripes: an open makes stale only the
+            // probes of its 1/256th of the hashes, however few the stripes
+            // (the loom model: one a stripe).
+            epochs: (0..if cfg!(loom) { shards } else { SHARDS })
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             per_shard: per_shard as u32,
             shard_mask: shards - 1,
             side: Mutex::new(BTreeSet::new()),
@@ -506,6 +517,12 @@ impl ConnTable {
         (h >> 56) as usize & self.shard_mask
     }
 
+    /// Hash `h`'s open counter (its stripe's hash bits, or more of them:
+    /// the epochs are at least as many as the stripes).
+    pub(super) fn epoch(&self, h: u64) -> &AtomicU64 {
+        &self.epochs[(h >> 56) as usize & (self.epochs.len() - 1)]
+    }
+
     fn shard(&self, h: u64) -> MutexGuard<'_, Shard> {
         lock(&self.shards[self.stripe(h)])
     }
@@ -514,7 +531,7 @@ impl ConnTable {
     /// taken: what it and the lookups from it found of its key still
     /// holds (removals only take entries away). `false` for no probe.
     pub fn unchanged(&self, probe: &Probe) -> bool {
-        probe.probed && self.epochs[self.stripe(probe.hash)].load(Acquire) == probe.epoch
+        probe.probed && self.epoch(probe.hash).load(Acquire) == probe.epoch
     }
 
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {

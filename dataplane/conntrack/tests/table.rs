@@ -352,6 +352,18 @@ fn memory_per_connection_is_what_the_docs_say() {
     );
     assert!(per <= 108.0, "{per} bytes per connection");
     assert!(t.slots() < 2 * n as usize, "{} slots", t.slots());
+    // A configured connection at the default capacity (65,536): its slot,
+    // the stripes' margins (16 stripes of 4,096 and 392 spare), the
+    // filter (8 bytes: 2^17 entries, as 65,536 at 95 % load need more than
+    // 2^16). At 64 connections a stripe it was 1.4 slots, ~150 bytes.
+    let d = table(65_536);
+    let configured = d.memory_bytes() as f64 / 65_536.0;
+    eprintln!(
+        "{configured:.1} bytes a configured connection at 65,536: {} slots, {} stripes",
+        d.slots(),
+        d.stripes()
+    );
+    assert!(configured <= 122.5, "{configured} bytes a configured connection");
 }
 
 /// Near full, the filter's insert walk puts some connections in its Bloom

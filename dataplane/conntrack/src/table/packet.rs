@@ -139,7 +139,7 @@ impl ConnTable {
                 *h = self.hash(&ConnKey::of(k).0);
                 // Before the filter is read (acquire): an open whose
                 // insert the probe misses bumps it afterwards.
-                *e = self.epochs[self.stripe(*h)].load(Acquire);
+                *e = self.epoch(*h).load(Acquire);
             }
             self.filter
                 .get_batch_hashes(&hashes[..ks.len()], &mut found[..ks.len()]);
@@ -154,12 +154,13 @@ impl ConnTable {
                 };
                 // The slot a positive points at, on its way while the rest
                 // of the batch is probed and looked up.
-                // Both of its lines: a 104-byte slot spans two (the TCP
-                // windows are in the second).
+                // Every line it touches: a 104-byte slot spans two or
+                // three (the TCP windows are in the last).
                 if let Lookup::Entry(v) = found {
                     if let Some(s) = self.slots.get(v as usize) {
                         let p: *const u8 = std::ptr::from_ref(s).cast();
                         cfdp_filter::prefetch_read(p);
+                        cfdp_filter::prefetch_read(p.wrapping_add(SLOT_BYTES / 2));
                         cfdp_filter::prefetch_read(p.wrapping_add(SLOT_BYTES - 1));
                     }
                 }
@@ -258,15 +259,11 @@ impl ConnTable {
             let L4::Tcp(seg) = l4 else {
                 return Step::Invalid; // a TCP packet whose header is not whole
             };
-            match self.step_tcp(s, c, dir, seg) {
-                Some((Verdict::Accept { refresh: r, .. }, n)) => {
-                    refresh = r;
-                    c = n;
-                }
-                Some((Verdict::Pass, n)) => {
-                    refresh = false;
-                    c = n;
-                }
+            // Its time refreshed under the slot's lock (by `step_tcp`).
+            refresh = false;
+            match self.step_tcp(s, c, dir, seg, now_ns) {
+                Some((Verdict::Accept { .. }, n)) => c = n,
+                Some((Verdict::Pass, n)) => c = n,
                 Some((Verdict::Invalid, _)) => return Step::Invalid,
                 Some((Verdict::Kill, n)) => {
                     // A RST before any answer: it passes, the entry goes
@@ -338,15 +335,19 @@ impl ConnTable {
         }
     }
 
-    /// A TCP segment through slot `s`'s connection (control word `c` as
-    /// read) under the slot's lock: Linux's verdict and the control word
-    /// after it, or `None` if the slot was freed meanwhile.
+    /// A TCP segment at `now_ns` through slot `s`'s connection (control
+    /// word `c` as read) under the slot's lock: Linux's verdict and the
+    /// control word after it, or `None` if the slot was freed meanwhile.
+    /// An accepted segment that refreshes the timeout moves the slot's last
+    /// time, under the lock (a plain store: no other packet writes it
+    /// meanwhile).
     pub(super) fn step_tcp(
         &self,
         s: &Slot,
         c: u64,
         dir: Dir,
         seg: &TcpSeg,
+        now_ns: u64,
     ) -> Option<(Verdict, u64)> {
         let held = lock_slot(s.ctl(), c)?;
         if (held ^ c) & IDENTITY != 0 {
@@ -392,9 +393,15 @@ impl ConnTable {
             Verdict::Pass | Verdict::Kill if dir == Dir::Reply => n |= SEEN_REPLY,
             _ => {}
         }
-        // The release of the lock: one read-modify-write, ordered after
-        // the windows' stores.
-        s.ctl().swap(n, Release);
+        if matches!(v, Verdict::Accept { refresh: true, .. }) && now_ns > s.last().load(Relaxed) {
+            s.last().store(now_ns, Relaxed);
+        }
+        // The release of the lock, ordered after the windows' stores: a
+        // plain store, as nothing else writes the control word while the
+        // lock is held (every other writer's compare-and-swap expects it
+        // clear, a removal waits for it, a fill or free rewrites only a
+        // slot no reader can lock).
+        s.ctl().store(n, Release);
         Some((v, n))
     }
 

@@ -117,7 +117,7 @@ impl ConnTable {
         };
         // After the insert (release): a probe that reads the old count
         // may have missed it, and its holder will look again.
-        let e = &self.epochs[self.stripe(h)];
+        let e = self.epoch(h);
         e.store(e.load(Relaxed) + 1, Release);
         if out.placement == Placement::Bloom || out.evicted.is_some() {
             let mut side = lock(&self.side);

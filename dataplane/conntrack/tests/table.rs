@@ -363,7 +363,10 @@ fn memory_per_connection_is_what_the_docs_say() {
         d.slots(),
         d.stripes()
     );
-    assert!(configured <= 122.5, "{configured} bytes a configured connection");
+    assert!(
+        configured <= 122.5,
+        "{configured} bytes a configured connection"
+    );
 }
 
 /// Near full, the filter's insert walk puts some connections in its Bloom

@@ -40,6 +40,7 @@
 
 pub mod compiled;
 mod cuts;
+mod short;
 mod tuple;
 mod word;
 
@@ -51,6 +52,8 @@ use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
 
 pub use cuts::WIDE_BELOW;
+use short::Short;
+pub use short::MAX as SHORT_MAX;
 use tuple::{Answer, Bucket, Entry, Family};
 pub use tuple::{Probes, Tuple, MAX_BUCKET, MAX_TABLES, RELAX, ROUND};
 pub use word::CUT_BITS;
@@ -99,6 +102,11 @@ pub struct AclClassifier {
     /// every commit; counting them walked every rule, 140 µs a one-rule
     /// batch on acl1_100k).
     v6_rules: usize,
+    /// Every rule, while there are at most [`SHORT_MAX`]: a lookup scans
+    /// them and skips both layers ([`short`]).
+    short: Option<Short<Answer>>,
+    /// The short list turned off ([`Self::without_short_path`]).
+    no_short: bool,
 }
 
 /// The layers' sizes (see [`AclClassifier`]).
@@ -135,6 +143,16 @@ impl AclClassifier {
             c.insert(*r)?;
         }
         Ok(c)
+    }
+
+    /// This classifier without its short-set path: a set of a few rules
+    /// walks the layers as a large one does (for tests and benches of the
+    /// layers themselves).
+    #[must_use]
+    pub fn without_short_path(mut self) -> Self {
+        self.no_short = true;
+        self.short = None;
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -225,10 +243,28 @@ impl AclClassifier {
         if in_tree {
             // The tuple is unused while the rule is in the tree.
             self.by_id.insert(r.id, (shape, slot));
-            return Ok(());
+        } else {
+            self.insert_live(&r, slot, tag);
         }
-        self.insert_live(&r, slot, tag);
+        self.refresh_short();
         Ok(())
+    }
+
+    /// The short list again after a change: every rule while they are at
+    /// most [`SHORT_MAX`], else none.
+    fn refresh_short(&mut self) {
+        self.short = (!self.no_short && self.by_id.len() <= SHORT_MAX).then(|| {
+            Short::new(self.by_id.values().map(|&(_, slot)| {
+                let (r, tag) = &self.slab[slot as usize];
+                let answer = Answer {
+                    id: r.id,
+                    action: r.action,
+                    tag: *tag,
+                    slot,
+                };
+                (r, answer)
+            }))
+        });
     }
 
     /// Puts `r` in its family's tuple space and records its table.
@@ -265,6 +301,7 @@ impl AclClassifier {
             self.v4.remove(tuple, &Entry::new(&r, slot, tag));
         }
         self.free.push(slot);
+        self.refresh_short();
         Ok(r)
     }
 
@@ -286,6 +323,9 @@ impl AclClassifier {
     /// layer.
     #[inline(always)]
     fn winner(&self, k: &FlowKey, probes: &mut Probes) -> Option<Answer> {
+        if let Some(s) = &self.short {
+            return s.first(k);
+        }
         if k.v6 {
             let p = Packet::of(k);
             let hit = self.l6().and_then(|l| l.lookup(&tree_fields(&p), &self.o6));
@@ -457,11 +497,29 @@ impl AclClassifier {
         self.burst(keys, |i, a| out[i] = a.map(|a| (a.action, a.tag)));
     }
 
+    /// [`Self::classify_burst_action`], each answer made by `f` straight
+    /// into `out` (no array of answers copied after).
+    #[inline]
+    pub fn classify_burst_into<T>(
+        &self,
+        keys: &[FlowKey],
+        out: &mut [Option<T>],
+        f: impl Fn(Action, u32) -> T,
+    ) {
+        self.burst(keys, |i, a| out[i] = a.map(|a| f(a.action, a.tag)));
+    }
+
     /// Each key's answer, handed to `put` with its index: each family's
     /// keys walk its compiled tree [`LANES`] at a time, then the live
     /// layer.
     #[inline]
     fn burst(&self, keys: &[FlowKey], mut put: impl FnMut(usize, Option<Answer>)) {
+        if let Some(s) = &self.short {
+            for (i, k) in keys.iter().enumerate() {
+                put(i, s.first(k));
+            }
+            return;
+        }
         let mut probes = Probes::default();
         if self.compiled.is_none() {
             for (i, k) in keys.iter().enumerate() {
@@ -654,7 +712,7 @@ mod tests {
 
     #[test]
     fn the_cuts_probe_only_tables_that_can_match_and_follow_deletes() {
-        let mut c = AclClassifier::new();
+        let mut c = AclClassifier::new().without_short_path();
         c.insert(rule(1, 9, "10.0.0.0/8", "20.0.0.0/8", Some(6), (0, 65535)))
             .unwrap();
         // Two rules in one table (shape 0/16), under different leading
@@ -697,7 +755,7 @@ mod tests {
         // and another organisation's /32 (bits 16–28 differ): every
         // address starts 2001:, so the leading bits alone would pass every
         // packet to both tables.
-        let mut c = AclClassifier::new();
+        let mut c = AclClassifier::new().without_short_path();
         for (id, prio, src) in [
             (1, 9, "2001:db8:1000::/48"),
             (2, 8, "2001:db8:2000::/48"),

@@ -268,6 +268,12 @@ pub fn match_burst(
     //    the packets still unmatched as one burst: the compiled layer walks
     //    them together (`acl::compiled`).
     if t.has_acl() && n > 0 {
+        // Every packet still to classify (a set of only multi-field
+        // rules, no fragment held): the burst as it is, no copies.
+        if (0..n).all(|i| valid[i] && out[i].is_none()) {
+            t.classify_acl_burst(&keys[..n], &mut out[..n]);
+            return;
+        }
         let mut left = [keys[0]; MAX_BURST];
         let mut m = 0;
         for i in 0..n {

@@ -199,10 +199,17 @@ impl SlotCounters {
     /// the statistics were created, plus one; the owning worker only).
     #[inline]
     pub fn add(&self, slot: u32, bytes: u64, now_s: u32) {
+        self.add_n(slot, 1, bytes, now_s);
+    }
+
+    /// [`Self::add`] for `packets` packets of `bytes` in all (a run of a
+    /// burst's packets that hit one rule).
+    #[inline]
+    pub fn add_n(&self, slot: u32, packets: u64, bytes: u64, now_s: u32) {
         let s = slot as usize;
         if let Some(c) = self.chunks.get(s / SLOT_CHUNK).and_then(OnceLock::get) {
             let i = 2 * (s % SLOT_CHUNK);
-            bump(&c.counts[i], 1);
+            bump(&c.counts[i], packets);
             bump(&c.counts[i + 1], bytes);
             let last = &c.last[s % SLOT_CHUNK];
             if last.load(Ordering::Relaxed) != now_s {

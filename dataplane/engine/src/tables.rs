@@ -313,17 +313,8 @@ impl Tables {
     /// [`Self::classify_acl`] for each key of a burst.
     #[inline]
     pub fn classify_acl_burst(&self, keys: &[FlowKey], out: &mut [Option<RuleRef>]) {
-        // Any chunk works; a worker's burst (32) is one chunk.
-        let mut answers = [None; 32];
-        for (k, o) in keys
-            .chunks(answers.len())
-            .zip(out.chunks_mut(answers.len()))
-        {
-            self.acl.classify_burst_action(k, &mut answers[..k.len()]);
-            for (o, a) in o.iter_mut().zip(&answers) {
-                *o = a.map(|(action, slot)| RuleRef { action, slot });
-            }
-        }
+        self.acl
+            .classify_burst_into(keys, out, |action, slot| RuleRef { action, slot });
     }
 
     /// The multi-field rules a compile of this copy takes (see

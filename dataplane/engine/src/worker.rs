@@ -324,12 +324,11 @@ impl Worker {
         };
         match_burst(&mut cx, t, &keys[..n], &valid[..n], &mut rules[..n]);
         let shared = &self.stats.workers[self.index];
-        let mut judge = Judge {
-            c: &mut self.local.totals,
-            rules: &shared.rules,
-            now_s: self.stats.clock(start),
-            opened: false,
-        };
+        let mut judge = Judge::new(
+            &mut self.local.totals,
+            &shared.rules,
+            self.stats.clock(start),
+        );
         for i in 0..n {
             verdicts[i] = match held[i] {
                 None if tracking.is_none() => judge.verdict(rules[i], pkts[i].orig_len),
@@ -351,6 +350,7 @@ impl Worker {
                 self.released.push(Released { frame, verdict: v });
             }
         }
+        judge.flush();
         judge.c.bursts += 1;
         shared.counters.publish(&self.local);
         self.histogram
@@ -528,17 +528,57 @@ struct Judge<'a> {
     now_s: u32,
     /// A connection was opened in this burst (later packets look again).
     opened: bool,
+    /// Hits of one rule by consecutive packets, not yet added to its
+    /// counters (slot, packets, bytes): one add a run, not a packet (a
+    /// burst of an allow-all or a catch-all is one run). Added before the
+    /// burst ends ([`Self::flush`]), so a reader of the published packet
+    /// count still sees every hit of the packets it counted.
+    run: (u32, u64, u64),
 }
 
 impl Judge<'_> {
+    fn new<'a>(
+        c: &'a mut crate::Totals,
+        rules: &'a crate::stats::SlotCounters,
+        now_s: u32,
+    ) -> Judge<'a> {
+        Judge {
+            c,
+            rules,
+            now_s,
+            opened: false,
+            run: (0, 0, 0),
+        }
+    }
+
     #[inline]
     fn verdict(&mut self, rule: Option<RuleRef>, orig_len: u32) -> Verdict {
         let Some(r) = rule else {
             return self.act(None);
         };
         self.c.matched += 1;
-        self.rules.add(r.slot, u64::from(orig_len), self.now_s);
+        self.count(r.slot, orig_len);
         self.act(Some(r.action))
+    }
+
+    /// One hit of rule `slot` by a packet of `len` bytes.
+    #[inline]
+    fn count(&mut self, slot: u32, len: u32) {
+        if self.run.0 != slot || self.run.1 == 0 {
+            self.flush();
+            self.run.0 = slot;
+        }
+        self.run.1 += 1;
+        self.run.2 += u64::from(len);
+    }
+
+    /// The current run's hits into its rule's counters.
+    #[inline]
+    fn flush(&mut self) {
+        let (slot, packets, bytes) = std::mem::take(&mut self.run);
+        if packets > 0 {
+            self.rules.add_n(slot, packets, bytes, self.now_s);
+        }
     }
 
     /// The verdict when connections are tracked (`t`): a connection's
@@ -585,7 +625,7 @@ impl Judge<'_> {
                     Err(OpenError::Full) => {
                         self.c.ct_refused += 1;
                         self.c.matched += 1;
-                        self.rules.add(r.slot, u64::from(p.orig_len), self.now_s);
+                        self.count(r.slot, p.orig_len);
                         return self.act(Some(Action::Drop));
                     }
                 }

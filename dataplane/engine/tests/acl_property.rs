@@ -139,6 +139,8 @@ proptest! {
             Ok(())
         };
         check(&c, &rules)?;
+        // The layers alone, on a set the short path would take.
+        check(&AclClassifier::with_rules(&rules).unwrap().without_short_path(), &rules)?;
         // Inserted one by one in the generated order (not best first).
         let mut one_by_one = AclClassifier::new();
         for r in &rules {

@@ -1,0 +1,168 @@
+//! The worker path on the simplest rule sets, where the data plane's own
+//! cost shows: one worker (`cfdp_engine::run_worker`, the loop every
+//! backend runs) over 64-byte IPv4/UDP frames from memory
+//! (`MemoryBackend`: no NIC, so the rate is the worker's alone), for
+//!
+//! - `allow-all`: one rule matching everything (`src_prefix 0.0.0.0/0`
+//!   with a priority: a multi-field rule), allow;
+//! - `prefixes`: eight destination-prefix rules and a catch-all drop
+//!   (the frames hit the prefixes and the catch-all half and half);
+//! - `flows-1k`: 1,000 exact-flow rules, 1 % of the frames matching.
+//!
+//! Rounds alternate between the workloads; medians. With `--passes N` a
+//! fixed amount of work (N passes over the frames) for `callgrind`'s
+//! instruction counts (results to `results/quick/`).
+//!
+//! Output: a table, `bench/results/worker_path.csv`
+//! (`workload,rules,mpps,ns_per_packet`). Run: `cargo run --release -p
+//! cfdp-bench --bin worker-path [-- --quick]`.
+#![forbid(unsafe_code)]
+
+use std::time::Instant;
+
+use cfdp_bench::{
+    arg_u64_list, bench_flow, is_quick, machine_description, median, results_path, udp_frame,
+    write_csv, SplitMix,
+};
+use cfdp_control::RuleStore;
+use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
+use cfdp_rules::{Action, Match, Rule};
+
+/// A workload: its name, its rules, its frames.
+struct Workload {
+    name: &'static str,
+    rules: Vec<Rule>,
+    frames: Vec<Vec<u8>>,
+}
+
+fn parse(text: &str) -> Vec<Rule> {
+    cfdp_rules::parse_rule_file(text).expect("the bench's rules parse")
+}
+
+fn workloads(pool: usize) -> Vec<Workload> {
+    let mut rng = SplitMix::new(7);
+    let mut frames = |f: &mut dyn FnMut(u64) -> cfdp_rules::FlowKey| {
+        (0..pool)
+            .map(|_| udp_frame(&f(rng.next())))
+            .collect::<Vec<_>>()
+    };
+    let allow_all = Workload {
+        name: "allow-all",
+        rules: parse(
+            r#"{"rules": [{"id": 1, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "allow"}]}"#,
+        ),
+        frames: frames(&mut |r| bench_flow(r % (1 << 30))),
+    };
+    // Eight /16s of 10.0.0.0/8 allowed and the rest dropped: half the
+    // frames go to one of the eight (bench_flow's sources are 10/8; the
+    // destination is set here).
+    let prefixes = Workload {
+        name: "prefixes",
+        rules: parse(&format!(
+            r#"{{"rules": [{}, {{"id": 99, "priority": 1, "match": {{"src_prefix": "0.0.0.0/0"}}, "action": "drop"}}]}}"#,
+            (0..8)
+                .map(|i| format!(
+                    r#"{{"id": {}, "priority": 10, "match": {{"dst_prefix": "172.{i}.0.0/16"}}, "action": "allow"}}"#,
+                    i + 1
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        frames: frames(&mut |r| {
+            let mut k = bench_flow(r % (1 << 30));
+            let hit = r >> 40 & 1 == 0;
+            k.dst[..4].copy_from_slice(&if hit {
+                [172, (r >> 48) as u8 & 7, 1, 1]
+            } else {
+                [192, 0, 2, 1]
+            });
+            k
+        }),
+    };
+    let n = 1000;
+    let flows = Workload {
+        name: "flows-1k",
+        rules: (0..n)
+            .map(|i| Rule {
+                id: i as u32,
+                matcher: Match::Flow(bench_flow(i)),
+                action: Action::Allow,
+            })
+            .collect(),
+        frames: frames(&mut |r| {
+            if r % 100 == 0 {
+                bench_flow((r >> 8) % n)
+            } else {
+                bench_flow(n + (r >> 8) % (1 << 30))
+            }
+        }),
+    };
+    vec![allow_all, prefixes, flows]
+}
+
+fn main() {
+    let quick = is_quick();
+    let passes: Option<u64> = arg_u64_list("--passes").and_then(|v| v.first().copied());
+    let pool = if quick || passes.is_some() {
+        1 << 16
+    } else {
+        1 << 18
+    };
+    let rounds = match (quick, passes) {
+        (_, Some(_)) => 1,
+        (true, None) => 3,
+        (false, None) => 7,
+    };
+    let limit = || match passes {
+        Some(p) => Limit::Passes(p),
+        None => Limit::Seconds(if quick { 0.2 } else { 0.6 }),
+    };
+    // `--only NAME`: one workload (for a profiler).
+    let only = cfdp_bench::arg("--only");
+    let loads: Vec<Workload> = workloads(pool)
+        .into_iter()
+        .filter(|w| only.as_deref().is_none_or(|o| o == w.name))
+        .collect();
+    let stores: Vec<_> = loads
+        .iter()
+        .map(|w| RuleStore::fixed(&w.rules[..], Mode::Verify, 1).expect("rules load"))
+        .collect();
+    println!("machine: {}", machine_description());
+    println!("one worker, 64-byte UDP frames from memory, median of {rounds} rounds");
+    let mut mpps = vec![Vec::new(); loads.len()];
+    for _ in 0..rounds {
+        for (i, (w, (_store, cx))) in loads.iter().zip(&stores).enumerate() {
+            let mut worker = Worker::new(cx, 0, WorkerOptions::default());
+            let tables = cx.readers.handle();
+            let mut backend = MemoryBackend::new(&w.frames, limit());
+            let start = Instant::now();
+            let done = run_worker(&mut backend, &mut worker, &tables).packets;
+            mpps[i].push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
+        }
+    }
+    let mut rows = Vec::new();
+    for (w, m) in loads.iter().zip(&mut mpps) {
+        let m = median(m);
+        println!(
+            "  {:<10} {:>6} rules {m:>7.2} Mpps {:>6.1} ns/packet",
+            w.name,
+            w.rules.len(),
+            1e3 / m
+        );
+        rows.push(format!(
+            "{},{},{m:.3},{:.1}",
+            w.name,
+            w.rules.len(),
+            1e3 / m
+        ));
+    }
+    let path = if passes.is_some() {
+        let dir = results_path("quick");
+        std::fs::create_dir_all(&dir).expect("results/quick");
+        dir.join("worker_path.csv")
+    } else {
+        results_path("worker_path.csv")
+    };
+    write_csv(&path, "workload,rules,mpps,ns_per_packet", &rows).expect("write CSV");
+    println!("wrote {}", path.display());
+}

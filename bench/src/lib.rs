@@ -126,7 +126,27 @@ pub fn machine_description() -> String {
     let cores = std::thread::available_parallelism()
         .map(std::num::NonZero::get)
         .unwrap_or(1);
-    format!("{model}, {cores} cores")
+    format!("{model}, {cores} cores, SIMD {}", simd_flags())
+}
+
+/// The SIMD and bit-manipulation extensions the CPU has that a result may
+/// hang on (the classifier's and filter's kernels), as `/proc/cpuinfo`
+/// names them; `avx512f` said absent when it is.
+pub fn simd_flags() -> String {
+    const NAMED: [&str; 9] = [
+        "sse4_2", "popcnt", "avx", "avx2", "bmi1", "bmi2", "avx512f", "avx512bw", "avx512vl",
+    ];
+    let flags = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let have: Vec<&str> = flags
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    let mut out: Vec<&str> = NAMED.into_iter().filter(|f| have.contains(f)).collect();
+    if !out.contains(&"avx512f") {
+        out.push("(no avx512f)");
+    }
+    out.join(" ")
 }
 
 /// True when the binary was started with `--quick`.

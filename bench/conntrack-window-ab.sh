@@ -6,7 +6,7 @@
 # commit before window tracking, 04c9501 by default) and at this tree,
 # run alternately ROUNDS times; each run is itself the median of 7 rounds.
 #
-# Writes bench/results/conntrack_window_ab.csv (its first line names the
+# Writes bench/results/conntrack_window_ab_established.csv (its first line names the
 # run: date, both commits, machine with its SIMD flags). Needs only the
 # Rust toolchain; building OLD in a worktree takes minutes (OLD_BIN=path
 # skips it with a binary built there before).
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 old=${1:-04c9501}
 rounds=${2:-3}
-csv=bench/results/conntrack_window_ab.csv
+csv=bench/results/conntrack_window_ab_established.csv
 if [ -z "${OLD_BIN:-}" ]; then
     tmp=$(mktemp -d)
     git worktree add -f "$tmp/tree" "$old" >/dev/null

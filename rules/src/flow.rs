@@ -29,6 +29,7 @@ pub struct FlowKey {
 
 impl FlowKey {
     /// The 5-tuple of a packet going the other way (an answer's).
+    #[inline]
     pub fn reply(&self) -> FlowKey {
         FlowKey {
             src: self.dst,
@@ -52,6 +53,7 @@ impl FlowKey {
         }
     }
 
+    #[inline]
     pub fn v4(src: [u8; 4], dst: [u8; 4], proto: u8, sport: u16, dport: u16) -> Self {
         let mut s = [0u8; 16];
         let mut d = [0u8; 16];
@@ -67,6 +69,7 @@ impl FlowKey {
         }
     }
 
+    #[inline]
     pub fn v6(src: [u8; 16], dst: [u8; 16], proto: u8, sport: u16, dport: u16) -> Self {
         Self {
             v6: true,

@@ -690,6 +690,15 @@ fn tcp_listener_and_prometheus_metrics() {
     );
     let bursts = value("cfdp_burst_duration_seconds_count{worker=\"0\"}");
     assert!(bursts > Some(0.0), "{body}");
+    // Time by stage: the worker's first burst is a timed one.
+    assert!(
+        value("cfdp_stage_sampled_packets_total{worker=\"0\"}") > Some(0.0),
+        "{body}"
+    );
+    for stage in ["rx", "decode", "track", "classify", "act", "tx"] {
+        let series = format!("cfdp_stage_nanoseconds_total{{worker=\"0\",stage=\"{stage}\"}}");
+        assert!(value(&series).is_some(), "{series}: {body}");
+    }
     assert_eq!(
         value("cfdp_burst_duration_seconds_bucket{le=\"+Inf\",worker=\"0\"}"),
         bursts,

@@ -94,6 +94,7 @@ pub fn run_worker<B: Backend>(
     };
     let mut b = backend.burst();
     loop {
+        worker.rx_begin();
         match backend.rx(&mut b) {
             Rx::Ready => {
                 let n = b.len().min(MAX_BURST);
@@ -110,14 +111,19 @@ pub fn run_worker<B: Backend>(
                     backend.release(&mut b, worker.released());
                     worker.clear_released();
                 }
+                worker.tx_done(n);
                 end.bursts += 1;
                 end.packets += n as u64;
             }
             Rx::Idle => {
+                worker.rx_idle();
                 worker.idle(backend.now_ns());
                 std::hint::spin_loop();
             }
-            Rx::Done => return end,
+            Rx::Done => {
+                worker.rx_idle();
+                return end;
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
-//! One frame of a burst, as a backend hands it to a worker.
+//! One frame of a burst, as a backend hands it to a worker, and what
+//! happens to it.
 
 use cfdp_packet::LinkType;
 
@@ -22,4 +23,14 @@ impl PacketRef<'_> {
         orig_len: 0,
         data: &[],
     };
+}
+
+/// What happens to a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Verdict {
+    /// Forward out of port 0 (default route) or of the given port.
+    #[default]
+    Forward,
+    Redirect(u16),
+    Drop,
 }

@@ -8,7 +8,10 @@
 //! * [`matcher`]: matching a burst through the filters (modes `verify`,
 //!   `filter-only`, `exact`), with batched prefetching lookups.
 //! * [`worker`]: decode → fragments → hash → match → verdict → counters for
-//!   one burst; the shared [`WorkerContext`].
+//!   one burst; the shared [`WorkerContext`]; `judge`: the verdicts and
+//!   their counters.
+//! * [`stages`]: where a worker's time goes, stage by stage, on a sample
+//!   of its bursts.
 //! * [`stats`]: per-worker counters published once per burst, per-rule
 //!   counters, the burst-time histogram and the typed [`StatsSnapshot`].
 //! * [`backend`]: the [`Backend`] trait every packet source implements and
@@ -22,8 +25,10 @@
 pub mod acl;
 pub mod backend;
 pub mod frame;
+mod judge;
 pub mod matcher;
 pub mod shared;
+pub mod stages;
 pub mod stats;
 pub mod tables;
 pub mod trace;

@@ -22,6 +22,8 @@ use cfdp_packet::{Malformed, NonIp};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::stages::{StageCounters, StageTimes};
+
 macro_rules! counters {
     ($($name:ident),* $(,)?) => {
         /// One worker's counters. Relaxed atomics: one writer, and readers
@@ -267,6 +269,8 @@ pub struct WorkerStats {
     /// Packets a transmit queue did not accept, or sent to a port that
     /// does not exist (DPDK backend).
     pub tx_dropped: AtomicU64,
+    /// Time by stage on a sample of the bursts ([`crate::stages`]).
+    pub stages: StageCounters,
 }
 
 /// How often a worker folds its histogram into [`WorkerStats`]: by time,
@@ -296,6 +300,7 @@ impl LiveStats {
                     histogram: Mutex::new(burst_histogram()),
                     rx_dropped: AtomicU64::new(0),
                     tx_dropped: AtomicU64::new(0),
+                    stages: StageCounters::default(),
                 })
                 .collect(),
             started: std::time::Instant::now(),
@@ -401,6 +406,7 @@ impl LiveStats {
                     totals,
                     rx_dropped: w.rx_dropped.load(Ordering::Relaxed),
                     tx_dropped: w.tx_dropped.load(Ordering::Relaxed),
+                    stages: w.stages.snapshot(),
                 }
             })
             .collect();
@@ -416,6 +422,7 @@ impl LiveStats {
             malformed_by,
             non_ip_by,
             burst_ns: Percentiles::of(&self.burst_histogram()),
+            stages: StageTimes::sum(workers.iter().map(|w| &w.stages)),
             workers,
         }
     }
@@ -452,6 +459,8 @@ pub struct WorkerSnapshot {
     pub rx_dropped: u64,
     /// Packets a transmit queue did not take, or sent to a missing port.
     pub tx_dropped: u64,
+    /// Time by stage on a sample of its bursts.
+    pub stages: StageTimes,
 }
 
 /// The data plane's statistics at one moment, typed.
@@ -463,6 +472,8 @@ pub struct StatsSnapshot {
     pub malformed_by: BTreeMap<&'static str, u64>,
     pub non_ip_by: BTreeMap<&'static str, u64>,
     pub burst_ns: Percentiles,
+    /// Every worker's time by stage, summed (see [`crate::stages`]).
+    pub stages: StageTimes,
     pub workers: Vec<WorkerSnapshot>,
 }
 

@@ -22,30 +22,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cfdp_conntrack::table::Probe;
-use cfdp_conntrack::{ConnTable, OpenError};
+use cfdp_conntrack::ConnTable;
 use cfdp_packet::frag::{FragTable, Held, HoldLimits, HoldTable};
 use cfdp_packet::prefetch::prefetch_read;
 use cfdp_packet::{decode, decode_fast, Decoded, Frag};
-use cfdp_rules::{Action, Allowing, FlowKey};
+use cfdp_rules::FlowKey;
 use hdrhistogram::Histogram;
 use left_right::ReadHandleFactory;
 
+use crate::judge::Judge;
 use crate::matcher::{match_burst, MatchCtx, Mode, MAX_BURST};
+use crate::stages::{Laps, Stage, SAMPLE};
 use crate::stats::{burst_histogram, LiveStats, LocalCounters, HIST_FOLD_INTERVAL};
 use crate::tables::{RuleRef, Tables};
 use crate::track::{self, Decided};
 
-/// What happens to a frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Verdict {
-    /// Forward out of port 0 (default route) or of the given port.
-    #[default]
-    Forward,
-    Redirect(u16),
-    Drop,
-}
-
-pub use crate::frame::PacketRef;
+pub use crate::frame::{PacketRef, Verdict};
 
 /// Per-flow packet and byte counts (exact flow accounting).
 pub type FlowTable = HashMap<FlowKey, (u64, u64)>;
@@ -150,6 +142,8 @@ pub struct Worker {
     /// packet time) it last swept one.
     sweep_next: usize,
     swept_ns: u64,
+    /// This burst's stage clock, when it is one of the timed ones.
+    laps: Laps,
 }
 
 /// A worker sweeps one stripe of the connection table at most this often
@@ -191,11 +185,37 @@ impl Worker {
             conntrack: cx.conntrack.clone(),
             sweep_next: index,
             swept_ns: 0,
+            laps: Laps::default(),
         }
     }
 
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// The backend is about to receive a burst: one in [`SAMPLE`] is timed
+    /// stage by stage from here ([`crate::stages`]).
+    #[inline]
+    pub fn rx_begin(&mut self) {
+        if self.local.totals.bursts.is_multiple_of(SAMPLE) {
+            self.laps.start();
+        }
+    }
+
+    /// The receive brought nothing: nothing is timed.
+    #[inline]
+    pub fn rx_idle(&mut self) {
+        self.laps.cancel();
+    }
+
+    /// The backend has sent (or freed) the burst of `n` frames
+    /// [`Self::process`] judged: a timed burst's stages are published.
+    #[inline]
+    pub fn tx_done(&mut self, n: usize) {
+        if self.laps.on() {
+            self.laps.lap(Stage::Tx);
+            self.laps.finish(n, &self.stats.workers[self.index].stages);
+        }
     }
 
     /// Called when the backend had nothing: ages the fragment tables by the
@@ -281,6 +301,7 @@ impl Worker {
     pub fn process(&mut self, t: &Tables, pkts: &[PacketRef<'_>], verdicts: &mut [Verdict]) {
         let n = pkts.len();
         assert!(n <= MAX_BURST && verdicts.len() >= n);
+        self.laps.lap(Stage::Rx);
         let start = Instant::now();
         // Announce the burst before its rule hits are counted: a reader that
         // loads `packets` (acquire) then per-rule counters sees every hit of
@@ -298,6 +319,7 @@ impl Worker {
         }
         self.released.clear();
         self.decode_burst(pkts);
+        self.laps.lap(Stage::Decode);
         let tracking = self.conntrack.as_deref();
         if let Some(t) = tracking {
             // Before this burst opens anything: no sweep runs ahead of it.
@@ -306,6 +328,7 @@ impl Worker {
             }
             Self::track_burst(t, &mut self.scratch, pkts);
         }
+        self.laps.lap(Stage::Track);
         // The burst's scratch arrays live in the worker: set per frame by
         // `decode_burst`, never cleared as a whole (a 1.3 KB memset a burst).
         let Scratch {
@@ -323,6 +346,7 @@ impl Worker {
             sample: &mut self.sample,
         };
         match_burst(&mut cx, t, &keys[..n], &valid[..n], &mut rules[..n]);
+        self.laps.lap(Stage::Classify);
         let shared = &self.stats.workers[self.index];
         let mut judge = Judge::new(
             &mut self.local.totals,
@@ -352,6 +376,7 @@ impl Worker {
         }
         judge.flush();
         judge.c.bursts += 1;
+        self.laps.lap(Stage::Act);
         shared.counters.publish(&self.local);
         self.histogram
             .saturating_record(start.elapsed().as_nanos() as u64);
@@ -518,151 +543,5 @@ impl Worker {
                 Some(ok)
             }
         }
-    }
-}
-
-/// Turns a frame's rule into its verdict, counting both.
-struct Judge<'a> {
-    c: &'a mut crate::Totals,
-    rules: &'a crate::stats::SlotCounters,
-    now_s: u32,
-    /// A connection was opened in this burst (later packets look again).
-    opened: bool,
-    /// Hits of one rule by consecutive packets, not yet added to its
-    /// counters (slot, packets, bytes): one add a run, not a packet (a
-    /// burst of an allow-all or a catch-all is one run). Added before the
-    /// burst ends ([`Self::flush`]), so a reader of the published packet
-    /// count still sees every hit of the packets it counted.
-    run: (u32, u64, u64),
-}
-
-impl Judge<'_> {
-    fn new<'a>(
-        c: &'a mut crate::Totals,
-        rules: &'a crate::stats::SlotCounters,
-        now_s: u32,
-    ) -> Judge<'a> {
-        Judge {
-            c,
-            rules,
-            now_s,
-            opened: false,
-            run: (0, 0, 0),
-        }
-    }
-
-    #[inline]
-    fn verdict(&mut self, rule: Option<RuleRef>, orig_len: u32) -> Verdict {
-        let Some(r) = rule else {
-            return self.act(None);
-        };
-        self.c.matched += 1;
-        self.count(r.slot, orig_len);
-        self.act(Some(r.action))
-    }
-
-    /// One hit of rule `slot` by a packet of `len` bytes.
-    #[inline]
-    fn count(&mut self, slot: u32, len: u32) {
-        if self.run.0 != slot || self.run.1 == 0 {
-            self.flush();
-            self.run.0 = slot;
-        }
-        self.run.1 += 1;
-        self.run.2 += u64::from(len);
-    }
-
-    /// The current run's hits into its rule's counters.
-    #[inline]
-    fn flush(&mut self) {
-        let (slot, packets, bytes) = std::mem::take(&mut self.run);
-        if packets > 0 {
-            self.rules.add_n(slot, packets, bytes, self.now_s);
-        }
-    }
-
-    /// The verdict when connections are tracked (`t`): a connection's
-    /// decision (`conn`, from the burst's `probe` of `key`), else the
-    /// rule's, and a stateful rule opens the packet's connection; when
-    /// the table is full the packet is dropped, as Linux's conntrack drops
-    /// it, and counted.
-    fn tracked(
-        &mut self,
-        t: Option<&ConnTable>,
-        conn: Option<Decided>,
-        rule: Option<RuleRef>,
-        p: &PacketRef<'_>,
-        key: &FlowKey,
-        probe: &Probe,
-    ) -> Verdict {
-        // A connection opened by an earlier packet of this burst: a
-        // replayed capture can hold a request and its answer in one burst.
-        let conn = match (conn, t) {
-            (None, Some(t)) if self.opened && !track::still_absent(t, key, probe) => {
-                track::lookup(t, p, key, None)
-            }
-            _ => conn,
-        };
-        match conn {
-            Some(Decided::Established(a)) => {
-                self.c.ct_established += 1;
-                return self.act(Some(a.action()));
-            }
-            Some(Decided::Related(a)) => {
-                self.c.ct_related += 1;
-                return self.act(Some(a.action()));
-            }
-            None => {}
-        }
-        if let (Some(t), Some(r)) = (t, rule) {
-            if r.action.tracked().is_some() {
-                match track::open(t, p, key, probe, r.slot, r.action) {
-                    Ok(()) => {
-                        self.c.ct_opened += 1;
-                        self.opened = true;
-                    }
-                    Err(OpenError::NotAnOpener | OpenError::Invalid) => {}
-                    Err(OpenError::Full) => {
-                        self.c.ct_refused += 1;
-                        self.c.matched += 1;
-                        self.count(r.slot, p.orig_len);
-                        return self.act(Some(Action::Drop));
-                    }
-                }
-            }
-        }
-        self.verdict(rule, p.orig_len)
-    }
-
-    /// What `action` (none: no rule) does to the packet, counted.
-    #[inline]
-    fn act(&mut self, action: Option<Action>) -> Verdict {
-        let c = &mut *self.c;
-        let v = match action {
-            None => Verdict::Forward,
-            Some(action) => match action {
-                Action::Drop => Verdict::Drop,
-                Action::Allow | Action::Track(Allowing::Allow) => {
-                    c.allowed += 1;
-                    Verdict::Forward
-                }
-                Action::Count | Action::Track(Allowing::Count) => {
-                    c.counted += 1;
-                    Verdict::Forward
-                }
-                Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => {
-                    Verdict::Redirect(port)
-                }
-            },
-        };
-        match v {
-            Verdict::Drop => c.dropped += 1,
-            Verdict::Forward => c.forwarded += 1,
-            Verdict::Redirect(_) => {
-                c.forwarded += 1;
-                c.redirected += 1;
-            }
-        }
-        v
     }
 }

@@ -110,3 +110,36 @@ fn run_worker_applies_verdicts_and_publishes_what_it_counted() {
         assert_eq!(cx.stats.totals().packets, 200);
     }
 }
+
+/// One burst in `stages::SAMPLE` is timed stage by stage, from the
+/// worker's first: 40 full bursts time bursts 0, 16 and 32, and their
+/// packets; every stage is named, and the timed bursts took time.
+#[test]
+fn one_burst_in_sixteen_is_timed_stage_by_stage() {
+    use cfdp_engine::stages::{Stage, SAMPLE};
+    let (_w, cx) = context(Mode::Verify);
+    let frames: Vec<Vec<u8>> = (0..40 * MAX_BURST)
+        .map(|i| frame(&key(i as u8 % 5)))
+        .collect();
+    let tables = cx.readers.handle();
+    let mut worker = Worker::new(&cx, 0, WorkerOptions::default());
+    let mut b = MemoryBackend::new(&frames, Limit::Passes(1));
+    let end = run_worker(&mut b, &mut worker, &tables);
+    assert_eq!(end.bursts, 40);
+    let s = cx.stats.snapshot();
+    let timed = end.bursts.div_ceil(SAMPLE);
+    assert_eq!(s.stages.sampled_bursts, timed);
+    assert_eq!(s.stages.sampled_packets, timed * MAX_BURST as u64);
+    assert_eq!(
+        s.workers[0].stages, s.stages,
+        "one worker: the sum is its own"
+    );
+    let names: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
+    let mut keys: Vec<&str> = s.stages.ns.keys().copied().collect();
+    keys.sort_unstable();
+    let mut want = names.clone();
+    want.sort_unstable();
+    assert_eq!(keys, want);
+    assert!(s.stages.ns.values().sum::<u64>() > 0);
+    assert!(s.stages.ns["classify"] > 0 && s.stages.ns["decode"] > 0);
+}

@@ -17,6 +17,7 @@ mod control;
 mod csv;
 mod dataplane;
 mod filter;
+mod peers;
 
 use std::path::{Path, PathBuf};
 
@@ -88,6 +89,9 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "fleet" => fleet(dir),
         "inline" => inline(dir),
         "dpdk" => dpdk(dir),
+        "ovs" => peers::ovs(dir),
+        "worker-path" => peers::worker_path(dir),
+        "conntrack-window-established" => peers::window_established(dir),
         other => Err(format!("no renderer for table {other:?}").into()),
     }
 }

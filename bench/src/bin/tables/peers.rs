@@ -1,0 +1,112 @@
+//! The worker path's tables: cfdp against its peers on the same virtual
+//! devices (`ovs.csv`), the worker path from memory (`worker_path.csv`),
+//! and established traffic before and after window tracking
+//! (`conntrack_window_ab_established.csv`).
+
+use std::path::Path;
+
+use crate::csv::{median, num, table, Csv, R};
+
+/// `bench/ovs.sh`: per workload, each peer's rate, cycles a packet and
+/// forwarded share, and cfdp's ratios to OVS and testpmd.
+pub(crate) fn ovs(d: &Path) -> R<String> {
+    let c = Csv::load(d, "ovs.csv")?;
+    let mut rows = Vec::new();
+    for w in c.distinct("workload")? {
+        let rate = |imp: &str| c.value(&[("workload", w), ("impl", imp)], "mpps").ok();
+        let cell = |imp: &str| -> R<String> {
+            let recs = c.records();
+            let r = recs
+                .iter()
+                .find(|r| r["workload"] == w && r["impl"] == imp)
+                .ok_or_else(|| format!("{}: no {imp} row for {w}", c.name))?;
+            let cycles = num(r["cycles_per_packet"], &c.name)?;
+            Ok(format!(
+                "{:.2} Mpps · {cycles:.0}",
+                num(r["mpps"], &c.name)?
+            ))
+        };
+        let (cfdp, ovs) = (rate("cfdp"), rate("ovs-dpdk"));
+        let testpmd = rate("testpmd-io");
+        rows.push(vec![
+            w.to_string(),
+            cell("cfdp")?,
+            cell("ovs-dpdk")?,
+            if testpmd.is_some() {
+                cell("testpmd-io")?
+            } else {
+                "–".into()
+            },
+            match (cfdp, ovs) {
+                (Some(a), Some(b)) => format!("{:.2}×", a / b),
+                _ => "–".into(),
+            },
+            match (cfdp, testpmd) {
+                (Some(a), Some(b)) => format!("{:.2}×", a / b),
+                _ => "–".into(),
+            },
+        ]);
+    }
+    Ok(table(
+        &[
+            "workload",
+            "cfdp (Mpps · cycles)",
+            "OVS-DPDK",
+            "testpmd io",
+            "cfdp / OVS",
+            "cfdp / testpmd",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
+/// `worker-path`: the worker's rate and time a packet from memory.
+pub(crate) fn worker_path(d: &Path) -> R<String> {
+    let c = Csv::load(d, "worker_path.csv")?;
+    let rows = c
+        .records()
+        .iter()
+        .map(|r| {
+            vec![
+                r["workload"].to_string(),
+                r["rules"].to_string(),
+                r["mpps"].to_string(),
+                r["ns_per_packet"].to_string(),
+            ]
+        })
+        .collect::<Vec<_>>();
+    Ok(table(&["workload", "rules", "Mpps", "ns a packet"], &rows) + &c.source())
+}
+
+/// `conntrack-window-ab.sh`: established traffic before and after window
+/// tracking, run by run, and the median ratio.
+pub(crate) fn window_established(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack_window_ab_established.csv")?;
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for r in c.records() {
+        let ratio = num(r["ratio"], &c.name)?;
+        ratios.push(ratio);
+        rows.push(vec![
+            r["run"].to_string(),
+            r["old_established_mpps"].to_string(),
+            r["new_established_mpps"].to_string(),
+            format!("{ratio:.2}×"),
+        ]);
+    }
+    rows.push(vec![
+        "median".into(),
+        String::new(),
+        String::new(),
+        format!("{:.2}×", median(ratios)),
+    ]);
+    Ok(table(
+        &[
+            "run",
+            "before window tracking (Mpps)",
+            "after (Mpps)",
+            "after / before",
+        ],
+        &rows,
+    ) + &c.source())
+}

@@ -78,32 +78,19 @@ pub enum MatchError {
     /// The destination prefix is not of the source prefix's family.
     #[error("not of the source prefix's IP version")]
     MixedFamilies,
-    /// A port range (`field`: `sport` or `dport`) with a protocol that has
-    /// no ports.
-    #[error("ports need \"proto\": \"tcp\" or \"udp\" (or no protocol)")]
-    PortsWithoutTransport { field: PortField },
-}
-
-/// Which port range a [`MatchError`] names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PortField {
-    Sport,
-    Dport,
-}
-
-impl PortField {
-    /// The field's name in rule files and batches.
-    pub fn name(self) -> &'static str {
-        match self {
-            PortField::Sport => "sport",
-            PortField::Dport => "dport",
-        }
-    }
 }
 
 impl AclMatch {
-    /// A match, refused when its prefixes are of different families or it
-    /// names ports with a protocol that has none.
+    /// A match, refused when its prefixes are of different families.
+    ///
+    /// Port ranges are taken with any protocol, as `rte_acl`'s rules and
+    /// ClassBench's filter sets take them (`rte_acl` compares the four
+    /// bytes after the IP header whatever the protocol; ClassBench's
+    /// firewall seeds put port ranges on IGMP). A packet is compared with
+    /// the ports its key carries: a decoded packet of a protocol without
+    /// ports carries 0 and 0, so such a range matches it only if it holds
+    /// 0; a ClassBench trace's keys carry the trace's ports. (Exact flows
+    /// and prefix rules name one service, and keep ports for TCP and UDP.)
     pub fn new(
         src: IpPrefix,
         dst: IpPrefix,
@@ -113,20 +100,6 @@ impl AclMatch {
     ) -> Result<Self, MatchError> {
         if src.v6() != dst.v6() {
             return Err(MatchError::MixedFamilies);
-        }
-        let transport = matches!(
-            proto,
-            None | Some(crate::flow::proto::TCP | crate::flow::proto::UDP)
-        );
-        if !transport && !sport.is_any() {
-            return Err(MatchError::PortsWithoutTransport {
-                field: PortField::Sport,
-            });
-        }
-        if !transport && !dport.is_any() {
-            return Err(MatchError::PortsWithoutTransport {
-                field: PortField::Dport,
-            });
         }
         Ok(Self {
             src,

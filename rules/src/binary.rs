@@ -143,11 +143,7 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
         })
     };
     let (sport, dport) = (range(10)?, range(48)?);
-    let m =
-        AclMatch::new(src, dst, proto, sport, dport).map_err(|_| DecodeError::PortsWithoutL4 {
-            kind: Kind::MultiField,
-            proto,
-        })?;
+    let m = AclMatch::new(src, dst, proto, sport, dport).map_err(DecodeError::Match)?;
     let priority = u32::from_le_bytes([b[52], b[53], b[54], b[55]]);
     if priority > crate::rule::MAX_PRIORITY {
         return Err(DecodeError::Priority(priority));
@@ -292,6 +288,10 @@ pub enum DecodeError {
     PortRange { low: u16, high: u16 },
     #[error("multi-field: priority {0} above {max}", max = crate::rule::MAX_PRIORITY)]
     Priority(u32),
+    /// A multi-field match `AclMatch::new` refuses (both prefixes are read
+    /// with one family flag, so none is today).
+    #[error("multi-field: {0}")]
+    Match(crate::MatchError),
 }
 
 /// The rule of a record, or what is wrong with it.

@@ -31,7 +31,7 @@ pub mod stream;
 mod strict;
 
 pub use acl::AclRule;
-pub use acl_match::{AclMatch, MatchError, PortField, PortRange};
+pub use acl_match::{AclMatch, MatchError, PortRange};
 pub use batch::{
     parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,
     ReplaceError, Update, UpdateError, UpdateResult,

@@ -33,7 +33,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::acl_match::{AclMatch, MatchError, PortRange};
+use crate::acl_match::{AclMatch, PortRange};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
@@ -384,13 +384,8 @@ fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
         })
     };
     let (sport, dport) = (range("sport")?, range("dport")?);
-    let m = AclMatch::new(src, dst, proto, sport, dport).map_err(|e| {
-        let field = match e {
-            MatchError::MixedFamilies => "match.dst_prefix".to_string(),
-            MatchError::PortsWithoutTransport { field } => format!("match.{}", field.name()),
-        };
-        (field, e.to_string())
-    })?;
+    let m = AclMatch::new(src, dst, proto, sport, dport)
+        .map_err(|e| ("match.dst_prefix".to_string(), e.to_string()))?;
     Ok(Match::Acl { m, priority })
 }
 

@@ -60,7 +60,14 @@ fn rule(id: u32) -> impl Strategy<Value = AclRule> {
         any::<bool>(),
         (0..3usize, length()),
         (0..3usize, length()),
-        prop_oneof![Just(None), Just(Some(6u8)), Just(Some(17u8))],
+        // Protocol 2 (IGMP) with port ranges too: ClassBench's firewall
+        // seeds have them, and rte_acl compares ports whatever the protocol.
+        prop_oneof![
+            Just(None),
+            Just(Some(6u8)),
+            Just(Some(17u8)),
+            Just(Some(2u8))
+        ],
         ports(),
         ports(),
         0u32..8,
@@ -90,7 +97,7 @@ fn packet() -> impl Strategy<Value = FlowKey> {
         0..3usize,
         0..3usize,
         any::<[u8; 2]>(),
-        prop_oneof![Just(6u8), Just(17u8), Just(1u8)],
+        prop_oneof![Just(6u8), Just(17u8), Just(1u8), Just(2u8)],
         prop_oneof![0u16..110, 990u16..2010, Just(65535u16)],
         prop_oneof![0u16..110, 990u16..2010, Just(65535u16)],
     )

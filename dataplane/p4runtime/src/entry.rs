@@ -10,9 +10,7 @@
 //! zeros, one byte for zero).
 
 use cfdp_rules::rule::MAX_PRIORITY;
-use cfdp_rules::{
-    AclMatch, Action, Allowing, IpPrefix, Match, MatchError, PortField, PortRange, Rule,
-};
+use cfdp_rules::{AclMatch, Action, Allowing, IpPrefix, Match, PortRange, Rule};
 use prost::bytes::Bytes;
 
 use crate::pipeline::{self, Table, DPORT, DST, PROTO, SPORT, SRC};
@@ -124,20 +122,11 @@ pub fn entry_match(e: &p4::TableEntry) -> Result<Match, EntryError> {
             _ => return Err(EntryError::invalid(name, "a range match")),
         }
     }
-    // Both prefixes come from one table, so of one family: the only
-    // refusal left is ports with a protocol that has none.
-    let m = AclMatch::new(src, dst, proto, sport, dport).map_err(|e| {
-        let f = match e {
-            MatchError::PortsWithoutTransport {
-                field: PortField::Sport,
-            } => SPORT,
-            _ => DPORT,
-        };
-        EntryError::invalid(
-            t.field_name(f),
-            "ports need ip_proto 6 (TCP) or 17 (UDP), or no ip_proto",
-        )
-    })?;
+    // Both prefixes come from one table, so of one family: `AclMatch`
+    // refuses nothing else (ports are taken with any protocol, as rte_acl
+    // takes them: see `AclMatch::new`).
+    let m = AclMatch::new(src, dst, proto, sport, dport)
+        .map_err(|e| EntryError::invalid(t.field_name(DST), e.to_string()))?;
     Ok(Match::Acl { m, priority })
 }
 
@@ -561,15 +550,6 @@ mod tests {
             ),
             (entry(pipeline::ACL, 0, vec![]), "priority", "1 or more"),
             (entry(pipeline::ACL, -4, vec![]), "priority", "1 or more"),
-            (
-                entry(
-                    pipeline::ACL,
-                    1,
-                    vec![t(PROTO, &[1], &[0xff]), r(DPORT, &[1], &[2])],
-                ),
-                "l4_dport",
-                "ports need",
-            ),
             (entry(77, 1, vec![]), "table_id", "not a table"),
         ];
         for (e, field, says) in cases {

@@ -11,10 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
-# fw2 and fw4 hold rules with port ranges on protocol 2 (IGMP), which
-# cfdp's rule model refuses (ports only with TCP or UDP): their import
-# fails, so they are left out by default (see classbench-seeds/README.md).
-SEEDS=${SEEDS:-acl1 acl2 acl3 acl4 acl5 fw1 fw3 fw5 ipc1 ipc2}
+# Every seed: fw2 and fw4's port ranges on protocol 2 (IGMP) are taken as
+# rte_acl takes them (see classbench-seeds/README.md).
+SEEDS=${SEEDS:-acl1 acl2 acl3 acl4 acl5 fw1 fw2 fw3 fw4 fw5 ipc1 ipc2}
 csv=bench/results/classbench_seeds.csv
 if [ "${1:-}" = "--quick" ]; then
     SEEDS=acl2 ROUNDS=1

@@ -196,3 +196,69 @@ fn loom_a_connection_moving_into_the_bloom_part_is_not_missed() {
         );
     });
 }
+
+/// TCP connection `i` from 10.0.0.i to a server.
+fn tcp(i: u8) -> FlowKey {
+    FlowKey::new(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)),
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 80)),
+        6,
+        40000,
+        80,
+    )
+}
+
+/// A TCP segment's window words are written under the slot's lock, whose
+/// release is a plain store (nothing else writes the control word while
+/// it is held). Connection A has sent its SYN (not assured: droppable);
+/// the server's SYN-ACK runs through A's slot under the lock while a new
+/// connection B, in a full table, early-drops A and takes its slot. The
+/// segment's writes land before the slot is freed, never on B's words:
+/// B's own handshake is then judged by B's windows (its SYN-ACK, its ACK
+/// accepted, not invalid), and the reader saw A or nothing.
+#[test]
+fn loom_a_tcp_segment_under_the_lock_and_an_early_drop_of_its_connection() {
+    use crate::state::tcp::{ACK, SYN};
+    use cfdp_packet::TcpSeg;
+    let seg = |flags: u8, seq: u32, ack: u32| TcpSeg {
+        flags,
+        seq,
+        ack,
+        win: 64_000,
+        sack: ack,
+        ..TcpSeg::default()
+    };
+    loom::model(move || {
+        let t = Arc::new(tiny());
+        let (a, b) = (tcp(1), tcp(2));
+        t.open(&a, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
+            .expect("room");
+        let reader = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || t.lookup(&a.reply(), seg(SYN | ACK, 900, 101), 60, 1))
+        };
+        let opened = t.open(&b, seg(SYN, 5000, 0), 2, Action::Count, 60, 1);
+        if let Some(h) = reader.join().unwrap() {
+            assert_eq!(
+                (h.slot, h.action, h.dir),
+                (1, Action::Allow, Dir::Reply),
+                "the reader took another connection for A"
+            );
+        }
+        if opened.is_ok() {
+            // B's handshake against B's windows.
+            let h = t
+                .lookup(&b.reply(), seg(SYN | ACK, 7000, 5001), 60, 2)
+                .expect("B's SYN-ACK is B's");
+            assert_eq!((h.slot, h.state), (2, State::TcpSynRecv), "{}", t.dump());
+            let h = t
+                .lookup(&b, seg(ACK, 5001, 7001), 60, 2)
+                .expect("B's ACK is in B's window");
+            assert_eq!(h.state, State::TcpEstablished);
+        } else {
+            // Refused (the drop's scan found nothing to take): A is still
+            // there, whole.
+            assert!(t.peek(&a).is_some(), "B refused and A gone");
+        }
+    });
+}

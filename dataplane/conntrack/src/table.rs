@@ -232,11 +232,20 @@ impl Default for Options {
 /// What the table reads of a packet beyond its 5-tuple: its TCP segment
 /// (for a TCP packet; without one a TCP packet is invalid), whether an
 /// ICMP echo is the request or the reply (its 5-tuple carries the
-/// identifier as both ports), or nothing.
+/// identifier as both ports), that it is a later fragment (its ports
+/// from its first fragment, no header of its own), or nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L4 {
     Tcp(TcpSeg),
-    Echo { request: bool },
+    Echo {
+        request: bool,
+    },
+    /// A later fragment: its datagram's header came in the first
+    /// fragment, which was checked (a TCP first fragment's segment is
+    /// stepped with the largest end its datagram can have). It passes with
+    /// its connection and moves nothing, as the rest of a datagram Linux
+    /// reassembles before its conntrack sees it.
+    Fragment,
     None,
 }
 

@@ -618,3 +618,50 @@ fn a_reset_before_any_answer_removes_the_connection() {
     assert!(t.is_empty() && t.peek(&k).is_none());
     assert_eq!(t.counts().expired, 0);
 }
+
+/// A datagram split into fragments through an established connection:
+/// the first fragment's segment (read with the largest end its datagram
+/// can have) is checked, a later fragment passes with its connection and
+/// moves nothing, and the peer's acknowledgement of the whole datagram is
+/// in the window. A packet with no TCP header that is not a later
+/// fragment is invalid.
+#[test]
+fn fragments_of_a_segment_pass_with_their_connection() {
+    use cfdp_conntrack::table::L4;
+    use cfdp_packet::TcpSeg;
+    let t = table(1024);
+    let k = tcp(1);
+    let seg = |flags: u8, seq: u32, ack: u32, payload: u32| TcpSeg {
+        flags,
+        seq,
+        ack,
+        win: 64_000,
+        sack: ack,
+        payload,
+        ..TcpSeg::default()
+    };
+    t.open(&k, seg(SYN, 100, 0, 0), 1, Action::Allow, 60, 0)
+        .unwrap();
+    t.lookup(&k.reply(), seg(SYN | ACK, 900, 101, 0), 60, 0)
+        .unwrap();
+    t.lookup(&k, seg(ACK, 101, 901, 0), 60, 0).unwrap();
+    // The server's 3,000-byte segment in three fragments.
+    let first = seg(ACK, 901, 101, 65_535 - 40);
+    let h = t
+        .lookup(&k.reply(), first, 1500, S)
+        .expect("first fragment");
+    assert_eq!((h.dir, h.state), (Dir::Reply, State::TcpEstablished));
+    for _ in 0..2 {
+        let h = t
+            .lookup(&k.reply(), L4::Fragment, 1500, S)
+            .expect("a later fragment passes with its connection");
+        assert_eq!(h.state, State::TcpEstablished);
+    }
+    assert_eq!(t.counts().invalid, 0);
+    // The client acknowledges the whole datagram.
+    t.lookup(&k, seg(ACK, 101, 3901, 0), 60, S)
+        .expect("the acknowledgement of the whole datagram");
+    // No header and not a fragment: invalid, as before.
+    assert_eq!(t.lookup(&k.reply(), L4::None, 60, S), None);
+    assert_eq!(t.counts().invalid, 1);
+}

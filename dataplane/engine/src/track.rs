@@ -79,6 +79,9 @@ pub(crate) fn lookup(
             .lookup(&echo_key(key, id), L4::Echo { request }, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
+        Transport::LaterFragment => find(key, L4::Fragment, len, ts)
+            .and_then(|h| allowing(h.action))
+            .map(Decided::Established),
         Transport::Other => find(key, L4::None, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established),
@@ -112,6 +115,7 @@ pub(crate) fn open(
         Transport::Tcp(seg) => (*key, L4::Tcp(seg)),
         Transport::Echo { id, request } => (echo_key(key, id), L4::Echo { request }),
         Transport::Error { .. } => return Err(OpenError::NotAnOpener),
+        Transport::LaterFragment => (*key, L4::Fragment),
         Transport::Other => (*key, L4::None),
     };
     // An echo's key is not the probe's: the table ignores the probe then.

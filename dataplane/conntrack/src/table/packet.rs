@@ -256,11 +256,15 @@ impl ConnTable {
         let state = state_of(c);
         let mut refresh = true;
         if state.is_tcp() {
-            let L4::Tcp(seg) = l4 else {
-                return Step::Invalid; // a TCP packet whose header is not whole
-            };
             // Its time refreshed under the slot's lock (by `step_tcp`).
             refresh = false;
+            let seg = match l4 {
+                L4::Tcp(seg) => seg,
+                // The rest of a datagram whose first fragment was checked:
+                // it passes with its connection, nothing moves.
+                L4::Fragment => return self.hit(c, m, dir),
+                _ => return Step::Invalid, // a TCP packet whose header is not whole
+            };
             match self.step_tcp(s, c, dir, seg, now_ns) {
                 Some((Verdict::Accept { .. }, n)) => c = n,
                 Some((Verdict::Pass, n)) => c = n,
@@ -317,6 +321,12 @@ impl ConnTable {
             a.packets[dir.index()].fetch_add(1, Relaxed);
             a.bytes[dir.index()].fetch_add(u64::from(len), Relaxed);
         }
+        self.hit(c, m, dir)
+    }
+
+    /// The answer of a slot whose control word is `c` and meta word `m`,
+    /// for a packet going `dir`.
+    fn hit(&self, c: u64, m: u64, dir: Dir) -> Step {
         Step::Hit(Hit {
             slot: rule_of(c),
             action: action_of(m >> ACTION_SHIFT),

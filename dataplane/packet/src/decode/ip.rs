@@ -143,13 +143,24 @@ fn decode_ip_general(slice: &[u8], l3: L3) -> Decoded {
 }
 
 /// Whether a first fragment carries its whole header chain up to the
-/// transport header, and the ports when that is TCP or UDP (the decoder
-/// read them from `payload` into `key` already).
+/// transport header, and the ports when that is UDP (the decoder read them
+/// from `payload` into `key` already).
+///
+/// A TCP first fragment must hold the whole TCP header, options included
+/// (RFC 1858's tiny-fragment attack puts the flags in a later fragment;
+/// connection tracking reads flags, numbers and options): one that does
+/// not is dropped and counted like a first fragment without ports.
 fn first_fragment_is_complete(key: &FlowKey, payload: &[u8], anomaly: Option<Malformed>) -> bool {
     if anomaly == Some(Malformed::IpExtTruncated) || (key.v6 && is_ipv6_extension(key.proto)) {
         return false;
     }
-    !(key.proto == proto::TCP || key.proto == proto::UDP) || payload.len() >= 4
+    match key.proto {
+        proto::TCP => payload.get(12).is_some_and(|&off| {
+            usize::from(off >> 4) * 4 >= 20 && usize::from(off >> 4) * 4 <= payload.len()
+        }),
+        proto::UDP => payload.len() >= 4,
+        _ => true,
+    }
 }
 
 /// IPv6 extension header numbers (RFC 8200 §4 and the IANA registry): a

@@ -12,8 +12,10 @@ pub enum Frag {
     First { id: u32 },
     /// A later fragment: no transport header, ports unknown in this frame.
     Later { id: u32 },
-    /// A first fragment that does not carry what matching needs: its IPv6
-    /// extension chain is cut short, or its TCP/UDP ports are missing.
+    /// A first fragment that does not carry what matching and tracking
+    /// need: its IPv6 extension chain is cut short, its UDP ports are
+    /// missing, or its TCP header is not whole (RFC 1858's tiny fragment:
+    /// the flags would come in a later fragment).
     /// RFC 8200 §4.5 and RFC 7112 have such first fragments dropped (the
     /// rest of the chain, and the ports, would come in a later fragment,
     /// past every port rule); the data plane drops it, and its later

@@ -27,9 +27,12 @@ pub enum Transport {
     /// as that packet was sent (ports 0 when the quote is too short or
     /// its protocol has none; an echo's identifier as both ports).
     Error { inner: FlowKey },
-    /// Anything else: UDP, other ICMP messages, other protocols, a later
-    /// fragment, a header cut short (for TCP: a data offset under 5 words
-    /// or past the packet, what Linux's conntrack calls invalid).
+    /// A later fragment of a datagram (no transport header in it: its
+    /// first fragment had it).
+    LaterFragment,
+    /// Anything else: UDP, other ICMP messages, other protocols, a header
+    /// cut short (for TCP: a data offset under 5 words or past the packet,
+    /// what Linux's conntrack calls invalid).
     Other,
 }
 
@@ -162,12 +165,26 @@ fn tcp_fast(link: LinkType, frame: &[u8]) -> Option<TcpSeg> {
     let ip = frame.get(14..)?;
     let h = ip.get(..20)?;
     let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-    let offset = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
-    if h[0] != 0x45 || h[9] != proto::TCP || offset != 0 || !(40..=ip.len()).contains(&total) {
+    let frag = u16::from_be_bytes([h[6], h[7]]);
+    if h[0] != 0x45 || h[9] != proto::TCP || frag & 0x1fff != 0 || !(40..=ip.len()).contains(&total)
+    {
         return None;
     }
-    tcp_seg(&ip[20..total], total - 20)
+    let more = frag & 0x2000 != 0;
+    tcp_seg(
+        &ip[20..total],
+        if more { FRAGMENTED - 20 } else { total - 20 },
+    )
 }
+
+/// The IP packet length a first fragment's segment is taken to have: the
+/// largest an IPv4 datagram (or an IPv6 payload) can be. Its true length
+/// is known only once its last fragment came, and the fragments pass one
+/// by one; Linux's conntrack sees the reassembled datagram. Taking the
+/// largest end keeps the peer's acknowledgement of the whole datagram in
+/// the window (up to 64 KB of the sender's window is then taken as sent:
+/// said in the conntrack README).
+const FRAGMENTED: usize = 65_535;
 
 /// [`transport`] for every frame, through etherparse.
 fn transport_general(link: LinkType, frame: &[u8]) -> Transport {
@@ -180,7 +197,12 @@ fn transport_general(link: LinkType, frame: &[u8]) -> Transport {
     let (v6, later_fragment, p, declared) = match &ip {
         LaxIpSlice::Ipv4(v4) => {
             let h = v4.header();
-            let declared = usize::from(h.total_len()).saturating_sub(usize::from(h.ihl()) * 4);
+            let ihl = usize::from(h.ihl()) * 4;
+            let declared = if h.more_fragments() && h.fragments_offset().value() == 0 {
+                FRAGMENTED - ihl
+            } else {
+                usize::from(h.total_len()).saturating_sub(ihl)
+            };
             (
                 false,
                 h.fragments_offset().value() != 0,
@@ -192,17 +214,21 @@ fn transport_general(link: LinkType, frame: &[u8]) -> Transport {
             let first = v6.header().next_header().0;
             let ext = v6.extensions().slice();
             let frag = super::ip::ipv6_fragment(first, ext);
-            let declared = usize::from(v6.header().payload_length()).saturating_sub(ext.len());
+            let payload = if matches!(frag, Frag::First { .. }) {
+                FRAGMENTED
+            } else {
+                usize::from(v6.header().payload_length())
+            };
             (
                 true,
                 matches!(frag, Frag::Later { .. }),
                 v6.payload(),
-                declared,
+                payload.saturating_sub(ext.len()),
             )
         }
     };
     if later_fragment {
-        return Transport::Other;
+        return Transport::LaterFragment;
     }
     let b = p.payload;
     match (p.ip_number.0, v6) {
@@ -402,6 +428,53 @@ mod tests {
     /// The options conntrack reads, as Linux's `tcp_options` and
     /// `tcp_sack` read them: window scale, SACK permitted, the highest
     /// SACK edge past the ACK; the payload length from the IP header.
+    /// A TCP segment split into IPv4 fragments: the first fragment (more
+    /// to come) is read with the largest end its datagram can have, on
+    /// both the fast and the general path; a later fragment is one; a
+    /// first fragment that cuts the TCP header is incomplete for the
+    /// decoder (dropped and counted, never matched or tracked).
+    #[test]
+    fn tcp_fragments_are_read_as_their_datagram() {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(MAC, MAC)
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 80, 100, 512)
+            .write(&mut f, &[7; 40])
+            .unwrap();
+        // More fragments (0x2000), offset 0; the IP checksum is not read.
+        f[14 + 6] = 0x20;
+        let Transport::Tcp(seg) = transport(LinkType::Ethernet, &f) else {
+            panic!("a first fragment's segment is read");
+        };
+        assert_eq!((seg.seq, seg.payload), (100, 65_535 - 20 - 20));
+        // The general path reads the same.
+        assert_eq!(
+            transport_general(LinkType::Ethernet, &f),
+            Transport::Tcp(seg)
+        );
+        match super::super::decode(LinkType::Ethernet, &f) {
+            crate::Decoded::Ip(ip) => assert!(matches!(ip.frag, Frag::First { .. }), "{ip:?}"),
+            d => panic!("{d:?}"),
+        }
+        // A later fragment (offset 8 bytes): no header of its own.
+        let mut later = f.clone();
+        later[14 + 6] = 0x00;
+        later[14 + 7] = 0x01;
+        assert_eq!(
+            transport(LinkType::Ethernet, &later),
+            Transport::LaterFragment
+        );
+        // A first fragment of 12 TCP bytes (the flags are in the next).
+        let mut tiny = f[..14 + 20 + 12].to_vec();
+        tiny[14 + 2..14 + 4].copy_from_slice(&32u16.to_be_bytes());
+        match super::super::decode(LinkType::Ethernet, &tiny) {
+            crate::Decoded::Ip(ip) => {
+                assert!(matches!(ip.frag, Frag::IncompleteFirst { .. }), "{ip:?}");
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+
     #[test]
     fn tcp_options_and_payload_length_are_read() {
         use etherparse::TcpOptionElement::*;

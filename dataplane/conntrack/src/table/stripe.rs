@@ -22,6 +22,9 @@ use crate::tcp;
 /// flood, alternated runs).
 pub(super) const PREFETCH_AHEAD: u32 = 3;
 
+/// Slots an early drop's scan prefetches ahead of the one it reads.
+const SCAN_AHEAD: u32 = 8;
+
 /// Whether the connection in control word `c` may be dropped to make room
 /// for a new one, as Linux's early drop takes it: not assured (no answer
 /// yet, a handshake not completed, UDP that is not a stream, ICMP, other
@@ -245,9 +248,21 @@ impl ConnTable {
     /// next one after the stripe's clock hand. `false` when it has none.
     pub(super) fn drop_one(&self, shard: &mut Shard, now_ns: u64) -> bool {
         let n = shard.fresh;
-        for step in 0..n.min(DROP_SCAN) {
+        let scan = n.min(DROP_SCAN);
+        // The scan's slots on their way, SCAN_AHEAD ahead of it: a scan
+        // that finds nothing reads ~104 lines of a table far larger than
+        // the caches, and each read used to wait for its own miss.
+        for step in 0..scan.min(SCAN_AHEAD) {
+            let s = &self.slots[(shard.base + (shard.hand + step) % n) as usize];
+            cfdp_filter::prefetch_read(std::ptr::from_ref(s).cast());
+        }
+        for step in 0..scan {
             let off = (shard.hand + step) % n;
             let i = shard.base + off;
+            if step + SCAN_AHEAD < scan {
+                let ahead = &self.slots[(shard.base + (off + SCAN_AHEAD) % n) as usize];
+                cfdp_filter::prefetch_read(std::ptr::from_ref(ahead).cast());
+            }
             let s = &self.slots[i as usize];
             let c = s.ctl().load(Acquire);
             if c & USED == 0 {

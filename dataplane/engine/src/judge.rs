@@ -18,13 +18,33 @@ pub(crate) struct Judge<'a> {
     now_s: u32,
     /// A connection was opened in this burst (later packets look again).
     opened: bool,
-    /// Hits of one rule by consecutive packets, not yet added to its
-    /// counters (slot, packets, bytes): one add a run, not a packet (a
-    /// burst of an allow-all or a catch-all is one run). Added before the
-    /// burst ends ([`Self::flush`]), so a reader of the published packet
-    /// count still sees every hit of the packets it counted.
-    run: (u32, u64, u64),
+    /// Consecutive packets that hit one rule, not yet counted: the rule's
+    /// hits (its slot, packets, bytes), its action and the verdict it
+    /// gave. A packet of the same rule as the one before costs a compare
+    /// and two adds; the run is counted once — the rule's counters and the
+    /// verdict counters — when another rule comes or the burst ends
+    /// ([`Self::flush`], before the burst's publish, so a reader of the
+    /// published packet count still sees every hit of the packets it
+    /// counted). A burst of an allow-all or a catch-all is one run.
+    run: Run,
 }
+
+#[derive(Clone, Copy)]
+struct Run {
+    slot: u32,
+    packets: u64,
+    bytes: u64,
+    action: Action,
+    verdict: Verdict,
+}
+
+const NO_RUN: Run = Run {
+    slot: 0,
+    packets: 0,
+    bytes: 0,
+    action: Action::Drop,
+    verdict: Verdict::Drop,
+};
 
 impl Judge<'_> {
     pub(crate) fn new<'a>(
@@ -37,37 +57,41 @@ impl Judge<'_> {
             rules,
             now_s,
             opened: false,
-            run: (0, 0, 0),
+            run: NO_RUN,
         }
     }
 
     #[inline]
     pub(crate) fn verdict(&mut self, rule: Option<RuleRef>, orig_len: u32) -> Verdict {
         let Some(r) = rule else {
-            return self.act(None);
+            return self.act(None, 1);
         };
-        self.c.matched += 1;
-        self.count(r.slot, orig_len);
-        self.act(Some(r.action))
-    }
-
-    /// One hit of rule `slot` by a packet of `len` bytes.
-    #[inline]
-    fn count(&mut self, slot: u32, len: u32) {
-        if self.run.0 != slot || self.run.1 == 0 {
-            self.flush();
-            self.run.0 = slot;
+        let run = &mut self.run;
+        if run.packets > 0 && run.slot == r.slot {
+            run.packets += 1;
+            run.bytes += u64::from(orig_len);
+            return run.verdict;
         }
-        self.run.1 += 1;
-        self.run.2 += u64::from(len);
+        self.flush();
+        self.run = Run {
+            slot: r.slot,
+            packets: 1,
+            bytes: u64::from(orig_len),
+            action: r.action,
+            verdict: verdict_of(r.action),
+        };
+        self.run.verdict
     }
 
-    /// The current run's hits into its rule's counters.
+    /// The current run into its rule's counters and the verdict counters.
     #[inline]
     pub(crate) fn flush(&mut self) {
-        let (slot, packets, bytes) = std::mem::take(&mut self.run);
-        if packets > 0 {
-            self.rules.add_n(slot, packets, bytes, self.now_s);
+        let run = std::mem::replace(&mut self.run, NO_RUN);
+        if run.packets > 0 {
+            self.rules
+                .add_n(run.slot, run.packets, run.bytes, self.now_s);
+            self.c.matched += run.packets;
+            self.act(Some(run.action), run.packets);
         }
     }
 
@@ -96,11 +120,11 @@ impl Judge<'_> {
         match conn {
             Some(Decided::Established(a)) => {
                 self.c.ct_established += 1;
-                return self.act(Some(a.action()));
+                return self.act(Some(a.action()), 1);
             }
             Some(Decided::Related(a)) => {
                 self.c.ct_related += 1;
-                return self.act(Some(a.action()));
+                return self.act(Some(a.action()), 1);
             }
             None => {}
         }
@@ -115,8 +139,8 @@ impl Judge<'_> {
                     Err(OpenError::Full) => {
                         self.c.ct_refused += 1;
                         self.c.matched += 1;
-                        self.count(r.slot, p.orig_len);
-                        return self.act(Some(Action::Drop));
+                        self.rules.add(r.slot, u64::from(p.orig_len), self.now_s);
+                        return self.act(Some(Action::Drop), 1);
                     }
                 }
             }
@@ -124,35 +148,36 @@ impl Judge<'_> {
         self.verdict(rule, p.orig_len)
     }
 
-    /// What `action` (none: no rule) does to the packet, counted.
+    /// What `action` (none: no rule) does to `n` packets, counted.
     #[inline]
-    fn act(&mut self, action: Option<Action>) -> Verdict {
+    fn act(&mut self, action: Option<Action>, n: u64) -> Verdict {
         let c = &mut *self.c;
-        let v = match action {
-            None => Verdict::Forward,
-            Some(action) => match action {
-                Action::Drop => Verdict::Drop,
-                Action::Allow | Action::Track(Allowing::Allow) => {
-                    c.allowed += 1;
-                    Verdict::Forward
-                }
-                Action::Count | Action::Track(Allowing::Count) => {
-                    c.counted += 1;
-                    Verdict::Forward
-                }
-                Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => {
-                    Verdict::Redirect(port)
-                }
-            },
-        };
+        match action {
+            Some(Action::Allow | Action::Track(Allowing::Allow)) => c.allowed += n,
+            Some(Action::Count | Action::Track(Allowing::Count)) => c.counted += n,
+            _ => {}
+        }
+        let v = action.map_or(Verdict::Forward, verdict_of);
         match v {
-            Verdict::Drop => c.dropped += 1,
-            Verdict::Forward => c.forwarded += 1,
+            Verdict::Drop => c.dropped += n,
+            Verdict::Forward => c.forwarded += n,
             Verdict::Redirect(_) => {
-                c.forwarded += 1;
-                c.redirected += 1;
+                c.forwarded += n;
+                c.redirected += n;
             }
         }
         v
+    }
+}
+
+/// What a rule's action does to a packet.
+#[inline]
+fn verdict_of(action: Action) -> Verdict {
+    match action {
+        Action::Drop => Verdict::Drop,
+        Action::Allow | Action::Count | Action::Track(Allowing::Allow | Allowing::Count) => {
+            Verdict::Forward
+        }
+        Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => Verdict::Redirect(port),
     }
 }

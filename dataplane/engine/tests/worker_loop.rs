@@ -143,3 +143,29 @@ fn one_burst_in_sixteen_is_timed_stage_by_stage() {
     assert!(s.stages.ns.values().sum::<u64>() > 0);
     assert!(s.stages.ns["classify"] > 0 && s.stages.ns["decode"] > 0);
 }
+
+/// Runs of one rule (a burst of one flow's packets) are counted whole:
+/// the rule's hits and bytes, matched, counted and forwarded, across
+/// bursts and a change of rule inside a burst.
+#[test]
+fn a_run_of_one_rules_hits_is_counted_whole() {
+    let (_w, cx) = context(Mode::Verify);
+    // 40 frames of key 2 (count), then 10 of key 1 (drop): a run that
+    // crosses a burst, then another rule inside the second burst.
+    let frames: Vec<Vec<u8>> = (0..50)
+        .map(|i| frame(&key(if i < 40 { 2 } else { 1 })))
+        .collect();
+    let tables = cx.readers.handle();
+    let mut worker = Worker::new(&cx, 0, WorkerOptions::default());
+    let mut b = MemoryBackend::new(&frames, Limit::Passes(2));
+    run_worker(&mut b, &mut worker, &tables);
+    let t = cx.stats.totals();
+    assert_eq!(
+        (t.packets, t.matched, t.counted, t.forwarded, t.dropped),
+        (100, 100, 80, 80, 20)
+    );
+    assert_eq!((b.forwarded, b.dropped), (80, 20));
+    assert_eq!(cx.stats.slot_totals(1).0, 80, "count rule's hits");
+    assert_eq!(cx.stats.slot_totals(0).0, 20, "drop rule's hits");
+    assert_eq!(cx.stats.slot_totals(1).1, 80 * frames[0].len() as u64);
+}

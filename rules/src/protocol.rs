@@ -453,6 +453,23 @@ pub enum ParamError {
     Unknown { name: String, allowed: String },
     #[error("{0}: not a non-negative integer")]
     NotUnsigned(String),
+    /// A prefix or address parameter that does not parse.
+    #[error("{name}: {source}")]
+    Prefix {
+        name: String,
+        #[source]
+        source: crate::PrefixError,
+    },
+    #[error("{0}: expected a prefix or address string")]
+    NotAString(String),
+    #[error("proto: unknown protocol {0:?}")]
+    UnknownProtocol(String),
+    #[error("proto: not a protocol (0..=255 or a name)")]
+    NotAProtocol,
+    #[error("{name}: {value} is not a port")]
+    NotAPort { name: String, value: u64 },
+    #[error("{name}: {value}: 1 to {max}")]
+    OutOfRange { name: String, value: u64, max: u64 },
 }
 
 /// Reads an optional non-negative integer parameter.

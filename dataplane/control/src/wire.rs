@@ -2,7 +2,9 @@
 //! [`Command`] (parameters checked and named here, before the control
 //! thread sees anything), and a typed answer becomes a response line.
 
-use cfdp_rules::protocol::{check_params, code, param_u64, ErrorReply, Method, ParsedRequest};
+use cfdp_rules::protocol::{
+    check_params, code, param_u64, ErrorReply, Method, ParamError, ParsedRequest,
+};
 use cfdp_rules::{parse_batch, RuleId};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -100,38 +102,44 @@ pub const MAX_CONNS: u64 = 10_000;
 
 /// `conns`'s parameters: `src`/`dst` a prefix or address, `proto` a name
 /// or number, `port`, `limit` (100 unless given, at most [`MAX_CONNS`]).
-fn conns_query(p: &Value) -> Result<Command, String> {
-    check_params(p, Method::Conns.params()).map_err(|e| e.to_string())?;
-    let prefix = |k: &str| -> Result<Option<cfdp_rules::IpPrefix>, String> {
+fn conns_query(p: &Value) -> Result<Command, ParamError> {
+    check_params(p, Method::Conns.params())?;
+    let prefix = |k: &str| -> Result<Option<cfdp_rules::IpPrefix>, ParamError> {
         match p.get(k) {
             None => Ok(None),
-            Some(Value::String(s)) => s.parse().map(Some).map_err(|e| format!("{k}: {e}")),
-            Some(v) => Err(format!(
-                "{k}: expected a prefix or address string, found {v}"
-            )),
+            Some(Value::String(s)) => s.parse().map(Some).map_err(|source| ParamError::Prefix {
+                name: k.to_string(),
+                source,
+            }),
+            Some(_) => Err(ParamError::NotAString(k.to_string())),
         }
     };
     let proto = match p.get("proto") {
         None => None,
         Some(Value::String(s)) => Some(
-            cfdp_rules::proto_by_name(s)
-                .ok_or_else(|| format!("proto: unknown protocol \"{s}\""))?,
+            cfdp_rules::proto_by_name(s).ok_or_else(|| ParamError::UnknownProtocol(s.clone()))?,
         ),
         Some(v) => Some(
             v.as_u64()
                 .and_then(|n| u8::try_from(n).ok())
-                .ok_or_else(|| format!("proto: {v} is not a protocol (0..=255 or a name)"))?,
+                .ok_or(ParamError::NotAProtocol)?,
         ),
     };
-    let port = param_u64(p, "port")
-        .map_err(|e| e.to_string())?
-        .map(|n| u16::try_from(n).map_err(|_| format!("port: {n} is not a port")))
+    let port = param_u64(p, "port")?
+        .map(|n| {
+            u16::try_from(n).map_err(|_| ParamError::NotAPort {
+                name: "port".into(),
+                value: n,
+            })
+        })
         .transpose()?;
-    let limit = param_u64(p, "limit")
-        .map_err(|e| e.to_string())?
-        .unwrap_or(100);
+    let limit = param_u64(p, "limit")?.unwrap_or(100);
     if limit == 0 || limit > MAX_CONNS {
-        return Err(format!("limit: {limit}: 1 to {MAX_CONNS}"));
+        return Err(ParamError::OutOfRange {
+            name: "limit".into(),
+            value: limit,
+            max: MAX_CONNS,
+        });
     }
     Ok(Command::Conns {
         query: cfdp_conntrack::ConnQuery {
@@ -197,4 +205,44 @@ pub fn answer_line(
             .to_json()
             .to_string()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `conns`'s parameters are refused by what failed, as typed errors.
+    #[test]
+    fn conns_parameters_are_refused_by_variant() {
+        let err = |p: Value| conns_query(&p).err();
+        assert_eq!(
+            err(json!({"proto": "nope"})),
+            Some(ParamError::UnknownProtocol("nope".into()))
+        );
+        assert_eq!(err(json!({"proto": 300})), Some(ParamError::NotAProtocol));
+        assert_eq!(
+            err(json!({"port": 70000})),
+            Some(ParamError::NotAPort {
+                name: "port".into(),
+                value: 70000
+            })
+        );
+        assert_eq!(
+            err(json!({"src": 5})),
+            Some(ParamError::NotAString("src".into()))
+        );
+        assert!(matches!(
+            err(json!({"dst": "10.0.0.1/40"})),
+            Some(ParamError::Prefix { ref name, .. }) if name == "dst"
+        ));
+        assert_eq!(
+            err(json!({"limit": 0})),
+            Some(ParamError::OutOfRange {
+                name: "limit".into(),
+                value: 0,
+                max: MAX_CONNS
+            })
+        );
+        assert!(err(json!({"src": "10.0.0.0/8", "proto": "udp", "port": 53})).is_none());
+    }
 }

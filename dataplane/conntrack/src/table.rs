@@ -240,11 +240,9 @@ pub enum L4 {
     Echo {
         request: bool,
     },
-    /// A later fragment: its datagram's header came in the first
-    /// fragment, which was checked (a TCP first fragment's segment is
-    /// stepped with the largest end its datagram can have). It passes with
-    /// its connection and moves nothing, as the rest of a datagram Linux
-    /// reassembles before its conntrack sees it.
+    /// A later fragment (its header was in the checked first fragment):
+    /// it passes with its connection and moves nothing, as the rest of a
+    /// datagram Linux reassembles before its conntrack sees it.
     Fragment,
     None,
 }

@@ -221,6 +221,8 @@ pub struct Exporter {
     cluster: Option<Arc<ClusterMode>>,
 }
 
+mod stages;
+
 type Enc<'a, 'b> = &'a mut DescriptorEncoder<'b>;
 type Res = Result<(), std::fmt::Error>;
 
@@ -444,54 +446,7 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
             workers.iter().map(|w| (w.worker.to_string(), get(w))),
         )?;
     }
-    encode_stages(e, workers)
-}
-
-/// Each worker's time by stage on its sampled bursts (`cfdp_engine::stages`),
-/// as OVS's `pmd-perf-show` gives it: nanoseconds and packets sampled (a
-/// rate of one over the other is the stage's time a packet), and the cycles
-/// a packet at the CPU's clock.
-fn encode_stages(e: Enc, workers: &[cfdp_engine::stats::WorkerSnapshot]) -> Res {
-    counters(
-        e,
-        "stage_sampled_packets",
-        "Packets of the bursts timed stage by stage (one burst in 16)",
-        "worker",
-        workers
-            .iter()
-            .map(|w| (w.worker.to_string(), w.stages.sampled_packets)),
-    )?;
-    let mut m = e.encode_descriptor(
-        "stage_nanoseconds",
-        "Time spent in each stage of the timed bursts (rx, decode, track, classify, act, tx)",
-        None,
-        MetricType::Counter,
-    )?;
-    for w in workers {
-        for (stage, v) in &w.stages.ns {
-            m.encode_family(&[
-                ("worker", w.worker.to_string()),
-                ("stage", (*stage).to_string()),
-            ])?
-            .encode_counter::<NoLabelSet, _, u64>(v, None)?;
-        }
-    }
-    let mut m = e.encode_descriptor(
-        "stage_cycles_per_packet",
-        "Cycles a packet in each stage, at the CPU's clock (timed bursts since start)",
-        None,
-        MetricType::Gauge,
-    )?;
-    for w in workers {
-        for (stage, v) in &w.stages.cycles_per_packet {
-            m.encode_family(&[
-                ("worker", w.worker.to_string()),
-                ("stage", (*stage).to_string()),
-            ])?
-            .encode_gauge(v)?;
-        }
-    }
-    Ok(())
+    stages::encode_stages(e, workers)
 }
 
 /// The count rules' counters and the control plane's own.

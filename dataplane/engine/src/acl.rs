@@ -38,6 +38,7 @@
 //! Updates touch one table: insert and delete are a hash-table operation
 //! plus a sorted insert into one bucket (no rebuild).
 
+mod burst;
 pub mod compiled;
 mod cuts;
 mod short;
@@ -46,7 +47,7 @@ mod word;
 
 use std::sync::Arc;
 
-use compiled::{Compiled, Fields, Hit, Input, Layer, Overlay, LANES};
+use compiled::{Compiled, Fields, Hit, Input, Layer, Overlay};
 
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
@@ -484,107 +485,6 @@ impl AclClassifier {
     #[inline]
     pub fn classify_id(&self, k: &FlowKey) -> Option<RuleId> {
         self.winner(k, &mut Probes::default()).map(|a| a.id)
-    }
-
-    /// The winning rule's id for each key of a burst (`None`: no rule). The
-    /// id comes from the table's entry: the rule itself is not read.
-    pub fn classify_burst(&self, keys: &[FlowKey], out: &mut [Option<RuleId>]) {
-        self.burst(keys, |i, a| out[i] = a.map(|a| a.id));
-    }
-
-    /// The winning rule's action and tag for each key of a burst.
-    pub fn classify_burst_action(&self, keys: &[FlowKey], out: &mut [Option<(Action, u32)>]) {
-        self.burst(keys, |i, a| out[i] = a.map(|a| (a.action, a.tag)));
-    }
-
-    /// [`Self::classify_burst_action`], each answer made by `f` straight
-    /// into `out` (no array of answers copied after).
-    #[inline]
-    pub fn classify_burst_into<T>(
-        &self,
-        keys: &[FlowKey],
-        out: &mut [Option<T>],
-        f: impl Fn(Action, u32) -> T,
-    ) {
-        self.burst(keys, |i, a| out[i] = a.map(|a| f(a.action, a.tag)));
-    }
-
-    /// Each key's answer, handed to `put` with its index: each family's
-    /// keys walk its compiled tree [`LANES`] at a time, then the live
-    /// layer.
-    #[inline]
-    fn burst(&self, keys: &[FlowKey], mut put: impl FnMut(usize, Option<Answer>)) {
-        if let Some(s) = &self.short {
-            for (i, k) in keys.iter().enumerate() {
-                put(i, s.first(k));
-            }
-            return;
-        }
-        let mut probes = Probes::default();
-        if self.compiled.is_none() {
-            for (i, k) in keys.iter().enumerate() {
-                put(i, self.winner(k, &mut probes));
-            }
-            return;
-        }
-        for (base, chunk) in keys.chunks(LANES).enumerate() {
-            let at = base * LANES;
-            let (l4, l6) = (
-                (self.l4(), &self.o4, &self.v4),
-                (self.l6(), &self.o6, &self.v6),
-            );
-            // A chunk of one family (the common case) needs no indices.
-            if chunk.iter().all(|k| !k.v6) {
-                lanes(l4, chunk, None, at, &mut probes, &mut put);
-                continue;
-            }
-            // Each family's keys, by their place in the chunk.
-            let (mut i4, mut i6) = ([0u8; LANES], [0u8; LANES]);
-            let (mut n4, mut n6) = (0, 0);
-            for (j, k) in chunk.iter().enumerate() {
-                if k.v6 {
-                    i6[n6] = j as u8;
-                    n6 += 1;
-                } else {
-                    i4[n4] = j as u8;
-                    n4 += 1;
-                }
-            }
-            if n4 > 0 {
-                lanes(l4, chunk, Some(&i4[..n4]), at, &mut probes, &mut put);
-            }
-            lanes(l6, chunk, Some(&i6[..n6]), at, &mut probes, &mut put);
-        }
-    }
-}
-
-/// One family's keys of a burst chunk (`idx`: their places in `chunk`,
-/// which starts at key `at`; `None`: the whole chunk) through its compiled
-/// tree in lanes, then its live layer; each answer handed to `put`.
-#[inline(always)]
-fn lanes<W: compiled::Word, const N: usize>(
-    (layer, o, live): (Option<&Layer<W>>, &Overlay<W>, &Family<W, N>),
-    chunk: &[FlowKey],
-    idx: Option<&[u8]>,
-    at: usize,
-    probes: &mut Probes,
-    put: &mut impl FnMut(usize, Option<Answer>),
-) {
-    let n = idx.map_or(chunk.len(), <[u8]>::len);
-    let place = |i: usize| idx.map_or(i, |x| usize::from(x[i]));
-    let mut fs = [[W::default(); 8]; LANES];
-    // Each key's packet, read once for both layers.
-    let mut ps = [Packet::<W>::default(); LANES];
-    for i in 0..n {
-        ps[i] = Packet::of(&chunk[place(i)]);
-        fs[i] = tree_fields(&ps[i]);
-    }
-    let mut hits = [None; LANES];
-    if let Some(l) = layer {
-        l.lookup_lanes(&fs[..n], o, &mut hits);
-    }
-    for (i, (p, hit)) in ps[..n].iter().zip(hits).enumerate() {
-        put(at + place(i), merge(live, p, hit, probes));
     }
 }
 

@@ -8,6 +8,7 @@
 # Workloads:
 #   forward-all   cfdp: one allow-all rule; OVS: one OpenFlow flow
 #                 (in_port=1 -> output:2); testpmd: io forwarding.
+#   forward-all-v6  the same with IPv6/UDP frames (cfdp's rule ::/0).
 #   udp-stateful  conversations from inside (10/8) answered from outside:
 #                 cfdp: "allow + track" for 10/8 and a catch-all drop;
 #                 OVS: the same through ct() (untracked -> ct(table=1);
@@ -94,6 +95,13 @@ def write(name, frames):
             f.write(struct.pack('<IIII', 0, 0, len(fr), len(fr)) + fr)
 write('forward-all', [frame(0x0a000000 | rng.randrange(1 << 24), 0xc0000000 | rng.randrange(256),
                             1024 + i % 50000, 53) for i in range(16384)])
+def frame6(s, d, sp, dp):
+    eth = b'\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x86\xdd'
+    ip6 = struct.pack('>IHBB', 6 << 28, 8 + 18, 17, 64) + s + d
+    return eth + ip6 + struct.pack('>HHHH', sp, dp, 26, 0xffff) + b'\0' * 18
+write('forward-all-v6', [frame6(b'\x20\x01\x0d\xb8' + rng.randbytes(12),
+                                b'\x20\x01\x0d\xb9' + bytes(11) + bytes([rng.randrange(256)]),
+                                1024 + i % 50000, 53) for i in range(16384)])
 conv = []
 for i in range(4096):
     a, b, sp = 0x0a000000 | rng.randrange(1 << 24), 0xc0000000 | rng.randrange(1 << 16), 1024 + i
@@ -104,6 +112,9 @@ PY
 cat >"$work/forward-all.json" <<'JSON'
 {"rules": [{"id": 1, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "allow"}]}
 JSON
+cat >"$work/forward-all-v6.json" <<'JSON'
+{"rules": [{"id": 1, "priority": 1, "match": {"src_prefix": "::/0"}, "action": "allow"}]}
+JSON
 cat >"$work/udp-stateful.json" <<'JSON'
 {"rules": [
   {"id": 1, "priority": 10, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"}, "action": "allow", "track": true},
@@ -112,6 +123,7 @@ JSON
 cat >"$work/forward-all.flows" <<'FLOWS'
 in_port=1,actions=output:2
 FLOWS
+cp "$work/forward-all.flows" "$work/forward-all-v6.flows"
 cat >"$work/udp-stateful.flows" <<'FLOWS'
 table=0,priority=10,udp,ct_state=-trk,actions=ct(table=1)
 table=0,priority=0,actions=drop
@@ -228,14 +240,14 @@ run_testpmd() { # workload
 median() { sort -n | awk '{a[NR]=$1} END {printf "%s", a[int((NR+1)/2)]}'; }
 rows=()
 echo "machine: $model, $(nproc) cores, $mhz MHz, SIMD $simd; $DUR s a run, $ROUNDS rounds"
-for w in forward-all udp-stateful; do
+for w in forward-all forward-all-v6 udp-stateful; do
     c_r=() c_f=() o_r=() o_f=() o_c=() t_r=()
     for _ in $(seq 1 "$ROUNDS"); do
         read -r r f < <(run_cfdp "$w")
         c_r+=("$r") c_f+=("$f")
         read -r r f c < <(run_ovs "$w")
         o_r+=("$r") o_f+=("$f") o_c+=("$c")
-        if [ "$w" = forward-all ]; then t_r+=("$(run_testpmd "$w")"); fi
+        case $w in forward-all*) t_r+=("$(run_testpmd "$w")") ;; esac
     done
     cr=$(printf '%s\n' "${c_r[@]}" | median) cf=$(printf '%s\n' "${c_f[@]}" | median)
     or=$(printf '%s\n' "${o_r[@]}" | median) of=$(printf '%s\n' "${o_f[@]}" | median)

@@ -433,10 +433,15 @@ impl Worker {
             let s = &mut *self.scratch;
             s.held[i] = None;
             s.valid[i] = false;
-            // The common frame (Ethernet, IPv4, TCP/UDP, no options, not a
-            // fragment) straight into the burst: what `decode` would say.
+            // The common frame (Ethernet, IPv4 without options or IPv6
+            // without extension headers, TCP/UDP, not a fragment) straight
+            // into the burst: what `decode` would say.
             if let Some(key) = decode_fast(p.link, p.data) {
-                c.ipv4 += 1;
+                if key.v6 {
+                    c.ipv6 += 1;
+                } else {
+                    c.ipv4 += 1;
+                }
                 account(&mut self.flows, key, p.orig_len);
                 s.keys[i] = key;
                 s.valid[i] = true;
@@ -446,7 +451,7 @@ impl Worker {
         }
     }
 
-    /// Any frame `decode_fast` does not take: every link type, IPv6,
+    /// Any frame `decode_fast` does not take: every link type, IPv6 with extension headers,
     /// options, fragments, non-IP and malformed frames.
     fn decode_slow(&mut self, i: usize, p: &PacketRef<'_>) {
         let l = &mut self.local;

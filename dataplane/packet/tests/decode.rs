@@ -276,13 +276,24 @@ fn fast_path_agrees_with_decode() {
         v
     };
     frames.push(eth(0x0800, &tcp));
+    // IPv6 without extension headers takes the fast path too.
+    for proto in [17u8, 6] {
+        let b = PacketBuilder::ipv6([0x20; 16], [0x21; 16], 64);
+        let mut v = Vec::new();
+        if proto == 17 {
+            b.udp(5353, 53).write(&mut v, b"query").unwrap();
+        } else {
+            b.tcp(40000, 443, 1, 1024).write(&mut v, b"hi").unwrap();
+        }
+        frames.push(eth(0x86dd, &v));
+    }
     let mut fast = 0;
     for f in &frames {
-        for at in 0..42.min(f.len()) {
-            for v in [0u8, 1, 0x20, 0x45, 0x46, 0x81, 0xff] {
+        for at in 0..58.min(f.len()) {
+            for v in [0u8, 1, 0x20, 0x45, 0x46, 0x60, 0x81, 0xff] {
                 let mut g = f.clone();
                 g[at] = v;
-                for cut in [g.len(), 37, 34, 20] {
+                for cut in [g.len(), 58, 57, 54, 37, 34, 20] {
                     let g = &g[..cut.min(g.len())];
                     let Some(key) = decode_fast(LinkType::Ethernet, g) else {
                         continue;

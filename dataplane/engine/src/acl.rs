@@ -105,7 +105,7 @@ pub struct AclClassifier {
     v6_rules: usize,
     /// Every rule, while there are at most [`SHORT_MAX`]: a lookup scans
     /// them and skips both layers ([`short`]).
-    short: Option<Short<Answer>>,
+    short: Option<Short>,
     /// The short list turned off ([`Self::without_short_path`]).
     no_short: bool,
 }
@@ -257,13 +257,7 @@ impl AclClassifier {
         self.short = (!self.no_short && self.by_id.len() <= SHORT_MAX).then(|| {
             Short::new(self.by_id.values().map(|&(_, slot)| {
                 let (r, tag) = &self.slab[slot as usize];
-                let answer = Answer {
-                    id: r.id,
-                    action: r.action,
-                    tag: *tag,
-                    slot,
-                };
-                (r, answer)
+                (r, slot, *tag)
             }))
         });
     }

@@ -1,139 +1,69 @@
 //! A short rule set — an allow-all, a default drop under a few prefixes,
 //! a handful of port rules — classified by one scan of its rules, best
-//! first, with each rule's fields pre-shifted into masks and bounds: a few
-//! compares a rule, no tree, no table, no lanes to set up. A set of at
+//! first: each rule is the tuple space's [`Entry`] (fields pre-shifted
+//! into masks and bounds, the answer beside them), so a rule is a few
+//! compares, with no tree, no table and no lanes to set up. A set of at
 //! most [`MAX`] rules takes this path whatever its layers hold (the
 //! classifier rebuilds the list on every change while the set is short);
 //! past [`MAX`], the compiled tree and the tuple space are faster.
 //!
-//! Why eight: a rule is ~6 compares when it fails on its first field, and
-//! the compiled walk of the smallest tree costs ~100 instructions of lane
-//! set-up before its first level (the classifier's callgrind counts), so
-//! a scan of eight rules is never slower; the `worker-path` bench's
-//! `allow-all` and `prefixes` sets (1 and 9 rules) are the two sides.
+//! Why sixteen: a rule that fails costs a few compares, and the compiled
+//! walk of the smallest tree costs ~100 instructions of lane set-up before
+//! its first level (the classifier's callgrind counts); the `worker-path`
+//! bench's `allow-all` (1 rule) and `prefixes` (9) sets take this path
+//! (with the run counting of `judge.rs`, 477 -> 273 and 516 -> 405
+//! instructions a packet; a rule type of its own with branch-free compares
+//! counted ~20 fewer, not worth a second copy of `Entry`).
 
 use cfdp_rules::{AclRule, FlowKey};
 
+use super::tuple::{Answer, Entry};
+use super::word::{Packet, Word};
+
 /// Rules at most in a short set.
 pub const MAX: usize = 16;
-
-/// An address as an integer: `u32` for IPv4, `u128` for IPv6.
-trait Addr: Copy + Eq + std::ops::BitAnd<Output = Self> {
-    fn of(a: &[u8; 16]) -> Self;
-    /// The mask of a prefix of `len` bits.
-    fn mask(len: u8) -> Self;
-}
-
-impl Addr for u32 {
-    #[inline(always)]
-    fn of(a: &[u8; 16]) -> Self {
-        u32::from_be_bytes([a[0], a[1], a[2], a[3]])
-    }
-    fn mask(len: u8) -> Self {
-        u32::MAX
-            .checked_shl(32 - u32::from(len).min(32))
-            .unwrap_or(0)
-    }
-}
-
-impl Addr for u128 {
-    #[inline(always)]
-    fn of(a: &[u8; 16]) -> Self {
-        u128::from_be_bytes(*a)
-    }
-    fn mask(len: u8) -> Self {
-        u128::MAX
-            .checked_shl(128 - u32::from(len).min(128))
-            .unwrap_or(0)
-    }
-}
-
-/// One rule of a family, ready to compare: addresses with their masks,
-/// the protocol (mask 0: any), port bounds, and what a match answers.
-#[derive(Clone, Copy, Debug)]
-struct Rule<W, A> {
-    src: W,
-    src_mask: W,
-    dst: W,
-    dst_mask: W,
-    proto: u8,
-    proto_mask: u8,
-    sport: (u16, u16),
-    dport: (u16, u16),
-    answer: A,
-}
-
-impl<W: Addr, A: Copy> Rule<W, A> {
-    fn new(r: &AclRule, answer: A) -> Self {
-        let m = r.matcher;
-        let (src_mask, dst_mask) = (W::mask(m.src().len()), W::mask(m.dst().len()));
-        Self {
-            src: W::of(m.src().addr()) & src_mask,
-            src_mask,
-            dst: W::of(m.dst().addr()) & dst_mask,
-            dst_mask,
-            proto: m.proto().unwrap_or(0),
-            proto_mask: if m.proto().is_some() { 0xff } else { 0 },
-            sport: (m.sport().lo(), m.sport().hi()),
-            dport: (m.dport().lo(), m.dport().hi()),
-            answer,
-        }
-    }
-
-    /// Whether key `k` of this rule's family (its addresses `src`, `dst`)
-    /// matches: what `AclMatch::matches` says. Every field is compared
-    /// (`&`, not `&&`): one branch a rule, not one a field that a random
-    /// mix of packets would mispredict.
-    #[inline(always)]
-    fn matches(&self, k: &FlowKey, src: W, dst: W) -> bool {
-        ((src & self.src_mask) == self.src)
-            & ((dst & self.dst_mask) == self.dst)
-            & ((k.proto & self.proto_mask) == self.proto)
-            & (k.sport.wrapping_sub(self.sport.0) <= self.sport.1 - self.sport.0)
-            & (k.dport.wrapping_sub(self.dport.0) <= self.dport.1 - self.dport.0)
-    }
-}
-
-/// The best rule of `rules` (best first) matching `k`.
-#[inline(always)]
-fn first<W: Addr, A: Copy>(rules: &[Rule<W, A>], k: &FlowKey) -> Option<A> {
-    let (src, dst) = (W::of(&k.src), W::of(&k.dst));
-    rules
-        .iter()
-        .find(|r| r.matches(k, src, dst))
-        .map(|r| r.answer)
-}
 
 /// A short set's rules per family, each list best first (higher priority,
 /// then lower id: the classifier's order; a key only meets its family's
 /// rules, so the two lists need no common order).
 #[derive(Clone, Debug, Default)]
-pub(super) struct Short<A> {
-    v4: Vec<Rule<u32, A>>,
-    v6: Vec<Rule<u128, A>>,
+pub(super) struct Short {
+    v4: Vec<Entry<u32>>,
+    v6: Vec<Entry<u128>>,
 }
 
-impl<A: Copy> Short<A> {
-    /// The lists of `rules` (at most [`MAX`]; each with its answer).
-    pub(super) fn new<'a>(rules: impl IntoIterator<Item = (&'a AclRule, A)>) -> Self {
-        let mut all: Vec<(&AclRule, A)> = rules.into_iter().collect();
-        all.sort_by(|(a, _), (b, _)| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
-        let (v6, v4): (Vec<_>, Vec<_>) = all.into_iter().partition(|(r, _)| r.matcher.v6());
-        Self {
-            v4: v4.into_iter().map(|(r, a)| Rule::new(r, a)).collect(),
-            v6: v6.into_iter().map(|(r, a)| Rule::new(r, a)).collect(),
+impl Short {
+    /// The lists of `rules` (at most [`MAX`]), each with its slot and tag.
+    pub(super) fn new<'a>(rules: impl IntoIterator<Item = (&'a AclRule, u32, u32)>) -> Self {
+        let mut s = Self::default();
+        for (r, slot, tag) in rules {
+            if r.matcher.v6() {
+                s.v6.push(Entry::new(r, slot, tag));
+            } else {
+                s.v4.push(Entry::new(r, slot, tag));
+            }
         }
+        s.v4.sort_by_key(|e| std::cmp::Reverse(e.rank()));
+        s.v6.sort_by_key(|e| std::cmp::Reverse(e.rank()));
+        s
     }
 
     /// The best rule matching `k`.
     #[inline(always)]
-    pub(super) fn first(&self, k: &FlowKey) -> Option<A> {
+    pub(super) fn first(&self, k: &FlowKey) -> Option<Answer> {
         if k.v6 {
             first(&self.v6, k)
         } else {
             first(&self.v4, k)
         }
     }
+}
+
+/// The best entry of `entries` (best first) matching `k`.
+#[inline(always)]
+fn first<W: Word>(entries: &[Entry<W>], k: &FlowKey) -> Option<Answer> {
+    let p = Packet::of(k);
+    entries.iter().find(|e| e.matches(&p)).map(Entry::answer)
 }
 
 #[cfg(test)]
@@ -194,7 +124,7 @@ mod tests {
                 matcher: m,
                 action: Action::Allow,
             };
-            let short = Short::new([(&r, ())]);
+            let short = Short::new([(&r, 0, 0)]);
             for t in 0..8 {
                 // Keys on the rule's own addresses, with low bits flipped
                 // (inside or just outside the prefix), or another family.

@@ -259,18 +259,34 @@ pub(super) fn ipv6_fragment(first: u8, exts: &[u8]) -> Frag {
 mod tests {
     use super::*;
 
-    /// The fast path and etherparse agree wherever the fast path answers:
-    /// random IPv4 headers biased towards the fast path's edges (IHL,
-    /// flags, offsets, lengths around the capture length, protocols).
-    #[test]
-    fn ipv4_fast_path_agrees_with_etherparse() {
-        let mut next = super::super::xorshift(0x1234_5678_9abc_def0u64);
+    /// What etherparse says of header `p` is the fast path's key `k`: an
+    /// IP packet, not a fragment, no anomaly.
+    fn agrees(k: FlowKey, p: &[u8]) {
         let l3 = L3 {
             offset: 0,
             vlan_tags: 0,
             mpls: false,
             pppoe: false,
         };
+        let want = decode_ip_general(p, l3);
+        assert_eq!(
+            Decoded::Ip(IpPacket {
+                key: k,
+                frag: Frag::None,
+                l3,
+                anomaly: None
+            }),
+            want,
+            "header {p:02x?}"
+        );
+    }
+
+    /// The fast path and etherparse agree wherever the fast path answers:
+    /// random IPv4 headers biased towards the fast path's edges (IHL,
+    /// flags, offsets, lengths around the capture length, protocols).
+    #[test]
+    fn ipv4_fast_path_agrees_with_etherparse() {
+        let mut next = super::super::xorshift(0x1234_5678_9abc_def0u64);
         let mut fast = 0;
         for _ in 0..2_000_000 {
             let r = next();
@@ -291,17 +307,7 @@ mod tests {
             p[9] = [6, 17, 51, 1, 6, 17][((r >> 24) % 6) as usize];
             if let Some(k) = ipv4_fast(&p) {
                 fast += 1;
-                let want = decode_ip_general(&p, l3);
-                assert_eq!(
-                    Decoded::Ip(IpPacket {
-                        key: k,
-                        frag: Frag::None,
-                        l3,
-                        anomaly: None
-                    }),
-                    want,
-                    "header {p:02x?}"
-                );
+                agrees(k, &p);
             }
         }
         assert!(fast > 100_000, "the fast path was taken {fast} times");
@@ -312,12 +318,6 @@ mod tests {
     #[test]
     fn ipv6_fast_path_agrees_with_etherparse() {
         let mut next = super::super::xorshift(0x0fed_cba9_8765_4321u64);
-        let l3 = L3 {
-            offset: 0,
-            vlan_tags: 0,
-            mpls: false,
-            pppoe: false,
-        };
         let mut fast = 0;
         for _ in 0..1_000_000 {
             let r = next();
@@ -338,17 +338,7 @@ mod tests {
             p[6] = [6, 17, 0, 44, 58, 6, 17][((r >> 24) % 7) as usize];
             if let Some(k) = ipv6_fast(&p) {
                 fast += 1;
-                let want = decode_ip_general(&p, l3);
-                assert_eq!(
-                    Decoded::Ip(IpPacket {
-                        key: k,
-                        frag: Frag::None,
-                        l3,
-                        anomaly: None
-                    }),
-                    want,
-                    "header {p:02x?}"
-                );
+                agrees(k, &p);
             }
         }
         assert!(fast > 50_000, "the fast path was taken {fast} times");

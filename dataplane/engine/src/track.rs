@@ -71,21 +71,31 @@ pub(crate) fn lookup(
             .related(&inner, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Related),
-        Transport::Error { .. } => None,
-        Transport::Tcp(seg) => find(key, L4::Tcp(seg), len, ts)
-            .and_then(|h| allowing(h.action))
-            .map(Decided::Established),
-        Transport::Echo { id, request } => t
-            .lookup(&echo_key(key, id), L4::Echo { request }, len, ts)
-            .and_then(|h| allowing(h.action))
-            .map(Decided::Established),
-        Transport::LaterFragment => find(key, L4::Fragment, len, ts)
-            .and_then(|h| allowing(h.action))
-            .map(Decided::Established),
-        Transport::Other => find(key, L4::None, len, ts)
-            .and_then(|h| allowing(h.action))
-            .map(Decided::Established),
+        f => {
+            let (k, l4) = keyed(key, f)?;
+            // An echo's key is not the probe's: looked up without it.
+            let hit = if matches!(l4, L4::Echo { .. }) {
+                t.lookup(&k, l4, len, ts)
+            } else {
+                find(&k, l4, len, ts)
+            };
+            hit.and_then(|h| allowing(h.action))
+                .map(Decided::Established)
+        }
     }
+}
+
+/// The key packet `key` is tracked by and what the table reads of it
+/// beyond (an echo by its identifier); `None` for an ICMP error, which
+/// belongs to the connection it quotes.
+fn keyed(key: &FlowKey, f: Transport) -> Option<(FlowKey, L4)> {
+    Some(match f {
+        Transport::Tcp(seg) => (*key, L4::Tcp(seg)),
+        Transport::Echo { id, request } => (echo_key(key, id), L4::Echo { request }),
+        Transport::Error { .. } => return None,
+        Transport::LaterFragment => (*key, L4::Fragment),
+        Transport::Other => (*key, L4::None),
+    })
 }
 
 /// Whether packet `key`'s connection is still absent as its burst's
@@ -111,13 +121,7 @@ pub(crate) fn open(
     slot: u32,
     action: Action,
 ) -> Result<(), OpenError> {
-    let (k, l4) = match facts(p, key) {
-        Transport::Tcp(seg) => (*key, L4::Tcp(seg)),
-        Transport::Echo { id, request } => (echo_key(key, id), L4::Echo { request }),
-        Transport::Error { .. } => return Err(OpenError::NotAnOpener),
-        Transport::LaterFragment => (*key, L4::Fragment),
-        Transport::Other => (*key, L4::None),
-    };
+    let (k, l4) = keyed(key, facts(p, key)).ok_or(OpenError::NotAnOpener)?;
     // An echo's key is not the probe's: the table ignores the probe then.
     t.open_probed(&k, probe, l4, slot, action, p.orig_len, p.ts_ns)
         .map(|_| ())

@@ -36,6 +36,8 @@ pub struct TestHooks {
 }
 use crate::error::RunError;
 
+mod p4runtime;
+
 /// Builds the rule store: restored from `control.state_dir` when it holds
 /// state, else loaded from `rules.file`. Returns the journal to append to.
 fn build_store(
@@ -189,7 +191,7 @@ pub fn run(cfg: RunConfig, default_workers: usize, hooks: TestHooks) -> Result<(
     // P4Runtime is bound before the listeners serve: once the control
     // socket answers, every door is open (scripts wait for the socket
     // alone). Its requests queue until the control thread starts below.
-    let p4 = spawn_p4runtime(&cfg, &ctx.control, p4_metrics, &stop)?;
+    let p4 = p4runtime::spawn_p4runtime(&cfg, &ctx.control, p4_metrics, &stop)?;
     // A configuration error in the listeners stops the start-up here.
     let mut listeners = match listen(c, &ctx, &extra) {
         Ok(l) => l,
@@ -455,51 +457,6 @@ fn run_dpdk(_: &RunConfig, _: &WorkerContext, running: Running) -> Result<(), Ru
     })
 }
 
-/// The P4Runtime server, when `[p4runtime] listen` is set.
-fn spawn_p4runtime(
-    cfg: &RunConfig,
-    handle: &cfdp_control::ControlHandle,
-    metrics: cfdp_p4runtime::P4Metrics,
-    stop: &Arc<AtomicBool>,
-) -> Result<Option<std::thread::JoinHandle<()>>, RunError> {
-    let Some(opts) = p4runtime_options(cfg)? else {
-        return Ok(None);
-    };
-    let (t, bound) = cfdp_p4runtime::spawn(&opts, handle.clone(), metrics, Arc::clone(stop))
-        .map_err(RunError::P4Runtime)?;
-    if opts.tls.is_none() {
-        eprintln!(
-            "cfdp: warning: P4Runtime without TLS (p4runtime.insecure_plaintext): every local \
-             user can program the rule set"
-        );
-    }
-    // The address bound, not the one asked for: with port 0 the kernel's
-    // choice (tests and scripts read it here).
-    eprintln!(
-        "cfdp: P4Runtime on {bound}{} (device {})",
-        if opts.tls.is_some() { " with TLS" } else { "" },
-        opts.device_id
-    );
-    Ok(Some(t))
-}
-
-/// `[p4runtime]`, checked: `None` when off.
-fn p4runtime_options(cfg: &RunConfig) -> Result<Option<cfdp_p4runtime::P4Options>, RunError> {
-    let Some(opts) = cfg.p4runtime.options()? else {
-        return Ok(None);
-    };
-    if cfg.cluster.enabled() {
-        return Err(RunError::Setting(SettingError::new(
-            "p4runtime",
-            "listen",
-            opts.listen,
-            "this node takes its rules from etcd (cluster.etcd is set): program the fleet \
-             through etcd, not one node",
-        )));
-    }
-    Ok(Some(opts))
-}
-
 /// The address a listener bound: what `cfdp run` prints for each door,
 /// so that a configured port 0 (the kernel's choice) can be read back.
 fn local_addr(l: &std::net::TcpListener, what: &str) -> Result<std::net::SocketAddr, RunError> {
@@ -532,7 +489,7 @@ pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
                 source,
             })?;
     }
-    p4runtime_options(cfg)?;
+    p4runtime::p4runtime_options(cfg)?;
     cluster_mode(cfg).map(|_| ())
 }
 

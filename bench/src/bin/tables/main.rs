@@ -13,6 +13,8 @@
 //! around the tables is written by hand and quotes the same CSVs.
 #![forbid(unsafe_code)]
 
+mod classbench;
+mod conntrack;
 mod control;
 mod csv;
 mod dataplane;
@@ -21,15 +23,18 @@ mod peers;
 
 use std::path::{Path, PathBuf};
 
-use crate::control::{
+use crate::classbench::{classbench, classbench_compile, classbench_worst};
+use crate::conntrack::{
     conntrack_answered_flood, conntrack_burst, conntrack_flood, conntrack_ops, conntrack_rte_hash,
+};
+use crate::control::{
     control_batch, control_churn, control_p4runtime, control_path, control_path_stages, dpdk,
     fleet, floods, fold_stall, inline, p4runtime_read,
 };
 use crate::csv::R;
 use crate::dataplane::{
-    architecture, classbench, classbench_compile, classbench_worst, large_rules, large_rules_ab,
-    large_rules_components, large_rules_filter_only, scaling, scaling_replay_ab, worker_ab,
+    architecture, large_rules, large_rules_ab, large_rules_components, large_rules_filter_only,
+    scaling, scaling_replay_ab, worker_ab,
 };
 use crate::filter::{
     bcf_burst, build_ab, filter_ab, hashes, insert_latency, layouts, lookup, lookup_anatomy,

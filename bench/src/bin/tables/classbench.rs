@@ -1,0 +1,295 @@
+//! Renderers of the multi-field classifier's tables on ClassBench sets:
+//! cfdp beside rte_acl, the worst cases, the compile's cost.
+
+use std::path::Path;
+
+use crate::csv::{f2, num, table, Csv, R};
+
+/// The `classbench` table's columns.
+const CLASSBENCH_COLUMNS: [&str; 18] = [
+    "set",
+    "rules",
+    "rte_acl best Mpps (alg)",
+    "cfdp batched",
+    "/ best",
+    "cfdp single",
+    "/ best",
+    "worker path",
+    "IPv6 batched / rte_acl's best (verdict diffs)",
+    "replay (1 worker)",
+    "tables / probed a packet",
+    "store build s",
+    "cfdp MB (as built; after the updates)",
+    "rte_acl MB",
+    "compiled MB (build s)",
+    "batched after 10 % churn (same ids; new ids)",
+    "update p99 µs insert / delete",
+    "verdict diffs / replay rule diffs",
+];
+
+/// `classbench`: cfdp's multi-field classifier beside rte_acl's fastest
+/// algorithm on each ClassBench set (`bench/classbench.sh`).
+pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
+    let c = Csv::load(d, file)?;
+    let recs = c.records();
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        let of = |impl_: &str| recs.iter().find(|r| r["set"] == set && r["impl"] == impl_);
+        let mpps = |impl_: &str| -> R<f64> {
+            let r = of(impl_).ok_or_else(|| format!("classbench.csv: no {impl_} for {set}"))?;
+            num(r["mpps"], &c.name)
+        };
+        let (best_alg, best) = rte_acl_best(&recs, set, "", &c)?
+            .ok_or_else(|| format!("classbench.csv: no rte_acl rows for {set}"))?;
+        let single = of("cfdp-single").ok_or("classbench.csv: no cfdp-single row")?;
+        let (batched, one) = (mpps("cfdp-batched")?, mpps("cfdp-single")?);
+        let replay = of("cfdp-replay");
+        let (compiled, churned) = compiled_cols(
+            single,
+            [
+                of("cfdp-batched-churned"),
+                of("cfdp-batched-churned-new-ids"),
+            ],
+            batched,
+            &c,
+        )?;
+        let acl_mb = rte_acl_mb(&recs, set, &c)?;
+        // IPv6 rows came with the --v6 runs (2026-11-26 on), rte_acl's
+        // IPv6 rows on 2026-11-28: "–" before.
+        let v6 = match (of("cfdp-batched-v6"), rte_acl_best(&recs, set, "-v6", &c)?) {
+            (Some(r), Some((alg, acl))) => {
+                let m = num(r["mpps"], &c.name)?;
+                format!(
+                    "{} / {} ({alg}): {:.2}× ({})",
+                    f2(m),
+                    f2(acl),
+                    m / acl,
+                    r["verdict_diffs"]
+                )
+            }
+            (Some(r), None) => format!("{} ({})", f2(num(r["mpps"], &c.name)?), r["verdict_diffs"]),
+            _ => "–".to_string(),
+        };
+        rows.push(vec![
+            set.to_string(),
+            single["rules"].to_string(),
+            format!("{} ({best_alg})", f2(best)),
+            f2(batched),
+            format!("{:.2}×", batched / best),
+            f2(one),
+            format!("{:.2}×", one / best),
+            f2(mpps("cfdp-worker")?),
+            v6,
+            replay.map_or(Ok("–".to_string()), |r| num(r["mpps"], &c.name).map(f2))?,
+            format!("{} / {}", single["tables"], single["probes_per_packet"]),
+            single["store_build_s"].to_string(),
+            cfdp_mb(single, &c)?,
+            acl_mb,
+            compiled,
+            churned,
+            format!("{} / {}", single["insert_us_p99"], single["delete_us_p99"]),
+            format!(
+                "{} / {}",
+                single["verdict_diffs"],
+                replay.map_or("–", |r| r["verdict_diffs"])
+            ),
+        ]);
+    }
+    Ok(table(&CLASSBENCH_COLUMNS, &rows) + &c.source())
+}
+
+/// rte_acl's fastest algorithm on `set` (IPv4 rows, or those whose name
+/// ends in `suffix`: "-v6"), and its rate.
+fn rte_acl_best<'a>(
+    recs: &[std::collections::BTreeMap<&'a str, &'a str>],
+    set: &str,
+    suffix: &str,
+    c: &Csv,
+) -> R<Option<(&'a str, f64)>> {
+    Ok(recs
+        .iter()
+        .filter(|r| r["set"] == set)
+        .filter_map(|r| Some((r["impl"].strip_prefix("rte_acl-")?, r)))
+        .filter(|(alg, _)| {
+            if suffix.is_empty() {
+                !alg.ends_with("-v6")
+            } else {
+                alg.ends_with(suffix)
+            }
+        })
+        .map(|(alg, r)| Ok((alg.trim_end_matches(suffix), num(r["mpps"], &c.name)?)))
+        .collect::<R<Vec<_>>>()?
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1)))
+}
+
+/// cfdp's classifier, MB: as built and after the update timings (both
+/// from 2026-11-28T08Z on; the one figure before, after the updates).
+fn cfdp_mb(single: &std::collections::BTreeMap<&str, &str>, c: &Csv) -> R<String> {
+    let after = num(single["bytes"], &c.name)? / 1e6;
+    Ok(
+        match single.get("bytes_fresh").copied().filter(|b| !b.is_empty()) {
+            Some(b) => format!("{:.2}; {after:.2}", num(b, &c.name)? / 1e6),
+            None => format!("–; {after:.2}"),
+        },
+    )
+}
+
+/// rte_acl's runtime footprint on `set`, MB (2026-11-28 on): "–" before.
+fn rte_acl_mb(recs: &[std::collections::BTreeMap<&str, &str>], set: &str, c: &Csv) -> R<String> {
+    recs.iter()
+        .find(|r| {
+            r["set"] == set && r["impl"].starts_with("rte_acl-") && !r["impl"].ends_with("-v6")
+        })
+        .and_then(|r| r.get("bytes").copied().filter(|b| !b.is_empty()))
+        .map_or(Ok("–".to_string()), |b| {
+            num(b, &c.name).map(|b| format!("{:.2}", b / 1e6))
+        })
+}
+
+/// The compiled layer's size and build time, and the batched rate after
+/// the churn against the fresh one. They came with the compiled layer
+/// (2026-11-28 on): "–" before.
+fn compiled_cols(
+    single: &std::collections::BTreeMap<&str, &str>,
+    [churned, new_ids]: [Option<&std::collections::BTreeMap<&str, &str>>; 2],
+    batched: f64,
+    c: &Csv,
+) -> R<(String, String)> {
+    let compiled = match single
+        .get("compiled_bytes")
+        .copied()
+        .filter(|b| !b.is_empty())
+    {
+        Some(b) => format!(
+            "{:.1} ({} s)",
+            num(b, &c.name)? / 1e6,
+            single.get("compile_s").copied().unwrap_or("–")
+        ),
+        None => "–".to_string(),
+    };
+    let mut churned = match churned {
+        Some(r) => {
+            let m = num(r["mpps"], &c.name)?;
+            format!("{} ({:.2}× fresh)", f2(m), m / batched)
+        }
+        None => "–".to_string(),
+    };
+    // Churned under new ids (2026-11-28 on, with the overlay).
+    if let Some(r) = new_ids {
+        let m = num(r["mpps"], &c.name)?;
+        churned += &format!("; new ids {} ({:.2}×)", f2(m), m / batched);
+    }
+    Ok((compiled, churned))
+}
+
+/// `classbench-worst`: the cost of a packet that misses every rule and of
+/// a 1089-shape set, against the ClassBench trace's mean (single-packet).
+pub(crate) fn classbench_worst(d: &Path) -> R<String> {
+    let c = Csv::load(d, "classbench.csv")?;
+    let recs = c.records();
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        let mpps = |impl_: &str| -> Option<R<f64>> {
+            recs.iter()
+                .find(|r| r["set"] == set && r["impl"] == impl_)
+                .map(|r| num(r["mpps"], &c.name))
+        };
+        let base = mpps("cfdp-single").ok_or("classbench.csv: no cfdp-single row")??;
+        let cost = |m: Option<R<f64>>| -> R<String> {
+            Ok(match m {
+                None => "– (every packet matches a rule)".into(),
+                Some(m) => {
+                    let m = m?;
+                    format!("{} ({:.1}× the cost)", f2(m), base / m)
+                }
+            })
+        };
+        let ports = recs
+            .iter()
+            .find(|r| r["set"] == set && r["impl"] == "cfdp-ports-live")
+            .zip(
+                recs.iter()
+                    .find(|r| r["set"] == set && r["impl"] == "cfdp-ports-live-desc"),
+            );
+        let load = match ports {
+            Some((a, d)) => {
+                let (a, d) = (
+                    num(a["store_build_s"], &c.name)?,
+                    num(d["store_build_s"], &c.name)?,
+                );
+                format!("{:.2} / {:.2} ({:.2}×)", a * 1e3, d * 1e3, a / d)
+            }
+            None => "–".to_string(),
+        };
+        rows.push(vec![
+            set.to_string(),
+            f2(base),
+            cost(mpps("cfdp-miss"))?,
+            cost(mpps("cfdp-explosion"))?,
+            mpps("cfdp-ports").map_or(Ok("–".into()), |m| cost(Some(m)))?,
+            mpps("cfdp-ports-live").map_or(Ok("–".into()), |m| cost(Some(m)))?,
+            load,
+        ]);
+    }
+    Ok(table(
+        &[
+            "set",
+            "ClassBench trace Mpps",
+            "miss trace Mpps",
+            "1089-shape set Mpps",
+            "2,000 port rules, compiled",
+            "the same, live layer",
+            "their load ms ascending / descending",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
+/// `classbench-compile`: the workers' burst latency with nothing else
+/// running and while full compiles of the set run back to back on the
+/// other core (`classbench --compile-p99`).
+pub(crate) fn classbench_compile(d: &Path) -> R<String> {
+    let c = Csv::load(d, "classbench_compile_p99.csv")?;
+    let recs = c.records();
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        let of = |phase: &str| {
+            recs.iter()
+                .find(|r| r["set"] == set && r["phase"] == phase)
+                .ok_or_else(|| format!("{}: no {phase} row for {set}", c.name))
+        };
+        let (idle, busy) = (of("idle")?, of("compiling")?);
+        let us = |r: &std::collections::BTreeMap<&str, &str>, k: &str| -> R<f64> {
+            Ok(num(r[k], &c.name)? / 1e3)
+        };
+        let row = |r| -> R<String> {
+            Ok(format!(
+                "{:.2} / {:.2} / {:.2}",
+                us(r, "burst_ns_p50")?,
+                us(r, "burst_ns_p99")?,
+                us(r, "burst_ns_p999")?
+            ))
+        };
+        rows.push(vec![
+            set.to_string(),
+            format!("{} ({} s)", busy["compiles_during"], busy["compile_s"]),
+            row(idle)?,
+            row(busy)?,
+            format!(
+                "{:.2}×",
+                us(busy, "burst_ns_p99")? / us(idle, "burst_ns_p99")?
+            ),
+        ]);
+    }
+    Ok(table(
+        &[
+            "set",
+            "compiles during (one build)",
+            "burst µs p50 / p99 / p99.9, idle",
+            "the same, compiling",
+            "p99 compiling / idle",
+        ],
+        &rows,
+    ) + &c.source())
+}

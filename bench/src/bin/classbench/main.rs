@@ -62,19 +62,23 @@
 //! [--churn PCT] [--classifier-only]` (the last: stop after the
 //! classifier's rates, for A/B runs and profiles)
 
+mod measure;
+mod v6;
+mod worst;
+
 use std::io::Write;
 use std::time::Instant;
 
-use std::sync::Arc;
-
 use cfdp_bench::{arg, load_classbench, median, BurstMatcher};
-use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::compiled::Layer;
 use cfdp_engine::acl::{AclClassifier, Probes};
-use cfdp_engine::{LiveStats, Mode};
 use cfdp_rules::{
     AclMatch, AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, PortRange, RuleId, Update,
 };
+
+use measure::{rates, store_of};
+use v6::{to_v6, v6_addr, v6_arg, write_v6_for_dpdk};
+use worst::{compile_p99, explosion, ports};
 
 #[allow(clippy::too_many_lines)] // a benchmark's main
 fn main() {
@@ -251,112 +255,6 @@ fn main() {
     println!("{line}");
 }
 
-/// `--v6 AT`'s bit offset, or exit when it is not one.
-fn v6_arg() -> Option<u32> {
-    arg("--v6").map(|at| match at.parse::<u32>() {
-        Ok(a) if a <= 96 => a,
-        _ => {
-            eprintln!("classbench: --v6 {at}: a bit offset 0..=96");
-            std::process::exit(2)
-        }
-    })
-}
-
-/// The set and its trace moved into IPv6 (`--v6 AT`, see [`v6_addr`]).
-fn to_v6(rules: &mut [AclRule], keys: &mut [FlowKey], at: u32) {
-    for r in rules {
-        let m = r.matcher;
-        r.matcher = AclMatch::new(
-            v6_prefix(&m.src(), at),
-            v6_prefix(&m.dst(), at),
-            m.proto(),
-            m.sport(),
-            m.dport(),
-        )
-        .expect("a valid match stays valid in the other family");
-    }
-    for k in keys {
-        *k = FlowKey {
-            v6: true,
-            src: v6_addr(&k.src, at),
-            dst: v6_addr(&k.dst, at),
-            ..*k
-        };
-    }
-}
-
-/// An IPv4 address (the first 4 of `a`'s bytes) as IPv6: 2001:db8::/32's
-/// leading `at` bits, then the IPv4 address's 32 bits (`--v6 AT`: the set
-/// moved into IPv6 with the same verdicts, its prefixes diverging from bit
-/// `at` on).
-fn v6_addr(a: &[u8; 16], at: u32) -> [u8; 16] {
-    let base: u128 = 0x2001_0db8 << 96;
-    let v4 = u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
-    let lead = base & u128::MAX.checked_shl(128 - at).unwrap_or(0);
-    (lead | (u128::from(v4) << (96 - at))).to_be_bytes()
-}
-
-/// `--v6 AT --write-v6 DIR`: DIR/rules and DIR/trace, the moved set (in
-/// its line order: priority) and trace as `dpdk-test-acl --ipv6` reads
-/// them: addresses as eight groups of four hex digits, a rule line
-/// `@SRC/LEN DST/LEN SPLO : SPHI DPLO : DPHI PROTO/MASK`, a trace line
-/// `SRC DST SPORT DPORT PROTO`.
-fn write_v6_for_dpdk(dir: &str, rules: &[AclRule], keys: &[FlowKey]) {
-    let hex = |a: &[u8; 16]| {
-        a.chunks(2)
-            .map(|g| format!("{:02x}{:02x}", g[0], g[1]))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let write = |name: &str, text: String| {
-        let path = format!("{dir}/{name}");
-        if let Err(e) = std::fs::write(&path, text) {
-            eprintln!("classbench: {path}: {e}");
-            std::process::exit(2)
-        }
-    };
-    let mut order: Vec<&AclRule> = rules.iter().collect();
-    order.sort_by_key(|r| r.id);
-    let mut text = String::new();
-    for r in order {
-        let m = &r.matcher;
-        let (proto, mask) = m.proto().map_or((0, 0), |p| (p, 0xff));
-        text += &format!(
-            "@{}/{}\t{}/{}\t{} : {}\t{} : {}\t0x{proto:02x}/0x{mask:02x}\n",
-            hex(m.src().addr()),
-            m.src().len(),
-            hex(m.dst().addr()),
-            m.dst().len(),
-            m.sport().lo(),
-            m.sport().hi(),
-            m.dport().lo(),
-            m.dport().hi(),
-        );
-    }
-    write("rules", text);
-    let mut text = String::new();
-    for k in keys {
-        text += &format!(
-            "{}\t{}\t{}\t{}\t{}\n",
-            hex(&k.src),
-            hex(&k.dst),
-            k.sport,
-            k.dport,
-            k.proto
-        );
-    }
-    write("trace", text);
-}
-
-/// An IPv4 prefix as IPv6 (see [`v6_addr`]); `/0` stays "any" (`::/0`).
-fn v6_prefix(p: &IpPrefix, at: u32) -> IpPrefix {
-    if p.len() == 0 {
-        return IpPrefix::any(true);
-    }
-    IpPrefix::new(true, v6_addr(p.addr(), at), p.len() + at as u8)
-        .expect("an IPv4 prefix moved below `at` bits keeps its host bits clear")
-}
-
 /// One line per packet: the winning rule's line (its id), 0 for none.
 fn write_verdicts(path: &str, c: &AclClassifier, keys: &[FlowKey]) {
     let f = std::fs::File::create(path).unwrap_or_else(|e| {
@@ -369,29 +267,6 @@ fn write_verdicts(path: &str, c: &AclClassifier, keys: &[FlowKey]) {
         writeln!(w, "{id}").expect("verdicts write");
     }
     w.flush().expect("verdicts write");
-}
-
-/// Median Mpps of `rounds` passes, single-packet and in bursts of 32.
-fn rates(c: &AclClassifier, keys: &[FlowKey], rounds: usize) -> (f64, f64) {
-    let mut single = Vec::with_capacity(rounds);
-    let mut batched = Vec::with_capacity(rounds);
-    let mut out = [None; 32];
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let mut hits = 0u64;
-        for k in keys {
-            hits += u64::from(c.classify_id(k).is_some());
-        }
-        single.push(keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
-        std::hint::black_box(hits);
-        let t = Instant::now();
-        for burst in keys.chunks(32) {
-            c.classify_burst(burst, &mut out[..burst.len()]);
-            std::hint::black_box(&out);
-        }
-        batched.push(keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
-    }
-    (median(&mut single), median(&mut batched))
 }
 
 /// Update latencies, ns.
@@ -522,19 +397,6 @@ fn miss_trace(c: &AclClassifier, keys: &[FlowKey], v6_at: Option<u32>) -> Vec<Fl
     out
 }
 
-/// A rule store holding `rules` (bulk load, verify mode), as `cfdp run`
-/// would.
-fn store_of(rules: &[AclRule]) -> RuleStore {
-    let set: Vec<cfdp_rules::Rule> = rules.iter().map(AclRule::to_rule).collect();
-    let cfg = StoreConfig {
-        mode: Mode::Verify,
-        max_rules: (rules.len() * 2).max(1 << 16),
-        ..StoreConfig::default()
-    };
-    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
-    RuleStore::with_rules(cfg, stats, set).expect("the set loads")
-}
-
 /// The set as `cfdp run` holds it: bulk load, the workers' matching over
 /// the published tables, and one-rule batches with publication.
 fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, Samples, Samples) {
@@ -592,214 +454,6 @@ fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, 
         assert!(rep.applied, "insert {}", r.id);
     }
     (build_s, median(&mut worker), ins, del)
-}
-
-/// Tuple Space Explosion: a rule for every pair of source and destination
-/// prefix lengths (33 × 33 shapes, each around its own addresses), and a
-/// trace of three packets per rule: the rule's own addresses; the same
-/// with another protocol (a miss); and the rule's protocol with the low 20
-/// bits of both addresses scrambled — in the same /12s as every rule, so
-/// the classifier's cuts on the leading bits pass it to every table, and
-/// only short, low-priority prefixes match it (the most tables probed).
-/// The table bound keeps the tables a packet probes, whatever the shapes.
-fn explosion(rounds: usize) -> (usize, f64) {
-    let mut rules = Vec::new();
-    let mut keys = Vec::new();
-    let mut id = 0u32;
-    for s in 0..=32u8 {
-        for d in 0..=32u8 {
-            id += 1;
-            let a = |x: u32| {
-                let mut b = [0u8; 16];
-                b[..4].copy_from_slice(&x.to_be_bytes());
-                b
-            };
-            let (sa, da) = (
-                a(0x0a00_0000 ^ id.rotate_left(7)),
-                a(0xc000_0000 ^ id.rotate_left(11)),
-            );
-            let prefix = |addr: [u8; 16], len| {
-                IpPrefix::new(false, IpPrefix::mask(false, &addr, len), len).unwrap()
-            };
-            rules.push(AclRule {
-                id,
-                priority: id,
-                matcher: AclMatch::new(
-                    prefix(sa, s),
-                    prefix(da, d),
-                    Some(6),
-                    PortRange::ANY,
-                    PortRange::ANY,
-                )
-                .expect("a valid match"),
-                action: Action::Drop,
-            });
-            keys.push(FlowKey {
-                v6: false,
-                src: sa,
-                dst: da,
-                proto: 6,
-                sport: 1,
-                dport: 2,
-            });
-            keys.push(FlowKey {
-                v6: false,
-                src: sa,
-                dst: da,
-                proto: 17,
-                sport: 1,
-                dport: 2,
-            });
-            let h = id.wrapping_mul(2_654_435_761);
-            keys.push(FlowKey {
-                v6: false,
-                src: a(0x0a00_0000 ^ (h & 0x000f_ffff)),
-                dst: a(0xc000_0000 ^ (h.rotate_left(16) & 0x000f_ffff)),
-                proto: 6,
-                sport: 1,
-                dport: 2,
-            });
-        }
-    }
-    let c = AclClassifier::with_rules(&rules).expect("unique ids");
-    let (single, _) = rates(&c, &keys, rounds);
-    (c.tables(), single)
-}
-
-/// `--ports`: the port-range worst case (see the module docs).
-fn ports(rounds: usize) -> Vec<(&'static str, serde_json::Value)> {
-    let v4 = |a: [u8; 4], len: u8| {
-        let mut b = [0u8; 16];
-        b[..4].copy_from_slice(&a);
-        IpPrefix::new(false, b, len).expect("a valid prefix")
-    };
-    let rules: Vec<AclRule> = (0..2000u32)
-        .map(|i| {
-            let lo = (i * 16) as u16;
-            AclRule {
-                id: i + 1,
-                priority: i,
-                matcher: AclMatch::new(
-                    v4([10, 0, 0, 0], 8),
-                    v4([192, 168, 0, 0], 16),
-                    Some(6),
-                    PortRange::ANY,
-                    PortRange::new(lo, lo + 31).expect("lo <= hi"),
-                )
-                .expect("a valid match"),
-                action: Action::Drop,
-            }
-        })
-        .collect();
-    let mut x = 0x2545_f491_4f6c_dd1d_u64;
-    let keys: Vec<FlowKey> = (0..20_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let h = x.to_le_bytes();
-            FlowKey::v4(
-                [10, h[0], h[1], h[2]],
-                [192, 168, h[3], h[4]],
-                6,
-                40000,
-                u16::from_le_bytes([h[5], h[6]]) % 34_000,
-            )
-        })
-        .collect();
-    // One at a time into the live layer, each order on a fresh classifier.
-    let load = |order: &mut dyn Iterator<Item = &AclRule>| {
-        let mut c = AclClassifier::new();
-        let t = Instant::now();
-        for r in order {
-            c.insert(*r).expect("unique ids");
-        }
-        (t.elapsed().as_secs_f64(), c)
-    };
-    // Alternated, five each (the first load also pays the allocator's
-    // first growth): medians.
-    let (mut asc, mut desc) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        asc.push(load(&mut rules.iter()).0);
-        desc.push(load(&mut rules.iter().rev()).0);
-    }
-    let (asc_s, desc_s) = (median(&mut asc), median(&mut desc));
-    let (_, mut c) = load(&mut rules.iter());
-    let (_, live) = rates(&c, &keys, rounds);
-    let compiled = c.compile().is_ok();
-    let (_, mpps) = rates(&c, &keys, rounds);
-    vec![
-        ("ports_rules", rules.len().into()),
-        ("ports_load_asc_s", asc_s.into()),
-        ("ports_load_desc_s", desc_s.into()),
-        ("ports_mpps_live", live.into()),
-        ("ports_compiled", compiled.into()),
-        ("ports_mpps", mpps.into()),
-    ]
-}
-
-/// `--compile-p99`: see the module docs. Phases alternate, four each,
-/// each as long as three compiles (at least half a second).
-fn compile_p99(rules: &[AclRule], keys: &[FlowKey]) -> Vec<(&'static str, serde_json::Value)> {
-    use cfdp_engine::acl::compiled::Compiled;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let store = store_of(rules);
-    let input = AclClassifier::with_rules(rules)
-        .expect("unique ids")
-        .compile_input();
-    let t = Instant::now();
-    let _ = Compiled::build(&input);
-    let phase = (t.elapsed() * 3).max(std::time::Duration::from_millis(500));
-    let compiling = AtomicBool::new(false);
-    let done = AtomicBool::new(false);
-    let compiles = AtomicU64::new(0);
-    let new_hist = || {
-        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds")
-    };
-    let (mut idle, mut busy) = (new_hist(), new_hist());
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !done.load(Ordering::Acquire) {
-                if compiling.load(Ordering::Acquire) {
-                    std::hint::black_box(Compiled::build(&input)).ok();
-                    compiles.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-            }
-        });
-        let readers = store.readers();
-        let handle = readers.handle();
-        let t = handle.enter().expect("published");
-        let mut m = BurstMatcher::default();
-        for round in 0..8 {
-            let on = round % 2 == 1;
-            compiling.store(on, Ordering::Release);
-            let h = if on { &mut busy } else { &mut idle };
-            let start = Instant::now();
-            'phase: loop {
-                for burst in keys.chunks(32) {
-                    let b = Instant::now();
-                    std::hint::black_box(m.run(&t, burst));
-                    h.saturating_record(b.elapsed().as_nanos() as u64);
-                    if start.elapsed() > phase {
-                        break 'phase;
-                    }
-                }
-            }
-        }
-        done.store(true, Ordering::Release);
-    });
-    let q = |h: &hdrhistogram::Histogram<u64>, p: f64| h.value_at_quantile(p);
-    vec![
-        ("worker_burst_ns_p50_idle", q(&idle, 0.5).into()),
-        ("worker_burst_ns_p99_idle", q(&idle, 0.99).into()),
-        ("worker_burst_ns_p999_idle", q(&idle, 0.999).into()),
-        ("worker_burst_ns_p50_compiling", q(&busy, 0.5).into()),
-        ("worker_burst_ns_p99_compiling", q(&busy, 0.99).into()),
-        ("worker_burst_ns_p999_compiling", q(&busy, 0.999).into()),
-        ("compiles_during", compiles.load(Ordering::Relaxed).into()),
-    ]
 }
 
 /// `--make-trace`: see the module docs.

@@ -1,0 +1,47 @@
+//! Rates of a classifier one key at a time and in bursts; a rule store
+//! holding a set.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cfdp_bench::median;
+use cfdp_control::{RuleStore, StoreConfig};
+use cfdp_engine::acl::AclClassifier;
+use cfdp_engine::{LiveStats, Mode};
+use cfdp_rules::{AclRule, FlowKey};
+
+/// Median Mpps of `rounds` passes, single-packet and in bursts of 32.
+pub(crate) fn rates(c: &AclClassifier, keys: &[FlowKey], rounds: usize) -> (f64, f64) {
+    let mut single = Vec::with_capacity(rounds);
+    let mut batched = Vec::with_capacity(rounds);
+    let mut out = [None; 32];
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let mut hits = 0u64;
+        for k in keys {
+            hits += u64::from(c.classify_id(k).is_some());
+        }
+        single.push(keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
+        std::hint::black_box(hits);
+        let t = Instant::now();
+        for burst in keys.chunks(32) {
+            c.classify_burst(burst, &mut out[..burst.len()]);
+            std::hint::black_box(&out);
+        }
+        batched.push(keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
+    }
+    (median(&mut single), median(&mut batched))
+}
+
+/// A rule store holding `rules` (bulk load, verify mode), as `cfdp run`
+/// would.
+pub(crate) fn store_of(rules: &[AclRule]) -> RuleStore {
+    let set: Vec<cfdp_rules::Rule> = rules.iter().map(AclRule::to_rule).collect();
+    let cfg = StoreConfig {
+        mode: Mode::Verify,
+        max_rules: (rules.len() * 2).max(1 << 16),
+        ..StoreConfig::default()
+    };
+    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+    RuleStore::with_rules(cfg, stats, set).expect("the set loads")
+}

@@ -112,7 +112,18 @@ impl Filter {
         drop(overflow);
         let rest = f.fill_pass(&rest, Target::Primary, threads, 4);
         let placed = items.len() - rest.len();
-        f.entries_counter().store(placed, Ordering::Relaxed);
+        // The entries placed, by partition (the leftovers' inserts below
+        // count themselves).
+        let mut per_part = vec![0usize; f.partitions()];
+        for &(h, _) in items {
+            per_part[f.partition_of(h)] += 1;
+        }
+        for &(h, _) in &rest {
+            per_part[f.partition_of(h)] -= 1;
+        }
+        for (p, n) in per_part.into_iter().enumerate() {
+            f.counts(p).entries.store(n, Ordering::Relaxed);
+        }
         let mut w = f.writer();
         for (i, &(h, v)) in rest.iter().enumerate() {
             // Software pipeline over the leftovers: the buckets of the item

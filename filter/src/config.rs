@@ -73,6 +73,23 @@ pub struct Config {
     /// configurations (`4·(f + v) + T ≤ 64`). Lookups read one or two words
     /// that may straddle a cache line; see `bench/README.md` for the cost.
     pub packed: bool,
+    /// Writer partitions (a power of two, 1 by default): a key's two
+    /// buckets, and so every cuckoo move and Bloom pair, stay inside the
+    /// partition the low bits of its primary bucket name, and each
+    /// partition has its own writer lock, side table and counters, so
+    /// writers of different partitions never wait for each other. At most
+    /// half the buckets; the stripes are at least as many. 1 is the
+    /// paper's filter exactly.
+    pub partitions: usize,
+    /// Keep each Bloom-part element's value (4 bytes a bucket), readable
+    /// without a lock: [`crate::Filter::candidates_hash`] then names the
+    /// value of the element that holds a key's bucket pair, read with the
+    /// buckets as of one instant. For a caller that resolves items by
+    /// value (the connection table), whose Bloom-part items would
+    /// otherwise need a side set of its own. Not stored in images: a
+    /// loaded filter keeps no values unless its config is changed before
+    /// use (`Filter::from_bytes` gives `false`).
+    pub keep_bloom_values: bool,
 }
 
 impl Default for Config {
@@ -87,6 +104,8 @@ impl Default for Config {
             stripes: 0,
             seed: 0x0cfd_9f11_7e55_eed5,
             packed: false,
+            partitions: 1,
+            keep_bloom_values: false,
         }
     }
 }
@@ -122,12 +141,18 @@ impl Config {
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        self.bucket_count()?;
+        let buckets = self.bucket_count()?;
         if self.max_kicks == 0 || self.max_kicks > MAX_KICKS_LIMIT {
             return Err(ConfigError::MaxKicks);
         }
         if self.stripes != 0 && !self.stripes.is_power_of_two() {
             return Err(ConfigError::Stripes(self.stripes));
+        }
+        if !self.partitions.is_power_of_two() || self.partitions > buckets / 2 {
+            return Err(ConfigError::Partitions {
+                partitions: self.partitions,
+                buckets,
+            });
         }
         if let Some(b) = self.bloom {
             if let BloomMode::Tag { bits } = b.mode {
@@ -161,6 +186,11 @@ pub enum ConfigError {
     Buckets(u32),
     MaxKicks,
     Stripes(usize),
+    /// Partitions must be a power of two, at most half the buckets.
+    Partitions {
+        partitions: usize,
+        buckets: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -200,6 +230,14 @@ impl fmt::Display for ConfigError {
                 write!(f, "max_kicks must be between 1 and {MAX_KICKS_LIMIT}")
             }
             ConfigError::Stripes(s) => write!(f, "stripes = {s}: must be a power of two"),
+            ConfigError::Partitions {
+                partitions,
+                buckets,
+            } => write!(
+                f,
+                "partitions = {partitions}: must be a power of two, at most half \
+                 the {buckets} buckets"
+            ),
         }
     }
 }

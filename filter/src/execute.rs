@@ -38,7 +38,7 @@ impl Filter {
                 let g = self.raw.lock_pair(w, bucket, bucket);
                 self.raw.store_locked(&g, bucket, wi, v);
                 drop(g);
-                bump(&self.entries, 1);
+                bump(&self.counts(w.part()).entries, 1);
                 return Ok(InsertOutcome {
                     placement: Placement::Entry,
                     bloom_added: false,
@@ -143,13 +143,25 @@ impl Filter {
         let tag = self.tag_for(fp, a, b);
         {
             let g = self.raw.lock_pair(w, a, b);
+            self.keep_bloom_value(a.min(b), l.entry_value(entry));
             self.write_tags(&g, a, b, tag);
             let bs = self.raw.load_locked(&g, src.bucket);
             let (ws, vs) = l.set_entry(&bs, src.slot, 0);
             self.raw.store_locked(&g, src.bucket, ws, vs);
         }
-        bump(&self.entries, -1);
+        bump(&self.counts(w.part()).entries, -1);
         self.record_bloom(w, a, b, fp, l.entry_value(entry));
+    }
+
+    /// The value of the element about to take the Bloom fields of the
+    /// pair whose lower bucket is `lo`, where readers find it
+    /// ([`crate::Config::keep_bloom_values`]); called with the pair's
+    /// stripes busy, before the fields are written (release: a reader
+    /// that sees it sees the stripes odd, and looks again).
+    fn keep_bloom_value(&self, lo: usize, value: u32) {
+        if let Some(v) = self.bloom_values.get(lo) {
+            v.store(value, crate::sync::Ordering::Release);
+        }
     }
 
     pub(crate) fn record_bloom(&self, w: &mut Guard<'_>, a: usize, b: usize, fp: u32, value: u32) {
@@ -160,7 +172,7 @@ impl Filter {
         };
         let prev = w.side.insert(a.min(b), rec);
         debug_assert!(prev.is_none(), "Bloom field owned twice");
-        bump(&self.bloom_items, 1);
+        bump(&self.counts(w.part()).bloom_items, 1);
     }
 
     /// The new item goes straight into the Bloom part (Algorithm 2, line 8).
@@ -179,6 +191,7 @@ impl Filter {
         let tag = self.tag_for(k.fp, k.i1, k.i2);
         {
             let g = self.raw.lock_pair(w, k.i1, k.i2);
+            self.keep_bloom_value(k.i1.min(k.i2), l.entry_value(entry));
             self.write_tags(&g, k.i1, k.i2, tag);
         }
         self.record_bloom(w, k.i1, k.i2, k.fp, l.entry_value(entry));
@@ -204,7 +217,7 @@ impl Filter {
                 let g = self.raw.lock_pair(w, k.i1, k.i2);
                 self.raw.store_locked(&g, dst.bucket, wd, vd);
                 drop(g);
-                bump(&self.entries, 1);
+                bump(&self.counts(w.part()).entries, 1);
             }
             Final::Migrate(rec) => {
                 let (lo, hi) = (k.i1.min(k.i2), k.i1.max(k.i2));
@@ -221,8 +234,8 @@ impl Filter {
                     }
                 }
                 w.side.remove(&lo);
-                bump(&self.entries, 1);
-                bump(&self.bloom_items, -1);
+                bump(&self.counts(w.part()).entries, 1);
+                bump(&self.counts(w.part()).bloom_items, -1);
             }
         }
         (Placement::Entry, false)
@@ -254,7 +267,7 @@ impl Filter {
                 let g = self.raw.lock_pair(w, bucket, bucket);
                 self.raw.store_locked(&g, bucket, wi, v);
                 drop(g);
-                bump(&self.entries, -1);
+                bump(&self.counts(w.part()).entries, -1);
                 return Some(Placement::Entry);
             }
         }
@@ -278,7 +291,7 @@ impl Filter {
             }
         }
         w.side.remove(&lo);
-        bump(&self.bloom_items, -1);
+        bump(&self.counts(w.part()).bloom_items, -1);
         Some(Placement::Bloom)
     }
 
@@ -322,9 +335,11 @@ impl Filter {
 
     // ----- migration -----------------------------------------------------
 
-    pub(crate) fn migrate_locked(&self, w: &mut Guard<'_>, budget: usize) -> usize {
+    /// Migration of up to `budget` of `w`'s partition's elements: how many
+    /// moved, and how many were tried.
+    pub(crate) fn migrate_locked(&self, w: &mut Guard<'_>, budget: usize) -> (usize, usize) {
         if self.bloom.is_none() || budget == 0 {
-            return 0;
+            return (0, 0);
         }
         let from = w.migrate_from;
         let candidates: Vec<(usize, BloomRecord)> = w
@@ -336,6 +351,7 @@ impl Filter {
             .collect();
         let l = &self.raw.layout;
         let mut moved = 0;
+        let tried = candidates.len();
         for (lo, rec) in candidates {
             w.migrate_from = lo + 1;
             let k = Keyed {
@@ -350,7 +366,7 @@ impl Filter {
             self.execute(w, &k, entry, &plan, Final::Migrate(rec));
             moved += 1;
         }
-        moved
+        (moved, tried)
     }
 
     // ----- statistics ----------------------------------------------------

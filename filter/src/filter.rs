@@ -8,11 +8,13 @@
 //! the last displaced entry moves first into its free slot (or into the
 //! Bloom part), then the one before it into the slot just freed, and so on,
 //! and the new item is written last. Every step is one move while the
-//! stripes of both buckets of the moving entry are marked busy. Writers are
-//! serialised (one at a time, see `raw.rs`), so the plan is still exact when
-//! it runs and a failed insert has written nothing. So no entry is ever
-//! absent from both its buckets, and readers, which validate both stripes'
-//! versions, never see a move half done.
+//! stripes of both buckets of the moving entry are marked busy. Writers of a
+//! partition are serialised (one at a time, see `raw.rs`), and a walk never
+//! leaves the partition of its item (an item's two buckets share the
+//! partition bits), so the plan is still exact when it runs and a failed
+//! insert has written nothing, while writers of other partitions go on. So
+//! no entry is ever absent from both its buckets, and readers, which
+//! validate both stripes' versions, never see a move half done.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -24,8 +26,10 @@ use crate::outcome::{Candidates, InsertError, InsertOutcome, Lookup, Placement, 
 use crate::raw::{RawTable, ReadView};
 #[cfg(any(test, loom))]
 use crate::state::Loc;
-use crate::state::{alt_bucket, bloom_tag, BloomRecord, Filter, Guard, Keyed, Rng, Writer};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::state::{
+    alt_bucket, bloom_tag, bump, BloomRecord, Counts, Filter, Guard, Keyed, Rng, Writer,
+};
+use crate::sync::{AtomicU32, CachePadded, Ordering};
 
 /// Everything a lookup reads besides the table's words and stripes, copied
 /// out of the filter once per call or batch so the loop keeps it in
@@ -40,13 +44,19 @@ struct Reader<'a, L> {
     view: ReadView<'a>,
     layout: L,
     bucket_mask: usize,
+    alt_mask: usize,
     mode: Option<BloomMode>,
 }
 
 impl<L: Borrow<Layout>> Reader<'_, L> {
     #[inline(always)]
     fn derive(&self, h: u64) -> Keyed {
-        Keyed::derive(self.layout.borrow().fp_mask, self.bucket_mask, h)
+        Keyed::derive(
+            self.layout.borrow().fp_mask,
+            self.bucket_mask,
+            self.alt_mask,
+            h,
+        )
     }
 
     /// The lookup proper, for a layout of kind `K`: one validated read of
@@ -82,10 +92,13 @@ impl<L: Borrow<Layout>> Reader<'_, L> {
 
     /// Every entry of `h`'s two buckets whose fingerprint matches, and the
     /// Bloom field's answer, from one validated read of the pair.
-    fn candidates<const K: u8>(&self, h: u64) -> Candidates {
+    fn candidates<const K: u8>(&self, h: u64, values: &[AtomicU32]) -> Candidates {
         let l = self.layout.borrow();
         let k = self.derive(h);
-        let (b1, b2) = self.view.read_pair::<K>(k.i1, k.i2);
+        let lo = k.i1.min(k.i2);
+        let ((b1, b2), kept) = self.view.read_pair_with::<K, _>(k.i1, k.i2, || {
+            values.get(lo).map(|v| v.load(Ordering::Acquire))
+        });
         let mut c = Candidates::default();
         // A bucket that is its own alternate is scanned once.
         let pair: &[&Bucket] = if k.i1 == k.i2 { &[&b1] } else { &[&b1, &b2] };
@@ -101,6 +114,7 @@ impl<L: Borrow<Layout>> Reader<'_, L> {
         if l.tag_bits != 0 {
             let t1 = l.tag(&b1);
             c.bloom = t1 != 0 && t1 == l.tag(&b2) && t1 == bloom_tag(self.mode, k.fp, k.i1, k.i2);
+            c.bloom_value = kept.filter(|_| c.bloom);
         }
         c
     }
@@ -141,17 +155,27 @@ impl Filter {
         } else {
             config.stripes
         };
-        let writer = Writer {
-            side: BTreeMap::new(),
-            rng: Rng(config.seed),
-            migrate_from: 0,
-        };
+        let parts = config.partitions;
+        let writers = (0..parts)
+            .map(|p| Writer {
+                side: BTreeMap::new(),
+                // Partition 0 draws what one partition always drew.
+                rng: Rng(config.seed ^ (p as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                migrate_from: 0,
+            })
+            .collect();
         Ok(Self {
-            raw: RawTable::new(layout, buckets, stripes, writer),
+            raw: RawTable::new(layout, buckets, stripes, writers),
             bloom: config.bloom,
+            counts: (0..parts).map(|_| CachePadded::default()).collect(),
+            bloom_values: (0..if config.keep_bloom_values && config.bloom.is_some() {
+                buckets
+            } else {
+                0
+            })
+                .map(|_| AtomicU32::new(0))
+                .collect(),
             config,
-            entries: AtomicUsize::new(0),
-            bloom_items: AtomicUsize::new(0),
         })
     }
 
@@ -163,9 +187,23 @@ impl Filter {
         &self.raw.layout
     }
 
-    /// The entries counter, for the bulk build (which sets it once).
-    pub(crate) fn entries_counter(&self) -> &AtomicUsize {
-        &self.entries
+    /// Partition `p`'s counts.
+    #[inline(always)]
+    pub(crate) fn counts(&self, p: usize) -> &Counts {
+        &self.counts[p]
+    }
+
+    /// Writer partitions ([`Config::partitions`]).
+    pub fn partitions(&self) -> usize {
+        self.raw.partitions()
+    }
+
+    /// The partition of a pre-hashed key: the low bits of its primary
+    /// bucket, which its alternate shares. Writes of keys of different
+    /// partitions never wait for each other.
+    #[inline(always)]
+    pub fn partition_of(&self, h: u64) -> usize {
+        self.raw.part_of((h >> 32) as usize)
     }
 
     /// Writes item `h` with `value` into a free slot of `bucket` (one of its
@@ -202,9 +240,18 @@ impl Filter {
         self.raw.buckets() * ENTRIES_PER_BUCKET
     }
 
-    /// Items held (cuckoo entries plus Bloom-part elements).
+    /// Items held (cuckoo entries plus Bloom-part elements): a sum over
+    /// the partitions, each read as of its own instant.
     pub fn len(&self) -> usize {
-        self.entries.load(Ordering::Relaxed) + self.bloom_items.load(Ordering::Relaxed)
+        self.entries() + self.bloom_len()
+    }
+
+    /// Cuckoo entries held.
+    fn entries(&self) -> usize {
+        self.counts
+            .iter()
+            .map(|c| c.entries.load(Ordering::Relaxed))
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -213,7 +260,10 @@ impl Filter {
 
     /// Elements currently in the Bloom part.
     pub fn bloom_len(&self) -> usize {
-        self.bloom_items.load(Ordering::Relaxed)
+        self.counts
+            .iter()
+            .map(|c| c.bloom_items.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Largest value an entry can carry.
@@ -225,12 +275,17 @@ impl Filter {
 
     #[inline(always)]
     pub(crate) fn alt(&self, bucket: usize, fp: u32) -> usize {
-        alt_bucket(self.raw.bucket_mask(), bucket, fp)
+        alt_bucket(self.raw.alt_mask(), bucket, fp)
     }
 
     #[inline(always)]
     pub(crate) fn derive(&self, h: u64) -> Keyed {
-        Keyed::derive(self.raw.layout.fp_mask, self.raw.bucket_mask(), h)
+        Keyed::derive(
+            self.raw.layout.fp_mask,
+            self.raw.bucket_mask(),
+            self.raw.alt_mask(),
+            h,
+        )
     }
 
     /// The two candidate buckets and the fingerprint of a hashed key
@@ -256,6 +311,7 @@ impl Filter {
             view: self.raw.view(),
             layout,
             bucket_mask: self.raw.bucket_mask(),
+            alt_mask: self.raw.alt_mask(),
             mode: self.bloom.map(|b| b.mode),
         }
     }
@@ -279,10 +335,11 @@ impl Filter {
     /// [`Lookup::Bloom`], reads this to know every place its item can be.
     pub fn candidates_hash(&self, h: u64) -> Candidates {
         let r = self.reader(&self.raw.layout);
+        let v = &self.bloom_values;
         match r.layout.kind() {
-            kind::PACKED => r.candidates::<{ kind::PACKED }>(h),
-            kind::TWO_WORDS => r.candidates::<{ kind::TWO_WORDS }>(h),
-            _ => r.candidates::<{ kind::ONE_WORD }>(h),
+            kind::PACKED => r.candidates::<{ kind::PACKED }>(h, v),
+            kind::TWO_WORDS => r.candidates::<{ kind::TWO_WORDS }>(h, v),
+            _ => r.candidates::<{ kind::ONE_WORD }>(h, v),
         }
     }
 
@@ -344,19 +401,26 @@ impl Filter {
 
     // ----- writes ----------------------------------------------------------
     //
-    // Every write goes through the writers' mutex (writers are serialised).
-    // The methods on `Filter` take it for one operation; `Filter::writer`
-    // holds it across many, which is what a batch of updates wants: no
+    // Every write goes through its partition's mutex (writers of a
+    // partition are serialised). The methods on `Filter` take the key's
+    // partition's for one operation; `Filter::writer` holds every
+    // partition's across many, which is what a batch of updates wants: no
     // locked instruction per operation, so the CPU overlaps the cache misses
     // of consecutive inserts as it does for lookups.
 
+    /// Partition `h`'s writer, for one operation on key `h`.
+    fn part_writer(&self, h: u64) -> Guard<'_> {
+        self.raw.write(self.partition_of(h))
+    }
+
     /// Exclusive write access across many operations (e.g. one batch of
-    /// rule updates). Readers are never blocked by it; other writers wait
-    /// until the handle is dropped.
+    /// rule updates): every partition's writer lock, taken in order.
+    /// Readers are never blocked by it; other writers wait until the
+    /// handle is dropped.
     pub fn writer(&self) -> FilterWriter<'_> {
         FilterWriter {
             filter: self,
-            guard: self.raw.write(),
+            guards: self.raw.write_all(),
         }
     }
 
@@ -369,7 +433,8 @@ impl Filter {
     /// 2 of the Bloom-Cuckoo paper when the filter has a Bloom part, else through the
     /// plain cuckoo walk. On error the filter is unchanged.
     pub fn insert_hash(&self, h: u64, value: u32) -> Result<InsertOutcome, InsertError> {
-        self.writer().insert_hash(h, value)
+        let t = self.bloom.map(|b| b.threshold);
+        self.insert_locked(&mut self.part_writer(h), h, value, t)
     }
 
     /// Inserts with an explicit path: `Some(t)` runs Algorithm 2 with
@@ -382,7 +447,7 @@ impl Filter {
         value: u32,
         threshold: Option<u32>,
     ) -> Result<InsertOutcome, InsertError> {
-        self.writer().insert_hash_with(h, value, threshold)
+        self.insert_locked(&mut self.part_writer(h), h, value, threshold)
     }
 
     /// Removes a byte key inserted with value 0.
@@ -392,17 +457,33 @@ impl Filter {
 
     /// Algorithm 1 of the Bloom-Cuckoo paper; see [`FilterWriter::remove_hash`].
     pub fn remove_hash(&self, h: u64, value: u32) -> bool {
-        self.writer().remove_hash(h, value)
+        self.remove_locked(&mut self.part_writer(h), h, value)
+    }
+
+    /// See [`FilterWriter::remove_hash_placed`].
+    pub fn remove_hash_placed(&self, h: u64, value: u32) -> Option<Placement> {
+        self.remove_placed_locked(&mut self.part_writer(h), h, value)
     }
 
     /// See [`FilterWriter::replace_value`].
     pub fn replace_value(&self, h: u64, old: u32, new: u32) -> Result<bool, InsertError> {
-        self.writer().replace_value(h, old, new)
+        self.replace_locked(&mut self.part_writer(h), h, old, new)
     }
 
-    /// See [`FilterWriter::migrate`].
+    /// See [`FilterWriter::migrate`]; each partition's writer lock is held
+    /// only while its own elements move.
     pub fn migrate(&self, budget: usize) -> usize {
-        self.writer().migrate(budget)
+        let mut moved = 0;
+        let mut left = budget;
+        for p in 0..self.partitions() {
+            if left == 0 {
+                break;
+            }
+            let (m, tried) = self.migrate_locked(&mut self.raw.write(p), left);
+            moved += m;
+            left -= tried;
+        }
+        moved
     }
 
     /// Prefetch for an insert of `h` a few inserts ahead (the bulk build's
@@ -433,8 +514,8 @@ impl Filter {
 
     pub fn stats(&self) -> Stats {
         let l = &self.raw.layout;
-        let entries = self.entries.load(Ordering::Relaxed);
-        let bloom_items = self.bloom_items.load(Ordering::Relaxed);
+        let entries = self.entries();
+        let bloom_items = self.bloom_len();
         let items = entries + bloom_items;
         let buckets = self.raw.buckets();
         let load = entries as f64 / (buckets * ENTRIES_PER_BUCKET) as f64;
@@ -454,7 +535,7 @@ impl Filter {
                 (occupied / tags).powi(2)
             }
         };
-        let memory_bytes = buckets * l.bucket_bits() / 8;
+        let memory_bytes = buckets * l.bucket_bits() / 8 + self.bloom_values.len() * 4;
         Stats {
             items,
             entries,
@@ -479,15 +560,14 @@ impl Filter {
 
     /// Everything `to_bytes` needs, read while writers are excluded.
     pub(crate) fn image_parts(&self) -> (Vec<u64>, Vec<(usize, BloomRecord)>, usize, usize) {
-        let w = self.raw.write();
+        let all = self.raw.write_all();
         let words = self.raw.words_snapshot();
-        let side = w.side.iter().map(|(&k, &r)| (k, r)).collect();
-        (
-            words,
-            side,
-            self.entries.load(Ordering::Relaxed),
-            self.bloom_items.load(Ordering::Relaxed),
-        )
+        let mut side: Vec<(usize, BloomRecord)> = all
+            .iter()
+            .flat_map(|w| w.side.iter().map(|(&k, &r)| (k, r)))
+            .collect();
+        side.sort_unstable_by_key(|&(lo, _)| lo);
+        (words, side, self.entries(), self.bloom_len())
     }
 
     /// Builds a filter from validated image parts.
@@ -499,10 +579,23 @@ impl Filter {
     ) -> Result<Self, ConfigError> {
         let f = Self::new(config)?;
         f.raw.load_words(words);
-        let bloom = side.len();
-        f.raw.write().side = side.into_iter().collect();
-        f.entries.store(entries, Ordering::Relaxed);
-        f.bloom_items.store(bloom, Ordering::Relaxed);
+        let mut all = f.raw.write_all();
+        for (lo, rec) in side {
+            let w = &mut all[f.raw.part_of(lo)];
+            if let Some(v) = f.bloom_values.get(lo) {
+                v.store(rec.value, Ordering::Relaxed);
+            }
+            w.side.insert(lo, rec);
+            bump(&f.counts[w.part()].bloom_items, 1);
+        }
+        drop(all);
+        // The entries by partition, from the table itself (the image
+        // states their sum, checked against the table before this).
+        let per_part = f.raw.entries_by_part();
+        debug_assert_eq!(per_part.iter().sum::<usize>(), entries);
+        for (c, n) in f.counts.iter().zip(per_part) {
+            c.entries.store(n, Ordering::Relaxed);
+        }
         Ok(f)
     }
 
@@ -518,10 +611,11 @@ impl Filter {
 }
 
 /// Exclusive write access to a [`Filter`], from [`Filter::writer`]. Holds
-/// the writers' mutex until dropped; lookups go on meanwhile.
+/// every partition's writer mutex until dropped; lookups go on meanwhile.
 pub struct FilterWriter<'a> {
     filter: &'a Filter,
-    guard: Guard<'a>,
+    /// By partition.
+    guards: Vec<Guard<'a>>,
 }
 
 impl std::fmt::Debug for FilterWriter<'_> {
@@ -530,11 +624,18 @@ impl std::fmt::Debug for FilterWriter<'_> {
     }
 }
 
-impl FilterWriter<'_> {
+impl<'a> FilterWriter<'a> {
+    /// The guard of `h`'s partition.
+    #[inline(always)]
+    fn guard(&mut self, h: u64) -> &mut Guard<'a> {
+        &mut self.guards[self.filter.partition_of(h)]
+    }
+
     /// [`Filter::insert_hash`] under this handle.
     pub fn insert_hash(&mut self, h: u64, value: u32) -> Result<InsertOutcome, InsertError> {
         let t = self.filter.bloom.map(|b| b.threshold);
-        self.filter.insert_locked(&mut self.guard, h, value, t)
+        let f = self.filter;
+        f.insert_locked(self.guard(h), h, value, t)
     }
 
     /// [`Filter::insert_hash_with`] under this handle.
@@ -544,8 +645,8 @@ impl FilterWriter<'_> {
         value: u32,
         threshold: Option<u32>,
     ) -> Result<InsertOutcome, InsertError> {
-        self.filter
-            .insert_locked(&mut self.guard, h, value, threshold)
+        let f = self.filter;
+        f.insert_locked(self.guard(h), h, value, threshold)
     }
 
     /// Algorithm 1 of the Bloom-Cuckoo paper: removes one copy of the item (fingerprint
@@ -555,7 +656,8 @@ impl FilterWriter<'_> {
     /// element holding the pair is this one, so a stray remove cannot clear
     /// another element's bits. Returns false when nothing matched.
     pub fn remove_hash(&mut self, h: u64, value: u32) -> bool {
-        self.filter.remove_locked(&mut self.guard, h, value)
+        let f = self.filter;
+        f.remove_locked(self.guard(h), h, value)
     }
 
     /// [`Self::remove_hash`], saying where the item was: in an entry or in
@@ -563,14 +665,16 @@ impl FilterWriter<'_> {
     /// of Bloom-part items aside (they have no entry) knows then whether
     /// to look there.
     pub fn remove_hash_placed(&mut self, h: u64, value: u32) -> Option<Placement> {
-        self.filter.remove_placed_locked(&mut self.guard, h, value)
+        let f = self.filter;
+        f.remove_placed_locked(self.guard(h), h, value)
     }
 
     /// Changes the value of one copy of an item in place (atomically for
     /// readers: they see the old or the new value, never a miss). Returns
     /// false when no copy with `old` exists.
     pub fn replace_value(&mut self, h: u64, old: u32, new: u32) -> Result<bool, InsertError> {
-        self.filter.replace_locked(&mut self.guard, h, old, new)
+        let f = self.filter;
+        f.replace_locked(self.guard(h), h, old, new)
     }
 
     /// Moves up to `budget` elements from the Bloom part back into cuckoo
@@ -581,9 +685,20 @@ impl FilterWriter<'_> {
     ///
     /// Calls take turns over the side table: each call starts after the last
     /// element the previous call tried, so elements that cannot move yet
-    /// never keep the others from being tried.
+    /// never keep the others from being tried. The budget (elements tried)
+    /// is spent partition by partition.
     pub fn migrate(&mut self, budget: usize) -> usize {
-        self.filter.migrate_locked(&mut self.guard, budget)
+        let mut moved = 0;
+        let mut left = budget;
+        for g in &mut self.guards {
+            if left == 0 {
+                break;
+            }
+            let (m, tried) = self.filter.migrate_locked(g, left);
+            moved += m;
+            left -= tried;
+        }
+        moved
     }
 }
 
@@ -612,14 +727,14 @@ impl Filter {
             bucket: other,
             slot: empty.trailing_zeros() as usize,
         };
-        let w = self.raw.write();
+        let w = self.part_writer(h);
         self.move_entry(&w, src, dst, entry);
     }
 
     /// Moves the item's entry into the Bloom part of its pair.
     pub(crate) fn test_evict_to_bloom(&self, h: u64, value: u32) {
         let (k, entry, src) = self.test_find(h, value);
-        let mut w = self.raw.write();
+        let mut w = self.part_writer(h);
         self.move_to_bloom(&mut w, src, entry, k.i1, k.i2);
     }
 }

@@ -32,6 +32,13 @@ pub struct Candidates {
     pub(crate) values: [u32; 2 * crate::ENTRIES_PER_BUCKET],
     pub(crate) len: usize,
     pub bloom: bool,
+    /// With [`crate::Config::keep_bloom_values`] and `bloom`: the value
+    /// of the Bloom-part element whose pair is the key's buckets, if one
+    /// is (each bucket's Bloom field belongs to at most one element, kept
+    /// by the lower bucket of its pair); read with the buckets, as of the
+    /// same instant. In bit mode both fields may also be set by two other
+    /// elements: the value is then theirs, and a caller confirms it.
+    pub bloom_value: Option<u32>,
 }
 
 impl Candidates {

@@ -11,7 +11,7 @@ use std::ops::{Deref, DerefMut};
 
 use crate::alloc::Words;
 use crate::layout::{kind, Bucket, Layout};
-use crate::sync::{lock, spin_hint, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, spin_hint, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering};
 
 /// A stripe's sequence counter: even = no write in progress, odd = the
 /// writer is changing a bucket of the stripe. The writer bumps it to odd
@@ -20,9 +20,9 @@ use crate::sync::{lock, spin_hint, AtomicU64, Mutex, MutexGuard, Ordering};
 #[repr(transparent)]
 struct Stripe(AtomicU64);
 
-/// The table, generic over `S`, the state its one writer at a time keeps
-/// (the filter's side table and random generator), which lives behind the
-/// writers' mutex.
+/// The table, generic over `S`, the state each partition's one writer at
+/// a time keeps (the filter's side table and random generator), which
+/// lives behind that partition's mutex.
 pub(crate) struct RawTable<S> {
     pub layout: Layout,
     /// Buckets never straddle a cache line: the block is line-aligned and a
@@ -33,26 +33,43 @@ pub(crate) struct RawTable<S> {
     stripe_mask: usize,
     /// The packed layout's bucket mask (`packed_bits` ones); 0 otherwise.
     packed_mask: u64,
-    /// Writers are serialised: one writer at a time changes the table. So
-    /// a stripe is "locked" by plain stores of its counter, no
-    /// read-modify-write, and a plan made under this lock is still exact
-    /// when it is executed.
-    writer: Mutex<S>,
+    /// The partitions' writer locks. A partition is the buckets whose low
+    /// bits are its index (`part_mask`); the stripes are at least as many
+    /// as the partitions, so each stripe's buckets are all in one
+    /// partition. Writers of a partition are serialised: one writer at a
+    /// time changes its buckets, and nobody else changes them. So a stripe
+    /// is "locked" by plain stores of its counter, no read-modify-write,
+    /// and a plan made under this lock is still exact when it is executed
+    /// (a plan never leaves its partition: an item's two buckets share
+    /// the partition bits).
+    writers: Box<[CachePadded<Mutex<S>>]>,
+    part_mask: usize,
 }
 
-/// Proof that the caller is the table's one writer, with its state.
-pub(crate) struct WriteGuard<'a, S>(MutexGuard<'a, S>);
+/// Proof that the caller is partition `part`'s one writer, with its state.
+pub(crate) struct WriteGuard<'a, S> {
+    guard: MutexGuard<'a, S>,
+    part: usize,
+}
+
+impl<S> WriteGuard<'_, S> {
+    /// The partition this guard writes.
+    #[inline(always)]
+    pub fn part(&self) -> usize {
+        self.part
+    }
+}
 
 impl<S> Deref for WriteGuard<'_, S> {
     type Target = S;
     fn deref(&self) -> &S {
-        &self.0
+        &self.guard
     }
 }
 
 impl<S> DerefMut for WriteGuard<'_, S> {
     fn deref_mut(&mut self) -> &mut S {
-        &mut self.0
+        &mut self.guard
     }
 }
 
@@ -75,9 +92,13 @@ impl<S> Drop for StripeGuard<'_, S> {
 }
 
 impl<S> RawTable<S> {
-    pub fn new(layout: Layout, buckets: usize, stripes: usize, writer: S) -> Self {
+    /// A table of `buckets`, `stripes` seqlock stripes (at least as many
+    /// as the partitions) and one partition per writer state.
+    pub fn new(layout: Layout, buckets: usize, stripes: usize, writers: Vec<S>) -> Self {
+        let parts = writers.len();
         debug_assert!(buckets.is_power_of_two() && stripes.is_power_of_two());
-        let stripes = stripes.min(buckets);
+        debug_assert!(parts.is_power_of_two() && parts <= buckets / 2);
+        let stripes = stripes.min(buckets).max(parts);
         let bits = layout.packed_bits;
         let (words, packed_mask) = if bits == 0 {
             (buckets * layout.words, 0)
@@ -97,13 +118,44 @@ impl<S> RawTable<S> {
             bucket_mask: buckets - 1,
             stripes: (0..stripes).map(|_| Stripe(AtomicU64::new(0))).collect(),
             stripe_mask: stripes - 1,
-            writer: Mutex::new(writer),
+            writers: writers
+                .into_iter()
+                .map(|w| CachePadded::new(Mutex::new(w)))
+                .collect(),
+            part_mask: parts - 1,
         }
     }
 
-    /// Becomes the table's writer (waits for the current one).
-    pub fn write(&self) -> WriteGuard<'_, S> {
-        WriteGuard(lock(&self.writer))
+    /// Becomes partition `part`'s writer (waits for the current one).
+    pub fn write(&self, part: usize) -> WriteGuard<'_, S> {
+        WriteGuard {
+            guard: lock(&self.writers[part]),
+            part,
+        }
+    }
+
+    /// Every partition's writer, taken in index order (so two callers of
+    /// this never deadlock; a writer of one partition holds no other).
+    pub fn write_all(&self) -> Vec<WriteGuard<'_, S>> {
+        (0..self.writers.len()).map(|p| self.write(p)).collect()
+    }
+
+    #[inline(always)]
+    pub fn partitions(&self) -> usize {
+        self.part_mask + 1
+    }
+
+    /// The partition of bucket `b`.
+    #[inline(always)]
+    pub fn part_of(&self, bucket: usize) -> usize {
+        bucket & self.part_mask
+    }
+
+    /// The bucket mask without the partition bits: the bits an item's two
+    /// buckets may differ in.
+    #[inline(always)]
+    pub fn alt_mask(&self) -> usize {
+        self.bucket_mask & !self.part_mask
     }
 
     #[inline(always)]
@@ -162,20 +214,36 @@ impl<S> RawTable<S> {
     }
 
     /// Writes a packed bucket into the one or two words it spans, keeping
-    /// the neighbours' bits. Only the writer writes, so the read of each
-    /// word is its current value; a reader of a neighbour bucket sees its
-    /// own bits unchanged whichever version of the word it loads.
+    /// the neighbours' bits. With one partition only the writer writes, so
+    /// the read of each word is its current value; a reader of a neighbour
+    /// bucket sees its own bits unchanged whichever version of the word it
+    /// loads. With more, a neighbour bucket may be another partition's,
+    /// whose writer may change its bits of the same word meanwhile: the
+    /// word is then changed by a compare-and-swap of this bucket's bits.
     #[inline]
     fn store_packed(&self, bucket: usize, value: u64, order: Ordering) {
         let (w, o) = self.packed_pos(bucket);
         let m = self.packed_mask;
-        let lo = self.word(w).load(Ordering::Relaxed);
-        self.word(w).store((lo & !(m << o)) | (value << o), order);
+        self.merge_word(w, m << o, value << o, order);
         if o + self.layout.packed_bits > 64 {
-            let sh = 64 - o; // the bits that went into `lo`
-            let hi = self.word(w + 1).load(Ordering::Relaxed);
-            self.word(w + 1)
-                .store((hi & !(m >> sh)) | (value >> sh), order);
+            let sh = 64 - o; // the bits that went into the first word
+            self.merge_word(w + 1, m >> sh, value >> sh, order);
+        }
+    }
+
+    /// Word `w`'s bits under `mask` set to `bits`, the others kept.
+    #[inline]
+    fn merge_word(&self, w: usize, mask: u64, bits: u64, order: Ordering) {
+        let word = self.word(w);
+        let mut cur = word.load(Ordering::Relaxed);
+        if self.part_mask == 0 {
+            word.store((cur & !mask) | bits, order);
+            return;
+        }
+        while let Err(now) =
+            word.compare_exchange_weak(cur, (cur & !mask) | bits, order, Ordering::Relaxed)
+        {
+            cur = now;
         }
     }
 
@@ -219,13 +287,19 @@ impl<S> RawTable<S> {
     }
 
     /// Marks the stripes of `b1` and `b2` busy (odd) for a change of those
-    /// buckets; the writer guard proves no other writer can do the same.
+    /// buckets; the writer guard of their partition proves no other writer
+    /// can do the same.
     pub fn lock_pair(
         &self,
-        _writer: &WriteGuard<'_, S>,
+        writer: &WriteGuard<'_, S>,
         b1: usize,
         b2: usize,
     ) -> StripeGuard<'_, S> {
+        assert!(
+            self.part_of(b1) == writer.part && self.part_of(b2) == writer.part,
+            "buckets {b1} and {b2} are not in partition {}",
+            writer.part
+        );
         let (a, b) = (self.stripe_of(b1), self.stripe_of(b2));
         let va = self.mark_busy(a);
         let (vb, count) = if a == b {
@@ -282,6 +356,17 @@ impl<S> RawTable<S> {
         let mut out = Vec::with_capacity(self.buckets() * w);
         for b in 0..self.buckets() {
             out.extend_from_slice(&self.load(b, Ordering::Relaxed)[..w]);
+        }
+        out
+    }
+
+    /// Occupied entries by partition, counted from the table (a table
+    /// being built or loaded, that no writer changes meanwhile).
+    pub fn entries_by_part(&self) -> Vec<usize> {
+        let mut out = vec![0; self.partitions()];
+        for b in 0..self.buckets() {
+            let empty = self.layout.empty_slots(&self.load(b, Ordering::Relaxed));
+            out[self.part_of(b)] += crate::layout::ENTRIES_PER_BUCKET - empty.count_ones() as usize;
         }
         out
     }
@@ -359,6 +444,20 @@ impl ReadView<'_> {
     /// The returned pair existed, as a whole, at one instant during the call.
     #[inline(always)]
     pub fn read_pair<const K: u8>(&self, b1: usize, b2: usize) -> (Bucket, Bucket) {
+        let ((x, y), ()) = self.read_pair_with::<K, ()>(b1, b2, || ());
+        (x, y)
+    }
+
+    /// [`Self::read_pair`], and `also` (acquire loads of what the writer
+    /// changes under the same two stripes) read in the same validated
+    /// window: all of it as of one instant.
+    #[inline(always)]
+    pub fn read_pair_with<const K: u8, T>(
+        &self,
+        b1: usize,
+        b2: usize,
+        also: impl Fn() -> T,
+    ) -> ((Bucket, Bucket), T) {
         let s1 = &self.stripes[b1 & self.stripe_mask].0;
         let s2 = &self.stripes[b2 & self.stripe_mask].0;
         loop {
@@ -368,8 +467,9 @@ impl ReadView<'_> {
                 // Acquire loads: the re-check below cannot be hoisted above them.
                 let x = self.load::<K>(b1, Ordering::Acquire);
                 let y = self.load::<K>(b2, Ordering::Acquire);
+                let t = also();
                 if s1.load(Ordering::Acquire) == v1 && s2.load(Ordering::Acquire) == v2 {
-                    return (x, y);
+                    return ((x, y), t);
                 }
             }
             spin_hint();

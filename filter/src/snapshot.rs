@@ -3,20 +3,23 @@
 //! ```text
 //! offset  size  field (all little-endian)
 //!      0     8  magic "CFDPFILT"
-//!      8     4  format version (2; version 1 images, without the layout
-//!                 field, are still read)
+//!      8     4  format version (3; versions 1 and 2, without the
+//!                 partitions field, are still read: one partition)
 //!     12     4  hash id (crate::hash::HASH_ID)
 //!     16     4  fingerprint bits      20  4  value bits
 //!     24     4  Bloom mode (0 none, 1 bit, 2 tag)
 //!     28     4  Bloom field bits      32  4  threshold t
 //!     36     4  max_kicks             40  4  buckets log2
 //!     44     4  stripes               48  4  layout (0 word, 1 packed)
-//!     52     8  seed                  60  8  entries
-//!     68     8  table words (N)       76  8  side-table records (R)
-//!     84   8·N  table words: each bucket as one or two words, the word
+//!     52     4  partitions
+//!     56     8  seed                  64  8  entries
+//!     72     8  table words (N)       80  8  side-table records (R)
+//!     88   8·N  table words: each bucket as one or two words, the word
 //!                 layout's form even for a packed table
-//!                 (version 1: the layout field is absent, offsets from 48
-//!                 are 4 less, and the layout is the word layout)
+//!                 (version 2: the partitions field is absent, offsets
+//!                 from 52 are 4 less; version 1: the layout field is
+//!                 absent too, offsets from 48 are 8 less, and the layout
+//!                 is the word layout)
 //!      …  24·R  records: low bucket u64, high bucket u64, fp u32, value u32
 //!      …     4  CRC-32 (IEEE) of everything before it
 //! ```
@@ -34,8 +37,9 @@ use crate::layout::{Layout, ENTRIES_PER_BUCKET};
 use crate::state::{BloomRecord, Filter};
 
 const MAGIC: &[u8; 8] = b"CFDPFILT";
-const VERSION: u32 = 2;
-const HEADER: usize = 84;
+const VERSION: u32 = 3;
+const HEADER: usize = 88;
+const HEADER_V2: usize = 84;
 const HEADER_V1: usize = 80;
 const RECORD: usize = 24;
 
@@ -61,7 +65,7 @@ impl fmt::Display for SnapshotError {
             }
             SnapshotError::BadMagic => write!(f, "not a cfdp filter image (bad magic)"),
             SnapshotError::UnsupportedVersion(v) => {
-                write!(f, "filter image format version {v} is not supported (expected 1 or {VERSION})")
+                write!(f, "filter image format version {v} is not supported (expected 1 to {VERSION})")
             }
             SnapshotError::ChecksumMismatch { stored, computed } => write!(
                 f,
@@ -147,6 +151,7 @@ impl Filter {
             self.buckets().trailing_zeros(),
             self.stripe_count() as u32,
             u32::from(c.packed),
+            self.partitions() as u32,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -237,6 +242,7 @@ fn check_envelope(bytes: &[u8]) -> Result<(u32, usize), SnapshotError> {
     let version = Reader { buf: bytes, pos: 8 }.u32();
     let header = match version {
         1 => HEADER_V1,
+        2 => HEADER_V2,
         VERSION => HEADER,
         _ => return Err(SnapshotError::UnsupportedVersion(version)),
     };
@@ -285,6 +291,7 @@ fn read_header(r: &mut Reader<'_>, version: u32) -> Result<Header, SnapshotError
             )))
         }
     };
+    let partitions = if version < 3 { 1 } else { r.u32() as usize };
     let seed = r.u64();
     let entries = r.u64();
     let n_words = r.u64();
@@ -315,6 +322,8 @@ fn read_header(r: &mut Reader<'_>, version: u32) -> Result<Header, SnapshotError
         stripes,
         seed,
         packed,
+        partitions,
+        keep_bloom_values: false,
     };
     Ok(Header {
         config,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::config::{BloomConfig, BloomMode, Config};
 use crate::hash::{fp_displacement, tag_mix};
 use crate::raw::{RawTable, WriteGuard};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicU32, AtomicUsize, CachePadded, Ordering};
 
 /// An item's position in the table, derived from its hash.
 #[derive(Clone, Copy, Debug, Default)]
@@ -64,10 +64,11 @@ impl Rng {
     }
 }
 
-/// What the one writer at a time keeps, behind the writers' mutex: never
+/// What a partition's one writer at a time keeps, behind its mutex: never
 /// read by lookups.
 pub(crate) struct Writer {
-    /// The Bloom part's elements, keyed by the lower bucket of their pair.
+    /// The partition's Bloom-part elements, keyed by the lower bucket of
+    /// their pair (both buckets are in the partition).
     pub(crate) side: BTreeMap<usize, BloomRecord>,
     pub(crate) rng: Rng,
     /// Where the next `migrate` starts in the side table, so that elements
@@ -77,15 +78,26 @@ pub(crate) struct Writer {
 
 pub(crate) type Guard<'a> = WriteGuard<'a, Writer>;
 
+/// A partition's counts, changed only by its writer (a load and a store,
+/// no read-modify-write), read by anyone; a cache line of their own, so
+/// that writers of different partitions do not share one.
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub(crate) entries: AtomicUsize,
+    pub(crate) bloom_items: AtomicUsize,
+}
+
 /// A concurrent (Bloom-)cuckoo filter. See the crate docs.
 pub struct Filter {
     pub(crate) raw: RawTable<Writer>,
     pub(crate) config: Config,
     pub(crate) bloom: Option<BloomConfig>,
-    /// Counts, changed only by the writer (a load and a store, no
-    /// read-modify-write), read by anyone.
-    pub(crate) entries: AtomicUsize,
-    pub(crate) bloom_items: AtomicUsize,
+    /// Each partition's counts, by partition.
+    pub(crate) counts: Box<[CachePadded<Counts>]>,
+    /// With [`Config::keep_bloom_values`], by the lower bucket of a
+    /// Bloom-part element's pair: its value, written under the pair's
+    /// stripes before its Bloom fields (empty otherwise).
+    pub(crate) bloom_values: Box<[AtomicU32]>,
 }
 
 impl std::fmt::Debug for Filter {
@@ -98,24 +110,32 @@ impl std::fmt::Debug for Filter {
 }
 
 /// The alternate bucket of an item with fingerprint `fp` in `bucket`.
+/// `alt_mask` is the bucket mask without the partition bits (the low
+/// ones): the XOR distance leaves them alone, so both buckets of an item
+/// are in one partition (with one partition, every bucket bit moves).
 #[inline(always)]
-pub(crate) fn alt_bucket(bucket_mask: usize, bucket: usize, fp: u32) -> usize {
-    let d = (fp_displacement(fp) as usize) & bucket_mask;
+pub(crate) fn alt_bucket(alt_mask: usize, bucket: usize, fp: u32) -> usize {
+    let d = (fp_displacement(fp) as usize) & alt_mask;
     // Never 0: the two buckets of an item always differ, so its Bloom
-    // pair really is two buckets.
-    bucket ^ if d == 0 { 1 } else { d }
+    // pair really is two buckets (the lowest bit the distance may have).
+    bucket
+        ^ if d == 0 {
+            alt_mask & alt_mask.wrapping_neg()
+        } else {
+            d
+        }
 }
 
 impl Keyed {
     #[inline(always)]
-    pub(crate) fn derive(fp_mask: u64, bucket_mask: usize, h: u64) -> Self {
+    pub(crate) fn derive(fp_mask: u64, bucket_mask: usize, alt_mask: usize, h: u64) -> Self {
         let fp = (h & fp_mask) as u32;
         let fp = if fp == 0 { 1 } else { fp };
         let i1 = ((h >> 32) as usize) & bucket_mask;
         Keyed {
             fp,
             i1,
-            i2: alt_bucket(bucket_mask, i1, fp),
+            i2: alt_bucket(alt_mask, i1, fp),
         }
     }
 }
@@ -134,7 +154,7 @@ pub(crate) fn bloom_tag(mode: Option<BloomMode>, fp: u32, a: usize, b: usize) ->
     }
 }
 
-/// Adds `delta` to a counter only the writer changes.
+/// Adds `delta` to a counter only its partition's writer changes.
 #[inline]
 pub(crate) fn bump(counter: &AtomicUsize, delta: isize) {
     let v = counter.load(Ordering::Relaxed);

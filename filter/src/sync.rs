@@ -3,11 +3,11 @@
 //! checked exhaustively on a tiny table (see `src/loom_tests.rs`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
@@ -30,3 +30,7 @@ pub(crate) fn spin_hint() {
     #[cfg(not(loom))]
     std::hint::spin_loop();
 }
+
+/// A value on cache lines of its own (what a partition's writer changes
+/// must not share a line with another partition's).
+pub(crate) use crossbeam_utils::CachePadded;

@@ -348,3 +348,48 @@ fn candidates_list_every_colliding_value_and_the_bloom_part() {
         "no burst item was found only in the Bloom part"
     );
 }
+
+/// With `keep_bloom_values`, a key answered from the Bloom part is named
+/// with its own value by `candidates_hash` (the connection table finds a
+/// Bloom-part connection's slot so, without a lock), in every partition;
+/// without it, no value is named.
+#[test]
+fn kept_bloom_values_name_each_bloom_items_own_value() {
+    for keep in [true, false] {
+        let f = Filter::new(Config {
+            buckets_log2: Some(10),
+            fingerprint_bits: 12,
+            value_bits: 12,
+            bloom: Some(BloomConfig {
+                mode: BloomMode::Bit,
+                threshold: 0,
+            }),
+            partitions: 4,
+            keep_bloom_values: keep,
+            ..Config::default()
+        })
+        .unwrap();
+        let mut keys = Keys::new(5);
+        let mut held = Vec::new();
+        for v in 0..4000u32 {
+            let h = keys.next_key();
+            if f.insert_hash(h, v & 0xfff).is_ok() {
+                held.push((h, v & 0xfff));
+            }
+        }
+        let in_bloom: Vec<_> = held
+            .iter()
+            .filter(|&&(h, _)| f.get_hash(h) == Lookup::Bloom)
+            .collect();
+        assert!(
+            in_bloom.len() > 10,
+            "few Bloom-part items: {}",
+            in_bloom.len()
+        );
+        for &&(h, v) in &in_bloom {
+            let c = f.candidates_hash(h);
+            assert!(c.bloom);
+            assert_eq!(c.bloom_value, keep.then_some(v), "key {h:#x}");
+        }
+    }
+}

@@ -102,7 +102,7 @@ fn corrupt_and_foreign_images_are_refused_clearly() {
     assert!(matches!(err, SnapshotError::ForeignHash(_)), "{err}");
 
     let mut bad = img.clone();
-    bad[60] ^= 1; // entry count
+    bad[64] ^= 1; // entry count
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
     assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err}");
 
@@ -206,21 +206,72 @@ fn packed_round_trip() {
     }
 }
 
-/// Images of format version 1 (before the layout field) still load.
+/// Images of format versions 1 (before the layout field) and 2 (before
+/// the partitions field) still load, as one partition.
 #[test]
-fn version_1_images_still_load() {
+fn version_1_and_2_images_still_load() {
     let (f, hs) = filled(Some(BloomMode::Bit));
     let img = f.to_bytes();
-    // Version 1: no layout field at offset 48, version 1, fresh checksum.
-    let mut v1 = img[..img.len() - 4].to_vec();
-    v1.drain(48..52);
-    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
-    let crc = crc32(&v1);
-    v1.extend_from_slice(&crc.to_le_bytes());
-    let g = Filter::from_bytes(&v1).expect("version 1 image loads");
-    assert!(!g.config().packed);
-    assert_eq!(g.len(), f.len());
+    // Version 2: no partitions field at offset 52; version 1: no layout
+    // field at 48 either. The version, a fresh checksum.
+    for (version, cut) in [(2u32, 52..56), (1, 48..56)] {
+        let mut old = img[..img.len() - 4].to_vec();
+        old.drain(cut);
+        old[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        let g = Filter::from_bytes(&old).expect("old image loads");
+        assert!(!g.config().packed);
+        assert_eq!((g.len(), g.partitions()), (f.len(), 1));
+        for &h in &hs {
+            assert_eq!(g.get_hash(h), f.get_hash(h));
+        }
+    }
+}
+
+/// A partitioned filter's image keeps its partitions (the alternate
+/// bucket depends on them), its Bloom part and its counts; an image whose
+/// partitions field is changed is refused, not loaded with items in
+/// buckets their lookups never read.
+#[test]
+fn partitioned_images_round_trip_and_a_changed_count_is_refused() {
+    let f = Filter::new(Config {
+        buckets_log2: Some(10),
+        fingerprint_bits: 12,
+        value_bits: 8,
+        bloom: Some(BloomConfig {
+            mode: BloomMode::Bit,
+            threshold: 0,
+        }),
+        partitions: 8,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut keys = Keys::new(21);
+    let mut hs = fill_to(&f, 0.90, &mut keys);
+    for _ in 0..128 {
+        let h = keys.next_key();
+        if f.insert_hash(h, 1).is_ok() {
+            hs.push(h);
+        }
+    }
+    assert!(
+        f.bloom_len() > 0,
+        "the Bloom-path inserts reached the Bloom part"
+    );
+    let img = f.to_bytes();
+    let g = Filter::from_bytes(&img).expect("own image loads");
+    assert_eq!(g.partitions(), 8);
+    assert_eq!((g.len(), g.bloom_len()), (f.len(), f.bloom_len()));
     for &h in &hs {
         assert_eq!(g.get_hash(h), f.get_hash(h));
     }
+    // Every partition's own elements migrate (each writer has its own).
+    assert_eq!(g.migrate(usize::MAX), f.migrate(usize::MAX));
+    let mut bad = img[..img.len() - 4].to_vec();
+    bad[52..56].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32(&bad);
+    bad.extend_from_slice(&crc.to_le_bytes());
+    let err = Filter::from_bytes(&bad).unwrap_err();
+    assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err}");
 }

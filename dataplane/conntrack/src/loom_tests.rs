@@ -141,8 +141,8 @@ fn loom_two_openers_from_their_probes_open_one_connection() {
 /// A table whose filter is two buckets (eight entries) and whose Bloom
 /// part takes an item from the second kick on, filled with eight
 /// connections:
-/// the ninth's insert moves one of them into the Bloom part, where it has
-/// no slot index until the table's pairs have it.
+/// the ninth's insert moves one of them into the Bloom part, where its
+/// slot is the filter's kept Bloom value for its bucket pair.
 fn crowded() -> (ConnTable, Vec<FlowKey>) {
     let opts = crate::table::Options {
         buckets_log2: Some(1),
@@ -162,7 +162,9 @@ fn crowded() -> (ConnTable, Vec<FlowKey>) {
 /// filter's Bloom part, a reader of that one finds it: it never misses a
 /// connection that was there before it began (a miss would let its reply
 /// meet the rules, or open it twice). Seen failing with the table's
-/// sequence count around the insert ignored.
+/// sequence count around the insert ignored (when the table kept the
+/// Bloom part's slots in a set of its own), and with the filter's kept
+/// value written after the pair's stripes were released.
 #[test]
 fn loom_a_connection_moving_into_the_bloom_part_is_not_missed() {
     // Eighteen opens before the threads start (two tables of nine, each a

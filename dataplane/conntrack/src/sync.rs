@@ -12,7 +12,11 @@ pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
-/// A lock (a stripe's, or the Bloom part's pairs'). A worker that
+/// A value on cache lines of its own: a stripe's lock and what it
+/// changes must not share a line with another stripe's.
+pub(crate) use crossbeam_utils::CachePadded;
+
+/// A lock (a stripe's). A worker that
 /// panicked while holding one left it whole (each change is a few stores
 /// whose readers check the slot's generation): keep serving.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -20,8 +20,12 @@
 //! one slot line and, when its state moves, a compare-and-swap on the
 //! control word; no lock. Opening and removing take the connection's lock
 //! stripe (its hash picks one of at most [`SHARDS`]), which owns a
-//! partition of the slots and its free list, and the filter's writer lock
-//! inside it.
+//! partition of the slots and its free list, and inside it the writer lock
+//! of the filter's partition of the same number: the stripe *is* the
+//! filter partition (the low bits of the key's primary bucket, which its
+//! alternate bucket and every cuckoo move keep), so the filter lock is
+//! never waited for, and opens in different stripes share no lock and no
+//! written line.
 //!
 //! Any worker may open, update or remove any connection, so the two
 //! directions of a connection may arrive on different workers (no
@@ -46,9 +50,11 @@
 //! sends the packet that opened it.
 //!
 //! Bloom part: an entry the filter's insert walk puts in its Bloom part
-//! has no value in the filter's entries; the table keeps those entries'
-//! (hash, slot) pairs in a small ordered set, read only when the filter's
-//! Bloom field answers for a key that no entry confirmed.
+//! has no value in the filter's entries; the filter keeps its value
+//! beside the pair's Bloom fields (`keep_bloom_values`), written under the
+//! same stripes, so a reader's one validated read of the key's buckets
+//! sees the entry either in a bucket or in the Bloom part with its slot:
+//! never neither, and no lock or side set of the table's own.
 //!
 //! Full: a new connection may take the place of an embryonic entry of its
 //! stripe (an unanswered SYN, UDP or ICMP request; a clock hand over the
@@ -62,8 +68,7 @@
 //! `nf_conntrack_acct` is: it adds 40 bytes a slot.
 
 use crate::sync::Ordering::*;
-use crate::sync::{lock, AtomicU64, AtomicUsize, Mutex, MutexGuard};
-use std::collections::BTreeSet;
+use crate::sync::{lock, AtomicU64, AtomicUsize, CachePadded, Mutex, MutexGuard};
 
 use cfdp_filter::{BloomConfig, BloomMode, Config, ConfigError, Filter, Lookup, ZeroedSlice};
 use cfdp_packet::TcpSeg;
@@ -305,7 +310,7 @@ pub struct ConnTable {
     pub(crate) filter: Filter,
     slots: ZeroedSlice<Slot>,
     acct: Option<Box<[AcctSlot]>>,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
     /// Each stripe's count of connections put in the filter, bumped under
     /// its lock after the filter insert: a probe that read it before
     /// missing in the filter knows its key is still absent while it has
@@ -314,15 +319,6 @@ pub struct ConnTable {
     /// Slots a stripe owns.
     per_shard: u32,
     shard_mask: usize,
-    /// (hash, slot) of the entries the filter holds in its Bloom part.
-    side: Mutex<BTreeSet<(u64, u32)>>,
-    side_len: AtomicUsize,
-    /// A sequence count around every filter insert and the update of
-    /// `side` after it (odd meanwhile, written under the filter's writer
-    /// lock): an insert may move another connection's entry into the
-    /// filter's Bloom part, where it has no slot index until `side` has
-    /// its pair. A reader that found nothing while it moved looks again.
-    side_seq: AtomicU64,
     /// The hash's keys, drawn from the table's secret.
     seeds: [u64; 7],
     capacity: usize,
@@ -410,6 +406,10 @@ impl ConnTable {
             // The filter's seqlock stripes: its default, or four atomics in
             // the loom model.
             stripes: if cfg!(loom) { 4 } else { 0 },
+            // One filter partition a stripe: the stripe's lock is the
+            // only one its opens wait for.
+            partitions: shards,
+            keep_bloom_values: true,
             ..Config::default()
         })?;
         Ok(Self {
@@ -420,7 +420,7 @@ impl ConnTable {
                 .then(|| (0..total).map(|_| AcctSlot::new()).collect()),
             shards: (0..shards)
                 .map(|i| {
-                    Mutex::new(Shard {
+                    CachePadded::new(Mutex::new(Shard {
                         base: (i * per_shard) as u32,
                         free: NONE,
                         fresh: 0,
@@ -428,20 +428,18 @@ impl ConnTable {
                         opened: 0,
                         early_dropped: 0,
                         expired: 0,
-                    })
+                    }))
                 })
                 .collect(),
             // Epochs apart from the stripes: an open makes stale only the
             // probes of its 1/256th of the hashes, however few the stripes
-            // (the loom model: one a stripe).
+            // (the loom model: one a stripe). Each is one stripe's: the
+            // stripe's bits are the low bits of its index.
             epochs: (0..if cfg!(loom) { shards } else { SHARDS })
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             per_shard: per_shard as u32,
             shard_mask: shards - 1,
-            side: Mutex::new(BTreeSet::new()),
-            side_len: AtomicUsize::new(0),
-            side_seq: AtomicU64::new(0),
             seeds: std::array::from_fn(|i| secret.hash_bytes(&[i as u8, 0x5a]) | 1),
             capacity,
             len: AtomicUsize::new(0),
@@ -495,15 +493,12 @@ impl ConnTable {
         self.filter.stats()
     }
 
-    /// Memory held, in bytes: the filter, every slot (and its accounting),
-    /// and the Bloom part's (hash, slot) pairs, counted at twice their
-    /// size for the ordered set's nodes (an estimate: the set does not
-    /// say).
+    /// Memory held, in bytes: the filter (its Bloom part's values
+    /// included), every slot and its accounting.
     pub fn memory_bytes(&self) -> usize {
         self.filter.stats().memory_bytes
             + self.slots.len() * SLOT_BYTES
             + self.acct.as_ref().map_or(0, |a| a.len() * ACCT_BYTES)
-            + self.side_len.load(Relaxed) * 2 * std::mem::size_of::<(u64, u32)>()
     }
 
     pub(crate) fn hash(&self, key: &ConnKey) -> u64 {
@@ -518,16 +513,26 @@ impl ConnTable {
         mum(x ^ s[6], y ^ z)
     }
 
-    /// The stripe of hash `h`: bits the filter does not take its bucket
-    /// from (the low ones).
+    /// The stripe of hash `h`: its filter partition, the low bits of its
+    /// primary bucket (the filter's bucket index is `h >> 32`).
     fn stripe(&self, h: u64) -> usize {
-        (h >> 56) as usize & self.shard_mask
+        debug_assert_eq!(
+            (h >> 32) as usize & self.shard_mask,
+            self.filter.partition_of(h)
+        );
+        (h >> 32) as usize & self.shard_mask
     }
 
-    /// Hash `h`'s open counter (its stripe's hash bits, or more of them:
-    /// the epochs are at least as many as the stripes).
+    /// Hash `h`'s open counter: one of its stripe's (the epochs are at
+    /// least as many as the stripes, each stripe's side by side), so each
+    /// counter is bumped under one stripe's lock only and stripes share
+    /// no line of them (but at more than 32 stripes, the last few).
     pub(super) fn epoch(&self, h: u64) -> &AtomicU64 {
-        &self.epochs[(h >> 56) as usize & (self.epochs.len() - 1)]
+        let per = self.epochs.len() / (self.shard_mask + 1);
+        let bits = (h >> 32) as usize;
+        let stripe = bits & self.shard_mask;
+        let within = (bits >> (self.shard_mask + 1).trailing_zeros()) & (per - 1);
+        &self.epochs[stripe * per + within]
     }
 
     fn shard(&self, h: u64) -> MutexGuard<'_, Shard> {
@@ -657,7 +662,7 @@ mod tests {
         use crate::state::tcp::{ACK, SYN};
         let t = ConnTable::new(128, Timeouts::default(), HashSecret::from_seed(2)).unwrap();
         assert_eq!(t.stripes(), 2);
-        let stripe = |k: &FlowKey| (t.hash(&ConnKey::of(k).0) >> 56) as usize & t.shard_mask;
+        let stripe = |k: &FlowKey| t.stripe(t.hash(&ConnKey::of(k).0));
         let tcp = |i: u32| {
             FlowKey::new(
                 std::net::Ipv4Addr::from(0x0a00_0000 + i).into(),

@@ -3,8 +3,8 @@
 //! step (TCP under the slot's lock, the rest by a compare-and-swap), ICMP
 //! errors' related connection, and the opening of a new connection.
 
+use crate::sync::fence;
 use crate::sync::Ordering::*;
-use crate::sync::{fence, lock};
 
 use cfdp_filter::Lookup;
 use cfdp_packet::TcpSeg;
@@ -62,10 +62,6 @@ impl ConnTable {
         h: u64,
         first: Option<Lookup>,
     ) -> Option<(u32, u64, u64)> {
-        // Read before the filter (a probe's `first` was not: a miss from
-        // it is looked at again below before it is believed).
-        let mut seq = self.side_seq.load(Acquire);
-        let mut fresh = first.is_none();
         let mut first = first.unwrap_or_else(|| self.filter.get_hash(h));
         'again: loop {
             match first {
@@ -82,9 +78,13 @@ impl ConnTable {
             }
             // The first match was another connection's (their
             // fingerprints collided), or the Bloom part answered: every
-            // entry under the fingerprint, then the Bloom part's pairs.
+            // entry under the fingerprint and the Bloom part's slot for
+            // the key's buckets, all from one validated read of them. A
+            // connection in the filter is in one or the other at every
+            // instant (the filter writes a Bloom-part slot under the same
+            // stripes as the entry it replaces), so no look again.
             let c = self.filter.candidates_hash(h);
-            for &v in c.values() {
+            for &v in c.values().iter().chain(c.bloom_value.as_ref()) {
                 match self.read(v, w) {
                     Read::Mine(c, m) => return Some((v, c, m)),
                     Read::Moved => {
@@ -93,32 +93,6 @@ impl ConnTable {
                     }
                     Read::Other => {}
                 }
-            }
-            if c.bloom && self.side_len.load(Acquire) > 0 {
-                let side = lock(&self.side);
-                for &(_, v) in side.range((h, 0)..=(h, u32::MAX)) {
-                    if let Read::Mine(c, m) = self.read(v, w) {
-                        return Some((v, c, m));
-                    }
-                }
-            }
-            // The seqlock's read side: had an insert moved this key's
-            // entry into the Bloom part meanwhile, its pair may not have
-            // been in `side` yet.
-            fence(Acquire);
-            let now = self.side_seq.load(Relaxed);
-            if c.bloom && (!fresh || seq & 1 == 1 || now != seq) {
-                // Once the insert is over (a few hundred nanoseconds).
-                seq = loop {
-                    let s = self.side_seq.load(Acquire);
-                    if s & 1 == 0 {
-                        break s;
-                    }
-                    crate::sync::spin();
-                };
-                fresh = true;
-                first = self.filter.get_hash(h);
-                continue 'again;
             }
             self.false_positives.fetch_add(1, Relaxed);
             return None;

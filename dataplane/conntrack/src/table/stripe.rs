@@ -3,10 +3,9 @@
 //! fill (the filter insert and the Bloom part's pairs), free, remove, drop
 //! one to make room.
 
+use crate::sync::fence;
 use crate::sync::Ordering::*;
-use crate::sync::{fence, lock};
 
-use cfdp_filter::Placement;
 use cfdp_rules::Action;
 
 use super::slot::{
@@ -100,43 +99,17 @@ impl ConnTable {
         }
         rmw(s.ctl(), |c| c & GEN_MASK | ctl);
         // Only now in the filter: a reader that finds the index finds the
-        // slot whole.
-        let mut fw = self.filter.writer();
-        // The seqlock's write side (under the filter's writer lock): odd
-        // while an entry may be moving into the Bloom part without its
-        // pair in `side`.
-        let seq = self.side_seq.load(Relaxed);
-        self.side_seq.store(seq + 1, Relaxed);
-        fence(Release);
-        let inserted = fw.insert_hash(h, i);
-        let out = match inserted {
-            Ok(out) => out,
-            Err(_) => {
-                self.side_seq.store(seq + 2, Release);
-                drop(fw);
-                self.free(shard, i);
-                return false;
-            }
-        };
+        // slot whole. The filter partition's writer lock is the stripe's
+        // own (nobody else writes the partition): never waited for.
+        if self.filter.insert_hash(h, i).is_err() {
+            self.free(shard, i);
+            return false;
+        }
         // After the insert (release): a probe that reads the old count
-        // may have missed it, and its holder will look again.
+        // may have missed it, and its holder will look again. The stripe
+        // is the only writer of its epochs.
         let e = self.epoch(h);
         e.store(e.load(Relaxed) + 1, Release);
-        if out.placement == Placement::Bloom || out.evicted.is_some() {
-            let mut side = lock(&self.side);
-            if out.placement == Placement::Bloom {
-                side.insert((h, i));
-            }
-            if let Some(v) = out.evicted {
-                // An entry of the filter: a removal may have marked its
-                // slot free already, but the slot is rewritten only once
-                // its index left the filter, which needs the filter's
-                // writer lock, held here: its key is whole.
-                side.insert((self.hash_at(v), v));
-            }
-            self.side_len.store(side.len(), Release);
-        }
-        self.side_seq.store(seq + 2, Release);
         true
     }
 
@@ -215,27 +188,15 @@ impl ConnTable {
                 Err(x) => now = x,
             }
         }
-        {
-            let mut fw = self.filter.writer();
-            let placed = fw.remove_hash_placed(h, i);
-            debug_assert!(
-                placed.is_some(),
-                "a connection's slot was not in the filter"
-            );
-            if placed == Some(Placement::Bloom) {
-                let mut side = lock(&self.side);
-                side.remove(&(h, i));
-                self.side_len.store(side.len(), Release);
-            }
-        }
+        let removed = self.filter.remove_hash(h, i);
+        debug_assert!(removed, "a connection's slot was not in the filter");
         self.recycle(shard, i);
         shard.expired += 1;
         true
     }
 
-    /// The hash of the connection in slot `i` (its stripe held, or the
-    /// filter's writer lock while `i` is in the filter: the key cannot
-    /// change).
+    /// The hash of the connection in slot `i` (its stripe held: the key
+    /// cannot change).
     pub(super) fn hash_at(&self, i: u32) -> u64 {
         let s = &self.slots[i as usize];
         self.hash(&ConnKey::from_words(

@@ -37,6 +37,9 @@
 //!   rate and the share of the established connections still in the
 //!   table, established, afterwards.
 //!
+//! - **Scaling** (`scaling.rs`): opens, lookups and both from 1, 2, … N
+//!   threads, each its own share of the keys; `conntrack_scaling.csv`.
+//!
 //! Output: tables, `bench/results/conntrack.csv` (quick:
 //! `bench/results/quick/`). Run: `cargo run --release -p cfdp-bench --bin
 //! conntrack [-- --quick]`.
@@ -45,6 +48,7 @@
 mod common;
 mod flood;
 mod rte_hash;
+mod scaling;
 
 use common::{conn, establish, percentile, table, TRACKED};
 
@@ -124,7 +128,8 @@ fn main() {
         return;
     }
     // `--part flood` (or burst, ops, worker, answered) runs one part
-    // alone, for a profiler; the CSV is then not written.
+    // alone, for a profiler; the CSV is then not written (but scaling's,
+    // its own).
     if let Some(part) = cfdp_bench::arg("--part") {
         match part.as_str() {
             "burst" => drop(burst_rows(log2, rounds)),
@@ -132,8 +137,11 @@ fn main() {
             "worker" => drop(worker_rows(quick, rounds)),
             "flood" => drop(flood::flood_rows(quick, rounds)),
             "answered" => flood::answered_flood(quick),
+            "scaling" => write_scaling(quick, rounds),
             other => {
-                eprintln!("conntrack: --part {other}: burst, ops, worker, flood or answered");
+                eprintln!(
+                    "conntrack: --part {other}: burst, ops, worker, flood, answered or scaling"
+                );
                 std::process::exit(2);
             }
         }
@@ -144,10 +152,25 @@ fn main() {
     rows.extend(worker_rows(quick, rounds));
     rows.extend(flood::flood_rows(quick, rounds));
     flood::answered_flood(quick);
+    write_scaling(quick, rounds);
     let path = results_path("conntrack.csv");
     write_csv(
         &path,
         "part,variant,slots_or_threads,n,p50_ns_or_mops,p99_ns,p999_ns,max_ns,refused,load,bloom_items",
+        &rows,
+    )
+    .expect("write CSV");
+    println!("wrote {}", path.display());
+}
+
+/// The scaling rows, in their own CSV (`conntrack_scaling.csv`): each
+/// machine's run is its own file's, the cores in every row.
+fn write_scaling(quick: bool, rounds: usize) {
+    let rows = scaling::scaling_rows(quick, rounds);
+    let path = results_path("conntrack_scaling.csv");
+    write_csv(
+        &path,
+        "part,workload,threads,ops,mops,vs_one_thread,cores",
         &rows,
     )
     .expect("write CSV");

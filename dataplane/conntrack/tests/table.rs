@@ -667,3 +667,40 @@ fn fragments_of_a_segment_pass_with_their_connection() {
     assert_eq!(t.lookup(&k.reply(), L4::None, 60, S), None);
     assert_eq!(t.counts().invalid, 1);
 }
+
+/// Two threads fill a table of 16 stripes with established connections
+/// (never dropped for a new one) past its capacity, each its own keys:
+/// the stripes take the capacity from the table's count in batches, and
+/// still the table never holds more than its capacity, its length is the
+/// connections opened, and it refuses only when at most the tokens other
+/// stripes hold idle (16 stripes × 31) are missing.
+#[test]
+fn stripes_taking_capacity_in_batches_never_overfill_the_table() {
+    let cap = 65_536usize;
+    let t = table(cap);
+    assert_eq!(t.stripes(), 16);
+    let opened: usize = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u32)
+            .map(|w| {
+                let t = &t;
+                s.spawn(move || {
+                    let mut ok = 0;
+                    for i in (w..).step_by(2).take(cap / 2 + 2_000) {
+                        let k = tcp(i);
+                        if t.open(&k, SYN, 1, Action::Allow, 60, 0).is_ok() {
+                            t.lookup(&k.reply(), SYN | ACK, 60, 0).expect("answer");
+                            t.lookup(&k, ACK, 60, 0).expect("handshake");
+                            ok += 1;
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(t.len(), opened);
+    assert!(opened <= cap, "{opened} connections in a table of {cap}");
+    assert!(opened >= cap - 16 * 31, "refused at {opened} of {cap}");
+    assert_eq!(t.counts().refused as usize, cap + 4_000 - opened);
+}

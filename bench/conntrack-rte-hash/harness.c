@@ -19,6 +19,14 @@
  * Prints one line: p50,p99,p999,max insert ns, failed inserts, single
  * lookup Mops, bulk lookup Mops, stranger lookup Mops, FILL keys found
  * singly, found in bulk, strangers found.
+ *
+ *   harness writers KEYFILE KEYLEN CAPACITY N THREADS
+ *
+ * Inserts the N keys of KEYFILE into an empty table from THREADS lcores
+ * at once, each its own share, in rte_hash's multi-writer mode
+ * (RTE_HASH_EXTRA_FLAGS_MULTI_WRITER_ADD with RW_CONCURRENCY_LF: its
+ * writers may add from several cores; each lcore keeps a cache of free
+ * slots). Prints `writers THREADS,Mops,failed`.
  * Written for cfdp; DPDK's own code is not copied.
  */
 #include <stdint.h>
@@ -30,6 +38,8 @@
 #include <rte_eal.h>
 #include <rte_hash.h>
 #include <rte_hash_crc.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
 
 /* A prime: i * STRIDE % n visits 0..n once for any n it does not divide. */
 #define STRIDE 1000003ull
@@ -52,6 +62,81 @@ static uint64_t pct(const uint64_t *v, size_t n, double p)
 	return v[(size_t)((double)(n - 1) * p + 0.5)];
 }
 
+/* One writer lcore's share of the keys. */
+struct share {
+	struct rte_hash *h;
+	const uint8_t *keys;
+	size_t len, from, to, failed;
+};
+
+static int add_share(void *arg)
+{
+	struct share *s = arg;
+	for (size_t i = s->from; i < s->to; i++)
+		s->failed += rte_hash_add_key(s->h, s->keys + i * s->len) < 0;
+	return 0;
+}
+
+/* `harness writers KEYFILE KEYLEN CAPACITY N THREADS` (see the top). */
+static int writers(int argc, char **argv)
+{
+	if (argc != 7) {
+		fprintf(stderr, "usage: %s writers KEYFILE KEYLEN CAPACITY N THREADS\n", argv[0]);
+		return 2;
+	}
+	size_t len = strtoul(argv[3], NULL, 10), cap = strtoul(argv[4], NULL, 10);
+	size_t n = strtoul(argv[5], NULL, 10), threads = strtoul(argv[6], NULL, 10);
+	if (threads < 1 || threads > rte_lcore_count()) {
+		fprintf(stderr, "%zu threads: the EAL has %u lcores\n", threads, rte_lcore_count());
+		return 2;
+	}
+	uint8_t *keys = malloc(n * len);
+	FILE *f = fopen(argv[2], "rb");
+	if (!keys || !f || fread(keys, len, n, f) != n) {
+		fprintf(stderr, "cannot read %zu keys of %zu bytes from %s\n", n, len, argv[2]);
+		return 1;
+	}
+	fclose(f);
+	struct rte_hash_parameters p = {
+		.name = "writers",
+		.entries = (uint32_t)cap,
+		.key_len = (uint32_t)len,
+		.hash_func = rte_hash_crc,
+		.hash_func_init_val = 0,
+		.socket_id = 0,
+		.extra_flag = RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF |
+			      RTE_HASH_EXTRA_FLAGS_MULTI_WRITER_ADD,
+	};
+	struct rte_hash *h = rte_hash_create(&p);
+	if (!h) {
+		fprintf(stderr, "rte_hash_create failed\n");
+		return 1;
+	}
+	struct share shares[RTE_MAX_LCORE];
+	size_t per = n / threads;
+	unsigned lcore = rte_get_main_lcore();
+	unsigned lcores[RTE_MAX_LCORE];
+	for (size_t t = 0; t < threads; t++) {
+		shares[t] = (struct share){ h, keys, len, t * per, (t + 1) * per, 0 };
+		lcores[t] = lcore;
+		lcore = rte_get_next_lcore(lcore, 1, 0);
+	}
+	uint64_t s = now_ns();
+	for (size_t t = 1; t < threads; t++)
+		rte_eal_remote_launch(add_share, &shares[t], lcores[t]);
+	add_share(&shares[0]);
+	for (size_t t = 1; t < threads; t++)
+		rte_eal_wait_lcore(lcores[t]);
+	uint64_t took = now_ns() - s;
+	size_t failed = 0;
+	for (size_t t = 0; t < threads; t++)
+		failed += shares[t].failed;
+	printf("writers %zu,%.3f,%zu\n", threads, (double)(per * threads) / (double)took * 1e3,
+	       failed);
+	rte_hash_free(h);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	/* rte_hash's memory from 2 MB huge pages, as DPDK runs in production,
@@ -59,15 +144,25 @@ int main(int argc, char **argv)
 	 * ordinary 4 KB pages (--no-huge). */
 	const char *hp = getenv("HARNESS_HUGEPAGES");
 	int huge = hp != NULL && strcmp(hp, "1") == 0;
-	char *eal_huge[] = { argv[0], "--no-pci", "-l", "0", "--log-level=lib.eal:error",
+	/* The writers mode runs an lcore a thread it is asked for. */
+	int multi = argc > 1 && strcmp(argv[1], "writers") == 0;
+	char lcores[32];
+	snprintf(lcores, sizeof lcores, "0-%lu",
+		 multi && argc == 7 ? strtoul(argv[6], NULL, 10) - 1 : 0ul);
+	char *eal_huge[] = { argv[0], "--no-pci", "-l", lcores, "--log-level=lib.eal:error",
 			     "--no-telemetry", NULL };
-	char *eal_small[] = { argv[0], "--no-huge", "-m", "2048", "--no-pci", "-l", "0",
+	char *eal_small[] = { argv[0], "--no-huge", "-m", "2048", "--no-pci", "-l", lcores,
 			      "--log-level=lib.eal:error", "--no-telemetry", NULL };
 	if (huge ? rte_eal_init(6, eal_huge) < 0 : rte_eal_init(9, eal_small) < 0) {
 		fprintf(stderr, "rte_eal_init failed\n");
 		return 1;
 	}
 	printf("pages %s\n", huge ? "2M" : "4K");
+	if (multi) {
+		int r = writers(argc, argv);
+		rte_eal_cleanup();
+		return r;
+	}
 	if (argc != 7) {
 		fprintf(stderr, "usage: %s KEYFILE KEYLEN CAPACITY FILL BURST STRANGERS\n", argv[0]);
 		return 2;

@@ -218,10 +218,83 @@ pub(crate) fn side_by_side(harness: &str, log2: u32, rounds: usize) {
             v[0].pages, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
         ));
     }
+    writers_side_by_side(harness, if log2 >= 18 { 1 << 19 } else { 1 << 17 }, rounds);
     let path = results_path("conntrack_rte_hash.csv");
     write_csv(
         &path,
         "impl,pages,slots,established,burst,strangers,insert_p50_ns,insert_p99_ns,insert_p999_ns,insert_max_ns,failed,lookup_mops,lookup_bulk_mops,stranger_mops",
+        &rows,
+    )
+    .expect("write CSV");
+    println!("wrote {}", path.display());
+}
+
+/// `rte_hash`'s multi-writer mode from 1 and 2 lcores beside cfdp's opens
+/// from 1 and 2 threads: `total` new keys into an empty table that they
+/// fill to 80 % (strong scaling, as `--part scaling`), rounds alternating.
+/// Rows in `conntrack_rte_hash_writers.csv`.
+fn writers_side_by_side(harness: &str, total: u32, rounds: usize) {
+    use crate::scaling::{fresh, run, Work};
+    let cap = total as usize * 5 / 4;
+    let mut bytes = Vec::with_capacity(total as usize * 38);
+    for i in 0..total {
+        bytes.extend_from_slice(&cfdp_conntrack::ConnKey::of(&conn(i, false)).0.bytes());
+    }
+    let file = std::env::temp_dir().join(format!("cfdp-writers-keys-{}", std::process::id()));
+    std::fs::write(&file, &bytes).expect("write the keys");
+    let unused = fresh(1);
+    let mut ours = [Vec::new(), Vec::new()];
+    let mut theirs = [Vec::new(), Vec::new()];
+    for _ in 0..rounds {
+        for threads in [1u32, 2] {
+            ours[threads as usize - 1].push(run(Work::Opens, threads, total, &unused));
+            let out = std::process::Command::new(harness)
+                .arg("writers")
+                .arg(&file)
+                .args([38, cap, total as usize, threads as usize].map(|x| x.to_string()))
+                .output()
+                .expect("run the rte_hash harness");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "harness failed: {}{}",
+                text,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix("writers "))
+                .expect("the harness's writers line");
+            let v: Vec<f64> = line
+                .split(',')
+                .map(|x| x.trim().parse().expect("a number"))
+                .collect();
+            assert_eq!((v[0], v[2]), (f64::from(threads), 0.0), "{line}");
+            theirs[threads as usize - 1].push(v[1]);
+        }
+    }
+    let _ = std::fs::remove_file(&file);
+    let mut rows = Vec::new();
+    for (name, v) in [("cfdp", &mut ours), ("rte_hash", &mut theirs)] {
+        let one = median(&mut v[0]);
+        for (t, s) in v.iter_mut().enumerate() {
+            let m = median(s);
+            println!(
+                "{name:<9} {} writer(s): {m:6.2} M inserts/s, {:.2}× one",
+                t + 1,
+                m / one
+            );
+            rows.push(format!(
+                "{name},{},{total},{cap},{m:.3},{:.3}",
+                t + 1,
+                m / one
+            ));
+        }
+    }
+    let path = results_path("conntrack_rte_hash_writers.csv");
+    write_csv(
+        &path,
+        "impl,threads,inserts,capacity,mops,vs_one_thread",
         &rows,
     )
     .expect("write CSV");

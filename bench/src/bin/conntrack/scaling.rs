@@ -26,7 +26,7 @@ use cfdp_rules::HashSecret;
 use crate::common::{conn, establish, TRACKED};
 
 #[derive(Clone, Copy, PartialEq)]
-enum Work {
+pub(crate) enum Work {
     Opens,
     Lookups,
     Mixed,
@@ -43,7 +43,7 @@ impl Work {
 }
 
 /// A table that `total` connections fill to 80 %.
-fn fresh(total: u32) -> ConnTable {
+pub(crate) fn fresh(total: u32) -> ConnTable {
     ConnTable::new(
         total as usize * 5 / 4,
         Timeouts::default(),
@@ -53,7 +53,7 @@ fn fresh(total: u32) -> ConnTable {
 }
 
 /// `total` operations of `work` split between `threads`: millions a second.
-fn run(work: Work, threads: u32, total: u32, lookups_table: &ConnTable) -> f64 {
+pub(crate) fn run(work: Work, threads: u32, total: u32, lookups_table: &ConnTable) -> f64 {
     let owned = (work != Work::Lookups).then(|| fresh(total));
     let t = owned.as_ref().unwrap_or(lookups_table);
     let per = total / threads;

@@ -199,3 +199,58 @@ pub(crate) fn conntrack_rte_hash(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `conntrack --part scaling`: opens, lookups and both from 1..N threads.
+pub(crate) fn conntrack_scaling(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack_scaling.csv")?;
+    let mut rows = Vec::new();
+    for r in c.records() {
+        let work = match r["workload"] {
+            "opens" => "open a connection (its SYN)",
+            "lookups" => "look up an established connection's packet",
+            "mixed" => "open, and look the answer up",
+            other => return Err(format!("{}: workload {other}", c.name).into()),
+        };
+        rows.push(vec![
+            work.to_string(),
+            r["threads"].to_string(),
+            format!("{:.2}", num(r["mops"], &c.name)?),
+            format!("{:.2}×", num(r["vs_one_thread"], &c.name)?),
+        ]);
+    }
+    Ok(table(
+        &[
+            "operation",
+            "threads",
+            "million operations/s",
+            "× one thread",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
+/// `conntrack-rte-hash.sh`'s writers: cfdp's opens and `rte_hash`'s
+/// multi-writer inserts from 1 and 2 threads.
+pub(crate) fn conntrack_rte_hash_writers(d: &Path) -> R<String> {
+    let c = Csv::load(d, "conntrack_rte_hash_writers.csv")?;
+    let get = |imp: &str, t: &str| c.value(&[("impl", imp), ("threads", t)], "mops");
+    let mut rows = Vec::new();
+    for t in ["1", "2"] {
+        let (ours, theirs) = (get("cfdp", t)?, get("rte_hash", t)?);
+        rows.push(vec![
+            t.to_string(),
+            format!("{ours:.2}"),
+            format!("{theirs:.2}"),
+            format!("{:.2}×", ours / theirs),
+        ]);
+    }
+    Ok(table(
+        &[
+            "threads",
+            "cfdp opens (M/s)",
+            "rte_hash multi-writer inserts (M/s)",
+            "cfdp's ratio",
+        ],
+        &rows,
+    ) + &c.source())
+}

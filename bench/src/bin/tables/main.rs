@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::classbench::{classbench, classbench_compile, classbench_worst};
 use crate::conntrack::{
     conntrack_answered_flood, conntrack_burst, conntrack_flood, conntrack_ops, conntrack_rte_hash,
+    conntrack_rte_hash_writers, conntrack_scaling,
 };
 use crate::control::{
     control_batch, control_churn, control_p4runtime, control_path, control_path_stages, dpdk,
@@ -88,6 +89,8 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "conntrack-flood" => conntrack_flood(dir),
         "conntrack-answered-flood" => conntrack_answered_flood(dir),
         "conntrack-rte-hash" => conntrack_rte_hash(dir),
+        "conntrack-scaling" => conntrack_scaling(dir),
+        "conntrack-rte-hash-writers" => conntrack_rte_hash_writers(dir),
         "control-batch" => control_batch(dir),
         "fold-stall" => fold_stall(dir),
         "control-churn" => control_churn(dir),

@@ -672,35 +672,49 @@ fn fragments_of_a_segment_pass_with_their_connection() {
 /// (never dropped for a new one) past its capacity, each its own keys:
 /// the stripes take the capacity from the table's count in batches, and
 /// still the table never holds more than its capacity, its length is the
-/// connections opened, and it refuses only when at most the tokens other
-/// stripes hold idle (16 stripes × 31) are missing.
+/// connections established, and it is full only when at most the tokens
+/// other stripes hold idle (16 stripes × 31) are missing. (Near full, one
+/// thread's open may early-drop the other's connection between its SYN
+/// and its handshake's end, as Linux's early drop would: that one is not
+/// counted.)
 #[test]
 fn stripes_taking_capacity_in_batches_never_overfill_the_table() {
     let cap = 65_536usize;
     let t = table(cap);
     assert_eq!(t.stripes(), 16);
-    let opened: usize = std::thread::scope(|s| {
+    let (opened, established) = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2u32)
             .map(|w| {
                 let t = &t;
                 s.spawn(move || {
-                    let mut ok = 0;
+                    let (mut opened, mut established) = (0, 0);
                     for i in (w..).step_by(2).take(cap / 2 + 2_000) {
                         let k = tcp(i);
                         if t.open(&k, SYN, 1, Action::Allow, 60, 0).is_ok() {
-                            t.lookup(&k.reply(), SYN | ACK, 60, 0).expect("answer");
-                            t.lookup(&k, ACK, 60, 0).expect("handshake");
-                            ok += 1;
+                            opened += 1;
+                            if t.lookup(&k.reply(), SYN | ACK, 60, 0).is_some()
+                                && t.lookup(&k, ACK, 60, 0).is_some()
+                            {
+                                established += 1;
+                            }
                         }
                     }
-                    ok
+                    (opened, established)
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).sum()
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .fold((0, 0), |(o, e), (a, b)| (o + a, e + b))
     });
-    assert_eq!(t.len(), opened);
-    assert!(opened <= cap, "{opened} connections in a table of {cap}");
-    assert!(opened >= cap - 16 * 31, "refused at {opened} of {cap}");
+    assert_eq!(t.len(), established);
+    assert!(
+        established <= cap,
+        "{established} connections in a table of {cap}"
+    );
+    assert!(
+        established >= cap - 16 * 31,
+        "full at {established} of {cap}"
+    );
     assert_eq!(t.counts().refused as usize, cap + 4_000 - opened);
 }

@@ -311,7 +311,7 @@ pub struct ConnTable {
     pub(crate) filter: Filter,
     slots: ZeroedSlice<Slot>,
     acct: Option<Box<[AcctSlot]>>,
-    shards: Box<[CachePadded<Stripe>]>,
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
     /// Each stripe's count of connections put in the filter, bumped under
     /// its lock after the filter insert: a probe that read it before
     /// missing in the filter knows its key is still absent while it has
@@ -323,18 +323,12 @@ pub struct ConnTable {
     /// The hash's keys, drawn from the table's secret.
     seeds: [u64; 7],
     capacity: usize,
-    /// Capacity handed to the stripes as tokens: the connections they hold
-    /// and the tokens they have not used. Touched once per [`Self::batch`]
-    /// opens or removals of a stripe, not on each (a line every open of
-    /// every core wrote: two threads' opens ran 1.1-1.3x one thread's).
-    granted: AtomicUsize,
-    /// Tokens a stripe takes at a time; it gives some back when it holds
-    /// twice as many unused. At most `stripes × (2·batch − 1)` of the
-    /// capacity is idle in other stripes' hands when one finds the table
-    /// full (16 stripes of 16 at the default 65,536: 0.76 %; with one
-    /// stripe, or with shares under 256 connections, at most one token a
-    /// stripe): that stripe then early-drops as in a full table.
-    batch: u32,
+    /// Connections held: the one line every open and removal of every
+    /// stripe writes. (Stripes taking the capacity from it in batches
+    /// were tried: two threads' opens no faster within this VM's noise,
+    /// medians 6.6 against 6.7 M/s over five alternated runs, and a
+    /// table that refused opens while other stripes held idle capacity.)
+    len: AtomicUsize,
     timeouts: Timeouts,
     /// Each state's timeout in ns, by the state's index in a control word
     /// and its [`CAP`] bit above (32 entries: no bounds check on five
@@ -354,9 +348,11 @@ pub struct ConnTable {
 /// partition's share of the connections, six standard deviations of bad
 /// luck above its mean, fits in 97 % of its entries (the Bloom part takes
 /// the rest of a full partition's walks); fewer, larger partitions where
-/// it would not (a filter sized by hand to 95 % of its slots: a partition
-/// a stripe there refused 530 of 104,858 opens of the `conntrack` bench's
-/// burst, where one partition refused none), each then shared by
+/// it would not (the `conntrack` bench's burst into a filter sized by
+/// hand to 95 % of its slots: with a partition a stripe, 256, its plain
+/// cuckoo path refused 200 of 104,858 opens and 6,382 of 136,315 at 98 %,
+/// against 0 and 1,784 with 8, and its Bloom part took 7 % more items:
+/// small partitions fill unevenly), each then shared by
 /// `stripes / partitions` stripes, whose opens may wait for each other in
 /// the filter (never the other way round: a stripe's lock is always taken
 /// first). At the default capacity, one a stripe.
@@ -371,14 +367,6 @@ fn partitions(capacity: usize, buckets: usize, stripes: usize) -> usize {
         p /= 2;
     }
     p
-}
-
-/// A lock stripe and its count of connections, on lines of their own.
-struct Stripe {
-    /// Connections the stripe holds: written under its lock, read by
-    /// [`ConnTable::len`] without it.
-    held: AtomicUsize,
-    lock: Mutex<Shard>,
 }
 
 /// Workers whose packet time the table follows ([`ConnTable::advance`]);
@@ -464,19 +452,15 @@ impl ConnTable {
                 .then(|| (0..total).map(|_| AcctSlot::new()).collect()),
             shards: (0..shards)
                 .map(|i| {
-                    CachePadded::new(Stripe {
-                        held: AtomicUsize::new(0),
-                        lock: Mutex::new(Shard {
-                            tokens: 0,
-                            base: (i * per_shard) as u32,
-                            free: NONE,
-                            fresh: 0,
-                            hand: 0,
-                            opened: 0,
-                            early_dropped: 0,
-                            expired: 0,
-                        }),
-                    })
+                    CachePadded::new(Mutex::new(Shard {
+                        base: (i * per_shard) as u32,
+                        free: NONE,
+                        fresh: 0,
+                        hand: 0,
+                        opened: 0,
+                        early_dropped: 0,
+                        expired: 0,
+                    }))
                 })
                 .collect(),
             // Epochs apart from the stripes: an open makes stale only the
@@ -490,10 +474,7 @@ impl ConnTable {
             shard_mask: shards - 1,
             seeds: std::array::from_fn(|i| secret.hash_bytes(&[i as u8, 0x5a]) | 1),
             capacity,
-            granted: AtomicUsize::new(0),
-            // At most 1/128 of a stripe's share idle in its hands (16 at
-            // shares of 4,096); 1 (no batching) below shares of 256.
-            batch: (capacity / (shards * 256)).clamp(1, 16) as u32,
+            len: AtomicUsize::new(0),
             timeout_ns: std::array::from_fn(|i| {
                 State::ALL.get(i % 16).map_or(u64::MAX, |&s| {
                     if i >= 16 {
@@ -526,10 +507,9 @@ impl ConnTable {
         self.acct.is_some()
     }
 
-    /// Entries held (expired ones not yet removed included): the
-    /// stripes' counts, each as of its own instant.
+    /// Entries held (expired ones not yet removed included).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.held.load(Relaxed)).sum()
+        self.len.load(Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -590,7 +570,7 @@ impl ConnTable {
     }
 
     fn shard(&self, h: u64) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[self.stripe(h)].lock)
+        lock(&self.shards[self.stripe(h)])
     }
 
     /// Whether no connection was opened in `probe`'s stripe since it was
@@ -640,7 +620,7 @@ impl ConnTable {
     /// work (a stripe per turn).
     pub fn sweep_shard(&self, i: usize, now_ns: u64) -> usize {
         let now_ns = self.sweep_time(now_ns);
-        let mut shard = lock(&self.shards[i & self.shard_mask].lock);
+        let mut shard = lock(&self.shards[i & self.shard_mask]);
         let mut gone = 0;
         for j in shard.base..shard.base + shard.fresh {
             let s = &self.slots[j as usize];

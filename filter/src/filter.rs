@@ -27,7 +27,7 @@ use crate::raw::{RawTable, ReadView};
 #[cfg(any(test, loom))]
 use crate::state::Loc;
 use crate::state::{
-    alt_bucket, bloom_tag, bump, BloomRecord, Counts, Filter, Guard, Keyed, Rng, Writer,
+    alt_bucket, bloom_tag, bump, AltMask, BloomRecord, Counts, Filter, Guard, Keyed, Rng, Writer,
 };
 use crate::sync::{AtomicU32, CachePadded, Ordering};
 
@@ -44,7 +44,7 @@ struct Reader<'a, L> {
     view: ReadView<'a>,
     layout: L,
     bucket_mask: usize,
-    alt_mask: usize,
+    alt_mask: AltMask,
     mode: Option<BloomMode>,
 }
 

@@ -11,6 +11,7 @@ use std::ops::{Deref, DerefMut};
 
 use crate::alloc::Words;
 use crate::layout::{kind, Bucket, Layout};
+use crate::state::AltMask;
 use crate::sync::{lock, spin_hint, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering};
 
 /// A stripe's sequence counter: even = no write in progress, odd = the
@@ -44,6 +45,7 @@ pub(crate) struct RawTable<S> {
     /// the partition bits).
     writers: Box<[CachePadded<Mutex<S>>]>,
     part_mask: usize,
+    alt_mask: AltMask,
 }
 
 /// Proof that the caller is partition `part`'s one writer, with its state.
@@ -123,6 +125,7 @@ impl<S> RawTable<S> {
                 .map(|w| CachePadded::new(Mutex::new(w)))
                 .collect(),
             part_mask: parts - 1,
+            alt_mask: AltMask::new(buckets - 1, parts - 1),
         }
     }
 
@@ -154,8 +157,8 @@ impl<S> RawTable<S> {
     /// The bucket mask without the partition bits: the bits an item's two
     /// buckets may differ in.
     #[inline(always)]
-    pub fn alt_mask(&self) -> usize {
-        self.bucket_mask & !self.part_mask
+    pub fn alt_mask(&self) -> AltMask {
+        self.alt_mask
     }
 
     #[inline(always)]
@@ -232,7 +235,7 @@ impl<S> RawTable<S> {
     }
 
     /// Word `w`'s bits under `mask` set to `bits`, the others kept.
-    #[inline]
+    #[inline(always)]
     fn merge_word(&self, w: usize, mask: u64, bits: u64, order: Ordering) {
         let word = self.word(w);
         let mut cur = word.load(Ordering::Relaxed);
@@ -262,7 +265,7 @@ impl<S> RawTable<S> {
         self.store_word(bucket, word, value, Ordering::Relaxed);
     }
 
-    #[inline]
+    #[inline(always)]
     fn store_word(&self, bucket: usize, word: usize, value: u64, order: Ordering) {
         if self.packed_mask != 0 {
             debug_assert_eq!(word, 0);
@@ -289,17 +292,16 @@ impl<S> RawTable<S> {
     /// Marks the stripes of `b1` and `b2` busy (odd) for a change of those
     /// buckets; the writer guard of their partition proves no other writer
     /// can do the same.
+    #[inline(always)]
     pub fn lock_pair(
         &self,
         writer: &WriteGuard<'_, S>,
         b1: usize,
         b2: usize,
     ) -> StripeGuard<'_, S> {
-        assert!(
-            self.part_of(b1) == writer.part && self.part_of(b2) == writer.part,
-            "buckets {b1} and {b2} are not in partition {}",
-            writer.part
-        );
+        if (self.part_of(b1) ^ writer.part) | (self.part_of(b2) ^ writer.part) != 0 {
+            not_in_partition(b1, b2, writer.part);
+        }
         let (a, b) = (self.stripe_of(b1), self.stripe_of(b2));
         let va = self.mark_busy(a);
         let (vb, count) = if a == b {
@@ -380,6 +382,15 @@ impl<S> RawTable<S> {
             }
         }
     }
+}
+
+/// A write of buckets outside its writer's partition: a bug of the
+/// filter's own (a walk never leaves its item's partition), stopped before
+/// it could race another partition's writer.
+#[cold]
+#[inline(never)]
+fn not_in_partition(b1: usize, b2: usize, part: usize) -> ! {
+    panic!("buckets {b1} and {b2} are not in partition {part}")
 }
 
 /// What a reader needs from the table, copied out of [`RawTable`] into a

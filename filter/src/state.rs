@@ -109,26 +109,39 @@ impl std::fmt::Debug for Filter {
     }
 }
 
+/// The bits an item's two buckets may differ in: the bucket mask without
+/// the partition bits (the low ones), and the lowest of them. Computed
+/// once with the table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AltMask {
+    pub(crate) mask: usize,
+    pub(crate) low: usize,
+}
+
+impl AltMask {
+    pub(crate) fn new(bucket_mask: usize, part_mask: usize) -> Self {
+        let mask = bucket_mask & !part_mask;
+        AltMask {
+            mask,
+            low: mask & mask.wrapping_neg(),
+        }
+    }
+}
+
 /// The alternate bucket of an item with fingerprint `fp` in `bucket`.
-/// `alt_mask` is the bucket mask without the partition bits (the low
-/// ones): the XOR distance leaves them alone, so both buckets of an item
-/// are in one partition (with one partition, every bucket bit moves).
+/// The XOR distance leaves the partition bits alone, so both buckets of an
+/// item are in one partition (with one partition, every bucket bit moves).
 #[inline(always)]
-pub(crate) fn alt_bucket(alt_mask: usize, bucket: usize, fp: u32) -> usize {
-    let d = (fp_displacement(fp) as usize) & alt_mask;
+pub(crate) fn alt_bucket(alt: AltMask, bucket: usize, fp: u32) -> usize {
+    let d = (fp_displacement(fp) as usize) & alt.mask;
     // Never 0: the two buckets of an item always differ, so its Bloom
     // pair really is two buckets (the lowest bit the distance may have).
-    bucket
-        ^ if d == 0 {
-            alt_mask & alt_mask.wrapping_neg()
-        } else {
-            d
-        }
+    bucket ^ if d == 0 { alt.low } else { d }
 }
 
 impl Keyed {
     #[inline(always)]
-    pub(crate) fn derive(fp_mask: u64, bucket_mask: usize, alt_mask: usize, h: u64) -> Self {
+    pub(crate) fn derive(fp_mask: u64, bucket_mask: usize, alt_mask: AltMask, h: u64) -> Self {
         let fp = (h & fp_mask) as u32;
         let fp = if fp == 0 { 1 } else { fp };
         let i1 = ((h >> 32) as usize) & bucket_mask;

@@ -286,11 +286,16 @@ enum Step {
     Gone,
 }
 
-/// A packet's connection key hashed and probed in the filter
+/// A packet's connection key built, hashed and probed in the filter
 /// ([`ConnTable::probe`]): what [`ConnTable::lookup_probed`] and
-/// [`ConnTable::open_probed`] start from. The default is no probe.
+/// [`ConnTable::open_probed`] start from. The key is built and hashed
+/// once a packet, here. The default is no probe.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Probe {
+    /// The canonical key's words, and whether the packet came from its
+    /// lower endpoint.
+    words: ([u64; 4], u64),
+    from_lo: bool,
     hash: u64,
     found: Lookup,
     /// The key's stripe's count of connections opened, read before the
@@ -534,14 +539,19 @@ impl ConnTable {
     }
 
     pub(crate) fn hash(&self, key: &ConnKey) -> u64 {
-        let (a, m) = key.words();
+        self.hash_words(&key.words())
+    }
+
+    /// [`Self::hash`] of a key's words.
+    #[inline]
+    pub(crate) fn hash_words(&self, (a, m): &([u64; 4], u64)) -> u64 {
         let s = &self.seeds;
         // Three independent multiplies of the key's words with the seeds,
         // folded by a fourth: the mixing rapidhash does for short keys,
         // without its byte loads and its serial chain.
         let x = mum(a[0] ^ s[0], a[1] ^ s[1]);
         let y = mum(a[2] ^ s[2], a[3] ^ s[3]);
-        let z = mum(m ^ s[4], s[5]);
+        let z = mum(*m ^ s[4], s[5]);
         mum(x ^ s[6], y ^ z)
     }
 

@@ -58,7 +58,7 @@ pub(crate) fn lookup(
     probe: Option<&Probe>,
 ) -> Option<Decided> {
     let find = |k: &FlowKey, l4: L4, len: u32, ts: u64| match probe {
-        Some(pr) => t.lookup_probed(k, pr, l4, len, ts),
+        Some(pr) => t.lookup_probed(pr, l4, len, ts),
         None => t.lookup(k, l4, len, ts),
     };
     let (ts, len) = (p.ts_ns, p.orig_len);

@@ -109,11 +109,15 @@ impl ConnTable {
         let mut found = [Lookup::Miss; CHUNK];
         for (ks, os) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
             let mut epochs = [0u64; CHUNK];
-            for ((h, e), k) in hashes.iter_mut().zip(&mut epochs).zip(ks) {
-                *h = self.hash(&ConnKey::of(k).0);
+            for (((h, e), k), o) in hashes.iter_mut().zip(&mut epochs).zip(ks).zip(&mut *os) {
+                let (key, from_lo) = ConnKey::of(k);
+                let words = key.words();
+                *h = self.hash_words(&words);
                 // Before the filter is read (acquire): an open whose
                 // insert the probe misses bumps it afterwards.
                 *e = self.epoch(*h).load(Acquire);
+                o.words = words;
+                o.from_lo = from_lo;
             }
             self.filter
                 .get_batch_hashes(&hashes[..ks.len()], &mut found[..ks.len()]);
@@ -121,6 +125,8 @@ impl ConnTable {
                 os.iter_mut().zip(&hashes).zip(&found).zip(&epochs)
             {
                 *o = Probe {
+                    words: o.words,
+                    from_lo: o.from_lo,
                     hash,
                     found,
                     epoch,
@@ -151,16 +157,17 @@ impl ConnTable {
     pub fn lookup(&self, k: &FlowKey, l4: impl Into<L4>, len: u32, now_ns: u64) -> Option<Hit> {
         let l4 = l4.into();
         let (key, from_lo) = key_of(k, &l4);
-        let h = self.hash(&key);
-        self.lookup_at(&key, from_lo, h, None, &l4, len, now_ns)
+        let w = key.words();
+        let h = self.hash_words(&w);
+        self.lookup_at(&w, from_lo, h, None, &l4, len, now_ns)
     }
 
-    /// [`Self::lookup`] from `probe`, [`Self::probe`]'s answer for this
-    /// same `k` (the key is not hashed again). A probe of another key
-    /// finds nothing: slots are matched on the exact key.
+    /// [`Self::lookup`] of the packet `probe` was made for, from its
+    /// answer ([`Self::probe`]): its key is neither built nor hashed
+    /// again. For a packet whose connection is keyed as its 5-tuple (not
+    /// an ICMP echo, keyed by its identifier: [`Self::lookup`]).
     pub fn lookup_probed(
         &self,
-        k: &FlowKey,
         probe: &Probe,
         l4: impl Into<L4>,
         len: u32,
@@ -169,10 +176,9 @@ impl ConnTable {
         if !probe.may_hold() {
             return None;
         }
-        let (key, from_lo) = ConnKey::of(k);
         self.lookup_at(
-            &key,
-            from_lo,
+            &probe.words,
+            probe.from_lo,
             probe.hash,
             Some(probe.found),
             &l4.into(),
@@ -184,7 +190,7 @@ impl ConnTable {
     #[allow(clippy::too_many_arguments)] // the packet's facts and the key's
     pub(super) fn lookup_at(
         &self,
-        key: &ConnKey,
+        w: &([u64; 4], u64),
         from_lo: bool,
         h: u64,
         first: Option<Lookup>,
@@ -192,7 +198,7 @@ impl ConnTable {
         len: u32,
         now_ns: u64,
     ) -> Option<Hit> {
-        let (i, c, m) = self.locate(&key.words(), h, first)?;
+        let (i, c, m) = self.locate(w, h, first)?;
         let last = self.slots[i as usize].last().load(Relaxed);
         if self.expired(c, last, now_ns) {
             let mut shard = self.shard(h);

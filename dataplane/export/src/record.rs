@@ -1,0 +1,77 @@
+//! One flow's record: what a cache keeps of it and what is exported.
+
+use cfdp_rules::FlowKey;
+
+/// What the data plane did with a flow's packets (IPFIX
+/// `forwardingStatus`, RFC 7270 §4.12: the two high bits are the status,
+/// the low six its reason code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Forwarding {
+    /// Sent on (an allow rule, a count rule, or no rule).
+    Forwarded,
+    /// Sent on to a port a rule named.
+    Redirected,
+    /// Dropped by a rule.
+    Dropped,
+}
+
+impl Forwarding {
+    /// The `forwardingStatus` value (unsigned8; RFC 7270 §4.12: status
+    /// 01 forwarded, 10 dropped in the two high bits, a reason code in the
+    /// six low ones): forwarded or redirected 64 ("forwarded, unknown
+    /// reason": the registry has no reason for a redirect), dropped by a
+    /// rule 129 ("dropped, ACL deny").
+    pub fn ipfix(self) -> u8 {
+        match self {
+            Forwarding::Forwarded | Forwarding::Redirected => 64,
+            Forwarding::Dropped => 129,
+        }
+    }
+}
+
+/// Why a record left its cache (IPFIX `flowEndReason`, IE 136).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndReason {
+    /// No packet for the idle timeout (1).
+    Idle,
+    /// Active longer than the active timeout (2): the flow goes on, a new
+    /// record starts.
+    Active,
+    /// The end of the flow was seen: TCP FIN or RST (3).
+    EndOfFlow,
+    /// Forced out: the cache was full, or the exporter is shutting down,
+    /// or the capture ended (4, "forced end").
+    Forced,
+    /// The cache was full and this was its oldest record (5, "lack of
+    /// resources").
+    LackOfResources,
+}
+
+impl EndReason {
+    pub fn ipfix(self) -> u8 {
+        match self {
+            EndReason::Idle => 1,
+            EndReason::Active => 2,
+            EndReason::EndOfFlow => 3,
+            EndReason::Forced => 4,
+            EndReason::LackOfResources => 5,
+        }
+    }
+}
+
+/// A flow's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRecord {
+    pub key: FlowKey,
+    pub packets: u64,
+    pub bytes: u64,
+    /// First and last packet times, ns since the Unix epoch (a capture's
+    /// own timestamps in a replay).
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// The input port (`ingressInterface`).
+    pub port: u16,
+    /// The verdict of the flow's last packet.
+    pub forwarding: Forwarding,
+    pub end: EndReason,
+}

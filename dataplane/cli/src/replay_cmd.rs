@@ -25,6 +25,11 @@ pub struct Args {
     /// Write exact per-flow counters as CSV.
     #[arg(long)]
     pub flows: Option<PathBuf>,
+    /// Export every flow as IPFIX (UDP) to this collector, with the
+    /// capture's timestamps (repeat for more collectors), e.g. nfdump's
+    /// `nfcapd -p 4739`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub ipfix: Vec<String>,
     /// verify: confirm filter positives against the exact rule tables;
     /// filter-only: take the action from the filter (false positives possible).
     #[arg(long, default_value = "verify")]
@@ -38,6 +43,25 @@ pub struct Args {
     /// are checked and not used.
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// The collectors' addresses, each resolved (the first address a name
+/// has); a clear error (exit code 2) for one that does not resolve.
+fn collectors(given: &[String]) -> Result<Vec<std::net::SocketAddr>, ExitCode> {
+    use std::net::ToSocketAddrs;
+    given
+        .iter()
+        .map(|c| {
+            c.to_socket_addrs()
+                .map_err(|e| format!("{c}: {e} (expected HOST:PORT)"))?
+                .next()
+                .ok_or_else(|| format!("{c}: the name has no address"))
+        })
+        .collect::<Result<_, String>>()
+        .map_err(|e| {
+            eprintln!("cfdp: --ipfix {e}");
+            ExitCode::from(2)
+        })
 }
 
 /// The rule file's rules (none without one).
@@ -110,16 +134,16 @@ pub fn replay(a: Args) -> ExitCode {
     if let Some(n) = a.trace {
         return crate::trace_cmd::trace_frame(&a.input, n, &store);
     }
+    let ipfix = match collectors(&a.ipfix) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let opts = ReplayOptions {
-        input: a.input.clone(),
         out: a.out,
-        workers,
         flows_csv: a.flows,
         progress: true,
-        stop: None,
-        repeat: false,
-        drop_when_full: false,
-        pps: 0,
+        ipfix,
+        ..ReplayOptions::new(a.input.clone(), workers)
     };
     match cfdp_pcap::replay(&opts, &cx, &mut |_, _| {}) {
         Ok(mut report) => {

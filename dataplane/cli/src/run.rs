@@ -375,6 +375,7 @@ fn run_pcap(
         repeat: cfg.pcap.repeat,
         drop_when_full: cfg.dataplane.overload == Overload::Drop,
         pps: cfg.pcap.pps,
+        ipfix: Vec::new(),
     };
     let started = std::time::Instant::now();
     let mut last_line: Option<std::time::Instant> = None;

@@ -24,6 +24,7 @@
 
 pub mod acl;
 pub mod backend;
+pub mod export;
 pub mod frame;
 mod judge;
 pub mod matcher;

@@ -124,6 +124,7 @@ counters!(
     filter_false_positives,
     filter_only_sampled,
     filter_only_sampled_false,
+    export_early,
 );
 
 /// A worker's running counters, in plain integers (see the module docs).

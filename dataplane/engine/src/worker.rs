@@ -30,6 +30,7 @@ use cfdp_rules::FlowKey;
 use hdrhistogram::Histogram;
 use left_right::ReadHandleFactory;
 
+use crate::export::{ExportState, FlowExport};
 use crate::judge::Judge;
 use crate::matcher::{match_burst, MatchCtx, Mode, MAX_BURST};
 use crate::stages::{Laps, Stage, SAMPLE};
@@ -55,11 +56,13 @@ pub struct WorkerContext {
 }
 
 /// Per-worker options of a run.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct WorkerOptions {
     /// Count packets and bytes per 5-tuple (`cfdp replay --flows`). Off in
     /// `cfdp run` and the benchmarks: nothing reads it there.
     pub account_flows: bool,
+    /// Export flow records (IPFIX): a flow cache in the worker.
+    pub export: Option<FlowExport>,
 }
 
 /// Fragment table size per worker and how long a first fragment is remembered.
@@ -84,13 +87,38 @@ pub const HOLD_LIMITS: HoldLimits = HoldLimits {
     ttl_ns: 1_000_000_000,
 };
 
-/// Counts a frame for its 5-tuple when flow accounting is on.
+/// Counts frame `i` for its 5-tuple when flow accounting is on, and
+/// notes it for the flow cache when flows are exported.
 #[inline]
-fn account(flows: &mut Option<FlowTable>, key: FlowKey, len: u32) {
+fn account(
+    flows: &mut Option<FlowTable>,
+    export: &mut Option<ExportState>,
+    i: usize,
+    key: FlowKey,
+    len: u32,
+) {
     if let Some(flows) = flows {
         let e = flows.entry(key).or_insert((0, 0));
         e.0 += 1;
         e.1 += u64::from(len);
+    }
+    if let Some(x) = export {
+        x.note(i, key, len);
+    }
+}
+
+/// The burst's IP frames into the flow cache with their verdicts, when
+/// flows are exported (and the count of records its full cache finished
+/// early into the worker's counters).
+fn export_burst(
+    export: &mut Option<ExportState>,
+    local: &mut LocalCounters,
+    pkts: &[PacketRef<'_>],
+    verdicts: &[Verdict],
+) {
+    if let Some(x) = export {
+        x.after_burst(pkts, verdicts);
+        local.totals.export_early = x.early();
     }
 }
 
@@ -127,6 +155,8 @@ pub struct Worker {
     local: LocalCounters,
     histogram: Histogram<u64>,
     flows: Option<FlowTable>,
+    /// The flow cache, when flows are exported.
+    export: Option<ExportState>,
     frags: FragTable,
     hold: HoldTable,
     /// Held fragments released by the current burst, per first fragment
@@ -167,6 +197,7 @@ impl Worker {
             index,
             histogram: burst_histogram(),
             flows: opts.account_flows.then(|| HashMap::with_capacity(1 << 12)),
+            export: opts.export.map(ExportState::new),
             frags: FragTable::new(FRAG_CAPACITY, FRAG_PER_SOURCE, FRAG_TTL_NS),
             hold: HoldTable::new(HOLD_LIMITS),
             releasing: Vec::new(),
@@ -274,6 +305,9 @@ impl Worker {
             self.count_timed_out(held);
             self.stats.workers[self.index].counters.publish(&self.local);
         }
+        if let Some(x) = &mut self.export {
+            x.finish();
+        }
         self.fold_histogram(true);
         self.flows.take()
     }
@@ -376,6 +410,7 @@ impl Worker {
         }
         judge.flush();
         judge.c.bursts += 1;
+        export_burst(&mut self.export, &mut self.local, pkts, verdicts);
         self.laps.lap(Stage::Act);
         shared.counters.publish(&self.local);
         self.histogram
@@ -442,7 +477,7 @@ impl Worker {
                 } else {
                     c.ipv4 += 1;
                 }
-                account(&mut self.flows, key, p.orig_len);
+                account(&mut self.flows, &mut self.export, i, key, p.orig_len);
                 s.keys[i] = key;
                 s.valid[i] = true;
                 continue;
@@ -470,7 +505,7 @@ impl Worker {
                 let mut key = ip.key;
                 let held = self.fragment(i, p, &mut key, ip.frag);
                 // Accounting keys on the frame's own 5-tuple.
-                account(&mut self.flows, ip.key, p.orig_len);
+                account(&mut self.flows, &mut self.export, i, ip.key, p.orig_len);
                 let s = &mut *self.scratch;
                 s.keys[i] = key;
                 s.held[i] = held;

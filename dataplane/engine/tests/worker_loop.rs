@@ -100,6 +100,7 @@ fn run_worker_applies_verdicts_and_publishes_what_it_counted() {
             0,
             WorkerOptions {
                 account_flows: true,
+                ..WorkerOptions::default()
             },
         );
         let mut b = MemoryBackend::new(&frames, Limit::Passes(1));

@@ -28,6 +28,9 @@ pub struct ReplayOptions {
     /// Pace the reader to this many frames per second (0: as fast as the
     /// workers go).
     pub pps: u64,
+    /// Export every flow's records as IPFIX to these collectors (UDP),
+    /// with the capture's timestamps; empty: no export.
+    pub ipfix: Vec<std::net::SocketAddr>,
 }
 
 impl ReplayOptions {
@@ -44,6 +47,7 @@ impl ReplayOptions {
             repeat: false,
             drop_when_full: false,
             pps: 0,
+            ipfix: Vec::new(),
         }
     }
 }

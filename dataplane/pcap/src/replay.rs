@@ -30,14 +30,17 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cfdp_engine::backend::{Backend, Rx};
+use cfdp_engine::export::FlowExport;
 use cfdp_engine::{
     run_worker, FlowTable, Mode, Released, RuleCount, StatsSnapshot, Verdict, Worker,
     WorkerContext, WorkerOptions, MAX_BURST,
 };
+use cfdp_export::{CacheSettings, Exporter};
 use cfdp_packet::LinkType;
 use cfdp_rules::FlowKey;
 use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use serde::Serialize;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::burst::{Burst, Slot};
 use crate::capture::{Capture, CaptureError, Frame};
@@ -166,6 +169,21 @@ pub struct ReplayReport {
     pub filter: FilterReport,
     /// Set when the capture was damaged: what was read before is reported.
     pub capture_error: Option<String>,
+    /// What the IPFIX export sent (`--ipfix`).
+    pub ipfix: Option<IpfixReport>,
+}
+
+/// What a replay's IPFIX exporter did.
+#[derive(Clone, Debug, Serialize)]
+pub struct IpfixReport {
+    /// Flow records sent (to each collector).
+    pub records: u64,
+    /// Messages sent, templates included, over all collectors.
+    pub messages: u64,
+    /// Messages a collector's send failed for.
+    pub send_errors: u64,
+    /// Records lost because the exporter's queue was full.
+    pub queue_full: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -222,8 +240,13 @@ pub fn replay(
             cap.link_type().unwrap_or(LinkType::Ethernet),
         )
     });
+    let exporter = start_export(opts)?;
     let wopts = WorkerOptions {
         account_flows: opts.flows_csv.is_some(),
+        export: exporter.as_ref().map(|x| FlowExport {
+            cache: CacheSettings::default(),
+            sender: x.sender(),
+        }),
     };
     // Spin before sleeping only where every thread has a core: polling
     // workers on a machine with fewer cores would take the reader's.
@@ -270,11 +293,36 @@ pub fn replay(
         let writer_result = writer.map_or(Ok(()), |w| w.join().expect("writer thread panicked"));
         (finished, writer_result, read)
     });
+    // Every worker's cache was flushed into the queue: what is left is
+    // sent before the report.
+    let ipfix = exporter.map(finish_export);
     writer_result.map_err(ReplayError::Output)?;
     let elapsed = start.elapsed().as_secs_f64();
     let mut r = report(dp, &finished, elapsed, read.passes, read.result.err(), opts)?;
     r.frames_read = read.frames;
+    r.ipfix = ipfix;
     Ok(r)
+}
+
+/// The IPFIX exporter `--ipfix` asks for, started.
+fn start_export(opts: &ReplayOptions) -> Result<Option<Exporter>, ReplayError> {
+    if opts.ipfix.is_empty() {
+        return Ok(None);
+    }
+    Exporter::start(opts.ipfix.clone(), 0)
+        .map(Some)
+        .map_err(|e| ReplayError::Config(e.to_string()))
+}
+
+/// Sends what the exporter holds, stops it, and says what it did.
+fn finish_export(x: Exporter) -> IpfixReport {
+    let c = x.finish();
+    IpfixReport {
+        records: c.records.load(Relaxed),
+        messages: c.messages.load(Relaxed),
+        send_errors: c.send_errors.load(Relaxed),
+        queue_full: c.queue_full.load(Relaxed),
+    }
 }
 
 /// Starts one worker thread per queue, each running the engine's worker
@@ -295,6 +343,7 @@ fn spawn_workers<'s, 'e>(
             let out_tx = out_tx.clone();
             let pool = pool_rx.clone();
             let tables = dp.readers.handle();
+            let wopts = wopts.clone();
             // Named per worker (`top -H`, and the control-path bench reads
             // a worker's CPU time by this name).
             std::thread::Builder::new()
@@ -372,6 +421,7 @@ fn report(
         filter,
         capture_error: capture_error.map(|e| e.to_string()),
         stats,
+        ipfix: None,
     })
 }
 

@@ -1,0 +1,229 @@
+//! Flow export read back by a real collector: captures the project
+//! generates (and, where present, `../shared/pcaps`) go through `cfdp
+//! replay --ipfix` to nfdump's `nfcapd`; the flows, packets and bytes
+//! `nfdump` reads back, summed by 5-tuple, equal `cfdp replay --flows`'
+//! CSV of the same replay, and `nfcapd` reports no sequence errors and
+//! no bad packets.
+//!
+//! Needs `nfcapd` and `nfdump` (Debian's `nfdump`); skipped without them
+//! unless `REQUIRE_IPFIX_COLLECTORS` is set (CI sets it, after installing
+//! nfdump).
+
+use std::collections::BTreeMap;
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use cfdp_testkit::captures::{self, write_pcap};
+
+/// (src, dst, proto, sport, dport) → (packets, bytes).
+type Flows = BTreeMap<(String, String, u8, u16, u16), (u64, u64)>;
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `cfdp replay --flows`' CSV, by 5-tuple.
+fn flows_csv(path: &Path) -> Flows {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = Flows::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let k = (
+            f[0].to_string(),
+            f[1].to_string(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+            f[4].parse().unwrap(),
+        );
+        let e = out.entry(k).or_default();
+        e.0 += f[5].parse::<u64>().unwrap();
+        e.1 += f[6].parse::<u64>().unwrap();
+    }
+    out
+}
+
+/// What `nfdump -R dir -o json` reads, summed by 5-tuple (a flow may be
+/// several records: idle, active, forced ends). An ICMP flow's ports are
+/// its type and code, as the replay's CSV has them (type · 256 + code).
+fn nfdump_flows(dir: &Path) -> Flows {
+    let out = Command::new("nfdump")
+        .arg("-R")
+        .arg(dir)
+        .args(["-o", "json"])
+        .output()
+        .expect("run nfdump");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // No record: nfdump prints its brackets around "No matching flows"
+    // (or the opening one alone).
+    let text = String::from_utf8_lossy(&out.stdout);
+    let records: Vec<serde_json::Value> =
+        if text.trim() == "[" || text.contains("No matching flows") {
+            Vec::new()
+        } else {
+            serde_json::from_str(&text).expect("nfdump's JSON")
+        };
+    let mut flows = Flows::new();
+    for r in records.iter().filter(|r| r["type"] == "FLOW") {
+        let num = |f: &str| r[f].as_u64().unwrap_or(0);
+        let addr = |v4: &str, v6: &str| {
+            r[v4]
+                .as_str()
+                .or_else(|| r[v6].as_str())
+                .unwrap_or_else(|| panic!("no address in {r}"))
+                .to_string()
+        };
+        let proto = num("proto") as u8;
+        let (sp, dp) = if matches!(proto, 1 | 58) && r.get("icmp_type").is_some() {
+            (0, num("icmp_type") << 8 | num("icmp_code"))
+        } else {
+            (num("src_port"), num("dst_port"))
+        };
+        let k = (
+            addr("src4_addr", "src6_addr"),
+            addr("dst4_addr", "dst6_addr"),
+            proto,
+            sp as u16,
+            dp as u16,
+        );
+        let e = flows.entry(k).or_default();
+        e.0 += num("in_packets");
+        e.1 += num("in_bytes");
+    }
+    flows
+}
+
+/// Replays `capture` to a fresh `nfcapd`; returns (the replay's CSV
+/// flows, what nfdump read back, nfcapd's last summary line).
+fn through_nfcapd(capture: &Path, dir: &Path) -> (Flows, Flows, String) {
+    let store = dir.join("nfcapd");
+    std::fs::create_dir_all(&store).unwrap();
+    // A port nobody holds now (nfcapd binds it a moment later).
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(dir.join("nfcapd.log")).unwrap();
+    let mut nfcapd = Command::new("nfcapd")
+        .arg("-w")
+        .arg(&store)
+        .args(["-b", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start nfcapd");
+    // nfcapd says "Startup" once it listens.
+    let listening = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::read_to_string(dir.join("nfcapd.log")).is_ok_and(|l| l.contains("Startup"))
+    });
+    assert!(listening, "nfcapd did not start");
+    let csv = dir.join("flows.csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+        .arg("replay")
+        .arg(capture)
+        .arg("--flows")
+        .arg(&csv)
+        .args(["--ipfix", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("run cfdp replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ipfix"]["send_errors"], 0, "{}", report["ipfix"]);
+    assert_eq!(report["ipfix"]["queue_full"], 0, "{}", report["ipfix"]);
+    // SIGTERM: nfcapd writes what it holds and its summary, then exits.
+    let _ = Command::new("kill").arg(nfcapd.id().to_string()).status();
+    nfcapd.wait().unwrap();
+    let log = std::fs::read_to_string(dir.join("nfcapd.log")).unwrap();
+    let summary = log
+        .lines()
+        .rfind(|l| l.contains("Sequence Errors"))
+        .unwrap_or_default()
+        .to_string();
+    (flows_csv(&csv), nfdump_flows(&store), summary)
+}
+
+/// `generated`: a capture the project made, which must have flows (a
+/// shared one may hold no IP at all).
+fn check(name: &str, capture: &Path, dir: &Path, generated: bool) {
+    let (csv, nf, summary) = through_nfcapd(capture, dir);
+    assert!(
+        !generated || !csv.is_empty(),
+        "{name}: no flows in the replay"
+    );
+    let sum = |f: &Flows| f.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+    eprintln!(
+        "{name}: replay {} flows {:?}, nfdump {} flows {:?}; nfcapd: {summary}",
+        csv.len(),
+        sum(&csv),
+        nf.len(),
+        sum(&nf)
+    );
+    assert!(summary.contains("Sequence Errors: 0"), "{name}: {summary}");
+    assert!(summary.contains("Bad Packets: 0"), "{name}: {summary}");
+    for (k, v) in &csv {
+        assert_eq!(nf.get(k), Some(v), "{name}: flow {k:?}");
+    }
+    assert_eq!(
+        nf.len(),
+        csv.len(),
+        "{name}: flows nfdump has that the replay has not"
+    );
+}
+
+#[test]
+fn nfcapd_reads_back_every_flow_packet_and_byte() {
+    let missing: Vec<&str> = ["nfcapd", "nfdump"]
+        .into_iter()
+        .filter(|c| !have(c))
+        .collect();
+    if !missing.is_empty() {
+        assert!(
+            std::env::var_os("REQUIRE_IPFIX_COLLECTORS").is_none(),
+            "REQUIRE_IPFIX_COLLECTORS is set, but {missing:?} are not installed"
+        );
+        eprintln!("IPFIX collectors skipped: {missing:?} not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let generated = [
+        ("mixed", captures::mixed()),
+        ("pairs", captures::pairs(3000)),
+        ("soak", captures::soak(40, 50)),
+    ];
+    for (name, frames) in generated {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let pcap = d.join("capture.pcap");
+        write_pcap(&pcap, &frames).unwrap();
+        check(name, &pcap, &d, true);
+    }
+    // The shared captures, where this checkout has them beside it.
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/pcaps");
+    if let Ok(entries) = std::fs::read_dir(&shared) {
+        let mut caps: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+            .collect();
+        caps.sort();
+        for (i, cap) in caps.iter().enumerate() {
+            let d = dir.path().join(format!("shared{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            check(&cap.file_name().unwrap().to_string_lossy(), cap, &d, false);
+        }
+    }
+}

@@ -23,11 +23,11 @@ use crate::config::{BloomMode, Config, ConfigError};
 use crate::hash::hash_bytes;
 use crate::layout::{kind, Bucket, Layout, ENTRIES_PER_BUCKET};
 use crate::outcome::{Candidates, InsertError, InsertOutcome, Lookup, Placement, Stats};
-use crate::raw::{RawTable, ReadView};
+use crate::raw::{AltMask, RawTable, ReadView};
 #[cfg(any(test, loom))]
 use crate::state::Loc;
 use crate::state::{
-    alt_bucket, bloom_tag, bump, AltMask, BloomRecord, Counts, Filter, Guard, Keyed, Rng, Writer,
+    alt_bucket, bloom_tag, bump, BloomRecord, Counts, Filter, Guard, Keyed, Rng, Writer,
 };
 use crate::sync::{AtomicU32, CachePadded, Ordering};
 

@@ -11,8 +11,26 @@ use std::ops::{Deref, DerefMut};
 
 use crate::alloc::Words;
 use crate::layout::{kind, Bucket, Layout};
-use crate::state::AltMask;
 use crate::sync::{lock, spin_hint, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering};
+
+/// The bits an item's two buckets may differ in: the bucket mask without
+/// the partition bits (the low ones), and the lowest of them. Computed
+/// once with the table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AltMask {
+    pub(crate) mask: usize,
+    pub(crate) low: usize,
+}
+
+impl AltMask {
+    pub(crate) fn new(bucket_mask: usize, part_mask: usize) -> Self {
+        let mask = bucket_mask & !part_mask;
+        AltMask {
+            mask,
+            low: mask & mask.wrapping_neg(),
+        }
+    }
+}
 
 /// A stripe's sequence counter: even = no write in progress, odd = the
 /// writer is changing a bucket of the stripe. The writer bumps it to odd

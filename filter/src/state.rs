@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::config::{BloomConfig, BloomMode, Config};
 use crate::hash::{fp_displacement, tag_mix};
-use crate::raw::{RawTable, WriteGuard};
+use crate::raw::{AltMask, RawTable, WriteGuard};
 use crate::sync::{AtomicU32, AtomicUsize, CachePadded, Ordering};
 
 /// An item's position in the table, derived from its hash.
@@ -106,25 +106,6 @@ impl std::fmt::Debug for Filter {
             .field("config", &self.config)
             .field("stats", &self.stats())
             .finish()
-    }
-}
-
-/// The bits an item's two buckets may differ in: the bucket mask without
-/// the partition bits (the low ones), and the lowest of them. Computed
-/// once with the table.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AltMask {
-    pub(crate) mask: usize,
-    pub(crate) low: usize,
-}
-
-impl AltMask {
-    pub(crate) fn new(bucket_mask: usize, part_mask: usize) -> Self {
-        let mask = bucket_mask & !part_mask;
-        AltMask {
-            mask,
-            low: mask & mask.wrapping_neg(),
-        }
     }
 }
 

@@ -65,6 +65,11 @@ impl ExportState {
         self.send();
     }
 
+    /// The cache's flows and table bytes.
+    pub(crate) fn footprint(&self) -> (usize, usize) {
+        (self.cache.len(), self.cache.memory_bytes())
+    }
+
     /// Records finished early so far (a full cache).
     pub(crate) fn early(&self) -> u64 {
         self.cache.early()

@@ -224,6 +224,11 @@ impl Worker {
         self.index
     }
 
+    /// The flow cache's flows and bytes, when flows are exported.
+    pub fn export_footprint(&self) -> Option<(usize, usize)> {
+        self.export.as_ref().map(ExportState::footprint)
+    }
+
     /// The backend is about to receive a burst: one in [`SAMPLE`] is timed
     /// stage by stage from here ([`crate::stages`]).
     #[inline]

@@ -5,6 +5,7 @@
 //! Time is the packets' own (a capture's timestamps in a replay), so a
 //! replay exports what a live run would have, and tests set it.
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::HashMap;
 
 use cfdp_rules::FlowKey;
@@ -78,9 +79,15 @@ pub struct Observed {
 }
 
 /// One worker's flows (see the module docs).
+/// The cache's map: keys hashed by rapidhash under a random seed of the
+/// map's own (a flow key comes off the wire: nobody can compute offline
+/// keys that collide in it). std's SipHash cost the worker ~3× the
+/// packet's own cost with export on (`bench --bin flow-export`).
+type Flows = HashMap<FlowKey, Entry, rapidhash::quality::RandomState>;
+
 #[derive(Debug)]
 pub struct FlowCache {
-    flows: HashMap<FlowKey, Entry>,
+    flows: Flows,
     settings: CacheSettings,
     /// Finished records not yet taken ([`Self::take`]).
     done: Vec<FlowRecord>,
@@ -96,7 +103,10 @@ const SWEEP_NS: u64 = 1_000_000_000;
 impl FlowCache {
     pub fn new(settings: CacheSettings) -> Self {
         FlowCache {
-            flows: HashMap::with_capacity(settings.capacity.min(1 << 12)),
+            flows: HashMap::with_capacity_and_hasher(
+                settings.capacity.min(1 << 12),
+                rapidhash::quality::RandomState::new(),
+            ),
             settings: CacheSettings {
                 capacity: settings.capacity.max(1),
                 ..settings
@@ -116,43 +126,67 @@ impl FlowCache {
         self.flows.is_empty()
     }
 
+    /// Bytes the cache's table holds (its buckets: key, record and the
+    /// map's control byte each), whether full or not.
+    pub fn memory_bytes(&self) -> usize {
+        let per = std::mem::size_of::<(FlowKey, Entry)>() + 1;
+        // The map's buckets: its capacity is 7/8 of a power of two.
+        (self.flows.capacity() * 8 / 7).next_power_of_two() * per
+    }
+
     /// Records finished early because the cache was full, so far.
     pub fn early(&self) -> u64 {
         self.early
     }
 
     /// Adds packet `p` to its flow's record (starting one), and finishes
-    /// records whose timeouts passed by `p`'s time.
+    /// records whose timeouts passed by `p`'s time. One hash of the key
+    /// but when a new flow meets a full cache.
     pub fn observe(&mut self, p: &Observed) {
         if p.ts_ns >= self.next_sweep_ns {
             self.sweep(p.ts_ns);
         }
-        if let Some(e) = self.flows.get(&p.key) {
-            if p.ts_ns.saturating_sub(e.first_ns) >= self.settings.active_ns {
-                let r = e.record(p.key, EndReason::Active);
-                self.flows.remove(&p.key);
-                self.done.push(r);
-            }
-        }
-        if !self.flows.contains_key(&p.key) && self.flows.len() >= self.settings.capacity {
-            self.evict_oldest();
-        }
-        let e = self.flows.entry(p.key).or_insert(Entry {
-            packets: 0,
-            bytes: 0,
+        let fresh = Entry {
+            packets: 1,
+            bytes: u64::from(p.len),
             first_ns: p.ts_ns,
             last_ns: p.ts_ns,
             port: p.port,
             forwarding: p.forwarding,
-        });
-        e.packets += 1;
-        e.bytes += u64::from(p.len);
-        e.last_ns = e.last_ns.max(p.ts_ns);
-        e.forwarding = p.forwarding;
-        if p.ends {
-            let r = e.record(p.key, EndReason::EndOfFlow);
-            self.flows.remove(&p.key);
-            self.done.push(r);
+        };
+        let full = self.flows.len() >= self.settings.capacity;
+        match self.flows.entry(p.key) {
+            Slot::Occupied(mut o) => {
+                let e = o.get_mut();
+                if p.ts_ns.saturating_sub(e.first_ns) >= self.settings.active_ns {
+                    self.done.push(e.record(p.key, EndReason::Active));
+                    *e = fresh;
+                } else {
+                    e.packets += 1;
+                    e.bytes += u64::from(p.len);
+                    e.last_ns = e.last_ns.max(p.ts_ns);
+                    e.forwarding = p.forwarding;
+                }
+                if p.ends {
+                    let e = o.remove();
+                    self.done.push(e.record(p.key, EndReason::EndOfFlow));
+                }
+            }
+            Slot::Vacant(v) if !full => {
+                if p.ends {
+                    self.done.push(fresh.record(p.key, EndReason::EndOfFlow));
+                } else {
+                    v.insert(fresh);
+                }
+            }
+            Slot::Vacant(_) => {
+                self.evict_oldest();
+                if p.ends {
+                    self.done.push(fresh.record(p.key, EndReason::EndOfFlow));
+                } else {
+                    self.flows.insert(p.key, fresh);
+                }
+            }
         }
     }
 

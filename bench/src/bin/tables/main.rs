@@ -100,6 +100,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "ovs" => peers::ovs(dir),
         "worker-path" => peers::worker_path(dir),
         "conntrack-window-established" => peers::window_established(dir),
+        "flow-export" => peers::flow_export(dir),
         other => Err(format!("no renderer for table {other:?}").into()),
     }
 }

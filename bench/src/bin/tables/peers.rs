@@ -110,3 +110,34 @@ pub(crate) fn window_established(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `flow-export`: the worker with flow export off and on.
+pub(crate) fn flow_export(d: &Path) -> R<String> {
+    let c = Csv::load(d, "flow_export.csv")?;
+    let mut rows = Vec::new();
+    for r in c.records() {
+        rows.push(vec![
+            match r["workload"] {
+                "hit" => "every packet's flow cached (hit)".to_string(),
+                "miss" => "every packet a new flow, cache full (miss)".to_string(),
+                other => other.to_string(),
+            },
+            r["flows"].to_string(),
+            format!("{:.2}", num(r["off_mpps"], &c.name)?),
+            format!("{:.2}", num(r["on_mpps"], &c.name)?),
+            format!("{:.2}×", num(r["on_vs_off"], &c.name)?),
+            format!("{:.0}", num(r["cache_bytes_per_flow"], &c.name)?),
+        ]);
+    }
+    Ok(table(
+        &[
+            "traffic",
+            "flows",
+            "export off (Mpps)",
+            "export on (Mpps)",
+            "on / off",
+            "cache bytes a flow",
+        ],
+        &rows,
+    ) + &c.source())
+}

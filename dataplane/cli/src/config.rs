@@ -31,6 +31,7 @@ pub struct RunConfig {
     pub cluster: ClusterSection,
     pub p4runtime: P4RuntimeSection,
     pub conntrack: cfdp_conntrack::ConntrackSection,
+    pub ipfix: cfdp_export::IpfixSection,
 }
 
 /// What a worker does when it falls behind the reader.

@@ -365,17 +365,17 @@ fn run_pcap(
     running: Running,
 ) -> Result<(), RunError> {
     let stop = Arc::clone(&running.stop);
+    let (collectors, cache) = ipfix(cfg)?;
     let opts = ReplayOptions {
-        input: cfg.pcap.input.clone(),
         out: (!cfg.pcap.output.is_empty()).then(|| PathBuf::from(&cfg.pcap.output)),
-        workers,
-        flows_csv: None,
-        progress: false,
         stop: Some(Arc::clone(&stop)),
         repeat: cfg.pcap.repeat,
         drop_when_full: cfg.dataplane.overload == Overload::Drop,
         pps: cfg.pcap.pps,
-        ipfix: Vec::new(),
+        ipfix: collectors,
+        ipfix_cache: cache,
+        ipfix_domain: cfg.ipfix.observation_domain,
+        ..ReplayOptions::new(cfg.pcap.input.clone(), workers)
     };
     let started = std::time::Instant::now();
     let mut last_line: Option<std::time::Instant> = None;
@@ -475,6 +475,7 @@ fn bind_tcp(addr: std::net::SocketAddr, key: &str) -> Result<std::net::TcpListen
 pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     cfg.control.check()?;
     conntrack_check(&cfg.conntrack)?;
+    ipfix(cfg)?;
     crate::descriptors::ensure(cfg)?;
     if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
         return Err(RunError::NotBuiltWith {
@@ -492,6 +493,27 @@ pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     }
     p4runtime::p4runtime_options(cfg)?;
     cluster_mode(cfg).map(|_| ())
+}
+
+/// `[ipfix]`, checked: the collectors' addresses and the caches'
+/// settings. Export runs on the pcap path only for now: a DPDK run with
+/// collectors is refused rather than exporting nothing.
+fn ipfix(
+    cfg: &RunConfig,
+) -> Result<(Vec<std::net::SocketAddr>, cfdp_export::CacheSettings), RunError> {
+    let x = cfg
+        .ipfix
+        .resolve()
+        .map_err(|b| RunError::Setting(SettingError::new("ipfix", b.key, b.value, b.need)))?;
+    if cfg.dpdk.enabled && !x.0.is_empty() {
+        return Err(RunError::Setting(SettingError::new(
+            "ipfix",
+            "collectors",
+            cfg.ipfix.collectors.join(", "),
+            "dpdk.enabled = false: flow export runs with pcap replay only for now",
+        )));
+    }
+    Ok(x)
 }
 
 /// `[conntrack]`, checked.

@@ -21,7 +21,9 @@ pub mod cache;
 pub mod exporter;
 pub mod ipfix;
 pub mod record;
+pub mod settings;
 
 pub use cache::{CacheSettings, FlowCache, Observed};
 pub use exporter::{ExportCounters, ExportSender, Exporter, ExporterError};
 pub use record::{EndReason, FlowRecord, Forwarding};
+pub use settings::IpfixSection;

@@ -31,6 +31,10 @@ pub struct ReplayOptions {
     /// Export every flow's records as IPFIX to these collectors (UDP),
     /// with the capture's timestamps; empty: no export.
     pub ipfix: Vec<std::net::SocketAddr>,
+    /// Each worker's flow cache, when exporting.
+    pub ipfix_cache: cfdp_export::CacheSettings,
+    /// The observation domain id of the messages.
+    pub ipfix_domain: u32,
 }
 
 impl ReplayOptions {
@@ -48,6 +52,8 @@ impl ReplayOptions {
             drop_when_full: false,
             pps: 0,
             ipfix: Vec::new(),
+            ipfix_cache: cfdp_export::CacheSettings::default(),
+            ipfix_domain: 0,
         }
     }
 }

@@ -35,7 +35,7 @@ use cfdp_engine::{
     run_worker, FlowTable, Mode, Released, RuleCount, StatsSnapshot, Verdict, Worker,
     WorkerContext, WorkerOptions, MAX_BURST,
 };
-use cfdp_export::{CacheSettings, Exporter};
+use cfdp_export::Exporter;
 use cfdp_packet::LinkType;
 use cfdp_rules::FlowKey;
 use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
@@ -244,7 +244,7 @@ pub fn replay(
     let wopts = WorkerOptions {
         account_flows: opts.flows_csv.is_some(),
         export: exporter.as_ref().map(|x| FlowExport {
-            cache: CacheSettings::default(),
+            cache: opts.ipfix_cache,
             sender: x.sender(),
         }),
     };
@@ -309,7 +309,7 @@ fn start_export(opts: &ReplayOptions) -> Result<Option<Exporter>, ReplayError> {
     if opts.ipfix.is_empty() {
         return Ok(None);
     }
-    Exporter::start(opts.ipfix.clone(), 0)
+    Exporter::start(opts.ipfix.clone(), opts.ipfix_domain)
         .map(Some)
         .map_err(|e| ReplayError::Config(e.to_string()))
 }

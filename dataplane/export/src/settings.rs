@@ -1,0 +1,140 @@
+//! The `[ipfix]` section of `cfdp run`'s configuration.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::CacheSettings;
+
+/// `[ipfix]`: where flow records go, and how long a flow's record lives
+/// in a worker's cache.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IpfixSection {
+    /// Collectors, `HOST:PORT` each (UDP); none: no export.
+    pub collectors: Vec<String>,
+    /// The observation domain id in every message's header.
+    pub observation_domain: u32,
+    /// Seconds without a packet after which a flow's record is sent.
+    pub idle_timeout_s: u64,
+    /// Seconds after which a long flow's record is sent and a new one
+    /// starts.
+    pub active_timeout_s: u64,
+    /// Flows a worker's cache holds; a full cache sends its oldest
+    /// sixteenth early (counted in `export_early`).
+    pub cache_flows: usize,
+}
+
+impl Default for IpfixSection {
+    fn default() -> Self {
+        let c = CacheSettings::default();
+        Self {
+            collectors: Vec::new(),
+            observation_domain: 0,
+            idle_timeout_s: c.idle_ns / 1_000_000_000,
+            active_timeout_s: c.active_ns / 1_000_000_000,
+            cache_flows: c.capacity,
+        }
+    }
+}
+
+/// An `[ipfix]` value refused: the key, the value, what it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadSetting {
+    pub key: &'static str,
+    pub value: String,
+    pub need: &'static str,
+}
+
+impl IpfixSection {
+    /// The collectors' addresses, each name resolved, and the cache's
+    /// settings; the first value that cannot work, refused.
+    pub fn resolve(&self) -> Result<(Vec<SocketAddr>, CacheSettings), BadSetting> {
+        if self.idle_timeout_s == 0 {
+            return Err(BadSetting {
+                key: "idle_timeout_s",
+                value: "0".into(),
+                need: "at least 1",
+            });
+        }
+        if self.active_timeout_s < self.idle_timeout_s {
+            return Err(BadSetting {
+                key: "active_timeout_s",
+                value: self.active_timeout_s.to_string(),
+                need: "at least idle_timeout_s",
+            });
+        }
+        if !(1024..=1 << 24).contains(&self.cache_flows) {
+            return Err(BadSetting {
+                key: "cache_flows",
+                value: self.cache_flows.to_string(),
+                need: "1024 to 16777216 flows a worker",
+            });
+        }
+        let collectors = self
+            .collectors
+            .iter()
+            .map(|c| {
+                c.to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .ok_or_else(|| BadSetting {
+                        key: "collectors",
+                        value: c.clone(),
+                        need: "HOST:PORT that resolves",
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let cache = CacheSettings {
+            capacity: self.cache_flows,
+            idle_ns: self.idle_timeout_s.saturating_mul(1_000_000_000),
+            active_ns: self.active_timeout_s.saturating_mul(1_000_000_000),
+        };
+        Ok((collectors, cache))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_that_cannot_work_is_refused_by_its_key() {
+        let ok = IpfixSection {
+            collectors: vec!["127.0.0.1:4739".into()],
+            ..IpfixSection::default()
+        };
+        let (c, cache) = ok.resolve().unwrap();
+        assert_eq!(c, vec!["127.0.0.1:4739".parse().unwrap()]);
+        assert_eq!(cache, CacheSettings::default());
+        let key = |s: IpfixSection| s.resolve().unwrap_err().key;
+        assert_eq!(
+            key(IpfixSection {
+                idle_timeout_s: 0,
+                ..ok.clone()
+            }),
+            "idle_timeout_s"
+        );
+        assert_eq!(
+            key(IpfixSection {
+                active_timeout_s: 5,
+                ..ok.clone()
+            }),
+            "active_timeout_s"
+        );
+        assert_eq!(
+            key(IpfixSection {
+                cache_flows: 10,
+                ..ok.clone()
+            }),
+            "cache_flows"
+        );
+        assert_eq!(
+            key(IpfixSection {
+                collectors: vec!["no port here".into()],
+                ..ok
+            }),
+            "collectors"
+        );
+    }
+}

@@ -6,9 +6,14 @@
 
 use cfdp_export::cache::Observed;
 use cfdp_export::{CacheSettings, EndReason, ExportSender, FlowCache, Forwarding};
+use cfdp_packet::{transport, Transport};
 use cfdp_rules::FlowKey;
 
 use crate::frame::{PacketRef, Verdict};
+
+/// TCP's FIN and RST flags.
+const FIN: u8 = 0x01;
+const RST: u8 = 0x04;
 
 /// A worker's export options: its cache's bounds and timeouts, and the
 /// exporter it sends to.
@@ -48,6 +53,13 @@ impl ExportState {
     /// its datagram's verdict): its flow's status may say dropped.
     pub(crate) fn after_burst(&mut self, pkts: &[PacketRef<'_>], verdicts: &[Verdict]) {
         for &(i, key, len) in &self.noted {
+            // A TCP segment with FIN or RST ends its flow's record (read
+            // again here: the fast decode keeps no flags).
+            let ends = key.proto == cfdp_rules::proto::TCP
+                && matches!(
+                    transport(pkts[i].link, pkts[i].data),
+                    Transport::Tcp(seg) if seg.flags & (FIN | RST) != 0
+                );
             self.cache.observe(&Observed {
                 key,
                 ts_ns: pkts[i].ts_ns,
@@ -58,7 +70,7 @@ impl ExportState {
                     Verdict::Redirect(_) => Forwarding::Redirected,
                     Verdict::Drop => Forwarding::Dropped,
                 },
-                ends: false,
+                ends,
             });
         }
         self.noted.clear();
@@ -87,5 +99,68 @@ impl ExportState {
     pub(crate) fn finish(&mut self) {
         self.cache.flush(EndReason::Forced);
         self.send();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cfdp_export::Exporter;
+    use cfdp_packet::LinkType;
+    use etherparse::PacketBuilder;
+
+    fn tcp(flags: u8) -> Vec<u8> {
+        let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 80, 1, 1024);
+        let b = if flags & FIN != 0 { b.fin() } else { b };
+        let b = if flags & RST != 0 { b.rst() } else { b };
+        let mut out = Vec::new();
+        b.write(&mut out, &[]).unwrap();
+        out
+    }
+
+    /// A TCP segment with FIN or RST ends its flow's record there (end of
+    /// flow), sent at once; the segments after it start a new one.
+    #[test]
+    fn fin_and_rst_end_the_flows_record() {
+        // The exporter sends to a socket nobody reads; its count of
+        // records handed over is what is checked.
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let x = Exporter::start(vec![sink.local_addr().unwrap()], 0).unwrap();
+        let mut s = ExportState::new(FlowExport {
+            cache: CacheSettings::default(),
+            sender: x.sender(),
+        });
+        let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80);
+        let frames = [tcp(0), tcp(FIN), tcp(0), tcp(RST), tcp(0)];
+        let pkts: Vec<PacketRef<'_>> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| PacketRef {
+                link: LinkType::Ethernet,
+                ts_ns: 1_000 + i as u64,
+                orig_len: f.len() as u32,
+                data: f,
+            })
+            .collect();
+        let verdicts = [Verdict::Forward; 5];
+        // One burst of two: the FIN ends the record, none is left.
+        for (i, p) in pkts[..2].iter().enumerate() {
+            s.note(i, key, p.orig_len);
+        }
+        s.after_burst(&pkts[..2], &verdicts);
+        assert!(s.cache.is_empty(), "the FIN's flow is still cached");
+        // Then the ACK after it starts a record, the RST ends it, and the
+        // last segment starts a third, sent at the end of the run.
+        for (i, p) in pkts[2..].iter().enumerate() {
+            s.note(i, key, p.orig_len);
+        }
+        s.after_burst(&pkts[2..], &verdicts);
+        assert_eq!(s.cache.len(), 1);
+        s.finish();
+        drop(s);
+        let c = x.finish();
+        assert_eq!(c.records.load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 }

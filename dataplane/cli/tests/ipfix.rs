@@ -1,13 +1,13 @@
-//! Flow export read back by a real collector: captures the project
-//! generates (and, where present, `../shared/pcaps`) go through `cfdp
-//! replay --ipfix` to nfdump's `nfcapd`; the flows, packets and bytes
-//! `nfdump` reads back, summed by 5-tuple, equal `cfdp replay --flows`'
-//! CSV of the same replay, and `nfcapd` reports no sequence errors and
-//! no bad packets.
+//! Flow export read back by real collectors: captures the project
+//! generates (and, where present, `../shared/pcaps`) go through one `cfdp
+//! replay --ipfix A --ipfix B` to nfdump's `nfcapd` and pmacct's
+//! `nfacctd` at once; the flows, packets and bytes each reads back,
+//! summed by 5-tuple, equal `cfdp replay --flows`' CSV of the same
+//! replay, and `nfcapd` reports no sequence errors and no bad packets.
 //!
-//! Needs `nfcapd` and `nfdump` (Debian's `nfdump`); skipped without them
-//! unless `REQUIRE_IPFIX_COLLECTORS` is set (CI sets it, after installing
-//! nfdump).
+//! Needs `nfcapd`, `nfdump` (Debian's `nfdump`) and `nfacctd` (Debian's
+//! `pmacct`); skipped without them unless `REQUIRE_IPFIX_COLLECTORS` is
+//! set (CI sets it, after installing both).
 
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
@@ -101,17 +101,94 @@ fn nfdump_flows(dir: &Path) -> Flows {
     flows
 }
 
-/// Replays `capture` to a fresh `nfcapd`; returns (the replay's CSV
-/// flows, what nfdump read back, nfcapd's last summary line).
-fn through_nfcapd(capture: &Path, dir: &Path) -> (Flows, Flows, String) {
-    let store = dir.join("nfcapd");
-    std::fs::create_dir_all(&store).unwrap();
-    // A port nobody holds now (nfcapd binds it a moment later).
-    let port = UdpSocket::bind("127.0.0.1:0")
+/// A UDP port nobody holds now (the collector binds it a moment later).
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+/// Waits until `log` says `what` (a collector listening).
+fn wait_for(log: &Path, what: &str) {
+    let seen = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::read_to_string(log).is_ok_and(|l| l.contains(what))
+    });
+    assert!(seen, "{} never said {what:?}", log.display());
+}
+
+/// pmacct's `nfacctd` on `port`, its print plugin writing every second's
+/// flows by 5-tuple to `dir/nfacctd.csv` (appended, protocols as numbers).
+fn start_nfacctd(dir: &Path, port: u16) -> std::process::Child {
+    let conf = dir.join("nfacctd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemonize: false\nnfacctd_ip: 127.0.0.1\nnfacctd_port: {port}\n\
+             plugins: print[out]\n\
+             aggregate[out]: src_host, dst_host, proto, src_port, dst_port\n\
+             print_output[out]: csv\nprint_num_protos[out]: true\n\
+             print_output_file[out]: {}\nprint_output_file_append[out]: true\n\
+             print_refresh_time[out]: 1\n",
+            dir.join("nfacctd.csv").display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("nfacctd.log")).unwrap();
+    let child = Command::new("nfacctd")
+        .arg("-f")
+        .arg(&conf)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start nfacctd");
+    wait_for(&dir.join("nfacctd.log"), "waiting for NetFlow/IPFIX data");
+    child
+}
+
+/// What `nfacctd`'s print plugin wrote, summed by 5-tuple.
+fn nfacctd_flows(dir: &Path) -> Flows {
+    let text = std::fs::read_to_string(dir.join("nfacctd.csv")).unwrap_or_default();
+    let mut flows = Flows::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with("SRC_IP") && !l.is_empty())
+    {
+        // SRC_IP,DST_IP,SRC_PORT,DST_PORT,PROTOCOL,PACKETS,BYTES
+        let f: Vec<&str> = line.split(',').collect();
+        let k = (
+            f[0].to_string(),
+            f[1].to_string(),
+            f[4].parse()
+                .unwrap_or_else(|_| panic!("protocol in {line}")),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        let e = flows.entry(k).or_default();
+        e.0 += f[5].parse::<u64>().unwrap();
+        e.1 += f[6].parse::<u64>().unwrap();
+    }
+    flows
+}
+
+/// What one replay sent to both collectors, read back.
+struct ReadBack {
+    csv: Flows,
+    nfdump: Flows,
+    nfacctd: Flows,
+    /// nfcapd's last summary line.
+    summary: String,
+}
+
+/// Replays `capture` to a fresh `nfcapd` and a fresh `nfacctd` at once.
+fn through_collectors(capture: &Path, dir: &Path) -> ReadBack {
+    let store = dir.join("nfcapd");
+    std::fs::create_dir_all(&store).unwrap();
+    let port = free_port();
+    let acct_port = free_port();
+    let mut nfacctd = start_nfacctd(dir, acct_port);
     let log = std::fs::File::create(dir.join("nfcapd.log")).unwrap();
     let mut nfcapd = Command::new("nfcapd")
         .arg("-w")
@@ -121,12 +198,7 @@ fn through_nfcapd(capture: &Path, dir: &Path) -> (Flows, Flows, String) {
         .stderr(log)
         .spawn()
         .expect("start nfcapd");
-    // nfcapd says "Startup" once it listens.
-    let listening = (0..100).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        std::fs::read_to_string(dir.join("nfcapd.log")).is_ok_and(|l| l.contains("Startup"))
-    });
-    assert!(listening, "nfcapd did not start");
+    wait_for(&dir.join("nfcapd.log"), "Startup");
     let csv = dir.join("flows.csv");
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .arg("replay")
@@ -134,6 +206,7 @@ fn through_nfcapd(capture: &Path, dir: &Path) -> (Flows, Flows, String) {
         .arg("--flows")
         .arg(&csv)
         .args(["--ipfix", &format!("127.0.0.1:{port}")])
+        .args(["--ipfix", &format!("127.0.0.1:{acct_port}")])
         .output()
         .expect("run cfdp replay");
     assert!(
@@ -144,49 +217,72 @@ fn through_nfcapd(capture: &Path, dir: &Path) -> (Flows, Flows, String) {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["ipfix"]["send_errors"], 0, "{}", report["ipfix"]);
     assert_eq!(report["ipfix"]["queue_full"], 0, "{}", report["ipfix"]);
-    // SIGTERM: nfcapd writes what it holds and its summary, then exits.
+    // SIGTERM: nfcapd writes what it holds and its summary, then exits;
+    // SIGINT: nfacctd's plugin writes what it holds, then exits.
     let _ = Command::new("kill").arg(nfcapd.id().to_string()).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &nfacctd.id().to_string()])
+        .status();
     nfcapd.wait().unwrap();
+    nfacctd.wait().unwrap();
     let log = std::fs::read_to_string(dir.join("nfcapd.log")).unwrap();
     let summary = log
         .lines()
         .rfind(|l| l.contains("Sequence Errors"))
         .unwrap_or_default()
         .to_string();
-    (flows_csv(&csv), nfdump_flows(&store), summary)
+    ReadBack {
+        csv: flows_csv(&csv),
+        nfdump: nfdump_flows(&store),
+        nfacctd: nfacctd_flows(dir),
+        summary,
+    }
 }
 
 /// `generated`: a capture the project made, which must have flows (a
 /// shared one may hold no IP at all).
 fn check(name: &str, capture: &Path, dir: &Path, generated: bool) {
-    let (csv, nf, summary) = through_nfcapd(capture, dir);
+    let r = through_collectors(capture, dir);
     assert!(
-        !generated || !csv.is_empty(),
+        !generated || !r.csv.is_empty(),
         "{name}: no flows in the replay"
     );
     let sum = |f: &Flows| f.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
     eprintln!(
-        "{name}: replay {} flows {:?}, nfdump {} flows {:?}; nfcapd: {summary}",
-        csv.len(),
-        sum(&csv),
-        nf.len(),
-        sum(&nf)
+        "{name}: replay {} flows {:?}, nfdump {} {:?}, nfacctd {} {:?}; nfcapd: {}",
+        r.csv.len(),
+        sum(&r.csv),
+        r.nfdump.len(),
+        sum(&r.nfdump),
+        r.nfacctd.len(),
+        sum(&r.nfacctd),
+        r.summary
     );
-    assert!(summary.contains("Sequence Errors: 0"), "{name}: {summary}");
-    assert!(summary.contains("Bad Packets: 0"), "{name}: {summary}");
-    for (k, v) in &csv {
-        assert_eq!(nf.get(k), Some(v), "{name}: flow {k:?}");
+    assert!(
+        r.summary.contains("Sequence Errors: 0"),
+        "{name}: {}",
+        r.summary
+    );
+    assert!(
+        r.summary.contains("Bad Packets: 0"),
+        "{name}: {}",
+        r.summary
+    );
+    for (collector, got) in [("nfdump", &r.nfdump), ("nfacctd", &r.nfacctd)] {
+        for (k, v) in &r.csv {
+            assert_eq!(got.get(k), Some(v), "{name}: {collector}: flow {k:?}");
+        }
+        assert_eq!(
+            got.len(),
+            r.csv.len(),
+            "{name}: flows {collector} has that the replay has not"
+        );
     }
-    assert_eq!(
-        nf.len(),
-        csv.len(),
-        "{name}: flows nfdump has that the replay has not"
-    );
 }
 
 #[test]
 fn nfcapd_reads_back_every_flow_packet_and_byte() {
-    let missing: Vec<&str> = ["nfcapd", "nfdump"]
+    let missing: Vec<&str> = ["nfcapd", "nfdump", "nfacctd"]
         .into_iter()
         .filter(|c| !have(c))
         .collect();

@@ -86,17 +86,18 @@ mod snapshot;
 mod state;
 mod sync;
 pub mod tagmap;
+mod writes;
 
 pub use alloc::{Zeroable, ZeroedSlice};
 pub use bulk::BuildError;
 pub use config::{BloomConfig, BloomMode, Config, ConfigError, MAX_KICKS_LIMIT};
-pub use filter::FilterWriter;
 pub use layout::ENTRIES_PER_BUCKET;
 pub use outcome::{Candidates, InsertError, InsertOutcome, Lookup, Placement, Stats};
 pub use prefetch::read as prefetch_read;
 pub use snapshot::SnapshotError;
 pub use state::Filter;
 pub use tagmap::{pair_hash, TagMap};
+pub use writes::FilterWriter;
 
 #[cfg(all(test, loom))]
 mod loom_tests;

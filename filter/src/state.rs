@@ -1,6 +1,7 @@
-//! The filter's state: the table, the counters and the writer's own part,
-//! with the small derivations every stage uses. The stages add their
-//! methods in their own files: `filter` (lookups and the public API),
+//! The filter's state: the table, each partition's counters and its
+//! writer's own part, with the small derivations every stage uses. The
+//! stages add their methods in their own files: `filter` (construction and
+//! lookups), `writes` (the write API, under the partitions' writer locks),
 //! `path` (planning a walk), `execute` (carrying it out under the locks).
 
 use std::collections::BTreeMap;

@@ -36,6 +36,7 @@ pub struct TestHooks {
 }
 use crate::error::RunError;
 
+mod ipfix;
 mod p4runtime;
 
 /// Builds the rule store: restored from `control.state_dir` when it holds
@@ -365,7 +366,7 @@ fn run_pcap(
     running: Running,
 ) -> Result<(), RunError> {
     let stop = Arc::clone(&running.stop);
-    let (collectors, cache) = ipfix(cfg)?;
+    let (collectors, cache) = ipfix::settings(cfg)?;
     let opts = ReplayOptions {
         out: (!cfg.pcap.output.is_empty()).then(|| PathBuf::from(&cfg.pcap.output)),
         stop: Some(Arc::clone(&stop)),
@@ -475,7 +476,7 @@ fn bind_tcp(addr: std::net::SocketAddr, key: &str) -> Result<std::net::TcpListen
 pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     cfg.control.check()?;
     conntrack_check(&cfg.conntrack)?;
-    ipfix(cfg)?;
+    ipfix::settings(cfg)?;
     crate::descriptors::ensure(cfg)?;
     if cfg.dpdk.enabled && !cfg!(feature = "dpdk") {
         return Err(RunError::NotBuiltWith {
@@ -493,27 +494,6 @@ pub fn check(cfg: &RunConfig) -> Result<(), RunError> {
     }
     p4runtime::p4runtime_options(cfg)?;
     cluster_mode(cfg).map(|_| ())
-}
-
-/// `[ipfix]`, checked: the collectors' addresses and the caches'
-/// settings. Export runs on the pcap path only for now: a DPDK run with
-/// collectors is refused rather than exporting nothing.
-fn ipfix(
-    cfg: &RunConfig,
-) -> Result<(Vec<std::net::SocketAddr>, cfdp_export::CacheSettings), RunError> {
-    let x = cfg
-        .ipfix
-        .resolve()
-        .map_err(|b| RunError::Setting(SettingError::new("ipfix", b.key, b.value, b.need)))?;
-    if cfg.dpdk.enabled && !x.0.is_empty() {
-        return Err(RunError::Setting(SettingError::new(
-            "ipfix",
-            "collectors",
-            cfg.ipfix.collectors.join(", "),
-            "dpdk.enabled = false: flow export runs with pcap replay only for now",
-        )));
-    }
-    Ok(x)
 }
 
 /// `[conntrack]`, checked.

@@ -360,7 +360,7 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
         &'static str,
         fn(&cfdp_engine::stats::WorkerSnapshot) -> u64,
     );
-    let fields: [Field; 17] = [
+    let fields: [Field; 18] = [
         ("packets", "Packets received", |w| w.totals.packets),
         ("bytes", "Bytes received (wire length)", |w| w.totals.bytes),
         ("forwarded", "Packets forwarded (incl. redirected)", |w| {
@@ -417,6 +417,11 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
             "ct_refused",
             "Packets dropped because their connection could not be opened (table full)",
             |w| w.totals.ct_refused,
+        ),
+        (
+            "export_early",
+            "Flow records sent early because the worker's flow cache was full (IPFIX export)",
+            |w| w.totals.export_early,
         ),
     ];
     let workers = &stats.dataplane.workers;

@@ -349,6 +349,7 @@ fn encode_cluster(e: Enc, prefix: &str, status: &crate::api::NodeStatus) -> Res 
 /// The board's counters and gauges.
 fn encode_stats(e: Enc, stats: &ControlStats) -> Res {
     encode_workers(e, stats)?;
+    encode_export(e, &stats.dataplane.export)?;
     encode_control(e, stats)?;
     encode_rule_set(e, stats)
 }
@@ -497,6 +498,23 @@ fn encode_control(e: Enc, stats: &ControlStats) -> Res {
 }
 
 /// The connection table: entries by state, what happened to connections.
+/// The flow exporter's counters (IPFIX; zeros without export).
+fn encode_export(e: Enc, x: &cfdp_export::ExportTotals) -> Res {
+    counters(
+        e,
+        "ipfix",
+        "IPFIX export: records sent, messages sent (over all collectors), \
+         messages whose send failed, records lost to a full queue",
+        "event",
+        [
+            ("records", x.records),
+            ("messages", x.messages),
+            ("send_errors", x.send_errors),
+            ("queue_full", x.queue_full),
+        ],
+    )
+}
+
 fn encode_conntrack(e: Enc, ct: &crate::stats::ConntrackStats) -> Res {
     gauges(
         e,

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cfdp_packet::{Malformed, NonIp};
 use hdrhistogram::Histogram;
@@ -285,6 +285,8 @@ pub const HIST_FOLD_INTERVAL: std::time::Duration = std::time::Duration::from_mi
 #[derive(Debug)]
 pub struct LiveStats {
     pub workers: Vec<WorkerStats>,
+    /// The flow exporter's counters (zero when flows are not exported).
+    pub export: Arc<cfdp_export::ExportCounters>,
     /// When these statistics were created: the origin of rules' last-hit
     /// times.
     started: std::time::Instant,
@@ -304,6 +306,7 @@ impl LiveStats {
                     stages: StageCounters::default(),
                 })
                 .collect(),
+            export: Arc::default(),
             started: std::time::Instant::now(),
             started_unix: std::time::SystemTime::now(),
         }
@@ -424,6 +427,7 @@ impl LiveStats {
             non_ip_by,
             burst_ns: Percentiles::of(&self.burst_histogram()),
             stages: StageTimes::sum(workers.iter().map(|w| &w.stages)),
+            export: self.export.totals(),
             workers,
         }
     }
@@ -475,6 +479,8 @@ pub struct StatsSnapshot {
     pub burst_ns: Percentiles,
     /// Every worker's time by stage, summed (see [`crate::stages`]).
     pub stages: StageTimes,
+    /// What the flow exporter sent (IPFIX; zeros without export).
+    pub export: cfdp_export::ExportTotals,
     pub workers: Vec<WorkerSnapshot>,
 }
 

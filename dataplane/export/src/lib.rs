@@ -24,6 +24,6 @@ pub mod record;
 pub mod settings;
 
 pub use cache::{CacheSettings, FlowCache, Observed};
-pub use exporter::{ExportCounters, ExportSender, Exporter, ExporterError};
+pub use exporter::{ExportCounters, ExportSender, ExportTotals, Exporter, ExporterError};
 pub use record::{EndReason, FlowRecord, Forwarding};
 pub use settings::IpfixSection;

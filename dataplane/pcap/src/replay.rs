@@ -40,7 +40,6 @@ use cfdp_packet::LinkType;
 use cfdp_rules::FlowKey;
 use crossbeam::channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use serde::Serialize;
-use std::sync::atomic::Ordering::Relaxed;
 
 use crate::burst::{Burst, Slot};
 use crate::capture::{Capture, CaptureError, Frame};
@@ -169,21 +168,6 @@ pub struct ReplayReport {
     pub filter: FilterReport,
     /// Set when the capture was damaged: what was read before is reported.
     pub capture_error: Option<String>,
-    /// What the IPFIX export sent (`--ipfix`).
-    pub ipfix: Option<IpfixReport>,
-}
-
-/// What a replay's IPFIX exporter did.
-#[derive(Clone, Debug, Serialize)]
-pub struct IpfixReport {
-    /// Flow records sent (to each collector).
-    pub records: u64,
-    /// Messages sent, templates included, over all collectors.
-    pub messages: u64,
-    /// Messages a collector's send failed for.
-    pub send_errors: u64,
-    /// Records lost because the exporter's queue was full.
-    pub queue_full: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -240,7 +224,7 @@ pub fn replay(
             cap.link_type().unwrap_or(LinkType::Ethernet),
         )
     });
-    let exporter = start_export(opts)?;
+    let exporter = start_export(opts, dp)?;
     let wopts = WorkerOptions {
         account_flows: opts.flows_csv.is_some(),
         export: exporter.as_ref().map(|x| FlowExport {
@@ -294,35 +278,30 @@ pub fn replay(
         (finished, writer_result, read)
     });
     // Every worker's cache was flushed into the queue: what is left is
-    // sent before the report.
-    let ipfix = exporter.map(finish_export);
+    // sent before the report (whose `export` counts it).
+    if let Some(x) = exporter {
+        x.finish();
+    }
     writer_result.map_err(ReplayError::Output)?;
     let elapsed = start.elapsed().as_secs_f64();
     let mut r = report(dp, &finished, elapsed, read.passes, read.result.err(), opts)?;
     r.frames_read = read.frames;
-    r.ipfix = ipfix;
     Ok(r)
 }
 
-/// The IPFIX exporter `--ipfix` asks for, started.
-fn start_export(opts: &ReplayOptions) -> Result<Option<Exporter>, ReplayError> {
+/// The IPFIX exporter `--ipfix` asks for, started, counting into the
+/// data plane's statistics (the report's and the metrics' `export`).
+fn start_export(opts: &ReplayOptions, dp: &WorkerContext) -> Result<Option<Exporter>, ReplayError> {
     if opts.ipfix.is_empty() {
         return Ok(None);
     }
-    Exporter::start(opts.ipfix.clone(), opts.ipfix_domain)
-        .map(Some)
-        .map_err(|e| ReplayError::Config(e.to_string()))
-}
-
-/// Sends what the exporter holds, stops it, and says what it did.
-fn finish_export(x: Exporter) -> IpfixReport {
-    let c = x.finish();
-    IpfixReport {
-        records: c.records.load(Relaxed),
-        messages: c.messages.load(Relaxed),
-        send_errors: c.send_errors.load(Relaxed),
-        queue_full: c.queue_full.load(Relaxed),
-    }
+    Exporter::start_counting(
+        opts.ipfix.clone(),
+        opts.ipfix_domain,
+        std::sync::Arc::clone(&dp.stats.export),
+    )
+    .map(Some)
+    .map_err(|e| ReplayError::Config(e.to_string()))
 }
 
 /// Starts one worker thread per queue, each running the engine's worker
@@ -421,7 +400,6 @@ fn report(
         filter,
         capture_error: capture_error.map(|e| e.to_string()),
         stats,
-        ipfix: None,
     })
 }
 

@@ -164,6 +164,8 @@ fn a_collector_that_is_down_costs_only_counted_errors() {
     assert_eq!(c.records.load(Relaxed), 50);
     assert_eq!(c.queue_full.load(Relaxed), 0);
     // Over loopback a send to a closed port succeeds or fails with the
-    // ICMP error of the one before: every message is one or the other.
-    assert!(c.messages.load(Relaxed) + c.send_errors.load(Relaxed) >= 51);
+    // ICMP error of the one before: every message is one or the other —
+    // the templates and at least one data message (batches queued at once
+    // share messages, so how many depends on the timing).
+    assert!(c.messages.load(Relaxed) + c.send_errors.load(Relaxed) >= 2);
 }

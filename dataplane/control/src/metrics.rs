@@ -37,7 +37,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
@@ -220,65 +220,13 @@ pub struct Exporter {
     cluster: Option<Arc<ClusterMode>>,
 }
 
+mod encode;
 mod hdr;
 mod stages;
 
 pub use hdr::hdr_buckets;
 
-type Enc<'a, 'b> = &'a mut DescriptorEncoder<'b>;
-type Res = Result<(), std::fmt::Error>;
-
-/// A label value as OpenMetrics text needs it (`prometheus-client` writes
-/// label values as given): backslash, double quote and newline escaped. A
-/// fleet's key prefix comes from the configuration and may hold any of
-/// them; unescaped, one would corrupt the whole exposition.
-fn escape(v: &str) -> std::borrow::Cow<'_, str> {
-    if !v.contains(['\\', '"', '\n']) {
-        return v.into();
-    }
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-        .into()
-}
-
-/// One counter family, one sample per label value.
-fn counters<L: AsRef<str>>(
-    e: Enc,
-    name: &str,
-    help: &str,
-    label: &str,
-    samples: impl IntoIterator<Item = (L, u64)>,
-) -> Res {
-    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (l, v) in samples {
-        m.encode_family(&[(label, escape(l.as_ref()))])?
-            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
-    }
-    Ok(())
-}
-
-/// One gauge without labels.
-fn gauge(e: Enc, name: &str, help: &str, v: impl EncodeGaugeValue) -> Res {
-    e.encode_descriptor(name, help, None, MetricType::Gauge)?
-        .encode_gauge(&v)
-}
-
-/// One gauge family, one sample per label value.
-fn gauges<L: AsRef<str>>(
-    e: Enc,
-    name: &str,
-    help: &str,
-    label: &str,
-    samples: impl IntoIterator<Item = (L, f64)>,
-) -> Res {
-    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (l, v) in samples {
-        m.encode_family(&[(label, escape(l.as_ref()))])?
-            .encode_gauge(&v)?;
-    }
-    Ok(())
-}
+use encode::{counters, gauge, gauges, Enc, Res};
 
 impl Collector for Exporter {
     fn encode(&self, mut e: DescriptorEncoder) -> Res {

@@ -1,30 +1,26 @@
 //! The workers' time by stage (`cfdp_engine::stages`) as metrics.
 
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::NoLabelSet;
 use prometheus_client::metrics::MetricType;
 
-/// Label values here are worker numbers and stage names: nothing to
-/// escape (the parent's `escape` is for values from the configuration).
-type Res = Result<(), std::fmt::Error>;
+use super::encode::{counters, Enc, Res};
 
 /// Each worker's time by stage on its sampled bursts (`cfdp_engine::stages`),
 /// as OVS's `pmd-perf-show` gives it: nanoseconds and packets sampled (a
 /// rate of one over the other is the stage's time a packet), and the cycles
 /// a packet at the CPU's clock.
-pub(super) fn encode_stages(
-    e: &mut DescriptorEncoder<'_>,
-    workers: &[cfdp_engine::stats::WorkerSnapshot],
-) -> Res {
-    let mut m = e.encode_descriptor(
+pub(super) fn encode_stages(e: Enc, workers: &[cfdp_engine::stats::WorkerSnapshot]) -> Res {
+    counters(
+        e,
         "stage_sampled_packets",
         "Packets of the bursts timed stage by stage (one burst in 16)",
-        None,
-        MetricType::Counter,
+        "worker",
+        workers
+            .iter()
+            .map(|w| (w.worker.to_string(), w.stages.sampled_packets)),
     )?;
-    for w in workers {
-        m.encode_family(&[("worker", w.worker.to_string())])?
-            .encode_counter::<NoLabelSet, _, u64>(&w.stages.sampled_packets, None)?;
-    }
+    // Two labels (worker, stage): written here, label values that need no
+    // escaping (worker numbers and stage names).
     let mut m = e.encode_descriptor(
         "stage_nanoseconds",
         "Time spent in each stage of the timed bursts (rx, decode, track, classify, act, tx)",

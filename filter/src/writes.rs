@@ -86,17 +86,9 @@ impl Filter {
     /// See [`FilterWriter::migrate`]; each partition's writer lock is held
     /// only while its own elements move.
     pub fn migrate(&self, budget: usize) -> usize {
-        let mut moved = 0;
-        let mut left = budget;
-        for p in 0..self.partitions() {
-            if left == 0 {
-                break;
-            }
-            let (m, tried) = self.migrate_locked(&mut self.raw.write(p), left);
-            moved += m;
-            left -= tried;
-        }
-        moved
+        spend(budget, self.partitions(), |p, left| {
+            self.migrate_locked(&mut self.raw.write(p), left)
+        })
     }
 
     /// Prefetch for an insert of `h` a few inserts ahead (the bulk build's
@@ -204,18 +196,31 @@ impl<'a> FilterWriter<'a> {
     /// never keep the others from being tried. The budget (elements tried)
     /// is spent partition by partition.
     pub fn migrate(&mut self, budget: usize) -> usize {
-        let mut moved = 0;
-        let mut left = budget;
-        for g in &mut self.guards {
-            if left == 0 {
-                break;
-            }
-            let (m, tried) = self.filter.migrate_locked(g, left);
-            moved += m;
-            left -= tried;
-        }
-        moved
+        let (f, guards) = (self.filter, &mut self.guards);
+        spend(budget, guards.len(), |p, left| {
+            f.migrate_locked(&mut guards[p], left)
+        })
     }
+}
+
+/// A migration budget (elements tried) spent partition by partition:
+/// `one(p, left)` migrates in partition `p` and says how many moved and
+/// how many it tried. Returns how many moved in all.
+fn spend(
+    budget: usize,
+    partitions: usize,
+    mut one: impl FnMut(usize, usize) -> (usize, usize),
+) -> usize {
+    let (mut moved, mut left) = (0, budget);
+    for p in 0..partitions {
+        if left == 0 {
+            break;
+        }
+        let (m, tried) = one(p, left);
+        moved += m;
+        left -= tried;
+    }
+    moved
 }
 
 /// Single protocol steps, for the loom model and unit tests.

@@ -419,6 +419,18 @@ impl ConnTable {
         mum(x ^ s[6], y ^ z)
     }
 
+    /// Every line slot `i` spans on its way into the cache (a 104-byte
+    /// slot spans two or three; the TCP windows are in the last). A hint:
+    /// an index past the slots is ignored.
+    pub(super) fn prefetch_slot(&self, i: u32) {
+        if let Some(s) = self.slots.get(i as usize) {
+            let p: *const u8 = std::ptr::from_ref(s).cast();
+            for off in [0, SLOT_BYTES / 2, SLOT_BYTES - 1] {
+                cfdp_filter::prefetch_read(p.wrapping_add(off));
+            }
+        }
+    }
+
     /// The stripe of hash `h`: the low bits of its primary bucket (the
     /// filter's bucket index is `h >> 32`), of which its filter partition
     /// takes the lowest (the partitions are no more than the stripes).

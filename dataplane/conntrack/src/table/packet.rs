@@ -13,7 +13,7 @@ use cfdp_rules::{Action, FlowKey};
 use super::slot::{
     action_of, dir_of, fin_of, lock_slot, move_state, rule_of, state_of, with_state, Fields, Read,
     Slot, ACTION_SHIFT, ASSURED, CAP, IDENTITY, KEY_BITS, LOCK, ORIG_LO, RULE_SHIFT, SEEN_REPLY,
-    SLOT_BYTES, STATE_SHIFT, USED,
+    STATE_SHIFT, USED,
 };
 use super::{key_of, Acct, ConnTable, Hit, OpenError, Probe, Step, L4};
 use crate::key::{ConnKey, Dir};
@@ -124,25 +124,11 @@ impl ConnTable {
             for (((o, &hash), &found), &epoch) in
                 os.iter_mut().zip(&hashes).zip(&found).zip(&epochs)
             {
-                *o = Probe {
-                    words: o.words,
-                    from_lo: o.from_lo,
-                    hash,
-                    found,
-                    epoch,
-                    probed: true,
-                };
+                (o.hash, o.found, o.epoch, o.probed) = (hash, found, epoch, true);
                 // The slot a positive points at, on its way while the rest
                 // of the batch is probed and looked up.
-                // Every line it touches: a 104-byte slot spans two or
-                // three (the TCP windows are in the last).
                 if let Lookup::Entry(v) = found {
-                    if let Some(s) = self.slots.get(v as usize) {
-                        let p: *const u8 = std::ptr::from_ref(s).cast();
-                        cfdp_filter::prefetch_read(p);
-                        cfdp_filter::prefetch_read(p.wrapping_add(SLOT_BYTES / 2));
-                        cfdp_filter::prefetch_read(p.wrapping_add(SLOT_BYTES - 1));
-                    }
+                    self.prefetch_slot(v);
                 }
             }
         }

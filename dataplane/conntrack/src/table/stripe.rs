@@ -10,7 +10,7 @@ use cfdp_rules::Action;
 
 use super::slot::{
     action_bits, rmw, state_of, Fields, Shard, ACTION_SHIFT, ASSURED, DROP_SCAN, GEN_MASK,
-    GEN_SHIFT, IDENTITY, LOCK, NONE, SLOT_BYTES, USED,
+    GEN_SHIFT, IDENTITY, LOCK, NONE, USED,
 };
 use super::{Acct, ConnTable};
 use crate::key::ConnKey;
@@ -149,17 +149,11 @@ impl ConnTable {
         } else {
             return None;
         };
-        let next = if shard.free != NONE {
+        self.prefetch_slot(if shard.free != NONE {
             shard.free
         } else {
             shard.base + shard.fresh
-        };
-        if let Some(s) = self.slots.get(next as usize) {
-            let p = std::ptr::from_ref(s).cast::<u8>();
-            for off in [0, 64, SLOT_BYTES - 1] {
-                cfdp_filter::prefetch_read(p.wrapping_add(off));
-            }
-        }
+        });
         Some(i)
     }
 

@@ -48,15 +48,9 @@ pub struct Args {
 /// The collectors' addresses, each resolved (the first address a name
 /// has); a clear error (exit code 2) for one that does not resolve.
 fn collectors(given: &[String]) -> Result<Vec<std::net::SocketAddr>, ExitCode> {
-    use std::net::ToSocketAddrs;
     given
         .iter()
-        .map(|c| {
-            c.to_socket_addrs()
-                .map_err(|e| format!("{c}: {e} (expected HOST:PORT)"))?
-                .next()
-                .ok_or_else(|| format!("{c}: the name has no address"))
-        })
+        .map(|c| cfdp_export::settings::collector(c))
         .collect::<Result<_, String>>()
         .map_err(|e| {
             eprintln!("cfdp: --ipfix {e}");

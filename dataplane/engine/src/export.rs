@@ -4,16 +4,13 @@
 //! burst's verdicts are known, and the records the cache finishes are
 //! handed to the exporter's thread without waiting.
 
+use cfdp_conntrack::state::tcp::{FIN, RST};
 use cfdp_export::cache::Observed;
 use cfdp_export::{CacheSettings, EndReason, ExportSender, FlowCache, Forwarding};
 use cfdp_packet::{transport, Transport};
 use cfdp_rules::FlowKey;
 
 use crate::frame::{PacketRef, Verdict};
-
-/// TCP's FIN and RST flags.
-const FIN: u8 = 0x01;
-const RST: u8 = 0x04;
 
 /// A worker's export options: its cache's bounds and timeouts, and the
 /// exporter it sends to.

@@ -38,6 +38,15 @@ impl Default for IpfixSection {
     }
 }
 
+/// A collector's `HOST:PORT`, resolved (the first address a name has);
+/// what is wrong with it otherwise, naming it.
+pub fn collector(c: &str) -> Result<SocketAddr, String> {
+    c.to_socket_addrs()
+        .map_err(|e| format!("{c}: {e} (expected HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| format!("{c}: the name has no address"))
+}
+
 /// An `[ipfix]` value refused: the key, the value, what it needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadSetting {
@@ -75,14 +84,11 @@ impl IpfixSection {
             .collectors
             .iter()
             .map(|c| {
-                c.to_socket_addrs()
-                    .ok()
-                    .and_then(|mut a| a.next())
-                    .ok_or_else(|| BadSetting {
-                        key: "collectors",
-                        value: c.clone(),
-                        need: "HOST:PORT that resolves",
-                    })
+                collector(c).map_err(|_| BadSetting {
+                    key: "collectors",
+                    value: c.clone(),
+                    need: "HOST:PORT that resolves",
+                })
             })
             .collect::<Result<_, _>>()?;
         let cache = CacheSettings {

@@ -15,20 +15,13 @@
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use cfdp_testkit::captures::{self, write_pcap};
+use cfdp_testkit::child::have;
 
 /// (src, dst, proto, sport, dport) → (packets, bytes).
 type Flows = BTreeMap<(String, String, u8, u16, u16), (u64, u64)>;
-
-fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// `cfdp replay --flows`' CSV, by 5-tuple.
 fn flows_csv(path: &Path) -> Flows {
@@ -148,6 +141,63 @@ fn udp_queue(port: u16) -> Option<u64> {
     u64::from_str_radix(queues.split(':').nth(1)?, 16).ok()
 }
 
+/// A running `nfcapd` writing to `dir/NAME/`, its log in `dir/NAME.log`,
+/// listening on a port of its own on 127.0.0.1.
+struct Nfcapd {
+    child: std::process::Child,
+    port: u16,
+    store: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+impl Nfcapd {
+    fn start(dir: &Path, name: &str) -> Self {
+        let store = dir.join(name);
+        std::fs::create_dir_all(&store).unwrap();
+        let port = free_port();
+        let log = dir.join(format!("{name}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("nfcapd")
+            .arg("-w")
+            .arg(&store)
+            .args(["-b", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("start nfcapd");
+        wait_for(&log, "Startup", port);
+        Nfcapd {
+            child,
+            port,
+            store,
+            log,
+        }
+    }
+
+    /// Stops it once its socket has nothing left to read (a datagram
+    /// still queued when it stops would be lost); its log's last summary
+    /// line (flows, packets, bytes, sequence errors, bad packets).
+    fn stop(mut self) -> String {
+        for _ in 0..400 {
+            if udp_queue(self.port) == Some(0) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        // SIGTERM: nfcapd writes what it holds and its summary, then exits.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        self.child.wait().unwrap();
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .rfind(|l| l.contains("Sequence Errors"))
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
 /// The peer, where it is installed: `softflowd -r` on the same capture
 /// (IPFIX, timeouts at their defaults) to an `nfcapd` of its own, read
 /// back by nfdump and printed beside cfdp's figures. Not asserted equal:
@@ -158,27 +208,21 @@ fn softflowd_beside(name: &str, capture: &Path, dir: &Path, ours: &Flows) {
         eprintln!("{name}: softflowd not installed: no peer");
         return;
     }
-    let store = dir.join("softflowd");
-    std::fs::create_dir_all(&store).unwrap();
-    let port = free_port();
-    let log = std::fs::File::create(dir.join("softflowd-nfcapd.log")).unwrap();
-    let mut nfcapd = Command::new("nfcapd")
-        .arg("-w")
-        .arg(&store)
-        .args(["-b", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start nfcapd");
-    wait_for(&dir.join("softflowd-nfcapd.log"), "Startup", port);
+    let nfcapd = Nfcapd::start(dir, "softflowd");
     let out = Command::new("softflowd")
         .arg("-r")
         .arg(capture)
-        .args(["-n", &format!("127.0.0.1:{port}"), "-v", "10", "-d"])
+        .args([
+            "-n",
+            &format!("127.0.0.1:{}", nfcapd.port),
+            "-v",
+            "10",
+            "-d",
+        ])
         .output()
         .expect("run softflowd");
-    let _ = Command::new("kill").arg(nfcapd.id().to_string()).status();
-    nfcapd.wait().unwrap();
+    let store = nfcapd.store.clone();
+    nfcapd.stop();
     let theirs = nfdump_flows(&store);
     let sum = |f: &Flows| f.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
     eprintln!(
@@ -205,26 +249,14 @@ struct ReadBack {
 
 /// Replays `capture` to a fresh `nfcapd`.
 fn through_collectors(capture: &Path, dir: &Path) -> ReadBack {
-    let store = dir.join("nfcapd");
-    std::fs::create_dir_all(&store).unwrap();
-    let port = free_port();
-    let log = std::fs::File::create(dir.join("nfcapd.log")).unwrap();
-    let mut nfcapd = Command::new("nfcapd")
-        .arg("-w")
-        .arg(&store)
-        .args(["-b", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start nfcapd");
-    wait_for(&dir.join("nfcapd.log"), "Startup", port);
+    let nfcapd = Nfcapd::start(dir, "nfcapd");
     let csv = dir.join("flows.csv");
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .arg("replay")
         .arg(capture)
         .arg("--flows")
         .arg(&csv)
-        .args(["--ipfix", &format!("127.0.0.1:{port}")])
+        .args(["--ipfix", &format!("127.0.0.1:{}", nfcapd.port)])
         .output()
         .expect("run cfdp replay");
     assert!(
@@ -236,26 +268,10 @@ fn through_collectors(capture: &Path, dir: &Path) -> ReadBack {
     assert_eq!(report["export"]["send_errors"], 0, "{}", report["export"]);
     assert_eq!(report["export"]["queue_full"], 0, "{}", report["export"]);
     assert!(report["export"]["records"].as_u64() >= Some(1) || report["flows"] == 0);
-    // nfcapd is stopped only once its socket has nothing left to read: a
-    // datagram still queued when it stops would be lost.
-    let csv_flows = flows_csv(&csv);
-    for _ in 0..400 {
-        if udp_queue(port) == Some(0) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    // SIGTERM: nfcapd writes what it holds and its summary, then exits.
-    let _ = Command::new("kill").arg(nfcapd.id().to_string()).status();
-    nfcapd.wait().unwrap();
-    let log = std::fs::read_to_string(dir.join("nfcapd.log")).unwrap();
-    let summary = log
-        .lines()
-        .rfind(|l| l.contains("Sequence Errors"))
-        .unwrap_or_default()
-        .to_string();
+    let store = nfcapd.store.clone();
+    let summary = nfcapd.stop();
     ReadBack {
-        csv: csv_flows,
+        csv: flows_csv(&csv),
         nfdump: nfdump_flows(&store),
         summary,
     }

@@ -15,15 +15,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use cfdp_testkit::captures::{write_pcap, Expect, GenFrame};
+use cfdp_testkit::child::have;
 use cfdp_testkit::crafted::{self, Crafted};
-
-fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 fn why_unavailable() -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;

@@ -71,3 +71,13 @@ mod tests {
         assert_eq!(got("cfdp: nothing on "), None);
     }
 }
+
+/// Whether `cmd` is on the `PATH` (a test that needs a system tool skips,
+/// or fails when its `REQUIRE_…` variable is set, without it).
+pub fn have(cmd: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

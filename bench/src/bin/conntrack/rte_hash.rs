@@ -108,22 +108,35 @@ fn anon_huge_kb() -> u64 {
         .unwrap_or(0)
 }
 
-/// `rte_hash` on the same keys: the C harness (`bench/conntrack-rte-hash/`)
-/// run as a child, its one line of figures read back.
-fn rte_hash_side(harness: &str, file: &std::path::Path, sizes: [usize; 4]) -> Side {
-    let [cap, fill, burst, strangers] = sizes;
+/// The C harness run as a child (`mode` first where it has one, then the
+/// keys' file and the numbers); its standard output, once it succeeded.
+fn run_harness(
+    harness: &str,
+    mode: Option<&str>,
+    file: &std::path::Path,
+    numbers: &[usize],
+) -> String {
     let out = std::process::Command::new(harness)
+        .args(mode)
         .arg(file)
-        .args([38, cap, fill, burst, strangers].map(|x| x.to_string()))
+        .args(numbers.iter().map(ToString::to_string))
         .output()
         .expect("run the rte_hash harness");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "harness failed: {}{}",
         text,
         String::from_utf8_lossy(&out.stderr)
     );
+    text
+}
+
+/// `rte_hash` on the same keys: the C harness (`bench/conntrack-rte-hash/`)
+/// run as a child, its one line of figures read back.
+fn rte_hash_side(harness: &str, file: &std::path::Path, sizes: [usize; 4]) -> Side {
+    let [cap, fill, burst, strangers] = sizes;
+    let text = run_harness(harness, None, file, &[38, cap, fill, burst, strangers]);
     let pages = match text.lines().find_map(|l| l.strip_prefix("pages ")) {
         Some("2M") => "2M",
         Some("4K") => "4K",
@@ -248,18 +261,11 @@ fn writers_side_by_side(harness: &str, total: u32, rounds: usize) {
     for _ in 0..rounds {
         for threads in [1u32, 2] {
             ours[threads as usize - 1].push(run(Work::Opens, threads, total, &unused));
-            let out = std::process::Command::new(harness)
-                .arg("writers")
-                .arg(&file)
-                .args([38, cap, total as usize, threads as usize].map(|x| x.to_string()))
-                .output()
-                .expect("run the rte_hash harness");
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "harness failed: {}{}",
-                text,
-                String::from_utf8_lossy(&out.stderr)
+            let text = run_harness(
+                harness,
+                Some("writers"),
+                &file,
+                &[38, cap, total as usize, threads as usize],
             );
             let line = text
                 .lines()

@@ -62,6 +62,23 @@ static uint64_t pct(const uint64_t *v, size_t n, double p)
 	return v[(size_t)((double)(n - 1) * p + 0.5)];
 }
 
+/* `n` keys of `len` bytes from the file at `path`; NULL (said on stderr)
+ * when they cannot be read. */
+static uint8_t *read_keys(const char *path, size_t len, size_t n)
+{
+	uint8_t *keys = malloc(n * len);
+	FILE *f = fopen(path, "rb");
+	if (!keys || !f || fread(keys, len, n, f) != n) {
+		fprintf(stderr, "cannot read %zu keys of %zu bytes from %s\n", n, len, path);
+		free(keys);
+		if (f)
+			fclose(f);
+		return NULL;
+	}
+	fclose(f);
+	return keys;
+}
+
 /* One writer lcore's share of the keys. */
 struct share {
 	struct rte_hash *h;
@@ -90,13 +107,9 @@ static int writers(int argc, char **argv)
 		fprintf(stderr, "%zu threads: the EAL has %u lcores\n", threads, rte_lcore_count());
 		return 2;
 	}
-	uint8_t *keys = malloc(n * len);
-	FILE *f = fopen(argv[2], "rb");
-	if (!keys || !f || fread(keys, len, n, f) != n) {
-		fprintf(stderr, "cannot read %zu keys of %zu bytes from %s\n", n, len, argv[2]);
+	uint8_t *keys = read_keys(argv[2], len, n);
+	if (!keys)
 		return 1;
-	}
-	fclose(f);
 	struct rte_hash_parameters p = {
 		.name = "writers",
 		.entries = (uint32_t)cap,
@@ -170,13 +183,9 @@ int main(int argc, char **argv)
 	size_t len = strtoul(argv[2], NULL, 10), cap = strtoul(argv[3], NULL, 10);
 	size_t fill = strtoul(argv[4], NULL, 10), burst = strtoul(argv[5], NULL, 10);
 	size_t strangers = strtoul(argv[6], NULL, 10), total = fill + burst + strangers;
-	uint8_t *keys = malloc(total * len);
-	FILE *f = fopen(argv[1], "rb");
-	if (!keys || !f || fread(keys, len, total, f) != total) {
-		fprintf(stderr, "cannot read %zu keys of %zu bytes from %s\n", total, len, argv[1]);
+	uint8_t *keys = read_keys(argv[1], len, total);
+	if (!keys)
 		return 1;
-	}
-	fclose(f);
 	struct rte_hash_parameters p = {
 		.name = "conntrack",
 		.entries = (uint32_t)cap,

@@ -51,6 +51,16 @@ fn find_addr(text: &str, prefix: &str) -> Option<SocketAddr> {
     rest[..end].parse().ok()
 }
 
+/// Whether `cmd` is on the `PATH` (a test that needs a system tool skips,
+/// or fails when its `REQUIRE_…` variable is set, without it).
+pub fn have(cmd: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,14 +80,4 @@ mod tests {
         assert_eq!(got("cfdp: P4Runtime on ").as_deref(), Some("[::1]:41003"));
         assert_eq!(got("cfdp: nothing on "), None);
     }
-}
-
-/// Whether `cmd` is on the `PATH` (a test that needs a system tool skips,
-/// or fails when its `REQUIRE_…` variable is set, without it).
-pub fn have(cmd: &str) -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }

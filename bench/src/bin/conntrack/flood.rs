@@ -81,7 +81,8 @@ fn flood_pools(quick: bool, n: u32) -> [Vec<Vec<u8>>; 3] {
 
 /// The worker under a SYN flood: established traffic alone, then mixed
 /// half and half with spoofed SYNs a stateful rule lets open connections.
-pub(crate) fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
+/// `only`: the one variant to run (for a profiler), else all.
+pub(crate) fn flood_rows(quick: bool, rounds: usize, only: Option<&str>) -> Vec<String> {
     use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
     let n = 100_000u32;
     let rules = cfdp_rules::parse_rule_file(
@@ -96,11 +97,14 @@ pub(crate) fn flood_rows(quick: bool, rounds: usize) -> Vec<String> {
     println!(
         "SYN flood, 100k established connections, table of 150k, one worker (median of {rounds})"
     );
-    let variants = [
+    let variants: Vec<_> = [
         ("established", &established),
         ("established+synflood", &mixed),
         ("established+answered-synflood", &answered),
-    ];
+    ]
+    .into_iter()
+    .filter(|(name, _)| only.is_none_or(|o| o == *name))
+    .collect();
     let mut mpps = vec![Vec::new(); variants.len()];
     let mut passed = vec![Vec::new(); variants.len()];
     let mut invalid = vec![Vec::new(); variants.len()];

@@ -129,18 +129,20 @@ fn main() {
     }
     // `--part flood` (or burst, ops, worker, answered) runs one part
     // alone, for a profiler; the CSV is then not written (but scaling's,
-    // its own).
+    // its own). `--part established`: the flood part's established
+    // traffic alone.
     if let Some(part) = cfdp_bench::arg("--part") {
         match part.as_str() {
             "burst" => drop(burst_rows(log2, rounds)),
             "ops" => drop(ops_rows(log2, rounds)),
             "worker" => drop(worker_rows(quick, rounds)),
-            "flood" => drop(flood::flood_rows(quick, rounds)),
+            "flood" => drop(flood::flood_rows(quick, rounds, None)),
+            "established" => drop(flood::flood_rows(quick, rounds, Some("established"))),
             "answered" => flood::answered_flood(quick),
             "scaling" => write_scaling(quick, rounds),
             other => {
                 eprintln!(
-                    "conntrack: --part {other}: burst, ops, worker, flood, answered or scaling"
+                    "conntrack: --part {other}: burst, ops, worker, flood, established, answered or scaling"
                 );
                 std::process::exit(2);
             }
@@ -150,7 +152,7 @@ fn main() {
     let mut rows = burst_rows(log2, rounds);
     rows.extend(ops_rows(log2, rounds));
     rows.extend(worker_rows(quick, rounds));
-    rows.extend(flood::flood_rows(quick, rounds));
+    rows.extend(flood::flood_rows(quick, rounds, None));
     flood::answered_flood(quick);
     write_scaling(quick, rounds);
     let path = results_path("conntrack.csv");

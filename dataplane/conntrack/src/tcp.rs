@@ -388,6 +388,11 @@ fn ignore(c: &mut TcpConn, old: T, dir: Dir, index: Index, s: &TcpSeg) -> Verdic
             c.last_flags |= L_CHALLENGE_ACK;
         }
     }
+    // Maybe a challenge ACK answering the SYN: the RST that answers it
+    // carries this number as its sequence number (`rst`).
+    if old == T::Ss && index == Index::Ack && dir == Dir::Reply {
+        c.last_ack = s.ack;
+    }
     Verdict::Pass
 }
 
@@ -538,6 +543,85 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Linux moves the receiver's upper bound (`td_maxend`) to ACK +
+    /// window only when that passes it, and a zero window adds one byte
+    /// there: a zero-window ACK behind the bound leaves it, however many
+    /// come (the Linux lab's zero-window case; each used to add one).
+    #[test]
+    fn a_zero_window_moves_the_upper_bound_only_when_it_passes_it() {
+        let cfg = TcpSettings::default();
+        let (mut c, s, st) = handshake();
+        let bound = c.seen[1].maxend;
+        assert_eq!(bound, 5001 + 64_000);
+        let zero = TcpSeg {
+            win: 0,
+            ..seg(ACK, 1001, 5001, 0)
+        };
+        for _ in 0..3 {
+            let v = packet(&mut c, Some(s), st, Orig, &zero, &cfg);
+            assert!(matches!(v, Verdict::Accept { .. }), "{v:?}");
+            assert_eq!(c.seen[1].maxend, bound);
+        }
+        // The handshake's last ACK with a zero window: ACK + 0 passes the
+        // server's bound (its SYN-ACK's end), which becomes ACK + 1.
+        let (mut c, _) = open(&seg(SYN, 1000, 0, 0), &cfg).unwrap();
+        let st = Status::default();
+        packet(
+            &mut c,
+            Some(State::TcpSynSent),
+            st,
+            Reply,
+            &seg(SYN | ACK, 5000, 1001, 0),
+            &cfg,
+        );
+        let st = Status {
+            seen_reply: true,
+            ..st
+        };
+        let last = TcpSeg {
+            win: 0,
+            ..seg(ACK, 1001, 5001, 0)
+        };
+        packet(&mut c, Some(State::TcpSynRecv), st, Orig, &last, &cfg);
+        assert_eq!(c.seen[1].maxend, 5002);
+    }
+
+    /// RFC 5961: a server that still holds an old connection answers a
+    /// reused port's SYN with a challenge ACK (ignored in SYN_SENT, its
+    /// acknowledgement noted, as Linux notes it), and the client's RST
+    /// with that number as its sequence number is taken without a window
+    /// check: before any answer, it ends the entry.
+    #[test]
+    fn a_reset_answering_a_challenge_ack_ends_a_syn_sent_connection() {
+        let cfg = TcpSettings::default();
+        let (mut c, _) = open(&seg(SYN, 1000, 0, 0), &cfg).unwrap();
+        let st = Status::default();
+        let challenge = seg(ACK, 7000, 424_242, 0);
+        let v = packet(&mut c, Some(State::TcpSynSent), st, Reply, &challenge, &cfg);
+        assert_eq!(v, Verdict::Pass);
+        let v = packet(
+            &mut c,
+            Some(State::TcpSynSent),
+            st,
+            Orig,
+            &seg(RST, 424_242, 0, 0),
+            &cfg,
+        );
+        assert_eq!(v, Verdict::Kill);
+        // Any other sequence number is checked against the window.
+        let (mut c, _) = open(&seg(SYN, 1000, 0, 0), &cfg).unwrap();
+        packet(&mut c, Some(State::TcpSynSent), st, Reply, &challenge, &cfg);
+        let v = packet(
+            &mut c,
+            Some(State::TcpSynSent),
+            st,
+            Orig,
+            &seg(RST, 424_243, 0, 0),
+            &cfg,
+        );
+        assert_eq!(v, Verdict::Invalid);
     }
 
     #[test]

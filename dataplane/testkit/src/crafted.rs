@@ -112,6 +112,10 @@ struct Tcp {
     dport: u16,
     /// Next sequence number from the inside host, from B.
     next: [u32; 2],
+    /// The window each side announces (unscaled), inside host first.
+    win: [u16; 2],
+    /// Whether SYNs carry options (MSS, SACK permitted, window scale 7).
+    options: bool,
 }
 
 impl Lab {
@@ -184,7 +188,7 @@ impl Lab {
         } else {
             (t.inner, Host::B, t.sport, t.dport)
         };
-        let mut h = TcpHeader::new(sp, dp, seq, 29_200);
+        let mut h = TcpHeader::new(sp, dp, seq, t.win[usize::from(from_b)]);
         h.fin = flags & FIN != 0;
         h.syn = flags & SYN != 0;
         h.rst = flags & RST != 0;
@@ -204,7 +208,7 @@ impl Lab {
     fn seg(&mut self, t: &mut Tcp, from_b: bool, flags: u8, len: usize) {
         let s = usize::from(from_b);
         let (seq, ack) = (t.next[s], t.next[1 - s]);
-        let opts: &[TcpOptionElement] = if flags & SYN != 0 {
+        let opts: &[TcpOptionElement] = if flags & SYN != 0 && t.options {
             &[
                 TcpOptionElement::MaximumSegmentSize(1460),
                 TcpOptionElement::SelectiveAcknowledgementPermitted,
@@ -349,6 +353,8 @@ fn conv(inner: Host, sport: u16, dport: u16, isn: u32) -> Tcp {
         sport,
         dport,
         next: [isn, isn.wrapping_mul(7).wrapping_add(0x1234_5678)],
+        win: [29_200; 2],
+        options: true,
     }
 }
 
@@ -409,6 +415,23 @@ fn window_cases(l: &mut Lab, p: u16) {
         &[],
         0,
     );
+
+    l.case = "zero-window ACKs from inside, then data from outside past the window they left";
+    // No window scaling; the inside host announces 100 bytes. Its
+    // zero-window ACKs must not move the server's upper bound (Linux
+    // moves it only when ACK + window passes it), so that 150 bytes
+    // starting one past it overshoot the inside host's largest window
+    // (100) and are invalid.
+    let mut zw = conv(A, p + 20, 80, 2_000_000);
+    (zw.win, zw.options) = ([100, 29_200], false);
+    l.handshake(&mut zw);
+    l.seg(&mut zw, true, ACK | PSH, 50);
+    zw.win[0] = 0;
+    for _ in 0..3 {
+        l.tcp(&zw, false, ACK, zw.next[0], zw.next[1], &[], 0);
+    }
+    let past = zw.next[1].wrapping_add(51);
+    l.tcp(&zw, true, ACK | PSH, past, zw.next[0], &[], 150);
 
     l.case = "the exact RST from outside closes; the server's late data";
     let (s1, a1) = (t.next[1], t.next[0]);

@@ -221,9 +221,13 @@ fn update(sender: &mut Side, receiver: &mut Side, s: &TcpSeg, n: &Numbers) {
     }
     if after(n.sack.wrapping_add(win), receiver.maxend.wrapping_sub(1)) {
         receiver.maxend = n.sack.wrapping_add(win);
-    }
-    if win == 0 {
-        receiver.maxend = receiver.maxend.wrapping_add(1);
+        // A zero window still lets one byte through (a window probe) —
+        // only where the bound moved: a zero-window ACK behind it must
+        // not push it one further each time (the Linux lab's zero-window
+        // case).
+        if win == 0 {
+            receiver.maxend = receiver.maxend.wrapping_add(1);
+        }
     }
     if n.ack == receiver.end {
         receiver.flags &= !F_UNACK;

@@ -3,7 +3,10 @@
 //! established,related accept; iifname inside accept; policy drop`, every
 //! conntrack sysctl at its default — and through `cfdp replay` with the
 //! same policy as stateful rules (1 and 2 workers); the frames that come
-//! out must be the same set.
+//! out must be the same set. Once more with `tcp_be_liberal` on both
+//! sides (`net.netfilter.nf_conntrack_tcp_be_liberal = 1` in the router,
+//! `[conntrack] tcp_be_liberal = true` in cfdp): Linux's liberal path is
+//! then the truth too.
 //!
 //! Needs root, `ip`, `nft` and `python3` (the frames are sent and caught
 //! with packet sockets, `tests/lab/inject.py`); skipped without them
@@ -36,7 +39,9 @@ struct Router {
 }
 
 impl Router {
-    fn up(p: &str) -> Router {
+    /// The router, its conntrack sysctls at their defaults but
+    /// `tcp_be_liberal` when `liberal`.
+    fn up(p: &str, liberal: bool) -> Router {
         let r = Router { p: p.into() };
         r.down();
         let mac = |m: [u8; 6]| {
@@ -84,6 +89,12 @@ impl Router {
 "
         );
         crafted::load_nftables(&format!("{p}r"), &ruleset);
+        // After the ruleset: its `ct` expressions load conntrack, whose
+        // sysctls are the namespace's own.
+        sh(&format!(
+            "ip netns exec {p}r sysctl -qw net.netfilter.nf_conntrack_tcp_be_liberal={}",
+            u8::from(liberal)
+        ));
         r
     }
 
@@ -149,8 +160,9 @@ fn sh(cmd: &str) {
     assert!(st.success(), "{cmd}");
 }
 
-/// The serials `cfdp replay` forwards with `workers` workers.
-fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize) -> BTreeSet<u32> {
+/// The serials `cfdp replay` forwards with `workers` workers, with
+/// `tcp_be_liberal` when `liberal`.
+fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize, liberal: bool) -> BTreeSet<u32> {
     let capture = dir.join("lab.pcap");
     let gen: Vec<GenFrame> = frames
         .iter()
@@ -166,12 +178,20 @@ fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize) -> BTreeSet<u32> {
     write_pcap(&capture, &gen).unwrap();
     let rules = dir.join("rules.json");
     std::fs::write(&rules, crafted::LAB_RULES).unwrap();
+    let config = dir.join("cfdp.toml");
+    std::fs::write(
+        &config,
+        format!("[conntrack]\ntcp_be_liberal = {liberal}\n"),
+    )
+    .unwrap();
     let out = dir.join(format!("out{workers}.pcap"));
     let st = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .arg("replay")
         .arg(&capture)
         .arg("--rules")
         .arg(&rules)
+        .arg("--config")
+        .arg(&config)
         .arg("--out")
         .arg(&out)
         .args(["--workers", &workers.to_string()])
@@ -189,6 +209,18 @@ fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize) -> BTreeSet<u32> {
 
 #[test]
 fn cfdp_lets_through_what_a_linux_router_with_conntrack_does() {
+    compare_with_linux(false);
+}
+
+/// The same frames with `tcp_be_liberal` on both sides: only RSTs are
+/// held to the window (and the other side's highest ACK), as Linux holds
+/// them.
+#[test]
+fn with_tcp_be_liberal_cfdp_lets_through_what_linux_does() {
+    compare_with_linux(true);
+}
+
+fn compare_with_linux(liberal: bool) {
     if let Some(why) = why_unavailable() {
         assert!(
             std::env::var_os("REQUIRE_LINUX_LAB").is_none(),
@@ -199,8 +231,9 @@ fn cfdp_lets_through_what_a_linux_router_with_conntrack_does() {
     }
     let frames = crafted::lab_cases();
     let dir = tempfile::tempdir().unwrap();
-    let id = std::process::id() % 100_000;
-    let linux = Router::up(&format!("lx{id}")).pass(&frames, dir.path());
+    let id = std::process::id() % 10_000;
+    let name = format!("l{}{id}", if liberal { "l" } else { "x" });
+    let linux = Router::up(&name, liberal).pass(&frames, dir.path());
     // Not vacuous: the router let some frames from outside through and
     // dropped others.
     let outside: Vec<&Crafted> = frames.iter().filter(|c| !c.inside).collect();
@@ -231,7 +264,7 @@ fn cfdp_lets_through_what_a_linux_router_with_conntrack_does() {
         );
     }
     for workers in [1, 2] {
-        let ours = cfdp_pass(&frames, dir.path(), workers);
+        let ours = cfdp_pass(&frames, dir.path(), workers, liberal);
         let differ: Vec<String> = frames
             .iter()
             .filter(|c| linux.contains(&c.serial) != ours.contains(&c.serial))
@@ -260,7 +293,7 @@ fn cfdp_lets_through_what_a_linux_router_with_conntrack_does() {
             .collect();
         assert!(
             differ.is_empty(),
-            "{} of {} frames differ with {workers} worker(s):\n{}",
+            "{} of {} frames differ with {workers} worker(s), tcp_be_liberal {liberal}:\n{}",
             differ.len(),
             frames.len(),
             differ.join("\n")

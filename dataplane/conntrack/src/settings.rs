@@ -20,8 +20,11 @@ pub struct ConntrackSection {
     /// opening time (`cfdp ctl conns` shows them): 40 bytes more a slot.
     /// Off by default, as Linux's `nf_conntrack_acct` is.
     pub accounting: bool,
-    /// Linux's `nf_conntrack_tcp_be_liberal`: mark only out-of-window
-    /// RSTs invalid (off by default, as in Linux).
+    /// Linux's `nf_conntrack_tcp_be_liberal`: no segment is out of window
+    /// (a RST before the other side's highest acknowledgement is still
+    /// invalid, as in Linux 6.x; its documentation's "only out of window
+    /// RST segments are invalid" is older than its code). Off by default,
+    /// as in Linux.
     pub tcp_be_liberal: bool,
     /// Linux's `nf_conntrack_tcp_loose`: pick up a TCP connection from a
     /// segment other than a SYN — after a restart, a failover or a full

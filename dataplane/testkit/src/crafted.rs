@@ -461,6 +461,11 @@ fn flag_and_state_cases(l: &mut Lab, p: u16) {
     l.seg(&mut pk, true, ACK | PSH, 200);
     l.seg(&mut pk, false, ACK, 0);
 
+    l.case = "a picked-up connection (liberal both ways): a RST from outside 2^30 out of the window, then data";
+    let far = pk.next[1].wrapping_add(1 << 30);
+    l.tcp(&pk, true, RST | ACK, far, pk.next[0], &[], 0);
+    l.seg(&mut pk, true, ACK | PSH, 20);
+
     l.case = "an unsolicited ACK from outside";
     let mut un = conv(A, p + 5, 443, 110_000);
     l.seg(&mut un, true, ACK | PSH, 100);

@@ -13,7 +13,8 @@ use crate::state::State;
 /// The settings Linux has as sysctls (`net.netfilter.nf_conntrack_tcp_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpSettings {
-    /// `tcp_be_liberal`: only out-of-window RSTs are invalid (default off).
+    /// `tcp_be_liberal`: nothing is out of window; only a RST before the
+    /// other side's highest acknowledgement is invalid (default off).
     pub be_liberal: bool,
     /// `tcp_loose`: a connection may be picked up from a segment other
     /// than a SYN (default on); such a connection is tracked liberally.

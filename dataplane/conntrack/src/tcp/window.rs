@@ -40,9 +40,13 @@ pub(super) fn in_window(
         c.seen[1 - d] = receiver;
         return w;
     }
-    // Out of window: Linux logs it and, liberal, accepts it anyway — but
-    // for a RST ("only out of window RST segments are invalid").
-    let liberal = (sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal) && s.flags & RST == 0;
+    // Out of window: Linux logs it and, liberal, accepts it anyway — a
+    // RST too (`nf_tcp_log_invalid`; the sysctl's documentation still
+    // says "only out of window RST segments are invalid", but Linux 6.x
+    // lets them through: the Linux lab's liberal run and its picked-up
+    // connection's RST). A RST before the other side's highest ACK is
+    // still invalid: that check comes before the window (`rst`).
+    let liberal = sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal;
     let n = Numbers::of(s, &sender, &receiver, old, end);
     let checked = bounds(&mut sender, &receiver, &n);
     if !matches!(checked, Window::Accept) {

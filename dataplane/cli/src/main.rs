@@ -216,7 +216,7 @@ pub(crate) enum CtlCmd {
         /// tcp, udp, icmp, icmpv6 or a number.
         #[arg(long)]
         proto: Option<String>,
-        /// Either port (an ICMP echo's identifier).
+        /// Either port (an ICMP query's identifier).
         #[arg(long)]
         port: Option<u16>,
         /// At most this many (1 to 10000).

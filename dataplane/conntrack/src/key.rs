@@ -66,8 +66,9 @@ impl ConnKey {
         )
     }
 
-    /// The key of an ICMP echo's connection: `k` carries the identifier as
-    /// both ports, `request` says whether it is the request (from the
+    /// The key of an ICMP query's connection (echo, timestamp…): `k`
+    /// carries the identifier and the query's class (which query, and its
+    /// code) as its ports, `request` says whether it is the request (from the
     /// requester) or the reply (to it). A request and its reply have one
     /// key; a request the other way is another connection.
     pub fn echo(k: &FlowKey, request: bool) -> (Self, bool) {

@@ -238,8 +238,8 @@ impl Default for Options {
 
 /// What the table reads of a packet beyond its 5-tuple: its TCP segment
 /// (for a TCP packet; without one a TCP packet is invalid), whether an
-/// ICMP echo is the request or the reply (its 5-tuple carries the
-/// identifier as both ports), that it is a later fragment (its ports
+/// ICMP query is the request or the reply (its 5-tuple carries the
+/// identifier and the query's class as its ports), that it is a later fragment (its ports
 /// from its first fragment, no header of its own), or nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L4 {

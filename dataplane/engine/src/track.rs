@@ -39,11 +39,15 @@ pub(crate) fn keyed_apart(key: &FlowKey) -> bool {
     matches!(key.proto, ICMP | ICMPV6)
 }
 
-/// An ICMP echo's connection is keyed by its identifier, as both ports.
-fn echo_key(key: &FlowKey, id: u16) -> FlowKey {
+/// An ICMP query's connection is keyed by its identifier and class (which
+/// query, and its code) as its ports: the requester's port is the
+/// identifier, the other end's the class, so that a request and its
+/// answer are one connection's two directions.
+fn echo_key(key: &FlowKey, id: u16, class: u16, request: bool) -> FlowKey {
+    let (sport, dport) = if request { (id, class) } else { (class, id) };
     FlowKey {
-        sport: id,
-        dport: id,
+        sport,
+        dport,
         ..*key
     }
 }
@@ -91,7 +95,9 @@ pub(crate) fn lookup(
 fn keyed(key: &FlowKey, f: Transport) -> Option<(FlowKey, L4)> {
     Some(match f {
         Transport::Tcp(seg) => (*key, L4::Tcp(seg)),
-        Transport::Echo { id, request } => (echo_key(key, id), L4::Echo { request }),
+        Transport::Echo { id, class, request } => {
+            (echo_key(key, id, class, request), L4::Echo { request })
+        }
         Transport::Error { .. } => return None,
         Transport::LaterFragment => (*key, L4::Fragment),
         Transport::Other => (*key, L4::None),

@@ -253,6 +253,35 @@ impl Lab {
         });
     }
 
+    /// An ICMP (ICMPv6) message of type `kind` and code `code` whose
+    /// bytes 4..8 are identifier `id` and sequence number 1: a query or
+    /// its answer other than the echo builders'.
+    fn icmp(&mut self, from: Host, to: Host, kind: u8, code: u8, id: u16) {
+        let v6 = self.v6;
+        let [a, b] = id.to_be_bytes();
+        let bytes5to8 = [a, b, 0, 1];
+        self.ip(from, to, |bld| {
+            let mut out = Vec::new();
+            if v6 {
+                bld.icmpv6(etherparse::Icmpv6Type::Unknown {
+                    type_u8: kind,
+                    code_u8: code,
+                    bytes5to8,
+                })
+                .write(&mut out, &[0; 12])
+            } else {
+                bld.icmpv4(etherparse::Icmpv4Type::Unknown {
+                    type_u8: kind,
+                    code_u8: code,
+                    bytes5to8,
+                })
+                .write(&mut out, &[0; 12])
+            }
+            .unwrap();
+            out
+        });
+    }
+
     /// A port unreachable that B sends to `to`, quoting a UDP datagram
     /// from `quoted_src` (port `sp`) to B (port `dp`).
     fn unreachable(&mut self, to: Host, quoted_src: Host, sp: u16, dp: u16) {
@@ -543,6 +572,18 @@ fn other_cases(l: &mut Lab, p: u16) {
     l.echo(A, B, true, p, 1);
     l.echo(B, A, false, p, 1);
     l.echo(B, A, true, p, 2);
+
+    // Linux tracks every ICMP query by its type pair, code and identifier.
+    let (request, reply) = if l.v6 { (139, 140) } else { (13, 14) };
+    l.case = "a timestamp (ICMPv6: node information) query and its reply; one from outside unasked";
+    l.icmp(A, B, request, 0, p + 1);
+    l.icmp(B, A, reply, 0, p + 1);
+    l.icmp(B, A, request, 0, p + 2);
+
+    l.case = "an echo reply whose code is not its request's, then the right one";
+    l.echo(A, B, true, p + 3, 1);
+    l.icmp(B, A, if l.v6 { 129 } else { 0 }, 1, p + 3);
+    l.echo(B, A, false, p + 3, 1);
 
     if l.v6 {
         l.case = "a datagram with a destination options header, and its ICMPv6 error";

@@ -382,8 +382,8 @@ impl ConnTable {
     }
 
     /// The live connection an ICMP error is about (`inner`: the 5-tuple of
-    /// the packet it quotes, either direction; an echo request's
-    /// identifier as both ports): the error is related to it. Its state
+    /// the packet it quotes, either direction; a query's identifier and
+    /// class as its ports): the error is related to it. Its state
     /// and timeout do not move. (`dir` is the quoted packet's; the error
     /// goes the other way.)
     pub fn related(&self, inner: &FlowKey, now_ns: u64) -> Option<Hit> {

@@ -1,7 +1,7 @@
 //! What connection tracking reads beyond the 5-tuple: a TCP segment's
 //! flags, sequence and acknowledgement numbers, window, payload length and
 //! the options Linux's conntrack reads (window scale, SACK permitted, SACK
-//! blocks); an ICMP echo's identifier; and the packet an ICMP error is
+//! blocks); an ICMP query's identifier and class; and the packet an ICMP error is
 //! about. Read on demand (the worker asks only for TCP and ICMP packets,
 //! and only when connections are tracked), never on the decoder's fast
 //! path.
@@ -19,13 +19,18 @@ pub enum Transport {
     /// A TCP segment whose header is whole (its data offset within the
     /// IP packet and the capture).
     Tcp(TcpSeg),
-    /// An ICMP or ICMPv6 echo request or reply and its identifier.
-    Echo { id: u16, request: bool },
+    /// An ICMP or ICMPv6 query or its answer — echo, and as Linux's
+    /// conntrack also tracks them timestamp, information and address mask
+    /// (ICMPv6: node information) — with its identifier and `class`: which
+    /// query it is and its code, the rest of Linux's ICMP tuple (a request
+    /// and its reply share it; an answer with another code is not one).
+    Echo { id: u16, class: u16, request: bool },
     /// An ICMP or ICMPv6 error (destination unreachable, time exceeded,
     /// parameter problem; for ICMPv4 also source quench and redirect; for
     /// ICMPv6 packet too big), with the 5-tuple of the packet it quotes,
     /// as that packet was sent (ports 0 when the quote is too short or
-    /// its protocol has none; an echo's identifier as both ports).
+    /// its protocol has none; a query's identifier and class as its
+    /// ports, as its connection is keyed).
     Error { inner: FlowKey },
     /// A later fragment of a datagram (no transport header in it: its
     /// first fragment had it).
@@ -285,15 +290,16 @@ fn icmp(b: &[u8], v6: bool) -> Transport {
     let Some(&kind) = b.first() else {
         return Transport::Other;
     };
-    let (request, reply, error) = if v6 {
-        (128, 129, matches!(kind, 1..=4))
+    let error = if v6 {
+        matches!(kind, 1..=4)
     } else {
-        (8, 0, matches!(kind, 3 | 4 | 5 | 11 | 12))
+        matches!(kind, 3 | 4 | 5 | 11 | 12)
     };
-    if kind == request || kind == reply {
+    if let Some((class, request)) = query(kind, b.get(1).copied().unwrap_or(0), v6) {
         return be16(b, 4).map_or(Transport::Other, |id| Transport::Echo {
             id,
-            request: kind == request,
+            class,
+            request,
         });
     }
     if !error {
@@ -303,6 +309,20 @@ fn icmp(b: &[u8], v6: bool) -> Transport {
         Some(inner) => Transport::Error { inner },
         None => Transport::Other,
     }
+}
+
+/// An ICMP (`v6`: ICMPv6) query or answer of type `kind` and code `code`:
+/// its class (which query, and the code) and whether it is the request.
+/// The pairs are Linux's (`nf_conntrack_proto_icmp.c`'s `invmap`): echo,
+/// timestamp, information, address mask; ICMPv6 echo and node
+/// information.
+fn query(kind: u8, code: u8, v6: bool) -> Option<(u16, bool)> {
+    const V4: [(u8, u8); 4] = [(8, 0), (13, 14), (15, 16), (17, 18)];
+    const V6: [(u8, u8); 2] = [(128, 129), (139, 140)];
+    let pairs: &[(u8, u8)] = if v6 { &V6 } else { &V4 };
+    pairs.iter().enumerate().find_map(|(i, &(req, rep))| {
+        (kind == req || kind == rep).then(|| ((i as u16) << 8 | u16::from(code), kind == req))
+    })
 }
 
 /// The 5-tuple of the packet an ICMP error quotes (an IP header and at
@@ -330,7 +350,6 @@ fn quoted(q: &[u8], v6: bool) -> Option<FlowKey> {
             (h[12..16].try_into().ok()?, h[16..20].try_into().ok()?);
         (FlowKey::v4(src, dst, h[9], 0, 0), &q[ihl..])
     };
-    let echo = if v6 { 128 } else { 8 };
     let icmp = if v6 { ICMPV6 } else { ICMP };
     match key.proto {
         proto::TCP | proto::UDP => {
@@ -339,10 +358,14 @@ fn quoted(q: &[u8], v6: bool) -> Option<FlowKey> {
                 key.dport = d;
             }
         }
-        p if p == icmp && rest.first() == Some(&echo) => {
-            if let Some(id) = be16(rest, 4) {
+        p if p == icmp => {
+            // A query the error's addressee sent: keyed as its connection
+            // is (identifier, class).
+            let code = rest.get(1).copied().unwrap_or(0);
+            let asked = rest.first().and_then(|&k| query(k, code, v6));
+            if let (Some((class, true)), Some(id)) = (asked, be16(rest, 4)) {
                 key.sport = id;
-                key.dport = id;
+                key.dport = class;
             }
         }
         _ => {}
@@ -391,6 +414,7 @@ mod tests {
             transport(LinkType::Ethernet, &echo),
             Transport::Echo {
                 id: 0x1234,
+                class: 0,
                 request: true
             }
         );
@@ -433,6 +457,50 @@ mod tests {
     /// both the fast and the general path; a later fragment is one; a
     /// first fragment that cuts the TCP header is incomplete for the
     /// decoder (dropped and counted, never matched or tracked).
+    /// Linux's ICMP tuple: the query pair (echo, timestamp, information,
+    /// address mask; ICMPv6 echo and node information) and the code; any
+    /// other message that is no error is no query.
+    #[test]
+    fn icmp_queries_are_classed_by_their_pair_and_code() {
+        let msg = |v6: bool, kind: u8, code: u8| {
+            let mut out = Vec::new();
+            let b = PacketBuilder::ethernet2(MAC, MAC);
+            let bytes5to8 = [0x12, 0x34, 0, 1];
+            if v6 {
+                b.ipv6([1; 16], [2; 16], 64)
+                    .icmpv6(etherparse::Icmpv6Type::Unknown {
+                        type_u8: kind,
+                        code_u8: code,
+                        bytes5to8,
+                    })
+                    .write(&mut out, &[0; 12])
+            } else {
+                b.ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+                    .icmpv4(etherparse::Icmpv4Type::Unknown {
+                        type_u8: kind,
+                        code_u8: code,
+                        bytes5to8,
+                    })
+                    .write(&mut out, &[0; 12])
+            }
+            .unwrap();
+            transport(LinkType::Ethernet, &out)
+        };
+        let q = |class: u16, request: bool| Transport::Echo {
+            id: 0x1234,
+            class,
+            request,
+        };
+        assert_eq!(msg(false, 13, 0), q(0x100, true));
+        assert_eq!(msg(false, 14, 0), q(0x100, false));
+        assert_eq!(msg(false, 17, 0), q(0x300, true));
+        assert_eq!(msg(false, 0, 1), q(1, false));
+        assert_eq!(msg(false, 9, 0), Transport::Other);
+        assert_eq!(msg(true, 139, 2), q(0x102, true));
+        assert_eq!(msg(true, 140, 2), q(0x102, false));
+        assert_eq!(msg(true, 135, 0), Transport::Other);
+    }
+
     #[test]
     fn tcp_fragments_are_read_as_their_datagram() {
         let mut f = Vec::new();
@@ -600,6 +668,7 @@ mod tests {
             transport(LinkType::Ethernet, &reply),
             Transport::Echo {
                 id: 7,
+                class: 0,
                 request: false
             }
         );

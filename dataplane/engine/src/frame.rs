@@ -34,3 +34,10 @@ pub enum Verdict {
     Redirect(u16),
     Drop,
 }
+
+/// A held fragment on its way out, with its datagram's verdict.
+#[derive(Clone, Debug)]
+pub struct Released {
+    pub frame: cfdp_packet::frag::Held,
+    pub verdict: Verdict,
+}

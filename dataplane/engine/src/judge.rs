@@ -7,7 +7,8 @@ use cfdp_conntrack::table::Probe;
 use cfdp_conntrack::{ConnTable, OpenError};
 use cfdp_rules::{Action, Allowing, FlowKey};
 
-use crate::frame::{PacketRef, Verdict};
+use crate::frame::{PacketRef, Released, Verdict};
+use crate::matcher::MAX_BURST;
 use crate::tables::RuleRef;
 use crate::track::{self, Decided};
 
@@ -27,6 +28,26 @@ pub(crate) struct Judge<'a> {
     /// published packet count still sees every hit of the packets it
     /// counted). A burst of an allow-all or a catch-all is one run.
     run: Run,
+    /// The action of the connection that decided the last packet
+    /// [`Self::tracked`] judged (`None`: no connection did): the held
+    /// later fragments of its datagram take it too.
+    by_connection: Option<Action>,
+    /// Per packet of the burst [`Self::burst`] judged: the action of the
+    /// connection that decided it, if one did.
+    decided: [Option<Action>; MAX_BURST],
+}
+
+/// What a burst's judgement reads, a packet each: the frames, their
+/// matched 5-tuples, whether a later fragment was held (`Some(room was
+/// found)`), the rule that matched, the connection that decided, the
+/// burst's probe of the connection table.
+pub(crate) struct Burst<'b, 'p> {
+    pub(crate) pkts: &'b [PacketRef<'p>],
+    pub(crate) keys: &'b [FlowKey],
+    pub(crate) held: &'b [Option<bool>],
+    pub(crate) rules: &'b [Option<RuleRef>],
+    pub(crate) conns: &'b [Option<Decided>],
+    pub(crate) probes: &'b [Probe],
 }
 
 #[derive(Clone, Copy)]
@@ -58,7 +79,68 @@ impl Judge<'_> {
             now_s,
             opened: false,
             run: NO_RUN,
+            by_connection: None,
+            decided: [None; MAX_BURST],
         }
+    }
+
+    /// Each frame's verdict: its connection's (stateful rules, with
+    /// `tracking`), or its rule's; a held later fragment waits (dropped
+    /// here, its copy goes out with its datagram).
+    pub(crate) fn burst(
+        &mut self,
+        tracking: Option<&ConnTable>,
+        b: &Burst<'_, '_>,
+        verdicts: &mut [Verdict],
+    ) {
+        for (i, p) in b.pkts.iter().enumerate() {
+            self.decided[i] = None;
+            verdicts[i] = match b.held[i] {
+                None if tracking.is_none() => self.verdict(b.rules[i], p.orig_len),
+                None => {
+                    let (key, probe) = (&b.keys[i], &b.probes[i]);
+                    let v = self.tracked(tracking, b.conns[i], b.rules[i], p, key, probe);
+                    self.decided[i] = self.by_connection;
+                    v
+                }
+                // Held: the copy waits; the backend frees the original.
+                Some(true) => Verdict::Drop,
+                Some(false) => {
+                    self.c.dropped += 1;
+                    Verdict::Drop
+                }
+            };
+        }
+    }
+
+    /// The held fragments whose first fragment came in the burst just
+    /// judged (with its index), out with its decision — its connection's,
+    /// or its rule's: one verdict for a whole datagram (the Linux lab's
+    /// answer in reversed fragments).
+    pub(crate) fn release(
+        &mut self,
+        releasing: &mut Vec<(usize, Vec<cfdp_packet::frag::Held>)>,
+        released: &mut Vec<Released>,
+        rules: &[Option<RuleRef>],
+    ) {
+        for (i, frames) in releasing.drain(..) {
+            for frame in frames {
+                self.c.fragments_released += 1;
+                let verdict = match self.decided[i] {
+                    Some(action) => self.connection(action),
+                    None => self.verdict(rules[i], frame.orig_len),
+                };
+                released.push(Released { frame, verdict });
+            }
+        }
+    }
+
+    /// A held later fragment of a datagram whose first fragment its
+    /// connection let through with `action`: the same verdict, counted as
+    /// the connection's packet.
+    pub(crate) fn connection(&mut self, action: Action) -> Verdict {
+        self.c.ct_established += 1;
+        self.act(Some(action), 1)
     }
 
     #[inline]
@@ -117,13 +199,16 @@ impl Judge<'_> {
             }
             _ => conn,
         };
+        self.by_connection = None;
         match conn {
             Some(Decided::Established(a)) => {
                 self.c.ct_established += 1;
+                self.by_connection = Some(a.action());
                 return self.act(Some(a.action()), 1);
             }
             Some(Decided::Related(a)) => {
                 self.c.ct_related += 1;
+                self.by_connection = Some(a.action());
                 return self.act(Some(a.action()), 1);
             }
             None => {}

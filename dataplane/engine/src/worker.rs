@@ -31,14 +31,14 @@ use hdrhistogram::Histogram;
 use left_right::ReadHandleFactory;
 
 use crate::export::{ExportState, FlowExport};
-use crate::judge::Judge;
+use crate::judge::{Burst, Judge};
 use crate::matcher::{match_burst, MatchCtx, Mode, MAX_BURST};
 use crate::stages::{Laps, Stage, SAMPLE};
 use crate::stats::{burst_histogram, LiveStats, LocalCounters, HIST_FOLD_INTERVAL};
 use crate::tables::{RuleRef, Tables};
 use crate::track::{self, Decided};
 
-pub use crate::frame::{PacketRef, Verdict};
+pub use crate::frame::{PacketRef, Released, Verdict};
 
 /// Per-flow packet and byte counts (exact flow accounting).
 pub type FlowTable = HashMap<FlowKey, (u64, u64)>;
@@ -137,13 +137,6 @@ struct Scratch {
     /// pass for this one's: cleared once when the table is found empty,
     /// not at every burst (a 1 KB fill).
     probed: bool,
-}
-
-/// A held fragment on its way out, with its datagram's verdict.
-#[derive(Clone, Debug)]
-pub struct Released {
-    pub frame: Held,
-    pub verdict: Verdict,
 }
 
 /// A worker's state: its fragment table, flows, running counters, and its
@@ -370,21 +363,13 @@ impl Worker {
         self.laps.lap(Stage::Track);
         // The burst's scratch arrays live in the worker: set per frame by
         // `decode_burst`, never cleared as a whole (a 1.3 KB memset a burst).
-        let Scratch {
-            keys,
-            valid,
-            held,
-            rules,
-            conns,
-            probes,
-            probed: _,
-        } = &mut *self.scratch;
+        let s = &mut *self.scratch;
         let mut cx = MatchCtx {
             mode: self.mode,
             counters: &mut self.local.totals,
             sample: &mut self.sample,
         };
-        match_burst(&mut cx, t, &keys[..n], &valid[..n], &mut rules[..n]);
+        match_burst(&mut cx, t, &s.keys[..n], &s.valid[..n], &mut s.rules[..n]);
         self.laps.lap(Stage::Classify);
         let shared = &self.stats.workers[self.index];
         let mut judge = Judge::new(
@@ -392,27 +377,16 @@ impl Worker {
             &shared.rules,
             self.stats.clock(start),
         );
-        for i in 0..n {
-            verdicts[i] = match held[i] {
-                None if tracking.is_none() => judge.verdict(rules[i], pkts[i].orig_len),
-                None => judge.tracked(tracking, conns[i], rules[i], &pkts[i], &keys[i], &probes[i]),
-                // Held: the copy waits; the backend frees the original.
-                Some(true) => Verdict::Drop,
-                Some(false) => {
-                    judge.c.dropped += 1;
-                    Verdict::Drop
-                }
-            };
-        }
-        // Held fragments whose first fragment came in this burst take its
-        // rule: one verdict for the whole datagram.
-        for (i, frames) in self.releasing.drain(..) {
-            for frame in frames {
-                judge.c.fragments_released += 1;
-                let v = judge.verdict(rules[i], frame.orig_len);
-                self.released.push(Released { frame, verdict: v });
-            }
-        }
+        let facts = Burst {
+            pkts,
+            keys: &s.keys[..n],
+            held: &s.held[..n],
+            rules: &s.rules[..n],
+            conns: &s.conns[..n],
+            probes: &s.probes[..n],
+        };
+        judge.burst(tracking, &facts, verdicts);
+        judge.release(&mut self.releasing, &mut self.released, &s.rules[..n]);
         judge.flush();
         judge.c.bursts += 1;
         export_burst(&mut self.export, &mut self.local, pkts, verdicts);

@@ -3,7 +3,12 @@
 //! does, so both directions of a flow land on one worker and per-flow
 //! order is kept end to end. Fragments are spread by the symmetric hash of
 //! addresses and protocol only (as NICs do), so every fragment of a
-//! datagram reaches the worker that saw its first fragment. An ICMP error
+//! datagram reaches the worker that saw its first fragment. That worker
+//! need not be its flow's: with stateful rules, a fragmented answer may be
+//! judged before another worker has opened its connection (a replay
+//! pushes frames faster than their capture times; not fixed — the reader
+//! would have to send in-order fragments by their first fragment's
+//! 5-tuple, and hold out-of-order ones until it comes). An ICMP error
 //! goes where the packet it quotes went: a stateful rule relates it to
 //! that packet's connection, which must not race it on another worker.
 

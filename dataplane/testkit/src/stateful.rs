@@ -11,7 +11,7 @@
 use etherparse::{icmpv4, Icmpv4Type, PacketBuilder, TcpHeader};
 
 use crate::captures::{Expect, GenFrame};
-use crate::frames::{udp4, MAC_A, MAC_B};
+use crate::frames::{fragments4, udp4, MAC_A, MAC_B};
 
 /// The rules: the inside may open TCP, UDP and ICMP echo to anywhere
 /// (stateful); everything else is dropped.
@@ -274,6 +274,25 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
     // finds its connection in the table, not through an open earlier in
     // its own burst.
     let mut steps = steps;
+    // An answer in fragments, last first: held until its first fragment
+    // comes, then the connection's verdict for the whole datagram (not the
+    // rules', which drop the outside).
+    steps.push((
+        1,
+        udp(IN, DNS, 5003, 53),
+        Forward,
+        "a query whose answer comes in fragments, last first",
+    ));
+    let mut answer = fragments4(DNS, IN, 53, 5003, 0x3003, &[0x77; 40], 16);
+    answer.reverse();
+    steps.extend(answer.into_iter().map(|f| {
+        (
+            0,
+            f,
+            Forward,
+            "its answer's fragments, last first: the connection's verdict for all",
+        )
+    }));
     let fill: Vec<_> = (0..31)
         .map(|_| {
             (
@@ -302,8 +321,9 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
 
 /// Counts the replay of [`stateful_conversations`] reports: connections
 /// opened (TCP twice on one port, the picked-up one, DNS, the second
-/// query, the ping), and frames decided by a connection entry
-/// (established and related).
-pub const STATEFUL_OPENED: u64 = 6;
-pub const STATEFUL_ESTABLISHED: u64 = 14;
+/// query, the ping, the query answered in fragments), and frames decided
+/// by a connection entry (established and related; the fragmented
+/// answer's three).
+pub const STATEFUL_OPENED: u64 = 7;
+pub const STATEFUL_ESTABLISHED: u64 = 17;
 pub const STATEFUL_RELATED: u64 = 1;

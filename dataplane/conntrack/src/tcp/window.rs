@@ -32,12 +32,16 @@ pub(super) fn in_window(
     s: &TcpSeg,
     cfg: &TcpSettings,
 ) -> Window {
-    let d = dir.index();
-    let (mut sender, mut receiver) = (c.seen[d], c.seen[1 - d]);
+    // The sides in place (no copies: the connection was just unpacked
+    // from its slot's words, and copying its byte fields back out stalls
+    // on store forwarding).
+    let [orig, reply] = &mut c.seen;
+    let (sender, receiver) = match dir {
+        Dir::Orig => (orig, reply),
+        Dir::Reply => (reply, orig),
+    };
     let end = seg_end(s);
-    if let Some(w) = init_sides(&mut sender, &mut receiver, old, dir, s, end) {
-        c.seen[d] = sender;
-        c.seen[1 - d] = receiver;
+    if let Some(w) = init_sides(sender, receiver, old, dir, s, end) {
         return w;
     }
     // Out of window: Linux logs it and, liberal, accepts it anyway — a
@@ -47,17 +51,13 @@ pub(super) fn in_window(
     // connection's RST). A RST before the other side's highest ACK is
     // still invalid: that check comes before the window (`rst`).
     let liberal = sender.flags & F_BE_LIBERAL != 0 || cfg.be_liberal;
-    let n = Numbers::of(s, &sender, &receiver, old, end);
-    let checked = bounds(&mut sender, &receiver, &n);
+    let n = Numbers::of(s, sender, receiver, old, end);
+    // An overshoot is noted in the sender even when it is not accepted.
+    let checked = bounds(sender, receiver, &n);
     if !matches!(checked, Window::Accept) {
-        if sender != c.seen[d] {
-            c.seen[d] = sender; // an overshoot is noted even so
-        }
         return if liberal { Window::Accept } else { checked };
     }
-    update(&mut sender, &mut receiver, s, &n);
-    c.seen[d] = sender;
-    c.seen[1 - d] = receiver;
+    update(sender, receiver, s, &n);
     if index == Index::Ack {
         if c.last_dir == dir && c.last_ack == n.ack && c.last_end == n.end && c.last_win == s.win {
             c.retrans = c.retrans.saturating_add(1).min(3);

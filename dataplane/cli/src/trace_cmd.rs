@@ -53,7 +53,7 @@ pub fn frame_key(input: &Path, n: u64) -> Result<FrameKey, FrameError> {
             return ControlFlow::Break(());
         }
         if let Decoded::Ip(ip) = d {
-            if let Frag::First { id } = ip.frag {
+            if let Frag::First { id, .. } = ip.frag {
                 frags.first(&ip.key, id, f.ts_ns);
             }
         }
@@ -111,7 +111,7 @@ fn settle(d: &Decoded, ts_ns: u64, frags: &mut FragTable) -> FrameKey {
     let mut key = ip.key;
     let fragment = match ip.frag {
         Frag::None => "not a fragment".to_string(),
-        Frag::First { id } => {
+        Frag::First { id, .. } => {
             format!("first fragment of datagram {id}: its ports apply to the rest")
         }
         Frag::IncompleteFirst { id } => {
@@ -121,7 +121,7 @@ fn settle(d: &Decoded, ts_ns: u64, frags: &mut FragTable) -> FrameKey {
                 "verdict": "dropped (RFC 7112), no rule consulted",
             }));
         }
-        Frag::Later { id } => {
+        Frag::Later { id, .. } => {
             match frags.resolve(&ip.key, id, ts_ns) {
                 Some((sp, dp)) => {
                     key.sport = sp;

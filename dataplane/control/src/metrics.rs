@@ -302,79 +302,17 @@ fn encode_stats(e: Enc, stats: &ControlStats) -> Res {
     encode_rule_set(e, stats)
 }
 
+/// A per-worker counter: its name, its help, and how to read it.
+type WorkerField = (
+    &'static str,
+    &'static str,
+    fn(&cfdp_engine::stats::WorkerSnapshot) -> u64,
+);
+
 /// Per-worker packet counters.
 fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
-    type Field = (
-        &'static str,
-        &'static str,
-        fn(&cfdp_engine::stats::WorkerSnapshot) -> u64,
-    );
-    let fields: [Field; 18] = [
-        ("packets", "Packets received", |w| w.totals.packets),
-        ("bytes", "Bytes received (wire length)", |w| w.totals.bytes),
-        ("forwarded", "Packets forwarded (incl. redirected)", |w| {
-            w.totals.forwarded
-        }),
-        ("dropped", "Packets dropped by a rule", |w| w.totals.dropped),
-        ("matched", "Packets that matched a rule", |w| {
-            w.totals.matched
-        }),
-        ("redirected", "Packets redirected to another port", |w| {
-            w.totals.redirected
-        }),
-        ("malformed", "Malformed packets", |w| w.totals.malformed),
-        ("non_ip", "Non-IP packets", |w| w.totals.non_ip),
-        (
-            "rx_dropped",
-            "Packets dropped because the worker fell behind",
-            |w| w.rx_dropped,
-        ),
-        (
-            "tx_dropped",
-            "Packets a transmit queue did not take, or sent to a missing port",
-            |w| w.tx_dropped,
-        ),
-        (
-            "filter_false_positives",
-            "Filter positives the exact tables refuted",
-            |w| w.totals.filter_false_positives,
-        ),
-        (
-            "fragments_evicted",
-            "First-fragment entries evicted to make room (the table was full)",
-            |w| w.totals.fragments_evicted,
-        ),
-        (
-            "fragments_source_refused",
-            "First fragments not remembered: their source held its share of the table",
-            |w| w.totals.fragments_source_refused,
-        ),
-        (
-            "ct_established",
-            "Packets decided by their tracked connection",
-            |w| w.totals.ct_established,
-        ),
-        (
-            "ct_related",
-            "ICMP errors passed as related to a tracked connection",
-            |w| w.totals.ct_related,
-        ),
-        ("ct_opened", "Connections a stateful rule opened", |w| {
-            w.totals.ct_opened
-        }),
-        (
-            "ct_refused",
-            "Packets dropped because their connection could not be opened (table full)",
-            |w| w.totals.ct_refused,
-        ),
-        (
-            "export_early",
-            "Flow records sent early because the worker's flow cache was full (IPFIX export)",
-            |w| w.totals.export_early,
-        ),
-    ];
     let workers = &stats.dataplane.workers;
-    for (name, help, get) in fields {
+    for (name, help, get) in WORKER_FIELDS {
         counters(
             e,
             name,
@@ -385,6 +323,82 @@ fn encode_workers(e: Enc, stats: &ControlStats) -> Res {
     }
     stages::encode_stages(e, workers)
 }
+
+/// The per-worker counters, in the order they are written.
+const WORKER_FIELDS: [WorkerField; 20] = [
+    ("packets", "Packets received", |w| w.totals.packets),
+    ("bytes", "Bytes received (wire length)", |w| w.totals.bytes),
+    ("forwarded", "Packets forwarded (incl. redirected)", |w| {
+        w.totals.forwarded
+    }),
+    ("dropped", "Packets dropped by a rule", |w| w.totals.dropped),
+    ("matched", "Packets that matched a rule", |w| {
+        w.totals.matched
+    }),
+    ("redirected", "Packets redirected to another port", |w| {
+        w.totals.redirected
+    }),
+    ("malformed", "Malformed packets", |w| w.totals.malformed),
+    ("non_ip", "Non-IP packets", |w| w.totals.non_ip),
+    (
+        "rx_dropped",
+        "Packets dropped because the worker fell behind",
+        |w| w.rx_dropped,
+    ),
+    (
+        "tx_dropped",
+        "Packets a transmit queue did not take, or sent to a missing port",
+        |w| w.tx_dropped,
+    ),
+    (
+        "filter_false_positives",
+        "Filter positives the exact tables refuted",
+        |w| w.totals.filter_false_positives,
+    ),
+    (
+        "fragments_evicted",
+        "First-fragment entries evicted to make room (the table was full)",
+        |w| w.totals.fragments_evicted,
+    ),
+    (
+        "fragments_source_refused",
+        "First fragments not remembered: their source held its share of the table",
+        |w| w.totals.fragments_source_refused,
+    ),
+    (
+        "fragments_overlap",
+        "Fragments dropped because their datagram had overlapping fragments",
+        |w| w.totals.fragments_overlap,
+    ),
+    (
+        "fragments_duplicate",
+        "Fragments dropped as duplicates of bytes already passed",
+        |w| w.totals.fragments_duplicate,
+    ),
+    (
+        "ct_established",
+        "Packets decided by their tracked connection",
+        |w| w.totals.ct_established,
+    ),
+    (
+        "ct_related",
+        "ICMP errors passed as related to a tracked connection",
+        |w| w.totals.ct_related,
+    ),
+    ("ct_opened", "Connections a stateful rule opened", |w| {
+        w.totals.ct_opened
+    }),
+    (
+        "ct_refused",
+        "Packets dropped because their connection could not be opened (table full)",
+        |w| w.totals.ct_refused,
+    ),
+    (
+        "export_early",
+        "Flow records sent early because the worker's flow cache was full (IPFIX export)",
+        |w| w.totals.export_early,
+    ),
+];
 
 /// The count rules' counters and the control plane's own.
 fn encode_control(e: Enc, stats: &ControlStats) -> Res {

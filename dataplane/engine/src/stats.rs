@@ -107,6 +107,8 @@ counters!(
     fragments_timed_out,
     fragments_overflow,
     fragments_incomplete,
+    fragments_duplicate,
+    fragments_overlap,
     fragments_evicted,
     fragments_source_refused,
     ct_established,

@@ -25,7 +25,7 @@ use cfdp_conntrack::table::Probe;
 use cfdp_conntrack::ConnTable;
 use cfdp_packet::frag::{FragTable, Held, HoldLimits, HoldTable};
 use cfdp_packet::prefetch::prefetch_read;
-use cfdp_packet::{decode, decode_fast, Decoded, Frag};
+use cfdp_packet::{decode, decode_fast, Decoded};
 use cfdp_rules::FlowKey;
 use hdrhistogram::Histogram;
 use left_right::ReadHandleFactory;
@@ -37,6 +37,8 @@ use crate::stages::{Laps, Stage, SAMPLE};
 use crate::stats::{burst_histogram, LiveStats, LocalCounters, HIST_FOLD_INTERVAL};
 use crate::tables::{RuleRef, Tables};
 use crate::track::{self, Decided};
+
+mod fragments;
 
 pub use crate::frame::{PacketRef, Released, Verdict};
 
@@ -497,69 +499,6 @@ impl Worker {
             Decoded::Malformed(r) => {
                 c.malformed += 1;
                 l.malformed_by[r as usize] += 1;
-            }
-        }
-    }
-
-    /// A fragment's part: a first fragment records its ports (and releases
-    /// later fragments held for it); a later one takes them, or is held
-    /// until its first fragment comes (`Some(whether there was room)`); an
-    /// incomplete first fragment is dropped unmatched (`Some(false)`).
-    fn fragment(
-        &mut self,
-        i: usize,
-        p: &PacketRef<'_>,
-        key: &mut FlowKey,
-        frag: Frag,
-    ) -> Option<bool> {
-        let c = &mut self.local.totals;
-        match frag {
-            Frag::None => None,
-            Frag::First { id } => {
-                c.fragments += 1;
-                // Not remembered when its source holds its share: its
-                // later fragments are then held and dropped, the
-                // flooder's own loss. Counted, as is an entry evicted to
-                // make room (what a many-source flood costs others).
-                let evicted = self.frags.evicted;
-                if !self.frags.first(key, id, p.ts_ns) {
-                    c.fragments_source_refused += 1;
-                }
-                c.fragments_evicted += self.frags.evicted - evicted;
-                if let Some(v) = self.hold.take(key, id) {
-                    self.releasing.push((i, v));
-                }
-                None
-            }
-            Frag::IncompleteFirst { .. } => {
-                // Dropped, and not remembered: its later fragments must not
-                // resolve to ports it does not carry (see `Frag`).
-                c.fragments += 1;
-                c.fragments_incomplete += 1;
-                Some(false)
-            }
-            Frag::Later { id } => {
-                c.fragments += 1;
-                if let Some((sp, dp)) = self.frags.resolve(key, id, p.ts_ns) {
-                    key.sport = sp;
-                    key.dport = dp;
-                    c.fragments_resolved += 1;
-                    return None;
-                }
-                // Before its first fragment: held, not matched with ports
-                // it does not show.
-                c.fragments_unresolved += 1;
-                let copy = Held {
-                    link: p.link,
-                    ts_ns: p.ts_ns,
-                    orig_len: p.orig_len,
-                    data: p.data.to_vec(),
-                };
-                let ok = self.hold.hold(key, id, copy).is_ok();
-                if !ok {
-                    c.fragments_overflow += 1;
-                }
-                Some(ok)
             }
         }
     }

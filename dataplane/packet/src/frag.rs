@@ -102,6 +102,34 @@ struct FragEntry {
     dport: u16,
     seen_ns: u64,
     generation: u64,
+    /// The bytes of the datagram seen so far, as disjoint ranges (runs of
+    /// fragments, merged when they touch); `None` once they did not fit
+    /// ([`RANGES`]: no overlap is looked for then).
+    seen: Option<[(u32, u32); RANGES]>,
+    /// A fragment overlapped another: the datagram is discarded.
+    overlapped: bool,
+}
+
+/// Disjoint runs of bytes a datagram's entry keeps (in-order fragments
+/// make one; a datagram whose fragments leave more gaps than this is no
+/// longer checked for overlaps).
+pub const RANGES: usize = 4;
+
+/// What a fragment's bytes are beside those of its datagram seen before
+/// ([`FragTable::cover`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cover {
+    /// New bytes (or the datagram is not checked: too many gaps, or its
+    /// first fragment was not remembered).
+    Fresh,
+    /// Bytes all seen before, in one run: a duplicate, dropped (the
+    /// datagram lives on), as Linux drops it.
+    Duplicate,
+    /// Some bytes seen before and some not: the datagram is discarded
+    /// (RFC 5722; Linux does so for IPv4 too), this fragment and every
+    /// later one — overlapping fragments are how a sender makes a
+    /// receiver reassemble other bytes than a firewall judged.
+    Overlap,
 }
 
 impl FragTable {
@@ -142,6 +170,11 @@ impl FragTable {
         }
         let generation = self.next_gen;
         self.next_gen += 1;
+        // A duplicate first fragment keeps what the datagram's entry saw.
+        let (seen, overlapped) = self
+            .map
+            .get(&fid)
+            .map_or((Some([(0, 0); RANGES]), false), |e| (e.seen, e.overlapped));
         self.map.insert(
             fid,
             FragEntry {
@@ -149,6 +182,8 @@ impl FragTable {
                 dport: k.dport,
                 seen_ns: now_ns,
                 generation,
+                seen,
+                overlapped,
             },
         );
         if self.order.len() >= 2 * self.capacity {
@@ -173,6 +208,55 @@ impl FragTable {
             Some(e) if now_ns.saturating_sub(e.seen_ns) <= self.ttl_ns => Some((e.sport, e.dport)),
             _ => None,
         }
+    }
+
+    /// Notes that a fragment of the datagram (its first fragment already
+    /// remembered) carries bytes `off..off + len`: whether they are new,
+    /// a duplicate, or overlap bytes seen before (then the datagram is
+    /// discarded: this and every later [`Cover::Overlap`]).
+    pub fn cover(&mut self, k: &FlowKey, id: u32, off: u32, len: u32) -> Cover {
+        let Some(e) = self.map.get_mut(&FragId::of(k, id)) else {
+            return Cover::Fresh;
+        };
+        if e.overlapped {
+            return Cover::Overlap;
+        }
+        let Some(runs) = &mut e.seen else {
+            return Cover::Fresh;
+        };
+        let end = off.saturating_add(len);
+        if len == 0 {
+            return Cover::Fresh;
+        }
+        // Empty runs are (0, 0); a run is [start, end).
+        let live = |r: &&(u32, u32)| r.1 > r.0;
+        if runs.iter().filter(live).any(|&(a, b)| a <= off && end <= b) {
+            return Cover::Duplicate;
+        }
+        if runs.iter().filter(live).any(|&(a, b)| off < b && a < end) {
+            e.overlapped = true;
+            return Cover::Overlap;
+        }
+        // New bytes: merged with the runs they touch (at most one each
+        // side: the runs are disjoint and never touch each other).
+        let (mut a, mut b) = (off, end);
+        let mut next = [(0, 0); RANGES];
+        let mut n = 0;
+        for &(x, y) in runs.iter().filter(live) {
+            if y == a || x == b {
+                (a, b) = (a.min(x), b.max(y));
+            } else {
+                next[n] = (x, y);
+                n += 1;
+            }
+        }
+        if n == RANGES {
+            e.seen = None; // one gap too many: no longer checked
+            return Cover::Fresh;
+        }
+        next[n] = (a, b);
+        *runs = next;
+        Cover::Fresh
     }
 
     pub fn len(&self) -> usize {
@@ -399,6 +483,54 @@ impl HoldTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A datagram's bytes: new ones are taken (merged into runs), bytes
+    /// all seen in one run are a duplicate, bytes partly seen are an
+    /// overlap — and after one, every fragment of the datagram is; more
+    /// gaps than `RANGES` stop the checks rather than guess.
+    #[test]
+    fn overlapping_fragments_discard_their_datagram() {
+        let k = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 5000, 53);
+        let mut t = FragTable::new(16, 16, 1_000);
+        assert_eq!(
+            t.cover(&k, 7, 0, 64),
+            Cover::Fresh,
+            "not remembered: unchecked"
+        );
+        assert!(t.first(&k, 7, 0));
+        assert_eq!(t.cover(&k, 7, 0, 64), Cover::Fresh);
+        assert_eq!(t.cover(&k, 7, 64, 64), Cover::Fresh);
+        assert_eq!(
+            t.cover(&k, 7, 16, 96),
+            Cover::Duplicate,
+            "inside the run 0..128"
+        );
+        assert_eq!(t.cover(&k, 7, 256, 64), Cover::Fresh);
+        assert_eq!(t.cover(&k, 7, 120, 16), Cover::Overlap, "half seen");
+        assert_eq!(
+            t.cover(&k, 7, 400, 8),
+            Cover::Overlap,
+            "the datagram is discarded"
+        );
+        // A duplicate first fragment keeps the verdict.
+        assert!(t.first(&k, 7, 1));
+        assert_eq!(t.cover(&k, 7, 500, 8), Cover::Overlap);
+        // Gaps: four runs are checked, a fifth stops the checks.
+        assert!(t.first(&k, 8, 0));
+        for off in [0, 100, 200, 300] {
+            assert_eq!(t.cover(&k, 8, off, 8), Cover::Fresh);
+        }
+        assert_eq!(t.cover(&k, 8, 4, 8), Cover::Overlap);
+        assert!(t.first(&k, 9, 0));
+        for off in [0, 100, 200, 300, 400] {
+            assert_eq!(t.cover(&k, 9, off, 8), Cover::Fresh);
+        }
+        assert_eq!(
+            t.cover(&k, 9, 4, 8),
+            Cover::Fresh,
+            "unchecked past RANGES runs"
+        );
+    }
 
     fn held(ts_ns: u64, len: usize) -> Held {
         Held {

@@ -142,7 +142,14 @@ fn ipv6_extension_chain_and_fragments() {
     frag.extend_from_slice(&[0xaa; 8]);
     match decode(LinkType::Raw, &frag) {
         Decoded::Ip(p) => {
-            assert_eq!(p.frag, Frag::Later { id: 9 });
+            assert_eq!(
+                p.frag,
+                Frag::Later {
+                    id: 9,
+                    off: 64,
+                    len: 8
+                }
+            );
             assert_eq!((p.key.proto, p.key.sport, p.key.dport), (17, 0, 0));
         }
         other => panic!("{other:?}"),

@@ -121,23 +121,28 @@ fn decode_ip_general(slice: &[u8], l3: L3) -> Decoded {
         LaxIpSlice::Ipv4(v4) => {
             let h = v4.header();
             let id = u32::from(h.identification());
+            let p = v4.payload();
+            let len = p.payload.len() as u32;
             let frag = if h.is_fragmenting_payload() {
-                if h.fragments_offset().value() == 0 {
-                    Frag::First { id }
-                } else {
-                    Frag::Later { id }
+                match u32::from(h.fragments_offset().value()) * 8 {
+                    0 => Frag::First { id, len },
+                    off => Frag::Later { id, off, len },
                 }
             } else {
                 Frag::None
             };
-            let p = v4.payload();
             let key = FlowKey::v4(h.source(), h.destination(), p.ip_number.0, 0, 0);
             (key, frag, p.payload)
         }
         LaxIpSlice::Ipv6(v6) => {
             let h = v6.header();
-            let frag = ipv6_fragment(h.next_header().0, v6.extensions().slice());
             let p = v6.payload();
+            let len = p.payload.len() as u32;
+            let frag = match ipv6_fragment(h.next_header().0, v6.extensions().slice()) {
+                Frag::First { id, .. } => Frag::First { id, len },
+                Frag::Later { id, off, .. } => Frag::Later { id, off, len },
+                f => f,
+            };
             let key = FlowKey::v6(h.source(), h.destination(), p.ip_number.0, 0, 0);
             (key, frag, p.payload)
         }
@@ -155,7 +160,7 @@ fn decode_ip_general(slice: &[u8], l3: L3) -> Decoded {
         }
     }
     let frag = match frag {
-        Frag::First { id } if !first_fragment_is_complete(&key, payload, anomaly) => {
+        Frag::First { id, .. } if !first_fragment_is_complete(&key, payload, anomaly) => {
             Frag::IncompleteFirst { id }
         }
         f => f,
@@ -230,10 +235,16 @@ pub(super) fn ipv6_fragment(first: u8, exts: &[u8]) -> Frag {
                     off += 8;
                     continue;
                 }
+                // The lengths are filled in by the caller, which has the
+                // payload.
                 return if offset == 0 {
-                    Frag::First { id }
+                    Frag::First { id, len: 0 }
                 } else {
-                    Frag::Later { id }
+                    Frag::Later {
+                        id,
+                        off: u32::from(offset) * 8,
+                        len: 0,
+                    }
                 };
             }
             HOP_BY_HOP | ROUTING | DEST_OPTS | MOBILITY => {

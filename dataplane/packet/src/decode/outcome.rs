@@ -8,10 +8,14 @@ use cfdp_rules::FlowKey;
 pub enum Frag {
     /// Not a fragment (or an atomic IPv6 fragment: offset 0, no more).
     None,
-    /// Offset 0 with more to come: carries the transport header.
-    First { id: u32 },
+    /// Offset 0 with more to come: carries the transport header. `len`:
+    /// the bytes of the datagram it carries (at most: its IP payload as
+    /// captured, after any extension headers).
+    First { id: u32, len: u32 },
     /// A later fragment: no transport header, ports unknown in this frame.
-    Later { id: u32 },
+    /// It carries `len` bytes of the datagram from byte `off` (as
+    /// captured: a cut capture shows less, never more).
+    Later { id: u32, off: u32, len: u32 },
     /// A first fragment that does not carry what matching and tracking
     /// need: its IPv6 extension chain is cut short, its UDP ports are
     /// missing, or its TCP header is not whole (RFC 1858's tiny fragment:

@@ -231,6 +231,11 @@ fn fragment_cases(l: &mut Lab, p: u16) {
     l.udp_len(B, A, 7000, p + 31, 600);
     l.fragment_last(&[256, 256], &[2, 1, 0]);
 
+    l.case = "an answer whose second fragment overlaps its first";
+    l.udp_len(A, B, p + 34, 7000, 40);
+    l.udp_len(B, A, 7000, p + 34, 600);
+    l.fragment_last_ranges(&[(0, 256), (128, 256), (384, 224)]);
+
     l.case = "a fragmented UDP datagram from outside, unasked";
     l.udp_len(B, A, 7000, p + 32, 600);
     l.fragment_last(&[256, 256], &[0, 1, 2]);

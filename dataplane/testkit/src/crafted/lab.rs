@@ -4,8 +4,8 @@
 use etherparse::{IpNumber, PacketBuilder, TcpHeader, TcpOptionElement};
 
 use super::wire::{
-    split, Crafted, A4, A6, ACK, B4, B6, C4, C6, FIN, MAC_A, MAC_B, MAC_C, MAC_RA, MAC_RB, PSH,
-    RST, SYN,
+    split, split_ranges, Crafted, A4, A6, ACK, B4, B6, C4, C6, FIN, MAC_A, MAC_B, MAC_C, MAC_RA,
+    MAC_RB, PSH, RST, SYN,
 };
 
 #[derive(Clone, Copy)]
@@ -326,6 +326,19 @@ impl Lab {
         for &i in order {
             self.frames.push(super::Crafted {
                 frame: pieces[i].clone(),
+                ..whole.clone()
+            });
+        }
+    }
+
+    /// Replaces the last frame with fragments carrying the byte ranges
+    /// `(offset, length)` of its IP payload, in that order (they may
+    /// overlap).
+    pub(super) fn fragment_last_ranges(&mut self, ranges: &[(usize, usize)]) {
+        let whole = self.frames.pop().expect("a frame to fragment");
+        for frame in split_ranges(&whole.frame, ranges, whole.serial) {
+            self.frames.push(super::Crafted {
+                frame,
                 ..whole.clone()
             });
         }

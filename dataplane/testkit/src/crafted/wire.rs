@@ -87,25 +87,36 @@ pub const ACK: u8 = 0x10;
 /// fragments of its IP payload: `sizes` bytes each, then the rest. An
 /// IPv6 fragment header's identification is `serial`.
 pub(super) fn split(frame: &[u8], sizes: &[usize], serial: u32) -> Vec<Vec<u8>> {
-    let v6 = frame[12..14] == [0x86, 0xdd];
-    let ip_len = if v6 {
+    let whole = frame.len() - 14 - ip_header_len(frame);
+    let mut ranges = Vec::new();
+    let mut at = 0;
+    for &n in sizes {
+        ranges.push((at, n));
+        at += n;
+    }
+    ranges.push((at, whole - at));
+    split_ranges(frame, &ranges, serial)
+}
+
+fn ip_header_len(frame: &[u8]) -> usize {
+    if frame[12..14] == [0x86, 0xdd] {
         40
     } else {
         usize::from(frame[14] & 0x0f) * 4
-    };
-    let (head, payload) = frame.split_at(14 + ip_len);
-    let mut pieces = Vec::new();
-    let mut at = 0;
-    for &n in sizes {
-        pieces.push(&payload[at..at + n]);
-        at += n;
     }
-    pieces.push(&payload[at..]);
-    let last = pieces.len() - 1;
-    let mut off = 0;
+}
+
+/// `frame` as fragments carrying the byte ranges `(offset, length)` of
+/// its IP payload (offsets multiples of 8; they may overlap): the one
+/// that reaches the payload's end is the last.
+pub(super) fn split_ranges(frame: &[u8], ranges: &[(usize, usize)], serial: u32) -> Vec<Vec<u8>> {
+    let v6 = frame[12..14] == [0x86, 0xdd];
+    let ip_len = ip_header_len(frame);
+    let (head, payload) = frame.split_at(14 + ip_len);
     let mut out = Vec::new();
-    for (i, piece) in pieces.into_iter().enumerate() {
-        let more = i < last;
+    for &(off, n) in ranges {
+        let piece = &payload[off..off + n];
+        let more = off + n < payload.len();
         let mut f = head.to_vec();
         if v6 {
             let next = f[14 + 6];
@@ -123,7 +134,6 @@ pub(super) fn split(frame: &[u8], sizes: &[usize], serial: u32) -> Vec<Vec<u8>> 
             f[24..26].copy_from_slice(&sum.to_be_bytes());
         }
         f.extend_from_slice(piece);
-        off += piece.len();
         out.push(f);
     }
     out

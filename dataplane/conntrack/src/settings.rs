@@ -30,6 +30,13 @@ pub struct ConntrackSection {
     /// segment other than a SYN — after a restart, a failover or a full
     /// table — tracked liberally (on by default, as in Linux).
     pub tcp_loose: bool,
+    /// Linux's `nf_conntrack_checksum`: a packet whose TCP, UDP, ICMP or
+    /// ICMPv6 checksum is wrong is invalid — it meets the rules alone and
+    /// moves no connection (on by default, as in Linux; a replay of a
+    /// capture taken on a host that offloads checksums to its NIC shows
+    /// wrong ones on every packet it sent: turn it off for such
+    /// captures).
+    pub checksum: bool,
     pub timeouts: Timeouts,
 }
 
@@ -40,6 +47,7 @@ impl Default for ConntrackSection {
             accounting: false,
             tcp_be_liberal: false,
             tcp_loose: true,
+            checksum: true,
             timeouts: Timeouts::default(),
         }
     }
@@ -108,6 +116,7 @@ impl ConntrackSection {
                 loose: self.tcp_loose,
                 ..crate::tcp::TcpSettings::default()
             },
+            checksum: self.checksum,
             ..crate::table::Options::default()
         };
         ConnTable::with_options(self.capacity, self.timeouts.clone(), secret, opts).map_err(|_| {

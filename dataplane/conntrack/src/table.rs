@@ -221,6 +221,11 @@ pub struct Options {
     pub fingerprint_bits: Option<u32>,
     /// TCP tracking's settings (Linux's `tcp_be_liberal`, `tcp_loose`).
     pub tcp: TcpSettings,
+    /// Packets whose transport checksum is wrong are invalid (Linux's
+    /// `nf_conntrack_checksum`, on by default): the data plane asks
+    /// [`ConnTable::checks_checksums`] and checks before it looks up or
+    /// opens.
+    pub checksum: bool,
 }
 
 impl Default for Options {
@@ -232,6 +237,7 @@ impl Default for Options {
             buckets_log2: None,
             fingerprint_bits: None,
             tcp: TcpSettings::default(),
+            checksum: true,
         }
     }
 }
@@ -341,6 +347,7 @@ pub struct ConnTable {
     /// bits).
     timeout_ns: [u64; 32],
     tcp: TcpSettings,
+    checksum: bool,
     refused: AtomicU64,
     false_positives: AtomicU64,
     invalid: AtomicU64,
@@ -457,6 +464,20 @@ impl ConnTable {
 
     fn shard(&self, h: u64) -> MutexGuard<'_, Shard> {
         lock(&self.shards[self.stripe(h)])
+    }
+
+    /// Whether packets with a wrong transport checksum are invalid here
+    /// (`[conntrack] checksum`, Linux's `nf_conntrack_checksum`): the data
+    /// plane then checks each packet it looks up or opens, and counts a
+    /// wrong one with [`Self::count_invalid`].
+    pub fn checks_checksums(&self) -> bool {
+        self.checksum
+    }
+
+    /// Counts a packet that is invalid before the table sees it (a wrong
+    /// checksum): in `invalid`, with the ones the table finds.
+    pub fn count_invalid(&self) {
+        self.invalid.fetch_add(1, Relaxed);
     }
 
     /// Whether no connection was opened in `probe`'s stripe since it was

@@ -33,6 +33,12 @@ fn facts(p: &PacketRef<'_>, key: &FlowKey) -> Transport {
     }
 }
 
+/// Whether packet `p`'s transport checksum may be trusted: right, or not
+/// asked for (`[conntrack] checksum` off).
+fn checksum_ok(t: &ConnTable, p: &PacketRef<'_>) -> bool {
+    !t.checks_checksums() || cfdp_packet::transport_checksum_ok(p.link, p.data)
+}
+
 /// Whether a packet's connection may be keyed otherwise than by its
 /// 5-tuple (ICMP: an echo by its identifier, an error by what it quotes).
 pub(crate) fn keyed_apart(key: &FlowKey) -> bool {
@@ -65,6 +71,15 @@ pub(crate) fn lookup(
         Some(pr) => t.lookup_probed(pr, l4, len, ts),
         None => t.lookup(k, l4, len, ts),
     };
+    // A wrong checksum: invalid, no connection (counted once, at the
+    // burst's lookup: `probe` is the burst's; a second look within the
+    // burst passes none).
+    if !checksum_ok(t, p) {
+        if probe.is_some() {
+            t.count_invalid();
+        }
+        return None;
+    }
     let (ts, len) = (p.ts_ns, p.orig_len);
     let allowing = |a: Action| a.tracked();
     match facts(p, key) {
@@ -127,6 +142,14 @@ pub(crate) fn open(
     slot: u32,
     action: Action,
 ) -> Result<(), OpenError> {
+    if !checksum_ok(t, p) {
+        // Counted here unless the burst's lookup did (it looks up what
+        // its probe may hold, and ICMP).
+        if !(probe.may_hold() || keyed_apart(key)) {
+            t.count_invalid();
+        }
+        return Err(OpenError::Invalid);
+    }
     let (k, l4) = keyed(key, facts(p, key)).ok_or(OpenError::NotAnOpener)?;
     // An echo's key is not the probe's: the table ignores the probe then.
     t.open_probed(&k, probe, l4, slot, action, p.orig_len, p.ts_ns)

@@ -17,6 +17,6 @@ pub mod frag;
 pub mod prefetch;
 
 pub use decode::{
-    decode, decode_fast, transport, Decoded, Frag, IpPacket, LinkType, Malformed, NonIp, TcpSeg,
-    Transport, L3,
+    decode, decode_fast, transport, transport_checksum_ok, Decoded, Frag, IpPacket, LinkType,
+    Malformed, NonIp, TcpSeg, Transport, L3,
 };

@@ -113,6 +113,7 @@ impl ConnTable {
             }),
             timeouts,
             tcp: opts.tcp,
+            checksum: opts.checksum,
             refused: AtomicU64::new(0),
             false_positives: AtomicU64::new(0),
             invalid: AtomicU64::new(0),

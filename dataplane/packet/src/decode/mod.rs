@@ -12,11 +12,13 @@
 //! is the last next-header), TCP and UDP ports (also from a first
 //! fragment), ICMP/ICMPv6 and every other protocol with ports 0.
 
+mod checksum;
 mod ip;
 mod link;
 mod outcome;
 mod transport;
 
+pub use checksum::transport_checksum_ok;
 pub use link::LinkType;
 pub use outcome::{Decoded, Frag, IpPacket, Malformed, NonIp, L3};
 pub use transport::{transport, TcpSeg, Transport};

@@ -81,6 +81,22 @@ fn window_cases(l: &mut Lab, p: u16) {
     let past = zw.next[1].wrapping_add(51);
     l.tcp(&zw, true, ACK | PSH, past, zw.next[0], &[], 150);
 
+    // Wrong checksums: invalid (Linux's nf_conntrack_checksum): the
+    // receiver would refuse the segment, so it must not end or move the
+    // connection.
+    l.case = "the exact RST from outside with a wrong checksum, then the server's data";
+    l.tcp(&t, true, RST | ACK, t.next[1], t.next[0], &[], 0);
+    l.spoil_checksum();
+    l.seg(&mut t, true, ACK | PSH, 30);
+    l.case = "data from outside with a wrong checksum";
+    l.seg(&mut t, true, ACK | PSH, 40);
+    l.spoil_checksum();
+    l.case = "a SYN from inside with a wrong checksum, then a SYN-ACK";
+    let mut bad = conv(A, p + 21, 80, 4_000_000);
+    l.seg(&mut bad, false, SYN, 0);
+    l.spoil_checksum();
+    l.seg(&mut bad, true, SYN | ACK, 0);
+
     l.case = "the exact RST from outside closes; the server's late data";
     let (s1, a1) = (t.next[1], t.next[0]);
     l.tcp(&t, true, RST | ACK, s1, a1, &[], 0);
@@ -235,6 +251,12 @@ fn fragment_cases(l: &mut Lab, p: u16) {
     l.udp_len(A, B, p + 34, 7000, 40);
     l.udp_len(B, A, 7000, p + 34, 600);
     l.fragment_last_ranges(&[(0, 256), (128, 256), (384, 224)]);
+
+    l.case = "an answer with a wrong UDP checksum, then the right one";
+    l.udp_len(A, B, p + 35, 7000, 40);
+    l.udp_len(B, A, 7000, p + 35, 40);
+    l.spoil_checksum();
+    l.udp_len(B, A, 7000, p + 35, 41);
 
     l.case = "a fragmented UDP datagram from outside, unasked";
     l.udp_len(B, A, 7000, p + 32, 600);

@@ -331,6 +331,14 @@ impl Lab {
         }
     }
 
+    /// Makes the last frame's transport checksum wrong: its last byte (in
+    /// its transport segment: the frames carry no padding) flipped.
+    pub(super) fn spoil_checksum(&mut self) {
+        let f = self.frames.last_mut().expect("a frame");
+        let last = f.frame.len() - 1;
+        f.frame[last] ^= 0x5a;
+    }
+
     /// Replaces the last frame with fragments carrying the byte ranges
     /// `(offset, length)` of its IP payload, in that order (they may
     /// overlap).

@@ -27,7 +27,44 @@ pub fn transport_checksum_ok(link: LinkType, frame: &[u8]) -> bool {
     let LinkResult::Ip(l3) = locate_ip(link, frame) else {
         return true;
     };
-    let Some(Ok((ip, _))) = frame.get(l3.offset..).map(LaxIpSlice::from_slice) else {
+    let Some(ip) = frame.get(l3.offset..) else {
+        return true;
+    };
+    plain(ip).unwrap_or_else(|| general(ip))
+}
+
+/// The common packet read by hand: IPv4 without options and not a
+/// fragment, or IPv6 with no extension header, whole in the capture,
+/// carrying TCP, UDP or ICMP(v6). `None`: anything else (then
+/// [`general`]).
+fn plain(ip: &[u8]) -> Option<bool> {
+    let (pseudo, proto, seg) = match ip.first()? >> 4 {
+        4 => {
+            let h = ip.get(..20)?;
+            let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+            // IHL 5, and neither "more fragments" nor an offset.
+            if h[0] != 0x45 || u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
+                return None;
+            }
+            (sum(0, &h[12..20]), h[9], ip.get(20..total.max(20))?)
+        }
+        6 => {
+            let h = ip.get(..40)?;
+            let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+            if len == 0 {
+                return None; // a jumbogram
+            }
+            (sum(0, &h[8..40]), h[6], ip.get(40..40 + len)?)
+        }
+        _ => return None,
+    };
+    let v6 = ip[0] >> 4 == 6;
+    check(pseudo, proto, seg, v6)
+}
+
+/// Every other IP packet, through etherparse's lax slicing.
+fn general(ip: &[u8]) -> bool {
+    let Ok((ip, _)) = LaxIpSlice::from_slice(ip) else {
         return true;
     };
     let (pseudo, p) = match &ip {
@@ -49,32 +86,42 @@ pub fn transport_checksum_ok(link: LinkType, frame: &[u8]) -> bool {
     if p.incomplete || p.fragmented {
         return true;
     }
-    let seg = p.payload;
     let v6 = matches!(ip, LaxIpSlice::Ipv6(_));
-    let with_pseudo = |acc: u64| {
-        // Protocol and upper-layer length (IPv4: 16 bits; IPv6: 32 bits,
-        // the same sum).
-        acc + u64::from(p.ip_number.0) + seg.len() as u64
-    };
-    let total = match p.ip_number.0 {
-        proto::TCP if seg.len() >= 20 => sum(with_pseudo(pseudo), seg),
+    check(pseudo, p.ip_number.0, p.payload, v6).unwrap_or(true)
+}
+
+/// Whether segment `seg` of protocol `proto` sums right with the
+/// addresses' sum `pseudo`; `None` for a protocol not checked here (or a
+/// segment too short to be one).
+fn check(pseudo: u64, proto: u8, seg: &[u8], v6: bool) -> Option<bool> {
+    // Protocol and upper-layer length (IPv4: 16 bits; IPv6: 32 bits, the
+    // same sum).
+    let with_pseudo = pseudo + u64::from(proto) + seg.len() as u64;
+    let total = match proto {
+        proto::TCP if seg.len() >= 20 => sum(with_pseudo, seg),
         proto::UDP if seg.len() >= 8 => {
             if !v6 && seg[6..8] == [0, 0] {
-                return true; // no checksum (IPv4 only)
+                return Some(true); // no checksum (IPv4 only)
             }
-            sum(with_pseudo(pseudo), seg)
+            sum(with_pseudo, seg)
         }
         ICMP if !v6 && seg.len() >= 8 => sum(0, seg),
-        ICMPV6 if v6 && seg.len() >= 8 => sum(with_pseudo(pseudo), seg),
-        _ => return true,
+        ICMPV6 if v6 && seg.len() >= 8 => sum(with_pseudo, seg),
+        _ => return None,
     };
-    fold(total) == 0xffff
+    Some(fold(total) == 0xffff)
 }
 
 /// `acc` plus `b` as big-endian 16-bit words (an odd last byte padded
-/// with zero).
+/// with zero), four bytes at a time: a sum of 32-bit words folds to the
+/// same ones' complement sum.
 fn sum(mut acc: u64, b: &[u8]) -> u64 {
-    let mut words = b.chunks_exact(2);
+    let mut quads = b.chunks_exact(4);
+    for q in &mut quads {
+        acc += u64::from(u32::from_be_bytes([q[0], q[1], q[2], q[3]]));
+    }
+    let rest = quads.remainder();
+    let mut words = rest.chunks_exact(2);
     for w in &mut words {
         acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
     }
@@ -141,6 +188,16 @@ mod tests {
             let icmp4 = f[23] == ICMP && f[12..14] == [8, 0];
             assert_eq!(transport_checksum_ok(LinkType::Ethernet, &moved), icmp4);
         }
+        // IPv4 options: the general path.
+        let mut opts = frames[0].0.clone();
+        opts.splice(34..34, [1, 1, 1, 1]);
+        opts[14] = 0x46;
+        let total = u16::from_be_bytes([opts[16], opts[17]]) + 4;
+        opts[16..18].copy_from_slice(&total.to_be_bytes());
+        assert!(transport_checksum_ok(LinkType::Ethernet, &opts));
+        let last = opts.len() - 1;
+        opts[last] ^= 1;
+        assert!(!transport_checksum_ok(LinkType::Ethernet, &opts));
         let mut nocheck = frames[1].0.clone();
         nocheck[40..42].copy_from_slice(&[0, 0]);
         assert!(transport_checksum_ok(LinkType::Ethernet, &nocheck));

@@ -106,7 +106,7 @@ impl Router {
         for c in frames {
             let side = if c.inside { "in" } else { "out" };
             let hex: String = c.frame.iter().map(|b| format!("{b:02x}")).collect();
-            text.push_str(&format!("{side} {hex}\n"));
+            text.push_str(&format!("{side} {hex} {}\n", c.delay_ms));
         }
         std::fs::write(&list, text).unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/inject.py");
@@ -169,15 +169,18 @@ fn sh(cmd: &str) {
 /// `tcp_be_liberal` when `liberal`.
 fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize, liberal: bool) -> BTreeSet<u32> {
     let capture = dir.join("lab.pcap");
+    // The router's pace: one frame every 10 ms, and the cases' waits.
+    let mut ts_ns = 1_000_000_000;
     let gen: Vec<GenFrame> = frames
         .iter()
-        .enumerate()
-        .map(|(i, c)| GenFrame {
-            data: c.frame.clone(),
-            // The router's pace: one frame every 10 ms.
-            ts_ns: 1_000_000_000 + i as u64 * 10_000_000,
-            verdict: Expect::Forward,
-            note: c.case,
+        .map(|c| {
+            ts_ns += 10_000_000 + u64::from(c.delay_ms) * 1_000_000;
+            GenFrame {
+                data: c.frame.clone(),
+                ts_ns,
+                verdict: Expect::Forward,
+                note: c.case,
+            }
         })
         .collect();
     write_pcap(&capture, &gen).unwrap();

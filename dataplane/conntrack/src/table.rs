@@ -85,7 +85,7 @@ mod packet;
 mod slot;
 mod stripe;
 
-use slot::{mum, AcctSlot, Fields, Shard, Slot, STATE_SHIFT, USED};
+use slot::{mum, time_of, AcctSlot, Fields, Shard, Slot, RESET_TIMEOUT, STATE_SHIFT, USED};
 pub use slot::{ACCT_BYTES, DROP_SCAN, SLOT_BYTES};
 
 /// Lock stripes at most (fewer for a smaller table: see
@@ -487,8 +487,14 @@ impl ConnTable {
         probe.probed && self.epoch(probe.hash).load(Acquire) == probe.epoch
     }
 
+    /// Whether an entry (control word `c`, last-time word `last`) is past
+    /// its timeout at `now_ns`.
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
-        now_ns.saturating_sub(last) > self.timeout_ns[(c >> STATE_SHIFT & 0x1f) as usize]
+        let mut timeout = self.timeout_ns[(c >> STATE_SHIFT & 0x1f) as usize];
+        if last & RESET_TIMEOUT != 0 {
+            timeout = timeout.min(self.timeout_ns[State::TcpClose.index()]);
+        }
+        now_ns.saturating_sub(time_of(last)) > timeout
     }
 
     /// Worker `worker`'s packet time is now `now_ns`. A sweep never runs

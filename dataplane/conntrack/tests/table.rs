@@ -606,6 +606,45 @@ fn a_blind_reset_is_invalid_counted_and_changes_nothing() {
     assert_eq!(t.counts().invalid, 1);
 }
 
+/// A RST in the window but not exact keeps ESTABLISHED (a challenge ACK
+/// may follow) and, as Linux does for any accepted RST, leaves the entry
+/// CLOSE's timeout (10 s): swept one nanosecond after it, not at it. A
+/// later segment of the connection gives it its state's timeout again.
+#[test]
+fn an_inexact_reset_leaves_the_connection_ten_seconds() {
+    use cfdp_packet::TcpSeg;
+    let seg = |flags: u8, seq: u32, ack: u32| TcpSeg {
+        flags,
+        seq,
+        ack,
+        win: 64_000,
+        sack: ack,
+        ..TcpSeg::default()
+    };
+    let t = table(1024);
+    let close = 10 * S;
+    for (i, later) in [(1, false), (2, true)] {
+        let k = tcp(i);
+        t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
+            .unwrap();
+        t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
+            .unwrap();
+        t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
+        t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
+        let h = t.lookup(&k.reply(), seg(RST, 1000, 0), 60, S).unwrap();
+        assert_eq!(h.state, State::TcpEstablished, "inexact: the state stays");
+        if later {
+            t.lookup(&k.reply(), seg(ACK, 901, 101), 60, 2 * S).unwrap();
+        }
+    }
+    assert_eq!(t.sweep(S + close), 0, "at CLOSE's timeout: still there");
+    assert_eq!(t.sweep(S + close + 1), 1, "one tick after: gone");
+    assert!(
+        t.peek(&tcp(2)).is_some(),
+        "a later segment: ESTABLISHED's timeout"
+    );
+}
+
 /// A RST answering a SYN (no answer seen before it) passes and ends the
 /// connection at once, as Linux kills it; it is not counted as expired.
 #[test]

@@ -3,8 +3,8 @@
 
 Run inside the hosts' network namespace, which holds both veth ends that
 face the router (no addresses: its kernel answers nothing). Input: lines
-"in HEX" (send on the inside port) or "out HEX" (send on the outside
-port). Output: one line "ifname HEX" per frame the router sent out of
+"in HEX MS" (send on the inside port) or "out HEX MS" (send on the outside
+port), MS milliseconds after the frame before (and its 10 ms). Output: one line "ifname HEX" per frame the router sent out of
 either port, after the last frame and a quiet period.
 """
 import socket
@@ -21,8 +21,10 @@ def main():
     frames = []
     with open(path) as f:
         for line in f:
-            side, hexs = line.split()
-            frames.append((inside if side == "in" else outside, bytes.fromhex(hexs)))
+            side, hexs, delay_ms = line.split()
+            frames.append(
+                (inside if side == "in" else outside, bytes.fromhex(hexs), int(delay_ms))
+            )
     seen = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -49,7 +51,8 @@ def main():
     for t in threads:
         t.start()
     time.sleep(0.2)
-    for ifname, frame in frames:
+    for ifname, frame, delay_ms in frames:
+        time.sleep(delay_ms / 1000)
         socks[ifname].send(frame)
         # The router's softirq takes each in turn; a pause keeps the order.
         time.sleep(0.01)

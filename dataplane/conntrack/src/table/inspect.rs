@@ -7,8 +7,8 @@ use crate::sync::lock;
 use crate::sync::Ordering::*;
 
 use super::slot::{
-    action_of, fin_of, rule_of, state_of, Fields, ACTION_SHIFT, ASSURED, FIN_SHIFT, IDENTITY,
-    ORIG_LO, RULE_SHIFT, SEEN_REPLY, STATE_SHIFT, USED,
+    action_of, fin_of, rule_of, state_of, time_of, Fields, ACTION_SHIFT, ASSURED, FIN_SHIFT,
+    IDENTITY, ORIG_LO, RULE_SHIFT, SEEN_REPLY, STATE_SHIFT, USED,
 };
 use super::{key_of, Acct, ConnInfo, ConnTable, Counts, L4};
 use crate::key::ConnKey;
@@ -63,7 +63,7 @@ impl ConnTable {
         self.slots
             .iter()
             .filter(|s| s.ctl().load(Relaxed) & USED != 0)
-            .map(|s| s.last().load(Relaxed))
+            .map(|s| time_of(s.last().load(Relaxed)))
             .max()
             .unwrap_or(0)
     }
@@ -133,7 +133,7 @@ impl ConnTable {
         }
         let addr = [0, 1, 2, 3].map(|j| s.addr()[j].load(Relaxed));
         let meta = s.meta().load(Relaxed);
-        let last_ns = s.last().load(Relaxed);
+        let last_ns = time_of(s.last().load(Relaxed));
         let acct = self.acct.as_ref().map(|a| {
             let a = &a[i];
             Acct {

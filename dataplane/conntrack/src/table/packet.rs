@@ -11,9 +11,9 @@ use cfdp_packet::TcpSeg;
 use cfdp_rules::{Action, FlowKey};
 
 use super::slot::{
-    action_of, dir_of, fin_of, lock_slot, move_state, rule_of, state_of, with_state, Fields, Read,
-    Slot, ACTION_SHIFT, ASSURED, CAP, IDENTITY, KEY_BITS, LOCK, ORIG_LO, RULE_SHIFT, SEEN_REPLY,
-    STATE_SHIFT, USED,
+    action_of, dir_of, fin_of, lock_slot, move_state, rule_of, state_of, time_of, with_state,
+    Fields, Read, Slot, ACTION_SHIFT, ASSURED, CAP, IDENTITY, KEY_BITS, LOCK, ORIG_LO,
+    RESET_TIMEOUT, RULE_SHIFT, SEEN_REPLY, STATE_SHIFT, USED,
 };
 use super::{key_of, Acct, ConnTable, Hit, OpenError, Probe, Step, L4};
 use crate::key::{ConnKey, Dir};
@@ -369,8 +369,17 @@ impl ConnTable {
             Verdict::Pass | Verdict::Kill if dir == Dir::Reply => n |= SEEN_REPLY,
             _ => {}
         }
-        if matches!(v, Verdict::Accept { refresh: true, .. }) && now_ns > s.last().load(Relaxed) {
-            s.last().store(now_ns, Relaxed);
+        if let Verdict::Accept { refresh: true, .. } = v {
+            let last = s.last().load(Relaxed);
+            if seg.flags & tcp::flags::RST != 0 && conn.retrans < self.tcp.max_retrans {
+                // Linux gives an accepted RST CLOSE's timeout (unless the
+                // retransmission cap comes first), whatever the state —
+                // also a RST in window but not exact, which keeps it.
+                s.last()
+                    .store(now_ns.max(time_of(last)) | RESET_TIMEOUT, Relaxed);
+            } else if now_ns > time_of(last) || last & RESET_TIMEOUT != 0 {
+                s.last().store(now_ns.max(time_of(last)), Relaxed);
+            }
         }
         // The release of the lock, ordered after the windows' stores: a
         // plain store, as nothing else writes the control word while the

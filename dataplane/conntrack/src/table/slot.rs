@@ -61,6 +61,18 @@ pub(super) const KEY_BITS: u64 = (1 << 42) - 1;
 pub(super) const ACTION_SHIFT: u32 = 42;
 /// The end of a free list.
 pub(super) const NONE: u32 = u32::MAX;
+/// In a slot's last-time word, above any time: the last packet was a RST
+/// that left the TCP state as it was (in window, not exact), so the
+/// connection lives CLOSE's timeout after it at most — Linux's
+/// `timeout = timeouts[TCP_CONNTRACK_CLOSE]` for any accepted RST. The
+/// next refreshing packet clears it (a plain time).
+pub(super) const RESET_TIMEOUT: u64 = 1 << 63;
+
+/// The time in a slot's last-time word (without [`RESET_TIMEOUT`]).
+#[inline(always)]
+pub(super) fn time_of(last: u64) -> u64 {
+    last & !RESET_TIMEOUT
+}
 
 /// One connection (or a free slot): thirteen atomic words, 104 bytes,
 /// named by [`Fields`]. Every word is an atomic: readers read without a lock

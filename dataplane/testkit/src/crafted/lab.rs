@@ -21,6 +21,8 @@ pub(super) struct Lab {
     pub(super) v6: bool,
     pub(super) case: &'static str,
     pub(super) differs: Option<&'static str>,
+    /// The wait before the next frame, in milliseconds.
+    pub(super) delay_ms: u32,
 }
 
 /// A TCP conversation between A (or C) and B: each side's next sequence
@@ -89,6 +91,7 @@ impl Lab {
             serial,
             case: self.case,
             differs: self.differs,
+            delay_ms: std::mem::take(&mut self.delay_ms),
         });
     }
 

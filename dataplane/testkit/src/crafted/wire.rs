@@ -58,6 +58,9 @@ pub struct Crafted {
     /// choice the conntrack issue allows (the lab expects exactly these
     /// to differ).
     pub differs: Option<&'static str>,
+    /// Milliseconds to wait before sending it (a timeout between two
+    /// frames; the replay's capture time moves as much).
+    pub delay_ms: u32,
 }
 
 /// The serial a frame carries (IPv4 identification, IPv6 flow label), if

@@ -28,13 +28,13 @@ pub(crate) struct Judge<'a> {
     /// published packet count still sees every hit of the packets it
     /// counted). A burst of an allow-all or a catch-all is one run.
     run: Run,
-    /// The action of the connection that decided the last packet
-    /// [`Self::tracked`] judged (`None`: no connection did): the held
-    /// later fragments of its datagram take it too.
-    by_connection: Option<Action>,
-    /// Per packet of the burst [`Self::burst`] judged: the action of the
-    /// connection that decided it, if one did.
-    decided: [Option<Action>; MAX_BURST],
+    /// What the connection that decided the last packet [`Self::tracked`]
+    /// judged said (`None`: no connection did): the held later fragments
+    /// of its datagram take it too.
+    by_connection: Option<Decided>,
+    /// Per packet of the burst [`Self::burst`] judged: what the
+    /// connection that decided it said, if one did.
+    decided: [Option<Decided>; MAX_BURST],
 }
 
 /// What a burst's judgement reads, a packet each: the frames, their
@@ -127,7 +127,7 @@ impl Judge<'_> {
             for frame in frames {
                 self.c.fragments_released += 1;
                 let verdict = match self.decided[i] {
-                    Some(action) => self.connection(action),
+                    Some(d) => self.connection(d),
                     None => self.verdict(rules[i], frame.orig_len),
                 };
                 released.push(Released { frame, verdict });
@@ -135,12 +135,20 @@ impl Judge<'_> {
         }
     }
 
-    /// A held later fragment of a datagram whose first fragment its
-    /// connection let through with `action`: the same verdict, counted as
-    /// the connection's packet.
-    pub(crate) fn connection(&mut self, action: Action) -> Verdict {
-        self.c.ct_established += 1;
-        self.act(Some(action), 1)
+    /// A packet its connection decided (`d`): established or related,
+    /// counted so, and the connection's action.
+    pub(crate) fn connection(&mut self, d: Decided) -> Verdict {
+        let a = match d {
+            Decided::Established(a) => {
+                self.c.ct_established += 1;
+                a
+            }
+            Decided::Related(a) => {
+                self.c.ct_related += 1;
+                a
+            }
+        };
+        self.act(Some(a.action()), 1)
     }
 
     #[inline]
@@ -199,19 +207,9 @@ impl Judge<'_> {
             }
             _ => conn,
         };
-        self.by_connection = None;
-        match conn {
-            Some(Decided::Established(a)) => {
-                self.c.ct_established += 1;
-                self.by_connection = Some(a.action());
-                return self.act(Some(a.action()), 1);
-            }
-            Some(Decided::Related(a)) => {
-                self.c.ct_related += 1;
-                self.by_connection = Some(a.action());
-                return self.act(Some(a.action()), 1);
-            }
-            None => {}
+        self.by_connection = conn;
+        if let Some(d) = conn {
+            return self.connection(d);
         }
         if let (Some(t), Some(r)) = (t, rule) {
             if r.action.tracked().is_some() {

@@ -12,7 +12,7 @@ use crossbeam::channel::{Receiver, Sender, TrySendError};
 use crate::burst::Burst;
 use crate::capture::{Capture, CaptureError, Frame};
 use crate::options::ReplayOptions;
-use crate::rss::rss_worker;
+use crate::rss::Rss;
 
 /// A looping replay keeps captures up to this size in memory after the
 /// first pass.
@@ -43,6 +43,8 @@ pub(crate) struct Reader<'a> {
     // place, pointer-sized swaps.
     #[allow(clippy::vec_box)]
     pub(crate) pending: Vec<Box<Burst>>,
+    /// Which worker each frame goes to.
+    pub(crate) rss: Rss,
     pub(crate) to_workers: Vec<Sender<Box<Burst>>>,
     pub(crate) pool: (Sender<Box<Burst>>, Receiver<Box<Burst>>),
     pub(crate) total_frames: u64,
@@ -163,7 +165,7 @@ impl Reader<'_> {
         }
         self.total_frames += 1;
         self.pace();
-        let wi = rss_worker(f.link, f.data, self.pending.len());
+        let wi = self.rss.worker(f.link, f.data);
         self.pending[wi].push(f);
         if self.pending[wi].meta.len() == MAX_BURST {
             self.send(wi);

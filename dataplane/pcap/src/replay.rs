@@ -263,6 +263,7 @@ pub fn replay(
             stats: &dp.stats,
             start,
             pending: (0..workers).map(|_| Box::new(Burst::new())).collect(),
+            rss: crate::rss::Rss::new(workers),
             to_workers,
             pool: (pool_tx, pool_rx),
             total_frames: 0,

@@ -274,6 +274,19 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
     // finds its connection in the table, not through an open earlier in
     // its own burst.
     let mut steps = steps;
+    // An answer in fragments, in order: the connection's verdict for each.
+    steps.push((
+        1,
+        udp(IN, DNS, 5004, 53),
+        Forward,
+        "a query whose answer comes in fragments, in order",
+    ));
+    let answer = fragments4(DNS, IN, 53, 5004, 0x3004, &[0x78; 40], 16);
+    steps.extend(
+        answer
+            .into_iter()
+            .map(|f| (0, f, Forward, "its answer's fragments, in order")),
+    );
     // An answer in fragments, last first: held until its first fragment
     // comes, then the connection's verdict for the whole datagram (not the
     // rules', which drop the outside).
@@ -321,9 +334,9 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
 
 /// Counts the replay of [`stateful_conversations`] reports: connections
 /// opened (TCP twice on one port, the picked-up one, DNS, the second
-/// query, the ping, the query answered in fragments), and frames decided
-/// by a connection entry (established and related; the fragmented
-/// answer's three).
-pub const STATEFUL_OPENED: u64 = 7;
-pub const STATEFUL_ESTABLISHED: u64 = 17;
+/// query, the ping, the two queries answered in fragments), and frames
+/// decided by a connection entry (established and related; the fragmented
+/// answers' three each).
+pub const STATEFUL_OPENED: u64 = 8;
+pub const STATEFUL_ESTABLISHED: u64 = 20;
 pub const STATEFUL_RELATED: u64 = 1;

@@ -371,10 +371,16 @@ impl ConnTable {
         }
         if let Verdict::Accept { refresh: true, .. } = v {
             let last = s.last().load(Relaxed);
-            if seg.flags & tcp::flags::RST != 0 && conn.retrans < self.tcp.max_retrans {
-                // Linux gives an accepted RST CLOSE's timeout (unless the
-                // retransmission cap comes first), whatever the state —
-                // also a RST in window but not exact, which keeps it.
+            // The retransmission cap comes first in Linux, where it
+            // shortens the state's timeout (the table's capped timeouts
+            // follow its sixteen plain ones).
+            let st = (n >> STATE_SHIFT & 0xf) as usize;
+            let retrans_cap = conn.retrans >= self.tcp.max_retrans
+                && self.timeout_ns[st] > self.timeout_ns[16 + st];
+            if seg.flags & tcp::flags::RST != 0 && !retrans_cap {
+                // Linux gives an accepted RST CLOSE's timeout, whatever
+                // the state — also a RST in window but not exact, which
+                // keeps it.
                 s.last()
                     .store(now_ns.max(time_of(last)) | RESET_TIMEOUT, Relaxed);
             } else if now_ns > time_of(last) || last & RESET_TIMEOUT != 0 {

@@ -1,4 +1,4 @@
-//! The worker under SYN floods (unanswered and answered) beside
+//! The worker under SYN and UDP floods (unanswered and answered) beside
 //! established traffic, and the conntrack issue's answered flood at the
 //! table itself.
 
@@ -48,6 +48,55 @@ fn spoofed(r: u64) -> FlowKey {
     )
 }
 
+/// A 64-byte UDP frame of `k`.
+fn udp_frame(k: &FlowKey) -> Vec<u8> {
+    let ip = |a: &[u8; 16]| [a[0], a[1], a[2], a[3]];
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(ip(&k.src), ip(&k.dst), 64)
+        .udp(k.sport, k.dport);
+    let mut out = Vec::new();
+    b.write(&mut out, &[0; 18]).expect("frame");
+    out
+}
+
+/// A spoofed client's datagram to the server's UDP service (10.0.0.1:53).
+fn spoofed_udp(r: u64) -> FlowKey {
+    FlowKey {
+        proto: 17,
+        dport: 53,
+        ..spoofed(r)
+    }
+}
+
+/// The UDP floods' traffic: half ACKs of the established connections,
+/// half spoofed datagrams a stateful rule lets open connections; and a
+/// third each of ACKs, spoofed datagrams and the server's answer to each.
+fn udp_pools(quick: bool, n: u32) -> [Vec<Vec<u8>>; 2] {
+    let pool = if quick { 1u32 << 16 } else { 1 << 18 };
+    let mut rng = cfdp_bench::SplitMix::new(11);
+    let unanswered = (0..pool)
+        .map(|i| {
+            if i % 2 == 0 {
+                tcp_frame(&client(i % n), ACK)
+            } else {
+                udp_frame(&spoofed_udp(rng.next()))
+            }
+        })
+        .collect();
+    let mut r = 0;
+    let answered = (0..pool)
+        .map(|i| match i % 3 {
+            0 => tcp_frame(&client(i % n), ACK),
+            1 => {
+                r = rng.next();
+                udp_frame(&spoofed_udp(r))
+            }
+            _ => udp_frame(&spoofed_udp(r).reply()),
+        })
+        .collect();
+    [unanswered, answered]
+}
+
 /// The flood's traffic: ACKs of the `n` established connections alone;
 /// half of them, half spoofed SYNs; a third each of ACKs, spoofed SYNs
 /// and the server's SYN-ACK to each SYN.
@@ -88,19 +137,23 @@ pub(crate) fn flood_rows(quick: bool, rounds: usize, only: Option<&str>) -> Vec<
     let rules = cfdp_rules::parse_rule_file(
         r#"{"rules": [
           {"id": 1, "priority": 10, "match": {"dst_prefix": "10.0.0.1/32", "proto": "tcp", "dport": 443}, "action": "allow", "track": true},
+          {"id": 2, "priority": 10, "match": {"dst_prefix": "10.0.0.1/32", "proto": "udp", "dport": 53}, "action": "allow", "track": true},
           {"id": 9, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}"#,
     )
     .expect("rules");
     let [established, mixed, answered] = flood_pools(quick, n);
+    let [udp, udp_answered] = udp_pools(quick, n);
     let secs = if quick { 0.2 } else { 0.6 };
     let mut rows = Vec::new();
     println!(
-        "SYN flood, 100k established connections, table of 150k, one worker (median of {rounds})"
+        "SYN and UDP floods, 100k established connections, table of 150k, one worker (median of {rounds})"
     );
     let variants: Vec<_> = [
         ("established", &established),
         ("established+synflood", &mixed),
         ("established+answered-synflood", &answered),
+        ("established+udpflood", &udp),
+        ("established+answered-udpflood", &udp_answered),
     ]
     .into_iter()
     .filter(|(name, _)| only.is_none_or(|o| o == *name))

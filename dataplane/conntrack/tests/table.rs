@@ -645,6 +645,40 @@ fn an_inexact_reset_leaves_the_connection_ten_seconds() {
     );
 }
 
+/// After `tcp_max_retrans` (3) retransmissions the retransmission cap
+/// (300 s) comes first, as in Linux: a RST then leaves the connection
+/// 300 s, not CLOSE's 10.
+#[test]
+fn after_retransmissions_a_reset_leaves_the_retransmission_timeout() {
+    use cfdp_packet::TcpSeg;
+    let seg = |flags: u8, seq: u32, ack: u32| TcpSeg {
+        flags,
+        seq,
+        ack,
+        win: 64_000,
+        sack: ack,
+        ..TcpSeg::default()
+    };
+    let t = table(1024);
+    let k = tcp(3);
+    t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
+        .unwrap();
+    t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
+        .unwrap();
+    for _ in 0..5 {
+        t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
+    }
+    let h = t.lookup(&k.reply(), seg(RST, 1000, 0), 60, S).unwrap();
+    assert_eq!(h.state, State::TcpEstablished);
+    assert_eq!(t.sweep(S + 10 * S + 1), 0, "not CLOSE's 10 s");
+    assert_eq!(t.sweep(S + 300 * S), 0);
+    assert_eq!(
+        t.sweep(S + 300 * S + 1),
+        1,
+        "the retransmission cap's 300 s"
+    );
+}
+
 /// A RST answering a SYN (no answer seen before it) passes and ends the
 /// connection at once, as Linux kills it; it is not counted as expired.
 #[test]

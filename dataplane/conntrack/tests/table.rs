@@ -791,3 +791,140 @@ fn two_threads_opening_in_parallel_never_overfill_the_table() {
     );
     assert_eq!(t.counts().refused as usize, cap + 4_000 - opened);
 }
+
+/// Timeouts of a different number of seconds each, so that one state's
+/// taken for another's shows; none capped (the unacknowledged cap above
+/// them all).
+fn distinct_timeouts() -> Timeouts {
+    Timeouts {
+        tcp_syn_sent_s: 101,
+        tcp_syn_recv_s: 102,
+        tcp_established_s: 103,
+        tcp_fin_wait_s: 104,
+        tcp_close_wait_s: 105,
+        tcp_last_ack_s: 106,
+        tcp_time_wait_s: 107,
+        tcp_close_s: 108,
+        udp_unreplied_s: 109,
+        udp_replied_s: 110,
+        icmp_s: 111,
+        generic_s: 112,
+        tcp_unacknowledged_s: 1000,
+    }
+}
+
+fn distinct_table() -> ConnTable {
+    ConnTable::new(64, distinct_timeouts(), HashSecret::from_seed(9)).unwrap()
+}
+
+/// The one connection of `t`, in `state` since `at`, is still there when
+/// swept at `at` + `secs` seconds and gone one nanosecond later.
+fn lives_exactly(t: &ConnTable, state: State, at: u64, secs: u64) {
+    assert_eq!(t.counts().by_state[state.index()], 1, "{state:?}");
+    assert_eq!(t.sweep(at + secs * S), 0, "{state:?} at its timeout");
+    assert_eq!(t.sweep(at + secs * S + 1), 1, "{state:?} one tick after");
+}
+
+/// A segment of the client's (`Orig`) or the server's.
+type Step = (Dir, cfdp_packet::TcpSeg);
+
+fn seg(flags: u8, seq: u32, ack: u32) -> cfdp_packet::TcpSeg {
+    cfdp_packet::TcpSeg {
+        flags,
+        seq,
+        ack,
+        win: 64_000,
+        sack: ack,
+        ..cfdp_packet::TcpSeg::default()
+    }
+}
+
+/// The segments that bring a connection to each TCP state, and the state's
+/// timeout (SYN_SENT2's is SYN_SENT's).
+fn tcp_paths() -> Vec<(State, u64, Vec<Step>)> {
+    let (c, r) = (Dir::Orig, Dir::Reply);
+    let path = [
+        (c, seg(SYN, 100, 0)),
+        (r, seg(SYN | ACK, 900, 101)),
+        (c, seg(ACK, 101, 901)),
+        (c, seg(FIN | ACK, 101, 901)),
+        (r, seg(ACK, 901, 102)),
+        (r, seg(FIN | ACK, 901, 102)),
+        (c, seg(ACK, 102, 902)),
+    ];
+    let to = |n: usize| path[..n].to_vec();
+    let mut exact_rst = to(3);
+    exact_rst.push((r, seg(RST, 901, 0)));
+    vec![
+        (State::TcpSynSent, 101, to(1)),
+        (State::TcpSynRecv, 102, to(2)),
+        (State::TcpEstablished, 103, to(3)),
+        (State::TcpFinWait, 104, to(4)),
+        (State::TcpCloseWait, 105, to(5)),
+        (State::TcpLastAck, 106, to(6)),
+        (State::TcpTimeWait, 107, to(7)),
+        (State::TcpClose, 108, exact_rst),
+        (
+            State::TcpSynSent2,
+            101,
+            vec![(c, seg(SYN, 100, 0)), (r, seg(SYN, 900, 0))],
+        ),
+    ]
+}
+
+/// Every TCP state's timeout, one tick either side (seen failing with
+/// LAST_ACK given CLOSE_WAIT's).
+#[test]
+fn every_tcp_state_lives_its_timeout_to_the_tick() {
+    let k = tcp(1);
+    for (state, secs, steps) in tcp_paths() {
+        let t = distinct_table();
+        let mut steps = steps.into_iter();
+        let (_, first) = steps.next().unwrap();
+        t.open(&k, first, 1, Action::Allow, 60, 0).unwrap();
+        for (dir, s) in steps {
+            let key = if dir == Dir::Orig { k } else { k.reply() };
+            t.lookup(&key, s, 60, 0).expect("in window");
+        }
+        lives_exactly(&t, state, 0, secs);
+    }
+}
+
+/// UDP (unreplied, replied within 2 s, a stream after), ICMP echo (its
+/// identifier and class as ports) and another protocol: each timeout one
+/// tick either side.
+#[test]
+fn every_other_state_lives_its_timeout_to_the_tick() {
+    use cfdp_conntrack::table::L4;
+    let u = udp(1);
+    for (state, secs, steps) in [
+        (State::UdpUnreplied, 109, 0),
+        (State::UdpReplied, 109, 1),
+        (State::UdpStream, 110, 2),
+    ] {
+        let t = distinct_table();
+        t.open(&u, 0, 1, Action::Allow, 60, 0).unwrap();
+        if steps >= 1 {
+            t.lookup(&u.reply(), 0, 60, S).unwrap();
+        }
+        if steps == 2 {
+            t.lookup(&u, 0, 60, 3 * S).unwrap();
+        }
+        lives_exactly(&t, state, [0, S, 3 * S][steps], secs);
+    }
+    let ping = FlowKey::new(v4(0x0a00_0001), v4(0xc000_0201), 1, 7, 0);
+    for (state, replied) in [(State::IcmpUnreplied, false), (State::IcmpReplied, true)] {
+        let t = distinct_table();
+        t.open(&ping, L4::Echo { request: true }, 1, Action::Allow, 60, 0)
+            .unwrap();
+        if replied {
+            t.lookup(&ping.reply(), L4::Echo { request: false }, 60, 0)
+                .unwrap();
+        }
+        lives_exactly(&t, state, 0, 111);
+    }
+    let t = distinct_table();
+    let other = FlowKey::new(v4(0x0a00_0001), v4(0xc000_0201), 253, 0, 0);
+    t.open(&other, 0, 1, Action::Allow, 60, 0).unwrap();
+    lives_exactly(&t, State::Generic, 0, 112);
+}

@@ -575,17 +575,8 @@ fn sweeps_wait_for_the_slowest_worker() {
 /// table counts it; the exact RST closes the connection.
 #[test]
 fn a_blind_reset_is_invalid_counted_and_changes_nothing() {
-    use cfdp_packet::TcpSeg;
     let t = table(1024);
     let k = tcp(1);
-    let seg = |flags: u8, seq: u32, ack: u32| TcpSeg {
-        flags,
-        seq,
-        ack,
-        win: 64_000,
-        sack: ack,
-        ..TcpSeg::default()
-    };
     t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
         .unwrap();
     t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
@@ -612,15 +603,6 @@ fn a_blind_reset_is_invalid_counted_and_changes_nothing() {
 /// later segment of the connection gives it its state's timeout again.
 #[test]
 fn an_inexact_reset_leaves_the_connection_ten_seconds() {
-    use cfdp_packet::TcpSeg;
-    let seg = |flags: u8, seq: u32, ack: u32| TcpSeg {
-        flags,
-        seq,
-        ack,
-        win: 64_000,
-        sack: ack,
-        ..TcpSeg::default()
-    };
     let t = table(1024);
     let close = 10 * S;
     for (i, later) in [(1, false), (2, true)] {
@@ -650,15 +632,6 @@ fn an_inexact_reset_leaves_the_connection_ten_seconds() {
 /// 300 s, not CLOSE's 10.
 #[test]
 fn after_retransmissions_a_reset_leaves_the_retransmission_timeout() {
-    use cfdp_packet::TcpSeg;
-    let seg = |flags: u8, seq: u32, ack: u32| TcpSeg {
-        flags,
-        seq,
-        ack,
-        win: 64_000,
-        sack: ack,
-        ..TcpSeg::default()
-    };
     let t = table(1024);
     let k = tcp(3);
     t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)

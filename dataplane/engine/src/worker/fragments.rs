@@ -61,17 +61,7 @@ impl Worker {
                 self.releasing.push((i, held));
             }
         }
-        match cover {
-            Cover::Fresh => None,
-            Cover::Duplicate => {
-                c.fragments_duplicate += 1;
-                Some(false)
-            }
-            Cover::Overlap => {
-                c.fragments_overlap += 1;
-                Some(false)
-            }
-        }
+        dropped_unless_fresh(c, cover)
     }
 
     /// A fragment's part: a first fragment records its ports (and releases
@@ -105,17 +95,7 @@ impl Worker {
                     key.sport = sp;
                     key.dport = dp;
                     c.fragments_resolved += 1;
-                    return match self.frags.cover(key, id, off, len) {
-                        Cover::Fresh => None,
-                        Cover::Duplicate => {
-                            c.fragments_duplicate += 1;
-                            Some(false)
-                        }
-                        Cover::Overlap => {
-                            c.fragments_overlap += 1;
-                            Some(false)
-                        }
-                    };
+                    return dropped_unless_fresh(c, self.frags.cover(key, id, off, len));
                 }
                 // Before its first fragment: held, not matched with ports
                 // it does not show.
@@ -134,4 +114,15 @@ impl Worker {
             }
         }
     }
+}
+
+/// A fragment whose bytes are `cover`: on its way (`None`), or dropped
+/// unmatched and counted as a duplicate or an overlap (`Some(false)`).
+fn dropped_unless_fresh(c: &mut crate::Totals, cover: Cover) -> Option<bool> {
+    match cover {
+        Cover::Fresh => return None,
+        Cover::Duplicate => c.fragments_duplicate += 1,
+        Cover::Overlap => c.fragments_overlap += 1,
+    }
+    Some(false)
 }

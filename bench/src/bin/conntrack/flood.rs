@@ -68,18 +68,26 @@ fn spoofed_udp(r: u64) -> FlowKey {
     }
 }
 
-/// The UDP floods' traffic: half ACKs of the established connections,
-/// half spoofed datagrams a stateful rule lets open connections; and a
-/// third each of ACKs, spoofed datagrams and the server's answer to each.
-fn udp_pools(quick: bool, n: u32) -> [Vec<Vec<u8>>; 2] {
+/// A flood's traffic, unanswered and answered: half ACKs of the `n`
+/// established connections, half spoofed openers (`key` of a random
+/// number, `frame(k, false)`); and a third each of ACKs, spoofed openers
+/// and the server's answer to each (`frame(k, true)`). `seed` seeds the
+/// spoofing.
+fn flood_pair(
+    quick: bool,
+    n: u32,
+    seed: u64,
+    key: fn(u64) -> FlowKey,
+    frame: fn(&FlowKey, bool) -> Vec<u8>,
+) -> [Vec<Vec<u8>>; 2] {
     let pool = if quick { 1u32 << 16 } else { 1 << 18 };
-    let mut rng = cfdp_bench::SplitMix::new(11);
+    let mut rng = cfdp_bench::SplitMix::new(seed);
     let unanswered = (0..pool)
         .map(|i| {
             if i % 2 == 0 {
                 tcp_frame(&client(i % n), ACK)
             } else {
-                udp_frame(&spoofed_udp(rng.next()))
+                frame(&key(rng.next()), false)
             }
         })
         .collect();
@@ -89,43 +97,32 @@ fn udp_pools(quick: bool, n: u32) -> [Vec<Vec<u8>>; 2] {
             0 => tcp_frame(&client(i % n), ACK),
             1 => {
                 r = rng.next();
-                udp_frame(&spoofed_udp(r))
+                frame(&key(r), false)
             }
-            _ => udp_frame(&spoofed_udp(r).reply()),
+            // The server's answer to the opener before it.
+            _ => frame(&key(r), true),
         })
         .collect();
     [unanswered, answered]
 }
 
-/// The flood's traffic: ACKs of the `n` established connections alone;
-/// half of them, half spoofed SYNs; a third each of ACKs, spoofed SYNs
-/// and the server's SYN-ACK to each SYN.
-fn flood_pools(quick: bool, n: u32) -> [Vec<Vec<u8>>; 3] {
+/// The floods' traffic: ACKs of the `n` established connections alone;
+/// then SYN floods (the answer a SYN-ACK) and UDP floods (the answer a
+/// datagram back), each unanswered and answered ([`flood_pair`]).
+fn flood_pools(quick: bool, n: u32) -> [Vec<Vec<u8>>; 5] {
     let pool = if quick { 1u32 << 16 } else { 1 << 18 };
     let established = (0..pool).map(|i| tcp_frame(&client(i % n), ACK)).collect();
-    let mut rng = cfdp_bench::SplitMix::new(9);
-    let mixed = (0..pool)
-        .map(|i| {
-            if i % 2 == 0 {
-                tcp_frame(&client(i % n), ACK)
-            } else {
-                tcp_frame(&spoofed(rng.next()), SYN)
-            }
-        })
-        .collect();
-    let mut r = 0;
-    let answered = (0..pool)
-        .map(|i| match i % 3 {
-            0 => tcp_frame(&client(i % n), ACK),
-            1 => {
-                r = rng.next();
-                tcp_frame(&spoofed(r), SYN)
-            }
-            // The server's answer to the SYN before it.
-            _ => tcp_frame(&spoofed(r).reply(), SYN | ACK),
-        })
-        .collect();
-    [established, mixed, answered]
+    let [syn, syn_answered] = flood_pair(quick, n, 9, spoofed, |k, answer| {
+        if answer {
+            tcp_frame(&k.reply(), SYN | ACK)
+        } else {
+            tcp_frame(k, SYN)
+        }
+    });
+    let [udp, udp_answered] = flood_pair(quick, n, 11, spoofed_udp, |k, answer| {
+        udp_frame(&if answer { k.reply() } else { *k })
+    });
+    [established, syn, syn_answered, udp, udp_answered]
 }
 
 /// The worker under a SYN flood: established traffic alone, then mixed
@@ -141,8 +138,7 @@ pub(crate) fn flood_rows(quick: bool, rounds: usize, only: Option<&str>) -> Vec<
           {"id": 9, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}"#,
     )
     .expect("rules");
-    let [established, mixed, answered] = flood_pools(quick, n);
-    let [udp, udp_answered] = udp_pools(quick, n);
+    let [established, mixed, answered, udp, udp_answered] = flood_pools(quick, n);
     let secs = if quick { 0.2 } else { 0.6 };
     let mut rows = Vec::new();
     println!(

@@ -132,26 +132,15 @@ pub(super) fn split_ranges(frame: &[u8], ranges: &[(usize, usize)], serial: u32)
             f[16..18].copy_from_slice(&((ip_len + piece.len()) as u16).to_be_bytes());
             let flags = (off / 8) as u16 | if more { 0x2000 } else { 0 };
             f[20..22].copy_from_slice(&flags.to_be_bytes());
-            f[24..26].copy_from_slice(&[0, 0]);
-            let sum = checksum(&f[14..14 + ip_len]);
-            f[24..26].copy_from_slice(&sum.to_be_bytes());
+            let h = etherparse::Ipv4HeaderSlice::from_slice(&f[14..14 + ip_len])
+                .expect("the frame's own IPv4 header")
+                .to_header();
+            f[24..26].copy_from_slice(&h.calc_header_checksum().to_be_bytes());
         }
         f.extend_from_slice(piece);
         out.push(f);
     }
     out
-}
-
-/// The Internet checksum of an IPv4 header whose checksum field is 0.
-fn checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// Where a frame's IP payload lies in its datagram: offset, length and

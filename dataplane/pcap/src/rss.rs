@@ -94,6 +94,17 @@ mod tests {
 
     const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
+    /// An Ethernet frame of a UDP datagram `a:sp → b:dp`.
+    fn udp(a: [u8; 4], b: [u8; 4], sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(MAC, MAC)
+            .ipv4(a, b, 64)
+            .udp(sp, dp)
+            .write(&mut f, payload)
+            .unwrap();
+        f
+    }
+
     /// An ICMP port unreachable goes to the worker of the datagram it
     /// quotes, whatever the number of workers; both directions of a UDP
     /// conversation share one.
@@ -105,18 +116,8 @@ mod tests {
             .udp(5000, 53)
             .write(&mut quoted, b"query")
             .unwrap();
-        let mut query = Vec::new();
-        PacketBuilder::ethernet2(MAC, MAC)
-            .ipv4(a, b, 64)
-            .udp(5000, 53)
-            .write(&mut query, b"query")
-            .unwrap();
-        let mut answer = Vec::new();
-        PacketBuilder::ethernet2(MAC, MAC)
-            .ipv4(b, a, 64)
-            .udp(53, 5000)
-            .write(&mut answer, b"answer")
-            .unwrap();
+        let query = udp(a, b, 5000, 53, b"query");
+        let answer = udp(b, a, 53, 5000, b"answer");
         let mut error = Vec::new();
         PacketBuilder::ethernet2(MAC, MAC)
             .ipv4(b, a, 64)
@@ -145,12 +146,7 @@ mod tests {
     /// IPv4 fragments of a UDP datagram `a:sp → b:dp` with 48 bytes of
     /// payload, 16 bytes of it (the header first) a fragment.
     fn fragments(a: [u8; 4], b: [u8; 4], sp: u16, dp: u16, id: u16) -> Vec<Vec<u8>> {
-        let mut whole = Vec::new();
-        PacketBuilder::ethernet2(MAC, MAC)
-            .ipv4(a, b, 64)
-            .udp(sp, dp)
-            .write(&mut whole, &[7; 40])
-            .unwrap();
+        let whole = udp(a, b, sp, dp, &[7; 40]);
         let l4 = whole[34..].to_vec();
         let n = l4.len().div_ceil(16);
         l4.chunks(16)
@@ -173,12 +169,7 @@ mod tests {
     #[test]
     fn a_datagrams_fragments_go_to_one_worker_and_in_order_to_its_flows() {
         let (a, b) = ([10, 1, 0, 5], [192, 0, 2, 53]);
-        let mut query = Vec::new();
-        PacketBuilder::ethernet2(MAC, MAC)
-            .ipv4(a, b, 64)
-            .udp(5000, 53)
-            .write(&mut query, b"query")
-            .unwrap();
+        let query = udp(a, b, 5000, 53, b"query");
         let mut apart = 0;
         for workers in 2..=16 {
             let mut rss = Rss::new(workers);

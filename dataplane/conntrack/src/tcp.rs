@@ -596,32 +596,21 @@ mod tests {
     #[test]
     fn a_reset_answering_a_challenge_ack_ends_a_syn_sent_connection() {
         let cfg = TcpSettings::default();
-        let (mut c, _) = open(&seg(SYN, 1000, 0, 0), &cfg).unwrap();
         let st = Status::default();
-        let challenge = seg(ACK, 7000, 424_242, 0);
-        let v = packet(&mut c, Some(State::TcpSynSent), st, Reply, &challenge, &cfg);
-        assert_eq!(v, Verdict::Pass);
-        let v = packet(
-            &mut c,
-            Some(State::TcpSynSent),
-            st,
-            Orig,
-            &seg(RST, 424_242, 0, 0),
-            &cfg,
-        );
-        assert_eq!(v, Verdict::Kill);
+        // The challenge ACK's verdict, then the client's RST's (`seq`).
+        let after_challenge = |seq: u32| {
+            let (mut c, _) = open(&seg(SYN, 1000, 0, 0), &cfg).unwrap();
+            let challenge = seg(ACK, 7000, 424_242, 0);
+            let v = packet(&mut c, Some(State::TcpSynSent), st, Reply, &challenge, &cfg);
+            let rst = seg(RST, seq, 0, 0);
+            (
+                v,
+                packet(&mut c, Some(State::TcpSynSent), st, Orig, &rst, &cfg),
+            )
+        };
+        assert_eq!(after_challenge(424_242), (Verdict::Pass, Verdict::Kill));
         // Any other sequence number is checked against the window.
-        let (mut c, _) = open(&seg(SYN, 1000, 0, 0), &cfg).unwrap();
-        packet(&mut c, Some(State::TcpSynSent), st, Reply, &challenge, &cfg);
-        let v = packet(
-            &mut c,
-            Some(State::TcpSynSent),
-            st,
-            Orig,
-            &seg(RST, 424_243, 0, 0),
-            &cfg,
-        );
-        assert_eq!(v, Verdict::Invalid);
+        assert_eq!(after_challenge(424_243).1, Verdict::Invalid);
     }
 
     #[test]

@@ -45,6 +45,12 @@ pub(crate) fn keyed_apart(key: &FlowKey) -> bool {
     matches!(key.proto, ICMP | ICMPV6)
 }
 
+/// Whether the burst's track stage looks packet `key` up (its `probe` may
+/// hold a connection, or it is keyed otherwise than by its 5-tuple).
+pub(crate) fn looked_up(key: &FlowKey, probe: &Probe) -> bool {
+    probe.may_hold() || keyed_apart(key)
+}
+
 /// An ICMP query's connection is keyed by its identifier and class (which
 /// query, and its code) as its ports: the requester's port is the
 /// identifier, the other end's the class, so that a request and its
@@ -145,7 +151,7 @@ pub(crate) fn open(
     if !checksum_ok(t, p) {
         // Counted here unless the burst's lookup did (it looks up what
         // its probe may hold, and ICMP).
-        if !(probe.may_hold() || keyed_apart(key)) {
+        if !looked_up(key, probe) {
             t.count_invalid();
         }
         return Err(OpenError::Invalid);

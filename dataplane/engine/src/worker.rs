@@ -425,7 +425,7 @@ impl Worker {
         for (i, p) in pkts.iter().enumerate() {
             // An ICMP packet's connection is not keyed by its 5-tuple (an
             // echo by its identifier, an error by what it quotes).
-            if s.valid[i] && (s.probes[i].may_hold() || track::keyed_apart(&s.keys[i])) {
+            if s.valid[i] && track::looked_up(&s.keys[i], &s.probes[i]) {
                 s.conns[i] = track::lookup(t, p, &s.keys[i], Some(&s.probes[i]));
                 s.valid[i] = s.conns[i].is_none();
             }

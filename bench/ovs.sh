@@ -15,12 +15,32 @@
 #                 new from 10/8 -> ct(commit), output; established ->
 #                 output; the rest dropped). Every frame of the capture
 #                 is either a request or its answer, so both forward all.
+#   tcp-stateful  short TCP connections from inside (10/8), eight segments
+#                 each (handshake, data, FIN both ways), the same rules
+#                 and flows for TCP; each pass of the capture reopens them
+#                 from TIME_WAIT (both track TCP windows and checksums);
+#                 segment-major order (every SYN, then every SYN-ACK...).
+#   acl1_10k, ipc1_10k, fw1_10k   ClassBench sets (from CLASSBENCH, default
+#                 ../shared/classbench; skipped when absent): cfdp the set
+#                 from `cfdp rules import --action allow`; OVS the same
+#                 rules as OpenFlow flows (bench/classbench-openflow.py:
+#                 port ranges as value/mask pairs, priority by line, one
+#                 drop below; it says how many flows a set becomes);
+#                 packets from the set's trace (trace-pcap).
 #
 # OVS gets its best cache setting for thousands of flows (EMC off, SMC on:
 # see OVS_EMC_INV below) and the dpcls kernel it picks for the CPU.
 # Verdicts: the forwarded share is read from each (cfdp's final counters;
 # OVS: packets of the flows that output over packets received) and
-# printed beside the rate; both must forward every frame.
+# printed beside the rate. For a ClassBench set, also rule by rule: the
+# trace once through OVS (net_pcap without infinite_rx, the flows in
+# place before its port) against `cfdp replay` of the same capture, the
+# packets each rule took (OVS: summed over the flows of its cookie) and
+# those no rule took; the rules whose counts differ are the CSV's
+# verdict_diffs (the script fails on any). OVS drops a packet whose
+# upcall fails (its datapath flow limit, adapted as it goes, even raised):
+# a rule may count fewer packets in OVS, by no more than OVS lost in all,
+# never more.
 # Cycles a packet: OVS's own (pmd-stats-show); cfdp's and testpmd's as
 # the CPU's clock over the rate (a busy-polling core), as OVS's are when
 # it is never idle.
@@ -29,7 +49,8 @@
 # each peer's configuration). Installs openvswitch-switch-dpdk and the
 # DPDK packages when missing (apt-get, as root).
 #
-#   bash bench/ovs.sh [--quick]      (DUR=seconds ROUNDS=n override)
+#   bash bench/ovs.sh [--quick]      (DUR=seconds ROUNDS=n WORKLOADS="..."
+#                                     SETS="..." override)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 csv=bench/results/ovs.csv
@@ -42,7 +63,7 @@ ROUNDS=${ROUNDS:-3}
 OVS_EMC_INV=${OVS_EMC_INV:-0}
 OVS_SMC=${OVS_SMC:-true}
 if [ "${1:-}" = "--quick" ]; then
-    DUR=2 ROUNDS=1
+    DUR=2 ROUNDS=1 SETS=${SETS:-acl1_10k}
     mkdir -p bench/results/quick
     csv=bench/results/quick/ovs.csv
 fi
@@ -55,6 +76,7 @@ if [ ! -x $vswitchd ]; then
     apt-get update -q && apt-get install -y -q openvswitch-switch-dpdk
 fi
 cargo build --release -q -p cfdp --features dpdk
+cargo build --release -q -p cfdp-testkit --bin trace-pcap
 work=$(mktemp -d)
 hp_before=$(cat /proc/sys/vm/nr_hugepages)
 cleanup() {
@@ -107,6 +129,45 @@ for i in range(4096):
     a, b, sp = 0x0a000000 | rng.randrange(1 << 24), 0xc0000000 | rng.randrange(1 << 16), 1024 + i
     conv += [frame(a, b, sp, 53), frame(b, a, 53, sp)]
 write('udp-stateful', conv)
+def csum(b):
+    if len(b) % 2:
+        b += b'\0'
+    c = sum(struct.unpack(f'>{len(b) // 2}H', b))
+    while c >> 16:
+        c = (c & 0xffff) + (c >> 16)
+    return ~c & 0xffff
+def tcp(s, d, sp, dp, seq, ack, flags, data=b''):
+    # Valid IP and TCP checksums: both peers' trackers check them.
+    hdr = struct.pack('>HHIIBBHHH', sp, dp, seq, ack, 5 << 4, flags, 65535, 0, 0) + data
+    pseudo = struct.pack('>IIBBH', s, d, 0, 6, len(hdr))
+    hdr = hdr[:16] + struct.pack('>H', csum(pseudo + hdr)) + hdr[18:]
+    iph = struct.pack('>BBHHHBBHII', 0x45, 0, 20 + len(hdr), 0, 0, 64, 6, 0, s, d)
+    iph = iph[:10] + struct.pack('>H', csum(iph)) + iph[12:]
+    fr = b'\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00' + iph + hdr
+    return fr + b'\0' * max(0, 60 - len(fr))
+# Short TCP connections from inside, each whole in eight segments (the
+# handshake, 18 bytes of data and their ACK, FIN both ways, the last
+# ACK); each pass of the capture reopens them from TIME_WAIT.
+SYN, FIN, ACK, PSH = 2, 1, 16, 8
+conns = []
+for i in range(4096):
+    a, b, sp = 0x0a000000 | rng.randrange(1 << 24), 0xc0000000 | rng.randrange(1 << 16), 1024 + i
+    x, y = rng.randrange(1 << 32), rng.randrange(1 << 32)
+    m = lambda n: n & 0xffffffff
+    conns.append([tcp(a, b, sp, 80, x, 0, SYN), tcp(b, a, 80, sp, y, m(x + 1), SYN | ACK),
+              tcp(a, b, sp, 80, m(x + 1), m(y + 1), ACK),
+              tcp(a, b, sp, 80, m(x + 1), m(y + 1), PSH | ACK, b'x' * 18),
+              tcp(b, a, 80, sp, m(y + 1), m(x + 19), ACK),
+              tcp(a, b, sp, 80, m(x + 19), m(y + 1), FIN | ACK),
+              tcp(b, a, 80, sp, m(y + 1), m(x + 20), FIN | ACK),
+              tcp(a, b, sp, 80, m(x + 20), m(y + 2), ACK)])
+# Segment by segment across the connections (every SYN, then every
+# SYN-ACK...): a connection's next segment comes 4,096 frames later, as
+# in a network of many connections with round trips between segments.
+# (One connection's segments back to back meet OVS's batching: its
+# conntrack looks a whole batch up before the batch's ct(commit), so an
+# answer in the SYN's batch is new, from outside, and dropped.)
+write('tcp-stateful', [c[k] for k in range(8) for c in conns])
 PY
 
 cat >"$work/forward-all.json" <<'JSON'
@@ -120,6 +181,11 @@ cat >"$work/udp-stateful.json" <<'JSON'
   {"id": 1, "priority": 10, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"}, "action": "allow", "track": true},
   {"id": 2, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}
 JSON
+cat >"$work/tcp-stateful.json" <<'JSON'
+{"rules": [
+  {"id": 1, "priority": 10, "match": {"src_prefix": "10.0.0.0/8", "proto": "tcp"}, "action": "allow", "track": true},
+  {"id": 2, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}
+JSON
 cat >"$work/forward-all.flows" <<'FLOWS'
 in_port=1,actions=output:2
 FLOWS
@@ -131,6 +197,26 @@ table=1,priority=10,udp,ct_state=+trk+new,nw_src=10.0.0.0/8,actions=ct(commit),o
 table=1,priority=10,udp,ct_state=+trk+est,actions=output:2
 table=1,priority=0,actions=drop
 FLOWS
+sed 's/udp/tcp/g' "$work/udp-stateful.flows" >"$work/tcp-stateful.flows"
+
+# The ClassBench sets: rules for cfdp and for OVS, the trace as a capture.
+classbench=${CLASSBENCH:-../shared/classbench}
+sets=()
+if [ -d "$classbench" ]; then
+    for set in ${SETS:-acl1_10k ipc1_10k fw1_10k}; do
+        target/release/cfdp rules import --format classbench "$classbench/$set" \
+            -o "$work/$set.json" --action allow
+        # The same rules counting (cfdp keeps per-rule counters for counting
+        # rules): `cfdp replay`'s packets a rule took, for the verdicts.
+        target/release/cfdp rules import --format classbench "$classbench/$set" \
+            -o "$work/$set.count.json" --action count 2>/dev/null
+        python3 bench/classbench-openflow.py "$classbench/$set" >"$work/$set.flows"
+        target/release/trace-pcap "$classbench/${set}_trace" "$work/$set.pcap"
+        sets+=("$set")
+    done
+else
+    echo "ovs.sh: $classbench not found: the ClassBench workloads are skipped" >&2
+fi
 
 model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 mhz=$(grep -m1 'cpu MHz' /proc/cpuinfo | cut -d: -f2 | xargs)
@@ -159,7 +245,9 @@ rx_ports = ["net_pcap0"]
 tx_ports = ["net_null0"]
 workers = 1
 worker_cpus = [$fwd_cpu]
-mempool_size = 65535
+# net_pcap with infinite_rx holds the whole capture in mbufs (a
+# ClassBench trace is ~100k frames).
+mempool_size = 262143
 TOML
     ./target/release/cfdp run --config "$cfg" >"$work/cfdp.out" 2>"$work/cfdp.err" &
     local pid=$! polling=0
@@ -210,21 +298,91 @@ run_ovs() { # workload
     ovs-ofctl -O OpenFlow13 del-flows "unix:$work/br0.mgmt"
     ovs-ofctl -O OpenFlow13 add-flows "unix:$work/br0.mgmt" "$work/$w.flows"
     sleep 1 # the caches warm
-    # Packets the flows that output counted (the interfaces' statistics
-    # in the database lag by seconds), before and after.
+    # Packets of the flows that output and of those that drop (one dump:
+    # a dump of thousands of flows takes a while, during which the PMD
+    # goes on; the share is of the two deltas, one window).
     fwd() { ovs-ofctl -O OpenFlow13 dump-flows "unix:$work/br0.mgmt" |
-        awk '/output:2/ { match($0, /n_packets=[0-9]+/); s += substr($0, RSTART + 10, RLENGTH - 10) } END { print s + 0 }'; }
-    $A dpif-netdev/pmd-stats-clear >/dev/null
-    local f0 f1 stats
+        awk 'match($0, /n_packets=[0-9]+/) { n = substr($0, RSTART + 10, RLENGTH - 10); if (/output:2/) o += n; else if (/actions=drop/) d += n }
+             END { print o + 0, d + 0 }'; }
+    local f0 f1 stats t0 t1
     f0=$(fwd)
+    # The rate over the time between the statistics' clear and their read
+    # (the flows' dumps are outside it).
+    $A dpif-netdev/pmd-stats-clear >/dev/null
+    t0=$(date +%s.%N)
     sleep "$DUR"
     stats=$($A dpif-netdev/pmd-stats-show)
+    t1=$(date +%s.%N)
     f1=$(fwd)
     ovs_down
     local pkts cyc
     pkts=$(echo "$stats" | awk '/packets received:/ {print $3; exit}')
     cyc=$(echo "$stats" | awk '/avg processing cycles per packet:/ {print $6; exit}')
-    python3 -c "print('%.3f %.4f %s' % ($pkts / $DUR / 1e6, min(($f1 - $f0) / max($pkts, 1), 1.0), '$cyc'))"
+    python3 -c "
+o0, d0 = map(int, '$f0'.split()); o1, d1 = map(int, '$f1'.split())
+print('%.3f %.4f %s' % ($pkts / ($t1 - $t0) / 1e6, (o1 - o0) / max(o1 - o0 + d1 - d0, 1), '$cyc'))"
+}
+
+# A ClassBench set's trace once through OVS (no infinite_rx; the flows in
+# place before the input port exists) and through `cfdp replay`: the
+# rules whose packet counts differ, printed with the first few.
+verdict_diffs() { # set
+    local w=$1 V="ovs-vsctl --db=unix:$work/db.sock" O="ovs-ofctl -O OpenFlow13"
+    local A="ovs-appctl -t $work/vswitchd.ctl" want got=0
+    # cfdp first: the frames it read are the capture's.
+    target/release/cfdp replay "$work/$w.pcap" --rules "$work/$w.count.json" --workers 1 \
+        >"$work/replay.json" 2>/dev/null
+    want=$(python3 -c "import json; print(json.load(open('$work/replay.json'))['totals']['packets'])")
+    ovs_up
+    # Upcalls past the datapath's flow limit fail and lose their packet
+    # (OVS starts the limit at 10,000 flows and adapts it): raised, so
+    # that every frame of the one pass is counted.
+    $A upcall/set-flow-limit 200000 >/dev/null
+    $V add-br br0 -- set bridge br0 datapath_type=netdev
+    $V add-port br0 out -- set Interface out type=dpdk "options:dpdk-devargs=$out_dev" ofport_request=2
+    $O del-flows "unix:$work/br0.mgmt"
+    $O add-flows "unix:$work/br0.mgmt" "$work/$w.flows"
+    $V add-port br0 in -- set Interface in type=dpdk \
+        "options:dpdk-devargs=net_pcap0,rx_pcap=$work/$w.pcap" ofport_request=1
+    # Until every frame of the capture is counted by some flow or its
+    # upcall failed (packets whose upcall fails OVS drops uncounted), two
+    # reads apart with nothing new, or 120 s (OVS takes ~30 s on ipc1).
+    local lost=0 seen=-1
+    for _ in $(seq 1 240); do
+        $O dump-flows "unix:$work/br0.mgmt" >"$work/ovs-flows.txt"
+        got=$(awk '{ if (match($0, /n_packets=[0-9]+/)) s += substr($0, RSTART + 10, RLENGTH - 10) } END { print s + 0 }' "$work/ovs-flows.txt")
+        lost=$($A dpif-netdev/pmd-stats-show | awk '/miss with failed upcall:/ { s += $5 } END { print s + 0 }')
+        [ $((got + lost)) -ge "$want" ] && [ "$got" = "$seen" ] && break
+        seen=$got
+        sleep 0.5
+    done
+    ovs_down
+    python3 - "$work/ovs-flows.txt" "$work/replay.json" "$want" "$lost" <<'PY'
+import collections, json, re, sys
+flows, replay, want, lost = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ovs = collections.Counter()
+for line in open(flows):
+    c, n = re.search(r"cookie=(0x[0-9a-f]+|\d+)", line), re.search(r"n_packets=(\d+)", line)
+    if c and n:
+        ovs[int(c.group(1), 0)] += int(n.group(1))
+j = json.load(open(replay))
+cfdp = collections.Counter({r["id"]: r["packets"] for r in j["rule_counters"] if r["packets"]})
+# Packets no rule took: OVS's drop flow (cookie 0); cfdp's the rest.
+cfdp[0] = j["totals"]["packets"] - sum(cfdp.values())
+# Frames OVS did not count: at most its failed upcalls (a failed upcall
+# loses its packet, except where OVS still runs its actions uninstalled).
+missing = want - sum(ovs.values())
+if j["totals"]["packets"] != want or not 0 <= missing <= lost:
+    sys.exit(f"ovs.sh: the trace's {want} frames: OVS counted {sum(ovs.values())} with {lost} failed upcalls, cfdp {j['totals']['packets']}")
+# A rule that took more packets in OVS than in cfdp differs; those that
+# took fewer are short by the frames OVS lost, in all, when none took more.
+more = sorted(k for k in set(ovs) | set(cfdp) if ovs[k] > cfdp[k])
+fewer = sorted(k for k in set(ovs) | set(cfdp) if ovs[k] < cfdp[k])
+for k in more[:5]:
+    print(f"  rule {k}: OVS {ovs[k]}, cfdp {cfdp[k]}", file=sys.stderr)
+print(f"ovs.sh: {want} frames, {missing} lost by OVS ({lost} failed upcalls), {len(fewer)} rules short of them", file=sys.stderr)
+print(len(more))
+PY
 }
 
 run_testpmd() { # workload
@@ -240,7 +398,7 @@ run_testpmd() { # workload
 median() { sort -n | awk '{a[NR]=$1} END {printf "%s", a[int((NR+1)/2)]}'; }
 rows=()
 echo "machine: $model, $(nproc) cores, $mhz MHz, SIMD $simd; $DUR s a run, $ROUNDS rounds"
-for w in forward-all forward-all-v6 udp-stateful; do
+for w in ${WORKLOADS:-forward-all forward-all-v6 udp-stateful tcp-stateful} "${sets[@]}"; do
     c_r=() c_f=() o_r=() o_f=() o_c=() t_r=()
     for _ in $(seq 1 "$ROUNDS"); do
         read -r r f < <(run_cfdp "$w")
@@ -257,15 +415,21 @@ for w in forward-all forward-all-v6 udp-stateful; do
     tc=$([ -n "$tr" ] && python3 -c "print('%.0f' % ($mhz / $tr))" || echo "")
     printf '%-13s cfdp %7s Mpps (%s cyc, fwd %s) | OVS %7s Mpps (%s cyc, fwd %s) | testpmd io %7s | cfdp/OVS %s\n' \
         "$w" "$cr" "$cc" "$cf" "$or" "$oc" "$of" "${tr:--}" "$(python3 -c "print('%.2f' % ($cr / $or))")"
-    rows+=("$w,cfdp,$cr,$cc,$cf" "$w,ovs-dpdk,$or,$oc,$of")
-    [ -n "$tr" ] && rows+=("$w,testpmd-io,$tr,$tc,")
+    vd=""
+    if [[ " ${sets[*]} " == *" $w "* ]]; then
+        vd=$(verdict_diffs "$w")
+        echo "$w: $vd rules whose packet counts differ between OVS and cfdp"
+        [ "$vd" = 0 ] || { echo "ovs.sh: $w: verdicts differ" >&2; exit 1; }
+    fi
+    rows+=("$w,cfdp,$cr,$cc,$cf,$vd" "$w,ovs-dpdk,$or,$oc,$of,$vd")
+    [ -n "$tr" ] && rows+=("$w,testpmd-io,$tr,$tc,,")
 done
 commit=$(git rev-parse --short HEAD)
 git status --porcelain --untracked-files=no -- . ':!bench/results' | grep -q . && commit="$commit-dirty"
 ovs_v=$($vswitchd --version | head -1 | awk '{print $NF}')
 {
     echo "# run $(date -u +%Y-%m-%dT%H:%MZ), commit $commit, $model, $(nproc) cores, $mhz MHz, SIMD ${simd:-none}; one forwarding core each on net_pcap(infinite_rx) -> net_null(no-rx), 2 MB huge pages; cfdp one DPDK worker (verify mode); OVS $ovs_v (netdev datapath, one PMD, emc-insert-inv-prob=$OVS_EMC_INV, smc-enable=$OVS_SMC, default dpcls); testpmd io; $DUR s a run, medians of $ROUNDS alternated rounds; cycles: OVS's pmd-stats, others CPU MHz / Mpps"
-    echo "workload,impl,mpps,cycles_per_packet,forwarded_share"
+    echo "workload,impl,mpps,cycles_per_packet,forwarded_share,verdict_diffs"
     printf '%s\n' "${rows[@]}"
 } >"$csv"
 echo "wrote $csv"

@@ -24,10 +24,16 @@ const ICMPV6: u8 = 58;
 /// frame that is not IP is not judged here (`true`); so is an IPv4 UDP
 /// datagram without a checksum (0).
 pub fn transport_checksum_ok(link: LinkType, frame: &[u8]) -> bool {
-    let LinkResult::Ip(l3) = locate_ip(link, frame) else {
-        return true;
+    // The common frame, Ethernet without a VLAN tag carrying IPv4 or
+    // IPv6, without the link layer's general walk.
+    let l3 = match (link, frame.get(12..14)) {
+        (LinkType::Ethernet, Some([0x08, 0x00] | [0x86, 0xdd])) => 14,
+        _ => match locate_ip(link, frame) {
+            LinkResult::Ip(l3) => l3.offset,
+            _ => return true,
+        },
     };
-    let Some(ip) = frame.get(l3.offset..) else {
+    let Some(ip) = frame.get(l3..) else {
         return true;
     };
     plain(ip).unwrap_or_else(|| general(ip))
@@ -95,8 +101,12 @@ fn general(ip: &[u8]) -> bool {
 /// segment too short to be one).
 fn check(pseudo: u64, proto: u8, seg: &[u8], v6: bool) -> Option<bool> {
     // Protocol and upper-layer length (IPv4: 16 bits; IPv6: 32 bits, the
-    // same sum).
-    let with_pseudo = pseudo + u64::from(proto) + seg.len() as u64;
+    // same sum below 64 KB, and a longer segment is a jumbogram, not read
+    // here), as the big-endian words they are, in the byte-swapped sum
+    // ([`sum`]).
+    let len = u16::try_from(seg.len()).ok()?;
+    let with_pseudo =
+        pseudo + u64::from(u16::from(proto).swap_bytes()) + u64::from(len.swap_bytes());
     let total = match proto {
         proto::TCP if seg.len() >= 20 => sum(with_pseudo, seg),
         proto::UDP if seg.len() >= 8 => {
@@ -109,24 +119,29 @@ fn check(pseudo: u64, proto: u8, seg: &[u8], v6: bool) -> Option<bool> {
         ICMPV6 if v6 && seg.len() >= 8 => sum(with_pseudo, seg),
         _ => return None,
     };
+    // 0xffff is its own byte swap: the swapped sum says it as well.
     Some(fold(total) == 0xffff)
 }
 
-/// `acc` plus `b` as big-endian 16-bit words (an odd last byte padded
-/// with zero), four bytes at a time: a sum of 32-bit words folds to the
-/// same ones' complement sum.
+/// `acc` plus `b`'s 16-bit words (an odd last byte padded with zero),
+/// summed byte-swapped: every word read little-endian, eight bytes at a
+/// time. The ones' complement sum of byte-swapped words is the byte swap
+/// of the sum (RFC 1071, "byte order independence"), so no load needs a
+/// swap; a 64-bit word is added as its two 32-bit halves, whose carries
+/// the 64-bit accumulator keeps (folded by [`fold`]).
 fn sum(mut acc: u64, b: &[u8]) -> u64 {
-    let mut quads = b.chunks_exact(4);
-    for q in &mut quads {
-        acc += u64::from(u32::from_be_bytes([q[0], q[1], q[2], q[3]]));
+    let mut octets = b.chunks_exact(8);
+    for o in &mut octets {
+        let w = u64::from_le_bytes([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]]);
+        acc += (w & 0xffff_ffff) + (w >> 32);
     }
-    let rest = quads.remainder();
+    let rest = octets.remainder();
     let mut words = rest.chunks_exact(2);
     for w in &mut words {
-        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        acc += u64::from(u16::from_le_bytes([w[0], w[1]]));
     }
     if let [last] = words.remainder() {
-        acc += u64::from(*last) << 8;
+        acc += u64::from(*last);
     }
     acc
 }
@@ -208,5 +223,50 @@ mod tests {
             transport_checksum_ok(LinkType::Ethernet, &cut),
             "cut short: not judged"
         );
+    }
+
+    /// Every payload length from 0 to 80 bytes (every remainder of the
+    /// eight-byte sum, odd and even), TCP and UDP, IPv4 and IPv6, with
+    /// etherparse's checksums: right ones pass, and a checksum one off, or
+    /// a payload byte moved by one, fails.
+    #[test]
+    fn every_length_sums_as_etherparse_does() {
+        for len in 0..=80usize {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+            let v4 = || PacketBuilder::ethernet2(MAC, MAC).ipv4([192, 0, 2, 1], [10, 9, 8, 7], 64);
+            let v6 = || PacketBuilder::ethernet2(MAC, MAC).ipv6([0xfe; 16], [7; 16], 64);
+            let mut frames = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+            v4().tcp(4000, 80, 0xdead_beef, 512)
+                .write(&mut frames[0], &payload)
+                .unwrap();
+            v4().udp(53, 4000).write(&mut frames[1], &payload).unwrap();
+            v6().tcp(4000, 443, 7, 512)
+                .write(&mut frames[2], &payload)
+                .unwrap();
+            v6().udp(4000, 53).write(&mut frames[3], &payload).unwrap();
+            for (k, f) in frames.iter().enumerate() {
+                assert!(
+                    transport_checksum_ok(LinkType::Ethernet, f),
+                    "len {len} frame {k}"
+                );
+                let l4 = if k < 2 { 34 } else { 54 };
+                let at = l4 + if k % 2 == 0 { 16 } else { 6 };
+                let mut off = f.clone();
+                let c = u16::from_be_bytes([off[at], off[at + 1]]).wrapping_add(1);
+                off[at..at + 2].copy_from_slice(&c.to_be_bytes());
+                assert!(
+                    !transport_checksum_ok(LinkType::Ethernet, &off),
+                    "len {len} frame {k}"
+                );
+                if let Some(last) = f.len().checked_sub(1).filter(|_| len > 0) {
+                    let mut moved = f.clone();
+                    moved[last] = moved[last].wrapping_add(1);
+                    assert!(
+                        !transport_checksum_ok(LinkType::Ethernet, &moved),
+                        "len {len} frame {k}"
+                    );
+                }
+            }
+        }
     }
 }

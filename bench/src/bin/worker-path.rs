@@ -7,7 +7,12 @@
 //!   with a priority: a multi-field rule), allow;
 //! - `prefixes`: eight destination-prefix rules and a catch-all drop
 //!   (the frames hit the prefixes and the catch-all half and half);
-//! - `flows-1k`: 1,000 exact-flow rules, 1 % of the frames matching.
+//! - `flows-1k`: 1,000 exact-flow rules, 1 % of the frames matching;
+//! - `udp-stateful`: 4,096 UDP conversations from 10/8, each request
+//!   followed by its answer, through a stateful rule ("allow + track"
+//!   for 10/8, a catch-all drop) and a connection table: after the
+//!   first pass every frame is an established connection's (the
+//!   stateful row of the worker-path issue: ≥ 0.9× `allow-all`'s rate).
 //!
 //! Rounds alternate between the workloads; medians. With `--passes N` a
 //! fixed amount of work (N passes over the frames) for `callgrind`'s
@@ -24,15 +29,18 @@ use cfdp_bench::{
     arg_u64_list, bench_flow, is_quick, machine_description, median, results_path, udp_frame,
     write_csv, SplitMix,
 };
+use cfdp_conntrack::{ConnTable, Timeouts};
 use cfdp_control::RuleStore;
 use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
-use cfdp_rules::{Action, Match, Rule};
+use cfdp_rules::{Action, HashSecret, Match, Rule};
 
-/// A workload: its name, its rules, its frames.
+/// A workload: its name, its rules, its frames, and whether its rules
+/// track connections (a connection table of their own).
 struct Workload {
     name: &'static str,
     rules: Vec<Rule>,
     frames: Vec<Vec<u8>>,
+    tracked: bool,
 }
 
 fn parse(text: &str) -> Vec<Rule> {
@@ -52,6 +60,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
             r#"{"rules": [{"id": 1, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "allow"}]}"#,
         ),
         frames: frames(&mut |r| bench_flow(r % (1 << 30))),
+        tracked: false,
     };
     // Eight /16s of 10.0.0.0/8 allowed and the rest dropped: half the
     // frames go to one of the eight (bench_flow's sources are 10/8; the
@@ -78,6 +87,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
             });
             k
         }),
+        tracked: false,
     };
     let n = 1000;
     let flows = Workload {
@@ -96,8 +106,26 @@ fn workloads(pool: usize) -> Vec<Workload> {
                 bench_flow(n + (r >> 8) % (1 << 30))
             }
         }),
+        tracked: false,
     };
-    vec![allow_all, prefixes, flows]
+    // Each conversation's request (from 10/8) and then its answer.
+    let conversations = 4096;
+    let stateful = Workload {
+        name: "udp-stateful",
+        rules: parse(
+            r#"{"rules": [
+              {"id": 1, "priority": 10, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"}, "action": "allow", "track": true},
+              {"id": 2, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}"#,
+        ),
+        frames: (0..pool as u64)
+            .map(|i| {
+                let k = bench_flow((i / 2) % conversations);
+                udp_frame(&if i % 2 == 0 { k } else { k.reply() })
+            })
+            .collect(),
+        tracked: true,
+    };
+    vec![allow_all, prefixes, flows, stateful]
 }
 
 fn main() {
@@ -125,7 +153,13 @@ fn main() {
         .collect();
     let stores: Vec<_> = loads
         .iter()
-        .map(|w| RuleStore::fixed(&w.rules[..], Mode::Verify, 1).expect("rules load"))
+        .map(|w| {
+            let table = w.tracked.then(|| {
+                let t = ConnTable::new(1 << 16, Timeouts::default(), HashSecret::from_seed(3));
+                std::sync::Arc::new(t.expect("connection table"))
+            });
+            RuleStore::fixed_tracked(&w.rules[..], Mode::Verify, 1, table).expect("rules load")
+        })
         .collect();
     println!("machine: {}", machine_description());
     println!("one worker, 64-byte UDP frames from memory, median of {rounds} rounds");

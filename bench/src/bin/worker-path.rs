@@ -12,7 +12,13 @@
 //!   followed by its answer, through a stateful rule ("allow + track"
 //!   for 10/8, a catch-all drop) and a connection table: after the
 //!   first pass every frame is an established connection's (the
-//!   stateful row of the worker-path issue: ≥ 0.9× `allow-all`'s rate).
+//!   stateful row of the worker-path issue: ≥ 0.9× `allow-all`'s rate);
+//! - each ClassBench set in `CLASSBENCH_SETS` (default `acl1_10k`) found
+//!   in `CLASSBENCH` (default `../shared/classbench`; skipped, and said,
+//!   when absent): the set allowing, its trace's frames, and beside it the
+//!   classifier alone (`classify_burst` over the trace's keys in bursts
+//!   of 32, as the `classbench` bench's batched rate) in the same rounds:
+//!   the issue's "worker within 15 % of the classifier's batched rate".
 //!
 //! Rounds alternate between the workloads; medians. With `--passes N` a
 //! fixed amount of work (N passes over the frames) for `callgrind`'s
@@ -23,6 +29,7 @@
 //! cfdp-bench --bin worker-path [-- --quick]`.
 #![forbid(unsafe_code)]
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cfdp_bench::{
@@ -31,16 +38,19 @@ use cfdp_bench::{
 };
 use cfdp_conntrack::{ConnTable, Timeouts};
 use cfdp_control::RuleStore;
+use cfdp_engine::acl::AclClassifier;
 use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
-use cfdp_rules::{Action, HashSecret, Match, Rule};
+use cfdp_rules::{AclRule, Action, FlowKey, HashSecret, Match, Rule};
 
-/// A workload: its name, its rules, its frames, and whether its rules
-/// track connections (a connection table of their own).
+/// A workload: its name, its rules, its frames, whether its rules track
+/// connections (a connection table of their own), and for a ClassBench
+/// set its rules as the classifier takes them (for the classifier alone).
 struct Workload {
     name: &'static str,
     rules: Vec<Rule>,
     frames: Vec<Vec<u8>>,
     tracked: bool,
+    acl: Vec<AclRule>,
 }
 
 fn parse(text: &str) -> Vec<Rule> {
@@ -61,6 +71,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
         ),
         frames: frames(&mut |r| bench_flow(r % (1 << 30))),
         tracked: false,
+        acl: Vec::new(),
     };
     // Eight /16s of 10.0.0.0/8 allowed and the rest dropped: half the
     // frames go to one of the eight (bench_flow's sources are 10/8; the
@@ -88,6 +99,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
             k
         }),
         tracked: false,
+        acl: Vec::new(),
     };
     let n = 1000;
     let flows = Workload {
@@ -107,6 +119,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
             }
         }),
         tracked: false,
+        acl: Vec::new(),
     };
     // Each conversation's request (from 10/8) and then its answer.
     let conversations = 4096;
@@ -124,8 +137,83 @@ fn workloads(pool: usize) -> Vec<Workload> {
             })
             .collect(),
         tracked: true,
+        acl: Vec::new(),
     };
-    vec![allow_all, prefixes, flows, stateful]
+    let mut all = vec![allow_all, prefixes, flows, stateful];
+    all.extend(classbench_sets());
+    all
+}
+
+/// The ClassBench workloads (see the module docs): rules allowing, the
+/// trace's frames (`cfdp_testkit::trace::frame`, 64 bytes).
+fn classbench_sets() -> Vec<Workload> {
+    let dir = std::env::var("CLASSBENCH").map_or_else(
+        |_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/classbench"),
+        PathBuf::from,
+    );
+    let sets = std::env::var("CLASSBENCH_SETS").unwrap_or_else(|_| "acl1_10k".into());
+    let mut out = Vec::new();
+    for set in sets.split_whitespace() {
+        let (Ok(rules), Ok(trace)) = (
+            std::fs::read_to_string(dir.join(set)),
+            std::fs::read_to_string(dir.join(format!("{set}_trace"))),
+        ) else {
+            println!("worker-path: {set} not found in {}: skipped", dir.display());
+            continue;
+        };
+        let import = cfdp_rules::acl::classbench::parse_rules(&rules, Action::Allow)
+            .unwrap_or_else(|e| panic!("{set}: {e}"));
+        let trace = cfdp_rules::acl::classbench::parse_trace(&trace)
+            .unwrap_or_else(|e| panic!("{set}_trace: {e}"));
+        out.push(Workload {
+            name: Box::leak(set.to_string().into_boxed_str()),
+            rules: import.rules.iter().map(AclRule::to_rule).collect(),
+            frames: trace
+                .iter()
+                .filter_map(|p| cfdp_testkit::trace::frame(&p.key))
+                .collect(),
+            tracked: false,
+            acl: import.rules,
+        });
+    }
+    out
+}
+
+/// The classifier alone over workload `w`'s frames (`None` for a
+/// workload that is not a ClassBench set): the classifier and the frames'
+/// keys, decoded once, before timing.
+fn classifier_of(w: &Workload) -> Option<(AclClassifier, Vec<FlowKey>)> {
+    if w.acl.is_empty() {
+        return None;
+    }
+    // Compiled, as the rule store builds it for the worker (and as the
+    // `classbench` bench measures it).
+    let mut c = AclClassifier::with_rules(&w.acl).expect("ClassBench ids are unique");
+    if let Err(e) = c.compile() {
+        println!("worker-path: {}: the compiled layer refused ({e}): the classifier alone runs without it, as the worker does", w.name);
+    }
+    let keys: Vec<FlowKey> = w
+        .frames
+        .iter()
+        .filter_map(
+            |f| match cfdp_packet::decode(cfdp_packet::LinkType::Ethernet, f) {
+                cfdp_packet::Decoded::Ip(ip) => Some(ip.key),
+                _ => None,
+            },
+        )
+        .collect();
+    Some((c, keys))
+}
+
+/// Million packets a second through `c.classify_burst`, bursts of 32.
+fn classify_rate(c: &AclClassifier, keys: &[FlowKey]) -> f64 {
+    let mut out = [None; 32];
+    let t = Instant::now();
+    for burst in keys.chunks(32) {
+        c.classify_burst(burst, &mut out[..burst.len()]);
+        std::hint::black_box(&out);
+    }
+    keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6
 }
 
 fn main() {
@@ -161,9 +249,16 @@ fn main() {
             RuleStore::fixed_tracked(&w.rules[..], Mode::Verify, 1, table).expect("rules load")
         })
         .collect();
+    // The classifier alone beside each ClassBench set (not under
+    // `--passes`: instruction counts are of the worker).
+    let alone: Vec<_> = loads
+        .iter()
+        .map(|w| passes.is_none().then(|| classifier_of(w)).flatten())
+        .collect();
     println!("machine: {}", machine_description());
-    println!("one worker, 64-byte UDP frames from memory, median of {rounds} rounds");
+    println!("one worker, 64-byte frames from memory, median of {rounds} rounds");
     let mut mpps = vec![Vec::new(); loads.len()];
+    let mut alone_mpps = vec![Vec::new(); loads.len()];
     for _ in 0..rounds {
         for (i, (w, (_store, cx))) in loads.iter().zip(&stores).enumerate() {
             let mut worker = Worker::new(cx, 0, WorkerOptions::default());
@@ -172,10 +267,28 @@ fn main() {
             let start = Instant::now();
             let done = run_worker(&mut backend, &mut worker, &tables).packets;
             mpps[i].push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
+            if let Some((c, keys)) = &alone[i] {
+                alone_mpps[i].push(classify_rate(c, keys));
+            }
         }
     }
+    let rows = report(&loads, &mut mpps, &mut alone_mpps);
+    let path = if passes.is_some() {
+        let dir = results_path("quick");
+        std::fs::create_dir_all(&dir).expect("results/quick");
+        dir.join("worker_path.csv")
+    } else {
+        results_path("worker_path.csv")
+    };
+    write_csv(&path, "workload,rules,mpps,ns_per_packet", &rows).expect("write CSV");
+    println!("wrote {}", path.display());
+}
+
+/// The table printed and the CSV rows: each workload's median rate, then
+/// the classifier alone beside the ClassBench sets.
+fn report(loads: &[Workload], mpps: &mut [Vec<f64>], alone_mpps: &mut [Vec<f64>]) -> Vec<String> {
     let mut rows = Vec::new();
-    for (w, m) in loads.iter().zip(&mut mpps) {
+    for (w, m) in loads.iter().zip(mpps) {
         let m = median(m);
         println!(
             "  {:<10} {:>6} rules {m:>7.2} Mpps {:>6.1} ns/packet",
@@ -190,13 +303,18 @@ fn main() {
             1e3 / m
         ));
     }
-    let path = if passes.is_some() {
-        let dir = results_path("quick");
-        std::fs::create_dir_all(&dir).expect("results/quick");
-        dir.join("worker_path.csv")
-    } else {
-        results_path("worker_path.csv")
-    };
-    write_csv(&path, "workload,rules,mpps,ns_per_packet", &rows).expect("write CSV");
-    println!("wrote {}", path.display());
+    for (w, a) in loads.iter().zip(alone_mpps) {
+        if a.is_empty() {
+            continue;
+        }
+        let a = median(a);
+        let name = format!("{} (classifier alone)", w.name);
+        println!(
+            "  {name:<10} {:>6} rules {a:>7.2} Mpps {:>6.1} ns/packet",
+            w.rules.len(),
+            1e3 / a
+        );
+        rows.push(format!("{name},{},{a:.3},{:.1}", w.rules.len(), 1e3 / a));
+    }
+    rows
 }

@@ -570,6 +570,15 @@ fn sweeps_wait_for_the_slowest_worker() {
     assert_eq!(t.sweep(100 * S), 1);
 }
 
+/// Connection `k` opened (SYN, sequence 100) and answered (SYN-ACK,
+/// sequence 900) at time 0: the client's ACK of 901 makes it established.
+fn syn_answered(t: &ConnTable, k: &FlowKey) {
+    t.open(k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
+        .unwrap();
+    t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
+        .unwrap();
+}
+
 /// A RST far out of an established connection's window is invalid: no
 /// entry answers it (it meets the rules), the connection stays, and the
 /// table counts it; the exact RST closes the connection.
@@ -577,10 +586,7 @@ fn sweeps_wait_for_the_slowest_worker() {
 fn a_blind_reset_is_invalid_counted_and_changes_nothing() {
     let t = table(1024);
     let k = tcp(1);
-    t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
-        .unwrap();
-    t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
-        .unwrap();
+    syn_answered(&t, &k);
     t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
     assert_eq!(
         t.lookup(&k.reply(), seg(RST, 900 + (1 << 30), 0), 60, S),
@@ -607,10 +613,7 @@ fn an_inexact_reset_leaves_the_connection_ten_seconds() {
     let close = 10 * S;
     for (i, later) in [(1, false), (2, true)] {
         let k = tcp(i);
-        t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
-            .unwrap();
-        t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
-            .unwrap();
+        syn_answered(&t, &k);
         t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
         t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
         let h = t.lookup(&k.reply(), seg(RST, 1000, 0), 60, S).unwrap();
@@ -634,10 +637,7 @@ fn an_inexact_reset_leaves_the_connection_ten_seconds() {
 fn after_retransmissions_a_reset_leaves_the_retransmission_timeout() {
     let t = table(1024);
     let k = tcp(3);
-    t.open(&k, seg(SYN, 100, 0), 1, Action::Allow, 60, 0)
-        .unwrap();
-    t.lookup(&k.reply(), seg(SYN | ACK, 900, 101), 60, 0)
-        .unwrap();
+    syn_answered(&t, &k);
     for _ in 0..5 {
         t.lookup(&k, seg(ACK, 101, 901), 60, 0).unwrap();
     }

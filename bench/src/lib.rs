@@ -39,6 +39,14 @@ pub fn results_path(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// `bench/results/quick/NAME`, whatever the mode: where a run that is
+/// not the committed figure (a `--passes N` run for callgrind) writes.
+pub fn side_results_path(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/quick");
+    let _ = fs::create_dir_all(&dir);
+    dir.join(name)
+}
+
 /// One comment line naming the run: UTC date, the commit of the tree the
 /// binary was started in (with `-dirty` when it has uncommitted changes)
 /// and the machine. Every CSV starts with it, so a figure can be traced.

@@ -18,8 +18,8 @@
 use std::time::Instant;
 
 use cfdp_bench::{
-    arg_u64_list, bench_flow, is_quick, machine_description, median, results_path, udp_frame,
-    write_csv, SplitMix,
+    arg_u64_list, bench_flow, is_quick, machine_description, median, results_path,
+    side_results_path, udp_frame, write_csv, SplitMix,
 };
 use cfdp_control::RuleStore;
 use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
@@ -142,9 +142,7 @@ fn main() {
         }
     }
     let path = if passes.is_some() && !quick {
-        let dir = results_path("quick");
-        std::fs::create_dir_all(&dir).expect("results/quick");
-        dir.join("pipeline-passes.csv")
+        side_results_path("pipeline-passes.csv")
     } else {
         results_path("pipeline.csv")
     };

@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cfdp_bench::{
-    arg_u64_list, bench_flow, is_quick, machine_description, median, results_path, udp_frame,
-    write_csv, SplitMix,
+    arg_u64_list, bench_flow, is_quick, machine_description, median, results_path,
+    side_results_path, udp_frame, write_csv, SplitMix,
 };
 use cfdp_conntrack::{ConnTable, Timeouts};
 use cfdp_control::RuleStore;
@@ -274,9 +274,7 @@ fn main() {
     }
     let rows = report(&loads, &mut mpps, &mut alone_mpps);
     let path = if passes.is_some() {
-        let dir = results_path("quick");
-        std::fs::create_dir_all(&dir).expect("results/quick");
-        dir.join("worker_path.csv")
+        side_results_path("worker_path.csv")
     } else {
         results_path("worker_path.csv")
     };

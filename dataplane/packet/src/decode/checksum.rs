@@ -24,16 +24,10 @@ const ICMPV6: u8 = 58;
 /// frame that is not IP is not judged here (`true`); so is an IPv4 UDP
 /// datagram without a checksum (0).
 pub fn transport_checksum_ok(link: LinkType, frame: &[u8]) -> bool {
-    // The common frame, Ethernet without a VLAN tag carrying IPv4 or
-    // IPv6, without the link layer's general walk.
-    let l3 = match (link, frame.get(12..14)) {
-        (LinkType::Ethernet, Some([0x08, 0x00] | [0x86, 0xdd])) => 14,
-        _ => match locate_ip(link, frame) {
-            LinkResult::Ip(l3) => l3.offset,
-            _ => return true,
-        },
+    let LinkResult::Ip(l3) = locate_ip(link, frame) else {
+        return true;
     };
-    let Some(ip) = frame.get(l3..) else {
+    let Some(ip) = frame.get(l3.offset..) else {
         return true;
     };
     plain(ip).unwrap_or_else(|| general(ip))

@@ -86,6 +86,8 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 pub(crate) fn locate_ip(link: LinkType, frame: &[u8]) -> LinkResult {
     match link {
         LinkType::Ethernet => match be16(frame, 12) {
+            // The common frame, IP without a tag, without the tag walk.
+            Some(ET_IPV4 | ET_IPV6) => ip_at(14),
             Some(et) => ether_payload(frame, 14, et, 0),
             None => LinkResult::Malformed(Malformed::LinkTruncated),
         },

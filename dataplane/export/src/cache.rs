@@ -1,12 +1,33 @@
 //! A worker's flow cache: a record per flow, finished when the flow is
-//! idle, active too long, ended (TCP FIN or RST), or when the cache is
-//! full (its oldest records first, counted), and handed out to be sent.
+//! idle, active too long, ended (TCP FIN or RST), or when its place in
+//! the cache is wanted by a new flow (the oldest record there first,
+//! counted as early), and handed out to be sent.
 //!
 //! Time is the packets' own (a capture's timestamps in a replay), so a
-//! replay exports what a live run would have, and tests set it.
+//! replay exports what a live run would have, and tests set it. The cache
+//! keeps it to the millisecond, what IPFIX's `flowStartMilliseconds` and
+//! `flowEndMilliseconds` carry: a timeout falls on the millisecond tick.
+//!
+//! Layout: a set-associative table, [`WAYS`] records a set, each record
+//! one 64-byte cache line holding its key too ([`Way`]): a packet's flow
+//! is found by hashing its 5-tuple to one set and comparing at most
+//! [`WAYS`] keys; a new flow in a full set takes the place of that set's
+//! oldest record (by last packet), which is finished early
+//! (`flowEndReason` "lack of resources", counted). So a cached flow costs
+//! 64 bytes whatever the family, the table never grows or rehashes, and a
+//! full cache costs a new flow one record's export, not a scan of the
+//! cache — the flow caches of switching hardware work this way. The
+//! alternative it replaced, a `HashMap` evicting its oldest sixteenth by a
+//! select over every record, took ~160 bytes a flow and a scan of the
+//! whole cache every sixteenth of its capacity.
+//!
+//! Idle and active timeouts are found by a sweep that goes round the sets
+//! a [`SWEEP_PARTS`]th of the table at a time, one part each
+//! [`SWEEP_STEP_MS`] of packet time (a whole turn per ~1 s, as the sweep of
+//! the whole table each second did before), so no packet waits behind a
+//! sweep of the whole cache.
 
-use std::collections::hash_map::Entry as Slot;
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use cfdp_rules::FlowKey;
 
@@ -15,8 +36,9 @@ use crate::record::{EndReason, FlowRecord, Forwarding};
 /// A cache's bounds and timeouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheSettings {
-    /// Flows held at most; a new flow in a full cache first finishes the
-    /// oldest sixteenth of them (by last packet), counted as early.
+    /// Flows held at most (rounded up to whole sets of [`WAYS`]); a new
+    /// flow whose set is full first finishes that set's oldest record,
+    /// counted as early.
     pub capacity: usize,
     /// A flow with no packet for this long is finished (`flowEndReason`
     /// idle).
@@ -39,27 +61,116 @@ impl Default for CacheSettings {
     }
 }
 
-/// What the cache keeps of a flow besides its key.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    packets: u64,
+/// Records a set.
+pub const WAYS: usize = 4;
+/// The sweep's parts: one part of the sets each [`SWEEP_STEP_MS`].
+pub const SWEEP_PARTS: usize = 64;
+/// Packet time between two parts of the sweep (64 parts: 1.024 s a turn).
+pub const SWEEP_STEP_MS: u64 = 16;
+
+/// `flags`: the way holds a record.
+const USED: u8 = 1;
+/// `flags`: the key is IPv6.
+const V6: u8 = 2;
+/// `flags`: the forwarding status, two bits from here.
+const FWD_SHIFT: u8 = 2;
+
+/// One record and its key in one cache line. The last packet's time is
+/// kept as milliseconds after the first (a record ends as active before it
+/// could pass `u32::MAX`), the packet count in 32 bits (a record ends as
+/// active before it would wrap): what fits 64 bytes with IPv6 addresses.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default)]
+struct Way {
+    first_ms: u64,
     bytes: u64,
-    first_ns: u64,
-    last_ns: u64,
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dport: u16,
+    proto: u8,
+    /// [`USED`], [`V6`], the forwarding status.
+    flags: u8,
     port: u16,
-    forwarding: Forwarding,
+    packets: u32,
+    /// The last packet's time, in ms after `first_ms`.
+    last_ms: u32,
 }
 
-impl Entry {
-    fn record(&self, key: FlowKey, end: EndReason) -> FlowRecord {
+const _: () = assert!(std::mem::size_of::<Way>() == 64);
+
+fn forwarding_bits(f: Forwarding) -> u8 {
+    (match f {
+        Forwarding::Forwarded => 0,
+        Forwarding::Redirected => 1,
+        Forwarding::Dropped => 2,
+    }) << FWD_SHIFT
+}
+
+fn forwarding_of(flags: u8) -> Forwarding {
+    match (flags >> FWD_SHIFT) & 3 {
+        0 => Forwarding::Forwarded,
+        1 => Forwarding::Redirected,
+        _ => Forwarding::Dropped,
+    }
+}
+
+impl Way {
+    fn new(p: &Observed, now_ms: u64) -> Self {
+        Way {
+            first_ms: now_ms,
+            bytes: u64::from(p.len),
+            src: p.key.src,
+            dst: p.key.dst,
+            sport: p.key.sport,
+            dport: p.key.dport,
+            proto: p.key.proto,
+            flags: USED | if p.key.v6 { V6 } else { 0 } | forwarding_bits(p.forwarding),
+            port: p.port,
+            packets: 1,
+            last_ms: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn holds(&self, k: &FlowKey) -> bool {
+        self.flags & (USED | V6) == USED | if k.v6 { V6 } else { 0 }
+            && self.sport == k.sport
+            && self.dport == k.dport
+            && self.proto == k.proto
+            && self.src == k.src
+            && self.dst == k.dst
+    }
+
+    fn used(&self) -> bool {
+        self.flags & USED != 0
+    }
+
+    /// The last packet's time, in ms.
+    fn last(&self) -> u64 {
+        self.first_ms + u64::from(self.last_ms)
+    }
+
+    fn key(&self) -> FlowKey {
+        FlowKey {
+            v6: self.flags & V6 != 0,
+            src: self.src,
+            dst: self.dst,
+            proto: self.proto,
+            sport: self.sport,
+            dport: self.dport,
+        }
+    }
+
+    fn record(&self, end: EndReason) -> FlowRecord {
         FlowRecord {
-            key,
-            packets: self.packets,
+            key: self.key(),
+            packets: u64::from(self.packets),
             bytes: self.bytes,
-            first_ns: self.first_ns,
-            last_ns: self.last_ns,
+            first_ns: self.first_ms * 1_000_000,
+            last_ns: self.last() * 1_000_000,
             port: self.port,
-            forwarding: self.forwarding,
+            forwarding: forwarding_of(self.flags),
             end,
         }
     }
@@ -78,162 +189,236 @@ pub struct Observed {
     pub ends: bool,
 }
 
-/// One worker's flows (see the module docs).
-/// The cache's map: keys hashed by rapidhash under a random seed of the
-/// map's own (a flow key comes off the wire: nobody can compute offline
-/// keys that collide in it). std's SipHash cost the worker ~3× the
-/// packet's own cost with export on (`bench --bin flow-export`).
-type Flows = HashMap<FlowKey, Entry, rapidhash::quality::RandomState>;
+/// A key's set in a [`FlowCache`] ([`FlowCache::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place(usize);
 
+/// One set: [`WAYS`] records.
+type Set = [Way; WAYS];
+
+/// A worker's flow cache (plain data: one worker owns it).
 #[derive(Debug)]
 pub struct FlowCache {
-    flows: Flows,
-    settings: CacheSettings,
-    /// Finished records not yet taken ([`Self::take`]).
+    sets: Box<[Set]>,
+    /// The 5-tuple hash's seeds, random per cache: nobody can choose
+    /// addresses that crowd one set.
+    seeds: [u64; 5],
+    idle_ms: u64,
+    /// The active timeout, at most what a way's `last_ms` can hold.
+    active_ms: u64,
+    len: usize,
+    /// Records finished and not yet taken.
     done: Vec<FlowRecord>,
-    /// Packet time at which the next sweep for timeouts is due.
-    next_sweep_ns: u64,
-    /// Records finished early because the cache was full.
+    /// The sweep's next set and when its next part is due (ms).
+    sweep_at: usize,
+    sweep_due_ms: u64,
+    /// Records finished early because their set was full.
     early: u64,
 }
 
-/// Packet time between two sweeps for timeouts.
-const SWEEP_NS: u64 = 1_000_000_000;
+/// The 64×64→128-bit multiply folded to 64 bits (rapidhash's mix).
+#[inline(always)]
+fn mix(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+fn ms(ns: u64) -> u64 {
+    ns / 1_000_000
+}
 
 impl FlowCache {
     pub fn new(settings: CacheSettings) -> Self {
+        let sets = settings.capacity.max(1).div_ceil(WAYS);
+        // Seeds from the standard library's random keys (SipHash keyed
+        // per process and per `RandomState`).
+        let rs = std::collections::hash_map::RandomState::new();
+        let seeds = std::array::from_fn(|i| rs.hash_one(i) | 1);
         FlowCache {
-            flows: HashMap::with_capacity_and_hasher(
-                settings.capacity.min(1 << 12),
-                rapidhash::quality::RandomState::new(),
-            ),
-            settings: CacheSettings {
-                capacity: settings.capacity.max(1),
-                ..settings
-            },
+            sets: vec![[Way::default(); WAYS]; sets].into_boxed_slice(),
+            seeds,
+            idle_ms: ms(settings.idle_ns),
+            active_ms: ms(settings.active_ns).min(u64::from(u32::MAX)),
+            len: 0,
             done: Vec::new(),
-            next_sweep_ns: 0,
+            sweep_at: 0,
+            sweep_due_ms: 0,
             early: 0,
         }
     }
 
-    /// Flows held.
+    /// Flows held now.
     pub fn len(&self) -> usize {
-        self.flows.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.flows.is_empty()
+        self.len == 0
     }
 
-    /// Bytes the cache's table holds (its buckets: key, record and the
-    /// map's control byte each), whether full or not.
+    /// Flows the cache holds at most (its sets times [`WAYS`]).
+    pub fn capacity(&self) -> usize {
+        self.sets.len() * WAYS
+    }
+
+    /// The table's bytes (allocated whole at the start).
     pub fn memory_bytes(&self) -> usize {
-        let per = std::mem::size_of::<(FlowKey, Entry)>() + 1;
-        // The map's buckets: its capacity is 7/8 of a power of two.
-        (self.flows.capacity() * 8 / 7).next_power_of_two() * per
+        std::mem::size_of_val(&*self.sets)
     }
 
-    /// Records finished early because the cache was full, so far.
+    /// Records finished early so far because their set was full.
     pub fn early(&self) -> u64 {
         self.early
     }
 
-    /// Adds packet `p` to its flow's record (starting one), and finishes
-    /// records whose timeouts passed by `p`'s time. One hash of the key
-    /// but when a new flow meets a full cache.
+    /// The set of `k`: its keyed hash reduced to the set count by a
+    /// multiply (no power of two needed).
+    #[inline]
+    fn set_of(&self, k: &FlowKey) -> usize {
+        let s = u128::from_ne_bytes(k.src);
+        let d = u128::from_ne_bytes(k.dst);
+        let rest = u64::from(k.sport)
+            | u64::from(k.dport) << 16
+            | u64::from(k.proto) << 32
+            | u64::from(k.v6) << 40;
+        let z = &self.seeds;
+        let a = mix(s as u64 ^ z[0], (s >> 64) as u64 ^ z[1]);
+        let b = mix(d as u64 ^ z[2], (d >> 64) as u64 ^ z[3]);
+        let h = mix(a ^ rest, b ^ z[4]);
+        ((u128::from(h) * self.sets.len() as u128) >> 64) as usize
+    }
+
+    /// Where `k`'s record is in this cache: hashed once a packet, for a
+    /// prefetch ([`Self::address`]) a little ahead of
+    /// [`Self::observe_at`].
+    #[inline]
+    pub fn place(&self, k: &FlowKey) -> Place {
+        Place(self.set_of(k))
+    }
+
+    /// The address of a place's set (four cache lines), to prefetch.
+    #[inline]
+    pub fn address(&self, at: Place) -> *const u8 {
+        std::ptr::from_ref(&self.sets[at.0]).cast()
+    }
+
+    /// Adds a packet to its flow's record (starting one if none).
     pub fn observe(&mut self, p: &Observed) {
-        if p.ts_ns >= self.next_sweep_ns {
-            self.sweep(p.ts_ns);
-        }
-        let fresh = Entry {
-            packets: 1,
-            bytes: u64::from(p.len),
-            first_ns: p.ts_ns,
-            last_ns: p.ts_ns,
-            port: p.port,
-            forwarding: p.forwarding,
-        };
-        let full = self.flows.len() >= self.settings.capacity;
-        match self.flows.entry(p.key) {
-            Slot::Occupied(mut o) => {
-                let e = o.get_mut();
-                if p.ts_ns.saturating_sub(e.first_ns) >= self.settings.active_ns {
-                    self.done.push(e.record(p.key, EndReason::Active));
-                    *e = fresh;
-                } else {
-                    e.packets += 1;
-                    e.bytes += u64::from(p.len);
-                    e.last_ns = e.last_ns.max(p.ts_ns);
-                    e.forwarding = p.forwarding;
-                }
-                if p.ends {
-                    let e = o.remove();
-                    self.done.push(e.record(p.key, EndReason::EndOfFlow));
-                }
-            }
-            Slot::Vacant(v) if !full => {
-                if p.ends {
-                    self.done.push(fresh.record(p.key, EndReason::EndOfFlow));
-                } else {
-                    v.insert(fresh);
-                }
-            }
-            Slot::Vacant(_) => {
-                self.evict_oldest();
-                if p.ends {
-                    self.done.push(fresh.record(p.key, EndReason::EndOfFlow));
-                } else {
-                    self.flows.insert(p.key, fresh);
-                }
-            }
-        }
+        self.observe_at(self.place(&p.key), p);
     }
 
-    /// Finishes every record whose idle or active timeout passed at
-    /// `now_ns` (called by [`Self::observe`] once a second of packet
-    /// time; a worker with no packets calls it with its clock).
-    pub fn sweep(&mut self, now_ns: u64) {
-        self.next_sweep_ns = now_ns.saturating_add(SWEEP_NS);
-        let s = self.settings;
-        let done = &mut self.done;
-        self.flows.retain(|k, e| {
-            let end = if now_ns.saturating_sub(e.last_ns) >= s.idle_ns {
-                EndReason::Idle
-            } else if now_ns.saturating_sub(e.first_ns) >= s.active_ns {
-                EndReason::Active
+    /// [`Self::observe`] with the place this cache's [`Self::place`] gave
+    /// for `p.key` (another key's place would file the record in the
+    /// wrong set, where its flow's later packets would not find it).
+    pub fn observe_at(&mut self, at: Place, p: &Observed) {
+        debug_assert_eq!(at.0, self.set_of(&p.key), "a place of another key");
+        let now = ms(p.ts_ns);
+        if now >= self.sweep_due_ms {
+            self.sweep_parts(now);
+        }
+        let set = at.0;
+        let ways = &mut self.sets[set];
+        if let Some(w) = ways.iter_mut().find(|w| w.holds(&p.key)) {
+            let age = now.saturating_sub(w.first_ms);
+            // A record past a timeout the sweep has not reached yet ends
+            // here, as the sweep would have ended it.
+            let end = if now.saturating_sub(w.last()) >= self.idle_ms {
+                Some(EndReason::Idle)
+            } else if age >= self.active_ms || w.packets == u32::MAX {
+                Some(EndReason::Active)
             } else {
-                return true;
+                None
             };
-            done.push(e.record(*k, end));
-            false
-        });
+            if let Some(end) = end {
+                self.done.push(w.record(end));
+                *w = Way::new(p, now);
+            } else {
+                w.packets += 1;
+                w.bytes += u64::from(p.len);
+                // `age` < `active_ms` ≤ u32::MAX.
+                w.last_ms = w.last_ms.max(age as u32);
+                w.flags = w.flags & !(3 << FWD_SHIFT) | forwarding_bits(p.forwarding);
+            }
+            if p.ends {
+                self.done.push(w.record(EndReason::EndOfFlow));
+                *w = Way::default();
+                self.len -= 1;
+            }
+            return;
+        }
+        if p.ends {
+            self.done
+                .push(Way::new(p, now).record(EndReason::EndOfFlow));
+            return;
+        }
+        // The place a new record takes: a free way, or else the way with
+        // the oldest last packet.
+        let w = match ways.iter_mut().find(|w| !w.used()) {
+            Some(w) => {
+                self.len += 1;
+                w
+            }
+            None => {
+                let w = ways.iter_mut().min_by_key(|w| w.last()).expect("WAYS > 0");
+                self.done.push(w.record(EndReason::LackOfResources));
+                self.early += 1;
+                w
+            }
+        };
+        *w = Way::new(p, now);
     }
 
-    /// The cache is full: its oldest sixteenth (by last packet) finished
-    /// now, counted as early (`flowEndReason` lack of resources).
-    fn evict_oldest(&mut self) {
-        let n = (self.flows.len() / 16).max(1);
-        let mut lasts: Vec<u64> = self.flows.values().map(|e| e.last_ns).collect();
-        let (_, &mut cut, _) = lasts.select_nth_unstable(n - 1);
-        let mut left = n;
-        let done = &mut self.done;
-        self.flows.retain(|k, e| {
-            if left == 0 || e.last_ns > cut {
-                return true;
+    /// Finishes the records of sets `range` that are idle or active too
+    /// long at `now` (ms).
+    fn sweep_sets(&mut self, range: std::ops::Range<usize>, now: u64) {
+        let (idle, active) = (self.idle_ms, self.active_ms);
+        for set in &mut self.sets[range] {
+            for w in set.iter_mut().filter(|w| w.used()) {
+                let end = if now.saturating_sub(w.last()) >= idle {
+                    EndReason::Idle
+                } else if now.saturating_sub(w.first_ms) >= active {
+                    EndReason::Active
+                } else {
+                    continue;
+                };
+                self.done.push(w.record(end));
+                *w = Way::default();
+                self.len -= 1;
             }
-            left -= 1;
-            done.push(e.record(*k, EndReason::LackOfResources));
-            false
-        });
-        self.early += (n - left) as u64;
+        }
+    }
+
+    /// The sweep's parts due at `now` (ms): one, or all of them after a
+    /// gap in packet time of a whole turn or more.
+    fn sweep_parts(&mut self, now: u64) {
+        let behind = now.saturating_sub(self.sweep_due_ms) / SWEEP_STEP_MS + 1;
+        let parts = behind.min(SWEEP_PARTS as u64) as usize;
+        let n = self.sets.len();
+        let per = n.div_ceil(SWEEP_PARTS);
+        for _ in 0..parts {
+            let end = (self.sweep_at + per).min(n);
+            self.sweep_sets(self.sweep_at..end, now);
+            self.sweep_at = if end == n { 0 } else { end };
+        }
+        self.sweep_due_ms = now + SWEEP_STEP_MS;
+    }
+
+    /// Finishes every record that is idle or active too long at `now_ns`
+    /// (the whole table at once: an idle worker's tick, tests).
+    pub fn sweep(&mut self, now_ns: u64) {
+        self.sweep_sets(0..self.sets.len(), ms(now_ns));
     }
 
     /// Every record finished now, with `reason` (the end of a capture, a
     /// shutdown: forced end).
     pub fn flush(&mut self, reason: EndReason) {
-        let done = &mut self.done;
-        done.extend(self.flows.drain().map(|(k, e)| e.record(k, reason)));
+        for set in &mut self.sets {
+            for w in set.iter_mut().filter(|w| w.used()) {
+                self.done.push(w.record(reason));
+                *w = Way::default();
+            }
+        }
+        self.len = 0;
     }
 
     /// The records finished so far, taken out.
@@ -317,13 +502,13 @@ mod tests {
         assert_eq!((r[0].packets, r[0].end), (1, EndReason::Forced));
     }
 
-    /// A full cache finishes its oldest sixteenth early, counted, and
-    /// every packet is in exactly one record.
+    /// A new flow in a full set finishes that set's oldest record early,
+    /// counted, and every packet is in exactly one record.
     #[test]
-    fn a_full_cache_exports_its_oldest_records_early() {
+    fn a_full_set_exports_its_oldest_record_early() {
         let mut c = FlowCache::new(settings());
         for i in 0..200u32 {
-            c.observe(&packet(i, S + u64::from(i)));
+            c.observe(&packet(i, S + u64::from(i) * 1_000_000));
         }
         assert!(c.len() <= 64);
         c.flush(EndReason::Forced);
@@ -335,19 +520,73 @@ mod tests {
         assert_eq!(early as u64, c.early());
         assert!(early >= 200 - 64);
         assert_eq!(r.iter().map(|r| r.packets).sum::<u64>(), 200);
-        // The oldest went first: every early record is older than every
-        // record still held at the flush.
-        let newest_early = r
-            .iter()
-            .filter(|r| r.end == EndReason::LackOfResources)
-            .map(|r| r.last_ns)
-            .max();
-        let oldest_kept = r
-            .iter()
-            .filter(|r| r.end == EndReason::Forced)
-            .map(|r| r.last_ns)
-            .min();
-        assert!(newest_early < oldest_kept);
+        // The oldest of its set went first: in every set, each early
+        // record is older than every record still held at the flush.
+        let c = &c;
+        for set in 0..c.sets.len() {
+            let of = |end: EndReason| {
+                r.iter()
+                    .filter(move |r| r.end == end && c.set_of(&r.key) == set)
+                    .map(|r| r.last_ns)
+            };
+            let newest_early = of(EndReason::LackOfResources).max();
+            let oldest_kept = of(EndReason::Forced).min();
+            assert!(newest_early < oldest_kept, "set {set}");
+        }
+    }
+
+    /// A cached flow costs one 64-byte line, whatever its family.
+    #[test]
+    fn a_cached_flow_is_64_bytes() {
+        let c = FlowCache::new(settings());
+        assert_eq!(c.capacity(), 64);
+        assert_eq!(c.memory_bytes(), 64 * 64);
+    }
+
+    /// A packet of a flow idle for the timeout starts a new record even
+    /// before a sweep has come by (one tick either side).
+    #[test]
+    fn a_packet_after_the_idle_timeout_starts_a_new_record() {
+        let mut c = FlowCache::new(settings());
+        c.observe(&packet(1, 10 * S));
+        c.observe(&packet(1, 25 * S - 1));
+        // Another flow's packet 10 ms before the timeout: the sweep it
+        // brings about finds flow 1 not yet idle, and the next part of the
+        // sweep is not due for 16 ms.
+        c.observe(&packet(2, 40 * S - 10_000_000 - 1));
+        assert!(c.take().is_empty());
+        c.observe(&packet(1, 40 * S - 1));
+        let r = c.take();
+        assert_eq!((r.len(), r[0].packets, r[0].end), (1, 2, EndReason::Idle));
+        assert_eq!(c.len(), 2);
+    }
+
+    /// Under steady traffic the sweep goes round in parts: an idle flow's
+    /// record is finished within one turn (~1 s) after its timeout, never
+    /// before it.
+    #[test]
+    fn the_sweep_in_parts_finishes_an_idle_flow_within_a_turn() {
+        let mut c = FlowCache::new(CacheSettings {
+            capacity: 1024,
+            ..settings()
+        });
+        c.observe(&packet(1, 10 * S));
+        let step = SWEEP_STEP_MS * 1_000_000;
+        let turn = SWEEP_PARTS as u64 * step;
+        let mut t = 10 * S;
+        let finished = loop {
+            t += step;
+            assert!(t < 30 * S, "flow 1 never finished");
+            c.observe(&packet(2, t));
+            if let Some(r) = c.take().first() {
+                break (t, r.key, r.end);
+            }
+        };
+        assert_eq!((finished.1, finished.2), (key(1), EndReason::Idle));
+        assert!(
+            (25 * S..=25 * S + turn + step).contains(&finished.0),
+            "{finished:?}"
+        );
     }
 
     /// A FIN or RST ends its flow's record at once.

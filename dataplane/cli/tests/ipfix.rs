@@ -1,14 +1,15 @@
-//! Flow export read back by a real collector: captures the project
+//! Flow export read back by real collectors: captures the project
 //! generates (and, where present, `../shared/pcaps`) go through `cfdp
-//! replay --ipfix` to nfdump's `nfcapd`; the flows, packets and bytes
-//! `nfdump` reads back, summed by 5-tuple, equal `cfdp replay --flows`'
-//! CSV of the same replay, and `nfcapd` reports no sequence errors and
-//! no bad packets. Where `softflowd` is installed, its own export of the
+//! replay --ipfix` to nfdump's `nfcapd` and pmacct's `nfacctd` at once;
+//! the flows, packets and bytes `nfdump` reads back and `nfacctd`'s print
+//! plugin writes, summed by 5-tuple, equal `cfdp replay --flows`' CSV of
+//! the same replay, and `nfcapd` reports no sequence errors and no bad
+//! packets. Where `softflowd` is installed, its own export of the
 //! generated captures is printed beside (the issue's peer; not asserted).
 //!
-//! Needs `nfcapd` and `nfdump` (Debian's `nfdump`); skipped without them
-//! unless `REQUIRE_IPFIX_COLLECTORS` is set (CI sets it, after installing
-//! nfdump, softflowd and tshark). A second test has `tshark` decode every
+//! Needs `nfcapd`, `nfdump` (Debian's `nfdump`) and `nfacctd` (`pmacct`);
+//! skipped without them unless `REQUIRE_IPFIX_COLLECTORS` is set (CI sets
+//! it, after installing nfdump, pmacct, softflowd and tshark). A second test has `tshark` decode every
 //! message (seen failing with a record a byte shorter than its template;
 //! tshark does not flag a set length that overruns its message).
 
@@ -198,6 +199,110 @@ impl Nfcapd {
     }
 }
 
+/// A running pmacct `nfacctd` on a port of its own on 127.0.0.1, its print
+/// plugin appending CSV (numeric protocols) to `dir/nfacctd.csv` each
+/// second, aggregated by 5-tuple; its log in `dir/nfacctd.log`. One for
+/// the whole test: each replay's rows are those appended after the last
+/// replay's (a replay starts once the one before it is all written).
+struct Nfacctd {
+    child: std::process::Child,
+    port: u16,
+    out: std::path::PathBuf,
+    /// The bytes of `out` that earlier replays' rows took.
+    read: usize,
+}
+
+impl Nfacctd {
+    fn start(dir: &Path) -> Self {
+        let port = free_port();
+        let out = dir.join("nfacctd.csv");
+        let conf = dir.join("nfacctd.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "daemonize: false\n\
+                 nfacctd_ip: 127.0.0.1\n\
+                 nfacctd_port: {port}\n\
+                 plugins: print\n\
+                 print_output: csv\n\
+                 print_output_file: {}\n\
+                 print_output_file_append: true\n\
+                 print_num_protos: true\n\
+                 print_refresh_time: 1\n\
+                 aggregate: src_host, dst_host, proto, src_port, dst_port\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("nfacctd.log");
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("nfacctd")
+            .arg("-f")
+            .arg(&conf)
+            .stdin(std::process::Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("start nfacctd");
+        // Its print plugin's first purge: records that come before it are
+        // held until nfacctd exits (seen here: a replay sent as soon as
+        // the socket was bound was written only at the exit).
+        wait_for(&log, "Purging cache - END", port);
+        Nfacctd {
+            child,
+            port,
+            out,
+            read: 0,
+        }
+    }
+
+    /// The rows appended since the last call, summed by 5-tuple, once they
+    /// hold `packets` packets (each purge appends the counts since the one
+    /// before; 20 s at most, then what was written is returned).
+    fn take(&mut self, packets: u64) -> Flows {
+        let mut flows = Flows::new();
+        for _ in 0..800 {
+            let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+            // Whole lines only: a purge may be half written.
+            let end = text.rfind('\n').map_or(0, |i| i + 1).max(self.read);
+            flows = Flows::new();
+            for line in text[self.read..end]
+                .lines()
+                .filter(|l| !l.starts_with("SRC_IP"))
+            {
+                let f: Vec<&str> = line.split(',').collect();
+                let k = (
+                    f[0].to_string(),
+                    f[1].to_string(),
+                    f[4].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                    f[3].parse().unwrap(),
+                );
+                let e = flows.entry(k).or_default();
+                e.0 += f[5].parse::<u64>().unwrap();
+                e.1 += f[6].parse::<u64>().unwrap();
+            }
+            if flows.values().map(|v| v.0).sum::<u64>() >= packets {
+                self.read = end;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        flows
+    }
+}
+
+impl Drop for Nfacctd {
+    /// SIGINT: the core stops its plugin processes too (SIGKILL would
+    /// leave them behind).
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
 /// The peer, where it is installed: `softflowd -r` on the same capture
 /// (IPFIX, timeouts at their defaults) to an `nfcapd` of its own, read
 /// back by nfdump and printed beside cfdp's figures. Not asserted equal:
@@ -245,10 +350,13 @@ struct ReadBack {
     nfdump: Flows,
     /// nfcapd's last summary line.
     summary: String,
+    /// What pmacct's `nfacctd` wrote.
+    nfacctd: Flows,
 }
 
-/// Replays `capture` to a fresh `nfcapd`.
-fn through_collectors(capture: &Path, dir: &Path) -> ReadBack {
+/// Replays `capture` to a fresh `nfcapd` and the test's `nfacctd` (two
+/// collectors of one exporter).
+fn through_collectors(capture: &Path, dir: &Path, nfacctd: &mut Nfacctd) -> ReadBack {
     let nfcapd = Nfcapd::start(dir, "nfcapd");
     let csv = dir.join("flows.csv");
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
@@ -257,6 +365,7 @@ fn through_collectors(capture: &Path, dir: &Path) -> ReadBack {
         .arg("--flows")
         .arg(&csv)
         .args(["--ipfix", &format!("127.0.0.1:{}", nfcapd.port)])
+        .args(["--ipfix", &format!("127.0.0.1:{}", nfacctd.port)])
         .output()
         .expect("run cfdp replay");
     assert!(
@@ -270,17 +379,20 @@ fn through_collectors(capture: &Path, dir: &Path) -> ReadBack {
     assert!(report["export"]["records"].as_u64() >= Some(1) || report["flows"] == 0);
     let store = nfcapd.store.clone();
     let summary = nfcapd.stop();
+    let csv = flows_csv(&csv);
+    let packets = csv.values().map(|v| v.0).sum();
     ReadBack {
-        csv: flows_csv(&csv),
         nfdump: nfdump_flows(&store),
         summary,
+        nfacctd: nfacctd.take(packets),
+        csv,
     }
 }
 
 /// `generated`: a capture the project made, which must have flows (a
 /// shared one may hold no IP at all).
-fn check(name: &str, capture: &Path, dir: &Path, generated: bool) {
-    let r = through_collectors(capture, dir);
+fn check(name: &str, capture: &Path, dir: &Path, generated: bool, nfacctd: &mut Nfacctd) {
+    let r = through_collectors(capture, dir, nfacctd);
     assert!(
         !generated || !r.csv.is_empty(),
         "{name}: no flows in the replay"
@@ -312,11 +424,24 @@ fn check(name: &str, capture: &Path, dir: &Path, generated: bool) {
         r.csv.len(),
         "{name}: flows nfdump has that the replay has not"
     );
+    eprintln!(
+        "{name}: nfacctd {} flows {:?}",
+        r.nfacctd.len(),
+        sum(&r.nfacctd)
+    );
+    for (k, v) in &r.csv {
+        assert_eq!(r.nfacctd.get(k), Some(v), "{name}: nfacctd: flow {k:?}");
+    }
+    assert_eq!(
+        r.nfacctd.len(),
+        r.csv.len(),
+        "{name}: flows nfacctd has that the replay has not"
+    );
 }
 
 #[test]
 fn nfcapd_reads_back_every_flow_packet_and_byte() {
-    let missing: Vec<&str> = ["nfcapd", "nfdump"]
+    let missing: Vec<&str> = ["nfcapd", "nfdump", "nfacctd"]
         .into_iter()
         .filter(|c| !have(c))
         .collect();
@@ -329,6 +454,7 @@ fn nfcapd_reads_back_every_flow_packet_and_byte() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let mut nfacctd = Nfacctd::start(dir.path());
     let generated = [
         ("mixed", captures::mixed()),
         ("pairs", captures::pairs(3000)),
@@ -339,7 +465,7 @@ fn nfcapd_reads_back_every_flow_packet_and_byte() {
         std::fs::create_dir_all(&d).unwrap();
         let pcap = d.join("capture.pcap");
         write_pcap(&pcap, &frames).unwrap();
-        check(name, &pcap, &d, true);
+        check(name, &pcap, &d, true, &mut nfacctd);
         softflowd_beside(name, &pcap, &d, &flows_csv(&d.join("flows.csv")));
     }
     // The shared captures, where this checkout has them beside it.
@@ -354,7 +480,13 @@ fn nfcapd_reads_back_every_flow_packet_and_byte() {
         for (i, cap) in caps.iter().enumerate() {
             let d = dir.path().join(format!("shared{i}"));
             std::fs::create_dir_all(&d).unwrap();
-            check(&cap.file_name().unwrap().to_string_lossy(), cap, &d, false);
+            check(
+                &cap.file_name().unwrap().to_string_lossy(),
+                cap,
+                &d,
+                false,
+                &mut nfacctd,
+            );
         }
     }
 }

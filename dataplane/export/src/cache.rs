@@ -272,7 +272,11 @@ impl FlowCache {
     }
 
     /// The set of `k`: its keyed hash reduced to the set count by a
-    /// multiply (no power of two needed).
+    /// multiply (no power of two needed). The hash mixes the key's words
+    /// as they are (three folded multiplies with random seeds, as the
+    /// connection table's does): the `rapidhash` crate's API takes bytes,
+    /// and this skips laying the 38-byte key out as bytes first (not
+    /// measured against it).
     #[inline]
     fn set_of(&self, k: &FlowKey) -> usize {
         let s = u128::from_ne_bytes(k.src);

@@ -6,8 +6,8 @@
 //!
 //! - `hit`: 1,024 flows, every packet's record already in the cache;
 //! - `miss`: 1 M flows (quick: 2^18) in turn, every packet a new record
-//!   in a full cache of 65,536 (its oldest sixteenth finished early each
-//!   time it fills: the worst case).
+//!   in a full cache of 65,536 (each new flow finishes the oldest record
+//!   of its set early: the worst case).
 //!
 //! And the cache's bytes a flow when full (its table, allocated at the
 //! start, over its capacity). Output: a table,

@@ -20,8 +20,9 @@ pub struct IpfixSection {
     /// Seconds after which a long flow's record is sent and a new one
     /// starts.
     pub active_timeout_s: u64,
-    /// Flows a worker's cache holds; a full cache sends its oldest
-    /// sixteenth early (counted in `export_early`).
+    /// Flows a worker's cache holds, 64 bytes each, allocated at start; a
+    /// new flow whose set is full sends that set's oldest record early
+    /// (counted in `export_early`).
     pub cache_flows: usize,
 }
 

@@ -51,7 +51,7 @@ fn collectors(given: &[String]) -> Result<Vec<std::net::SocketAddr>, ExitCode> {
     given
         .iter()
         .map(|c| cfdp_export::settings::collector(c))
-        .collect::<Result<_, String>>()
+        .collect::<Result<_, _>>()
         .map_err(|e| {
             eprintln!("cfdp: --ipfix {e}");
             ExitCode::from(2)

@@ -595,3 +595,24 @@ fn tshark_decodes_every_message() {
     }
     eprintln!("tshark decoded {} messages, no error", messages.len());
 }
+
+/// An `--ipfix` collector that is not `HOST:PORT` is refused before the
+/// replay starts: exit code 2, the value and what it needs named.
+#[test]
+fn a_collector_that_is_not_host_port_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("mixed.pcap");
+    write_pcap(&pcap, &captures::mixed()).unwrap();
+    for bad in ["no-port-here", "127.0.0.1:notaport"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+            .arg("replay")
+            .arg(&pcap)
+            .args(["--ipfix", bad])
+            .output()
+            .expect("run cfdp replay");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains(bad) && err.contains("HOST:PORT"), "{err}");
+        assert!(out.stdout.is_empty(), "{bad}: a report was printed");
+    }
+}

@@ -39,13 +39,32 @@ impl Default for IpfixSection {
     }
 }
 
-/// A collector's `HOST:PORT`, resolved (the first address a name has);
-/// what is wrong with it otherwise, naming it.
-pub fn collector(c: &str) -> Result<SocketAddr, String> {
+/// A collector that cannot be sent to, with what was given.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectorError {
+    /// Not `HOST:PORT`, or the name did not resolve.
+    #[error("{given}: {source} (expected HOST:PORT)")]
+    Unresolved {
+        given: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The name resolved to no address.
+    #[error("{given}: the name has no address")]
+    NoAddress { given: String },
+}
+
+/// A collector's `HOST:PORT`, resolved (the first address a name has).
+pub fn collector(c: &str) -> Result<SocketAddr, CollectorError> {
     c.to_socket_addrs()
-        .map_err(|e| format!("{c}: {e} (expected HOST:PORT)"))?
+        .map_err(|source| CollectorError::Unresolved {
+            given: c.to_string(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{c}: the name has no address"))
+        .ok_or_else(|| CollectorError::NoAddress {
+            given: c.to_string(),
+        })
 }
 
 /// An `[ipfix]` value refused: the key, the value, what it needs.

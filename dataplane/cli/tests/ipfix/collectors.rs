@@ -1,0 +1,213 @@
+//! The collectors the IPFIX test sends to: nfdump's `nfcapd` and
+//! pmacct's `nfacctd`, each on a UDP port of its own on 127.0.0.1.
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::Command;
+
+use super::Flows;
+
+/// A UDP port nobody holds now (the collector binds it a moment later).
+pub(super) fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `log` says `what` and UDP `port` on 127.0.0.1 is bound
+/// (a collector's log line may come before its socket: data sent before
+/// it binds, the templates first, would be lost).
+pub(super) fn wait_for(log: &Path, what: &str, port: u16) {
+    let bound = || {
+        let want = format!("0100007F:{port:04X}");
+        std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(&want))
+        })
+    };
+    let seen = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        std::fs::read_to_string(log).is_ok_and(|l| l.contains(what)) && bound()
+    });
+    assert!(
+        seen,
+        "{} never said {what:?} with port {port} bound",
+        log.display()
+    );
+}
+
+/// Bytes queued for reading on UDP `port` of 127.0.0.1 (`None`: no such
+/// socket), from `/proc/net/udp`.
+pub(super) fn udp_queue(port: u16) -> Option<u64> {
+    let want = format!("0100007F:{port:04X}");
+    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
+    let line = table
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(&want))?;
+    // "tx_queue:rx_queue" in hex, the fifth column.
+    let queues = line.split_whitespace().nth(4)?;
+    u64::from_str_radix(queues.split(':').nth(1)?, 16).ok()
+}
+
+/// A running `nfcapd` writing to `dir/NAME/`, its log in `dir/NAME.log`,
+/// listening on a port of its own on 127.0.0.1.
+pub(super) struct Nfcapd {
+    pub(super) child: std::process::Child,
+    pub(super) port: u16,
+    pub(super) store: std::path::PathBuf,
+    pub(super) log: std::path::PathBuf,
+}
+
+impl Nfcapd {
+    pub(super) fn start(dir: &Path, name: &str) -> Self {
+        let store = dir.join(name);
+        std::fs::create_dir_all(&store).unwrap();
+        let port = free_port();
+        let log = dir.join(format!("{name}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("nfcapd")
+            .arg("-w")
+            .arg(&store)
+            .args(["-b", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("start nfcapd");
+        wait_for(&log, "Startup", port);
+        Nfcapd {
+            child,
+            port,
+            store,
+            log,
+        }
+    }
+
+    /// Stops it once its socket has nothing left to read (a datagram
+    /// still queued when it stops would be lost); its log's last summary
+    /// line (flows, packets, bytes, sequence errors, bad packets).
+    pub(super) fn stop(mut self) -> String {
+        for _ in 0..400 {
+            if udp_queue(self.port) == Some(0) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        // SIGTERM: nfcapd writes what it holds and its summary, then exits.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        self.child.wait().unwrap();
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .rfind(|l| l.contains("Sequence Errors"))
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A running pmacct `nfacctd` on a port of its own on 127.0.0.1, its print
+/// plugin appending CSV (numeric protocols) to `dir/nfacctd.csv` each
+/// second, aggregated by 5-tuple; its log in `dir/nfacctd.log`. One for
+/// the whole test: each replay's rows are those appended after the last
+/// replay's (a replay starts once the one before it is all written).
+pub(super) struct Nfacctd {
+    pub(super) child: std::process::Child,
+    pub(super) port: u16,
+    pub(super) out: std::path::PathBuf,
+    /// The bytes of `out` that earlier replays' rows took.
+    pub(super) read: usize,
+}
+
+impl Nfacctd {
+    pub(super) fn start(dir: &Path) -> Self {
+        let port = free_port();
+        let out = dir.join("nfacctd.csv");
+        let conf = dir.join("nfacctd.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "daemonize: false\n\
+                 nfacctd_ip: 127.0.0.1\n\
+                 nfacctd_port: {port}\n\
+                 plugins: print\n\
+                 print_output: csv\n\
+                 print_output_file: {}\n\
+                 print_output_file_append: true\n\
+                 print_num_protos: true\n\
+                 print_refresh_time: 1\n\
+                 aggregate: src_host, dst_host, proto, src_port, dst_port\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("nfacctd.log");
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("nfacctd")
+            .arg("-f")
+            .arg(&conf)
+            .stdin(std::process::Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("start nfacctd");
+        // Its print plugin's first purge: records that come before it are
+        // held until nfacctd exits (seen here: a replay sent as soon as
+        // the socket was bound was written only at the exit).
+        wait_for(&log, "Purging cache - END", port);
+        Nfacctd {
+            child,
+            port,
+            out,
+            read: 0,
+        }
+    }
+
+    /// The rows appended since the last call, summed by 5-tuple, once they
+    /// hold `packets` packets (each purge appends the counts since the one
+    /// before; 20 s at most, then what was written is returned).
+    pub(super) fn take(&mut self, packets: u64) -> Flows {
+        let mut flows = Flows::new();
+        for _ in 0..800 {
+            let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+            // Whole lines only: a purge may be half written.
+            let end = text.rfind('\n').map_or(0, |i| i + 1).max(self.read);
+            flows = Flows::new();
+            for line in text[self.read..end]
+                .lines()
+                .filter(|l| !l.starts_with("SRC_IP"))
+            {
+                let f: Vec<&str> = line.split(',').collect();
+                let k = (
+                    f[0].to_string(),
+                    f[1].to_string(),
+                    f[4].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                    f[3].parse().unwrap(),
+                );
+                let e = flows.entry(k).or_default();
+                e.0 += f[5].parse::<u64>().unwrap();
+                e.1 += f[6].parse::<u64>().unwrap();
+            }
+            if flows.values().map(|v| v.0).sum::<u64>() >= packets {
+                self.read = end;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        flows
+    }
+}
+
+impl Drop for Nfacctd {
+    /// SIGINT: the core stops its plugin processes too (SIGKILL would
+    /// leave them behind).
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}

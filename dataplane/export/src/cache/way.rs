@@ -1,0 +1,114 @@
+//! One record of the flow cache and its key in one 64-byte line.
+
+use cfdp_rules::FlowKey;
+
+use super::Observed;
+use crate::record::{EndReason, FlowRecord, Forwarding};
+
+/// `flags`: the way holds a record.
+pub(super) const USED: u8 = 1;
+/// `flags`: the key is IPv6.
+const V6: u8 = 2;
+/// `flags`: the forwarding status, two bits from here.
+pub(super) const FWD_SHIFT: u8 = 2;
+
+/// One record and its key in one cache line. The last packet's time is
+/// kept as milliseconds after the first (a record ends as active before it
+/// could pass `u32::MAX`), the packet count in 32 bits (a record ends as
+/// active before it would wrap): what fits 64 bytes with IPv6 addresses.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Way {
+    pub(super) first_ms: u64,
+    pub(super) bytes: u64,
+    pub(super) src: [u8; 16],
+    pub(super) dst: [u8; 16],
+    pub(super) sport: u16,
+    pub(super) dport: u16,
+    pub(super) proto: u8,
+    /// [`USED`], [`V6`], the forwarding status.
+    pub(super) flags: u8,
+    pub(super) port: u16,
+    pub(super) packets: u32,
+    /// The last packet's time, in ms after `first_ms`.
+    pub(super) last_ms: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Way>() == 64);
+
+pub(super) fn forwarding_bits(f: Forwarding) -> u8 {
+    (match f {
+        Forwarding::Forwarded => 0,
+        Forwarding::Redirected => 1,
+        Forwarding::Dropped => 2,
+    }) << FWD_SHIFT
+}
+
+fn forwarding_of(flags: u8) -> Forwarding {
+    match (flags >> FWD_SHIFT) & 3 {
+        0 => Forwarding::Forwarded,
+        1 => Forwarding::Redirected,
+        _ => Forwarding::Dropped,
+    }
+}
+
+impl Way {
+    pub(super) fn new(p: &Observed, now_ms: u64) -> Self {
+        Way {
+            first_ms: now_ms,
+            bytes: u64::from(p.len),
+            src: p.key.src,
+            dst: p.key.dst,
+            sport: p.key.sport,
+            dport: p.key.dport,
+            proto: p.key.proto,
+            flags: USED | if p.key.v6 { V6 } else { 0 } | forwarding_bits(p.forwarding),
+            port: p.port,
+            packets: 1,
+            last_ms: 0,
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn holds(&self, k: &FlowKey) -> bool {
+        self.flags & (USED | V6) == USED | if k.v6 { V6 } else { 0 }
+            && self.sport == k.sport
+            && self.dport == k.dport
+            && self.proto == k.proto
+            && self.src == k.src
+            && self.dst == k.dst
+    }
+
+    pub(super) fn used(&self) -> bool {
+        self.flags & USED != 0
+    }
+
+    /// The last packet's time, in ms.
+    pub(super) fn last(&self) -> u64 {
+        self.first_ms + u64::from(self.last_ms)
+    }
+
+    pub(super) fn key(&self) -> FlowKey {
+        FlowKey {
+            v6: self.flags & V6 != 0,
+            src: self.src,
+            dst: self.dst,
+            proto: self.proto,
+            sport: self.sport,
+            dport: self.dport,
+        }
+    }
+
+    pub(super) fn record(&self, end: EndReason) -> FlowRecord {
+        FlowRecord {
+            key: self.key(),
+            packets: u64::from(self.packets),
+            bytes: self.bytes,
+            first_ns: self.first_ms * 1_000_000,
+            last_ns: self.last() * 1_000_000,
+            port: self.port,
+            forwarding: forwarding_of(self.flags),
+            end,
+        }
+    }
+}

@@ -14,12 +14,8 @@ use proptest::prelude::*;
 
 const S: u64 = 1_000_000_000;
 
-/// A packet: which of the flows, the time since the one before (ns), its
-/// length, whether it is a TCP end.
-type Step = (u16, u64, u16, bool);
-
 fn key(i: u16) -> FlowKey {
-    let v6 = i % 5 == 0;
+    let v6 = i.is_multiple_of(5);
     let a = u32::from(i);
     if v6 {
         let mut src = [0u8; 16];
@@ -48,6 +44,8 @@ proptest! {
 
     #[test]
     fn every_packet_is_in_exactly_one_record(
+        // A packet: which of the flows, the time since the one before
+        // (ns), its length, whether it is a TCP end.
         steps in proptest::collection::vec(
             (0u16..300, prop_oneof![0u64..2_000_000, 0u64..20 * S], 40u16..1500, proptest::bool::weighted(0.05)),
             1..3000,

@@ -54,10 +54,10 @@ pub(super) fn udp_queue(port: u16) -> Option<u64> {
 /// A running `nfcapd` writing to `dir/NAME/`, its log in `dir/NAME.log`,
 /// listening on a port of its own on 127.0.0.1.
 pub(super) struct Nfcapd {
-    pub(super) child: std::process::Child,
+    child: std::process::Child,
     pub(super) port: u16,
     pub(super) store: std::path::PathBuf,
-    pub(super) log: std::path::PathBuf,
+    log: std::path::PathBuf,
 }
 
 impl Nfcapd {
@@ -114,11 +114,11 @@ impl Nfcapd {
 /// the whole test: each replay's rows are those appended after the last
 /// replay's (a replay starts once the one before it is all written).
 pub(super) struct Nfacctd {
-    pub(super) child: std::process::Child,
+    child: std::process::Child,
     pub(super) port: u16,
-    pub(super) out: std::path::PathBuf,
+    out: std::path::PathBuf,
     /// The bytes of `out` that earlier replays' rows took.
-    pub(super) read: usize,
+    read: usize,
 }
 
 impl Nfacctd {

@@ -29,24 +29,45 @@ use collectors::{Nfacctd, Nfcapd};
 /// (src, dst, proto, sport, dport) → (packets, bytes).
 type Flows = BTreeMap<(String, String, u8, u16, u16), (u64, u64)>;
 
+/// Adds a CSV row's packets and bytes (its sixth and seventh columns) to
+/// its flow; `cols`: the columns of source, destination, protocol, source
+/// port and destination port.
+fn add_csv_row(flows: &mut Flows, line: &str, cols: [usize; 5]) {
+    let f: Vec<&str> = line.split(',').collect();
+    let [src, dst, proto, sport, dport] = cols;
+    let k = (
+        f[src].to_string(),
+        f[dst].to_string(),
+        f[proto].parse().unwrap(),
+        f[sport].parse().unwrap(),
+        f[dport].parse().unwrap(),
+    );
+    let e = flows.entry(k).or_default();
+    e.0 += f[5].parse::<u64>().unwrap();
+    e.1 += f[6].parse::<u64>().unwrap();
+}
+
 /// `cfdp replay --flows`' CSV, by 5-tuple.
 fn flows_csv(path: &Path) -> Flows {
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = Flows::new();
     for line in text.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        let k = (
-            f[0].to_string(),
-            f[1].to_string(),
-            f[2].parse().unwrap(),
-            f[3].parse().unwrap(),
-            f[4].parse().unwrap(),
-        );
-        let e = out.entry(k).or_default();
-        e.0 += f[5].parse::<u64>().unwrap();
-        e.1 += f[6].parse::<u64>().unwrap();
+        add_csv_row(&mut out, line, [0, 1, 2, 3, 4]);
     }
     out
+}
+
+/// Every flow of the replay's CSV, with its packets and bytes, is in what
+/// `collector` read back, and nothing else is.
+fn same_flows(name: &str, collector: &str, theirs: &Flows, csv: &Flows) {
+    for (k, v) in csv {
+        assert_eq!(theirs.get(k), Some(v), "{name}: {collector}: flow {k:?}");
+    }
+    assert_eq!(
+        theirs.len(),
+        csv.len(),
+        "{name}: flows {collector} has that the replay has not"
+    );
 }
 
 /// What `nfdump -R dir -o json` reads, summed by 5-tuple (a flow may be
@@ -216,27 +237,13 @@ fn check(name: &str, capture: &Path, dir: &Path, generated: bool, nfacctd: &mut 
         "{name}: {}",
         r.summary
     );
-    for (k, v) in &r.csv {
-        assert_eq!(r.nfdump.get(k), Some(v), "{name}: nfdump: flow {k:?}");
-    }
-    assert_eq!(
-        r.nfdump.len(),
-        r.csv.len(),
-        "{name}: flows nfdump has that the replay has not"
-    );
+    same_flows(name, "nfdump", &r.nfdump, &r.csv);
     eprintln!(
         "{name}: nfacctd {} flows {:?}",
         r.nfacctd.len(),
         sum(&r.nfacctd)
     );
-    for (k, v) in &r.csv {
-        assert_eq!(r.nfacctd.get(k), Some(v), "{name}: nfacctd: flow {k:?}");
-    }
-    assert_eq!(
-        r.nfacctd.len(),
-        r.csv.len(),
-        "{name}: flows nfacctd has that the replay has not"
-    );
+    same_flows(name, "nfacctd", &r.nfacctd, &r.csv);
 }
 
 #[test]

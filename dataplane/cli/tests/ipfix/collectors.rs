@@ -5,7 +5,7 @@ use std::net::UdpSocket;
 use std::path::Path;
 use std::process::Command;
 
-use super::Flows;
+use super::{add_csv_row, Flows};
 
 /// A UDP port nobody holds now (the collector binds it a moment later).
 pub(super) fn free_port() -> u16 {
@@ -179,17 +179,8 @@ impl Nfacctd {
                 .lines()
                 .filter(|l| !l.starts_with("SRC_IP"))
             {
-                let f: Vec<&str> = line.split(',').collect();
-                let k = (
-                    f[0].to_string(),
-                    f[1].to_string(),
-                    f[4].parse().unwrap(),
-                    f[2].parse().unwrap(),
-                    f[3].parse().unwrap(),
-                );
-                let e = flows.entry(k).or_default();
-                e.0 += f[5].parse::<u64>().unwrap();
-                e.1 += f[6].parse::<u64>().unwrap();
+                // SRC_IP,DST_IP,SRC_PORT,DST_PORT,PROTOCOL,PACKETS,BYTES
+                add_csv_row(&mut flows, line, [0, 1, 4, 2, 3]);
             }
             if flows.values().map(|v| v.0).sum::<u64>() >= packets {
                 self.read = end;

@@ -20,7 +20,7 @@ if [ "${1:-}" = "--quick" ]; then
     mkdir -p bench/results/quick
     csv=bench/results/quick/classbench_seeds.csv
 fi
-cargo build --release -q -p cfdp-bench --bin classbench
+bash bench/build.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 sets=""

@@ -64,8 +64,7 @@ if ! command -v dpdk-test-acl >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q && apt-get install -y -q dpdk
 fi
-cargo build --release -q -p cfdp-bench --bin classbench
-cargo build --release -q -p cfdp -p cfdp-testkit
+bash bench/build.sh
 bin=target/release/classbench
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

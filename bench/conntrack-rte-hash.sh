@@ -35,7 +35,7 @@ harness=target/conntrack-rte-hash
 # shellcheck disable=SC2046 # pkg-config's flags are words
 cc -O3 -march=native -Wall -Wextra $(pkg-config --cflags libdpdk) \
     bench/conntrack-rte-hash/harness.c -o "$harness" $(pkg-config --libs libdpdk)
-cargo build --release -q -p cfdp-bench --bin conntrack
+bash bench/build.sh
 
 # Huge pages for rte_hash (it needs ~70 MB at 2^20 slots).
 unset HARNESS_HUGEPAGES

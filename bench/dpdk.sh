@@ -29,7 +29,7 @@ if ! pkg-config --exists libdpdk 2>/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q && apt-get install -y -q dpdk dpdk-dev libdpdk-dev pkg-config
 fi
-cargo build --release -q -p cfdp --features dpdk
+bash bench/build.sh --dpdk
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -39,8 +39,7 @@ if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q && apt-get install -y -q "${need[@]}"
 fi
-cargo build --release -q -p cfdp --features dpdk
-cargo build --release -q -p cfdp-bench --bin udp-flood
+bash bench/build.sh --dpdk
 lab=dataplane/dpdk/scripts/veth-lab.sh
 P=cfb
 work=$(mktemp -d)

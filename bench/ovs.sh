@@ -77,8 +77,7 @@ vswitchd=/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk
 if [ ! -x $vswitchd ]; then
     apt-get update -q && apt-get install -y -q openvswitch-switch-dpdk
 fi
-cargo build --release -q -p cfdp --features dpdk
-cargo build --release -q -p cfdp-testkit --bin trace-pcap
+bash bench/build.sh --dpdk
 work=$(mktemp -d)
 hp_before=$(cat /proc/sys/vm/nr_hugepages)
 cleanup() {

@@ -39,8 +39,7 @@ data=${CLASSBENCH:-../shared/classbench}
 set_name=${SET:-acl1_10k}
 ROUNDS=${ROUNDS:-3}
 if [ "$BIN" = target/release ]; then
-    cargo build --release -q -p cfdp-bench --bin scaling
-    cargo build --release -q -p cfdp -p cfdp-testkit
+    bash bench/build.sh
 fi
 for f in "$data/$set_name" "$data/${set_name}_trace"; do
     [ -r "$f" ] || { echo "scaling: $f: not found (CLASSBENCH=DIR)" >&2; exit 2; }

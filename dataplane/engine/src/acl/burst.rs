@@ -39,6 +39,12 @@ impl AclClassifier {
     #[inline]
     fn burst(&self, keys: &[FlowKey], mut put: impl FnMut(usize, Option<Answer>)) {
         if let Some(s) = &self.short {
+            if let Some((a4, a6)) = s.uniform() {
+                for (i, k) in keys.iter().enumerate() {
+                    put(i, if k.v6 { a6 } else { a4 });
+                }
+                return;
+            }
             for (i, k) in keys.iter().enumerate() {
                 put(i, s.first(k));
             }

@@ -7,6 +7,11 @@
 //! classifier rebuilds the list on every change while the set is short);
 //! past [`MAX`], the compiled tree and the tuple space are faster.
 //!
+//! A set whose answer needs no key — each family's best rule matches
+//! every packet (an allow-all, a default drop) or the family has no rule
+//! — says so once ([`Short::uniform`]): a burst is then one store a
+//! packet, not a scan (`worker-path`'s allow-all: see the bench README).
+//!
 //! Why sixteen: a rule that fails costs a few compares, and the compiled
 //! walk of the smallest tree costs ~100 instructions of lane set-up before
 //! its first level (the classifier's callgrind counts); the `worker-path`
@@ -30,6 +35,9 @@ pub const MAX: usize = 16;
 pub(super) struct Short {
     v4: Vec<Entry<u32>>,
     v6: Vec<Entry<u128>>,
+    /// Each family's answer when no key is needed to give it
+    /// ([`Self::uniform`]).
+    uniform: Option<(Option<Answer>, Option<Answer>)>,
 }
 
 impl Short {
@@ -45,7 +53,15 @@ impl Short {
         }
         s.v4.sort_by_key(|e| std::cmp::Reverse(e.rank()));
         s.v6.sort_by_key(|e| std::cmp::Reverse(e.rank()));
+        s.uniform = uniform(&s.v4).zip(uniform(&s.v6));
         s
+    }
+
+    /// The IPv4 and the IPv6 answer, when every key of each family gets
+    /// the same one: its best rule matches every packet, or it has none.
+    #[inline(always)]
+    pub(super) fn uniform(&self) -> Option<(Option<Answer>, Option<Answer>)> {
+        self.uniform
     }
 
     /// The best rule matching `k`.
@@ -56,6 +72,16 @@ impl Short {
         } else {
             first(&self.v4, k)
         }
+    }
+}
+
+/// The answer every key gets from `entries` (best first) when it needs no
+/// key: `Some(None)` for no rule, `Some(best)` when the best matches all.
+fn uniform<W: Word>(entries: &[Entry<W>]) -> Option<Option<Answer>> {
+    match entries.first() {
+        None => Some(None),
+        Some(e) if e.matches_all() => Some(Some(e.answer())),
+        Some(_) => None,
     }
 }
 
@@ -70,6 +96,80 @@ fn first<W: Word>(entries: &[Entry<W>], k: &FlowKey) -> Option<Answer> {
 mod tests {
     use super::*;
     use cfdp_rules::{AclMatch, Action, IpPrefix, PortRange};
+
+    /// A set's uniform answer is what the scan gives every key of each
+    /// family, and a set that needs the key has none.
+    #[test]
+    fn a_uniform_answer_is_the_scans_answer_for_every_key() {
+        let rule = |id: u32, priority: u32, m: AclMatch| AclRule {
+            id,
+            priority,
+            matcher: m,
+            action: if id.is_multiple_of(2) {
+                Action::Drop
+            } else {
+                Action::Allow
+            },
+        };
+        let any4 = AclMatch::any(false);
+        let any6 = AclMatch::any(true);
+        let net =
+            IpPrefix::new(false, [10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8).unwrap();
+        let some4 = AclMatch::new(
+            net,
+            IpPrefix::any(false),
+            None,
+            PortRange::ANY,
+            PortRange::ANY,
+        )
+        .unwrap();
+        let tcp6 = AclMatch::new(
+            IpPrefix::any(true),
+            IpPrefix::any(true),
+            Some(6),
+            PortRange::ANY,
+            PortRange::ANY,
+        )
+        .unwrap();
+        // (rules, uniform expected)
+        let sets: Vec<(Vec<AclRule>, bool)> = vec![
+            (vec![], true),
+            (vec![rule(1, 1, any4)], true),
+            (vec![rule(1, 1, any4), rule(2, 1, any6)], true),
+            // A prefix rule below the catch-all: the catch-all wins all.
+            (vec![rule(1, 5, any4), rule(2, 1, some4)], true),
+            // Above it: the key decides.
+            (vec![rule(1, 1, any4), rule(2, 5, some4)], false),
+            // IPv6's best needs the protocol.
+            (
+                vec![rule(1, 1, any4), rule(2, 5, tcp6), rule(3, 1, any6)],
+                false,
+            ),
+            (vec![rule(2, 5, some4)], false),
+        ];
+        for (rules, expect) in sets {
+            let short = Short::new(rules.iter().enumerate().map(|(i, r)| (r, i as u32, 0)));
+            assert_eq!(short.uniform().is_some(), expect, "{rules:?}");
+            let Some((a4, a6)) = short.uniform() else {
+                continue;
+            };
+            for i in 0..64u8 {
+                let v6 = i % 2 == 1;
+                let mut src = [0u8; 16];
+                src[0] = if i % 4 < 2 { 10 } else { 192 };
+                let k = FlowKey {
+                    v6,
+                    src,
+                    dst: [i; 16],
+                    proto: [6, 17, 1][usize::from(i % 3)],
+                    sport: u16::from(i) * 1000,
+                    dport: 80,
+                };
+                let uniform = if v6 { a6 } else { a4 };
+                assert_eq!(uniform, short.first(&k), "{rules:?} {k:?}");
+            }
+        }
+    }
 
     /// The scan's compare is `AclMatch::matches`, on rules of both
     /// families, every prefix length class and port and protocol forms,

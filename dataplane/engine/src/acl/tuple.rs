@@ -107,6 +107,16 @@ impl<W: Word> Entry<W> {
             && p.dport <= self.dport.1
     }
 
+    /// Whether every packet of the family matches: no address bit, no
+    /// protocol and every port.
+    pub(super) fn matches_all(&self) -> bool {
+        self.src_mask == W::default()
+            && self.dst_mask == W::default()
+            && self.proto == 256
+            && self.sport == (0, u16::MAX)
+            && self.dport == (0, u16::MAX)
+    }
+
     /// What a match answers, apart from the address width.
     #[inline(always)]
     pub(super) fn answer(&self) -> Answer {
@@ -129,7 +139,7 @@ impl<W: Word> Entry<W> {
 pub(super) type Rank = (u32, std::cmp::Reverse<RuleId>);
 
 /// A winning entry's answer, the same for both families and both layers.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Answer {
     pub(super) id: RuleId,
     pub(super) action: Action,

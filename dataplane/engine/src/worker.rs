@@ -442,6 +442,9 @@ impl Worker {
         for p in pkts {
             prefetch_read(p.data.as_ptr());
         }
+        // Asked once a burst: a call a packet with the key copied into it
+        // cost ~23 instructions a packet with both off (callgrind).
+        let accounting = self.flows.is_some() || self.export.is_some();
         for (i, p) in pkts.iter().enumerate() {
             let c = &mut self.local.totals;
             c.packets += 1;
@@ -458,7 +461,9 @@ impl Worker {
                 } else {
                     c.ipv4 += 1;
                 }
-                account(&mut self.flows, &mut self.export, i, key, p.orig_len);
+                if accounting {
+                    account(&mut self.flows, &mut self.export, i, key, p.orig_len);
+                }
                 s.keys[i] = key;
                 s.valid[i] = true;
                 continue;

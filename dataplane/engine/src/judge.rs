@@ -151,17 +151,27 @@ impl Judge<'_> {
         self.act(Some(a.action()), 1)
     }
 
-    #[inline]
+    /// A packet's verdict from its rule: inline for the next packet of
+    /// the current run (a compare and two adds), out of line for the rest.
+    #[inline(always)]
     pub(crate) fn verdict(&mut self, rule: Option<RuleRef>, orig_len: u32) -> Verdict {
+        let run = &mut self.run;
+        match rule {
+            Some(r) if run.packets > 0 && run.slot == r.slot => {
+                run.packets += 1;
+                run.bytes += u64::from(orig_len);
+                run.verdict
+            }
+            _ => self.verdict_new_run(rule, orig_len),
+        }
+    }
+
+    /// A packet of no rule, or the first of a new run.
+    #[inline(never)]
+    fn verdict_new_run(&mut self, rule: Option<RuleRef>, orig_len: u32) -> Verdict {
         let Some(r) = rule else {
             return self.act(None, 1);
         };
-        let run = &mut self.run;
-        if run.packets > 0 && run.slot == r.slot {
-            run.packets += 1;
-            run.bytes += u64::from(orig_len);
-            return run.verdict;
-        }
         self.flush();
         self.run = Run {
             slot: r.slot,

@@ -63,6 +63,7 @@ fn main() {
                     export: (on == 1).then(|| FlowExport {
                         cache: CacheSettings::default(),
                         sender: exporter.sender(),
+                        clock_base_ns: 0,
                     }),
                     ..WorkerOptions::default()
                 };

@@ -19,6 +19,10 @@ use crate::frame::{PacketRef, Verdict};
 pub struct FlowExport {
     pub cache: CacheSettings,
     pub sender: ExportSender,
+    /// The Unix time, in ns, of packet time 0: 0 where packet times are
+    /// Unix times already (a capture's), the run's start where the
+    /// backend's clock starts at 0 (DPDK's). Records carry Unix times.
+    pub clock_base_ns: u64,
 }
 
 /// A worker's flow cache and the burst's frames noted for it.
@@ -26,6 +30,7 @@ pub struct FlowExport {
 pub(crate) struct ExportState {
     cache: FlowCache,
     sender: ExportSender,
+    clock_base_ns: u64,
     /// (frame index in the burst, its record's place, its 5-tuple, its
     /// length), this burst.
     noted: Vec<(usize, Place, FlowKey, u32)>,
@@ -36,6 +41,7 @@ impl ExportState {
         ExportState {
             cache: FlowCache::new(x.cache),
             sender: x.sender,
+            clock_base_ns: x.clock_base_ns,
             noted: Vec::with_capacity(crate::matcher::MAX_BURST),
         }
     }
@@ -97,11 +103,25 @@ impl ExportState {
         self.cache.early()
     }
 
+    /// No burst, the backend's clock at `now_ns`: the records the sweep
+    /// finishes by then go out (a quiet link's flows end on time).
+    pub(crate) fn idle(&mut self, now_ns: u64) {
+        self.cache.tick(now_ns);
+        self.send();
+    }
+
     fn send(&mut self) {
-        let done = self.cache.take();
-        if !done.is_empty() {
-            self.sender.send(done);
+        let mut done = self.cache.take();
+        if done.is_empty() {
+            return;
         }
+        if self.clock_base_ns != 0 {
+            for r in &mut done {
+                r.first_ns += self.clock_base_ns;
+                r.last_ns += self.clock_base_ns;
+            }
+        }
+        self.sender.send(done);
     }
 
     /// The end of the worker's run: every record finished (forced end)
@@ -141,6 +161,7 @@ mod tests {
         let mut s = ExportState::new(FlowExport {
             cache: CacheSettings::default(),
             sender: x.sender(),
+            clock_base_ns: 0,
         });
         let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80);
         let frames = [tcp(0), tcp(FIN), tcp(0), tcp(RST), tcp(0)];

@@ -254,6 +254,9 @@ impl Worker {
     pub fn idle(&mut self, now_ns: u64) {
         self.frags.expire(now_ns);
         self.sweep(now_ns);
+        if let Some(x) = &mut self.export {
+            x.idle(now_ns);
+        }
         // Bursts recorded but not yet folded show up once traffic pauses.
         if !self.histogram.is_empty() && self.folded.elapsed() >= HIST_FOLD_INTERVAL {
             self.fold_histogram(false);

@@ -230,6 +230,8 @@ pub fn replay(
         export: exporter.as_ref().map(|x| FlowExport {
             cache: opts.ipfix_cache,
             sender: x.sender(),
+            // Packet times are the capture's Unix times.
+            clock_base_ns: 0,
         }),
     };
     // Spin before sleeping only where every thread has a core: polling

@@ -99,6 +99,10 @@ pub enum RunError {
         #[source]
         source: cfdp_dpdk::DpdkError,
     },
+    /// The IPFIX exporter of a DPDK run did not start (its UDP socket).
+    #[cfg(feature = "dpdk")]
+    #[error("ipfix")]
+    Export(#[source] cfdp_export::ExporterError),
     #[error("output")]
     Json(#[source] serde_json::Error),
 }

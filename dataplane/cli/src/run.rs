@@ -425,6 +425,9 @@ fn run_pcap(
 #[cfg(feature = "dpdk")]
 fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(), RunError> {
     let d = &cfg.dpdk;
+    // Before the EAL, as its start-up errors are: a refusal leaves
+    // nothing to clean up.
+    let (exporter, wopts) = ipfix::start(cfg, cx)?;
     let eal = cfdp_dpdk::backend::init_eal(&d.eal_args).map_err(|source| RunError::Dpdk {
         what: "EAL",
         source,
@@ -435,7 +438,13 @@ fn run_dpdk(cfg: &RunConfig, cx: &WorkerContext, running: Running) -> Result<(),
     if let Err(e) = crate::telemetry::register(&eal, &running.board) {
         eprintln!("cfdp: DPDK telemetry commands not registered: {e}");
     }
-    let result = cfdp_dpdk::backend::run(&eal, d, cx, &running.stop);
+    let result = cfdp_dpdk::backend::run(&eal, d, cx, &running.stop, &wopts);
+    // Every worker's cache was flushed into the queue: what is left is
+    // sent before the final statistics (whose `export` counts it).
+    drop(wopts);
+    if let Some(x) = exporter {
+        x.finish();
+    }
     let finished = running.finish("dpdk");
     eal.cleanup();
     let report = result.map_err(|source| RunError::Dpdk {

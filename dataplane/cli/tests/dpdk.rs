@@ -5,6 +5,9 @@
 //!
 //! Each case runs a real `cfdp run` process, so each gets its own EAL (DPDK
 //! allows one initialisation per process) with a unique `--file-prefix`.
+//!
+//! Flow export from the DPDK backend is read back by nfdump's `nfcapd`
+//! (skipped without it unless `REQUIRE_IPFIX_COLLECTORS` is set).
 #![cfg(feature = "dpdk")]
 
 use std::path::{Path, PathBuf};
@@ -14,6 +17,11 @@ use std::time::{Duration, Instant};
 use cfdp_control::client::{Client, Target};
 use pcap_file::pcap::PcapReader;
 use serde_json::{json, Value};
+
+// The IPFIX tests' collectors and read-back; this file uses nfcapd's part.
+#[path = "ipfix/collectors.rs"]
+#[allow(dead_code)]
+mod collectors;
 
 fn repo(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
@@ -33,6 +41,8 @@ fn frames(path: &Path) -> Vec<Vec<u8>> {
     out
 }
 
+/// A `cfdp run` configuration on net_pcap vdevs reading `input`; `control`:
+/// the `[control]` section's lines and any sections after it.
 fn dpdk_config(
     dir: &Path,
     name: &str,
@@ -285,4 +295,78 @@ fn telemetry(prefix: &str) -> impl Fn(&str) -> Value {
         send(&fd, cmd.as_bytes(), SendFlags::empty()).unwrap();
         read(&fd)
     }
+}
+
+/// `cfdp run` on DPDK exports every flow of a capture read by net_pcap:
+/// the flows, packets and bytes `nfcapd` receives (read back by `nfdump`)
+/// equal `cfdp replay --flows`' CSV of the same capture and rules, with
+/// no sequence error, and the records carry Unix times (the DPDK clock
+/// counts from the run's start: without its base the records were dated
+/// 1970).
+#[test]
+fn dpdk_run_exports_every_flow_to_nfcapd() {
+    let missing: Vec<&str> = ["nfcapd", "nfdump"]
+        .into_iter()
+        .filter(|c| !cfdp_testkit::child::have(c))
+        .collect();
+    if !missing.is_empty() {
+        assert!(
+            std::env::var_os("REQUIRE_IPFIX_COLLECTORS").is_none(),
+            "REQUIRE_IPFIX_COLLECTORS is set, but {missing:?} are not installed"
+        );
+        eprintln!("DPDK export skipped: {missing:?} not installed");
+        return;
+    }
+    let dir = tmpdir("dpdk-ipfix");
+    let capture = repo("pcap/mixed.pcap");
+    let csv = dir.join("flows.csv");
+    let out = cfdp()
+        .arg("replay")
+        .arg(&capture)
+        .arg("--rules")
+        .arg(repo("pcap/mixed.rules.json"))
+        .arg("--flows")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = collectors::flows_csv(&csv);
+    assert!(!want.is_empty(), "no flows in the replay");
+    let nfcapd = collectors::Nfcapd::start(&dir, "nfcapd");
+    let cfg = dpdk_config(
+        &dir,
+        "ipfix",
+        &capture,
+        "verify",
+        "",
+        &format!(
+            "socket = \"\"\n[ipfix]\ncollectors = [\"127.0.0.1:{}\"]",
+            nfcapd.port
+        ),
+    );
+    let out = cfdp().args(["run", "--config"]).arg(&cfg).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = last_json(&out.stdout);
+    assert_eq!(got["backend"], "dpdk");
+    assert_eq!(got["export"]["send_errors"], 0, "{}", got["export"]);
+    assert_eq!(got["export"]["queue_full"], 0, "{}", got["export"]);
+    let store = nfcapd.store.clone();
+    let summary = nfcapd.stop();
+    assert!(summary.contains("Sequence Errors: 0"), "{summary}");
+    let theirs = collectors::nfdump_flows(&store);
+    collectors::same_flows("mixed.pcap on DPDK", "nfdump", &theirs, &want);
+    let first = collectors::nfdump_first_times(&store);
+    assert!(!first.is_empty());
+    for t in &first {
+        assert!(!t.starts_with("1970"), "a record dated {t}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

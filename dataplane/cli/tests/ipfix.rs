@@ -13,7 +13,6 @@
 //! message (seen failing with a record a byte shorter than its template;
 //! tshark does not flag a set length that overruns its message).
 
-use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::Command;
@@ -21,108 +20,12 @@ use std::process::Command;
 use cfdp_testkit::captures::{self, write_pcap};
 use cfdp_testkit::child::have;
 
+// Shared with tests/dpdk.rs, which reads records' times as well.
 #[path = "ipfix/collectors.rs"]
+#[allow(dead_code)]
 mod collectors;
 
-use collectors::{Nfacctd, Nfcapd};
-
-/// (src, dst, proto, sport, dport) → (packets, bytes).
-type Flows = BTreeMap<(String, String, u8, u16, u16), (u64, u64)>;
-
-/// Adds a CSV row's packets and bytes (its sixth and seventh columns) to
-/// its flow; `cols`: the columns of source, destination, protocol, source
-/// port and destination port.
-fn add_csv_row(flows: &mut Flows, line: &str, cols: [usize; 5]) {
-    let f: Vec<&str> = line.split(',').collect();
-    let [src, dst, proto, sport, dport] = cols;
-    let k = (
-        f[src].to_string(),
-        f[dst].to_string(),
-        f[proto].parse().unwrap(),
-        f[sport].parse().unwrap(),
-        f[dport].parse().unwrap(),
-    );
-    let e = flows.entry(k).or_default();
-    e.0 += f[5].parse::<u64>().unwrap();
-    e.1 += f[6].parse::<u64>().unwrap();
-}
-
-/// `cfdp replay --flows`' CSV, by 5-tuple.
-fn flows_csv(path: &Path) -> Flows {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut out = Flows::new();
-    for line in text.lines().skip(1) {
-        add_csv_row(&mut out, line, [0, 1, 2, 3, 4]);
-    }
-    out
-}
-
-/// Every flow of the replay's CSV, with its packets and bytes, is in what
-/// `collector` read back, and nothing else is.
-fn same_flows(name: &str, collector: &str, theirs: &Flows, csv: &Flows) {
-    for (k, v) in csv {
-        assert_eq!(theirs.get(k), Some(v), "{name}: {collector}: flow {k:?}");
-    }
-    assert_eq!(
-        theirs.len(),
-        csv.len(),
-        "{name}: flows {collector} has that the replay has not"
-    );
-}
-
-/// What `nfdump -R dir -o json` reads, summed by 5-tuple (a flow may be
-/// several records: idle, active, forced ends). An ICMP flow's ports are
-/// its type and code, as the replay's CSV has them (type · 256 + code).
-fn nfdump_flows(dir: &Path) -> Flows {
-    let out = Command::new("nfdump")
-        .arg("-R")
-        .arg(dir)
-        .args(["-o", "json"])
-        .output()
-        .expect("run nfdump");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // No record: nfdump prints its brackets around "No matching flows"
-    // (or the opening one alone).
-    let text = String::from_utf8_lossy(&out.stdout);
-    let records: Vec<serde_json::Value> =
-        if text.trim() == "[" || text.contains("No matching flows") {
-            Vec::new()
-        } else {
-            serde_json::from_str(&text).expect("nfdump's JSON")
-        };
-    let mut flows = Flows::new();
-    for r in records.iter().filter(|r| r["type"] == "FLOW") {
-        let num = |f: &str| r[f].as_u64().unwrap_or(0);
-        let addr = |v4: &str, v6: &str| {
-            r[v4]
-                .as_str()
-                .or_else(|| r[v6].as_str())
-                .unwrap_or_else(|| panic!("no address in {r}"))
-                .to_string()
-        };
-        let proto = num("proto") as u8;
-        let (sp, dp) = if matches!(proto, 1 | 58) && r.get("icmp_type").is_some() {
-            (0, num("icmp_type") << 8 | num("icmp_code"))
-        } else {
-            (num("src_port"), num("dst_port"))
-        };
-        let k = (
-            addr("src4_addr", "src6_addr"),
-            addr("dst4_addr", "dst6_addr"),
-            proto,
-            sp as u16,
-            dp as u16,
-        );
-        let e = flows.entry(k).or_default();
-        e.0 += num("in_packets");
-        e.1 += num("in_bytes");
-    }
-    flows
-}
+use collectors::{flows_csv, nfdump_flows, same_flows, Flows, Nfacctd, Nfcapd};
 
 /// The peer, where it is installed: `softflowd -r` on the same capture
 /// (IPFIX, timeouts at their defaults) to an `nfcapd` of its own, read

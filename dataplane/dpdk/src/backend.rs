@@ -340,6 +340,7 @@ fn poll(
     token: crate::EalRef<'_>,
     cx: &WorkerContext,
     mut backend: DpdkBackend<'_, '_>,
+    wopts: WorkerOptions,
 ) -> Result<u64, DpdkError> {
     if let Some(cpu) = cpu {
         let mut set = rustix::thread::CpuSet::new();
@@ -349,7 +350,7 @@ fn poll(
     }
     let _reg = ThreadRegistration::new(token)?;
     let tables = cx.readers.handle();
-    let mut worker = Worker::new(cx, w, WorkerOptions::default());
+    let mut worker = Worker::new(cx, w, wopts);
     run_worker(&mut backend, &mut worker, &tables);
     worker.finish();
     cx.stats.workers[w]
@@ -374,13 +375,15 @@ fn port_report(ports: &[StartedPort<'_>], ids: &[(String, u16)]) -> Vec<(String,
         .collect()
 }
 
-/// Runs the workers on the EAL's ports until `stop` (or idle). The caller
-/// owns the EAL (and cleans it up).
+/// Runs the workers on the EAL's ports until `stop` (or idle), each with
+/// `wopts` (flow export: its clock base is set here, where the workers'
+/// clock starts). The caller owns the EAL (and cleans it up).
 pub fn run(
     eal: &Eal,
     opts: &DpdkOptions,
     cx: &WorkerContext,
     stop: &AtomicBool,
+    wopts: &WorkerOptions,
 ) -> Result<DpdkReport, DpdkError> {
     let workers = check_options(opts, cx)?;
     let plan = PortPlan::new(&opts.rx_ports, &opts.tx_ports, &opts.xconnect)?;
@@ -395,6 +398,13 @@ pub fn run(
     let idle_limit =
         (opts.stop_when_idle_ms > 0).then(|| Duration::from_millis(opts.stop_when_idle_ms));
     let start = Instant::now();
+    let mut wopts = wopts.clone();
+    if let Some(x) = &mut wopts.export {
+        // Packet times count from `start`; records carry Unix times.
+        x.clock_base_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    }
     let per_worker = queues_per_worker(&mut ports, &plan, &ids, workers)?;
     let forward: Vec<usize> = plan.forward.iter().map(|f| f.unwrap_or(NO_PORT)).collect();
     let token = eal.token();
@@ -427,9 +437,10 @@ pub fn run(
                     tx_dropped: 0,
                 };
                 let cpu = opts.worker_cpus.get(w).copied();
+                let wopts = wopts.clone();
                 std::thread::Builder::new()
                     .name(format!("cfdp-worker-{w}"))
-                    .spawn_scoped(s, move || poll(w, cpu, token, cx, backend))
+                    .spawn_scoped(s, move || poll(w, cpu, token, cx, backend, wopts))
                     .expect("spawning a worker thread")
             })
             .collect();

@@ -102,7 +102,14 @@ fn run(eal: &Eal, tag: &str, frames: &[GenFrame], queues: u16) -> Outcome {
     };
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
     let (_store, cx) = RuleStore::fixed(&rules[..], Mode::Verify, usize::from(queues)).unwrap();
-    let report = backend::run(eal, &opts, &cx, &AtomicBool::new(false)).expect("run");
+    let report = backend::run(
+        eal,
+        &opts,
+        &cx,
+        &AtomicBool::new(false),
+        &Default::default(),
+    )
+    .expect("run");
     Outcome {
         out: collect
             .iter_mut()

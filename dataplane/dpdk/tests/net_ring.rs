@@ -53,7 +53,14 @@ fn frames_injected_through_net_ring_get_their_hand_worked_verdicts() {
 
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
     let (_store, cx) = RuleStore::fixed(&rules[..], Mode::Verify, 1).unwrap();
-    let report = backend::run(&eal, &opts, &cx, &AtomicBool::new(false)).expect("run");
+    let report = backend::run(
+        &eal,
+        &opts,
+        &cx,
+        &AtomicBool::new(false),
+        &Default::default(),
+    )
+    .expect("run");
     assert_eq!(report.tx_dropped, 0);
 
     let want = |port: Option<u16>| -> Vec<Vec<u8>> {

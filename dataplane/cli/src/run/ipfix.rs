@@ -6,22 +6,42 @@ use crate::config::RunConfig;
 use crate::error::RunError;
 
 /// `[ipfix]`, checked: the collectors' addresses and the caches'
-/// settings. Export runs on the pcap path only for now: a DPDK run with
-/// collectors is refused rather than exporting nothing.
+/// settings.
 pub(super) fn settings(
     cfg: &RunConfig,
 ) -> Result<(Vec<std::net::SocketAddr>, cfdp_export::CacheSettings), RunError> {
-    let x = cfg
-        .ipfix
+    cfg.ipfix
         .resolve()
-        .map_err(|b| RunError::Setting(SettingError::new("ipfix", b.key, b.value, b.need)))?;
-    if cfg.dpdk.enabled && !x.0.is_empty() {
-        return Err(RunError::Setting(SettingError::new(
-            "ipfix",
-            "collectors",
-            cfg.ipfix.collectors.join(", "),
-            "dpdk.enabled = false: flow export runs with pcap replay only for now",
-        )));
+        .map_err(|b| RunError::Setting(SettingError::new("ipfix", b.key, b.value, b.need)))
+}
+
+/// The exporter `[ipfix]` asks for on the DPDK backend, started and
+/// counting into the data plane's statistics, and the workers' options
+/// that send to it (the backend sets their clock base); none without
+/// collectors. (The pcap backend starts its own: `cfdp replay --ipfix`
+/// runs without `cfdp run`.)
+#[cfg(feature = "dpdk")]
+pub(super) fn start(
+    cfg: &RunConfig,
+    cx: &cfdp_engine::WorkerContext,
+) -> Result<(Option<cfdp_export::Exporter>, cfdp_engine::WorkerOptions), RunError> {
+    let (collectors, cache) = settings(cfg)?;
+    if collectors.is_empty() {
+        return Ok((None, cfdp_engine::WorkerOptions::default()));
     }
-    Ok(x)
+    let x = cfdp_export::Exporter::start_counting(
+        collectors,
+        cfg.ipfix.observation_domain,
+        std::sync::Arc::clone(&cx.stats.export),
+    )
+    .map_err(RunError::Export)?;
+    let wopts = cfdp_engine::WorkerOptions {
+        export: Some(cfdp_engine::export::FlowExport {
+            cache,
+            sender: x.sender(),
+            clock_base_ns: 0,
+        }),
+        ..Default::default()
+    };
+    Ok((Some(x), wopts))
 }

@@ -1,11 +1,130 @@
-//! The collectors the IPFIX test sends to: nfdump's `nfcapd` and
-//! pmacct's `nfacctd`, each on a UDP port of its own on 127.0.0.1.
+//! The collectors the IPFIX tests send to — nfdump's `nfcapd` and
+//! pmacct's `nfacctd`, each on a UDP port of its own on 127.0.0.1 — and
+//! what they and `cfdp replay --flows` say, summed by 5-tuple. Shared by
+//! `tests/ipfix.rs` (the pcap backend) and `tests/dpdk.rs` (the DPDK
+//! backend).
 
+use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::Command;
 
-use super::{add_csv_row, Flows};
+/// (src, dst, proto, sport, dport) → (packets, bytes).
+pub(super) type Flows = BTreeMap<(String, String, u8, u16, u16), (u64, u64)>;
+
+/// Adds a CSV row's packets and bytes (its sixth and seventh columns) to
+/// its flow; `cols`: the columns of source, destination, protocol, source
+/// port and destination port.
+pub(super) fn add_csv_row(flows: &mut Flows, line: &str, cols: [usize; 5]) {
+    let f: Vec<&str> = line.split(',').collect();
+    let [src, dst, proto, sport, dport] = cols;
+    let k = (
+        f[src].to_string(),
+        f[dst].to_string(),
+        f[proto].parse().unwrap(),
+        f[sport].parse().unwrap(),
+        f[dport].parse().unwrap(),
+    );
+    let e = flows.entry(k).or_default();
+    e.0 += f[5].parse::<u64>().unwrap();
+    e.1 += f[6].parse::<u64>().unwrap();
+}
+
+/// `cfdp replay --flows`' CSV, by 5-tuple.
+pub(super) fn flows_csv(path: &Path) -> Flows {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = Flows::new();
+    for line in text.lines().skip(1) {
+        add_csv_row(&mut out, line, [0, 1, 2, 3, 4]);
+    }
+    out
+}
+
+/// Every flow of the replay's CSV, with its packets and bytes, is in what
+/// `collector` read back, and nothing else is.
+pub(super) fn same_flows(name: &str, collector: &str, theirs: &Flows, csv: &Flows) {
+    for (k, v) in csv {
+        assert_eq!(theirs.get(k), Some(v), "{name}: {collector}: flow {k:?}");
+    }
+    assert_eq!(
+        theirs.len(),
+        csv.len(),
+        "{name}: flows {collector} has that the replay has not"
+    );
+}
+
+/// The records `nfdump -R dir -o json` reads (none: empty).
+fn nfdump_records(dir: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new("nfdump")
+        .arg("-R")
+        .arg(dir)
+        .args(["-o", "json"])
+        .output()
+        .expect("run nfdump");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // No record: nfdump prints its brackets around "No matching flows"
+    // (or the opening one alone).
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.trim() == "[" || text.contains("No matching flows") {
+        Vec::new()
+    } else {
+        serde_json::from_str(&text).expect("nfdump's JSON")
+    }
+}
+
+/// Each flow record's first time as nfdump prints it (`first`, e.g.
+/// "2026-11-29T20:40:12.123").
+pub(super) fn nfdump_first_times(dir: &Path) -> Vec<String> {
+    nfdump_records(dir)
+        .iter()
+        .filter(|r| r["type"] == "FLOW")
+        .map(|r| {
+            r["first"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no first time in {r}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// What `nfdump -R dir -o json` reads, summed by 5-tuple (a flow may be
+/// several records: idle, active, forced ends). An ICMP flow's ports are
+/// its type and code, as the replay's CSV has them (type · 256 + code).
+pub(super) fn nfdump_flows(dir: &Path) -> Flows {
+    let records = nfdump_records(dir);
+    let mut flows = Flows::new();
+    for r in records.iter().filter(|r| r["type"] == "FLOW") {
+        let num = |f: &str| r[f].as_u64().unwrap_or(0);
+        let addr = |v4: &str, v6: &str| {
+            r[v4]
+                .as_str()
+                .or_else(|| r[v6].as_str())
+                .unwrap_or_else(|| panic!("no address in {r}"))
+                .to_string()
+        };
+        let proto = num("proto") as u8;
+        let (sp, dp) = if matches!(proto, 1 | 58) && r.get("icmp_type").is_some() {
+            (0, num("icmp_type") << 8 | num("icmp_code"))
+        } else {
+            (num("src_port"), num("dst_port"))
+        };
+        let k = (
+            addr("src4_addr", "src6_addr"),
+            addr("dst4_addr", "dst6_addr"),
+            proto,
+            sp as u16,
+            dp as u16,
+        );
+        let e = flows.entry(k).or_default();
+        e.0 += num("in_packets");
+        e.1 += num("in_bytes");
+    }
+    flows
+}
 
 /// A UDP port nobody holds now (the collector binds it a moment later).
 pub(super) fn free_port() -> u16 {

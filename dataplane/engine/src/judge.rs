@@ -55,15 +55,26 @@ struct Run {
     slot: u32,
     packets: u64,
     bytes: u64,
-    action: Action,
+    /// The rule's action, as the totals count it and as the verdict it
+    /// gives ([`judged`], once a run).
+    tally: Tally,
     verdict: Verdict,
+}
+
+/// Which of the totals' action counters a rule's packets add to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tally {
+    Allowed,
+    Counted,
+    /// Drop and redirect: their verdict's counters only.
+    Neither,
 }
 
 const NO_RUN: Run = Run {
     slot: 0,
     packets: 0,
     bytes: 0,
-    action: Action::Drop,
+    tally: Tally::Neither,
     verdict: Verdict::Drop,
 };
 
@@ -173,14 +184,15 @@ impl Judge<'_> {
             return self.act(None, 1);
         };
         self.flush();
+        let (tally, verdict) = judged(r.action);
         self.run = Run {
             slot: r.slot,
             packets: 1,
             bytes: u64::from(orig_len),
-            action: r.action,
-            verdict: verdict_of(r.action),
+            tally,
+            verdict,
         };
-        self.run.verdict
+        verdict
     }
 
     /// The current run into its rule's counters and the verdict counters.
@@ -191,7 +203,7 @@ impl Judge<'_> {
             self.rules
                 .add_n(run.slot, run.packets, run.bytes, self.now_s);
             self.c.matched += run.packets;
-            self.act(Some(run.action), run.packets);
+            self.count(run.tally, run.verdict, run.packets);
         }
     }
 
@@ -244,14 +256,21 @@ impl Judge<'_> {
     /// What `action` (none: no rule) does to `n` packets, counted.
     #[inline]
     fn act(&mut self, action: Option<Action>, n: u64) -> Verdict {
+        let (tally, verdict) = action.map_or((Tally::Neither, Verdict::Forward), judged);
+        self.count(tally, verdict, n);
+        verdict
+    }
+
+    /// `n` packets of an action judged `tally` and `verdict`, counted.
+    #[inline]
+    fn count(&mut self, tally: Tally, verdict: Verdict, n: u64) {
         let c = &mut *self.c;
-        match action {
-            Some(Action::Allow | Action::Track(Allowing::Allow)) => c.allowed += n,
-            Some(Action::Count | Action::Track(Allowing::Count)) => c.counted += n,
-            _ => {}
+        match tally {
+            Tally::Allowed => c.allowed += n,
+            Tally::Counted => c.counted += n,
+            Tally::Neither => {}
         }
-        let v = action.map_or(Verdict::Forward, verdict_of);
-        match v {
+        match verdict {
             Verdict::Drop => c.dropped += n,
             Verdict::Forward => c.forwarded += n,
             Verdict::Redirect(_) => {
@@ -259,18 +278,19 @@ impl Judge<'_> {
                 c.redirected += n;
             }
         }
-        v
     }
 }
 
-/// What a rule's action does to a packet.
+/// What a rule's action does to a packet, and which action counter it
+/// adds to: one match of the action for both.
 #[inline]
-fn verdict_of(action: Action) -> Verdict {
+fn judged(action: Action) -> (Tally, Verdict) {
     match action {
-        Action::Drop => Verdict::Drop,
-        Action::Allow | Action::Count | Action::Track(Allowing::Allow | Allowing::Count) => {
-            Verdict::Forward
+        Action::Drop => (Tally::Neither, Verdict::Drop),
+        Action::Allow | Action::Track(Allowing::Allow) => (Tally::Allowed, Verdict::Forward),
+        Action::Count | Action::Track(Allowing::Count) => (Tally::Counted, Verdict::Forward),
+        Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => {
+            (Tally::Neither, Verdict::Redirect(port))
         }
-        Action::Redirect(port) | Action::Track(Allowing::Redirect(port)) => Verdict::Redirect(port),
     }
 }

@@ -157,6 +157,13 @@ impl<'p> RxBurst<'p> {
     /// burst is empty afterwards.
     pub fn dispatch(&mut self, dest: &[Option<usize>], txq: &mut [TxQueue<'_>]) -> Dispatched {
         assert!(dest.len() >= self.len);
+        // The common burst: every frame to one queue, sent as received
+        // (no gather into a second array).
+        if let Some(&Some(q)) = dest.first() {
+            if q < txq.len() && dest[..self.len].iter().all(|&d| d == Some(q)) {
+                return self.send_all(&mut txq[q]);
+            }
+        }
         let mut out = Dispatched::default();
         let mut drop = [std::ptr::null_mut(); MAX_BURST];
         let mut nd = 0;
@@ -210,6 +217,29 @@ impl<'p> RxBurst<'p> {
 }
 
 impl RxBurst<'_> {
+    /// Every frame of the burst through `q`, in order; those it does not
+    /// take are freed and counted. The burst is empty afterwards.
+    fn send_all(&mut self, q: &mut TxQueue<'_>) -> Dispatched {
+        let n = self.len;
+        let (port, queue) = q.ids();
+        // SAFETY: the first n mbufs are owned by this burst; (port, queue)
+        // is a configured transmit queue of a started port, used only
+        // through this unique (&mut) handle; tx_burst takes ownership of
+        // the first `sent`.
+        let sent = unsafe { sys::cfdp_tx_burst(port, queue, self.mbufs.as_mut_ptr(), n as u16) }
+            as usize;
+        if sent < n {
+            // SAFETY: mbufs[sent..n] are still owned here, freed once.
+            unsafe { sys::cfdp_free_bulk(self.mbufs[sent..].as_mut_ptr(), (n - sent) as u32) };
+        }
+        self.len = 0;
+        Dispatched {
+            sent: sent as u64,
+            tx_dropped: (n - sent) as u64,
+            dropped: 0,
+        }
+    }
+
     fn free_all(&mut self) {
         if self.len > 0 {
             // SAFETY: the first len mbufs are owned by this burst.

@@ -226,8 +226,8 @@ impl RxBurst<'_> {
         // is a configured transmit queue of a started port, used only
         // through this unique (&mut) handle; tx_burst takes ownership of
         // the first `sent`.
-        let sent = unsafe { sys::cfdp_tx_burst(port, queue, self.mbufs.as_mut_ptr(), n as u16) }
-            as usize;
+        let sent =
+            unsafe { sys::cfdp_tx_burst(port, queue, self.mbufs.as_mut_ptr(), n as u16) } as usize;
         if sent < n {
             // SAFETY: mbufs[sent..n] are still owned here, freed once.
             unsafe { sys::cfdp_free_bulk(self.mbufs[sent..].as_mut_ptr(), (n - sent) as u32) };

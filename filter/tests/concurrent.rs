@@ -1,13 +1,17 @@
 //! Stress: readers look up a fixed set of installed keys while one or two
 //! writers insert, remove and migrate other keys at ≥ 95 % load with Bloom
 //! placements happening. Zero misses allowed.
+//!
+//! No clock: the writers do a fixed number of rounds, and halfway through
+//! each waits until every reader has finished two more passes over its
+//! keys than when the writers started — so readers and writers overlap by
+//! ordering, not by hoping a duration is long enough.
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
 
 use cfdp_filter::{BloomConfig, BloomMode, Config, Filter};
 use common::{fill_to, Keys};
@@ -22,15 +26,22 @@ struct Churned {
     keys: Vec<u64>,
 }
 
+/// Writer rounds: each 64 inserts, 64 removals and a migration step.
+const ROUNDS: usize = 2_000;
+
 /// Bursts of inserts (Bloom placements at this load), removals of older
-/// churn keys, and migration between bursts, until `deadline`.
-fn writer_churn(f: &Filter, seed: u64, mut churn: Vec<u64>, deadline: Instant) -> Churned {
+/// churn keys, and migration between bursts, [`ROUNDS`] times; `halfway`
+/// is called after half of them (the readers' pause point).
+fn writer_churn(f: &Filter, seed: u64, mut churn: Vec<u64>, halfway: impl Fn()) -> Churned {
     let mut keys = Keys::new(seed);
     let mut done = Churned {
         min_load: 1.0,
         ..Churned::default()
     };
-    while Instant::now() < deadline {
+    for round in 0..ROUNDS {
+        if round == ROUNDS / 2 {
+            halfway();
+        }
         done.rounds += 1;
         for _ in 0..64 {
             let h = keys.next_key();
@@ -92,10 +103,17 @@ fn stress_in(
 
     let stop = Arc::new(AtomicBool::new(false));
     let lookups = Arc::new(AtomicU64::new(0));
+    // Each reader's completed passes over its keys.
+    let passes: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let readers: Vec<_> = (0..2)
         .map(|r| {
-            let (f, watched, stop, lookups) =
-                (f.clone(), watched.clone(), stop.clone(), lookups.clone());
+            let (f, watched, stop, lookups, passes) = (
+                f.clone(),
+                watched.clone(),
+                stop.clone(),
+                lookups.clone(),
+                passes.clone(),
+            );
             thread::spawn(move || {
                 let mut misses = 0u64;
                 let mut n = 0u64;
@@ -114,6 +132,7 @@ fn stress_in(
                                 out[..chunk.len()].iter().filter(|l| !l.is_hit()).count() as u64;
                         }
                     }
+                    passes[r].fetch_add(1, Ordering::Release);
                 }
                 lookups.fetch_add(n, Ordering::Relaxed);
                 misses
@@ -121,8 +140,10 @@ fn stress_in(
         })
         .collect();
 
-    // Writers: each churns its own share of the keys.
-    let deadline = Instant::now() + Duration::from_secs(3);
+    // Writers: each churns its own share of the keys. Halfway, each waits
+    // until every reader has finished two passes more than it had when the
+    // writers started: one whole pass at least ran beside the writes.
+    let at_start: [u64; 2] = [0, 1].map(|r| passes[r].load(Ordering::Acquire));
     let shares: Vec<Vec<u64>> = (0..writers)
         .map(|w| churn.iter().copied().skip(w).step_by(writers).collect())
         .collect();
@@ -131,15 +152,20 @@ fn stress_in(
         .into_iter()
         .enumerate()
         .map(|(w, share)| {
-            let f = f.clone();
-            thread::spawn(move || writer_churn(&f, 1000 + w as u64, share, deadline))
+            let (f, passes) = (f.clone(), passes.clone());
+            let halfway = move || {
+                while (0..2).any(|r| passes[r].load(Ordering::Acquire) < at_start[r] + 2) {
+                    thread::yield_now();
+                }
+            };
+            thread::spawn(move || writer_churn(&f, 1000 + w as u64, share, halfway))
         })
         .collect();
     let (mut bloom_placements, mut migrated, mut rounds) = (0usize, 0usize, 0usize);
     let mut min_load = 1.0f64;
     for h in handles {
         let done = h.join().expect("writer thread");
-        assert!(done.rounds > 0, "a writer never ran");
+        assert_eq!(done.rounds, ROUNDS);
         rounds += done.rounds;
         bloom_placements += done.bloom_placements;
         migrated += done.migrated;
@@ -154,7 +180,6 @@ fn stress_in(
          {migrated} migrated, min load {min_load:.4}"
     );
     assert_eq!(misses, 0, "readers missed installed keys");
-    assert!(n > 100_000, "readers barely ran");
     assert!(
         bloom_placements > 0,
         "no Bloom placements: the test did not exercise them"

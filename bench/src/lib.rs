@@ -162,6 +162,37 @@ pub fn is_quick() -> bool {
     std::env::args().any(|a| a == "--quick")
 }
 
+/// Refuses a command line with a flag this benchmark does not take (exit
+/// 2, naming it and the ones it takes) and answers `--help` with them: a
+/// mistyped flag would otherwise run the whole benchmark at its defaults
+/// and overwrite its committed CSV. `--quick` is always taken; arguments
+/// that do not start with `--` (values, paths) are not judged here.
+pub fn expect_flags(known: &[&str]) {
+    let mut args = std::env::args();
+    let bin = args
+        .next()
+        .map(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map_or(a.clone(), |f| f.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default();
+    let takes = std::iter::once("--quick")
+        .chain(known.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for a in args {
+        if a == "--help" || a == "-h" {
+            println!("{bin}: flags: {takes} (see bench/README.md)");
+            std::process::exit(0);
+        }
+        if a.starts_with("--") && a != "--quick" && !known.contains(&a.as_str()) {
+            eprintln!("{bin}: unknown flag {a:?}; it takes: {takes}");
+            std::process::exit(2);
+        }
+    }
+}
+
 /// The value after `name` on the command line (`--label old`).
 pub fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();

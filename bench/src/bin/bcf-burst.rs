@@ -240,6 +240,7 @@ fn print(r: &Row) {
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&[]);
     let quick = is_quick();
     let trials = if quick { 4 } else { 100 };
     println!("machine: {}", machine_description());

@@ -252,6 +252,7 @@ fn report(us: &mut [[Vec<f64>; 2]; 2], trials: usize) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    cfdp_bench::expect_flags(&["--cfdp"]);
     let trials = if is_quick() { 5 } else { 40 };
     let dir = std::env::temp_dir().join(format!("cfdp-bench-p4-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -375,6 +375,7 @@ impl Series {
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&["--label", "--cfdp"]);
     let quick = is_quick();
     let label = arg("--label").unwrap_or_else(|| "this".into());
     let cfdp = cfdp_binary();

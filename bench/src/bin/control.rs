@@ -120,6 +120,7 @@ fn filled(bloom: bool, occupancy: f64) -> (RuleStore, u64) {
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&[]);
     let quick = is_quick();
     let trials = if quick { 5 } else { 30 };
     println!("machine: {}", machine_description());

@@ -140,6 +140,7 @@ fn lookup_mops(f: &Filter, qs: &[u64], batched: bool, rounds: usize) -> f64 {
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&["--sizes"]);
     let quick = cfdp_bench::is_quick();
     let mut rows = Vec::new();
     println!("machine: {}", machine_description());

@@ -103,6 +103,7 @@ fn node_stats(dir: &Path, name: &str) -> Option<Value> {
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&["--cfdp"]);
     let quick = is_quick();
     let cfdp = cfdp_binary();
     let dir = std::env::temp_dir().join(format!("cfdp-fleet-bench-{}", std::process::id()));

@@ -478,6 +478,7 @@ async fn timed_read(port: u16, trials: usize) -> (f64, usize) {
 }
 
 fn main() {
+    cfdp_bench::expect_flags(&["--cfdp"]);
     let quick = is_quick();
     let dir = tempfile::Builder::new()
         .prefix("cfdp-bench-floods")

@@ -27,6 +27,7 @@ use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions}
 use cfdp_export::{CacheSettings, Exporter};
 
 fn main() {
+    cfdp_bench::expect_flags(&[]);
     let quick = is_quick();
     let rounds = if quick { 3 } else { 7 };
     let many: u64 = if quick { 1 << 18 } else { 1 << 20 };

@@ -39,6 +39,7 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 fn main() {
+    cfdp_bench::expect_flags(&["--label", "--rules"]);
     let quick = is_quick();
     let label = arg("--label").unwrap_or_else(|| "this".into());
     let n: u64 = arg("--rules")

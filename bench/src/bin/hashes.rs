@@ -72,6 +72,7 @@ fn crc32c_pair(_data: &[u8]) -> u64 {
 }
 
 fn main() {
+    cfdp_bench::expect_flags(&[]);
     let quick = cfdp_bench::is_quick();
     let rounds = if quick { 5 } else { 21 };
     let mut rng = SplitMix::new(42);

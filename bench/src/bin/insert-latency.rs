@@ -30,6 +30,7 @@ const BANDS: [(f64, f64); 4] = [(0.90, 0.93), (0.93, 0.95), (0.95, 0.96), (0.96,
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&[]);
     let quick = is_quick();
     let log2 = if quick { 16 } else { 20 };
     println!("machine: {}", machine_description());

@@ -143,6 +143,7 @@ fn run(cfdp: &Path, dir: &Path, mode: &str, file: &Path, n: u64, state: bool) ->
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&["--kind", "--sizes", "--cfdp"]);
     let quick = is_quick();
     let sizes: Vec<u64> = match arg_u64_list("--sizes") {
         Some(s) => s,

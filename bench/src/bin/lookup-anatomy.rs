@@ -156,6 +156,7 @@ fn pass(qs: &[u64], look: impl Fn(u64) -> bool) -> (f64, usize) {
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&["--rounds", "--sizes"]);
     let quick = cfdp_bench::is_quick();
     let sizes: Vec<u32> = arg_u64_list("--sizes").map_or_else(
         || if quick { vec![16] } else { vec![22, 25] },

@@ -57,6 +57,7 @@ fn cfdp_batched(f: &Filter, qs: &[u64]) -> usize {
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&[]);
     let quick = is_quick();
     let sizes: &[u32] = if quick { &[16] } else { &[20, 25] };
     let loads = [0.50, 0.75, 0.95];

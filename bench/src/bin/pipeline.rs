@@ -27,6 +27,7 @@ use cfdp_rules::{Action, Match, Rule};
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&["--passes", "--rules"]);
     let quick = is_quick();
     // `--rules 1000,10000000`: the rule-set sizes to measure.
     let rule_counts: Vec<u64> = match arg_u64_list("--rules") {

@@ -226,6 +226,14 @@ fn run_part<R, W>(
 }
 
 fn main() {
+    cfdp_bench::expect_flags(&[
+        "--csv",
+        "--rounds",
+        "--rules",
+        "--secs",
+        "--threads",
+        "--trace",
+    ]);
     let threads: Vec<usize> = arg_u64_list("--threads")
         .unwrap_or_else(|| vec![1, 2])
         .into_iter()

@@ -89,6 +89,7 @@ fn ours(
 
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() {
+    cfdp_bench::expect_flags(&[]);
     let quick = is_quick();
     let log2 = if quick { 18 } else { 25 };
     println!("machine: {}", machine_description());

@@ -217,6 +217,7 @@ fn classify_rate(c: &AclClassifier, keys: &[FlowKey]) -> f64 {
 }
 
 fn main() {
+    cfdp_bench::expect_flags(&["--only", "--passes"]);
     let quick = is_quick();
     let passes: Option<u64> = arg_u64_list("--passes").and_then(|v| v.first().copied());
     let pool = if quick || passes.is_some() {

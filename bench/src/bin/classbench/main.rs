@@ -82,6 +82,23 @@ use worst::{compile_p99, explosion, ports};
 
 #[allow(clippy::too_many_lines)] // a benchmark's main
 fn main() {
+    cfdp_bench::expect_flags(&[
+        "--churn",
+        "--classifier-only",
+        "--compile-p99",
+        "--explosion",
+        "--make-trace",
+        "--no-compile",
+        "--ports",
+        "--rounds",
+        "--rules",
+        "--run-header",
+        "--tables",
+        "--trace",
+        "--v6",
+        "--verdicts",
+        "--write-v6",
+    ]);
     if std::env::args().any(|a| a == "--run-header") {
         // The provenance line bench/classbench.sh puts first in its CSV.
         println!("{}", cfdp_bench::run_header());

@@ -120,6 +120,7 @@ fn mops(rounds: usize, n: u32, mut f: impl FnMut(u32)) -> f64 {
 }
 
 fn main() {
+    cfdp_bench::expect_flags(&["--part", "--rte-hash", "--threads"]);
     let quick = is_quick();
     let log2 = if quick { 16 } else { 18 };
     let rounds = if quick { 3 } else { 7 };

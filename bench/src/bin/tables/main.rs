@@ -133,6 +133,7 @@ fn regenerate(doc: &str, dir: &Path) -> R<(String, Vec<String>)> {
 }
 
 fn main() {
+    cfdp_bench::expect_flags(&["--check"]);
     let check = std::env::args().any(|a| a == "--check");
     let bench = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = bench.join("results");

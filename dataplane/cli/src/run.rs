@@ -14,15 +14,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cfdp_control::journal::{self, Journal};
+use cfdp_control::journal::Journal;
 use cfdp_control::metrics;
 use cfdp_control::plane::{ControlPlane, PlaneConfig};
+use cfdp_control::recover::{recover, RecoverError, Source};
 use cfdp_control::server::{self, ServerCtx};
 use cfdp_control::settings::{ControlSection, SettingError};
 use cfdp_control::RuleStore;
 use cfdp_engine::{LiveStats, WorkerContext};
 use cfdp_pcap::{replay, ReplayOptions, MAX_WORKERS};
-use cfdp_rules::{Atomicity, Batch, Code, Rule, Update};
+use cfdp_rules::Rule;
 use serde_json::{json, Value};
 
 use crate::config::{Overload, RunConfig};
@@ -40,7 +41,8 @@ mod ipfix;
 mod p4runtime;
 
 /// Builds the rule store: restored from `control.state_dir` when it holds
-/// state, else loaded from `rules.file`. Returns the journal to append to.
+/// state, else loaded from `rules.file` (`cfdp_control::recover`, where
+/// each branch is tested). Returns the journal to append to.
 fn build_store(
     cfg: &RunConfig,
     stats: Arc<LiveStats>,
@@ -57,95 +59,66 @@ fn build_store(
             }
         })
     };
-    let Some(dir) = cfg.control.state_dir() else {
-        let store = RuleStore::with_rules_compiled_later(scfg, stats, file_rules()?)
-            .map_err(RunError::Store)?;
-        return Ok((store, None));
-    };
-    let dir = dir.as_path();
-    private_dir(dir, "control.state_dir")?;
-    let mut restored = journal::restore(dir).map_err(RunError::State)?;
-    if let Some(w) = &restored.dropped_tail {
+    let dir = cfg.control.state_dir();
+    if let Some(dir) = &dir {
+        private_dir(dir, "control.state_dir")?;
+    }
+    let r = recover(dir.as_deref(), scfg, stats, file_rules).map_err(|e| match e {
+        RecoverError::Fallback(e) => e,
+        RecoverError::State(e) => RunError::State(e),
+        RecoverError::Store(e) => RunError::Store(e),
+        RecoverError::Snapshot(e) => RunError::Snapshot(e),
+        RecoverError::Replay { generation, source } => RunError::Replay { generation, source },
+        RecoverError::ReplayUpdate {
+            generation,
+            index,
+            code,
+            message,
+        } => RunError::ReplayUpdate {
+            generation,
+            index,
+            code,
+            message,
+        },
+        RecoverError::ReplayGeneration { generation, got } => {
+            RunError::ReplayGeneration { generation, got }
+        }
+    })?;
+    if let Some(w) = &r.dropped_tail {
         eprintln!("cfdp: warning: {w}");
     }
-    if restored.is_empty() {
-        let rules = file_rules()?;
-        let store =
-            RuleStore::with_rules_compiled_later(scfg, stats, rules).map_err(RunError::Store)?;
-        let mut j = Journal::open(dir, 0).map_err(RunError::State)?;
-        j.compact(store.generation(), &store.rules())
-            .map_err(RunError::State)?;
-        eprintln!(
-            "cfdp: state_dir {} was empty: saved {} rules from {}",
-            dir.display(),
-            store.len(),
+    let shown = dir
+        .as_deref()
+        .map_or_else(String::new, |d| d.display().to_string());
+    match r.source {
+        Source::Fallback => {}
+        Source::SavedFallback => eprintln!(
+            "cfdp: state_dir {shown} was empty: saved {} rules from {}",
+            r.store.len(),
             if cfg.rules.file.is_empty() {
                 "nowhere"
             } else {
                 &cfg.rules.file
             }
-        );
-        return Ok((store, Some(j)));
-    }
-    let mut store =
-        RuleStore::with_rules_compiled_later(scfg, stats, std::mem::take(&mut restored.rules))
-            .map_err(RunError::Snapshot)?;
-    store.set_generation(restored.snapshot_generation);
-    replay_journal(&mut store, &restored.records)?;
-    if !cfg.rules.file.is_empty() {
-        eprintln!(
-            "cfdp: rules.file {} ignored: restored the saved rule set instead",
-            cfg.rules.file
-        );
-    }
-    eprintln!(
-        "cfdp: restored {} rules at generation {} from {} (snapshot {} + {} journal records)",
-        store.len(),
-        store.generation(),
-        dir.display(),
-        restored.snapshot_generation,
-        restored.records.len()
-    );
-    let j = Journal::open(dir, restored.records.len() as u64).map_err(RunError::State)?;
-    Ok((store, Some(j)))
-}
-
-/// Applies the journal's records after the snapshot, each as the batch it
-/// was: every update must apply and land on its recorded generation.
-fn replay_journal(store: &mut RuleStore, records: &[(u64, Vec<Update>)]) -> Result<(), RunError> {
-    for (g, updates) in records {
-        let batch = Batch {
-            atomicity: Atomicity::RollbackOnError,
-            expected_generation: None,
-            updates: updates.iter().map(|u| Ok(*u)).collect(),
-        };
-        let r = store
-            .apply(&batch, |_, _| Ok(()))
-            .map_err(|source| RunError::Replay {
-                generation: *g,
-                source,
-            })?;
-        if let Some((i, res)) = r
-            .results
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.code != Code::Ok)
-        {
-            return Err(RunError::ReplayUpdate {
-                generation: *g,
-                index: i,
-                code: res.code,
-                message: res.message.clone(),
-            });
-        }
-        if store.generation() != *g {
-            return Err(RunError::ReplayGeneration {
-                generation: *g,
-                got: store.generation(),
-            });
+        ),
+        Source::Restored {
+            snapshot_generation,
+            records,
+        } => {
+            if !cfg.rules.file.is_empty() {
+                eprintln!(
+                    "cfdp: rules.file {} ignored: restored the saved rule set instead",
+                    cfg.rules.file
+                );
+            }
+            eprintln!(
+                "cfdp: restored {} rules at generation {} from {shown} (snapshot {snapshot_generation} + {records} journal records)",
+                r.store.len(),
+                r.store.generation(),
+            );
         }
     }
-    Ok(())
+    Ok((r.store, r.journal))
 }
 
 /// Runs until a signal (or, without `pcap.loop`, until the input is replayed

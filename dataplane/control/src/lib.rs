@@ -27,6 +27,7 @@ pub mod journal;
 pub mod lines;
 pub mod metrics;
 pub mod plane;
+pub mod recover;
 pub mod server;
 pub mod settings;
 pub mod slots;

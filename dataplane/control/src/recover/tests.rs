@@ -1,0 +1,198 @@
+//! Each branch of [`recover`], on a real state directory.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cfdp_engine::LiveStats;
+use cfdp_rules::{Atomicity, Batch, Code, Rule, Update};
+
+use super::*;
+use crate::journal::Journal;
+use crate::store::StoreConfig;
+
+fn rules(json: &str) -> Vec<Rule> {
+    cfdp_rules::parse_rule_list(json).unwrap()
+}
+
+fn two_rules() -> Vec<Rule> {
+    rules(
+        r#"[{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"},
+            {"id": 2, "match": {"src_prefix": "192.0.2.0/24"}, "action": "allow"}]"#,
+    )
+}
+
+/// No fallback error of the test's own: a std I/O error stands in.
+type Err = RecoverError<std::io::Error>;
+
+fn go(
+    dir: Option<&Path>,
+    fallback: impl FnOnce() -> Result<Vec<Rule>, std::io::Error>,
+) -> Result<Recovered, Err> {
+    let stats = Arc::new(LiveStats::new(1, 1024));
+    recover(dir, StoreConfig::default(), stats, fallback)
+}
+
+/// A fallback that must not be read (the state directory decides).
+fn unread() -> Result<Vec<Rule>, std::io::Error> {
+    panic!("the fallback rules were read")
+}
+
+/// Applies `updates` to the recovered store as one batch, journaled as
+/// `cfdp run` journals it; returns the batch's generation.
+fn apply(r: &mut Recovered, updates: Vec<Update>) -> u64 {
+    let batch = Batch {
+        atomicity: Atomicity::RollbackOnError,
+        expected_generation: None,
+        updates: updates.into_iter().map(Ok).collect(),
+    };
+    let j = r.journal.as_mut().expect("a journal");
+    let report = r
+        .store
+        .apply(&batch, |u, g| j.append(g, u))
+        .expect("applies");
+    assert!(report.results.iter().all(|x| x.code == Code::Ok));
+    r.store.generation()
+}
+
+fn state_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("cfdp-recover-")
+        .tempdir()
+        .unwrap()
+}
+
+#[test]
+fn without_a_state_directory_the_fallback_rules_and_no_journal() {
+    let r = go(None, || Ok(two_rules())).unwrap();
+    assert_eq!(r.source, Source::Fallback);
+    assert_eq!(r.store.len(), 2);
+    assert!(r.journal.is_none());
+}
+
+#[test]
+fn an_empty_state_directory_saves_the_fallback_rules_at_once() {
+    let tmp = state_dir();
+    let dir = tmp.path().join("state");
+    let r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    assert_eq!(r.source, Source::SavedFallback);
+    assert_eq!(r.store.len(), 2);
+    drop(r);
+    // A crash right after start: the saved rules come back, and the
+    // fallback is not read again.
+    let again = go(Some(&dir), unread).unwrap();
+    assert_eq!(
+        again.source,
+        Source::Restored {
+            snapshot_generation: 0,
+            records: 0
+        }
+    );
+    assert_eq!(again.store.rules(), two_rules());
+}
+
+#[test]
+fn a_snapshot_and_its_journal_records_come_back_in_order() {
+    let tmp = state_dir();
+    let dir = tmp.path().join("state");
+    let mut r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    let added =
+        rules(r#"[{"id": 3, "match": {"dst_prefix": "198.51.100.0/24"}, "action": "drop"}]"#);
+    let g1 = apply(&mut r, vec![Update::Insert(added[0])]);
+    let g2 = apply(&mut r, vec![Update::Delete(1)]);
+    let want = r.store.rules();
+    drop(r);
+    let back = go(Some(&dir), unread).unwrap();
+    assert_eq!(
+        back.source,
+        Source::Restored {
+            snapshot_generation: 0,
+            records: 2
+        }
+    );
+    assert_eq!((g1, g2, back.store.generation()), (1, 2, 2));
+    assert_eq!(back.store.rules(), want);
+    assert!(back.dropped_tail.is_none());
+    // The journal reopened for appending after the two records.
+    assert_eq!(back.journal.as_ref().map(Journal::records), Some(2));
+}
+
+#[test]
+fn a_record_cut_by_a_crash_is_dropped_and_said() {
+    let tmp = state_dir();
+    let dir = tmp.path().join("state");
+    let mut r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    apply(&mut r, vec![Update::Delete(2)]);
+    drop(r);
+    // A second record whose write the crash cut: no newline.
+    let journal = dir.join("journal.ndjson");
+    let mut text = std::fs::read_to_string(&journal).unwrap();
+    text += "0123abcd {\"generation\": 2, \"upd";
+    std::fs::write(&journal, text).unwrap();
+    let back = go(Some(&dir), unread).unwrap();
+    assert!(back.dropped_tail.is_some());
+    assert_eq!(back.store.generation(), 1);
+    assert_eq!(back.store.len(), 1);
+}
+
+#[test]
+fn a_record_that_no_longer_applies_refuses_the_start() {
+    let tmp = state_dir();
+    let dir = tmp.path().join("state");
+    let r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    drop(r);
+    // A record (well formed, next generation) deleting a rule the
+    // snapshot does not hold: the journal and the snapshot disagree.
+    let mut j = Journal::open(&dir, 0).unwrap();
+    j.append(1, &[Update::Delete(77)]).unwrap();
+    drop(j);
+    match go(Some(&dir), unread) {
+        Err(RecoverError::ReplayUpdate {
+            generation: 1,
+            index: 0,
+            code,
+            ..
+        }) => assert_ne!(code, Code::Ok),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("recovered a rule set the journal does not describe"),
+    }
+}
+
+#[test]
+fn a_record_that_lands_on_another_generation_refuses_the_start() {
+    let tmp = state_dir();
+    let dir = tmp.path().join("state");
+    drop(go(Some(&dir), || Ok(two_rules())).unwrap());
+    // Two updates in one record move the store one generation (a batch
+    // is one generation); a record claiming the next generation must
+    // land there, and one claiming a later one (written by hand) not.
+    let mut j = Journal::open(&dir, 0).unwrap();
+    let more = rules(r#"[{"id": 9, "match": {"dst_prefix": "203.0.113.0/24"}, "action": "drop"}]"#);
+    j.append(1, &[Update::Insert(more[0])]).unwrap();
+    j.append(2, &[]).unwrap();
+    drop(j);
+    match go(Some(&dir), unread) {
+        Err(RecoverError::ReplayGeneration { generation: 2, got }) => assert_eq!(got, 1),
+        Err(e) => panic!("another error: {e}"),
+        Ok(r) => panic!(
+            "recovered at generation {} from a record that did not move it",
+            r.store.generation()
+        ),
+    }
+}
+
+#[test]
+fn the_fallbacks_own_error_comes_back_as_it_was() {
+    let tmp = state_dir();
+    let dir = tmp.path().join("state");
+    let e = go(Some(&dir), || {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "rules.json",
+        ))
+    })
+    .err()
+    .expect("refused");
+    assert!(
+        matches!(e, RecoverError::Fallback(ref io) if io.kind() == std::io::ErrorKind::NotFound)
+    );
+}

@@ -121,20 +121,26 @@ fn check(pseudo: u64, proto: u8, seg: &[u8], v6: bool) -> Option<bool> {
 /// summed byte-swapped: every word read little-endian, eight bytes at a
 /// time. The ones' complement sum of byte-swapped words is the byte swap
 /// of the sum (RFC 1071, "byte order independence"), so no load needs a
-/// swap; a 64-bit word is added as its two 32-bit halves, whose carries
-/// the 64-bit accumulator keeps (folded by [`fold`]).
+/// swap; and since 2^16 ≡ 1 modulo 2^16 − 1, a little-endian load of any
+/// even width is added as it is (a 64-bit word as its two 32-bit halves,
+/// whose carries the 64-bit accumulator keeps; [`fold`] folds them). The
+/// tail is one load of four, two and one bytes each (no loop of pairs).
 fn sum(mut acc: u64, b: &[u8]) -> u64 {
     let mut octets = b.chunks_exact(8);
     for o in &mut octets {
         let w = u64::from_le_bytes([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]]);
         acc += (w & 0xffff_ffff) + (w >> 32);
     }
-    let rest = octets.remainder();
-    let mut words = rest.chunks_exact(2);
-    for w in &mut words {
-        acc += u64::from(u16::from_le_bytes([w[0], w[1]]));
+    let mut rest = octets.remainder();
+    if let [a, b, c, d, more @ ..] = rest {
+        acc += u64::from(u32::from_le_bytes([*a, *b, *c, *d]));
+        rest = more;
     }
-    if let [last] = words.remainder() {
+    if let [a, b, more @ ..] = rest {
+        acc += u64::from(u16::from_le_bytes([*a, *b]));
+        rest = more;
+    }
+    if let [last] = rest {
         acc += u64::from(*last);
     }
     acc

@@ -17,7 +17,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod config;
-mod conntrack_state;
 mod ctl;
 mod descriptors;
 mod error;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use cfdp_control::journal::Journal;
 use cfdp_control::metrics;
 use cfdp_control::plane::{ControlPlane, PlaneConfig};
+use cfdp_control::recover::connections::{self, Connections, StateFileError};
 use cfdp_control::recover::{recover, RecoverError, Source};
 use cfdp_control::server::{self, ServerCtx};
 use cfdp_control::settings::{ControlSection, SettingError};
@@ -39,6 +40,40 @@ use crate::error::RunError;
 
 mod ipfix;
 mod p4runtime;
+
+/// The connections the last graceful stop saved, restored into `table`
+/// (or said lost), and what was found said.
+fn restore_connections(
+    dir: &Path,
+    table: &cfdp_conntrack::ConnTable,
+    store: &RuleStore,
+) -> Result<(), RunError> {
+    let file = dir.join("conntrack.bin");
+    match connections::restore(dir, table, store).map_err(state_file)? {
+        Connections::Nothing => {}
+        Connections::LostInCrash => eprintln!(
+            "cfdp: the last run did not stop cleanly (a crash or SIGKILL): its tracked \
+             connections are lost; stateful rules start with an empty connection table"
+        ),
+        Connections::Restored { taken, saved } => eprintln!(
+            "cfdp: restored {taken} of {saved} tracked connections from {}",
+            file.display()
+        ),
+        Connections::Damaged(e) => eprintln!(
+            "cfdp: {}: {e}: tracked connections start empty",
+            file.display()
+        ),
+    }
+    Ok(())
+}
+
+/// A connection-table state file's error, as `cfdp run` reports I/O.
+fn state_file(e: StateFileError) -> RunError {
+    RunError::Io {
+        what: e.what.to_string(),
+        source: e.source,
+    }
+}
 
 /// Builds the rule store: restored from `control.state_dir` when it holds
 /// state, else loaded from `rules.file` (`cfdp_control::recover`, where
@@ -139,7 +174,7 @@ pub fn run(cfg: RunConfig, default_workers: usize, hooks: TestHooks) -> Result<(
     // The connections a graceful stop saved come back (state_dir only).
     let saved_in = cfg.control.state_dir();
     if let Some(dir) = &saved_in {
-        crate::conntrack_state::restore(dir, &table, &store)?;
+        restore_connections(dir, &table, &store)?;
     }
     store.set_conntrack(Arc::clone(&table));
     let cx = store.worker_context();
@@ -322,7 +357,7 @@ impl Running {
         }
         // The workers have stopped: the table is still.
         if let Some((table, dir)) = &self.conntrack {
-            let n = crate::conntrack_state::save(dir, table, &plane.store)?;
+            let n = connections::save(dir, table, &plane.store).map_err(state_file)?;
             eprintln!("cfdp: saved {n} tracked connections for the next start");
         }
         let mut line = serde_json::to_value(plane.stats()).map_err(RunError::Json)?;

@@ -15,6 +15,9 @@
 //!   refuses ([`RecoverError`]) rather than start with a different rule
 //!   set; a last record cut by a crash (no newline) is dropped and said
 //!   ([`Recovered::dropped_tail`]); the fallback rules are not read.
+//!
+//! The connection table, where a graceful stop saved it, comes back
+//! through [`connections`] (and a crash mark says it was lost).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -176,6 +179,8 @@ fn replay<E: std::error::Error + 'static>(
     }
     Ok(())
 }
+
+pub mod connections;
 
 #[cfg(test)]
 mod tests;

@@ -196,3 +196,99 @@ fn the_fallbacks_own_error_comes_back_as_it_was() {
         matches!(e, RecoverError::Fallback(ref io) if io.kind() == std::io::ErrorKind::NotFound)
     );
 }
+
+// The connection table across a restart (`connections`).
+
+use cfdp_conntrack::table::L4;
+use cfdp_conntrack::{ConnTable, Timeouts};
+use cfdp_rules::{Action, FlowKey};
+
+use super::connections::{self, Connections};
+
+/// A store with one stateful UDP rule (id 5), and a table.
+fn tracked() -> (RuleStore, ConnTable) {
+    let r = go(None, || {
+        Ok(rules(
+            r#"[{"id": 5, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"},
+                 "action": "allow", "track": true}]"#,
+        ))
+    })
+    .unwrap();
+    let table = ConnTable::new(
+        1024,
+        Timeouts::default(),
+        cfdp_rules::HashSecret::from_seed(7),
+    )
+    .unwrap();
+    (r.store, table)
+}
+
+/// Opens `n` UDP conversations under rule 5.
+fn open(store: &RuleStore, table: &ConnTable, n: u8) {
+    let slot = store.slot_of(5).expect("rule 5 is in the store");
+    let action = store.rule_at_slot(slot).unwrap().action;
+    assert!(matches!(action, Action::Track(_)));
+    for i in 0..n {
+        let k = FlowKey::v4([10, 0, 0, i], [192, 0, 2, 1], 17, 40_000, 53);
+        table.open(&k, L4::None, slot, action, 60, 1_000).unwrap();
+    }
+}
+
+#[test]
+fn saved_connections_come_back_at_the_next_start() {
+    let tmp = state_dir();
+    let dir = tmp.path();
+    let (store, table) = tracked();
+    assert_eq!(
+        connections::restore(dir, &table, &store).unwrap(),
+        Connections::Nothing
+    );
+    open(&store, &table, 3);
+    assert_eq!(connections::save(dir, &table, &store).unwrap(), 3);
+    let (store2, table2) = tracked();
+    assert_eq!(
+        connections::restore(dir, &table2, &store2).unwrap(),
+        Connections::Restored { taken: 3, saved: 3 }
+    );
+    assert_eq!(table2.len(), 3);
+    // Restored once: the file is gone, and this run is marked running.
+    let (store3, table3) = tracked();
+    assert_eq!(
+        connections::restore(dir, &table3, &store3).unwrap(),
+        Connections::LostInCrash
+    );
+    assert!(table3.is_empty());
+}
+
+#[test]
+fn a_crash_mark_says_the_connections_are_lost() {
+    let tmp = state_dir();
+    let dir = tmp.path();
+    let (store, table) = tracked();
+    connections::restore(dir, &table, &store).unwrap();
+    open(&store, &table, 2);
+    connections::save(dir, &table, &store).unwrap();
+    // A run that started (and marked itself) and was killed: its save
+    // never came, and the file it found was already taken.
+    let (store2, table2) = tracked();
+    connections::restore(dir, &table2, &store2).unwrap();
+    drop(table2);
+    let (store3, table3) = tracked();
+    assert_eq!(
+        connections::restore(dir, &table3, &store3).unwrap(),
+        Connections::LostInCrash
+    );
+    assert!(table3.is_empty());
+}
+
+#[test]
+fn a_damaged_file_starts_an_empty_table() {
+    let tmp = state_dir();
+    let dir = tmp.path();
+    std::fs::write(dir.join("conntrack.bin"), b"not a connection table").unwrap();
+    let (store, table) = tracked();
+    let found = connections::restore(dir, &table, &store).unwrap();
+    assert!(matches!(found, Connections::Damaged(_)), "{found:?}");
+    assert!(table.is_empty());
+    assert!(!dir.join("conntrack.bin").exists());
+}

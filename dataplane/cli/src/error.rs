@@ -1,10 +1,6 @@
 //! What `cfdp run` can fail with; `main` prints each with its causes
 //! ([`chain`]) and picks the exit code.
 
-use cfdp_control::journal::JournalError;
-use cfdp_control::{ApplyError, StoreError};
-use cfdp_rules::{Code, RuleError};
-
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The `--config` file is not there.
@@ -42,37 +38,10 @@ pub enum RunError {
         #[source]
         source: config::ConfigError,
     },
-    #[error("{file}")]
-    RuleFile {
-        file: String,
-        #[source]
-        source: RuleError,
-    },
-    #[error("state_dir")]
-    State(#[source] JournalError),
-    #[error("rule store")]
-    Store(#[source] StoreError),
-    #[error("state_dir snapshot does not load")]
-    Snapshot(#[source] StoreError),
-    #[error("journal record {generation}")]
-    Replay {
-        generation: u64,
-        #[source]
-        source: ApplyError,
-    },
-    #[error(
-        "journal record {generation}, update {}: {code:?}: {message} (does the configuration \
-         still fit the saved rules?)",
-        index + 1
-    )]
-    ReplayUpdate {
-        generation: u64,
-        index: usize,
-        code: Code,
-        message: String,
-    },
-    #[error("journal record {generation} restored as generation {got}")]
-    ReplayGeneration { generation: u64, got: u64 },
+    /// Crash recovery refused: the fallback rule file, the state
+    /// directory, a journal record that no longer applies.
+    #[error(transparent)]
+    Recover(#[from] cfdp_control::recover::RecoverError),
     /// An operating-system call failed (`what`: which, and on what).
     #[error("{what}")]
     Io {

@@ -18,13 +18,12 @@ use cfdp_control::journal::Journal;
 use cfdp_control::metrics;
 use cfdp_control::plane::{ControlPlane, PlaneConfig};
 use cfdp_control::recover::connections::{self, Connections, StateFileError};
-use cfdp_control::recover::{recover, RecoverError, Source};
+use cfdp_control::recover::{recover, Source};
 use cfdp_control::server::{self, ServerCtx};
 use cfdp_control::settings::{ControlSection, SettingError};
 use cfdp_control::RuleStore;
 use cfdp_engine::{LiveStats, WorkerContext};
 use cfdp_pcap::{replay, ReplayOptions, MAX_WORKERS};
-use cfdp_rules::Rule;
 use serde_json::{json, Value};
 
 use crate::config::{Overload, RunConfig};
@@ -83,42 +82,12 @@ fn build_store(
     stats: Arc<LiveStats>,
 ) -> Result<(RuleStore, Option<Journal>), RunError> {
     let scfg = cfg.store_config()?;
-    let file_rules = || -> Result<Vec<Rule>, RunError> {
-        if cfg.rules.file.is_empty() {
-            return Ok(Vec::new());
-        }
-        cfdp_rules::read_rule_file(Path::new(&cfg.rules.file)).map_err(|source| {
-            RunError::RuleFile {
-                file: cfg.rules.file.clone(),
-                source,
-            }
-        })
-    };
+    let rules_file = (!cfg.rules.file.is_empty()).then(|| Path::new(&cfg.rules.file));
     let dir = cfg.control.state_dir();
     if let Some(dir) = &dir {
         private_dir(dir, "control.state_dir")?;
     }
-    let r = recover(dir.as_deref(), scfg, stats, file_rules).map_err(|e| match e {
-        RecoverError::Fallback(e) => e,
-        RecoverError::State(e) => RunError::State(e),
-        RecoverError::Store(e) => RunError::Store(e),
-        RecoverError::Snapshot(e) => RunError::Snapshot(e),
-        RecoverError::Replay { generation, source } => RunError::Replay { generation, source },
-        RecoverError::ReplayUpdate {
-            generation,
-            index,
-            code,
-            message,
-        } => RunError::ReplayUpdate {
-            generation,
-            index,
-            code,
-            message,
-        },
-        RecoverError::ReplayGeneration { generation, got } => {
-            RunError::ReplayGeneration { generation, got }
-        }
-    })?;
+    let r = recover(dir.as_deref(), rules_file, scfg, stats)?;
     if let Some(w) = &r.dropped_tail {
         eprintln!("cfdp: warning: {w}");
     }

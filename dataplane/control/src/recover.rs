@@ -1,7 +1,7 @@
 //! Crash recovery: the rule store a node starts with, from its state
 //! directory (the last snapshot and the journal's records after it) or,
 //! when the directory holds nothing yet or there is none, from the
-//! fallback rules (`rules.file`). Lives beside the journal it reads, so
+//! fallback rule file (`rules.file`). Lives beside the journal it reads, so
 //! that each branch is tested here (`recover::tests`), not only end to end
 //! through `cfdp run`.
 //!
@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cfdp_engine::LiveStats;
-use cfdp_rules::{Atomicity, Batch, Code, Rule, Update};
+use cfdp_rules::{Atomicity, Batch, Code, Rule, RuleError, Update};
 
 use crate::journal::{self, Journal, JournalError};
 use crate::store::{ApplyError, RuleStore, StoreConfig, StoreError};
@@ -53,12 +53,16 @@ pub struct Recovered {
     pub dropped_tail: Option<String>,
 }
 
-/// Why recovery refused; `E`: the fallback rules' own error.
+/// Why recovery refused (the messages `cfdp run` prints).
 #[derive(Debug, thiserror::Error)]
-pub enum RecoverError<E: std::error::Error + 'static> {
-    /// The fallback rules could not be read.
-    #[error(transparent)]
-    Fallback(E),
+pub enum RecoverError {
+    /// The fallback rule file could not be read.
+    #[error("{file}")]
+    RuleFile {
+        file: String,
+        #[source]
+        source: RuleError,
+    },
     #[error("state_dir")]
     State(#[source] JournalError),
     /// The fallback rules do not make a store.
@@ -87,16 +91,28 @@ pub enum RecoverError<E: std::error::Error + 'static> {
     ReplayGeneration { generation: u64, got: u64 },
 }
 
-/// The rule store to start with (see the module docs). `fallback` is
-/// read only where the state directory does not decide.
-pub fn recover<E: std::error::Error + 'static>(
+/// The fallback rules: those of `file`, none without one.
+fn fallback_rules(file: Option<&Path>) -> Result<Vec<Rule>, RecoverError> {
+    let Some(file) = file else {
+        return Ok(Vec::new());
+    };
+    cfdp_rules::read_rule_file(file).map_err(|source| RecoverError::RuleFile {
+        file: file.display().to_string(),
+        source,
+    })
+}
+
+/// The rule store to start with (see the module docs): from `dir`, the
+/// state directory, or the fallback `rules_file` (read only where the
+/// state directory does not decide; no file: no rules).
+pub fn recover(
     dir: Option<&Path>,
+    rules_file: Option<&Path>,
     cfg: StoreConfig,
     stats: Arc<LiveStats>,
-    fallback: impl FnOnce() -> Result<Vec<Rule>, E>,
-) -> Result<Recovered, RecoverError<E>> {
+) -> Result<Recovered, RecoverError> {
     let Some(dir) = dir else {
-        let rules = fallback().map_err(RecoverError::Fallback)?;
+        let rules = fallback_rules(rules_file)?;
         let store =
             RuleStore::with_rules_compiled_later(cfg, stats, rules).map_err(RecoverError::Store)?;
         return Ok(Recovered {
@@ -109,7 +125,7 @@ pub fn recover<E: std::error::Error + 'static>(
     let mut restored = journal::restore(dir).map_err(RecoverError::State)?;
     let dropped_tail = restored.dropped_tail.take();
     if restored.is_empty() {
-        let rules = fallback().map_err(RecoverError::Fallback)?;
+        let rules = fallback_rules(rules_file)?;
         let store =
             RuleStore::with_rules_compiled_later(cfg, stats, rules).map_err(RecoverError::Store)?;
         let mut j = Journal::open(dir, 0).map_err(RecoverError::State)?;
@@ -141,10 +157,7 @@ pub fn recover<E: std::error::Error + 'static>(
 
 /// Applies the journal's records after the snapshot, each as the batch it
 /// was: every update must apply and land on its recorded generation.
-fn replay<E: std::error::Error + 'static>(
-    store: &mut RuleStore,
-    records: &[(u64, Vec<Update>)],
-) -> Result<(), RecoverError<E>> {
+fn replay(store: &mut RuleStore, records: &[(u64, Vec<Update>)]) -> Result<(), RecoverError> {
     for (g, updates) in records {
         let batch = Batch {
             atomicity: Atomicity::RollbackOnError,

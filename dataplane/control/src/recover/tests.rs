@@ -21,20 +21,27 @@ fn two_rules() -> Vec<Rule> {
     )
 }
 
-/// No fallback error of the test's own: a std I/O error stands in.
-type Err = RecoverError<std::io::Error>;
-
-fn go(
-    dir: Option<&Path>,
-    fallback: impl FnOnce() -> Result<Vec<Rule>, std::io::Error>,
-) -> Result<Recovered, Err> {
-    let stats = Arc::new(LiveStats::new(1, 1024));
-    recover(dir, StoreConfig::default(), stats, fallback)
+/// The fallback rule file the tests use: two rules, in `tmp`.
+fn rule_file(tmp: &Path) -> std::path::PathBuf {
+    let f = tmp.join("rules.json");
+    std::fs::write(
+        &f,
+        r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"},
+            {"id": 2, "match": {"src_prefix": "192.0.2.0/24"}, "action": "allow"}]}"#,
+    )
+    .unwrap();
+    f
 }
 
-/// A fallback that must not be read (the state directory decides).
-fn unread() -> Result<Vec<Rule>, std::io::Error> {
-    panic!("the fallback rules were read")
+fn go(dir: Option<&Path>, rules_file: Option<&Path>) -> Result<Recovered, RecoverError> {
+    let stats = Arc::new(LiveStats::new(1, 1024));
+    recover(dir, rules_file, StoreConfig::default(), stats)
+}
+
+/// A fallback file that must not be read (the state directory decides):
+/// it does not exist, and reading it would refuse the start.
+fn unread(tmp: &Path) -> Option<std::path::PathBuf> {
+    Some(tmp.join("never-read.json"))
 }
 
 /// Applies `updates` to the recovered store as one batch, journaled as
@@ -63,7 +70,8 @@ fn state_dir() -> tempfile::TempDir {
 
 #[test]
 fn without_a_state_directory_the_fallback_rules_and_no_journal() {
-    let r = go(None, || Ok(two_rules())).unwrap();
+    let tmp = state_dir();
+    let r = go(None, Some(&rule_file(tmp.path()))).unwrap();
     assert_eq!(r.source, Source::Fallback);
     assert_eq!(r.store.len(), 2);
     assert!(r.journal.is_none());
@@ -73,13 +81,13 @@ fn without_a_state_directory_the_fallback_rules_and_no_journal() {
 fn an_empty_state_directory_saves_the_fallback_rules_at_once() {
     let tmp = state_dir();
     let dir = tmp.path().join("state");
-    let r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    let r = go(Some(&dir), Some(&rule_file(tmp.path()))).unwrap();
     assert_eq!(r.source, Source::SavedFallback);
     assert_eq!(r.store.len(), 2);
     drop(r);
     // A crash right after start: the saved rules come back, and the
     // fallback is not read again.
-    let again = go(Some(&dir), unread).unwrap();
+    let again = go(Some(&dir), unread(tmp.path()).as_deref()).unwrap();
     assert_eq!(
         again.source,
         Source::Restored {
@@ -94,14 +102,14 @@ fn an_empty_state_directory_saves_the_fallback_rules_at_once() {
 fn a_snapshot_and_its_journal_records_come_back_in_order() {
     let tmp = state_dir();
     let dir = tmp.path().join("state");
-    let mut r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    let mut r = go(Some(&dir), Some(&rule_file(tmp.path()))).unwrap();
     let added =
         rules(r#"[{"id": 3, "match": {"dst_prefix": "198.51.100.0/24"}, "action": "drop"}]"#);
     let g1 = apply(&mut r, vec![Update::Insert(added[0])]);
     let g2 = apply(&mut r, vec![Update::Delete(1)]);
     let want = r.store.rules();
     drop(r);
-    let back = go(Some(&dir), unread).unwrap();
+    let back = go(Some(&dir), unread(tmp.path()).as_deref()).unwrap();
     assert_eq!(
         back.source,
         Source::Restored {
@@ -120,7 +128,7 @@ fn a_snapshot_and_its_journal_records_come_back_in_order() {
 fn a_record_cut_by_a_crash_is_dropped_and_said() {
     let tmp = state_dir();
     let dir = tmp.path().join("state");
-    let mut r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    let mut r = go(Some(&dir), Some(&rule_file(tmp.path()))).unwrap();
     apply(&mut r, vec![Update::Delete(2)]);
     drop(r);
     // A second record whose write the crash cut: no newline.
@@ -128,7 +136,7 @@ fn a_record_cut_by_a_crash_is_dropped_and_said() {
     let mut text = std::fs::read_to_string(&journal).unwrap();
     text += "0123abcd {\"generation\": 2, \"upd";
     std::fs::write(&journal, text).unwrap();
-    let back = go(Some(&dir), unread).unwrap();
+    let back = go(Some(&dir), unread(tmp.path()).as_deref()).unwrap();
     assert!(back.dropped_tail.is_some());
     assert_eq!(back.store.generation(), 1);
     assert_eq!(back.store.len(), 1);
@@ -138,14 +146,14 @@ fn a_record_cut_by_a_crash_is_dropped_and_said() {
 fn a_record_that_no_longer_applies_refuses_the_start() {
     let tmp = state_dir();
     let dir = tmp.path().join("state");
-    let r = go(Some(&dir), || Ok(two_rules())).unwrap();
+    let r = go(Some(&dir), Some(&rule_file(tmp.path()))).unwrap();
     drop(r);
     // A record (well formed, next generation) deleting a rule the
     // snapshot does not hold: the journal and the snapshot disagree.
     let mut j = Journal::open(&dir, 0).unwrap();
     j.append(1, &[Update::Delete(77)]).unwrap();
     drop(j);
-    match go(Some(&dir), unread) {
+    match go(Some(&dir), unread(tmp.path()).as_deref()) {
         Err(RecoverError::ReplayUpdate {
             generation: 1,
             index: 0,
@@ -161,7 +169,7 @@ fn a_record_that_no_longer_applies_refuses_the_start() {
 fn a_record_that_lands_on_another_generation_refuses_the_start() {
     let tmp = state_dir();
     let dir = tmp.path().join("state");
-    drop(go(Some(&dir), || Ok(two_rules())).unwrap());
+    drop(go(Some(&dir), Some(&rule_file(tmp.path()))).unwrap());
     // Two updates in one record move the store one generation (a batch
     // is one generation); a record claiming the next generation must
     // land there, and one claiming a later one (written by hand) not.
@@ -170,7 +178,7 @@ fn a_record_that_lands_on_another_generation_refuses_the_start() {
     j.append(1, &[Update::Insert(more[0])]).unwrap();
     j.append(2, &[]).unwrap();
     drop(j);
-    match go(Some(&dir), unread) {
+    match go(Some(&dir), unread(tmp.path()).as_deref()) {
         Err(RecoverError::ReplayGeneration { generation: 2, got }) => assert_eq!(got, 1),
         Err(e) => panic!("another error: {e}"),
         Ok(r) => panic!(
@@ -181,19 +189,14 @@ fn a_record_that_lands_on_another_generation_refuses_the_start() {
 }
 
 #[test]
-fn the_fallbacks_own_error_comes_back_as_it_was() {
+fn a_fallback_file_that_cannot_be_read_refuses_with_its_name() {
     let tmp = state_dir();
     let dir = tmp.path().join("state");
-    let e = go(Some(&dir), || {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "rules.json",
-        ))
-    })
-    .err()
-    .expect("refused");
+    let missing = tmp.path().join("missing.json");
+    let e = go(Some(&dir), Some(&missing)).err().expect("refused");
     assert!(
-        matches!(e, RecoverError::Fallback(ref io) if io.kind() == std::io::ErrorKind::NotFound)
+        matches!(&e, RecoverError::RuleFile { file, .. } if file.ends_with("missing.json")),
+        "{e:?}"
     );
 }
 
@@ -207,13 +210,15 @@ use super::connections::{self, Connections};
 
 /// A store with one stateful UDP rule (id 5), and a table.
 fn tracked() -> (RuleStore, ConnTable) {
-    let r = go(None, || {
-        Ok(rules(
-            r#"[{"id": 5, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"},
-                 "action": "allow", "track": true}]"#,
-        ))
-    })
+    let tmp = state_dir();
+    let f = tmp.path().join("rules.json");
+    std::fs::write(
+        &f,
+        r#"{"rules": [{"id": 5, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"},
+             "action": "allow", "track": true}]}"#,
+    )
     .unwrap();
+    let r = go(None, Some(&f)).unwrap();
     let table = ConnTable::new(
         1024,
         Timeouts::default(),

@@ -94,26 +94,54 @@ fn last_json(stdout: &[u8]) -> Value {
     serde_json::from_str(text.lines().last().expect("a summary line")).unwrap()
 }
 
+/// `cfdp replay` of mixed.pcap with its rules and `args`, which must
+/// succeed: its report (stdout).
+fn replay_mixed(args: &[&std::ffi::OsStr]) -> Value {
+    let out = cfdp()
+        .arg("replay")
+        .arg(repo("pcap/mixed.pcap"))
+        .arg("--rules")
+        .arg(repo("pcap/mixed.rules.json"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `cfdp run --config cfg` to its end (the input replayed, then idle):
+/// its final line, from the DPDK backend.
+fn run_dpdk(cfg: &Path) -> Value {
+    let out = cfdp().args(["run", "--config"]).arg(cfg).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = last_json(&out.stdout);
+    assert_eq!(got["backend"], "dpdk");
+    got
+}
+
 #[test]
 fn net_pcap_replay_matches_the_pcap_backend() {
     for mode in ["verify", "filter-only"] {
         let dir = tmpdir(mode);
         // The pcap backend's answer.
-        let out = cfdp()
-            .args(["replay"])
-            .arg(repo("pcap/mixed.pcap"))
-            .arg("--rules")
-            .arg(repo("pcap/mixed.rules.json"))
-            .args(["--workers", "1", "--mode", mode, "--out"])
-            .arg(dir.join("pcap.pcap"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let want: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = dir.join("pcap.pcap");
+        let os = std::ffi::OsStr::new;
+        let want = replay_mixed(&[
+            os("--workers"),
+            os("1"),
+            os("--mode"),
+            os(mode),
+            os("--out"),
+            out.as_os_str(),
+        ]);
         // The DPDK backend's answer.
         let cfg = dpdk_config(
             &dir,
@@ -123,14 +151,7 @@ fn net_pcap_replay_matches_the_pcap_backend() {
             "",
             "socket = \"\"",
         );
-        let out = cfdp().args(["run", "--config"]).arg(&cfg).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = last_json(&out.stdout);
-        assert_eq!(got["backend"], "dpdk");
+        let got = run_dpdk(&cfg);
         for k in [
             "packets",
             "bytes",
@@ -320,20 +341,7 @@ fn dpdk_run_exports_every_flow_to_nfcapd() {
     let dir = tmpdir("dpdk-ipfix");
     let capture = repo("pcap/mixed.pcap");
     let csv = dir.join("flows.csv");
-    let out = cfdp()
-        .arg("replay")
-        .arg(&capture)
-        .arg("--rules")
-        .arg(repo("pcap/mixed.rules.json"))
-        .arg("--flows")
-        .arg(&csv)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    replay_mixed(&[std::ffi::OsStr::new("--flows"), csv.as_os_str()]);
     let want = collectors::flows_csv(&csv);
     assert!(!want.is_empty(), "no flows in the replay");
     let nfcapd = collectors::Nfcapd::start(&dir, "nfcapd");
@@ -348,14 +356,7 @@ fn dpdk_run_exports_every_flow_to_nfcapd() {
             nfcapd.port
         ),
     );
-    let out = cfdp().args(["run", "--config"]).arg(&cfg).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got = last_json(&out.stdout);
-    assert_eq!(got["backend"], "dpdk");
+    let got = run_dpdk(&cfg);
     assert_eq!(got["export"]["send_errors"], 0, "{}", got["export"]);
     assert_eq!(got["export"]["queue_full"], 0, "{}", got["export"]);
     let store = nfcapd.store.clone();

@@ -472,11 +472,11 @@ mod tests {
         assert_eq!(c.len(), 2);
     }
 
-    /// Under steady traffic the sweep goes round in parts: an idle flow's
-    /// record is finished within one turn (~1 s) after its timeout, never
-    /// before it.
-    #[test]
-    fn the_sweep_in_parts_finishes_an_idle_flow_within_a_turn() {
+    /// Flow 1's only packet at 10 s (idle timeout 15 s), then `advance`
+    /// called every `every` ns of the clock until a record is finished:
+    /// it must be flow 1's, idle, within one turn of the sweep (~1 s)
+    /// after its timeout, never before it.
+    fn idle_flow_ends_within_a_turn(every: u64, mut advance: impl FnMut(&mut FlowCache, u64)) {
         let mut c = FlowCache::new(CacheSettings {
             capacity: 1024,
             ..settings()
@@ -486,9 +486,9 @@ mod tests {
         let turn = SWEEP_PARTS as u64 * step;
         let mut t = 10 * S;
         let finished = loop {
-            t += step;
+            t += every;
             assert!(t < 30 * S, "flow 1 never finished");
-            c.observe(&packet(2, t));
+            advance(&mut c, t);
             if let Some(r) = c.take().first() {
                 break (t, r.key, r.end);
             }
@@ -500,34 +500,20 @@ mod tests {
         );
     }
 
-    /// With no packet at all (a quiet link), the worker's idle ticks go
-    /// round the sweep the same way: the idle flow's record is finished
-    /// within a turn after its timeout, never before it.
+    /// Under steady traffic (another flow's packets) the sweep goes round
+    /// in parts.
+    #[test]
+    fn the_sweep_in_parts_finishes_an_idle_flow_within_a_turn() {
+        idle_flow_ends_within_a_turn(SWEEP_STEP_MS * 1_000_000, |c, t| {
+            c.observe(&packet(2, t));
+        });
+    }
+
+    /// With no packet at all (a quiet link), the worker's idle ticks,
+    /// far more often than parts are due, go round it the same way.
     #[test]
     fn ticks_without_packets_finish_an_idle_flow_within_a_turn() {
-        let mut c = FlowCache::new(CacheSettings {
-            capacity: 1024,
-            ..settings()
-        });
-        c.observe(&packet(1, 10 * S));
-        let step = SWEEP_STEP_MS * 1_000_000;
-        let turn = SWEEP_PARTS as u64 * step;
-        let mut t = 10 * S;
-        let finished = loop {
-            // Ticks come far more often than parts are due.
-            t += step / 4;
-            assert!(t < 30 * S, "flow 1 never finished");
-            c.tick(t);
-            if let Some(r) = c.take().first() {
-                break (t, r.key, r.end);
-            }
-        };
-        assert_eq!((finished.1, finished.2), (key(1), EndReason::Idle));
-        assert!(
-            (25 * S..=25 * S + turn + step).contains(&finished.0),
-            "{finished:?}"
-        );
-        assert!(c.is_empty());
+        idle_flow_ends_within_a_turn(SWEEP_STEP_MS * 1_000_000 / 4, FlowCache::tick);
     }
 
     /// A FIN or RST ends its flow's record at once.

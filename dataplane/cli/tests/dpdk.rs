@@ -326,16 +326,7 @@ fn telemetry(prefix: &str) -> impl Fn(&str) -> Value {
 /// 1970).
 #[test]
 fn dpdk_run_exports_every_flow_to_nfcapd() {
-    let missing: Vec<&str> = ["nfcapd", "nfdump"]
-        .into_iter()
-        .filter(|c| !cfdp_testkit::child::have(c))
-        .collect();
-    if !missing.is_empty() {
-        assert!(
-            std::env::var_os("REQUIRE_IPFIX_COLLECTORS").is_none(),
-            "REQUIRE_IPFIX_COLLECTORS is set, but {missing:?} are not installed"
-        );
-        eprintln!("DPDK export skipped: {missing:?} not installed");
+    if !collectors::collectors_installed(&["nfcapd", "nfdump"], "DPDK export") {
         return;
     }
     let dir = tmpdir("dpdk-ipfix");

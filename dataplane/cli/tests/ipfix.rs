@@ -25,7 +25,9 @@ use cfdp_testkit::child::have;
 #[allow(dead_code)]
 mod collectors;
 
-use collectors::{flows_csv, nfdump_flows, same_flows, Flows, Nfacctd, Nfcapd};
+use collectors::{
+    collectors_installed, flows_csv, nfdump_flows, same_flows, Flows, Nfacctd, Nfcapd,
+};
 
 /// The peer, where it is installed: `softflowd -r` on the same capture
 /// (IPFIX, timeouts at their defaults) to an `nfcapd` of its own, read
@@ -151,16 +153,7 @@ fn check(name: &str, capture: &Path, dir: &Path, generated: bool, nfacctd: &mut 
 
 #[test]
 fn nfcapd_reads_back_every_flow_packet_and_byte() {
-    let missing: Vec<&str> = ["nfcapd", "nfdump", "nfacctd"]
-        .into_iter()
-        .filter(|c| !have(c))
-        .collect();
-    if !missing.is_empty() {
-        assert!(
-            std::env::var_os("REQUIRE_IPFIX_COLLECTORS").is_none(),
-            "REQUIRE_IPFIX_COLLECTORS is set, but {missing:?} are not installed"
-        );
-        eprintln!("IPFIX collectors skipped: {missing:?} not installed");
+    if !collectors_installed(&["nfcapd", "nfdump", "nfacctd"], "IPFIX collectors") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

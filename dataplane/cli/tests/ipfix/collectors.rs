@@ -126,6 +126,26 @@ pub(super) fn nfdump_flows(dir: &Path) -> Flows {
     flows
 }
 
+/// Whether the collector tools `tools` are installed; `false` (the test
+/// skips, saying so as `what`) when they are not, unless
+/// `REQUIRE_IPFIX_COLLECTORS` is set (CI): then missing ones fail it.
+pub(super) fn collectors_installed(tools: &[&str], what: &str) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|c| !cfdp_testkit::child::have(c))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("REQUIRE_IPFIX_COLLECTORS").is_none(),
+        "REQUIRE_IPFIX_COLLECTORS is set, but {missing:?} are not installed"
+    );
+    eprintln!("{what} skipped: {missing:?} not installed");
+    false
+}
+
 /// A UDP port nobody holds now (the collector binds it a moment later).
 pub(super) fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")

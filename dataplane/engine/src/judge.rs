@@ -198,8 +198,11 @@ impl Judge<'_> {
     /// The current run into its rule's counters and the verdict counters.
     #[inline]
     pub(crate) fn flush(&mut self) {
-        let run = std::mem::replace(&mut self.run, NO_RUN);
+        let run = self.run;
         if run.packets > 0 {
+            // Ended by its packet count alone: the next run overwrites the
+            // rest (no copy of a whole empty run a packet).
+            self.run.packets = 0;
             self.rules
                 .add_n(run.slot, run.packets, run.bytes, self.now_s);
             self.c.matched += run.packets;

@@ -213,9 +213,7 @@ impl FlowCache {
     pub fn observe_at(&mut self, at: Place, p: &Observed) {
         debug_assert_eq!(at.0, self.set_of(&p.key), "a place of another key");
         let now = ms(p.ts_ns);
-        if now >= self.sweep_due_ms {
-            self.sweep_parts(now);
-        }
+        self.sweep_if_due(now);
         let set = at.0;
         let ways = &mut self.sets[set];
         if let Some(w) = ways.iter_mut().find(|w| w.holds(&p.key)) {
@@ -308,7 +306,12 @@ impl FlowCache {
     /// within its idle timeout (and a turn of the sweep) though no packet
     /// of any flow arrives. As cheap as a compare when no part is due.
     pub fn tick(&mut self, now_ns: u64) {
-        let now = ms(now_ns);
+        self.sweep_if_due(ms(now_ns));
+    }
+
+    /// The sweep's parts due at `now` (ms), if any is.
+    #[inline]
+    fn sweep_if_due(&mut self, now: u64) {
         if now >= self.sweep_due_ms {
             self.sweep_parts(now);
         }

@@ -47,7 +47,7 @@ fn restore_connections(
     table: &cfdp_conntrack::ConnTable,
     store: &RuleStore,
 ) -> Result<(), RunError> {
-    let file = dir.join("conntrack.bin");
+    let file = dir.join(connections::FILE);
     match connections::restore(dir, table, store).map_err(state_file)? {
         Connections::Nothing => {}
         Connections::LostInCrash => eprintln!(
@@ -99,17 +99,17 @@ fn build_store(
         Source::SavedFallback => eprintln!(
             "cfdp: state_dir {shown} was empty: saved {} rules from {}",
             r.store.len(),
-            if cfg.rules.file.is_empty() {
-                "nowhere"
-            } else {
+            if rules_file.is_some() {
                 &cfg.rules.file
+            } else {
+                "nowhere"
             }
         ),
         Source::Restored {
             snapshot_generation,
             records,
         } => {
-            if !cfg.rules.file.is_empty() {
+            if rules_file.is_some() {
                 eprintln!(
                     "cfdp: rules.file {} ignored: restored the saved rule set instead",
                     cfg.rules.file

@@ -17,7 +17,8 @@ use cfdp_conntrack::{persist, ConnTable};
 use crate::files;
 use crate::store::RuleStore;
 
-const FILE: &str = "conntrack.bin";
+/// The saved table, in the state directory.
+pub const FILE: &str = "conntrack.bin";
 const TEMP: &str = "conntrack.bin.tmp";
 const RUNNING: &str = "conntrack.running";
 /// In the saved file, a connection whose rule is gone.

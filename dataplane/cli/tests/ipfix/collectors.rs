@@ -53,8 +53,8 @@ pub(super) fn same_flows(name: &str, collector: &str, theirs: &Flows, csv: &Flow
     );
 }
 
-/// The records `nfdump -R dir -o json` reads (none: empty).
-fn nfdump_records(dir: &Path) -> Vec<serde_json::Value> {
+/// The flow records `nfdump -R dir -o json` reads (none: empty).
+fn nfdump_flow_records(dir: &Path) -> Vec<serde_json::Value> {
     let out = Command::new("nfdump")
         .arg("-R")
         .arg(dir)
@@ -70,18 +70,20 @@ fn nfdump_records(dir: &Path) -> Vec<serde_json::Value> {
     // (or the opening one alone).
     let text = String::from_utf8_lossy(&out.stdout);
     if text.trim() == "[" || text.contains("No matching flows") {
-        Vec::new()
-    } else {
-        serde_json::from_str(&text).expect("nfdump's JSON")
+        return Vec::new();
     }
+    let records: Vec<serde_json::Value> = serde_json::from_str(&text).expect("nfdump's JSON");
+    records
+        .into_iter()
+        .filter(|r| r["type"] == "FLOW")
+        .collect()
 }
 
 /// Each flow record's first time as nfdump prints it (`first`, e.g.
 /// "2026-11-29T20:40:12.123").
 pub(super) fn nfdump_first_times(dir: &Path) -> Vec<String> {
-    nfdump_records(dir)
+    nfdump_flow_records(dir)
         .iter()
-        .filter(|r| r["type"] == "FLOW")
         .map(|r| {
             r["first"]
                 .as_str()
@@ -95,9 +97,8 @@ pub(super) fn nfdump_first_times(dir: &Path) -> Vec<String> {
 /// several records: idle, active, forced ends). An ICMP flow's ports are
 /// its type and code, as the replay's CSV has them (type · 256 + code).
 pub(super) fn nfdump_flows(dir: &Path) -> Flows {
-    let records = nfdump_records(dir);
     let mut flows = Flows::new();
-    for r in records.iter().filter(|r| r["type"] == "FLOW") {
+    for r in &nfdump_flow_records(dir) {
         let num = |f: &str| r[f].as_u64().unwrap_or(0);
         let addr = |v4: &str, v6: &str| {
             r[v4]

@@ -14,22 +14,18 @@ fn rules(json: &str) -> Vec<Rule> {
     cfdp_rules::parse_rule_list(json).unwrap()
 }
 
+/// The fallback rules the tests use.
+const TWO_RULES: &str = r#"[{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"},
+    {"id": 2, "match": {"src_prefix": "192.0.2.0/24"}, "action": "allow"}]"#;
+
 fn two_rules() -> Vec<Rule> {
-    rules(
-        r#"[{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"},
-            {"id": 2, "match": {"src_prefix": "192.0.2.0/24"}, "action": "allow"}]"#,
-    )
+    rules(TWO_RULES)
 }
 
-/// The fallback rule file the tests use: two rules, in `tmp`.
+/// The fallback rule file the tests use: [`TWO_RULES`], in `tmp`.
 fn rule_file(tmp: &Path) -> std::path::PathBuf {
     let f = tmp.join("rules.json");
-    std::fs::write(
-        &f,
-        r#"{"rules": [{"id": 1, "match": {"dst_prefix": "10.0.0.0/8"}, "action": "drop"},
-            {"id": 2, "match": {"src_prefix": "192.0.2.0/24"}, "action": "allow"}]}"#,
-    )
-    .unwrap();
+    std::fs::write(&f, format!(r#"{{"rules": {TWO_RULES}}}"#)).unwrap();
     f
 }
 

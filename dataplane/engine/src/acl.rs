@@ -52,6 +52,7 @@ use compiled::{Compiled, Fields, Hit, Input, Layer, Overlay};
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
 
+pub use cfdp_acl_simd::Kernel;
 pub use cuts::WIDE_BELOW;
 use short::Short;
 pub use short::MAX as SHORT_MAX;
@@ -108,6 +109,9 @@ pub struct AclClassifier {
     short: Option<Short>,
     /// The short list turned off ([`Self::without_short_path`]).
     no_short: bool,
+    /// The leaf kernel's version for the compiled layers this classifier
+    /// builds (the CPU's best unless chosen).
+    kernel: Kernel,
 }
 
 /// The layers' sizes (see [`AclClassifier`]).
@@ -153,6 +157,14 @@ impl AclClassifier {
     pub fn without_short_path(mut self) -> Self {
         self.no_short = true;
         self.short = None;
+        self
+    }
+
+    /// This classifier with its compiled layers' leaves checked by the
+    /// leaf kernel's version `k` (tests run every version the CPU has).
+    #[must_use]
+    pub fn with_kernel(mut self, k: Kernel) -> Self {
+        self.kernel = k;
         self
     }
 
@@ -362,7 +374,8 @@ impl AclClassifier {
     /// ([`compiled::BUDGET_PER_LEAF_RULE`]) stays where it is, and the
     /// refusal is returned (after the other family's tree is installed).
     pub fn compile(&mut self) -> Result<(), compiled::CompileError> {
-        let c = Compiled::build(&self.compile_input())?;
+        let mut c = Compiled::build(&self.compile_input())?;
+        c.set_kernel(self.kernel);
         let refused = c.refused;
         self.install(Arc::new(c));
         refused.map_or(Ok(()), Err)

@@ -5,7 +5,7 @@
 //! random deletes and re-inserts in between.
 
 use cfdp_engine::acl::compiled::Compiled;
-use cfdp_engine::acl::AclClassifier;
+use cfdp_engine::acl::{AclClassifier, Kernel};
 use cfdp_rules::acl::first_match;
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, IpPrefix, PortRange};
 use proptest::prelude::*;
@@ -223,6 +223,7 @@ proptest! {
         rules in rules(),
         packets in proptest::collection::vec(packet(), 1..60),
         steps in steps(),
+        kernel in prop::sample::select(Kernel::available()),
     ) {
         let check = |c: &AclClassifier, live: &[AclRule], at: usize| {
             let mut burst = vec![None; packets.len()];
@@ -247,7 +248,8 @@ proptest! {
             p => Action::Redirect(p),
         };
         let mut gone: Vec<AclRule> = Vec::new();
-        let mut c = AclClassifier::with_rules(&rules).unwrap();
+        // Each case runs one of the leaf kernel's versions this CPU has.
+        let mut c = AclClassifier::with_rules(&rules).unwrap().with_kernel(kernel);
         c.compile().unwrap();
         let mut live = rules.clone();
         let mut next_id = rules.len() as u32 + 1;
@@ -290,7 +292,8 @@ proptest! {
                 Step::CompileLater => pending = Some(c.compile_input()),
                 Step::Install => {
                     if let Some(input) = pending.take() {
-                        let compiled = Compiled::build(&input).unwrap();
+                        let mut compiled = Compiled::build(&input).unwrap();
+                        compiled.set_kernel(kernel);
                         c.install(std::sync::Arc::new(compiled));
                     }
                 }

@@ -36,6 +36,7 @@
 //! are wider (32 and 80 bytes against 16 and 32), so the same set costs
 //! about twice the memory in IPv6.
 
+use cfdp_acl_simd::{Block, Kernel, Key};
 use cfdp_rules::{AclRule, RuleId};
 use hashbrown::HashMap;
 
@@ -80,6 +81,11 @@ struct Tree<W> {
     items: Vec<Item<W>>,
     /// Leaf spans of `items`: (start, len).
     spans: Vec<(u32, u32)>,
+    /// IPv4 only: the leaves' rules again as the vector kernel reads them
+    /// (eight a block, a leaf's blocks in a row, lanes past a leaf's
+    /// rules never matching), and each leaf's first block, by span.
+    blocks: Vec<Block>,
+    block_at: Vec<u32>,
     depth: u32,
 }
 
@@ -104,6 +110,14 @@ impl Compiled {
         self.len() == 0
     }
 
+    /// Runs the leaf kernel's version `k` in the IPv4 tree (IPv6 leaves
+    /// are scanned rule by rule); a build starts with the CPU's best.
+    pub fn set_kernel(&mut self, k: Kernel) {
+        if let Some(l) = &mut self.v4 {
+            l.set_kernel(k);
+        }
+    }
+
     /// Heap bytes, both families.
     pub fn bytes(&self) -> usize {
         self.v4.as_ref().map_or(0, Layer::bytes) + self.v6.as_ref().map_or(0, Layer::bytes)
@@ -121,6 +135,8 @@ pub struct Layer<W> {
     /// rule set it meets.
     rules: Vec<AclRule>,
     index: HashMap<RuleId, u32>,
+    /// The leaf kernel's version (the CPU's best unless a test chose).
+    kernel: Kernel,
 }
 
 /// Why a snapshot could not be compiled.
@@ -173,6 +189,8 @@ impl<W: Word> Layer<W> {
             + t.steps.capacity() * std::mem::size_of::<Step<W>>()
             + t.items.capacity() * std::mem::size_of::<Item<W>>()
             + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
+            + t.blocks.capacity() * std::mem::size_of::<Block>()
+            + t.block_at.capacity() * std::mem::size_of::<u32>()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.rules.capacity() * std::mem::size_of::<AclRule>()
             + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
@@ -233,10 +251,62 @@ impl<W: Word> Layer<W> {
         &items[start as usize..(start + len) as usize]
     }
 
-    /// The first live rule of leaf `node` matching `f`.
+    /// The first live rule of leaf `node` matching `f`: eight rules at a
+    /// time through the vector kernel where the leaf has blocks (IPv4,
+    /// not rewritten by the overlay), else rule by rule.
     #[inline(always)]
     fn scan(&self, node: u32, f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
-        o.first_live(self.leaf_items(node, o), f)
+        let span = self.tree.nodes[node as usize].kids[1];
+        let (start, len) = o.spans[span as usize];
+        if W::V6 || start & overlay::PATCHED != 0 {
+            return o.first_live(self.leaf_items(node, o), f);
+        }
+        let at = self.tree.block_at[span as usize] as usize;
+        let blocks = &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)];
+        let key = Key {
+            src: f[0].fold(),
+            dst: f[1].fold(),
+            ports: (f[2].fold() << 16) | f[3].fold(),
+            proto: f[4].fold(),
+        };
+        for b in blocks {
+            let mut m = self.kernel.matches(b, &key);
+            // The matches in rank order: the first live one wins.
+            while m != 0 {
+                let idx = b.idx[m.trailing_zeros() as usize];
+                if !o.dead.get(idx) {
+                    return Some(idx);
+                }
+                if let Some(a) = o.revived(idx) {
+                    return Some(a);
+                }
+                m &= m - 1;
+            }
+        }
+        None
+    }
+
+    /// The first line of what [`Self::scan`] reads for leaf `node`, asked
+    /// for ahead.
+    #[inline(always)]
+    fn prefetch_leaf(&self, node: u32, o: &Overlay<W>) {
+        let span = self.tree.nodes[node as usize].kids[1] as usize;
+        if W::V6 || o.spans[span].0 & overlay::PATCHED != 0 {
+            let items = self.leaf_items(node, o);
+            cfdp_packet::prefetch::prefetch_read(items.as_ptr().cast());
+            return;
+        }
+        // A block's four lines: the kernel reads every column.
+        let b: *const Block = &self.tree.blocks[self.tree.block_at[span] as usize];
+        for line in 0..4 {
+            cfdp_packet::prefetch::prefetch_read(b.cast::<u8>().wrapping_add(64 * line));
+        }
+    }
+
+    /// Runs the leaf kernel's version `k` from now on (tests compare the
+    /// versions; the layer starts with the CPU's best).
+    pub fn set_kernel(&mut self, k: Kernel) {
+        self.kernel = k;
     }
 
     /// [`Self::lookup`] for up to [`LANES`] packets at once: each tree's
@@ -271,6 +341,11 @@ impl<W: Word> Layer<W> {
                 let node = &nodes[*a as usize & mask];
                 *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)];
             }
+        }
+        // Every lane's leaf asked for before any is scanned: the leaves'
+        // misses overlap as the walks' did.
+        for &a in &at[..n] {
+            self.prefetch_leaf(a, o);
         }
         for i in 0..n {
             out[i] = self.scan(at[i], &fs[i], o).map(|x| self.hit_in(o, x));

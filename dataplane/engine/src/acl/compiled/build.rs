@@ -98,6 +98,9 @@ impl<W: Word> Layer<W> {
                     kids: [0, 0],
                 };
                 b.t.nodes.resize(n.next_power_of_two(), pad);
+                if !W::V6 {
+                    blocks(&mut b.t);
+                }
                 c.tree = b.t;
                 c.leaf = leaf;
                 return Ok(c);
@@ -298,5 +301,33 @@ impl<W: Word> Builder<'_, W> {
             }
         }
         best
+    }
+}
+
+/// The leaves' rules as the vector kernel reads them (IPv4 trees): each
+/// leaf's items in blocks of eight, in rank order.
+fn blocks<W: Word>(t: &mut Tree<W>) {
+    t.block_at = Vec::with_capacity(t.spans.len());
+    for &(start, len) in &t.spans {
+        t.block_at
+            .push(u32::try_from(t.blocks.len()).expect("fewer than 2^32 blocks"));
+        let items = &t.items[start as usize..(start + len) as usize];
+        for chunk in items.chunks(cfdp_acl_simd::LANES) {
+            let rules: Vec<cfdp_acl_simd::Rule> = chunk
+                .iter()
+                .map(|it| cfdp_acl_simd::Rule {
+                    src: it.src.fold(),
+                    src_mask: it.src_mask.fold(),
+                    dst: it.dst.fold(),
+                    dst_mask: it.dst_mask.fold(),
+                    sport: (it.sport[0], it.sport[1]),
+                    dport: (it.dport[0], it.dport[1]),
+                    proto: u32::from(it.proto),
+                    idx: it.idx,
+                })
+                .collect();
+            t.blocks
+                .push(cfdp_acl_simd::Block::of(&rules).expect("a chunk of LANES rules"));
+        }
     }
 }

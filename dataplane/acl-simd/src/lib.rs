@@ -1,0 +1,28 @@
+//! The classifier's leaf kernel: a leaf's rules laid out column by column
+//! ([`Block`]: eight rules, struct of arrays), and one packet checked
+//! against all eight at once — eight masked compares on each address,
+//! eight range checks on both ports in 16-bit lanes, eight protocol
+//! compares — giving a bit per matching rule, with no branch that depends
+//! on the data. The caller takes the lowest set bit it still wants (the
+//! rules are in rank order) instead of scanning rule by rule, where every
+//! rule cost a branch the CPU could not predict.
+//!
+//! Three versions give the same bits: AVX-512 (VL and BW: compares that
+//! write mask registers), AVX2 (compares into vectors, then `movemask`),
+//! and portable Rust for every other CPU. [`Kernel::best`] picks one at
+//! run time (`is_x86_feature_detected!`); a [`Kernel`] can only name a
+//! version the CPU runs, which is what makes calling it safe.
+//!
+//! This crate is apart from `cfdp-engine` (which forbids `unsafe`)
+//! because vector loads take raw pointers and a function compiled for a
+//! target feature is `unsafe` to call: the unsafe is here, small, and
+//! argued at each use. IPv4 only: an IPv6 rule's addresses are 128 bits a
+//! lane, and the engine scans IPv6 leaves rule by rule.
+
+#![deny(unsafe_code)]
+
+mod block;
+mod kernel;
+
+pub use block::{Block, Key, Rule, LANES, PROTO_ANY};
+pub use kernel::Kernel;

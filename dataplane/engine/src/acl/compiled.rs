@@ -16,7 +16,11 @@
 //! dependent branch (a leaf points to itself, so a packet that reached one
 //! stays), then a leaf scan that stops at the first live match. A burst is
 //! walked [`LANES`] packets at a time, level by level, so the loads of
-//! different packets overlap instead of waiting on each other.
+//! different packets overlap instead of waiting on each other. An IPv4
+//! walk starts where its addresses' top bits lead ([`root`]), and an IPv4
+//! leaf is scanned eight rules at a time by the vector kernel
+//! (`cfdp-acl-simd`: a bit per matching rule, the first live one taken);
+//! every lane's leaf is prefetched before any is scanned.
 //!
 //! Rules deleted or modified since the compile stay in the tree and are
 //! skipped through a dead bitmap the caller keeps (one bit per compiled
@@ -44,10 +48,12 @@ mod build;
 mod node;
 pub mod overlay;
 mod patch;
+mod root;
 
 pub use node::{fields, Fields, Hit, Input, Word};
 use node::{Item, Node, Step, LEAF_LINK, RIGHT};
 pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
+use root::Root;
 
 /// Rules a leaf may hold before the builder tries to cut it: the sizes a
 /// compile tries in turn, smallest (fastest where it fits) first.
@@ -86,6 +92,8 @@ struct Tree<W> {
     /// rules never matching), and each leaf's first block, by span.
     blocks: Vec<Block>,
     block_at: Vec<u32>,
+    /// IPv4 only: where a walk starts, by the addresses' top bits.
+    root: Root,
     depth: u32,
 }
 
@@ -191,6 +199,7 @@ impl<W: Word> Layer<W> {
             + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + t.blocks.capacity() * std::mem::size_of::<Block>()
             + t.block_at.capacity() * std::mem::size_of::<u32>()
+            + t.root.bytes()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.rules.capacity() * std::mem::size_of::<AclRule>()
             + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
@@ -203,13 +212,13 @@ impl<W: Word> Layer<W> {
         (1, t.steps.len(), t.items.len(), t.depth)
     }
 
-    /// What one packet's lookup costs: tree levels walked and leaf
-    /// entries compared (for the benchmarks, as the tuple space counts
-    /// tables probed).
+    /// What one packet's lookup costs: tree levels walked (from its root
+    /// table's start) and leaf entries compared (for the benchmarks, as
+    /// the tuple space counts tables probed).
     pub fn cost(&self, f: &Fields<W>, o: &Overlay<W>) -> (u32, u32) {
         let t = &self.tree;
         let mut levels = 0;
-        let mut n = 0u32;
+        let mut n = t.root.start(f).map_or(0, |(node, _)| node);
         while !t.nodes[n as usize].is_leaf() {
             let node = &t.nodes[n as usize];
             n = node.kids[usize::from(f[node.field as usize] >= node.cut)];
@@ -329,6 +338,17 @@ impl<W: Word> Layer<W> {
         lanes[..n].copy_from_slice(fs);
         let t = &self.tree;
         let mut at = [0u32; LANES];
+        // Each lane from its cell's start where there is a root table, and
+        // only as many levels as the deepest start has left.
+        let mut levels = t.depth;
+        if let Some((_, first)) = t.root.start(&lanes[0]) {
+            levels = first;
+            for (a, f) in at.iter_mut().zip(&lanes) {
+                let (node, left) = t.root.start(f).unwrap_or((0, t.depth));
+                *a = node;
+                levels = levels.max(left);
+            }
+        }
         // The nodes as a slice whose length the compiler knows to be
         // `mask + 1`: indices masked by `mask` need no bounds check.
         let mask = t.nodes.len() - 1;
@@ -336,7 +356,7 @@ impl<W: Word> Layer<W> {
         // Every walk ends by `depth` steps (a leaf loops to itself):
         // exactly that many, with no test of whether all have ended
         // (the test cost more than the steps it saved).
-        for _ in 0..t.depth {
+        for _ in 0..levels {
             for (a, f) in at.iter_mut().zip(&lanes) {
                 let node = &nodes[*a as usize & mask];
                 *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)];
@@ -357,7 +377,7 @@ impl<W: Word> Tree<W> {
     /// The leaf `f` reaches, one packet alone (see [`Step`]).
     #[inline(always)]
     fn walk(&self, f: &Fields<W>) -> u32 {
-        let mut n = 0u32;
+        let mut n = self.root.start(f).map_or(0, |(node, _)| node);
         loop {
             let s = self.steps[n as usize];
             let field = s.link >> 29;

@@ -100,6 +100,7 @@ impl<W: Word> Layer<W> {
                 b.t.nodes.resize(n.next_power_of_two(), pad);
                 if !W::V6 {
                     blocks(&mut b.t);
+                    b.t.root = super::root::Root::build(&b.t.nodes);
                 }
                 c.tree = b.t;
                 c.leaf = leaf;

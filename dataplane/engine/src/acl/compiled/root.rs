@@ -1,0 +1,101 @@
+//! The root table of an IPv4 tree: the node where a packet's walk can
+//! start, by the top bits of its source and destination addresses.
+//!
+//! The first levels of a tree mostly cut the addresses, and every packet
+//! of one (source, destination) cell of [`ROOT_BITS`] + [`ROOT_BITS`] top
+//! bits takes the same turns at every cut that does not split its cell.
+//! So each cell's walk is taken once at build time, down to the first node
+//! that cuts another field or splits the cell, and a packet starts there:
+//! one load instead of that many levels. The table also keeps how many
+//! levels are left below each start, so a burst's lanes walk only as far
+//! as its deepest start needs (the walk has no data-dependent branch: a
+//! fixed count of levels). Exact by construction: the walk from the start
+//! is the walk from the root after the turns the cell decides.
+
+use super::node::{Fields, Node, Word};
+
+/// Top bits of each address that index the table: 2^16 cells of 4 bytes.
+pub(super) const ROOT_BITS: u32 = 8;
+/// Bits of an entry that hold the node; the levels left are above them.
+const NODE_BITS: u32 = 26;
+
+/// A cell's start: the node, and the levels left below it in the top bits.
+#[derive(Debug, Default)]
+pub(super) struct Root {
+    cells: Vec<u32>,
+}
+
+impl Root {
+    /// The table of an IPv4 tree, or none (an empty table: walks start at
+    /// the root) for IPv6 or a tree too large to number in an entry.
+    pub(super) fn build<W: Word>(nodes: &[Node<W>]) -> Self {
+        if W::V6 || nodes.len() >= 1 << NODE_BITS {
+            return Self::default();
+        }
+        let height = heights(nodes);
+        if height.iter().any(|&h| h >> (32 - NODE_BITS) != 0) {
+            return Self::default();
+        }
+        let side = 1u32 << ROOT_BITS;
+        let shift = 32 - ROOT_BITS;
+        let span = |a: u32| {
+            let lo = a << shift;
+            (W::from_u32(lo), W::from_u32(lo | ((1 << shift) - 1)))
+        };
+        let mut cells = Vec::with_capacity((side * side) as usize);
+        for s in 0..side {
+            for d in 0..side {
+                let mut n = 0usize;
+                loop {
+                    let node = &nodes[n];
+                    let (lo, hi) = match node.field {
+                        0 => span(s),
+                        1 => span(d),
+                        _ => break,
+                    };
+                    n = if node.cut <= lo {
+                        node.kids[1] as usize
+                    } else if node.cut > hi {
+                        node.kids[0] as usize
+                    } else {
+                        break;
+                    };
+                }
+                cells.push((height[n] << NODE_BITS) | n as u32);
+            }
+        }
+        Self { cells }
+    }
+
+    /// The table's size (empty: none).
+    pub(super) fn bytes(&self) -> usize {
+        self.cells.capacity() * std::mem::size_of::<u32>()
+    }
+
+    /// Where `f`'s walk starts, and the levels left below it; `None` when
+    /// there is no table.
+    #[inline(always)]
+    pub(super) fn start<W: Word>(&self, f: &Fields<W>) -> Option<(u32, u32)> {
+        if W::V6 || self.cells.is_empty() {
+            return None;
+        }
+        let shift = 32 - ROOT_BITS;
+        let i = ((f[0].fold() >> shift) << ROOT_BITS) | (f[1].fold() >> shift);
+        let c = self.cells[i as usize];
+        Some((c & ((1 << NODE_BITS) - 1), c >> NODE_BITS))
+    }
+}
+
+/// Levels left below each node (a leaf: 0). Children come after their
+/// parent (depth-first order), so one pass from the end sees them first.
+fn heights<W>(nodes: &[Node<W>]) -> Vec<u32> {
+    let mut h = vec![0u32; nodes.len()];
+    for n in (0..nodes.len()).rev() {
+        let node = &nodes[n];
+        if !node.is_leaf() {
+            let [l, r] = node.kids.map(|k| h[k as usize]);
+            h[n] = 1 + l.max(r);
+        }
+    }
+    h
+}

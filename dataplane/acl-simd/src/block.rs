@@ -1,4 +1,9 @@
-//! A leaf's rules as the kernel reads them, and a packet as it reads it.
+//! A leaf's rules as the kernel reads them, and a packet as it reads it,
+//! for either address family: `N` 32-bit words an address (1 for IPv4,
+//! 4 for IPv6; word 0 the most significant).
+
+use std::fmt::Debug;
+use std::ops::BitAnd;
 
 /// Rules a [`Block`] holds.
 pub const LANES: usize = 8;
@@ -6,9 +11,10 @@ pub const LANES: usize = 8;
 /// byte: no packet's protocol equals it).
 pub const PROTO_ANY: u32 = 0x100;
 
-/// Eight rules, field by field (struct of arrays): 256 bytes, four cache
-/// lines, each column 32 bytes and aligned for one vector load. A lane
-/// with no rule never matches (its source mask is 0 and its source 1).
+/// Eight rules, field by field (struct of arrays), each column 32 bytes
+/// and aligned for one vector load: 256 bytes (four cache lines) for
+/// IPv4, 640 (ten) for IPv6. A lane with no rule never matches (its
+/// source mask is 0 and its source 1).
 ///
 /// The ports are packed two to a lane, source in the high half and
 /// destination in the low one, as ranges: `lo` the ranges' starts and
@@ -16,11 +22,11 @@ pub const PROTO_ANY: u32 = 0x100;
 /// (16-bit, wrapping) is at most `span`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
-pub struct Block {
-    pub(crate) src: [u32; LANES],
-    pub(crate) src_mask: [u32; LANES],
-    pub(crate) dst: [u32; LANES],
-    pub(crate) dst_mask: [u32; LANES],
+pub struct Block<const N: usize> {
+    pub(crate) src: [[u32; LANES]; N],
+    pub(crate) src_mask: [[u32; LANES]; N],
+    pub(crate) dst: [[u32; LANES]; N],
+    pub(crate) dst_mask: [[u32; LANES]; N],
     pub(crate) ports_lo: [u32; LANES],
     pub(crate) ports_span: [u32; LANES],
     pub(crate) proto: [u32; LANES],
@@ -28,14 +34,24 @@ pub struct Block {
     pub idx: [u32; LANES],
 }
 
-/// One rule as a block lane holds it (addresses as value and mask, the
-/// value already masked).
+/// A packet's fields as the kernel reads them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rule {
-    pub src: u32,
-    pub src_mask: u32,
-    pub dst: u32,
-    pub dst_mask: u32,
+pub struct Key<const N: usize> {
+    pub(crate) src: [u32; N],
+    pub(crate) dst: [u32; N],
+    /// Source port in the high half, destination port in the low one.
+    pub(crate) ports: u32,
+    pub(crate) proto: u32,
+}
+
+/// One rule as a block lane holds it, in its family's address word `A`
+/// (`u32`, `u128`): addresses as value and mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule<A> {
+    pub src: A,
+    pub src_mask: A,
+    pub dst: A,
+    pub dst_mask: A,
     pub sport: (u16, u16),
     pub dport: (u16, u16),
     /// A protocol number, or [`PROTO_ANY`].
@@ -43,26 +59,97 @@ pub struct Rule {
     pub idx: u32,
 }
 
-impl Rule {
+impl<A: Copy + Eq + BitAnd<Output = A>> Rule<A> {
     /// What the kernel computes for this rule, one field at a time (the
     /// specification the kernels are tested against).
-    pub fn matches(&self, k: &Key) -> bool {
-        let (sport, dport) = ((k.ports >> 16) as u16, k.ports as u16);
-        k.src & self.src_mask == self.src
-            && k.dst & self.dst_mask == self.dst
+    pub fn matches(&self, src: A, dst: A, sport: u16, dport: u16, proto: u32) -> bool {
+        src & self.src_mask == self.src & self.src_mask
+            && dst & self.dst_mask == self.dst & self.dst_mask
             && (self.sport.0..=self.sport.1).contains(&sport)
             && (self.dport.0..=self.dport.1).contains(&dport)
-            && (self.proto == PROTO_ANY || self.proto == k.proto)
+            && (self.proto == PROTO_ANY || self.proto == proto)
     }
 }
 
-impl Default for Block {
+/// An address family's word as the kernel takes it: how many 32-bit
+/// words it is, and its block and key types.
+pub trait Addr: Copy + Eq + BitAnd<Output = Self> + 'static {
+    /// [`Block`] with this family's words.
+    type Block: Copy + Debug + Default + PartialEq + Send + Sync + 'static;
+    /// [`Key`] with this family's words.
+    type Key: Copy + Debug;
+    /// A block of up to [`LANES`] rules, lane `i` rule `i`; `None` if
+    /// there are more.
+    fn block(rules: &[Rule<Self>]) -> Option<Self::Block>;
+    /// A packet's key.
+    fn key(src: Self, dst: Self, sport: u16, dport: u16, proto: u32) -> Self::Key;
+    /// The callers' numbers of a block's rules.
+    fn idx(b: &Self::Block) -> &[u32; LANES];
+    /// Bit `i` set when lane `i`'s rule of `b` matches `k`, by the
+    /// kernel's version `kernel`.
+    fn matches(kernel: crate::Kernel, b: &Self::Block, k: &Self::Key) -> u32;
+}
+
+/// An address's words, most significant first.
+pub(crate) trait Words<const N: usize>: Copy {
+    fn words(self) -> [u32; N];
+}
+
+impl Words<1> for u32 {
+    fn words(self) -> [u32; 1] {
+        [self]
+    }
+}
+
+impl Words<4> for u128 {
+    fn words(self) -> [u32; 4] {
+        [
+            (self >> 96) as u32,
+            (self >> 64) as u32,
+            (self >> 32) as u32,
+            self as u32,
+        ]
+    }
+}
+
+macro_rules! addr {
+    ($word:ty, $n:literal) => {
+        impl Addr for $word {
+            type Block = Block<$n>;
+            type Key = Key<$n>;
+            fn block(rules: &[Rule<Self>]) -> Option<Block<$n>> {
+                Block::of(rules)
+            }
+            #[inline(always)]
+            fn key(src: Self, dst: Self, sport: u16, dport: u16, proto: u32) -> Key<$n> {
+                Key {
+                    src: src.words(),
+                    dst: dst.words(),
+                    ports: (u32::from(sport) << 16) | u32::from(dport),
+                    proto,
+                }
+            }
+            #[inline(always)]
+            fn idx(b: &Block<$n>) -> &[u32; LANES] {
+                &b.idx
+            }
+            #[inline(always)]
+            fn matches(kernel: crate::Kernel, b: &Block<$n>, k: &Key<$n>) -> u32 {
+                kernel.matches(b, k)
+            }
+        }
+    };
+}
+addr!(u32, 1);
+addr!(u128, 4);
+
+impl<const N: usize> Default for Block<N> {
     fn default() -> Self {
         Self {
-            src: [1; LANES],
-            src_mask: [0; LANES],
-            dst: [0; LANES],
-            dst_mask: [0; LANES],
+            src: [[1; LANES]; N],
+            src_mask: [[0; LANES]; N],
+            dst: [[0; LANES]; N],
+            dst_mask: [[0; LANES]; N],
             ports_lo: [0; LANES],
             ports_span: [0; LANES],
             proto: [PROTO_ANY; LANES],
@@ -71,10 +158,10 @@ impl Default for Block {
     }
 }
 
-impl Block {
+impl<const N: usize> Block<N> {
     /// A block of up to [`LANES`] rules, lane `i` rule `i`; the lanes past
     /// them never match. `None` if there are more.
-    pub fn of(rules: &[Rule]) -> Option<Self> {
+    pub(crate) fn of<A: Words<N> + BitAnd<Output = A>>(rules: &[Rule<A>]) -> Option<Self> {
         if rules.len() > LANES {
             return None;
         }
@@ -85,28 +172,32 @@ impl Block {
         Some(b)
     }
 
-    fn set(&mut self, i: usize, r: &Rule) {
+    fn set<A: Words<N> + BitAnd<Output = A>>(&mut self, i: usize, r: &Rule<A>) {
+        self.idx[i] = r.idx;
         // A range is stored as its start and width (see the type's docs);
         // an inverted range (lo > hi) matches no port, as `Rule::matches`
         // says: the lane is left never matching.
         if r.sport.0 > r.sport.1 || r.dport.0 > r.dport.1 {
-            self.idx[i] = r.idx;
             return;
         }
         let pack = |s: u16, d: u16| (u32::from(s) << 16) | u32::from(d);
-        self.src[i] = r.src & r.src_mask;
-        self.src_mask[i] = r.src_mask;
-        self.dst[i] = r.dst & r.dst_mask;
-        self.dst_mask[i] = r.dst_mask;
+        let col = |c: &mut [[u32; LANES]; N], a: A| {
+            for (w, x) in c.iter_mut().zip(a.words()) {
+                w[i] = x;
+            }
+        };
+        col(&mut self.src, r.src & r.src_mask);
+        col(&mut self.src_mask, r.src_mask);
+        col(&mut self.dst, r.dst & r.dst_mask);
+        col(&mut self.dst_mask, r.dst_mask);
         self.ports_lo[i] = pack(r.sport.0, r.dport.0);
         self.ports_span[i] = pack(r.sport.1 - r.sport.0, r.dport.1 - r.dport.0);
         self.proto[i] = r.proto;
-        self.idx[i] = r.idx;
     }
 
     /// The portable kernel: bit `i` set when lane `i`'s rule matches.
     #[inline(always)]
-    pub(crate) fn matches_portable(&self, k: &Key) -> u32 {
+    pub(crate) fn matches_portable(&self, k: &Key<N>) -> u32 {
         let halves = |x: u32| ((x >> 16) as u16, x as u16);
         let (sport, dport) = halves(k.ports);
         let mut m = 0u32;
@@ -114,35 +205,15 @@ impl Block {
             let (slo, dlo) = halves(self.ports_lo[i]);
             let (sspan, dspan) = halves(self.ports_span[i]);
             // `&` rather than `&&`: every lane costs the same, no branch.
-            let ok = (k.src & self.src_mask[i] == self.src[i])
-                & (k.dst & self.dst_mask[i] == self.dst[i])
-                & (sport.wrapping_sub(slo) <= sspan)
+            let mut ok = (sport.wrapping_sub(slo) <= sspan)
                 & (dport.wrapping_sub(dlo) <= dspan)
                 & ((self.proto[i] == k.proto) | (self.proto[i] == PROTO_ANY));
+            for w in 0..N {
+                ok &= (k.src[w] & self.src_mask[w][i] == self.src[w][i])
+                    & (k.dst[w] & self.dst_mask[w][i] == self.dst[w][i]);
+            }
             m |= u32::from(ok) << i;
         }
         m
-    }
-}
-
-/// A packet's fields as the kernel reads them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Key {
-    pub src: u32,
-    pub dst: u32,
-    /// Source port in the high half, destination port in the low one.
-    pub ports: u32,
-    pub proto: u32,
-}
-
-impl Key {
-    #[inline(always)]
-    pub fn new(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Self {
-        Self {
-            src,
-            dst,
-            ports: (u32::from(sport) << 16) | u32::from(dport),
-            proto: u32::from(proto),
-        }
     }
 }

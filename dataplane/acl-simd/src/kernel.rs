@@ -64,7 +64,7 @@ impl Kernel {
 
     /// Bit `i` set when lane `i`'s rule of `b` matches `k`.
     #[inline(always)]
-    pub fn matches(self, b: &Block, k: &Key) -> u32 {
+    pub fn matches<const N: usize>(self, b: &Block<N>, k: &Key<N>) -> u32 {
         match self.0 {
             Level::Portable => b.matches_portable(k),
             #[cfg(target_arch = "x86_64")]
@@ -105,16 +105,21 @@ mod x86 {
     /// # Safety
     /// The CPU must run AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn avx2(b: &Block, k: &Key) -> u32 {
+    pub(super) unsafe fn avx2<const N: usize>(b: &Block<N>, k: &Key<N>) -> u32 {
         let set = |x: u32| _mm256_set1_epi32(x as i32);
-        let src = _mm256_cmpeq_epi32(
-            _mm256_and_si256(set(k.src), column(&b.src_mask)),
-            column(&b.src),
-        );
-        let dst = _mm256_cmpeq_epi32(
-            _mm256_and_si256(set(k.dst), column(&b.dst_mask)),
-            column(&b.dst),
-        );
+        // An address matches when every word does: (key & mask) == value.
+        let mut all = _mm256_set1_epi32(-1);
+        for w in 0..N {
+            let src = _mm256_cmpeq_epi32(
+                _mm256_and_si256(set(k.src[w]), column(&b.src_mask[w])),
+                column(&b.src[w]),
+            );
+            let dst = _mm256_cmpeq_epi32(
+                _mm256_and_si256(set(k.dst[w]), column(&b.dst_mask[w])),
+                column(&b.dst[w]),
+            );
+            all = _mm256_and_si256(all, _mm256_and_si256(src, dst));
+        }
         // Both ports in 16-bit lanes: (port - lo) saturating-minus span is
         // 0 in both halves exactly when both are in range.
         let off = _mm256_sub_epi16(set(k.ports), column(&b.ports_lo));
@@ -127,32 +132,34 @@ mod x86 {
             _mm256_cmpeq_epi32(set(k.proto), proto),
             _mm256_cmpeq_epi32(set(PROTO_ANY), proto),
         );
-        let all = _mm256_and_si256(_mm256_and_si256(src, dst), _mm256_and_si256(ports, proto));
+        let all = _mm256_and_si256(all, _mm256_and_si256(ports, proto));
         _mm256_movemask_ps(_mm256_castsi256_ps(all)) as u32
     }
 
     /// # Safety
     /// The CPU must run AVX-512 F, VL and BW.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw")]
-    pub(super) unsafe fn avx512(b: &Block, k: &Key) -> u32 {
+    pub(super) unsafe fn avx512<const N: usize>(b: &Block<N>, k: &Key<N>) -> u32 {
         let set = |x: u32| _mm256_set1_epi32(x as i32);
         // Each compare writes a mask register and is masked by the one
         // before: no vector of results, no movemask.
-        let m = _mm256_cmpeq_epi32_mask(
-            _mm256_and_si256(set(k.src), column(&b.src_mask)),
-            column(&b.src),
-        );
-        let m = _mm256_mask_cmpeq_epi32_mask(
-            m,
-            _mm256_and_si256(set(k.dst), column(&b.dst_mask)),
-            column(&b.dst),
-        );
         let off = _mm256_sub_epi16(set(k.ports), column(&b.ports_lo));
-        let m = _mm256_mask_cmpeq_epi32_mask(
-            m,
+        let mut m = _mm256_cmpeq_epi32_mask(
             _mm256_subs_epu16(off, column(&b.ports_span)),
             _mm256_setzero_si256(),
         );
+        for w in 0..N {
+            m = _mm256_mask_cmpeq_epi32_mask(
+                m,
+                _mm256_and_si256(set(k.src[w]), column(&b.src_mask[w])),
+                column(&b.src[w]),
+            );
+            m = _mm256_mask_cmpeq_epi32_mask(
+                m,
+                _mm256_and_si256(set(k.dst[w]), column(&b.dst_mask[w])),
+                column(&b.dst[w]),
+            );
+        }
         let proto = column(&b.proto);
         let p = _mm256_cmpeq_epi32_mask(set(k.proto), proto)
             | _mm256_cmpeq_epi32_mask(set(PROTO_ANY), proto);
@@ -163,32 +170,68 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::{Rule, LANES, PROTO_ANY};
+    use crate::block::{Addr, Rule, LANES, PROTO_ANY};
     use proptest::prelude::*;
+    use std::fmt::Debug;
+    use std::ops::{BitAnd, BitXor, Shl};
 
-    /// A rule near `k` often enough that all outcomes occur: prefixes of
-    /// the key's own addresses, ranges around its ports, its protocol.
-    fn rule_near(k: Key) -> impl Strategy<Value = Rule> {
-        let prefix = move |a: u32| {
-            (0u32..=32, any::<bool>(), any::<u32>()).prop_map(move |(len, own, other)| {
-                let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-                ((if own { a } else { other }) & mask, mask)
+    /// An address word as the tests generate it.
+    trait Gen: Addr + Debug + Arbitrary + Shl<u32, Output = Self> + BitXor<Output = Self> {
+        const BITS: u32;
+        const MAX: Self;
+        const ZERO: Self;
+        const ONE: Self;
+    }
+    impl Gen for u32 {
+        const BITS: u32 = 32;
+        const MAX: Self = u32::MAX;
+        const ZERO: Self = 0;
+        const ONE: Self = 1;
+    }
+    impl Gen for u128 {
+        const BITS: u32 = 128;
+        const MAX: Self = u128::MAX;
+        const ZERO: Self = 0;
+        const ONE: Self = 1;
+    }
+
+    /// A packet: addresses, ports, protocol.
+    type Packet<A> = (A, A, u16, u16, u8);
+
+    /// A rule near `p` often enough that all outcomes occur: prefixes of
+    /// the packet's own addresses, ranges around its ports, its protocol.
+    fn rule_near<A: Gen + BitAnd<Output = A>>(p: Packet<A>) -> impl Strategy<Value = Rule<A>> {
+        // The packet's own address, another, or the packet's with one bit
+        // flipped (a miss in any one word of an IPv6 address).
+        let prefix = move |a: A| {
+            (0..=A::BITS, 0u8..3, any::<A>(), 0..A::BITS).prop_map(move |(len, how, other, bit)| {
+                let mask = if len == 0 {
+                    A::ZERO
+                } else {
+                    A::MAX << (A::BITS - len)
+                };
+                let value = match how {
+                    0 => a,
+                    1 => other,
+                    _ => a ^ (A::ONE << bit),
+                };
+                (value, mask)
             })
         };
-        let range = move |p: u16| {
+        let range = move |x: u16| {
             (any::<u16>(), any::<u16>(), 0u8..4).prop_map(move |(a, b, how)| match how {
-                0 => (p, p),
-                1 => (p.saturating_sub(a % 64), p.saturating_add(b % 64)),
+                0 => (x, x),
+                1 => (x.saturating_sub(a % 64), x.saturating_add(b % 64)),
                 2 => (0, u16::MAX),
                 _ => (a.min(b), a.max(b)),
             })
         };
         (
-            prefix(k.src),
-            prefix(k.dst),
-            range((k.ports >> 16) as u16),
-            range(k.ports as u16),
-            prop_oneof![Just(k.proto), Just(PROTO_ANY), 0u32..256],
+            prefix(p.0),
+            prefix(p.1),
+            range(p.2),
+            range(p.3),
+            prop_oneof![Just(u32::from(p.4)), Just(PROTO_ANY), 0u32..256],
             any::<u32>(),
         )
             .prop_map(
@@ -205,34 +248,36 @@ mod tests {
             )
     }
 
-    fn key() -> impl Strategy<Value = Key> {
-        (
-            any::<u32>(),
-            any::<u32>(),
-            any::<u16>(),
-            any::<u16>(),
-            any::<u8>(),
-        )
-            .prop_map(|(s, d, sp, dp, p)| Key::new(s, d, sp, dp, p))
+    /// Every version's bits for `rules` and `p` against the specification.
+    fn check<A: Gen>(p: Packet<A>, rules: &[Rule<A>]) -> Result<(), TestCaseError> {
+        let b = A::block(rules).unwrap();
+        let k = A::key(p.0, p.1, p.2, p.3, u32::from(p.4));
+        let want = rules.iter().enumerate().fold(0u32, |m, (i, r)| {
+            m | u32::from(r.matches(p.0, p.1, p.2, p.3, u32::from(p.4))) << i
+        });
+        for kernel in Kernel::available() {
+            prop_assert_eq!(A::matches(kernel, &b, &k), want, "{}", kernel.name());
+        }
+        Ok(())
+    }
+
+    fn packet_and_rules<A: Gen>() -> impl Strategy<Value = (Packet<A>, Vec<Rule<A>>)> {
+        any::<Packet<A>>()
+            .prop_flat_map(|p| (Just(p), proptest::collection::vec(rule_near(p), 0..=LANES)))
     }
 
     proptest! {
         /// Every version gives, lane by lane, what `Rule::matches` says,
-        /// and the lanes past the rules never match.
+        /// and the lanes past the rules never match: IPv4 ...
         #[test]
-        fn every_kernel_gives_each_rules_own_answer(
-            (k, rules) in key().prop_flat_map(|k| {
-                (Just(k), proptest::collection::vec(rule_near(k), 0..=LANES))
-            }),
-        ) {
-            let b = Block::of(&rules).unwrap();
-            let want = rules
-                .iter()
-                .enumerate()
-                .fold(0u32, |m, (i, r)| m | u32::from(r.matches(&k)) << i);
-            for kernel in Kernel::available() {
-                prop_assert_eq!(kernel.matches(&b, &k), want, "{}", kernel.name());
-            }
+        fn every_kernel_gives_each_rules_own_answer_v4((p, rules) in packet_and_rules::<u32>()) {
+            check(p, &rules)?;
+        }
+
+        /// ... and IPv6 (four words an address).
+        #[test]
+        fn every_kernel_gives_each_rules_own_answer_v6((p, rules) in packet_and_rules::<u128>()) {
+            check(p, &rules)?;
         }
     }
 
@@ -244,18 +289,18 @@ mod tests {
         if is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") {
             assert_eq!(Kernel::best().name(), "avx512");
         }
-        assert!(Block::of(
-            &[Rule {
-                src: 0,
-                src_mask: 0,
-                dst: 0,
-                dst_mask: 0,
-                sport: (0, 0),
-                dport: (0, 0),
-                proto: 0,
-                idx: 0
-            }; LANES + 1]
-        )
-        .is_none());
+        let r = Rule {
+            src: 0u32,
+            src_mask: 0,
+            dst: 0,
+            dst_mask: 0,
+            sport: (0, 0),
+            dport: (0, 0),
+            proto: 0,
+            idx: 0,
+        };
+        assert!(u32::block(&[r; LANES + 1]).is_none());
+        assert_eq!(std::mem::size_of::<<u32 as Addr>::Block>(), 256);
+        assert_eq!(std::mem::size_of::<<u128 as Addr>::Block>(), 640);
     }
 }

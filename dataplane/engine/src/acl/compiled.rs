@@ -17,10 +17,10 @@
 //! stays), then a leaf scan that stops at the first live match. A burst is
 //! walked [`LANES`] packets at a time, level by level, so the loads of
 //! different packets overlap instead of waiting on each other. An IPv4
-//! walk starts where its addresses' top bits lead ([`root`]), and an IPv4
-//! leaf is scanned eight rules at a time by the vector kernel
-//! (`cfdp-acl-simd`: a bit per matching rule, the first live one taken);
-//! every lane's leaf is prefetched before any is scanned.
+//! walk starts where its addresses' top bits lead ([`root`]), and a leaf
+//! is scanned eight rules at a time by the vector kernel (`cfdp-acl-simd`:
+//! a bit per matching rule, the first live one taken); every lane's leaf
+//! is prefetched before any is scanned.
 //!
 //! Rules deleted or modified since the compile stay in the tree and are
 //! skipped through a dead bitmap the caller keeps (one bit per compiled
@@ -40,7 +40,7 @@
 //! are wider (32 and 80 bytes against 16 and 32), so the same set costs
 //! about twice the memory in IPv6.
 
-use cfdp_acl_simd::{Block, Kernel, Key};
+use cfdp_acl_simd::Kernel;
 use cfdp_rules::{AclRule, RuleId};
 use hashbrown::HashMap;
 
@@ -80,17 +80,17 @@ pub const BUDGET_SLACK: usize = 4096;
 
 /// The tree.
 #[derive(Debug, Default)]
-struct Tree<W> {
+struct Tree<W: Word> {
     nodes: Vec<Node<W>>,
     /// The same tree for one packet's walk (see [`Step`]).
     steps: Vec<Step<W>>,
     items: Vec<Item<W>>,
     /// Leaf spans of `items`: (start, len).
     spans: Vec<(u32, u32)>,
-    /// IPv4 only: the leaves' rules again as the vector kernel reads them
-    /// (eight a block, a leaf's blocks in a row, lanes past a leaf's
-    /// rules never matching), and each leaf's first block, by span.
-    blocks: Vec<Block>,
+    /// The leaves' rules again as the vector kernel reads them (eight a
+    /// block, a leaf's blocks in a row, lanes past a leaf's rules never
+    /// matching), and each leaf's first block, by span.
+    blocks: Vec<W::Block>,
     block_at: Vec<u32>,
     /// IPv4 only: where a walk starts, by the addresses' top bits.
     root: Root,
@@ -118,10 +118,13 @@ impl Compiled {
         self.len() == 0
     }
 
-    /// Runs the leaf kernel's version `k` in the IPv4 tree (IPv6 leaves
-    /// are scanned rule by rule); a build starts with the CPU's best.
+    /// Runs the leaf kernel's version `k` in both trees; a build starts
+    /// with the CPU's best.
     pub fn set_kernel(&mut self, k: Kernel) {
         if let Some(l) = &mut self.v4 {
+            l.set_kernel(k);
+        }
+        if let Some(l) = &mut self.v6 {
             l.set_kernel(k);
         }
     }
@@ -134,7 +137,7 @@ impl Compiled {
 
 /// One family's compiled tree (see the module docs).
 #[derive(Debug, Default)]
-pub struct Layer<W> {
+pub struct Layer<W: Word> {
     tree: Tree<W>,
     /// The leaf size that fit the budget.
     leaf: usize,
@@ -197,7 +200,7 @@ impl<W: Word> Layer<W> {
             + t.steps.capacity() * std::mem::size_of::<Step<W>>()
             + t.items.capacity() * std::mem::size_of::<Item<W>>()
             + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
-            + t.blocks.capacity() * std::mem::size_of::<Block>()
+            + t.blocks.capacity() * std::mem::size_of::<W::Block>()
             + t.block_at.capacity() * std::mem::size_of::<u32>()
             + t.root.bytes()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
@@ -261,28 +264,23 @@ impl<W: Word> Layer<W> {
     }
 
     /// The first live rule of leaf `node` matching `f`: eight rules at a
-    /// time through the vector kernel where the leaf has blocks (IPv4,
-    /// not rewritten by the overlay), else rule by rule.
+    /// time through the vector kernel where the leaf has blocks (not
+    /// rewritten by the overlay), else rule by rule.
     #[inline(always)]
     fn scan(&self, node: u32, f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
         let span = self.tree.nodes[node as usize].kids[1];
         let (start, len) = o.spans[span as usize];
-        if W::V6 || start & overlay::PATCHED != 0 {
+        if start & overlay::PATCHED != 0 {
             return o.first_live(self.leaf_items(node, o), f);
         }
         let at = self.tree.block_at[span as usize] as usize;
         let blocks = &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)];
-        let key = Key {
-            src: f[0].fold(),
-            dst: f[1].fold(),
-            ports: (f[2].fold() << 16) | f[3].fold(),
-            proto: f[4].fold(),
-        };
+        let key = W::key(f[0], f[1], f[2].low() as u16, f[3].low() as u16, f[4].low());
         for b in blocks {
-            let mut m = self.kernel.matches(b, &key);
+            let mut m = W::matches(self.kernel, b, &key);
             // The matches in rank order: the first live one wins.
             while m != 0 {
-                let idx = b.idx[m.trailing_zeros() as usize];
+                let idx = W::idx(b)[m.trailing_zeros() as usize];
                 if !o.dead.get(idx) {
                     return Some(idx);
                 }
@@ -295,19 +293,19 @@ impl<W: Word> Layer<W> {
         None
     }
 
-    /// The first line of what [`Self::scan`] reads for leaf `node`, asked
-    /// for ahead.
+    /// What [`Self::scan`] reads first for leaf `node`, asked for ahead:
+    /// the leaf's first block, every line of it (the kernel reads every
+    /// column), or a rewritten leaf's first rule.
     #[inline(always)]
     fn prefetch_leaf(&self, node: u32, o: &Overlay<W>) {
         let span = self.tree.nodes[node as usize].kids[1] as usize;
-        if W::V6 || o.spans[span].0 & overlay::PATCHED != 0 {
+        if o.spans[span].0 & overlay::PATCHED != 0 {
             let items = self.leaf_items(node, o);
             cfdp_packet::prefetch::prefetch_read(items.as_ptr().cast());
             return;
         }
-        // A block's four lines: the kernel reads every column.
-        let b: *const Block = &self.tree.blocks[self.tree.block_at[span] as usize];
-        for line in 0..4 {
+        let b: *const W::Block = &self.tree.blocks[self.tree.block_at[span] as usize];
+        for line in 0..std::mem::size_of::<W::Block>() / 64 {
             cfdp_packet::prefetch::prefetch_read(b.cast::<u8>().wrapping_add(64 * line));
         }
     }

@@ -22,6 +22,7 @@ pub trait Word:
     + Send
     + Sync
     + 'static
+    + cfdp_acl_simd::Addr
 {
     /// The family: IPv6's word.
     const V6: bool;
@@ -39,6 +40,8 @@ pub trait Word:
     const CUT_AT: &'static [u32];
     /// 32 bits for the table hash.
     fn fold(self) -> u32;
+    /// The low 32 bits (a port's or protocol's value).
+    fn low(self) -> u32;
     /// Bits `at..at + CUT_BITS`: the index into a window's cut array.
     fn cut(self, at: u32) -> usize;
     /// The bits set (a mask's prefix length).
@@ -69,6 +72,10 @@ impl Word for u32 {
     }
     #[inline(always)]
     fn fold(self) -> u32 {
+        self
+    }
+    #[inline(always)]
+    fn low(self) -> u32 {
         self
     }
     #[inline(always)]
@@ -113,6 +120,10 @@ impl Word for u128 {
         w(3) ^ w(2).wrapping_mul(0xcc9e_2d51)
             ^ w(1).wrapping_mul(0x1b87_3593)
             ^ w(0).rotate_left(11)
+    }
+    #[inline(always)]
+    fn low(self) -> u32 {
+        self as u32
     }
     #[inline(always)]
     fn cut(self, at: u32) -> usize {

@@ -98,10 +98,8 @@ impl<W: Word> Layer<W> {
                     kids: [0, 0],
                 };
                 b.t.nodes.resize(n.next_power_of_two(), pad);
-                if !W::V6 {
-                    blocks(&mut b.t);
-                    b.t.root = super::root::Root::build(&b.t.nodes);
-                }
+                blocks(&mut b.t);
+                b.t.root = super::root::Root::build(&b.t.nodes);
                 c.tree = b.t;
                 c.leaf = leaf;
                 return Ok(c);
@@ -188,7 +186,7 @@ pub(super) fn item<W: Word>(inp: &Input, idx: u32) -> Item<W> {
 }
 
 /// The recursive build of one group's tree (see the module docs).
-struct Builder<'a, W> {
+struct Builder<'a, W: Word> {
     t: Tree<W>,
     ranges: &'a [Ranges<W>],
     items: &'a [Item<W>],
@@ -305,8 +303,8 @@ impl<W: Word> Builder<'_, W> {
     }
 }
 
-/// The leaves' rules as the vector kernel reads them (IPv4 trees): each
-/// leaf's items in blocks of eight, in rank order.
+/// The leaves' rules as the vector kernel reads them: each leaf's items
+/// in blocks of eight, in rank order.
 fn blocks<W: Word>(t: &mut Tree<W>) {
     t.block_at = Vec::with_capacity(t.spans.len());
     for &(start, len) in &t.spans {
@@ -314,13 +312,13 @@ fn blocks<W: Word>(t: &mut Tree<W>) {
             .push(u32::try_from(t.blocks.len()).expect("fewer than 2^32 blocks"));
         let items = &t.items[start as usize..(start + len) as usize];
         for chunk in items.chunks(cfdp_acl_simd::LANES) {
-            let rules: Vec<cfdp_acl_simd::Rule> = chunk
+            let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk
                 .iter()
                 .map(|it| cfdp_acl_simd::Rule {
-                    src: it.src.fold(),
-                    src_mask: it.src_mask.fold(),
-                    dst: it.dst.fold(),
-                    dst_mask: it.dst_mask.fold(),
+                    src: it.src,
+                    src_mask: it.src_mask,
+                    dst: it.dst,
+                    dst_mask: it.dst_mask,
                     sport: (it.sport[0], it.sport[1]),
                     dport: (it.dport[0], it.dport[1]),
                     proto: u32::from(it.proto),
@@ -328,7 +326,7 @@ fn blocks<W: Word>(t: &mut Tree<W>) {
                 })
                 .collect();
             t.blocks
-                .push(cfdp_acl_simd::Block::of(&rules).expect("a chunk of LANES rules"));
+                .push(W::block(&rules).expect("a chunk of LANES rules"));
         }
     }
 }

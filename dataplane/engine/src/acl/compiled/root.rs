@@ -14,8 +14,11 @@
 
 use super::node::{Fields, Node, Word};
 
-/// Top bits of each address that index the table: 2^16 cells of 4 bytes.
+/// Top bits of each address that index the table, at most: 2^16 cells of
+/// 4 bytes. A smaller tree gets fewer (see [`Root::build`]).
 pub(super) const ROOT_BITS: u32 = 8;
+/// Fewest bits a table is built with: below, no table.
+const MIN_BITS: u32 = 2;
 /// Bits of an entry that hold the node; the levels left are above them.
 const NODE_BITS: u32 = 26;
 
@@ -23,11 +26,15 @@ const NODE_BITS: u32 = 26;
 #[derive(Debug, Default)]
 pub(super) struct Root {
     cells: Vec<u32>,
+    /// Top bits of each address that index `cells`.
+    bits: u32,
 }
 
 impl Root {
     /// The table of an IPv4 tree, or none (an empty table: walks start at
-    /// the root) for IPv6 or a tree too large to number in an entry.
+    /// the root) for IPv6 or a tree too large to number in an entry. The
+    /// table is at most the size of the tree's nodes (so a small tree,
+    /// whose walk is short anyway, gets a small table, or none).
     pub(super) fn build<W: Word>(nodes: &[Node<W>]) -> Self {
         if W::V6 || nodes.len() >= 1 << NODE_BITS {
             return Self::default();
@@ -36,8 +43,15 @@ impl Root {
         if height.iter().any(|&h| h >> (32 - NODE_BITS) != 0) {
             return Self::default();
         }
-        let side = 1u32 << ROOT_BITS;
-        let shift = 32 - ROOT_BITS;
+        let tree = std::mem::size_of_val(nodes);
+        let Some(bits) = (MIN_BITS..=ROOT_BITS)
+            .rev()
+            .find(|b| (4usize << (2 * b)) <= tree)
+        else {
+            return Self::default();
+        };
+        let side = 1u32 << bits;
+        let shift = 32 - bits;
         let span = |a: u32| {
             let lo = a << shift;
             (W::from_u32(lo), W::from_u32(lo | ((1 << shift) - 1)))
@@ -64,7 +78,7 @@ impl Root {
                 cells.push((height[n] << NODE_BITS) | n as u32);
             }
         }
-        Self { cells }
+        Self { cells, bits }
     }
 
     /// The table's size (empty: none).
@@ -79,8 +93,8 @@ impl Root {
         if W::V6 || self.cells.is_empty() {
             return None;
         }
-        let shift = 32 - ROOT_BITS;
-        let i = ((f[0].fold() >> shift) << ROOT_BITS) | (f[1].fold() >> shift);
+        let shift = 32 - self.bits;
+        let i = ((f[0].fold() >> shift) << self.bits) | (f[1].fold() >> shift);
         let c = self.cells[i as usize];
         Some((c & ((1 << NODE_BITS) - 1), c >> NODE_BITS))
     }

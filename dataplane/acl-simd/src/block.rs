@@ -85,6 +85,9 @@ pub trait Addr: Copy + Eq + BitAnd<Output = Self> + 'static {
     fn key(src: Self, dst: Self, sport: u16, dport: u16, proto: u32) -> Self::Key;
     /// The callers' numbers of a block's rules.
     fn idx(b: &Self::Block) -> &[u32; LANES];
+    /// Lane `i`'s rule as it was put in (its addresses masked), for a lane
+    /// that holds one.
+    fn rule(b: &Self::Block, i: usize) -> Rule<Self>;
     /// Bit `i` set when lane `i`'s rule of `b` matches `k`, by the
     /// kernel's version `kernel`.
     fn matches(kernel: crate::Kernel, b: &Self::Block, k: &Self::Key) -> u32;
@@ -93,11 +96,15 @@ pub trait Addr: Copy + Eq + BitAnd<Output = Self> + 'static {
 /// An address's words, most significant first.
 pub(crate) trait Words<const N: usize>: Copy {
     fn words(self) -> [u32; N];
+    fn join(w: [u32; N]) -> Self;
 }
 
 impl Words<1> for u32 {
     fn words(self) -> [u32; 1] {
         [self]
+    }
+    fn join(w: [u32; 1]) -> Self {
+        w[0]
     }
 }
 
@@ -109,6 +116,9 @@ impl Words<4> for u128 {
             (self >> 32) as u32,
             self as u32,
         ]
+    }
+    fn join(w: [u32; 4]) -> Self {
+        w.iter().fold(0, |a, &x| (a << 32) | u128::from(x))
     }
 }
 
@@ -136,6 +146,9 @@ macro_rules! addr {
             #[inline(always)]
             fn matches(kernel: crate::Kernel, b: &Block<$n>, k: &Key<$n>) -> u32 {
                 kernel.matches(b, k)
+            }
+            fn rule(b: &Block<$n>, i: usize) -> Rule<Self> {
+                b.rule(i)
             }
         }
     };
@@ -193,6 +206,24 @@ impl<const N: usize> Block<N> {
         self.ports_lo[i] = pack(r.sport.0, r.dport.0);
         self.ports_span[i] = pack(r.sport.1 - r.sport.0, r.dport.1 - r.dport.0);
         self.proto[i] = r.proto;
+    }
+
+    /// Lane `i`'s rule (see [`Addr::rule`]).
+    fn rule<A: Words<N>>(&self, i: usize) -> Rule<A> {
+        let word = |c: &[[u32; LANES]; N]| A::join(std::array::from_fn(|w| c[w][i]));
+        let halves = |x: u32| ((x >> 16) as u16, x as u16);
+        let (slo, dlo) = halves(self.ports_lo[i]);
+        let (sspan, dspan) = halves(self.ports_span[i]);
+        Rule {
+            src: word(&self.src),
+            src_mask: word(&self.src_mask),
+            dst: word(&self.dst),
+            dst_mask: word(&self.dst_mask),
+            sport: (slo, slo + sspan),
+            dport: (dlo, dlo + dspan),
+            proto: self.proto[i],
+            idx: self.idx[i],
+        }
     }
 
     /// The portable kernel: bit `i` set when lane `i`'s rule matches.

@@ -258,6 +258,16 @@ mod tests {
         for kernel in Kernel::available() {
             prop_assert_eq!(A::matches(kernel, &b, &k), want, "{}", kernel.name());
         }
+        // Each lane gives its rule back (addresses masked).
+        for (i, r) in rules.iter().enumerate() {
+            let back = A::rule(&b, i);
+            let masked = Rule {
+                src: r.src & r.src_mask,
+                dst: r.dst & r.dst_mask,
+                ..*r
+            };
+            prop_assert_eq!(back, masked);
+        }
         Ok(())
     }
 

@@ -40,6 +40,8 @@
 //! are wider (32 and 80 bytes against 16 and 32), so the same set costs
 //! about twice the memory in IPv6.
 
+use std::borrow::Cow;
+
 use cfdp_acl_simd::Kernel;
 use cfdp_rules::{AclRule, RuleId};
 use hashbrown::HashMap;
@@ -84,9 +86,12 @@ struct Tree<W: Word> {
     nodes: Vec<Node<W>>,
     /// The same tree for one packet's walk (see [`Step`]).
     steps: Vec<Step<W>>,
-    items: Vec<Item<W>>,
-    /// Leaf spans of `items`: (start, len).
+    /// Leaf spans, (start, len): where each leaf's rules start among all
+    /// leaves' rules as the build listed them (a leaf's identity; the
+    /// lists themselves live in `blocks`), and how many it holds.
     spans: Vec<(u32, u32)>,
+    /// Leaf entries, all leaves (a rule counted once a leaf).
+    entries: usize,
     /// The leaves' rules again as the vector kernel reads them (eight a
     /// block, a leaf's blocks in a row, lanes past a leaf's rules never
     /// matching), and each leaf's first block, by span.
@@ -198,7 +203,6 @@ impl<W: Word> Layer<W> {
         let t = &self.tree;
         t.nodes.capacity() * std::mem::size_of::<Node<W>>()
             + t.steps.capacity() * std::mem::size_of::<Step<W>>()
-            + t.items.capacity() * std::mem::size_of::<Item<W>>()
             + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + t.blocks.capacity() * std::mem::size_of::<W::Block>()
             + t.block_at.capacity() * std::mem::size_of::<u32>()
@@ -212,7 +216,7 @@ impl<W: Word> Layer<W> {
     /// leaf), and the deepest leaf's depth.
     pub fn shape(&self) -> (usize, usize, usize, u32) {
         let t = &self.tree;
-        (1, t.steps.len(), t.items.len(), t.depth)
+        (1, t.steps.len(), t.entries, t.depth)
     }
 
     /// What one packet's lookup costs: tree levels walked (from its root
@@ -251,16 +255,22 @@ impl<W: Word> Layer<W> {
         }
     }
 
-    /// The rules leaf `node` lists, as the overlay has them.
-    #[inline(always)]
-    fn leaf_items<'a>(&'a self, node: u32, o: &'a Overlay<W>) -> &'a [Item<W>] {
-        let (start, len) = o.spans[self.tree.nodes[node as usize].kids[1] as usize];
-        let (items, start) = if start & overlay::PATCHED == 0 {
-            (&self.tree.items, start)
-        } else {
-            (&o.items, start & !overlay::PATCHED)
-        };
-        &items[start as usize..(start + len) as usize]
+    /// The rules leaf `node` lists, as the overlay has them: a rewritten
+    /// leaf's list, or the compiled one read back from its blocks.
+    fn leaf_items<'a>(&'a self, node: u32, o: &'a Overlay<W>) -> Cow<'a, [Item<W>]> {
+        let span = self.tree.nodes[node as usize].kids[1] as usize;
+        let (start, len) = o.spans[span];
+        if start & overlay::PATCHED != 0 {
+            return Cow::Borrowed(patched(o, start, len));
+        }
+        let at = self.tree.block_at[span] as usize;
+        let lanes = cfdp_acl_simd::LANES;
+        let blocks = &self.tree.blocks[at..at + (len as usize).div_ceil(lanes)];
+        Cow::Owned(
+            (0..len as usize)
+                .map(|i| Item::of(W::rule(&blocks[i / lanes], i % lanes)))
+                .collect(),
+        )
     }
 
     /// The first live rule of leaf `node` matching `f`: eight rules at a
@@ -271,7 +281,7 @@ impl<W: Word> Layer<W> {
         let span = self.tree.nodes[node as usize].kids[1];
         let (start, len) = o.spans[span as usize];
         if start & overlay::PATCHED != 0 {
-            return o.first_live(self.leaf_items(node, o), f);
+            return o.first_live(patched(o, start, len), f);
         }
         let at = self.tree.block_at[span as usize] as usize;
         let blocks = &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)];
@@ -299,8 +309,9 @@ impl<W: Word> Layer<W> {
     #[inline(always)]
     fn prefetch_leaf(&self, node: u32, o: &Overlay<W>) {
         let span = self.tree.nodes[node as usize].kids[1] as usize;
-        if o.spans[span].0 & overlay::PATCHED != 0 {
-            let items = self.leaf_items(node, o);
+        let (start, len) = o.spans[span];
+        if start & overlay::PATCHED != 0 {
+            let items = patched(o, start, len);
             cfdp_packet::prefetch::prefetch_read(items.as_ptr().cast());
             return;
         }
@@ -369,6 +380,14 @@ impl<W: Word> Layer<W> {
             out[i] = self.scan(at[i], &fs[i], o).map(|x| self.hit_in(o, x));
         }
     }
+}
+
+/// A leaf list the overlay rewrote: `start` (with [`overlay::PATCHED`]
+/// set) and `len` of its span.
+#[inline(always)]
+fn patched<W: Word>(o: &Overlay<W>, start: u32, len: u32) -> &[Item<W>] {
+    let start = start & !overlay::PATCHED;
+    &o.items[start as usize..(start + len) as usize]
 }
 
 impl<W: Word> Tree<W> {

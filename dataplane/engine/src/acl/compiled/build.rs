@@ -84,6 +84,7 @@ impl<W: Word> Layer<W> {
                 t: Tree::default(),
                 ranges: &ranges,
                 items: &items,
+                leaves: Vec::new(),
                 leaf,
                 budget: budget(all.len(), leaf),
             };
@@ -98,7 +99,7 @@ impl<W: Word> Layer<W> {
                     kids: [0, 0],
                 };
                 b.t.nodes.resize(n.next_power_of_two(), pad);
-                blocks(&mut b.t);
+                blocks(&mut b.t, &b.leaves);
                 b.t.root = super::root::Root::build(&b.t.nodes);
                 c.tree = b.t;
                 c.leaf = leaf;
@@ -190,6 +191,9 @@ struct Builder<'a, W: Word> {
     t: Tree<W>,
     ranges: &'a [Ranges<W>],
     items: &'a [Item<W>],
+    /// Every leaf's rules, leaf after leaf (turned into blocks at the
+    /// end).
+    leaves: Vec<Item<W>>,
     /// Rules a leaf may hold before a cut is tried.
     leaf: usize,
     /// Leaf entries left before the tree is given up.
@@ -218,9 +222,8 @@ impl<W: Word> Builder<'_, W> {
         };
         let Some(cut) = cut else {
             self.budget = self.budget.checked_sub(rules.len())?;
-            let start = u32::try_from(self.t.items.len()).expect("fewer than 2^32 items");
-            self.t
-                .items
+            let start = u32::try_from(self.leaves.len()).expect("fewer than 2^32 items");
+            self.leaves
                 .extend(rules.iter().map(|&i| self.items[i as usize]));
             let span = u32::try_from(self.t.spans.len()).expect("fewer than 2^32 leaves");
             self.t.spans.push((start, rules.len() as u32));
@@ -305,12 +308,13 @@ impl<W: Word> Builder<'_, W> {
 
 /// The leaves' rules as the vector kernel reads them: each leaf's items
 /// in blocks of eight, in rank order.
-fn blocks<W: Word>(t: &mut Tree<W>) {
+fn blocks<W: Word>(t: &mut Tree<W>, leaves: &[Item<W>]) {
+    t.entries = leaves.len();
     t.block_at = Vec::with_capacity(t.spans.len());
     for &(start, len) in &t.spans {
         t.block_at
             .push(u32::try_from(t.blocks.len()).expect("fewer than 2^32 blocks"));
-        let items = &t.items[start as usize..(start + len) as usize];
+        let items = &leaves[start as usize..(start + len) as usize];
         for chunk in items.chunks(cfdp_acl_simd::LANES) {
             let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk
                 .iter()

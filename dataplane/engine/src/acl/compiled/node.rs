@@ -85,6 +85,22 @@ pub(super) struct Item<W> {
 }
 
 impl<W: Word> Item<W> {
+    /// A rule as the leaf kernel's block gave it back.
+    pub(super) fn of(r: cfdp_acl_simd::Rule<W>) -> Self {
+        Item {
+            src: r.src,
+            src_mask: r.src_mask,
+            dst: r.dst,
+            dst_mask: r.dst_mask,
+            sport: [r.sport.0, r.sport.1],
+            dport: [r.dport.0, r.dport.1],
+            // PROTO_ANY is 256, as here.
+            proto: r.proto as u16,
+            _pad: 0,
+            idx: r.idx,
+        }
+    }
+
     #[inline(always)]
     pub(super) fn matches(&self, f: &Fields<W>) -> bool {
         let w = |x: u16| W::from_u32(u32::from(x));

@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::csv::{f2, num, table, Csv, R};
 
 /// The `classbench` table's columns.
-const CLASSBENCH_COLUMNS: [&str; 18] = [
+const CLASSBENCH_COLUMNS: [&str; 20] = [
     "set",
     "rules",
     "rte_acl best Mpps (alg)",
@@ -14,6 +14,8 @@ const CLASSBENCH_COLUMNS: [&str; 18] = [
     "/ best",
     "cfdp single",
     "/ best",
+    "rte_acl 32 a call (alg): cfdp batched /",
+    "rte_acl 1 a call (alg): cfdp single /",
     "worker path",
     "IPv6 batched / rte_acl's best (verdict diffs)",
     "replay (1 worker)",
@@ -78,6 +80,8 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
             format!("{:.2}×", batched / best),
             f2(one),
             format!("{:.2}×", one / best),
+            per_call(rte_acl_best(&recs, set, "-step32", &c)?, batched),
+            per_call(rte_acl_best(&recs, set, "-step1", &c)?, one),
             f2(mpps("cfdp-worker")?),
             v6,
             replay.map_or(Ok("–".to_string()), |r| num(r["mpps"], &c.name).map(f2))?,
@@ -98,8 +102,17 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
     Ok(table(&CLASSBENCH_COLUMNS, &rows) + &c.source())
 }
 
-/// rte_acl's fastest algorithm on `set` (IPv4 rows, or those whose name
-/// ends in `suffix`: "-v6"), and its rate.
+/// rte_acl at a fixed count of packets a call (`--tracestep` rows, from
+/// 2026-11-29 on; "–" before) beside cfdp's rate for the same count.
+fn per_call(acl: Option<(&str, f64)>, cfdp: f64) -> String {
+    acl.map_or("–".to_string(), |(alg, m)| {
+        format!("{} ({alg}): {:.2}×", f2(m), cfdp / m)
+    })
+}
+
+/// rte_acl's fastest algorithm on `set` (IPv4 rows at its default or 32
+/// packets a call, or those whose name ends in `suffix`: "-v6",
+/// "-step32", "-step1"), and its rate.
 fn rte_acl_best<'a>(
     recs: &[std::collections::BTreeMap<&'a str, &'a str>],
     set: &str,
@@ -112,7 +125,8 @@ fn rte_acl_best<'a>(
         .filter_map(|r| Some((r["impl"].strip_prefix("rte_acl-")?, r)))
         .filter(|(alg, _)| {
             if suffix.is_empty() {
-                !alg.ends_with("-v6")
+                // Batched: one packet a call is not a batch.
+                !alg.ends_with("-v6") && !alg.ends_with("-step1")
             } else {
                 alg.ends_with(suffix)
             }

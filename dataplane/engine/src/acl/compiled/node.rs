@@ -66,8 +66,10 @@ pub(super) const RIGHT: u32 = (1 << 29) - 1;
 /// [`Step::link`]'s top bits on a leaf.
 pub(super) const LEAF_LINK: u32 = 7;
 
-/// A rule as a leaf checks it: 32 bytes for IPv4 (80 for IPv6), every
-/// field an integer compare.
+/// A rule as a leaf list holds it one by one: 32 bytes for IPv4 (80 for
+/// IPv6), every field an integer compare. The build lists leaves this way
+/// before it packs them into the kernel's blocks; a leaf the overlay
+/// rewrote keeps its new list this way (scanned rule by rule).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub(super) struct Item<W> {

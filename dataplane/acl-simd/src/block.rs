@@ -2,7 +2,6 @@
 //! for either address family: `N` 32-bit words an address (1 for IPv4,
 //! 4 for IPv6; word 0 the most significant).
 
-use std::fmt::Debug;
 use std::ops::BitAnd;
 
 /// Rules a [`Block`] holds.
@@ -71,28 +70,6 @@ impl<A: Copy + Eq + BitAnd<Output = A>> Rule<A> {
     }
 }
 
-/// An address family's word as the kernel takes it: how many 32-bit
-/// words it is, and its block and key types.
-pub trait Addr: Copy + Eq + BitAnd<Output = Self> + 'static {
-    /// [`Block`] with this family's words.
-    type Block: Copy + Debug + Default + PartialEq + Send + Sync + 'static;
-    /// [`Key`] with this family's words.
-    type Key: Copy + Debug;
-    /// A block of up to [`LANES`] rules, lane `i` rule `i`; `None` if
-    /// there are more.
-    fn block(rules: &[Rule<Self>]) -> Option<Self::Block>;
-    /// A packet's key.
-    fn key(src: Self, dst: Self, sport: u16, dport: u16, proto: u32) -> Self::Key;
-    /// The callers' numbers of a block's rules.
-    fn idx(b: &Self::Block) -> &[u32; LANES];
-    /// Lane `i`'s rule as it was put in (its addresses masked), for a lane
-    /// that holds one.
-    fn rule(b: &Self::Block, i: usize) -> Rule<Self>;
-    /// Bit `i` set when lane `i`'s rule of `b` matches `k`, by the
-    /// kernel's version `kernel`.
-    fn matches(kernel: crate::Kernel, b: &Self::Block, k: &Self::Key) -> u32;
-}
-
 /// An address's words, most significant first.
 pub(crate) trait Words<const N: usize>: Copy {
     fn words(self) -> [u32; N];
@@ -121,40 +98,6 @@ impl Words<4> for u128 {
         w.iter().fold(0, |a, &x| (a << 32) | u128::from(x))
     }
 }
-
-macro_rules! addr {
-    ($word:ty, $n:literal) => {
-        impl Addr for $word {
-            type Block = Block<$n>;
-            type Key = Key<$n>;
-            fn block(rules: &[Rule<Self>]) -> Option<Block<$n>> {
-                Block::of(rules)
-            }
-            #[inline(always)]
-            fn key(src: Self, dst: Self, sport: u16, dport: u16, proto: u32) -> Key<$n> {
-                Key {
-                    src: src.words(),
-                    dst: dst.words(),
-                    ports: (u32::from(sport) << 16) | u32::from(dport),
-                    proto,
-                }
-            }
-            #[inline(always)]
-            fn idx(b: &Block<$n>) -> &[u32; LANES] {
-                &b.idx
-            }
-            #[inline(always)]
-            fn matches(kernel: crate::Kernel, b: &Block<$n>, k: &Key<$n>) -> u32 {
-                kernel.matches(b, k)
-            }
-            fn rule(b: &Block<$n>, i: usize) -> Rule<Self> {
-                b.rule(i)
-            }
-        }
-    };
-}
-addr!(u32, 1);
-addr!(u128, 4);
 
 impl<const N: usize> Default for Block<N> {
     fn default() -> Self {
@@ -208,8 +151,8 @@ impl<const N: usize> Block<N> {
         self.proto[i] = r.proto;
     }
 
-    /// Lane `i`'s rule (see [`Addr::rule`]).
-    fn rule<A: Words<N>>(&self, i: usize) -> Rule<A> {
+    /// Lane `i`'s rule as it was put in (its addresses masked).
+    pub(crate) fn rule<A: Words<N>>(&self, i: usize) -> Rule<A> {
         let word = |c: &[[u32; LANES]; N]| A::join(std::array::from_fn(|w| c[w][i]));
         let halves = |x: u32| ((x >> 16) as u16, x as u16);
         let (slo, dlo) = halves(self.ports_lo[i]);

@@ -84,8 +84,7 @@ impl Kernel {
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
-    use super::{Block, Key};
-    use crate::block::PROTO_ANY;
+    use crate::block::{Block, Key, PROTO_ANY};
     use std::arch::x86_64::{
         __m256i, _mm256_and_si256, _mm256_castsi256_ps, _mm256_cmpeq_epi32,
         _mm256_cmpeq_epi32_mask, _mm256_load_si256, _mm256_mask_cmpeq_epi32_mask,
@@ -170,7 +169,8 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::{Addr, Rule, LANES, PROTO_ANY};
+    use crate::addr::Addr;
+    use crate::block::{Rule, LANES, PROTO_ANY};
     use proptest::prelude::*;
     use std::fmt::Debug;
     use std::ops::{BitAnd, BitXor, Shl};

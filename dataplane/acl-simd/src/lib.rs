@@ -24,8 +24,10 @@
 
 #![deny(unsafe_code)]
 
+mod addr;
 mod block;
 mod kernel;
 
-pub use block::{Addr, Block, Key, Rule, LANES, PROTO_ANY};
+pub use addr::Addr;
+pub use block::{Block, Key, Rule, LANES, PROTO_ANY};
 pub use kernel::Kernel;

@@ -53,7 +53,7 @@ pub mod overlay;
 mod patch;
 mod root;
 
-pub use node::{fields, Fields, Hit, Input, Word};
+pub use node::{field, fields, Fields, Hit, Input, Word};
 use node::{Item, Node, Step, LEAF_LINK, RIGHT};
 pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
 use root::Root;
@@ -286,7 +286,9 @@ impl<W: Word> Layer<W> {
         }
         let at = self.tree.block_at[span as usize] as usize;
         let blocks = &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)];
-        let key = W::key(f[0], f[1], f[2].low() as u16, f[3].low() as u16, f[4].low());
+        use node::field::{DPORT, DST, PROTO, SPORT, SRC};
+        let (sport, dport) = (f[SPORT].low() as u16, f[DPORT].low() as u16);
+        let key = W::key(f[SRC], f[DST], sport, dport, f[PROTO].low());
         for b in blocks {
             let mut m = W::matches(self.kernel, b, &key);
             // The matches in rank order: the first live one wins.

@@ -7,6 +7,7 @@ use etherparse::err::ip::LaxHeaderSliceError;
 use etherparse::LaxIpSlice;
 
 use super::outcome::{Decoded, Frag, IpPacket, Malformed, L3};
+use super::wire::{ipv4, ipv6, ports};
 
 pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
     let Some(slice) = frame.get(l3.offset..) else {
@@ -23,33 +24,6 @@ pub(crate) fn decode_ip(frame: &[u8], l3: L3) -> Decoded {
     decode_ip_general(slice, l3)
 }
 
-/// Byte offsets of the fields the fast path reads (RFC 791 §3.1, an IPv4
-/// header without options, then the transport header's two ports: TCP and
-/// UDP both start with them), as smoltcp keeps a wire format's offsets
-/// beside its reader.
-mod field {
-    use std::ops::Range;
-    /// Version (high nibble) and header length in words (low nibble).
-    pub const VER_IHL: usize = 0;
-    /// 0x45: version 4, five words (no options).
-    pub const VER_IHL_PLAIN: u8 = 0x45;
-    pub const TOTAL_LEN: Range<usize> = 2..4;
-    /// Flags (3 bits) and fragment offset (13 bits).
-    pub const FLAGS_FRAG: Range<usize> = 6..8;
-    /// The MF flag and the fragment offset's high bits, in the first byte
-    /// of [`FLAGS_FRAG`] (DF, 0x40, does not fragment).
-    pub const MF_AND_OFFSET_HIGH: u8 = 0x3f;
-    pub const PROTOCOL: usize = 9;
-    pub const SRC_ADDR: Range<usize> = 12..16;
-    pub const DST_ADDR: Range<usize> = 16..20;
-    /// The header's length without options: the ports follow.
-    pub const HEADER_LEN: usize = 20;
-    pub const SRC_PORT: Range<usize> = HEADER_LEN..HEADER_LEN + 2;
-    pub const DST_PORT: Range<usize> = HEADER_LEN + 2..HEADER_LEN + 4;
-    /// Everything the fast path reads.
-    pub const READ: usize = HEADER_LEN + 4;
-}
-
 /// The common case, read directly: IPv4 without options, not fragmented,
 /// TCP or UDP, total length within the capture and covering the ports.
 /// Anything else (options, fragments, other protocols — IPv4 can carry
@@ -59,27 +33,27 @@ mod field {
 /// paths agree on millions of generated headers.
 #[inline]
 pub(crate) fn ipv4_fast(p: &[u8]) -> Option<FlowKey> {
-    let h: &[u8; field::READ] = p.get(..field::READ)?.try_into().ok()?;
+    let h: &[u8; ipv4::READ] = p.get(..ipv4::READ)?.try_into().ok()?;
     let u16_at = |r: std::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
     let addr_at =
         |r: std::ops::Range<usize>| [h[r.start], h[r.start + 1], h[r.start + 2], h[r.start + 3]];
-    let total = usize::from(u16_at(field::TOTAL_LEN));
-    let [flags, offset_low] = u16_at(field::FLAGS_FRAG).to_be_bytes();
-    let fragmenting = flags & field::MF_AND_OFFSET_HIGH != 0 || offset_low != 0;
-    let proto = h[field::PROTOCOL];
-    if h[field::VER_IHL] != field::VER_IHL_PLAIN
+    let total = usize::from(u16_at(ipv4::TOTAL_LEN));
+    let [flags, offset_low] = u16_at(ipv4::FLAGS_FRAG).to_be_bytes();
+    let fragmenting = flags & ipv4::MF_AND_OFFSET_HIGH != 0 || offset_low != 0;
+    let proto = h[ipv4::PROTOCOL];
+    if h[ipv4::VER_IHL] != ipv4::VER_IHL_PLAIN
         || fragmenting
-        || !(field::READ..=p.len()).contains(&total)
+        || !(ipv4::READ..=p.len()).contains(&total)
         || (proto != proto::TCP && proto != proto::UDP)
     {
         return None;
     }
     Some(FlowKey::v4(
-        addr_at(field::SRC_ADDR),
-        addr_at(field::DST_ADDR),
+        addr_at(ipv4::SRC_ADDR),
+        addr_at(ipv4::DST_ADDR),
         proto,
-        u16_at(field::SRC_PORT),
-        u16_at(field::DST_PORT),
+        u16_at(ipv4::SRC_PORT),
+        u16_at(ipv4::DST_PORT),
     ))
 }
 
@@ -89,23 +63,24 @@ pub(crate) fn ipv4_fast(p: &[u8]) -> Option<FlowKey> {
 /// checks that both paths agree on generated headers.
 #[inline]
 pub(crate) fn ipv6_fast(p: &[u8]) -> Option<FlowKey> {
-    const HEADER: usize = 40;
+    const HEADER: usize = ipv6::HEADER_LEN;
     let h: &[u8; HEADER + 4] = p.get(..HEADER + 4)?.try_into().ok()?;
-    let payload = usize::from(u16::from_be_bytes([h[4], h[5]]));
-    let proto = h[6];
-    if h[0] >> 4 != 6
+    let u16_at = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    let payload = usize::from(u16_at(ipv6::PAYLOAD_LEN.start));
+    let proto = h[ipv6::NEXT_HEADER];
+    if h[ipv6::VERSION] >> 4 != 6
         || !(4..=p.len() - HEADER).contains(&payload)
         || (proto != proto::TCP && proto != proto::UDP)
     {
         return None;
     }
-    let addr = |at: usize| -> [u8; 16] { h[at..at + 16].try_into().unwrap_or([0; 16]) };
+    let addr = |r: std::ops::Range<usize>| -> [u8; 16] { h[r].try_into().unwrap_or([0; 16]) };
     Some(FlowKey::v6(
-        addr(8),
-        addr(24),
+        addr(ipv6::SRC_ADDR),
+        addr(ipv6::DST_ADDR),
         proto,
-        u16::from_be_bytes([h[40], h[41]]),
-        u16::from_be_bytes([h[42], h[43]]),
+        u16_at(HEADER + ports::SRC),
+        u16_at(HEADER + ports::DST),
     ))
 }
 

@@ -17,6 +17,7 @@ mod ip;
 mod link;
 mod outcome;
 mod transport;
+mod wire;
 
 pub use checksum::transport_checksum_ok;
 pub use link::LinkType;

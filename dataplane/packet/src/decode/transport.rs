@@ -11,6 +11,7 @@ use etherparse::LaxIpSlice;
 
 use super::link::{locate_ip, LinkResult};
 use super::outcome::Frag;
+use super::wire::{ethernet, icmp as icmp_wire, ipv4, ipv6, ports, tcp};
 use super::LinkType;
 
 /// A packet's transport facts.
@@ -85,24 +86,24 @@ fn seq_after(a: u32, b: u32) -> bool {
 /// The segment in `tcp` (the TCP header onwards, as captured), whose IP
 /// payload is `ip_payload` bytes long; `None` when its header is not whole.
 fn tcp_seg(tcp: &[u8], ip_payload: usize) -> Option<TcpSeg> {
-    let h = tcp.get(..20)?;
+    let h = tcp.get(..tcp::HEADER_LEN)?;
     let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-    let hlen = usize::from(h[12] >> 4) * 4;
-    if hlen < 20 || hlen > ip_payload {
+    let hlen = usize::from(h[tcp::DATA_OFFSET] >> 4) * 4;
+    if hlen < tcp::HEADER_LEN || hlen > ip_payload {
         return None;
     }
-    let ack = be32(8);
+    let ack = be32(tcp::ACK);
     let mut seg = TcpSeg {
-        flags: h[13],
-        seq: be32(4),
+        flags: h[tcp::FLAGS],
+        seq: be32(tcp::SEQ),
         ack,
-        win: u16::from_be_bytes([h[14], h[15]]),
+        win: u16::from_be_bytes([h[tcp::WINDOW.start], h[tcp::WINDOW.start + 1]]),
         payload: (ip_payload - hlen) as u32,
         wscale: None,
         sack_perm: false,
         sack: ack,
     };
-    options(tcp.get(20..hlen)?, &mut seg);
+    options(tcp.get(tcp::HEADER_LEN..hlen)?, &mut seg);
     Some(seg)
 }
 
@@ -164,21 +165,27 @@ pub fn transport(link: LinkType, frame: &[u8]) -> Transport {
 /// connection's packet, a sixth of the worker's work on it.
 #[inline]
 fn tcp_fast(link: LinkType, frame: &[u8]) -> Option<TcpSeg> {
-    if link != LinkType::Ethernet || frame.get(12..14)? != [0x08, 0x00] {
+    if link != LinkType::Ethernet || frame.get(ethernet::ETHERTYPE)? != ethernet::ETHERTYPE_IPV4 {
         return None;
     }
-    let ip = frame.get(14..)?;
-    let h = ip.get(..20)?;
-    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-    let frag = u16::from_be_bytes([h[6], h[7]]);
-    if h[0] != 0x45 || h[9] != proto::TCP || frag & 0x1fff != 0 || !(40..=ip.len()).contains(&total)
+    let ip = frame.get(ethernet::HEADER_LEN..)?;
+    let h = ip.get(..ipv4::HEADER_LEN)?;
+    let u16_at = |r: std::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
+    let total = usize::from(u16_at(ipv4::TOTAL_LEN));
+    let frag = u16_at(ipv4::FLAGS_FRAG);
+    let headers = ipv4::HEADER_LEN + tcp::HEADER_LEN;
+    if h[ipv4::VER_IHL] != ipv4::VER_IHL_PLAIN
+        || h[ipv4::PROTOCOL] != proto::TCP
+        || frag & ipv4::OFFSET != 0
+        || !(headers..=ip.len()).contains(&total)
     {
         return None;
     }
-    let more = frag & 0x2000 != 0;
+    let more = frag & ipv4::MF != 0;
+    let ihl = ipv4::HEADER_LEN;
     tcp_seg(
-        &ip[20..total],
-        if more { FRAGMENTED - 20 } else { total - 20 },
+        &ip[ihl..total],
+        if more { FRAGMENTED - ihl } else { total - ihl },
     )
 }
 
@@ -295,8 +302,9 @@ fn icmp(b: &[u8], v6: bool) -> Transport {
     } else {
         matches!(kind, 3 | 4 | 5 | 11 | 12)
     };
-    if let Some((class, request)) = query(kind, b.get(1).copied().unwrap_or(0), v6) {
-        return be16(b, 4).map_or(Transport::Other, |id| Transport::Echo {
+    let code = b.get(icmp_wire::CODE).copied().unwrap_or(0);
+    if let Some((class, request)) = query(kind, code, v6) {
+        return be16(b, icmp_wire::QUERY_ID).map_or(Transport::Other, |id| Transport::Echo {
             id,
             class,
             request,
@@ -332,28 +340,33 @@ fn query(kind: u8, code: u8, v6: bool) -> Option<(u16, bool)> {
 /// short, gives ports 0.
 fn quoted(q: &[u8], v6: bool) -> Option<FlowKey> {
     let (mut key, rest) = if v6 {
-        let h = q.get(..40)?;
-        if h[0] >> 4 != 6 {
+        let h = q.get(..ipv6::HEADER_LEN)?;
+        if h[ipv6::VERSION] >> 4 != 6 {
             return None;
         }
-        let (src, dst): ([u8; 16], [u8; 16]) =
-            (h[8..24].try_into().ok()?, h[24..40].try_into().ok()?);
-        let (proto, rest) = skip_extensions(h[6], &q[40..]);
+        let (src, dst): ([u8; 16], [u8; 16]) = (
+            h[ipv6::SRC_ADDR].try_into().ok()?,
+            h[ipv6::DST_ADDR].try_into().ok()?,
+        );
+        let (proto, rest) = skip_extensions(h[ipv6::NEXT_HEADER], &q[ipv6::HEADER_LEN..]);
         (FlowKey::v6(src, dst, proto, 0, 0), rest)
     } else {
-        let ihl = usize::from(*q.first()? & 0x0f) * 4;
-        if q[0] >> 4 != 4 || ihl < 20 {
+        let ver_ihl = *q.get(ipv4::VER_IHL)?;
+        let ihl = usize::from(ver_ihl & 0x0f) * 4;
+        if ver_ihl >> 4 != 4 || ihl < ipv4::HEADER_LEN {
             return None;
         }
         let h = q.get(..ihl)?;
-        let (src, dst): ([u8; 4], [u8; 4]) =
-            (h[12..16].try_into().ok()?, h[16..20].try_into().ok()?);
-        (FlowKey::v4(src, dst, h[9], 0, 0), &q[ihl..])
+        let (src, dst): ([u8; 4], [u8; 4]) = (
+            h[ipv4::SRC_ADDR].try_into().ok()?,
+            h[ipv4::DST_ADDR].try_into().ok()?,
+        );
+        (FlowKey::v4(src, dst, h[ipv4::PROTOCOL], 0, 0), &q[ihl..])
     };
     let icmp = if v6 { ICMPV6 } else { ICMP };
     match key.proto {
         proto::TCP | proto::UDP => {
-            if let (Some(s), Some(d)) = (be16(rest, 0), be16(rest, 2)) {
+            if let (Some(s), Some(d)) = (be16(rest, ports::SRC), be16(rest, ports::DST)) {
                 key.sport = s;
                 key.dport = d;
             }
@@ -361,9 +374,9 @@ fn quoted(q: &[u8], v6: bool) -> Option<FlowKey> {
         p if p == icmp => {
             // A query the error's addressee sent: keyed as its connection
             // is (identifier, class).
-            let code = rest.get(1).copied().unwrap_or(0);
-            let asked = rest.first().and_then(|&k| query(k, code, v6));
-            if let (Some((class, true)), Some(id)) = (asked, be16(rest, 4)) {
+            let code = rest.get(icmp_wire::CODE).copied().unwrap_or(0);
+            let asked = rest.get(icmp_wire::TYPE).and_then(|&k| query(k, code, v6));
+            if let (Some((class, true)), Some(id)) = (asked, be16(rest, icmp_wire::QUERY_ID)) {
                 key.sport = id;
                 key.dport = class;
             }

@@ -10,13 +10,24 @@ pub(super) const FIELDS: usize = 5;
 pub(super) const ZERO_FIELD: u32 = 5;
 
 /// A packet's fields as the tree reads them, each a word of its family
-/// ([`Word`]: `u32` for IPv4, `u128` for IPv6).
+/// ([`Word`]: `u32` for IPv4, `u128` for IPv6), at the places [`field`]
+/// names.
 pub type Fields<W> = [W; 8];
+
+/// Where each field sits in [`Fields`] (and in a node's `field`).
+pub mod field {
+    pub const SRC: usize = 0;
+    pub const DST: usize = 1;
+    pub const SPORT: usize = 2;
+    pub const DPORT: usize = 3;
+    pub const PROTO: usize = 4;
+}
 
 /// The fields of a 5-tuple.
 #[inline(always)]
 pub fn fields<W: Word>(src: W, dst: W, sport: u16, dport: u16, proto: u16) -> Fields<W> {
     let zero = W::default();
+    // In [`field`]'s order.
     [
         src,
         dst,
@@ -106,13 +117,14 @@ impl<W: Word> Item<W> {
     #[inline(always)]
     pub(super) fn matches(&self, f: &Fields<W>) -> bool {
         let w = |x: u16| W::from_u32(u32::from(x));
-        (f[0] & self.src_mask) == self.src
-            && (f[1] & self.dst_mask) == self.dst
-            && (self.proto == 256 || w(self.proto) == f[4])
-            && w(self.sport[0]) <= f[2]
-            && f[2] <= w(self.sport[1])
-            && w(self.dport[0]) <= f[3]
-            && f[3] <= w(self.dport[1])
+        use field::{DPORT, DST, PROTO, SPORT, SRC};
+        (f[SRC] & self.src_mask) == self.src
+            && (f[DST] & self.dst_mask) == self.dst
+            && (self.proto == 256 || w(self.proto) == f[PROTO])
+            && w(self.sport[0]) <= f[SPORT]
+            && f[SPORT] <= w(self.sport[1])
+            && w(self.dport[0]) <= f[DPORT]
+            && f[DPORT] <= w(self.dport[1])
     }
 }
 

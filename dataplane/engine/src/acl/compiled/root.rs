@@ -12,7 +12,7 @@
 //! fixed count of levels). Exact by construction: the walk from the start
 //! is the walk from the root after the turns the cell decides.
 
-use super::node::{Fields, Node, Word};
+use super::node::{field, Fields, Node, Word};
 
 /// Top bits of each address that index the table, at most: 2^16 cells of
 /// 4 bytes. A smaller tree gets fewer (see [`Root::build`]).
@@ -62,9 +62,9 @@ impl Root {
                 let mut n = 0usize;
                 loop {
                     let node = &nodes[n];
-                    let (lo, hi) = match node.field {
-                        0 => span(s),
-                        1 => span(d),
+                    let (lo, hi) = match node.field as usize {
+                        field::SRC => span(s),
+                        field::DST => span(d),
                         _ => break,
                     };
                     n = if node.cut <= lo {
@@ -94,7 +94,8 @@ impl Root {
             return None;
         }
         let shift = 32 - self.bits;
-        let i = ((f[0].fold() >> shift) << self.bits) | (f[1].fold() >> shift);
+        let (src, dst) = (f[field::SRC].fold(), f[field::DST].fold());
+        let i = ((src >> shift) << self.bits) | (dst >> shift);
         let c = self.cells[i as usize];
         Some((c & ((1 << NODE_BITS) - 1), c >> NODE_BITS))
     }

@@ -2,9 +2,10 @@
 
 use crate::block::{Block, Key};
 
-/// A version of the kernel this CPU runs. Made only by [`Kernel::best`],
-/// [`Kernel::available`] or [`Kernel::PORTABLE`], each of which checks the
-/// CPU first: holding one is the proof that calling it is safe.
+/// A version of the kernel this CPU runs. Made only by [`Kernel::best`]
+/// and [`Kernel::available`], which ask the CPU first, or as
+/// [`Kernel::PORTABLE`], which every CPU runs: holding one is the proof
+/// that calling it is safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kernel(Level);
 

@@ -316,19 +316,7 @@ fn blocks<W: Word>(t: &mut Tree<W>, leaves: &[Item<W>]) {
             .push(u32::try_from(t.blocks.len()).expect("fewer than 2^32 blocks"));
         let items = &leaves[start as usize..(start + len) as usize];
         for chunk in items.chunks(cfdp_acl_simd::LANES) {
-            let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk
-                .iter()
-                .map(|it| cfdp_acl_simd::Rule {
-                    src: it.src,
-                    src_mask: it.src_mask,
-                    dst: it.dst,
-                    dst_mask: it.dst_mask,
-                    sport: (it.sport[0], it.sport[1]),
-                    dport: (it.dport[0], it.dport[1]),
-                    proto: u32::from(it.proto),
-                    idx: it.idx,
-                })
-                .collect();
+            let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk.iter().map(Item::rule).collect();
             t.blocks
                 .push(W::block(&rules).expect("a chunk of LANES rules"));
         }

@@ -98,7 +98,23 @@ pub(super) struct Item<W> {
 }
 
 impl<W: Word> Item<W> {
-    /// A rule as the leaf kernel's block gave it back.
+    /// The rule as the leaf kernel's block takes it.
+    pub(super) fn rule(&self) -> cfdp_acl_simd::Rule<W> {
+        cfdp_acl_simd::Rule {
+            src: self.src,
+            src_mask: self.src_mask,
+            dst: self.dst,
+            dst_mask: self.dst_mask,
+            sport: (self.sport[0], self.sport[1]),
+            dport: (self.dport[0], self.dport[1]),
+            // 256 for any, PROTO_ANY there.
+            proto: u32::from(self.proto),
+            idx: self.idx,
+        }
+    }
+
+    /// A rule as the leaf kernel's block gave it back ([`Self::rule`]'s
+    /// inverse).
     pub(super) fn of(r: cfdp_acl_simd::Rule<W>) -> Self {
         Item {
             src: r.src,

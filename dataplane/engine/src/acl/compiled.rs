@@ -281,11 +281,12 @@ impl<W: Word> Layer<W> {
     fn scan(&self, node: u32, f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
         let span = self.tree.nodes[node as usize].kids[1];
         let (start, len) = o.spans[span as usize];
-        if start & overlay::PATCHED != 0 {
-            return o.first_live(patched(o, start, len), f);
-        }
-        let at = self.tree.block_at[span as usize] as usize;
-        let blocks = &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)];
+        let blocks = if start & overlay::PATCHED != 0 {
+            o.blocks_of(start, len)
+        } else {
+            let at = self.tree.block_at[span as usize] as usize;
+            &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
+        };
         use node::field::{DPORT, DST, PROTO, SPORT, SRC};
         let (sport, dport) = (f[SPORT].low() as u16, f[DPORT].low() as u16);
         let key = W::key(f[SRC], f[DST], sport, dport, f[PROTO].low());
@@ -313,12 +314,11 @@ impl<W: Word> Layer<W> {
     fn prefetch_leaf(&self, node: u32, o: &Overlay<W>) {
         let span = self.tree.nodes[node as usize].kids[1] as usize;
         let (start, len) = o.spans[span];
-        if start & overlay::PATCHED != 0 {
-            let items = patched(o, start, len);
-            cfdp_packet::prefetch::prefetch_read(items.as_ptr().cast());
-            return;
-        }
-        let b: *const W::Block = &self.tree.blocks[self.tree.block_at[span] as usize];
+        let b: *const W::Block = if start & overlay::PATCHED != 0 {
+            o.blocks_of(start, len).as_ptr()
+        } else {
+            &self.tree.blocks[self.tree.block_at[span] as usize]
+        };
         for line in 0..std::mem::size_of::<W::Block>() / 64 {
             cfdp_packet::prefetch::prefetch_read(b.cast::<u8>().wrapping_add(64 * line));
         }

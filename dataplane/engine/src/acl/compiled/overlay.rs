@@ -31,7 +31,7 @@
 //! once those exceed the tree's own entry count the overlay compacts
 //! (O(leaves), amortised over at least that many patched entries).
 
-use super::node::{Fields, Hit, Item, Word};
+use super::node::{Hit, Item, Word};
 use cfdp_rules::RuleId;
 use hashbrown::HashMap;
 
@@ -61,12 +61,17 @@ pub enum PatchRefused {
 /// A copy's changes over a compiled tree (see the module docs). Made by
 /// [`Layer::overlay`]; meaningful only with the tree that made it.
 #[derive(Clone, Debug)]
-pub struct Overlay<W> {
+pub struct Overlay<W: Word> {
     pub(super) dead: Dead,
-    /// Every leaf's (start, len): in the tree's items, or with
-    /// [`PATCHED`] set in `items` below.
+    /// Every leaf's (start, len): the tree's own, or with [`PATCHED`] set
+    /// in `items` below.
     pub(super) spans: Vec<(u32, u32)>,
+    /// The rewritten leaves' lists, each starting at a multiple of the
+    /// kernel's block size ([`Self::put`]).
     pub(super) items: Vec<Item<W>>,
+    /// `items` as the leaf kernel reads them: block `k` holds entries
+    /// `8k..8k + 8` (the lanes past a list's end never match).
+    pub(super) blocks: Vec<W::Block>,
     /// Answers of the rules patched in: index `i` is rule `base + i`.
     pub(super) hits: Vec<Hit>,
     /// Live patched rules by id.
@@ -81,12 +86,13 @@ pub struct Overlay<W> {
 }
 
 // By hand: a derived Default would ask `W: Default` of every user.
-impl<W> Default for Overlay<W> {
+impl<W: Word> Default for Overlay<W> {
     fn default() -> Self {
         Self {
             dead: Dead::default(),
             spans: Vec::new(),
             items: Vec::new(),
+            blocks: Vec::new(),
             hits: Vec::new(),
             index: HashMap::new(),
             alias: HashMap::new(),
@@ -124,22 +130,6 @@ impl<W: Word> Overlay<W> {
         self.alias.get(&idx).copied().filter(|&a| !self.dead.get(a))
     }
 
-    /// The first live rule of `items` matching `f`: an entry's own rule, or
-    /// the rule revived in its place.
-    #[inline(always)]
-    pub(super) fn first_live(&self, items: &[Item<W>], f: &Fields<W>) -> Option<u32> {
-        for it in items {
-            if it.matches(f) {
-                if !self.dead.get(it.idx) {
-                    return Some(it.idx);
-                }
-                if let Some(a) = self.revived(it.idx) {
-                    return Some(a);
-                }
-            }
-        }
-        None
-    }
     /// Marks rule `idx` (compiled or patched) deleted; false if it was.
     pub fn kill(&mut self, idx: u32) -> bool {
         if let Some(h) = idx
@@ -166,33 +156,56 @@ impl<W: Word> Overlay<W> {
         self.dead.bytes()
             + self.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.items.capacity() * std::mem::size_of::<Item<W>>()
+            + self.blocks.capacity() * std::mem::size_of::<W::Block>()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
             + self.alias.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
     }
 
-    /// Appends a leaf list; its start with [`PATCHED`] set.
+    /// Appends a leaf list, at the next multiple of the block size, and
+    /// its blocks; its start with [`PATCHED`] set.
     pub(super) fn put(&mut self, list: &[Item<W>]) -> u32 {
+        let lanes = cfdp_acl_simd::LANES;
+        if let Some(&filler) = self.items.last() {
+            // Entries no span reaches, to the block boundary.
+            let padded = self.items.len().next_multiple_of(lanes);
+            self.items.resize(padded, filler);
+        }
+        debug_assert_eq!(self.items.len(), self.blocks.len() * lanes);
         let start = u32::try_from(self.items.len())
             .ok()
             .filter(|&s| s < PATCHED)
             .expect("compaction keeps the overlay under 2^31 entries");
         self.items.extend_from_slice(list);
+        for chunk in list.chunks(lanes) {
+            let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk.iter().map(Item::rule).collect();
+            self.blocks
+                .push(W::block(&rules).expect("a chunk of LANES rules"));
+        }
         start | PATCHED
+    }
+
+    /// The blocks of the list at `start` (with [`PATCHED`] set) of `len`
+    /// entries.
+    #[inline(always)]
+    pub(super) fn blocks_of(&self, start: u32, len: u32) -> &[W::Block] {
+        let at = (start & !PATCHED) as usize / cfdp_acl_simd::LANES;
+        &self.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
     }
 
     /// Copies the lists spans point to into a fresh array, dropping the
     /// old copies.
     pub(super) fn compact(&mut self) {
         let old = std::mem::take(&mut self.items);
-        for (start, len) in &mut self.spans {
+        self.blocks.clear();
+        let mut spans = std::mem::take(&mut self.spans);
+        for (start, len) in &mut spans {
             if *start & PATCHED != 0 {
                 let s = (*start & !PATCHED) as usize;
-                let from = &old[s..s + *len as usize];
-                *start = (self.items.len() as u32) | PATCHED;
-                self.items.extend_from_slice(from);
+                *start = self.put(&old[s..s + *len as usize]);
             }
         }
+        self.spans = spans;
         self.garbage = 0;
     }
 }

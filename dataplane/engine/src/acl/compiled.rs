@@ -275,8 +275,8 @@ impl<W: Word> Layer<W> {
     }
 
     /// The first live rule of leaf `node` matching `f`: eight rules at a
-    /// time through the vector kernel where the leaf has blocks (not
-    /// rewritten by the overlay), else rule by rule.
+    /// time through the vector kernel, over the tree's blocks or, for a
+    /// leaf the overlay rewrote, the overlay's.
     #[inline(always)]
     fn scan(&self, node: u32, f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
         let span = self.tree.nodes[node as usize].kids[1];

@@ -80,7 +80,8 @@ pub(super) const LEAF_LINK: u32 = 7;
 /// A rule as a leaf list holds it one by one: 32 bytes for IPv4 (80 for
 /// IPv6), every field an integer compare. The build lists leaves this way
 /// before it packs them into the kernel's blocks; a leaf the overlay
-/// rewrote keeps its new list this way (scanned rule by rule).
+/// rewrote keeps its new list this way too, beside its blocks (a patch
+/// reads and rewrites lists).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub(super) struct Item<W> {

@@ -264,9 +264,8 @@ impl<W: Word> Layer<W> {
         if start & overlay::PATCHED != 0 {
             return Cow::Borrowed(patched(o, start, len));
         }
-        let at = self.tree.block_at[span] as usize;
         let lanes = cfdp_acl_simd::LANES;
-        let blocks = &self.tree.blocks[at..at + (len as usize).div_ceil(lanes)];
+        let blocks = self.leaf_blocks(node, o);
         Cow::Owned(
             (0..len as usize)
                 .map(|i| Item::of(W::rule(&blocks[i / lanes], i % lanes)))
@@ -274,19 +273,25 @@ impl<W: Word> Layer<W> {
         )
     }
 
+    /// Leaf `node`'s blocks: the tree's, or the overlay's for a leaf it
+    /// rewrote.
+    #[inline(always)]
+    fn leaf_blocks<'a>(&'a self, node: u32, o: &'a Overlay<W>) -> &'a [W::Block] {
+        let span = self.tree.nodes[node as usize].kids[1] as usize;
+        let (start, len) = o.spans[span];
+        if start & overlay::PATCHED != 0 {
+            return o.blocks_of(start, len);
+        }
+        let at = self.tree.block_at[span] as usize;
+        &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
+    }
+
     /// The first live rule of leaf `node` matching `f`: eight rules at a
     /// time through the vector kernel, over the tree's blocks or, for a
     /// leaf the overlay rewrote, the overlay's.
     #[inline(always)]
     fn scan(&self, node: u32, f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
-        let span = self.tree.nodes[node as usize].kids[1];
-        let (start, len) = o.spans[span as usize];
-        let blocks = if start & overlay::PATCHED != 0 {
-            o.blocks_of(start, len)
-        } else {
-            let at = self.tree.block_at[span as usize] as usize;
-            &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
-        };
+        let blocks = self.leaf_blocks(node, o);
         use node::field::{DPORT, DST, PROTO, SPORT, SRC};
         let (sport, dport) = (f[SPORT].low() as u16, f[DPORT].low() as u16);
         let key = W::key(f[SRC], f[DST], sport, dport, f[PROTO].low());
@@ -309,16 +314,10 @@ impl<W: Word> Layer<W> {
 
     /// What [`Self::scan`] reads first for leaf `node`, asked for ahead:
     /// the leaf's first block, every line of it (the kernel reads every
-    /// column), or a rewritten leaf's first rule.
+    /// column).
     #[inline(always)]
     fn prefetch_leaf(&self, node: u32, o: &Overlay<W>) {
-        let span = self.tree.nodes[node as usize].kids[1] as usize;
-        let (start, len) = o.spans[span];
-        let b: *const W::Block = if start & overlay::PATCHED != 0 {
-            o.blocks_of(start, len).as_ptr()
-        } else {
-            &self.tree.blocks[self.tree.block_at[span] as usize]
-        };
+        let b = self.leaf_blocks(node, o).as_ptr();
         for line in 0..std::mem::size_of::<W::Block>() / 64 {
             cfdp_packet::prefetch::prefetch_read(b.cast::<u8>().wrapping_add(64 * line));
         }
@@ -353,8 +352,8 @@ impl<W: Word> Layer<W> {
         // Each lane from its cell's start where there is a root table, and
         // only as many levels as the deepest start has left.
         let mut levels = t.depth;
-        if let Some((_, first)) = t.root.start(&lanes[0]) {
-            levels = first;
+        if !t.root.is_empty() {
+            levels = 0;
             for (a, f) in at.iter_mut().zip(&lanes) {
                 let (node, left) = t.root.start(f).unwrap_or((0, t.depth));
                 *a = node;

@@ -314,11 +314,9 @@ fn blocks<W: Word>(t: &mut Tree<W>, leaves: &[Item<W>]) {
     for &(start, len) in &t.spans {
         t.block_at
             .push(u32::try_from(t.blocks.len()).expect("fewer than 2^32 blocks"));
-        let items = &leaves[start as usize..(start + len) as usize];
-        for chunk in items.chunks(cfdp_acl_simd::LANES) {
-            let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk.iter().map(Item::rule).collect();
-            t.blocks
-                .push(W::block(&rules).expect("a chunk of LANES rules"));
-        }
+        Item::push_blocks(
+            &leaves[start as usize..(start + len) as usize],
+            &mut t.blocks,
+        );
     }
 }

@@ -114,6 +114,16 @@ impl<W: Word> Item<W> {
         }
     }
 
+    /// A leaf list as the leaf kernel reads it, appended to `out`: its
+    /// rules in blocks of eight, in order (the lanes past the list's end
+    /// never match).
+    pub(super) fn push_blocks(list: &[Self], out: &mut Vec<W::Block>) {
+        for chunk in list.chunks(cfdp_acl_simd::LANES) {
+            let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk.iter().map(Self::rule).collect();
+            out.push(W::block(&rules).expect("a chunk of LANES rules"));
+        }
+    }
+
     /// A rule as the leaf kernel's block gave it back ([`Self::rule`]'s
     /// inverse).
     pub(super) fn of(r: cfdp_acl_simd::Rule<W>) -> Self {

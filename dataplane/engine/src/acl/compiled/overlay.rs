@@ -177,11 +177,7 @@ impl<W: Word> Overlay<W> {
             .filter(|&s| s < PATCHED)
             .expect("compaction keeps the overlay under 2^31 entries");
         self.items.extend_from_slice(list);
-        for chunk in list.chunks(lanes) {
-            let rules: Vec<cfdp_acl_simd::Rule<W>> = chunk.iter().map(Item::rule).collect();
-            self.blocks
-                .push(W::block(&rules).expect("a chunk of LANES rules"));
-        }
+        Item::push_blocks(list, &mut self.blocks);
         start | PATCHED
     }
 

@@ -81,6 +81,11 @@ impl Root {
         Self { cells, bits }
     }
 
+    /// No table: every walk starts at the root.
+    pub(super) fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
     /// The table's size (empty: none).
     pub(super) fn bytes(&self) -> usize {
         self.cells.capacity() * std::mem::size_of::<u32>()

@@ -97,7 +97,7 @@ fn tcp_seg(tcp: &[u8], ip_payload: usize) -> Option<TcpSeg> {
         flags: h[tcp::FLAGS],
         seq: be32(tcp::SEQ),
         ack,
-        win: u16::from_be_bytes([h[tcp::WINDOW.start], h[tcp::WINDOW.start + 1]]),
+        win: be16(h, tcp::WINDOW.start)?,
         payload: (ip_payload - hlen) as u32,
         wscale: None,
         sack_perm: false,
@@ -170,9 +170,8 @@ fn tcp_fast(link: LinkType, frame: &[u8]) -> Option<TcpSeg> {
     }
     let ip = frame.get(ethernet::HEADER_LEN..)?;
     let h = ip.get(..ipv4::HEADER_LEN)?;
-    let u16_at = |r: std::ops::Range<usize>| u16::from_be_bytes([h[r.start], h[r.start + 1]]);
-    let total = usize::from(u16_at(ipv4::TOTAL_LEN));
-    let frag = u16_at(ipv4::FLAGS_FRAG);
+    let total = usize::from(be16(h, ipv4::TOTAL_LEN.start)?);
+    let frag = be16(h, ipv4::FLAGS_FRAG.start)?;
     let headers = ipv4::HEADER_LEN + tcp::HEADER_LEN;
     if h[ipv4::VER_IHL] != ipv4::VER_IHL_PLAIN
         || h[ipv4::PROTOCOL] != proto::TCP

@@ -79,19 +79,12 @@ if grep -qw avx512bw /proc/cpuinfo; then algs="$algs avx512x16 avx512x32"; fi
 # says so.
 eal_mem="--no-huge -m 2048"
 pages="rte_acl on 4 KB pages (--no-huge: no huge pages could be reserved)"
-hp=/proc/sys/vm/nr_hugepages
-if [ "$(id -u)" = 0 ] && [ -w "$hp" ]; then
-    hp_before=$(cat "$hp")
-    trap 'rm -rf "$work"; echo "$hp_before" >"$hp"' EXIT
-    echo $((hp_before + ${HUGE_PAGES:-1024})) >"$hp" || true
-    if ! grep -qs hugetlbfs /proc/mounts; then
-        mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages || true
-    fi
-    free=$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)
-    if [ "${free:-0}" -ge "${HUGE_PAGES:-1024}" ] && grep -qs hugetlbfs /proc/mounts; then
-        eal_mem="--in-memory"
-        pages="rte_acl on 2 MB huge pages ($free free)"
-    fi
+# shellcheck source=bench/hugepages.sh
+source bench/hugepages.sh
+hugepages_trap='rm -rf "$work"'
+if hugepages_reserve "${HUGE_PAGES:-1024}" "${HUGE_PAGES:-1024}"; then
+    eal_mem="--in-memory"
+    pages="rte_acl on 2 MB huge pages ($hugepages_free free)"
 fi
 echo "classbench: $pages" >&2
 

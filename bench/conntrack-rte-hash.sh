@@ -39,18 +39,10 @@ bash bench/build.sh
 
 # Huge pages for rte_hash (it needs ~70 MB at 2^20 slots).
 unset HARNESS_HUGEPAGES
-hp=/proc/sys/vm/nr_hugepages
-if [ "$(id -u)" = 0 ] && [ -w "$hp" ]; then
-    before=$(cat "$hp")
-    trap 'echo "$before" > "$hp"' EXIT
-    echo $((before + 256)) > "$hp" || true
-    if ! grep -qs hugetlbfs /proc/mounts; then
-        mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages || true
-    fi
-    free=$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)
-    if [ "${free:-0}" -ge 64 ] && grep -qs hugetlbfs /proc/mounts; then
-        export HARNESS_HUGEPAGES=1
-    fi
+# shellcheck source=bench/hugepages.sh
+source bench/hugepages.sh
+if hugepages_reserve 256 64; then
+    export HARNESS_HUGEPAGES=1
 fi
 [ -n "${HARNESS_HUGEPAGES:-}" ] || echo "no huge pages to reserve: rte_hash runs on 4 KB pages"
 ./target/release/conntrack "${quick[@]}" --rte-hash "$harness"

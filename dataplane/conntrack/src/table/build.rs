@@ -49,6 +49,11 @@ impl ConnTable {
             6 * (share as f64).sqrt().ceil() as usize + 8
         };
         let per_shard = share + margin;
+        // Each stripe's quota (`ConnTable::quota`): its mean share of the
+        // capacity less six standard deviations, never more than the mean
+        // (the quotas together never above the capacity).
+        let mean = capacity as f64 / shards as f64;
+        let quota = (mean - 6.0 * mean.sqrt()).max(0.0).floor() as u32;
         let total = per_shard * shards;
         if total > MAX_SLOTS {
             return Err(TableError::TooLarge { slots: total });
@@ -84,6 +89,7 @@ impl ConnTable {
                         free: NONE,
                         fresh: 0,
                         hand: 0,
+                        held: 0,
                         opened: 0,
                         early_dropped: 0,
                         expired: 0,
@@ -101,7 +107,8 @@ impl ConnTable {
             shard_mask: shards - 1,
             seeds: std::array::from_fn(|i| secret.hash_bytes(&[i as u8, 0x5a]) | 1),
             capacity,
-            len: AtomicUsize::new(0),
+            len: AtomicUsize::new(shards * quota as usize),
+            quota,
             timeout_ns: std::array::from_fn(|i| {
                 State::ALL.get(i % 16).map_or(u64::MAX, |&s| {
                     if i >= 16 {

@@ -87,13 +87,17 @@ impl ConnTable {
             let h = self.hash(&key);
             let w = key.words();
             let mut shard = self.shard(h);
-            if self.locate(&w, h, None).is_some() || self.len() >= self.capacity {
+            if self.locate(&w, h, None).is_some() {
+                continue;
+            }
+            if !self.take(&mut shard) {
+                self.give(&mut shard);
                 continue;
             }
             let Some(i) = self.alloc(&mut shard) else {
+                self.give(&mut shard);
                 continue;
             };
-            self.len.fetch_add(1, Relaxed);
             // The save keeps no windows: a TCP connection comes back
             // liberal, as one Linux picks up; answered and assured as its
             // state says.

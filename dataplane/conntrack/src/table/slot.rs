@@ -304,14 +304,16 @@ pub const DROP_SCAN: u32 = 64;
 
 /// One lock stripe's share of the slots: `[base, base + len)`, a free list
 /// through the free slots' `meta` words, the slots never used yet, the
-/// early-drop clock hand, and the stripe's counters (written under its
-/// lock: no locked instruction for them, no line shared between workers
-/// that open in different stripes).
+/// early-drop clock hand, the connections it holds, and the stripe's
+/// counters (written under its lock: no locked instruction for them, no
+/// line shared between workers that open in different stripes).
 pub(super) struct Shard {
     pub(super) base: u32,
     pub(super) free: u32,
     pub(super) fresh: u32,
     pub(super) hand: u32,
+    /// Connections in the stripe's slots (see `ConnTable::quota`).
+    pub(super) held: u32,
     pub(super) opened: u64,
     pub(super) early_dropped: u64,
     pub(super) expired: u64,

@@ -33,18 +33,16 @@ pub(super) fn droppable(c: u64) -> bool {
 }
 
 impl ConnTable {
-    /// A free slot of `shard` for a new connection, counted in the
-    /// table's length: room under the capacity, or an embryonic entry's
-    /// place. `None`: refused.
+    /// A free slot of `shard` for a new connection, counted against the
+    /// capacity: room under it, or an embryonic entry's place. `None`:
+    /// refused.
     pub(super) fn reserve(&self, shard: &mut Shard, now_ns: u64) -> Option<u32> {
-        if self.len.fetch_add(1, Relaxed) >= self.capacity {
-            // Full: the dropped entry's count is this one's (its removal
-            // gives back what this took; the length never stays above the
-            // capacity).
-            if !self.drop_one(shard, now_ns) {
-                self.len.fetch_sub(1, Relaxed);
-                return None;
-            }
+        // Full: the dropped entry's count is this one's (its removal
+        // gives back what this took; the count never stays above the
+        // capacity).
+        if !self.take(shard) && !self.drop_one(shard, now_ns) {
+            self.give(shard);
+            return None;
         }
         let i = match self.alloc(shard) {
             Some(i) => i,
@@ -52,11 +50,29 @@ impl ConnTable {
             // (six standard deviations of bad luck): make room in it.
             None if self.drop_one(shard, now_ns) => self.alloc(shard)?,
             None => {
-                self.len.fetch_sub(1, Relaxed);
+                self.give(shard);
                 return None;
             }
         };
         Some(i)
+    }
+
+    /// Counts one more connection of `shard` against the capacity: within
+    /// the stripe's quota a store under its lock, past it the table's one
+    /// shared count. `false` when that takes the count past the capacity;
+    /// the connection is counted all the same (the caller drops one, whose
+    /// removal gives its count back, or calls [`Self::give`]).
+    pub(super) fn take(&self, shard: &mut Shard) -> bool {
+        shard.held += 1;
+        shard.held <= self.quota || self.len.fetch_add(1, Relaxed) < self.capacity
+    }
+
+    /// Gives back one connection's count of `shard` (see [`Self::take`]).
+    pub(super) fn give(&self, shard: &mut Shard) {
+        if shard.held > self.quota {
+            self.len.fetch_sub(1, Relaxed);
+        }
+        shard.held -= 1;
     }
 
     /// Writes a new connection into reserved slot `i` and puts it in the
@@ -124,13 +140,13 @@ impl ConnTable {
     }
 
     /// Slot `i`, already marked free (its generation bumped), on its
-    /// stripe's free list; the length taken back.
+    /// stripe's free list; its count given back.
     pub(super) fn recycle(&self, shard: &mut Shard, i: u32) {
         self.slots[i as usize]
             .meta()
             .store(u64::from(shard.free), Relaxed);
         shard.free = i;
-        self.len.fetch_sub(1, Relaxed);
+        self.give(shard);
     }
 
     /// A slot of `shard` never used or freed; the one the stripe's next

@@ -229,6 +229,34 @@ pub(crate) fn conntrack_scaling(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
+/// `conntrack --part scaling` on a machine with many cores: a row per
+/// thread count, the three operations side by side.
+pub(crate) fn conntrack_scaling_wide(d: &Path, file: &str) -> R<String> {
+    let c = Csv::load(d, file)?;
+    let mut rows = Vec::new();
+    for t in c.distinct("threads")? {
+        let mut row = vec![t.to_string()];
+        for work in ["opens", "lookups", "mixed"] {
+            let want = [("workload", work), ("threads", t)];
+            row.push(format!(
+                "{:.2} ({:.2}×)",
+                c.value(&want, "mops")?,
+                c.value(&want, "vs_one_thread")?
+            ));
+        }
+        rows.push(row);
+    }
+    Ok(table(
+        &[
+            "threads",
+            "opens, M/s (× one thread)",
+            "lookups of established connections",
+            "open + look the answer up",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// `conntrack-rte-hash.sh`'s writers: cfdp's opens and `rte_hash`'s
 /// multi-writer inserts from 1 and 2 threads.
 pub(crate) fn conntrack_rte_hash_writers(d: &Path) -> R<String> {

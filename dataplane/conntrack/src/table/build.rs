@@ -49,11 +49,7 @@ impl ConnTable {
             6 * (share as f64).sqrt().ceil() as usize + 8
         };
         let per_shard = share + margin;
-        // Each stripe's quota (`ConnTable::quota`): its mean share of the
-        // capacity less six standard deviations, never more than the mean
-        // (the quotas together never above the capacity).
-        let mean = capacity as f64 / shards as f64;
-        let quota = (mean - 6.0 * mean.sqrt()).max(0.0).floor() as u32;
+        let quota = quota(capacity, shards);
         let total = per_shard * shards;
         if total > MAX_SLOTS {
             return Err(TableError::TooLarge { slots: total });
@@ -127,6 +123,14 @@ impl ConnTable {
             clocks: (0..CLOCKS).map(|_| AtomicU64::new(u64::MAX)).collect(),
         })
     }
+}
+
+/// Each stripe's quota (`ConnTable::quota`): its mean share of the
+/// capacity less six standard deviations, never more than the mean (the
+/// quotas together never above the capacity).
+fn quota(capacity: usize, stripes: usize) -> u32 {
+    let mean = capacity as f64 / stripes as f64;
+    (mean - 6.0 * mean.sqrt()).max(0.0).floor() as u32
 }
 
 /// The filter's writer partitions for a table of `capacity` connections

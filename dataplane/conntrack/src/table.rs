@@ -71,7 +71,7 @@
 //! `nf_conntrack_acct` is: it adds 40 bytes a slot.
 
 use crate::sync::Ordering::*;
-use crate::sync::{lock, AtomicU64, AtomicUsize, CachePadded, Mutex, MutexGuard};
+use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex, MutexGuard};
 
 use cfdp_filter::{ConfigError, Filter, Lookup, ZeroedSlice};
 use cfdp_packet::TcpSeg;
@@ -353,6 +353,13 @@ pub struct ConnTable {
     /// (`conntrack --part scaling` on the 16-core device machine), while
     /// lookups, which write nothing shared, scaled 16.8×.
     quota: u32,
+    /// Set by the first connection counted since the table was last seen
+    /// empty (a load and, once, a store: no line written per open), and
+    /// cleared only by [`Self::forget_if_empty`], which holds every
+    /// stripe's lock while it finds none holding a connection — so never
+    /// false while a connection is held. A worker asks it once a burst
+    /// ([`Self::surely_empty`]) to skip the whole lookup stage.
+    occupied: AtomicBool,
     timeouts: Timeouts,
     /// Each state's timeout in ns, by the state's index in a control word
     /// and its [`CAP`] bit above (32 entries: no bounds check on five
@@ -409,6 +416,27 @@ impl ConnTable {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether the table certainly holds no connection: one load, for a
+    /// burst's decision to skip its lookups. `false` may also mean the
+    /// table emptied since its last sweep turn of its last stripe.
+    pub fn surely_empty(&self) -> bool {
+        !self.occupied.load(Relaxed)
+    }
+
+    /// Clears the flag behind [`Self::surely_empty`] if no stripe holds a
+    /// connection, every stripe's lock held meanwhile (in index order, as
+    /// nothing else takes two): an open can neither be under way nor
+    /// start until the flag is decided.
+    fn forget_if_empty(&self) {
+        if !self.occupied.load(Relaxed) {
+            return;
+        }
+        let held: Vec<_> = self.shards.iter().map(|s| lock(s)).collect();
+        if held.iter().all(|s| s.held == 0) {
+            self.occupied.store(false, Relaxed);
+        }
     }
 
     pub fn timeouts(&self) -> &Timeouts {
@@ -549,10 +577,19 @@ impl ConnTable {
     }
 
     /// [`Self::sweep`] for one stripe, so that a caller can spread the
-    /// work (a stripe per turn).
+    /// work (a stripe per turn). The last stripe's turn also finds out
+    /// whether the table has emptied ([`Self::surely_empty`]).
     pub fn sweep_shard(&self, i: usize, now_ns: u64) -> usize {
+        let gone = self.sweep_one(i & self.shard_mask, now_ns);
+        if i & self.shard_mask == self.shard_mask {
+            self.forget_if_empty();
+        }
+        gone
+    }
+
+    fn sweep_one(&self, i: usize, now_ns: u64) -> usize {
         let now_ns = self.sweep_time(now_ns);
-        let mut shard = lock(&self.shards[i & self.shard_mask]);
+        let mut shard = lock(&self.shards[i]);
         let mut gone = 0;
         for j in shard.base..shard.base + shard.fresh {
             let s = &self.slots[j as usize];
@@ -706,6 +743,40 @@ mod tests {
         // A sweep long after removes them all: every count given back.
         assert_eq!(t.sweep(u64::MAX / 2), reserved + 1);
         assert_eq!((t.len.load(Relaxed), t.len()), (reserved, 0));
+    }
+
+    /// `surely_empty` (what a worker asks once a burst) is never true
+    /// while a connection is held: set by the first open, cleared only by
+    /// the sweep turn of the last stripe once every stripe is empty.
+    #[test]
+    fn surely_empty_only_once_every_connection_is_gone() {
+        let t = ConnTable::new(4096, Timeouts::default(), HashSecret::from_seed(4)).unwrap();
+        assert!(t.stripes() > 1 && t.surely_empty());
+        let key = |sport: u16| {
+            FlowKey::new(
+                std::net::Ipv4Addr::new(10, 0, 0, 1).into(),
+                std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
+                17,
+                sport,
+                53,
+            )
+        };
+        let sec = 1_000_000_000;
+        t.open(&key(1), 0, 1, Action::Allow, 60, 0).unwrap();
+        assert!(!t.surely_empty());
+        // The first expires, the second does not: a whole sweep leaves
+        // the flag set.
+        t.open(&key(2), 0, 1, Action::Allow, 60, 100 * sec).unwrap();
+        let last = t.stripes() - 1;
+        assert_eq!(t.sweep(110 * sec), 1);
+        assert!(!t.surely_empty() && t.len() == 1);
+        // The second gone by a turn of its own stripe: only the last
+        // stripe's turn finds the table empty.
+        let second = t.stripe(t.hash(&ConnKey::of(&key(2)).0));
+        assert_eq!(t.sweep_shard(second, 1000 * sec), 1);
+        assert_eq!(t.surely_empty(), second == last);
+        t.sweep_shard(last, 1000 * sec);
+        assert!(t.surely_empty() && t.is_empty());
     }
 
     /// A slot answers only for its exact key: every field of the key

@@ -89,6 +89,14 @@ pub const HOLD_LIMITS: HoldLimits = HoldLimits {
     ttl_ns: 1_000_000_000,
 };
 
+/// Whether a rule of the burst opens connections (its packets go the
+/// tracked way even while the table is empty).
+fn tracked_rule(rules: &[Option<RuleRef>]) -> bool {
+    rules
+        .iter()
+        .any(|r| r.is_some_and(|r| r.action.tracked().is_some()))
+}
+
 /// Counts frame `i` for its 5-tuple when flow accounting is on, and
 /// notes it for the flow cache when flows are exported.
 #[inline]
@@ -357,13 +365,15 @@ impl Worker {
         self.released.clear();
         self.decode_burst(pkts);
         self.laps.lap(Stage::Decode);
-        let tracking = self.conntrack.as_deref();
+        let mut tracking = self.conntrack.as_deref();
         if let Some(t) = tracking {
             // Before this burst opens anything: no sweep runs ahead of it.
             if let Some(first) = pkts.first() {
                 t.advance(self.index, first.ts_ns);
             }
-            Self::track_burst(t, &mut self.scratch, pkts);
+            if !Self::track_burst(t, &mut self.scratch, pkts) {
+                tracking = None;
+            }
         }
         self.laps.lap(Stage::Track);
         // The burst's scratch arrays live in the worker: set per frame by
@@ -375,6 +385,12 @@ impl Worker {
             sample: &mut self.sample,
         };
         match_burst(&mut cx, t, &s.keys[..n], &s.valid[..n], &mut s.rules[..n]);
+        // An empty table and no stateful rule in the burst: nothing to
+        // open or find, each packet judged by its rule alone (the
+        // stateless path's inline run, not the tracked one a packet).
+        if tracking.is_none() && tracked_rule(&s.rules[..n]) {
+            tracking = self.conntrack.as_deref();
+        }
         self.laps.lap(Stage::Classify);
         let shared = &self.stats.workers[self.index];
         let mut judge = Judge::new(
@@ -408,17 +424,17 @@ impl Worker {
     }
 
     /// Looks each matchable packet of the burst up in the connection table
-    /// (skipped while it is empty): a packet of a tracked connection is
-    /// decided by it and not matched against the rules.
-    fn track_burst(t: &ConnTable, s: &mut Scratch, pkts: &[PacketRef<'_>]) {
+    /// (skipped while it is empty: `false`): a packet of a tracked
+    /// connection is decided by it and not matched against the rules.
+    fn track_burst(t: &ConnTable, s: &mut Scratch, pkts: &[PacketRef<'_>]) -> bool {
         let n = pkts.len();
         s.conns[..n].fill(None);
-        if t.is_empty() {
+        if t.surely_empty() {
             if s.probed {
                 s.probes.fill(Probe::default());
                 s.probed = false;
             }
-            return;
+            return false;
         }
         s.probed = true;
         // The whole burst against the table's filter first: most packets
@@ -433,6 +449,7 @@ impl Worker {
                 s.valid[i] = s.conns[i].is_none();
             }
         }
+        true
     }
 
     /// Decodes a burst into the scratch arrays: each frame's key, whether

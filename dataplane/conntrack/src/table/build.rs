@@ -7,7 +7,7 @@ use cfdp_rules::HashSecret;
 use super::slot::{AcctSlot, Shard, NONE};
 use super::{ConnTable, Options, TableError, CLOCKS, MAX_SLOTS, SHARDS};
 use crate::state::{State, Timeouts};
-use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Mutex};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex};
 
 impl ConnTable {
     /// A table for `capacity` connections, accounting off. `secret` keys
@@ -105,6 +105,7 @@ impl ConnTable {
             capacity,
             len: AtomicUsize::new(shards * quota as usize),
             quota,
+            occupied: AtomicBool::new(false),
             timeout_ns: std::array::from_fn(|i| {
                 State::ALL.get(i % 16).map_or(u64::MAX, |&s| {
                     if i >= 16 {

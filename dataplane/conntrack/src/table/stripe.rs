@@ -63,6 +63,9 @@ impl ConnTable {
     /// the connection is counted all the same (the caller drops one, whose
     /// removal gives its count back, or calls [`Self::give`]).
     pub(super) fn take(&self, shard: &mut Shard) -> bool {
+        if !self.occupied.load(Relaxed) {
+            self.occupied.store(true, Relaxed);
+        }
         shard.held += 1;
         shard.held <= self.quota || self.len.fetch_add(1, Relaxed) < self.capacity
     }

@@ -4,7 +4,7 @@
 use cfdp_filter::{BloomConfig, BloomMode, Config, Filter, ZeroedSlice};
 use cfdp_rules::HashSecret;
 
-use super::slot::{AcctSlot, Shard, NONE};
+use super::slot::{AcctSlot, Shard};
 use super::{ConnTable, Options, TableError, CLOCKS, MAX_SLOTS, SHARDS};
 use crate::state::{State, Timeouts};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex};
@@ -79,18 +79,7 @@ impl ConnTable {
                 .accounting
                 .then(|| (0..total).map(|_| AcctSlot::new()).collect()),
             shards: (0..shards)
-                .map(|i| {
-                    CachePadded::new(Mutex::new(Shard {
-                        base: (i * per_shard) as u32,
-                        free: NONE,
-                        fresh: 0,
-                        hand: 0,
-                        held: 0,
-                        opened: 0,
-                        early_dropped: 0,
-                        expired: 0,
-                    }))
-                })
+                .map(|i| CachePadded::new(Mutex::new(Shard::new((i * per_shard) as u32))))
                 .collect(),
             // Epochs apart from the stripes: an open makes stale only the
             // probes of its 1/256th of the hashes, however few the stripes

@@ -318,3 +318,19 @@ pub(super) struct Shard {
     pub(super) early_dropped: u64,
     pub(super) expired: u64,
 }
+
+impl Shard {
+    /// An empty stripe whose slots start at `base`.
+    pub(super) fn new(base: u32) -> Self {
+        Shard {
+            base,
+            free: NONE,
+            fresh: 0,
+            hand: 0,
+            held: 0,
+            opened: 0,
+            early_dropped: 0,
+            expired: 0,
+        }
+    }
+}

@@ -30,6 +30,12 @@ pub struct Args {
     /// `nfcapd -p 4739`.
     #[arg(long, value_name = "HOST:PORT")]
     pub ipfix: Vec<String>,
+    /// Export 1 in N of each worker's IP packets (systematic count-based
+    /// sampling, stated to the collectors in an options template; they
+    /// scale the counts by N). 1: every packet.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(cfdp_export::settings::MAX_SAMPLING)))]
+    pub ipfix_sampling: u32,
     /// verify: confirm filter positives against the exact rule tables;
     /// filter-only: take the action from the filter (false positives possible).
     #[arg(long, default_value = "verify")]
@@ -137,6 +143,7 @@ pub fn replay(a: Args) -> ExitCode {
         flows_csv: a.flows,
         progress: true,
         ipfix,
+        ipfix_sampling: a.ipfix_sampling,
         ..ReplayOptions::new(a.input.clone(), workers)
     };
     match cfdp_pcap::replay(&opts, &cx, &mut |_, _| {}) {

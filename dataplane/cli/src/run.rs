@@ -353,6 +353,7 @@ fn run_pcap(
         ipfix: collectors,
         ipfix_cache: cache,
         ipfix_domain: cfg.ipfix.observation_domain,
+        ipfix_sampling: cfg.ipfix.sampling,
         ..ReplayOptions::new(cfg.pcap.input.clone(), workers)
     };
     let started = std::time::Instant::now();

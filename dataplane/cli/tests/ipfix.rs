@@ -194,6 +194,71 @@ fn nfcapd_reads_back_every_flow_packet_and_byte() {
     }
 }
 
+/// 1-in-N sampling as the collectors read it: one worker takes the first
+/// IP packet and every Nth after it (systematic count-based selection),
+/// the options template states N, and nfdump and pmacct (renormalizing)
+/// scale each record by N: every flow's packets and bytes equal N times
+/// those of the packets taken, computed here from the capture's own
+/// order. The soak capture's frames are one length and cycle through
+/// its flows (frame k of flow 7k mod 40), so the taken ones spread over
+/// the flows unevenly — as a wrong phase or rate would show.
+#[test]
+fn sampled_export_is_scaled_back_by_both_collectors() {
+    if !collectors_installed(&["nfcapd", "nfdump", "nfacctd"], "sampled export") {
+        return;
+    }
+    const N: u32 = 7;
+    let dir = tempfile::tempdir().unwrap();
+    let frames = captures::soak(40, 50);
+    let pcap = dir.path().join("soak.pcap");
+    write_pcap(&pcap, &frames).unwrap();
+    let mut want = Flows::new();
+    for (k, f) in frames.iter().enumerate().step_by(N as usize) {
+        let (s, d) = captures::soak_flow(captures::soak_frame_flow(k as u32, 40));
+        let key = (
+            std::net::Ipv4Addr::from(s).to_string(),
+            std::net::Ipv4Addr::from(d).to_string(),
+            17,
+            1000,
+            2000,
+        );
+        let e = want.entry(key).or_default();
+        e.0 += u64::from(N);
+        e.1 += u64::from(N) * f.data.len() as u64;
+    }
+    let nfcapd = Nfcapd::start(dir.path(), "nfcapd");
+    // pmacct reads the rate from an options template scoped by the
+    // observation domain only with its scope check off, and scales the
+    // counts only when asked to.
+    let mut nfacctd = Nfacctd::start_with(
+        dir.path(),
+        "nfacctd_disable_opt_scope_check: true\nnfacctd_renormalize: true\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+        .arg("replay")
+        .arg(&pcap)
+        .args(["--workers", "1", "--ipfix-sampling", &N.to_string()])
+        .args(["--ipfix", &format!("127.0.0.1:{}", nfcapd.port)])
+        .args(["--ipfix", &format!("127.0.0.1:{}", nfacctd.port)])
+        .output()
+        .expect("run cfdp replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = nfcapd.store.clone();
+    let summary = nfcapd.stop();
+    assert!(summary.contains("Sequence Errors: 0"), "{summary}");
+    let packets = want.values().map(|v| v.0).sum();
+    same_flows("soak 1 in 7", "nfdump", &nfdump_flows(&store), &want);
+    same_flows("soak 1 in 7", "nfacctd", &nfacctd.take(packets), &want);
+    eprintln!(
+        "1 in {N}: {} flows, {packets} packets as scaled by nfdump and nfacctd",
+        want.len()
+    );
+}
+
 /// `messages` ((source port, payload)) as raw IPv4/UDP packets from
 /// 127.0.0.1 to 127.0.0.1:`port`, in a capture at `path`.
 fn write_udp_capture(path: &Path, port: u16, messages: &[(u16, Vec<u8>)]) {
@@ -240,9 +305,12 @@ fn tshark_decodes_every_message() {
     sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
         .unwrap();
     let port = sock.local_addr().unwrap().port();
-    for (name, frames) in [
-        ("mixed", captures::mixed()),
-        ("soak", captures::soak(40, 50)),
+    // The soak capture twice: every packet, then 1 in 7 (the sampling
+    // options template and its record in the first message).
+    for (name, frames, sampling) in [
+        ("mixed", captures::mixed(), "1"),
+        ("soak", captures::soak(40, 50), "1"),
+        ("soak", captures::soak(40, 50), "7"),
     ] {
         let pcap = dir.path().join(format!("{name}.pcap"));
         write_pcap(&pcap, &frames).unwrap();
@@ -250,6 +318,7 @@ fn tshark_decodes_every_message() {
             .arg("replay")
             .arg(&pcap)
             .args(["--ipfix", &format!("127.0.0.1:{port}")])
+            .args(["--ipfix-sampling", sampling])
             .output()
             .expect("run cfdp replay");
         assert!(
@@ -267,7 +336,7 @@ fn tshark_decodes_every_message() {
     while let Ok((n, from)) = sock.recv_from(&mut buf) {
         messages.push((from.port(), buf[..n].to_vec()));
     }
-    assert!(messages.len() >= 4, "{} messages", messages.len());
+    assert!(messages.len() >= 6, "{} messages", messages.len());
     let file = dir.path().join("ipfix.pcap");
     write_udp_capture(&file, port, &messages);
     let decode = |extra: &[&str]| {
@@ -292,6 +361,20 @@ fn tshark_decodes_every_message() {
         messages.len(),
         "{versions}"
     );
+    // The sampled replay's options record, decoded by its elements' names.
+    let rate = decode(&[
+        "-T",
+        "fields",
+        "-e",
+        "cflow.sampling_interval",
+        "-e",
+        "cflow.sampling_packet_interval",
+        "-e",
+        "cflow.sampling_packet_space",
+        "-Y",
+        "cflow.sampling_interval",
+    ]);
+    assert_eq!(rate.trim(), "7\t1\t6", "{rate}");
     let verbose = decode(&["-V"]);
     for bad in ["Malformed", "Expert Info", "Exception"] {
         assert!(!verbose.contains(bad), "tshark: {bad} in\n{verbose}");

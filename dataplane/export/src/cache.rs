@@ -335,9 +335,16 @@ impl FlowCache {
         self.len = 0;
     }
 
-    /// The records finished so far, taken out.
+    /// Records finished and not yet taken.
+    pub fn finished(&self) -> usize {
+        self.done.len()
+    }
+
+    /// The records finished so far, taken out; the next ones gather in a
+    /// vector as large (one allocation a batch, not a doubling series).
     pub fn take(&mut self) -> Vec<FlowRecord> {
-        std::mem::take(&mut self.done)
+        let room = self.done.len();
+        std::mem::replace(&mut self.done, Vec::with_capacity(room))
     }
 }
 

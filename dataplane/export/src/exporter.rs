@@ -102,16 +102,19 @@ pub struct Exporter {
 
 impl Exporter {
     /// Starts the exporter's thread, sending to `collectors` with
-    /// observation domain `domain`.
+    /// observation domain `domain`, every packet counted.
     pub fn start(collectors: Vec<SocketAddr>, domain: u32) -> Result<Self, ExporterError> {
-        Self::start_counting(collectors, domain, Arc::default())
+        Self::start_counting(collectors, domain, 1, Arc::default())
     }
 
-    /// [`Self::start`], counting into `counters` (the data plane's
-    /// statistics hold them, so metrics read them while it runs).
+    /// [`Self::start`] for records of 1 in `sampling` packets (stated in
+    /// an options template when more than 1), counting into `counters`
+    /// (the data plane's statistics hold them, so metrics read them while
+    /// it runs).
     pub fn start_counting(
         collectors: Vec<SocketAddr>,
         domain: u32,
+        sampling: u32,
         counters: Arc<ExportCounters>,
     ) -> Result<Self, ExporterError> {
         if collectors.is_empty() {
@@ -127,7 +130,7 @@ impl Exporter {
         let c = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("cfdp-ipfix".into())
-            .spawn(move || run(&socket, &collectors, domain, &rx, &c))
+            .spawn(move || run(&socket, &collectors, (domain, sampling), &rx, &c))
             .map_err(ExporterError::Socket)?;
         Ok(Exporter {
             sender: ExportSender { tx, counters },
@@ -161,11 +164,12 @@ fn now_s() -> u32 {
 }
 
 /// The exporter's thread: until every sender is gone and the queue is
-/// empty.
+/// empty. `(domain, sampling)`: the observation domain, 1 in how many
+/// packets the records count.
 fn run(
     socket: &UdpSocket,
     collectors: &[SocketAddr],
-    domain: u32,
+    (domain, sampling): (u32, u32),
     rx: &Receiver<Vec<FlowRecord>>,
     c: &ExportCounters,
 ) {
@@ -186,7 +190,7 @@ fn run(
             Err(RecvTimeoutError::Timeout) => {
                 // Quiet: the templates again, so a collector that started
                 // meanwhile can read what comes next.
-                send(&ipfix::templates(now_s(), sequence, domain));
+                send(&ipfix::templates(now_s(), &mut sequence, domain, sampling));
                 since_templates = 0;
                 templates_at = Instant::now();
                 continue;
@@ -204,16 +208,20 @@ fn run(
             }
         }
         let export_s = now_s();
-        for msg in ipfix::data(&batch, export_s, &mut sequence, domain) {
+        for chunk in ipfix::chunks(&batch) {
             if since_templates >= TEMPLATE_EVERY || templates_at.elapsed() >= TEMPLATE_REFRESH {
-                // The data message's own sequence number: the records
-                // sent before it.
-                let seq = u32::from_be_bytes([msg[8], msg[9], msg[10], msg[11]]);
-                send(&ipfix::templates(export_s, seq, domain));
+                // Before the data message is numbered: the sampling
+                // options record, when sent, counts in the sequence.
+                send(&ipfix::templates(export_s, &mut sequence, domain, sampling));
                 since_templates = 0;
                 templates_at = Instant::now();
             }
-            send(&msg);
+            send(&ipfix::data_message(
+                &chunk,
+                export_s,
+                &mut sequence,
+                domain,
+            ));
             since_templates += 1;
         }
         c.records.fetch_add(batch.len() as u64, Relaxed);

@@ -23,11 +23,33 @@
 //! | 89 | forwardingStatus | 1 |
 //! | 136 | flowEndReason | 1 |
 //!
+//! With 1-in-N sampling (`[ipfix] sampling`, `cfdp replay
+//! --ipfix-sampling`), an options template (id [`OPTIONS_SAMPLING`],
+//! scope observationDomainId, 149) and its one data record state the
+//! rate with every template message:
+//!
+//! | IE | name | value |
+//! |---|---|---|
+//! | 34 | samplingInterval | N |
+//! | 305 | samplingPacketInterval | 1 |
+//! | 306 | samplingPacketSpace | N − 1 |
+//!
+//! Two spellings of one systematic count-based selection, for the
+//! collectors operators run: pmacct's `nfacctd` reads 34 (or 305 and
+//! 306); nfdump 1.7 reads 305 and 306 — in that order after 34, which it
+//! files in the same place — and drops the whole options template when
+//! it also holds selectorAlgorithm (304) or selectorId (302), so
+//! PSAMP's selector report (RFC 5476 §6.5.2, scoped by selectorId) is not
+//! sent. The options record counts in the header's sequence number as
+//! RFC 7011 §3.1 says of every data record; nfdump 1.7 counts flow
+//! records only, so it reports one sequence failure for each options
+//! record that follows flow records.
+//!
 //! Not yet exported (the issue asks for them): the rule that decided a
 //! flow (no IANA element names a rule; it would be an enterprise element
-//! under a private enterprise number cfdp does not have), both directions
-//! of a tracked connection as one biflow record (RFC 5103's reverse
-//! elements), and the sampling options template.
+//! under a private enterprise number cfdp does not have) and both
+//! directions of a tracked connection as one biflow record (RFC 5103's
+//! reverse elements).
 
 use crate::record::FlowRecord;
 
@@ -37,6 +59,13 @@ pub const VERSION: u16 = 10;
 pub const TEMPLATE_V4: u16 = 256;
 /// The template of IPv6 records.
 pub const TEMPLATE_V6: u16 = 257;
+/// The options template stating the sampling rate.
+pub const OPTIONS_SAMPLING: u16 = 258;
+/// The set id of options template sets.
+const OPTIONS_TEMPLATE_SET: u16 = 3;
+/// The sampling options template's fields, scope first: (information
+/// element, length). The order is nfdump's need (see the module docs).
+const SAMPLING_FIELDS: [(u16, u16); 4] = [(149, 4), (34, 4), (305, 4), (306, 4)];
 /// A message header's bytes.
 pub const HEADER: usize = 16;
 /// A set header's bytes.
@@ -110,21 +139,43 @@ impl Message {
 }
 
 /// A message holding the two templates (sent first, and again as the
-/// exporter's refresh interval asks).
-pub fn templates(export_s: u32, sequence: u32, domain: u32) -> Vec<u8> {
-    let mut m = Message::new(export_s, sequence, domain);
+/// exporter's refresh interval asks) and, when 1 in `sampling` packets
+/// is taken (more than 1), the sampling options template and its record,
+/// which `sequence` counts (see the module docs).
+pub fn templates(export_s: u32, sequence: &mut u32, domain: u32, sampling: u32) -> Vec<u8> {
+    let mut m = Message::new(export_s, *sequence, domain);
     let at = m.start_set(TEMPLATE_SET);
     for (id, v6) in [(TEMPLATE_V4, false), (TEMPLATE_V6, true)] {
         let f = fields(v6);
         m.buf.extend_from_slice(&id.to_be_bytes());
         m.buf.extend_from_slice(&(f.len() as u16).to_be_bytes());
-        for (ie, len) in f {
-            m.buf.extend_from_slice(&ie.to_be_bytes());
-            m.buf.extend_from_slice(&len.to_be_bytes());
-        }
+        put_fields(&mut m.buf, &f);
     }
     m.end_set(at);
+    if sampling > 1 {
+        let at = m.start_set(OPTIONS_TEMPLATE_SET);
+        m.buf.extend_from_slice(&OPTIONS_SAMPLING.to_be_bytes());
+        m.buf
+            .extend_from_slice(&(SAMPLING_FIELDS.len() as u16).to_be_bytes());
+        m.buf.extend_from_slice(&1u16.to_be_bytes()); // one scope field
+        put_fields(&mut m.buf, &SAMPLING_FIELDS);
+        m.end_set(at);
+        let at = m.start_set(OPTIONS_SAMPLING);
+        for v in [domain, sampling, 1, sampling - 1] {
+            m.buf.extend_from_slice(&v.to_be_bytes());
+        }
+        m.end_set(at);
+        *sequence = sequence.wrapping_add(1);
+    }
     m.finish()
+}
+
+/// Field specifiers: each information element and its length.
+fn put_fields(buf: &mut Vec<u8>, f: &[(u16, u16)]) {
+    for &(ie, len) in f {
+        buf.extend_from_slice(&ie.to_be_bytes());
+        buf.extend_from_slice(&len.to_be_bytes());
+    }
 }
 
 /// One record's fields, in its template's order.
@@ -145,31 +196,36 @@ fn write_record(buf: &mut Vec<u8>, r: &FlowRecord) {
     buf.push(r.end.ipfix());
 }
 
-/// `records` as data messages of at most [`MAX_MESSAGE`] bytes, each one
-/// data set of one family; `sequence` is the exporter's count of data
-/// records sent before (RFC 7011 §3.1), moved past these.
-pub fn data(
-    records: &[FlowRecord],
-    export_s: u32,
-    sequence: &mut u32,
-    domain: u32,
-) -> Vec<Vec<u8>> {
+/// `records` in the parts one data message of at most [`MAX_MESSAGE`]
+/// bytes holds each: one family a part.
+pub fn chunks(records: &[FlowRecord]) -> Vec<Vec<&FlowRecord>> {
     let mut out = Vec::new();
     for v6 in [false, true] {
         let per = (MAX_MESSAGE - HEADER - SET_HEADER) / record_len(v6);
         let family: Vec<&FlowRecord> = records.iter().filter(|r| r.key.v6 == v6).collect();
-        for chunk in family.chunks(per) {
-            let mut m = Message::new(export_s, *sequence, domain);
-            let at = m.start_set(if v6 { TEMPLATE_V6 } else { TEMPLATE_V4 });
-            for r in chunk {
-                write_record(&mut m.buf, r);
-            }
-            m.end_set(at);
-            *sequence = sequence.wrapping_add(chunk.len() as u32);
-            out.push(m.finish());
-        }
+        out.extend(family.chunks(per).map(<[_]>::to_vec));
     }
     out
+}
+
+/// One data message of `chunk` (one family, as [`chunks`] parts them);
+/// `sequence` is the exporter's count of data records sent before (RFC
+/// 7011 §3.1), moved past these.
+pub fn data_message(
+    chunk: &[&FlowRecord],
+    export_s: u32,
+    sequence: &mut u32,
+    domain: u32,
+) -> Vec<u8> {
+    let v6 = chunk.first().is_some_and(|r| r.key.v6);
+    let mut m = Message::new(export_s, *sequence, domain);
+    let at = m.start_set(if v6 { TEMPLATE_V6 } else { TEMPLATE_V4 });
+    for r in chunk {
+        write_record(&mut m.buf, r);
+    }
+    m.end_set(at);
+    *sequence = sequence.wrapping_add(chunk.len() as u32);
+    m.finish()
 }
 
 #[cfg(test)]
@@ -180,9 +236,39 @@ mod tests {
     fn the_templates_records_are_as_long_as_their_fields() {
         assert_eq!(record_len(false), 51);
         assert_eq!(record_len(true), 75);
-        let t = templates(1, 0, 7);
+        let mut seq = 0;
+        let t = templates(1, &mut seq, 7, 1);
         // Header, set header, two templates of 12 fields (4 + 12·4 bytes).
         assert_eq!(t.len(), HEADER + SET_HEADER + 2 * (4 + 12 * 4));
         assert_eq!(u16::from_be_bytes([t[2], t[3]]) as usize, t.len());
+        assert_eq!(seq, 0, "templates are not data records");
+    }
+
+    /// With sampling, the message also holds the options template (scope
+    /// observationDomainId; 34, 305, 306 in that order) and its one
+    /// record, N, 1 and N − 1, which the sequence number counts.
+    #[test]
+    fn sampling_is_stated_by_an_options_template_and_its_record() {
+        let mut seq = 5;
+        let t = templates(1, &mut seq, 7, 100);
+        assert_eq!(seq, 6);
+        assert_eq!(u32::from_be_bytes([t[8], t[9], t[10], t[11]]), 5);
+        let opts = HEADER + SET_HEADER + 2 * (4 + 12 * 4);
+        let be16 = |at: usize| u16::from_be_bytes([t[at], t[at + 1]]);
+        let be32 = |at: usize| u32::from_be_bytes([t[at], t[at + 1], t[at + 2], t[at + 3]]);
+        // Options template set: id 3, length; template 258, 4 fields, 1 scope.
+        assert_eq!((be16(opts), be16(opts + 2)), (3, 4 + 6 + 4 * 4));
+        assert_eq!(
+            (be16(opts + 4), be16(opts + 6), be16(opts + 8)),
+            (258, 4, 1)
+        );
+        let ies: Vec<u16> = (0..4).map(|i| be16(opts + 10 + 4 * i)).collect();
+        assert_eq!(ies, [149, 34, 305, 306]);
+        let data = opts + 4 + 6 + 16;
+        assert_eq!((be16(data), be16(data + 2)), (258, 4 + 16));
+        let values: Vec<u32> = (0..4).map(|i| be32(data + 4 + 4 * i)).collect();
+        assert_eq!(values, [7, 100, 1, 99]);
+        assert_eq!(be16(2) as usize, t.len());
+        assert_eq!(t.len(), data + 4 + 16);
     }
 }

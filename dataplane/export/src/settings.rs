@@ -24,6 +24,11 @@ pub struct IpfixSection {
     /// new flow whose set is full sends that set's oldest record early
     /// (counted in `export_early`).
     pub cache_flows: usize,
+    /// 1 in this many IP packets a worker sees goes to its cache
+    /// (systematic count-based selection, per worker; 1: every packet),
+    /// stated to the collectors in an options template. Records count
+    /// the packets taken; a collector scales them by the rate.
+    pub sampling: u32,
 }
 
 impl Default for IpfixSection {
@@ -35,9 +40,13 @@ impl Default for IpfixSection {
             idle_timeout_s: c.idle_ns / 1_000_000_000,
             active_timeout_s: c.active_ns / 1_000_000_000,
             cache_flows: c.capacity,
+            sampling: 1,
         }
     }
 }
+
+/// The largest 1-in-N sampling rate taken.
+pub const MAX_SAMPLING: u32 = 1_000_000;
 
 /// A collector that cannot be sent to, with what was given.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +100,13 @@ impl IpfixSection {
                 key: "active_timeout_s",
                 value: self.active_timeout_s.to_string(),
                 need: "at least idle_timeout_s",
+            });
+        }
+        if !(1..=MAX_SAMPLING).contains(&self.sampling) {
+            return Err(BadSetting {
+                key: "sampling",
+                value: self.sampling.to_string(),
+                need: "1 (every packet) to 1000000",
             });
         }
         if !(1024..=1 << 24).contains(&self.cache_flows) {
@@ -155,6 +171,15 @@ mod tests {
             }),
             "cache_flows"
         );
+        for sampling in [0, MAX_SAMPLING + 1] {
+            assert_eq!(
+                key(IpfixSection {
+                    sampling,
+                    ..ok.clone()
+                }),
+                "sampling"
+            );
+        }
         assert_eq!(
             key(IpfixSection {
                 collectors: vec!["no port here".into()],

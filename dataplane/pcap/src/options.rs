@@ -35,6 +35,9 @@ pub struct ReplayOptions {
     pub ipfix_cache: cfdp_export::CacheSettings,
     /// The observation domain id of the messages.
     pub ipfix_domain: u32,
+    /// 1 in this many IP packets of each worker is exported (1: every
+    /// packet).
+    pub ipfix_sampling: u32,
 }
 
 impl ReplayOptions {
@@ -54,6 +57,7 @@ impl ReplayOptions {
             ipfix: Vec::new(),
             ipfix_cache: cfdp_export::CacheSettings::default(),
             ipfix_domain: 0,
+            ipfix_sampling: 1,
         }
     }
 }

@@ -232,6 +232,7 @@ pub fn replay(
             sender: x.sender(),
             // Packet times are the capture's Unix times.
             clock_base_ns: 0,
+            sampling: opts.ipfix_sampling,
         }),
     };
     // Spin before sleeping only where every thread has a core: polling
@@ -301,6 +302,7 @@ fn start_export(opts: &ReplayOptions, dp: &WorkerContext) -> Result<Option<Expor
     Exporter::start_counting(
         opts.ipfix.clone(),
         opts.ipfix_domain,
+        opts.ipfix_sampling,
         std::sync::Arc::clone(&dp.stats.export),
     )
     .map(Some)

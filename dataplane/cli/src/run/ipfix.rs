@@ -32,6 +32,7 @@ pub(super) fn start(
     let x = cfdp_export::Exporter::start_counting(
         collectors,
         cfg.ipfix.observation_domain,
+        cfg.ipfix.sampling,
         std::sync::Arc::clone(&cx.stats.export),
     )
     .map_err(RunError::Export)?;
@@ -40,6 +41,7 @@ pub(super) fn start(
             cache,
             sender: x.sender(),
             clock_base_ns: 0,
+            sampling: cfg.ipfix.sampling,
         }),
         ..Default::default()
     };

@@ -263,6 +263,11 @@ pub(super) struct Nfacctd {
 
 impl Nfacctd {
     pub(super) fn start(dir: &Path) -> Self {
+        Self::start_with(dir, "")
+    }
+
+    /// [`Self::start`] with `extra` configuration lines.
+    pub(super) fn start_with(dir: &Path, extra: &str) -> Self {
         let port = free_port();
         let out = dir.join("nfacctd.csv");
         let conf = dir.join("nfacctd.conf");
@@ -278,7 +283,8 @@ impl Nfacctd {
                  print_output_file_append: true\n\
                  print_num_protos: true\n\
                  print_refresh_time: 1\n\
-                 aggregate: src_host, dst_host, proto, src_port, dst_port\n",
+                 aggregate: src_host, dst_host, proto, src_port, dst_port\n\
+                 {extra}",
                 out.display()
             ),
         )

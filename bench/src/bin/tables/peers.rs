@@ -131,6 +131,8 @@ pub(crate) fn window_established(d: &Path) -> R<String> {
 /// `flow-export`: the worker with flow export off and on.
 pub(crate) fn flow_export(d: &Path) -> R<String> {
     let c = Csv::load(d, "flow_export.csv")?;
+    let rate = c.distinct("sampling")?.join(", ");
+    let sampled = format!("on, 1 in {rate} packets (Mpps, / off)");
     let mut rows = Vec::new();
     for r in c.records() {
         rows.push(vec![
@@ -143,6 +145,11 @@ pub(crate) fn flow_export(d: &Path) -> R<String> {
             format!("{:.2}", num(r["off_mpps"], &c.name)?),
             format!("{:.2}", num(r["on_mpps"], &c.name)?),
             format!("{:.2}×", num(r["on_vs_off"], &c.name)?),
+            format!(
+                "{:.2} ({:.2}×)",
+                num(r["sampled_mpps"], &c.name)?,
+                num(r["sampled_vs_off"], &c.name)?
+            ),
             format!("{:.0}", num(r["cache_bytes_per_flow"], &c.name)?),
         ]);
     }
@@ -153,6 +160,7 @@ pub(crate) fn flow_export(d: &Path) -> R<String> {
             "export off (Mpps)",
             "export on (Mpps)",
             "on / off",
+            &sampled,
             "cache bytes a flow",
         ],
         &rows,

@@ -82,6 +82,7 @@ use crate::state::{State, Timeouts};
 use crate::tcp::TcpSettings;
 
 mod build;
+mod count;
 mod inspect;
 mod packet;
 mod slot;
@@ -400,43 +401,6 @@ impl ConnTable {
     /// Whether packets, bytes and opening times are kept.
     pub fn accounting(&self) -> bool {
         self.acct.is_some()
-    }
-
-    /// Entries held (expired ones not yet removed included). Locks each
-    /// stripe in turn to read what it holds within its quota: for
-    /// statistics, not for a packet's path.
-    pub fn len(&self) -> usize {
-        let within: usize = self
-            .shards
-            .iter()
-            .map(|s| lock(s).held.min(self.quota) as usize)
-            .sum();
-        self.len.load(Relaxed) + within - self.shards.len() * self.quota as usize
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Whether the table certainly holds no connection: one load, for a
-    /// burst's decision to skip its lookups. `false` may also mean the
-    /// table emptied since its last sweep turn of its last stripe.
-    pub fn surely_empty(&self) -> bool {
-        !self.occupied.load(Relaxed)
-    }
-
-    /// Clears the flag behind [`Self::surely_empty`] if no stripe holds a
-    /// connection, every stripe's lock held meanwhile (in index order, as
-    /// nothing else takes two): an open can neither be under way nor
-    /// start until the flag is decided.
-    fn forget_if_empty(&self) {
-        if !self.occupied.load(Relaxed) {
-            return;
-        }
-        let held: Vec<_> = self.shards.iter().map(|s| lock(s)).collect();
-        if held.iter().all(|s| s.held == 0) {
-            self.occupied.store(false, Relaxed);
-        }
     }
 
     pub fn timeouts(&self) -> &Timeouts {

@@ -57,27 +57,6 @@ impl ConnTable {
         Some(i)
     }
 
-    /// Counts one more connection of `shard` against the capacity: within
-    /// the stripe's quota a store under its lock, past it the table's one
-    /// shared count. `false` when that takes the count past the capacity;
-    /// the connection is counted all the same (the caller drops one, whose
-    /// removal gives its count back, or calls [`Self::give`]).
-    pub(super) fn take(&self, shard: &mut Shard) -> bool {
-        if !self.occupied.load(Relaxed) {
-            self.occupied.store(true, Relaxed);
-        }
-        shard.held += 1;
-        shard.held <= self.quota || self.len.fetch_add(1, Relaxed) < self.capacity
-    }
-
-    /// Gives back one connection's count of `shard` (see [`Self::take`]).
-    pub(super) fn give(&self, shard: &mut Shard) {
-        if shard.held > self.quota {
-            self.len.fetch_sub(1, Relaxed);
-        }
-        shard.held -= 1;
-    }
-
     /// Writes a new connection into reserved slot `i` and puts it in the
     /// filter; `false` (the slot freed again, the length taken back) when
     /// the filter has no room around its hash even with its Bloom part.

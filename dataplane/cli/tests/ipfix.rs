@@ -194,6 +194,27 @@ fn nfcapd_reads_back_every_flow_packet_and_byte() {
     }
 }
 
+/// What a collector scaling a 1-in-`n` export of the soak capture by
+/// one worker reads back: for the first frame and every `n`th after it,
+/// `n` packets of its flow and `n` times its bytes.
+fn soak_sampled(frames: &[captures::GenFrame], n: u32) -> Flows {
+    let mut want = Flows::new();
+    for (k, f) in frames.iter().enumerate().step_by(n as usize) {
+        let (s, d) = captures::soak_flow(captures::soak_frame_flow(k as u32, 40));
+        let key = (
+            std::net::Ipv4Addr::from(s).to_string(),
+            std::net::Ipv4Addr::from(d).to_string(),
+            17,
+            1000,
+            2000,
+        );
+        let e = want.entry(key).or_default();
+        e.0 += u64::from(n);
+        e.1 += u64::from(n) * f.data.len() as u64;
+    }
+    want
+}
+
 /// 1-in-N sampling as the collectors read it: one worker takes the first
 /// IP packet and every Nth after it (systematic count-based selection),
 /// the options template states N, and nfdump and pmacct (renormalizing)
@@ -212,20 +233,7 @@ fn sampled_export_is_scaled_back_by_both_collectors() {
     let frames = captures::soak(40, 50);
     let pcap = dir.path().join("soak.pcap");
     write_pcap(&pcap, &frames).unwrap();
-    let mut want = Flows::new();
-    for (k, f) in frames.iter().enumerate().step_by(N as usize) {
-        let (s, d) = captures::soak_flow(captures::soak_frame_flow(k as u32, 40));
-        let key = (
-            std::net::Ipv4Addr::from(s).to_string(),
-            std::net::Ipv4Addr::from(d).to_string(),
-            17,
-            1000,
-            2000,
-        );
-        let e = want.entry(key).or_default();
-        e.0 += u64::from(N);
-        e.1 += u64::from(N) * f.data.len() as u64;
-    }
+    let want = soak_sampled(&frames, N);
     let nfcapd = Nfcapd::start(dir.path(), "nfcapd");
     // pmacct reads the rate from an options template scoped by the
     // observation domain only with its scope check off, and scales the
@@ -256,6 +264,62 @@ fn sampled_export_is_scaled_back_by_both_collectors() {
     eprintln!(
         "1 in {N}: {} flows, {packets} packets as scaled by nfdump and nfacctd",
         want.len()
+    );
+}
+
+/// `cfdp run`'s `[ipfix] sampling` reaches its workers and its exporter
+/// (the pcap backend; the DPDK backend starts both from the same
+/// section, `run/ipfix.rs`): one pass of the soak capture, 1 in 5, read
+/// back by nfdump scaled as `cfdp replay --ipfix-sampling 5`'s would be.
+#[test]
+fn cfdp_run_samples_as_its_ipfix_section_says() {
+    if !collectors_installed(&["nfcapd", "nfdump"], "cfdp run's sampling") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let frames = captures::soak(40, 50);
+    let pcap = dir.path().join("soak.pcap");
+    write_pcap(&pcap, &frames).unwrap();
+    let nfcapd = Nfcapd::start(dir.path(), "nfcapd");
+    let cfg = dir.path().join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[dataplane]\nworkers = 1\n[pcap]\ninput = {pcap:?}\n[rules]\nfile = \"\"\n\
+             [control]\nsocket = \"\"\n\
+             [ipfix]\ncollectors = [\"127.0.0.1:{}\"]\nsampling = 5\n",
+            nfcapd.port
+        ),
+    )
+    .unwrap();
+    // After its pass `cfdp run` serves until SIGTERM: its records are
+    // out once it says the input is exhausted (the workers are done).
+    let err = dir.path().join("run.err");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start cfdp run");
+    let done = (0..800).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        std::fs::read_to_string(&err).is_ok_and(|e| e.contains("input exhausted"))
+    });
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(done && status.success(), "{status}: {stderr}");
+    let store = nfcapd.store.clone();
+    let summary = nfcapd.stop();
+    assert!(summary.contains("Sequence Errors: 0"), "{summary}");
+    same_flows(
+        "cfdp run, 1 in 5",
+        "nfdump",
+        &nfdump_flows(&store),
+        &soak_sampled(&frames, 5),
     );
 }
 

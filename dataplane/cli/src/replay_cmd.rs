@@ -30,9 +30,10 @@ pub struct Args {
     /// `nfcapd -p 4739`.
     #[arg(long, value_name = "HOST:PORT")]
     pub ipfix: Vec<String>,
-    /// Export 1 in N of each worker's IP packets (systematic count-based
-    /// sampling, stated to the collectors in an options template; they
-    /// scale the counts by N). 1: every packet.
+    /// Export 1 in N of the frames each worker receives (systematic
+    /// count-based sampling: the first and every Nth after it; stated to
+    /// the collectors in an options template, which scale the counts by
+    /// N). 1: every frame.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(cfdp_export::settings::MAX_SAMPLING)))]
     pub ipfix_sampling: u32,

@@ -30,8 +30,9 @@ pub struct FlowExport {
     /// Unix times already (a capture's), the run's start where the
     /// backend's clock starts at 0 (DPDK's). Records carry Unix times.
     pub clock_base_ns: u64,
-    /// 1 in this many of the worker's IP packets goes to its cache (1:
-    /// every packet); the exporter states the rate (`[ipfix] sampling`).
+    /// 1 in this many of the frames the worker receives goes to its cache
+    /// (1: every frame; a frame taken that is not IP is not exported); the
+    /// exporter states the rate (`[ipfix] sampling`).
     pub sampling: u32,
 }
 

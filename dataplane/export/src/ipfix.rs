@@ -43,7 +43,9 @@
 //! sent. The options record counts in the header's sequence number as
 //! RFC 7011 §3.1 says of every data record; nfdump 1.7 counts flow
 //! records only, so it reports one sequence failure for each options
-//! record that follows flow records.
+//! record that follows flow records (seen: a 1-in-2 replay of 16,384
+//! flows, 309 messages, four template refreshes after flow records —
+//! nfcapd counted four sequence errors, and every packet scaled back).
 //!
 //! Not yet exported (the issue asks for them): the rule that decided a
 //! flow (no IANA element names a rule; it would be an enterprise element

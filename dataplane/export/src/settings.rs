@@ -24,10 +24,11 @@ pub struct IpfixSection {
     /// new flow whose set is full sends that set's oldest record early
     /// (counted in `export_early`).
     pub cache_flows: usize,
-    /// 1 in this many IP packets a worker sees goes to its cache
-    /// (systematic count-based selection, per worker; 1: every packet),
-    /// stated to the collectors in an options template. Records count
-    /// the packets taken; a collector scales them by the rate.
+    /// 1 in this many frames a worker receives goes to its cache
+    /// (systematic count-based selection, per worker: the first and every
+    /// Nth after it; 1: every frame), stated to the collectors in an
+    /// options template. Records count the packets taken; a collector
+    /// scales them by the rate.
     pub sampling: u32,
 }
 

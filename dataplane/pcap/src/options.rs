@@ -35,8 +35,8 @@ pub struct ReplayOptions {
     pub ipfix_cache: cfdp_export::CacheSettings,
     /// The observation domain id of the messages.
     pub ipfix_domain: u32,
-    /// 1 in this many IP packets of each worker is exported (1: every
-    /// packet).
+    /// 1 in this many of the frames each worker receives is exported (1:
+    /// every frame).
     pub ipfix_sampling: u32,
 }
 

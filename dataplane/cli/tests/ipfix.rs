@@ -80,26 +80,30 @@ struct ReadBack {
     nfacctd: Flows,
 }
 
-/// Replays `capture` to a fresh `nfcapd` and the test's `nfacctd` (two
-/// collectors of one exporter).
-fn through_collectors(capture: &Path, dir: &Path, nfacctd: &mut Nfacctd) -> ReadBack {
-    let nfcapd = Nfcapd::start(dir, "nfcapd");
-    let csv = dir.join("flows.csv");
-    let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
-        .arg("replay")
-        .arg(capture)
-        .arg("--flows")
-        .arg(&csv)
-        .args(["--ipfix", &format!("127.0.0.1:{}", nfcapd.port)])
-        .args(["--ipfix", &format!("127.0.0.1:{}", nfacctd.port)])
-        .output()
-        .expect("run cfdp replay");
+/// `cfdp replay capture` with `args`, exporting to each of `ports` on
+/// 127.0.0.1: its report, once it exited successfully.
+fn replay_to(capture: &Path, args: &[&str], ports: &[u16]) -> serde_json::Value {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cfdp"));
+    c.arg("replay").arg(capture).args(args);
+    for p in ports {
+        c.args(["--ipfix", &format!("127.0.0.1:{p}")]);
+    }
+    let out = c.output().expect("run cfdp replay");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Replays `capture` to a fresh `nfcapd` and the test's `nfacctd` (two
+/// collectors of one exporter).
+fn through_collectors(capture: &Path, dir: &Path, nfacctd: &mut Nfacctd) -> ReadBack {
+    let nfcapd = Nfcapd::start(dir, "nfcapd");
+    let csv = dir.join("flows.csv");
+    let flows = ["--flows", csv.to_str().unwrap()];
+    let report = replay_to(capture, &flows, &[nfcapd.port, nfacctd.port]);
     assert_eq!(report["export"]["send_errors"], 0, "{}", report["export"]);
     assert_eq!(report["export"]["queue_full"], 0, "{}", report["export"]);
     assert!(report["export"]["records"].as_u64() >= Some(1) || report["flows"] == 0);
@@ -242,19 +246,8 @@ fn sampled_export_is_scaled_back_by_both_collectors() {
         dir.path(),
         "nfacctd_disable_opt_scope_check: true\nnfacctd_renormalize: true\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
-        .arg("replay")
-        .arg(&pcap)
-        .args(["--workers", "1", "--ipfix-sampling", &N.to_string()])
-        .args(["--ipfix", &format!("127.0.0.1:{}", nfcapd.port)])
-        .args(["--ipfix", &format!("127.0.0.1:{}", nfacctd.port)])
-        .output()
-        .expect("run cfdp replay");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let sampled = ["--workers", "1", "--ipfix-sampling", &N.to_string()];
+    replay_to(&pcap, &sampled, &[nfcapd.port, nfacctd.port]);
     let store = nfcapd.store.clone();
     let summary = nfcapd.stop();
     assert!(summary.contains("Sequence Errors: 0"), "{summary}");

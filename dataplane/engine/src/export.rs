@@ -198,20 +198,26 @@ mod tests {
         out
     }
 
+    /// A worker's export state taking 1 in `sampling` frames, sending to
+    /// an exporter whose collector (the socket returned) nobody reads.
+    fn state(sampling: u32) -> (std::net::UdpSocket, Exporter, ExportState) {
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let x = Exporter::start(vec![sink.local_addr().unwrap()], 0).unwrap();
+        let s = ExportState::new(FlowExport {
+            cache: CacheSettings::default(),
+            sender: x.sender(),
+            clock_base_ns: 0,
+            sampling,
+        });
+        (sink, x, s)
+    }
+
     /// A TCP segment with FIN or RST ends its flow's record there (end of
     /// flow), finished at once; the segments after it start a new one.
     #[test]
     fn fin_and_rst_end_the_flows_record() {
-        // The exporter sends to a socket nobody reads; its count of
-        // records handed over is what is checked.
-        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let x = Exporter::start(vec![sink.local_addr().unwrap()], 0).unwrap();
-        let mut s = ExportState::new(FlowExport {
-            cache: CacheSettings::default(),
-            sender: x.sender(),
-            clock_base_ns: 0,
-            sampling: 1,
-        });
+        // The exporter's count of records handed over is what is checked.
+        let (_sink, x, mut s) = state(1);
         let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80);
         let frames = [tcp(0), tcp(FIN), tcp(0), tcp(RST), tcp(0)];
         let pkts: Vec<PacketRef<'_>> = frames
@@ -250,14 +256,7 @@ mod tests {
     /// `burst_done`).
     #[test]
     fn sampling_takes_the_first_frame_and_every_nth_after_it() {
-        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let x = Exporter::start(vec![sink.local_addr().unwrap()], 0).unwrap();
-        let mut s = ExportState::new(FlowExport {
-            cache: CacheSettings::default(),
-            sender: x.sender(),
-            clock_base_ns: 0,
-            sampling: 3,
-        });
+        let (_sink, _x, mut s) = state(3);
         let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80);
         let frame = tcp(0);
         let pkts: Vec<PacketRef<'_>> = (0..10)

@@ -622,6 +622,17 @@ mod tests {
         assert_eq!((hit.slot, t.len()), (2, 2), "opened twice");
     }
 
+    /// Client `i` (10.0.0.0 + i, port 40000) of 192.0.2.1:`dport`.
+    fn client(i: u32, proto: u8, dport: u16) -> FlowKey {
+        FlowKey::new(
+            std::net::Ipv4Addr::from(0x0a00_0000 + i).into(),
+            std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
+            proto,
+            40000,
+            dport,
+        )
+    }
+
     /// A stripe that can take no more refuses a connection it cannot make
     /// room for, though the table is not full, and the table's length
     /// does not count the refused one; other stripes still open (each
@@ -634,16 +645,7 @@ mod tests {
         let t = ConnTable::new(128, Timeouts::default(), HashSecret::from_seed(2)).unwrap();
         assert_eq!(t.stripes(), 2);
         let stripe = |k: &FlowKey| t.stripe(t.hash(&ConnKey::of(k).0));
-        let tcp = |i: u32| {
-            FlowKey::new(
-                std::net::Ipv4Addr::from(0x0a00_0000 + i).into(),
-                std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
-                6,
-                40000,
-                80,
-            )
-        };
-        let mut keys = (0..).map(tcp);
+        let mut keys = (0..).map(|i| client(i, 6, 80));
         let mut held = 0;
         loop {
             let k = keys.find(|k| stripe(k) == 0).unwrap();
@@ -676,15 +678,7 @@ mod tests {
         let reserved = quota * t.stripes();
         assert!(quota > 0 && reserved < t.capacity());
         let mut per_stripe = vec![0usize; t.stripes()];
-        let key = |i: u32| {
-            FlowKey::new(
-                std::net::Ipv4Addr::from(0x0a00_0000 + i).into(),
-                std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
-                17,
-                40000,
-                53,
-            )
-        };
+        let key = |i: u32| client(i, 17, 53);
         let mut opened = Vec::new();
         for i in 0.. {
             let k = key(i);

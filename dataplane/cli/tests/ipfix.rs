@@ -6,6 +6,8 @@
 //! the same replay, and `nfcapd` reports no sequence errors and no bad
 //! packets. Where `softflowd` is installed, its own export of the
 //! generated captures is printed beside (the peer; not asserted).
+//! With 1-in-N sampling (`--ipfix-sampling`, `[ipfix] sampling`) both
+//! collectors scale each flow back to N times the frames taken.
 //!
 //! Needs `nfcapd`, `nfdump` (Debian's `nfdump`) and `nfacctd` (`pmacct`);
 //! skipped without them unless `REQUIRE_IPFIX_COLLECTORS` is set (CI sets

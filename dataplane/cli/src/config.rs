@@ -1,18 +1,16 @@
-//! `cfdp run`'s configuration: TOML read with the `config` crate, the
-//! embedded default (`configs/default.toml`, compiled in) first, then the
-//! file given with `--config`, then `CFDP_<SECTION>__<KEY>` environment
-//! overrides. Unknown keys are refused with the key's name.
+//! `cfdp run`'s configuration: its sections' types and the embedded
+//! default (`configs/default.toml`, compiled in). The binary reads it
+//! with the `config` crate (`load.rs`): the default first, then the file
+//! given with `--config`, then `CFDP_<SECTION>__<KEY>` environment
+//! overrides; unknown keys are refused with the key's name.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use cfdp_cluster::ClusterSection;
 use cfdp_control::settings::{ControlSection, FilterSection};
-use cfdp_control::StoreConfig;
 use cfdp_engine::Mode;
 use cfdp_p4runtime::P4RuntimeSection;
 use serde::{Deserialize, Serialize};
-
-use crate::error::RunError;
 
 /// The embedded default configuration.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/default.toml");
@@ -105,36 +103,12 @@ impl Default for RulesConfig {
 }
 
 impl RunConfig {
-    /// The rule store's parameters.
-    pub fn store_config(&self) -> Result<StoreConfig, RunError> {
-        self.control.check()?;
-        Ok(self
-            .filter
-            .store_config(self.dataplane.mode, self.control.max_rules)?)
+    /// The configuration as TOML, every key written: what a test hands
+    /// `cfdp run --config` (the structs, not hand-written text, so that a
+    /// renamed key fails to compile).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("the configuration serialises to TOML")
     }
-}
-
-/// Loads the embedded default, then `path` over it, then the environment.
-pub fn load_config(path: Option<&Path>) -> Result<RunConfig, RunError> {
-    use config::{Environment, File, FileFormat};
-    let mut b =
-        config::Config::builder().add_source(File::from_str(DEFAULT_CONFIG, FileFormat::Toml));
-    if let Some(p) = path {
-        if !p.exists() {
-            return Err(RunError::ConfigMissing(p.to_path_buf()));
-        }
-        b = b.add_source(File::from(p).format(FileFormat::Toml));
-    }
-    b = b.add_source(
-        Environment::with_prefix("CFDP")
-            .prefix_separator("_")
-            .separator("__")
-            .try_parsing(true),
-    );
-    let what = path.map_or("embedded default".to_string(), |p| p.display().to_string());
-    b.build()
-        .and_then(config::Config::try_deserialize::<RunConfig>)
-        .map_err(|source| RunError::ConfigLoad { what, source })
 }
 
 #[cfg(test)]
@@ -184,5 +158,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// What `to_toml` writes reads back as the same configuration (every
+    /// key, every value TOML can hold).
+    #[test]
+    fn to_toml_reads_back_as_the_same_configuration() {
+        use config::{File, FileFormat};
+        let mut c = RunConfig::default();
+        c.dataplane.workers = 3;
+        c.pcap.input = "x.pcap".into();
+        c.ipfix.sampling = 9;
+        let back: RunConfig = config::Config::builder()
+            .add_source(File::from_str(&c.to_toml(), FileFormat::Toml))
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .unwrap();
+        assert_eq!(back, c);
     }
 }

@@ -150,7 +150,7 @@ impl Place {
 /// control.socket of the embedded configuration (after
 /// CFDP_CONTROL__SOCKET).
 fn default_socket() -> Result<PathBuf, ExitCode> {
-    match crate::config::load_config(None) {
+    match crate::load::load_config(None) {
         Ok(c) if !c.control.socket.is_empty() => Ok(PathBuf::from(c.control.socket)),
         Ok(_) => {
             eprintln!("cfdp ctl: the default configuration has no control.socket: use --socket");
@@ -390,7 +390,7 @@ fn render_trace(t: &Value) -> String {
 fn tcp_token(token_file: Option<PathBuf>) -> Result<cfdp_control::auth::Token, ExitCode> {
     let path = match token_file {
         Some(p) => p,
-        None => match crate::config::load_config(None) {
+        None => match crate::load::load_config(None) {
             Ok(c) => PathBuf::from(c.control.token_file),
             Err(e) => {
                 eprintln!("cfdp ctl: config: {e}");

@@ -16,11 +16,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod config;
+use cfdp::config;
+
 mod ctl;
 mod descriptors;
 mod error;
 mod import_cmd;
+mod load;
 mod replay_cmd;
 mod run;
 #[cfg(feature = "dpdk")]
@@ -283,7 +285,7 @@ fn run_cmd(
     print_config: bool,
     hooks: run::TestHooks,
 ) -> ExitCode {
-    let cfg = match config::load_config(config) {
+    let cfg = match load::load_config(config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cfdp: config: {}", error::chain(&e));

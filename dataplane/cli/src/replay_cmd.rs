@@ -85,7 +85,7 @@ fn conntrack_for(
     if !rules.iter().any(|r| r.action.tracked().is_some()) {
         return Ok(None);
     }
-    crate::config::load_config(config)
+    crate::load::load_config(config)
         .and_then(|cfg| crate::run::conntrack_table(&cfg.conntrack))
         .map(Some)
         .map_err(|e| {

@@ -81,7 +81,7 @@ fn build_store(
     cfg: &RunConfig,
     stats: Arc<LiveStats>,
 ) -> Result<(RuleStore, Option<Journal>), RunError> {
-    let scfg = cfg.store_config()?;
+    let scfg = crate::load::store_config(cfg)?;
     let rules_file = (!cfg.rules.file.is_empty()).then(|| Path::new(&cfg.rules.file));
     let dir = cfg.control.state_dir();
     if let Some(dir) = &dir {

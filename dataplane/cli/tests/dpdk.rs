@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cfdp::config::RunConfig;
 use cfdp_control::client::{Client, Target};
 use pcap_file::pcap::PcapReader;
 use serde_json::{json, Value};
@@ -41,47 +42,61 @@ fn frames(path: &Path) -> Vec<Vec<u8>> {
     out
 }
 
-/// A `cfdp run` configuration on net_pcap vdevs reading `input`; `control`:
-/// the `[control]` section's lines and any sections after it.
+/// A `cfdp run` configuration on net_pcap vdevs reading `input`, built
+/// from the configuration's structs; `edit` sets what the test needs
+/// beyond it (its control socket, its collectors).
 fn dpdk_config(
     dir: &Path,
     name: &str,
     input: &Path,
     mode: &str,
     extra_rx: &str,
-    control: &str,
+    edit: impl FnOnce(&mut RunConfig),
 ) -> PathBuf {
     let cfg = dir.join(format!("{name}.toml"));
     let out = |p: &str| dir.join(format!("dpdk.{p}pcap")).display().to_string();
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"[dataplane]
-mode = "{mode}"
-[rules]
-file = {rules:?}
-[dpdk]
-enabled = true
-eal_args = ["--no-huge", "--no-pci", "-m", "256", "--file-prefix", "cfdp-test-{pid}-{name}",
-            "-l", "0", "--log-level", "*:warning",
-            "--vdev", "net_pcap0,rx_pcap={input}{extra_rx},tx_pcap={o0}",
-            "--vdev", "net_pcap1,tx_pcap={o1}", "--vdev", "net_pcap2,tx_pcap={o2}"]
-rx_ports = ["net_pcap0"]
-tx_ports = ["net_pcap0", "net_pcap1", "net_pcap2"]
-stop_when_idle_ms = {idle}
-[control]
-{control}
-"#,
-            rules = repo("pcap/mixed.rules.json"),
-            pid = std::process::id(),
-            input = input.display(),
-            o0 = out(""),
-            o1 = out("port1."),
-            o2 = out("port2."),
-            idle = if extra_rx.is_empty() { 300 } else { 0 },
-        ),
-    )
-    .unwrap();
+    let mut c = RunConfig::default();
+    c.dataplane.mode = mode.parse().expect("a mode");
+    c.rules.file = repo("pcap/mixed.rules.json").display().to_string();
+    let d = &mut c.dpdk;
+    d.enabled = true;
+    let prefix = format!("cfdp-test-{}-{name}", std::process::id());
+    let rx = format!(
+        "net_pcap0,rx_pcap={}{extra_rx},tx_pcap={}",
+        input.display(),
+        out("")
+    );
+    let (tx1, tx2) = (
+        format!("net_pcap1,tx_pcap={}", out("port1.")),
+        format!("net_pcap2,tx_pcap={}", out("port2.")),
+    );
+    d.eal_args = [
+        "--no-huge",
+        "--no-pci",
+        "-m",
+        "256",
+        "--file-prefix",
+        &prefix,
+        "-l",
+        "0",
+        "--log-level",
+        "*:warning",
+        "--vdev",
+        &rx,
+        "--vdev",
+        &tx1,
+        "--vdev",
+        &tx2,
+    ]
+    .map(String::from)
+    .to_vec();
+    d.rx_ports = vec!["net_pcap0".into()];
+    d.tx_ports = ["net_pcap0", "net_pcap1", "net_pcap2"]
+        .map(String::from)
+        .to_vec();
+    d.stop_when_idle_ms = if extra_rx.is_empty() { 300 } else { 0 };
+    edit(&mut c);
+    std::fs::write(&cfg, c.to_toml()).unwrap();
     cfg
 }
 
@@ -143,14 +158,9 @@ fn net_pcap_replay_matches_the_pcap_backend() {
             out.as_os_str(),
         ]);
         // The DPDK backend's answer.
-        let cfg = dpdk_config(
-            &dir,
-            mode,
-            &repo("pcap/mixed.pcap"),
-            mode,
-            "",
-            "socket = \"\"",
-        );
+        let cfg = dpdk_config(&dir, mode, &repo("pcap/mixed.pcap"), mode, "", |c| {
+            c.control.socket = String::new();
+        });
         let got = run_dpdk(&cfg);
         for k in [
             "packets",
@@ -192,7 +202,9 @@ fn control_socket_works_with_the_dpdk_backend() {
         &repo("pcap/mixed.pcap"),
         "verify",
         ",infinite_rx=1",
-        &format!("socket = {socket:?}"),
+        |c| {
+            c.control.socket = socket.display().to_string();
+        },
     );
     let stderr = dir.join("stderr");
     let mut child = Running(Some(
@@ -336,17 +348,10 @@ fn dpdk_run_exports_every_flow_to_nfcapd() {
     let want = collectors::flows_csv(&csv);
     assert!(!want.is_empty(), "no flows in the replay");
     let nfcapd = collectors::Nfcapd::start(&dir, "nfcapd");
-    let cfg = dpdk_config(
-        &dir,
-        "ipfix",
-        &capture,
-        "verify",
-        "",
-        &format!(
-            "socket = \"\"\n[ipfix]\ncollectors = [\"127.0.0.1:{}\"]",
-            nfcapd.port
-        ),
-    );
+    let cfg = dpdk_config(&dir, "ipfix", &capture, "verify", "", |c| {
+        c.control.socket = String::new();
+        c.ipfix.collectors = vec![format!("127.0.0.1:{}", nfcapd.port)];
+    });
     let got = run_dpdk(&cfg);
     assert_eq!(got["export"]["send_errors"], 0, "{}", got["export"]);
     assert_eq!(got["export"]["queue_full"], 0, "{}", got["export"]);

@@ -277,16 +277,14 @@ fn cfdp_run_samples_as_its_ipfix_section_says() {
     write_pcap(&pcap, &frames).unwrap();
     let nfcapd = Nfcapd::start(dir.path(), "nfcapd");
     let cfg = dir.path().join("run.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[dataplane]\nworkers = 1\n[pcap]\ninput = {pcap:?}\n[rules]\nfile = \"\"\n\
-             [control]\nsocket = \"\"\n\
-             [ipfix]\ncollectors = [\"127.0.0.1:{}\"]\nsampling = 5\n",
-            nfcapd.port
-        ),
-    )
-    .unwrap();
+    let mut c = cfdp::config::RunConfig::default();
+    c.dataplane.workers = 1;
+    c.pcap.input = pcap.clone();
+    c.rules.file = String::new();
+    c.control.socket = String::new();
+    c.ipfix.collectors = vec![format!("127.0.0.1:{}", nfcapd.port)];
+    c.ipfix.sampling = 5;
+    std::fs::write(&cfg, c.to_toml()).unwrap();
     // After its pass `cfdp run` serves until SIGTERM: its records are
     // out once it says the input is exhausted (the workers are done).
     let err = dir.path().join("run.err");

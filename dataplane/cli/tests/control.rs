@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cfdp::config::{Overload, RunConfig};
 use cfdp_control::client::{Client, Target};
 use cfdp_testkit::captures as gen;
 use pcap_file::pcap::PcapReader;
@@ -22,17 +23,18 @@ struct Server {
 
 impl Server {
     /// Starts `cfdp run` over the pair capture (64 pairs) in a loop at
-    /// `pps`, with `extra` TOML appended to the generated configuration.
-    fn start(dir: &Path, pps: u64, extra: &str) -> Server {
-        Self::start_with(dir, pps, "", extra, true, &[])
+    /// `pps`, its configuration built from the structs and then given to
+    /// `edit`.
+    fn start(dir: &Path, pps: u64, edit: impl FnOnce(&mut RunConfig)) -> Server {
+        Self::start_with(dir, pps, edit, true, &[])
     }
 
-    /// As `start`, with `dp_extra` added to the `[dataplane]` section.
+    /// As `start`; `output`: write the forwarded packets; `run_args`: more
+    /// arguments for `cfdp run`.
     fn start_with(
         dir: &Path,
         pps: u64,
-        dp_extra: &str,
-        extra: &str,
+        edit: impl FnOnce(&mut RunConfig),
         output: bool,
         run_args: &[&str],
     ) -> Server {
@@ -42,22 +44,21 @@ impl Server {
         }
         let socket = dir.join("ctl.sock");
         let cfg = dir.join("cfdp.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "[dataplane]\nworkers = 1\n{dp_extra}\n\
-                 [pcap]\ninput = {cap:?}\noutput = {out:?}\nloop = true\npps = {pps}\n\
-                 [rules]\nfile = \"\"\n\
-                 [control]\nsocket = {socket:?}\nstate_dir = {state:?}\n{extra}\n",
-                out = if output {
-                    dir.join("out.pcap")
-                } else {
-                    PathBuf::new()
-                },
-                state = dir.join("state"),
-            ),
-        )
-        .unwrap();
+        let mut c = RunConfig::default();
+        c.dataplane.workers = 1;
+        c.pcap.input = cap;
+        c.pcap.output = if output {
+            dir.join("out.pcap").display().to_string()
+        } else {
+            String::new()
+        };
+        c.pcap.repeat = true;
+        c.pcap.pps = pps;
+        c.rules.file = String::new();
+        c.control.socket = socket.display().to_string();
+        c.control.state_dir = dir.join("state").display().to_string();
+        edit(&mut c);
+        std::fs::write(&cfg, c.to_toml()).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .args(run_args)
@@ -154,7 +155,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn batches_change_forwarding_roll_back_cleanly_and_survive_a_restart() {
     let dir = tmpdir("main");
-    let srv = Server::start(&dir, 20_000, "");
+    let srv = Server::start(&dir, 20_000, |_| {});
     let mut c = srv.client();
     let hello = c.call("hello", json!({})).unwrap();
     assert_eq!(hello["result"]["api_version"], 1);
@@ -242,7 +243,7 @@ fn batches_change_forwarding_roll_back_cleanly_and_survive_a_restart() {
     drop(c);
     let fin = srv.stop();
     assert_eq!(fin["generation"], 2);
-    let srv = Server::start(&dir, 20_000, "");
+    let srv = Server::start(&dir, 20_000, |_| {});
     let mut c = srv.client();
     let after = c.call("rules", json!({})).unwrap()["result"].clone();
     assert_eq!(after["generation"], before["generation"]);
@@ -268,7 +269,7 @@ fn batches_change_forwarding_roll_back_cleanly_and_survive_a_restart() {
 #[test]
 fn dataplane_atomic_batches_never_split_a_pair_on_the_wire() {
     let dir = tmpdir("atomic");
-    let srv = Server::start(&dir, 50_000, "");
+    let srv = Server::start(&dir, 50_000, |_| {});
     let mut c = srv.client();
     let pair = |op: &str, port: u16| {
         json!([
@@ -324,7 +325,7 @@ fn a_peer_whose_uid_is_not_allowed_is_refused() {
     // Allow one uid that is not ours (tests may run as root or not).
     let me = rustix::process::getuid().as_raw();
     let other = if me == 4242 { 4243 } else { 4242 };
-    let srv = Server::start(&dir, 1000, &format!("allowed_uids = [{other}]\n"));
+    let srv = Server::start(&dir, 1000, |c| c.control.allowed_uids = vec![other]);
     let mut s = UnixStream::connect(&srv.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let _ = s.write_all(b"{\"id\": 1, \"method\": \"ping\"}\n");
@@ -351,11 +352,11 @@ fn a_peer_whose_uid_is_not_allowed_is_refused() {
 #[test]
 fn limits_protect_the_server_from_bad_clients() {
     let dir = tmpdir("limits");
-    let srv = Server::start(
-        &dir,
-        1000,
-        "max_line_bytes = 2048\nmax_connections = 2\nmax_batch = 3\n",
-    );
+    let srv = Server::start(&dir, 1000, |c| {
+        c.control.max_line_bytes = 2048;
+        c.control.max_connections = 2;
+        c.control.max_batch = 3;
+    });
     let mut c = srv.client();
     // Over-long line: an error, then the connection still works.
     let long = format!(
@@ -393,7 +394,7 @@ fn limits_protect_the_server_from_bad_clients() {
 #[test]
 fn rules_report_their_last_hit() {
     let dir = tmpdir("last-hit");
-    let srv = Server::start(&dir, 1000, "");
+    let srv = Server::start(&dir, 1000, |_| {});
     let mut c = srv.client();
     let r = apply(
         &mut c,
@@ -430,7 +431,10 @@ fn rules_report_their_last_hit() {
 #[test]
 fn a_client_trickling_a_line_is_closed_after_the_request_timeout() {
     let dir = tmpdir("trickle");
-    let srv = Server::start(&dir, 1000, "idle_timeout_s = 60\nrequest_timeout_s = 1\n");
+    let srv = Server::start(&dir, 1000, |c| {
+        c.control.idle_timeout_s = 60;
+        c.control.request_timeout_s = 1;
+    });
     let mut good = srv.client();
     let mut s = UnixStream::connect(&srv.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(150)))
@@ -481,8 +485,7 @@ fn stats_answer_while_a_batch_is_applied() {
     let mut srv = Server::start_with(
         &dir,
         1000,
-        "",
-        "metrics = \"127.0.0.1:0\"\n",
+        |c| c.control.metrics = "127.0.0.1:0".into(),
         true,
         &["--hold-batches", hold.to_str().unwrap()],
     );
@@ -538,7 +541,7 @@ fn stats_answer_while_a_batch_is_applied() {
 #[test]
 fn ctl_prints_the_response_and_sets_the_exit_status() {
     let dir = tmpdir("ctl");
-    let srv = Server::start(&dir, 1000, "");
+    let srv = Server::start(&dir, 1000, |_| {});
     let ctl = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .arg("ctl")
@@ -602,14 +605,11 @@ const METRICS: &str = "cfdp: metrics on ";
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn tcp_listener_and_prometheus_metrics() {
     let dir = tmpdir("tcp");
-    let mut srv = Server::start(
-        &dir,
-        5000,
-        &format!(
-            "tcp = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\ntoken_file = {:?}\n",
-            dir.join("cfdp.token")
-        ),
-    );
+    let mut srv = Server::start(&dir, 5000, |c| {
+        c.control.tcp = "127.0.0.1:0".into();
+        c.control.metrics = "127.0.0.1:0".into();
+        c.control.token_file = dir.join("cfdp.token").display().to_string();
+    });
     let (tcp, metrics) = (srv.port(TCP), srv.port(METRICS));
     let addr = format!("127.0.0.1:{tcp}");
     let token = cfdp_control::auth::Token::read(&dir.join("cfdp.token")).unwrap();
@@ -709,14 +709,12 @@ fn tcp_listener_and_prometheus_metrics() {
     drop(c);
     srv.stop();
     let bad = dir.join("bad.toml");
-    std::fs::write(
-        &bad,
-        format!(
-            "[rules]\nfile = \"\"\n[control]\nsocket = \"\"\ntcp = \"0.0.0.0:7\"\ntoken_file = {:?}\n",
-            dir.join("bad.token")
-        ),
-    )
-    .unwrap();
+    let mut cfg = RunConfig::default();
+    cfg.rules.file = String::new();
+    cfg.control.socket = String::new();
+    cfg.control.tcp = "0.0.0.0:7".into();
+    cfg.control.token_file = dir.join("bad.token").display().to_string();
+    std::fs::write(&bad, cfg.to_toml()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .args(["run", "--config", bad.to_str().unwrap()])
         .output()
@@ -735,7 +733,7 @@ fn tcp_listener_and_prometheus_metrics() {
 #[test]
 fn kill_9_in_the_middle_of_batches_loses_no_acknowledged_batch() {
     let dir = tmpdir("kill9");
-    let mut srv = Server::start(&dir, 20_000, "");
+    let mut srv = Server::start(&dir, 20_000, |_| {});
     let socket = srv.socket.clone();
     // A client pushing one-insert batches as fast as it can; it records
     // every id whose batch was acknowledged.
@@ -770,7 +768,7 @@ fn kill_9_in_the_middle_of_batches_loses_no_acknowledged_batch() {
     let acked = pusher.join().unwrap();
     drop(srv);
     let _ = std::fs::remove_file(dir.join("ctl.sock"));
-    let srv = Server::start(&dir, 20_000, "");
+    let srv = Server::start(&dir, 20_000, |_| {});
     let mut c = srv.client();
     let rules = c.call("rules", json!({"limit": 10000})).unwrap()["result"].clone();
     let ids: std::collections::HashSet<u64> = rules["rules"]
@@ -800,7 +798,13 @@ fn kill_9_in_the_middle_of_batches_loses_no_acknowledged_batch() {
 #[test]
 fn overload_drops_are_counted_and_control_stays_responsive() {
     let dir = tmpdir("overload");
-    let srv = Server::start_with(&dir, 0, "overload = \"drop\"", "", false, &[]);
+    let srv = Server::start_with(
+        &dir,
+        0,
+        |c| c.dataplane.overload = Overload::Drop,
+        false,
+        &[],
+    );
     let mut c = srv.client();
     // Answered at all under full load (how fast is the control-path
     // benchmark's business, not a test's).
@@ -829,7 +833,7 @@ fn overload_drops_are_counted_and_control_stays_responsive() {
 #[test]
 fn replace_applies_only_the_difference() {
     let dir = tmpdir("replace");
-    let srv = Server::start(&dir, 2000, "");
+    let srv = Server::start(&dir, 2000, |_| {});
     let mut c = srv.client();
     let r = apply(
         &mut c,
@@ -909,14 +913,12 @@ fn tcp_exchange(addr: &str, bytes: &[u8]) -> String {
 fn tcp_door_wants_the_token_and_leaves_the_unix_socket_its_slots() {
     let dir = tmpdir("tcp-auth");
     let token_file = dir.join("secret/cfdp.token");
-    let mut srv = Server::start(
-        &dir,
-        5000,
-        &format!(
-            "tcp = \"127.0.0.1:0\"\ntoken_file = {token_file:?}\n\
-             max_connections = 4\nmax_connections_per_peer = 4\n"
-        ),
-    );
+    let mut srv = Server::start(&dir, 5000, |c| {
+        c.control.tcp = "127.0.0.1:0".into();
+        c.control.token_file = token_file.display().to_string();
+        c.control.max_connections = 4;
+        c.control.max_connections_per_peer = 4;
+    });
     let tcp = srv.port(TCP);
     let addr = format!("127.0.0.1:{tcp}");
     {
@@ -1001,7 +1003,7 @@ fn tcp_door_wants_the_token_and_leaves_the_unix_socket_its_slots() {
 #[test]
 fn a_trickling_metrics_client_does_not_block_scrapes() {
     let dir = tmpdir("metrics-slowloris");
-    let mut srv = Server::start(&dir, 1000, "metrics = \"127.0.0.1:0\"\n");
+    let mut srv = Server::start(&dir, 1000, |c| c.control.metrics = "127.0.0.1:0".into());
     let metrics = srv.port(METRICS);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (connected, trickling) = std::sync::mpsc::channel();
@@ -1041,7 +1043,7 @@ fn a_trickling_metrics_client_does_not_block_scrapes() {
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn ctl_trace_answers_from_the_running_tables() {
     let dir = tmpdir("trace");
-    let srv = Server::start(&dir, 1000, "");
+    let srv = Server::start(&dir, 1000, |_| {});
     let mut c = srv.client();
     let r = apply(
         &mut c,
@@ -1192,7 +1194,7 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
         return;
     }
     let dir = tmpdir("top");
-    let srv = Server::start(&dir, 5000, "");
+    let srv = Server::start(&dir, 5000, |_| {});
     let mut c = srv.client();
     let r = apply(
         &mut c,
@@ -1325,7 +1327,7 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
         String::from_utf8_lossy(&check.stdout)
     );
     let dir = tmpdir("prometheus");
-    let mut srv = Server::start(&dir, 5000, "metrics = \"127.0.0.1:0\"\n");
+    let mut srv = Server::start(&dir, 5000, |c| c.control.metrics = "127.0.0.1:0".into());
     let metrics = srv.port(METRICS);
     // Prometheus cannot report a port it chose: it gets one picked here
     // (the one bind-and-release left, for a program not ours).
@@ -1399,11 +1401,10 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn a_stateful_rule_tracks_its_connection_and_conns_lists_it() {
     let dir = tmpdir("conns");
-    let mut srv = Server::start(
-        &dir,
-        5000,
-        "metrics = \"127.0.0.1:0\"\n[conntrack]\naccounting = true\n",
-    );
+    let mut srv = Server::start(&dir, 5000, |c| {
+        c.control.metrics = "127.0.0.1:0".into();
+        c.conntrack.accounting = true;
+    });
     let metrics = srv.port(METRICS);
     let mut c = srv.client();
     let r = apply(
@@ -1499,8 +1500,8 @@ fn a_stateful_rule_tracks_its_connection_and_conns_lists_it() {
 #[test]
 fn tracked_connections_survive_a_graceful_restart_not_a_crash() {
     let dir = tmpdir("conns-restart");
-    const ACCT: &str = "[conntrack]\naccounting = true\n";
-    let srv = Server::start(&dir, 5000, ACCT);
+    let acct = |c: &mut RunConfig| c.conntrack.accounting = true;
+    let srv = Server::start(&dir, 5000, acct);
     let mut c = srv.client();
     let r = apply(
         &mut c,
@@ -1519,7 +1520,7 @@ fn tracked_connections_survive_a_graceful_restart_not_a_crash() {
         .unwrap();
     drop(c);
     srv.stop();
-    let srv = Server::start(&dir, 5000, ACCT);
+    let srv = Server::start(&dir, 5000, acct);
     assert!(
         srv.stderr().contains("restored 1 of 1 tracked connections"),
         "{}",
@@ -1544,7 +1545,7 @@ fn tracked_connections_survive_a_graceful_restart_not_a_crash() {
     );
     drop(c);
     drop(srv); // SIGKILL: nothing saved
-    let srv = Server::start(&dir, 5000, "");
+    let srv = Server::start(&dir, 5000, |_| {});
     assert!(
         srv.stderr().contains("did not stop cleanly"),
         "{}",

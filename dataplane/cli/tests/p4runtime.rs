@@ -6,10 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use cfdp::config::RunConfig;
 use cfdp_control::client::{Client, Target};
 use cfdp_p4runtime::pipeline;
 use cfdp_p4runtime::proto::google::rpc;
 use cfdp_p4runtime::proto::p4::v1 as p4;
+use cfdp_p4runtime::P4RuntimeSection;
 use cfdp_testkit::captures as gen;
 use p4::p4_runtime_client::P4RuntimeClient;
 use prost::Message;
@@ -33,35 +35,32 @@ struct Node {
 
 impl Node {
     fn start(dir: &Path) -> Node {
-        Self::start_with(dir, "")
+        Self::start_with(dir, |_| {})
     }
 
-    /// As `start`, with `p4` added to the `[p4runtime]` section.
-    fn start_with(dir: &Path, p4: &str) -> Node {
+    /// As `start`, the `[p4runtime]` section then set by `p4` (a section
+    /// that names a certificate serves TLS, any other plaintext).
+    fn start_with(dir: &Path, p4: impl FnOnce(&mut P4RuntimeSection)) -> Node {
         let cap = dir.join("pairs.pcap");
         if !cap.exists() {
             gen::write_pcap(&cap, &gen::pairs(64)).unwrap();
         }
         let socket = dir.join("ctl.sock");
         let cfg = dir.join("cfdp.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "[dataplane]\nworkers = 1\n\
-                 [pcap]\ninput = {cap:?}\nloop = true\npps = 20000\n\
-                 [rules]\nfile = \"\"\n\
-                 [control]\nsocket = {socket:?}\nstate_dir = {state:?}\n\
-                 metrics = \"127.0.0.1:0\"\n\
-                 [p4runtime]\nlisten = \"127.0.0.1:0\"\ndevice_id = 7\n{plain}{p4}\n",
-                plain = if p4.contains("tls_cert") {
-                    ""
-                } else {
-                    "insecure_plaintext = true\n"
-                },
-                state = dir.join("state"),
-            ),
-        )
-        .unwrap();
+        let mut c = RunConfig::default();
+        c.dataplane.workers = 1;
+        c.pcap.input = cap;
+        c.pcap.repeat = true;
+        c.pcap.pps = 20_000;
+        c.rules.file = String::new();
+        c.control.socket = socket.display().to_string();
+        c.control.state_dir = dir.join("state").display().to_string();
+        c.control.metrics = "127.0.0.1:0".into();
+        c.p4runtime.listen = "127.0.0.1:0".into();
+        c.p4runtime.device_id = 7;
+        p4(&mut c.p4runtime);
+        c.p4runtime.insecure_plaintext = c.p4runtime.tls_cert.is_empty();
+        std::fs::write(&cfg, c.to_toml()).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .stdout(Stdio::null())
@@ -273,7 +272,7 @@ const ROLLBACK: i32 = p4::write_request::Atomicity::RollbackOnError as i32;
 #[tokio::test(flavor = "current_thread")]
 async fn idle_connections_are_capped() {
     let dir = tmpdir("p4-cap");
-    let node = Node::start_with(&dir, "max_controllers = 2");
+    let node = Node::start_with(&dir, |p| p.max_controllers = 2);
     let port = node.port;
     let cap = cfdp_p4runtime::server::max_connections(2);
     let capabilities = || async move {
@@ -674,13 +673,12 @@ async fn tls_with_client_certificates() {
     use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
     let dir = tmpdir("tls");
     let [ca, cert, key, client, client_key, rogue, rogue_key, other, other_key] = pki(&dir);
-    let node = Node::start_with(
-        &dir,
-        &format!(
-            "tls_cert = {cert:?}\ntls_key = {key:?}\ntls_client_ca = {ca:?}\n\
-             allowed_clients = [\"controller.test\"]"
-        ),
-    );
+    let node = Node::start_with(&dir, |p| {
+        p.tls_cert = cert.display().to_string();
+        p.tls_key = key.display().to_string();
+        p.tls_client_ca = ca.display().to_string();
+        p.allowed_clients = vec!["controller.test".into()];
+    });
     let port = node.port;
     let pem = |p: &Path| std::fs::read(p).unwrap();
     // A client of the door, with this identity (or none).
@@ -769,18 +767,33 @@ async fn tls_with_client_certificates() {
 fn bad_p4runtime_settings_stop_the_start_with_the_setting_named() {
     let dir = tmpdir("config");
     let cfg = dir.join("cfdp.toml");
-    for (p4, says) in [
+    // (what is wrong, how it is set, what the refusal says)
+    type Case = (&'static str, fn(&mut P4RuntimeSection), &'static str);
+    let cases: [Case; 3] = [
         (
-            "listen = \"0.0.0.0:9559\"",
+            "a remote listen",
+            |p| p.listen = "0.0.0.0:9559".into(),
             "p4runtime.listen = 0.0.0.0:9559: not a loopback",
         ),
-        ("listen = \"nonsense\"", "p4runtime.listen = nonsense"),
         (
-            "listen = \"127.0.0.1:9559\"\ntls_cert = \"/x.pem\"",
+            "nonsense",
+            |p| p.listen = "nonsense".into(),
+            "p4runtime.listen = nonsense",
+        ),
+        (
+            "a certificate without its key",
+            |p| {
+                p.listen = "127.0.0.1:9559".into();
+                p.tls_cert = "/x.pem".into();
+            },
             "p4runtime.tls_key = \"\": give it with tls_cert",
         ),
-    ] {
-        std::fs::write(&cfg, format!("[rules]\nfile = \"\"\n[p4runtime]\n{p4}\n")).unwrap();
+    ];
+    for (p4, set, says) in cases {
+        let mut c = RunConfig::default();
+        c.rules.file = String::new();
+        set(&mut c.p4runtime);
+        std::fs::write(&cfg, c.to_toml()).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .output()

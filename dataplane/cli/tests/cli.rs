@@ -265,14 +265,17 @@ fn replay_takes_conntrack_timeouts_from_its_config() {
     captures::write_pcap(&capture, &stateful::stateful_conversations()).unwrap();
     let rules = dir.join("rules.json");
     std::fs::write(&rules, stateful::STATEFUL_RULES).unwrap();
-    let replay = |config: Option<&str>| {
+    // With a configuration: the defaults, then `edit`'s changes.
+    let replay = |edit: Option<fn(&mut cfdp::config::RunConfig)>| {
         let mut c = cfdp();
         c.args(["replay", "--workers", "1", "--rules"])
             .arg(&rules)
             .arg(&capture);
-        if let Some(text) = config {
+        if let Some(edit) = edit {
+            let mut cfg = cfdp::config::RunConfig::default();
+            edit(&mut cfg);
             let path = dir.join("cfdp.toml");
-            std::fs::write(&path, text).unwrap();
+            std::fs::write(&path, cfg.to_toml()).unwrap();
             c.arg("--config").arg(path);
         }
         c.output().unwrap()
@@ -291,9 +294,9 @@ fn replay_takes_conntrack_timeouts_from_its_config() {
     };
     let (linux, opened) = forwarded(&replay(None));
     assert_eq!(opened, stateful::STATEFUL_OPENED);
-    let short = forwarded(&replay(Some("[conntrack.timeouts]\nudp_replied_s = 50\n"))).0;
+    let short = forwarded(&replay(Some(|c| c.conntrack.timeouts.udp_replied_s = 50))).0;
     assert_eq!(short, linux - 1);
-    let bad = replay(Some("[conntrack]\ncapacity = 0\n"));
+    let bad = replay(Some(|c| c.conntrack.capacity = 0));
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(

@@ -187,11 +187,9 @@ fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize, liberal: bool) -> B
     let rules = dir.join("rules.json");
     std::fs::write(&rules, crafted::LAB_RULES).unwrap();
     let config = dir.join("cfdp.toml");
-    std::fs::write(
-        &config,
-        format!("[conntrack]\ntcp_be_liberal = {liberal}\n"),
-    )
-    .unwrap();
+    let mut cfg = cfdp::config::RunConfig::default();
+    cfg.conntrack.tcp_be_liberal = liberal;
+    std::fs::write(&config, cfg.to_toml()).unwrap();
     let out = dir.join(format!("out{workers}.pcap"));
     let st = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .arg("replay")

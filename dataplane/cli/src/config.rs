@@ -105,9 +105,10 @@ impl Default for RulesConfig {
 impl RunConfig {
     /// The configuration as TOML, every key written: what a test hands
     /// `cfdp run --config` (the structs, not hand-written text, so that a
-    /// renamed key fails to compile).
-    pub fn to_toml(&self) -> String {
-        toml::to_string(self).expect("the configuration serialises to TOML")
+    /// renamed key fails to compile). An error only for a value TOML
+    /// cannot hold (an integer past `i64::MAX`).
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(self)
     }
 }
 
@@ -170,7 +171,7 @@ mod tests {
         c.pcap.input = "x.pcap".into();
         c.ipfix.sampling = 9;
         let back: RunConfig = config::Config::builder()
-            .add_source(File::from_str(&c.to_toml(), FileFormat::Toml))
+            .add_source(File::from_str(&c.to_toml().unwrap(), FileFormat::Toml))
             .build()
             .and_then(config::Config::try_deserialize)
             .unwrap();

@@ -58,7 +58,7 @@ impl Server {
         c.control.socket = socket.display().to_string();
         c.control.state_dir = dir.join("state").display().to_string();
         edit(&mut c);
-        std::fs::write(&cfg, c.to_toml()).unwrap();
+        std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .args(run_args)
@@ -714,7 +714,7 @@ fn tcp_listener_and_prometheus_metrics() {
     cfg.control.socket = String::new();
     cfg.control.tcp = "0.0.0.0:7".into();
     cfg.control.token_file = dir.join("bad.token").display().to_string();
-    std::fs::write(&bad, cfg.to_toml()).unwrap();
+    std::fs::write(&bad, cfg.to_toml().unwrap()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .args(["run", "--config", bad.to_str().unwrap()])
         .output()

@@ -284,7 +284,7 @@ fn cfdp_run_samples_as_its_ipfix_section_says() {
     c.control.socket = String::new();
     c.ipfix.collectors = vec![format!("127.0.0.1:{}", nfcapd.port)];
     c.ipfix.sampling = 5;
-    std::fs::write(&cfg, c.to_toml()).unwrap();
+    std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
     // After its pass `cfdp run` serves until SIGTERM: its records are
     // out once it says the input is exhausted (the workers are done).
     let err = dir.path().join("run.err");

@@ -60,7 +60,7 @@ impl Node {
         c.p4runtime.device_id = 7;
         p4(&mut c.p4runtime);
         c.p4runtime.insecure_plaintext = c.p4runtime.tls_cert.is_empty();
-        std::fs::write(&cfg, c.to_toml()).unwrap();
+        std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .stdout(Stdio::null())
@@ -793,7 +793,7 @@ fn bad_p4runtime_settings_stop_the_start_with_the_setting_named() {
         let mut c = RunConfig::default();
         c.rules.file = String::new();
         set(&mut c.p4runtime);
-        std::fs::write(&cfg, c.to_toml()).unwrap();
+        std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .output()

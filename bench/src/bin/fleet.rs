@@ -132,7 +132,7 @@ fn main() {
     let mut nodes: Vec<Option<Proc>> = names
         .iter()
         .map(|n| {
-            let cfg = node_config(&dir, &url, "/bench", n, "");
+            let cfg = node_config(&dir, &url, "/bench", n, |_| {});
             Some(Proc(
                 Command::new(&cfdp)
                     .args(["run", "--config"])

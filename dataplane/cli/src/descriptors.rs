@@ -7,8 +7,8 @@
 //! up to the hard one when it is short, and a hard limit below the need
 //! stops `cfdp run` (exit 2).
 
-use crate::config::RunConfig;
 use crate::error::RunError;
+use cfdp_config::RunConfig;
 
 /// Descriptors kept beyond the doors' caps: journal and snapshot (and
 /// their temporaries), the state directory, capture input and outputs,

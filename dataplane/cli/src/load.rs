@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use cfdp::config::{RunConfig, DEFAULT_CONFIG};
+use cfdp_config::{RunConfig, DEFAULT_CONFIG};
 use cfdp_control::StoreConfig;
 
 use crate::error::RunError;

@@ -16,8 +16,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cfdp::config;
-
 mod ctl;
 mod descriptors;
 mod error;

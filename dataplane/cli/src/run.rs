@@ -26,7 +26,7 @@ use cfdp_engine::{LiveStats, WorkerContext};
 use cfdp_pcap::{replay, ReplayOptions, MAX_WORKERS};
 use serde_json::{json, Value};
 
-use crate::config::{Overload, RunConfig};
+use cfdp_config::{Overload, RunConfig};
 
 /// Pause points for tests, set by hidden command-line flags: never part of
 /// the configuration an operator writes.

@@ -266,13 +266,13 @@ fn replay_takes_conntrack_timeouts_from_its_config() {
     let rules = dir.join("rules.json");
     std::fs::write(&rules, stateful::STATEFUL_RULES).unwrap();
     // With a configuration: the defaults, then `edit`'s changes.
-    let replay = |edit: Option<fn(&mut cfdp::config::RunConfig)>| {
+    let replay = |edit: Option<fn(&mut cfdp_config::RunConfig)>| {
         let mut c = cfdp();
         c.args(["replay", "--workers", "1", "--rules"])
             .arg(&rules)
             .arg(&capture);
         if let Some(edit) = edit {
-            let mut cfg = cfdp::config::RunConfig::default();
+            let mut cfg = cfdp_config::RunConfig::default();
             edit(&mut cfg);
             let path = dir.join("cfdp.toml");
             std::fs::write(&path, cfg.to_toml().unwrap()).unwrap();

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cfdp_config::RunConfig;
 use cfdp_control::client::{Client, Target};
+use cfdp_engine::Mode;
 use cfdp_testkit::etcd::{node_config, EtcdServer};
 use serde_json::{json, Value};
 
@@ -91,13 +93,18 @@ struct Node {
 
 impl Node {
     fn start(etcd: &Etcd, prefix: &str, name: &str) -> Node {
-        Self::start_with(etcd, prefix, name, "")
+        Self::start_with(etcd, prefix, name, |_| {})
     }
 
-    /// As `start`, with `extra` TOML appended to the configuration.
-    fn start_with(etcd: &Etcd, prefix: &str, name: &str, extra: &str) -> Node {
+    /// As `start`, its configuration then set by `edit`.
+    fn start_with(
+        etcd: &Etcd,
+        prefix: &str,
+        name: &str,
+        edit: impl FnOnce(&mut RunConfig),
+    ) -> Node {
         let socket = etcd.dir.join(format!("{name}.sock"));
-        let cfg = node_config(&etcd.dir, &etcd.url, prefix, name, extra);
+        let cfg = node_config(&etcd.dir, &etcd.url, prefix, name, edit);
         let mut n = Node {
             child: None,
             socket,
@@ -681,12 +688,9 @@ fn replace_sets_the_fleet_to_a_desired_rule_set_in_one_batch() {
     let a = Node::start(&etcd, prefix, "edge-a");
     // A node in filter-only mode follows too (its local batches are
     // all-or-nothing: that mode cannot publish one as a single switch).
-    let b = Node::start_with(
-        &etcd,
-        prefix,
-        "edge-b",
-        "[dataplane]\nmode = \"filter-only\"",
-    );
+    let b = Node::start_with(&etcd, prefix, "edge-b", |c| {
+        c.dataplane.mode = Mode::FilterOnly;
+    });
     let g = apply(
         &etcd,
         prefix,
@@ -791,12 +795,9 @@ fn multi_field_rules_follow_the_fleet() {
     };
     let prefix = "/cfdp/acl";
     let a = Node::start(&etcd, prefix, "edge-a");
-    let b = Node::start_with(
-        &etcd,
-        prefix,
-        "edge-b",
-        "[dataplane]\nmode = \"filter-only\"",
-    );
+    let b = Node::start_with(&etcd, prefix, "edge-b", |c| {
+        c.dataplane.mode = Mode::FilterOnly;
+    });
     let acl = |id: u32, priority: u32, action: &str| {
         json!({"id": id, "priority": priority, "match": {"src_prefix": "10.0.0.0/8",
             "dst_prefix": "192.168.0.0/16", "proto": "tcp", "dport": "80-90"}, "action": action})
@@ -986,11 +987,14 @@ fn a_fleet_over_tls_with_client_certificates_and_an_etcd_user() {
     let (r, code) = ctl("/cfdp/tls", &secure[..2], &["rules"]);
     assert_ne!(code, 0, "{r}");
     // A node with the same settings in its [cluster] section follows.
-    let extra = format!(
-        "ca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\nuser = \"node\"\npassword_file = {:?}\n",
-        p.ca, p.client, p.client_key, pw
-    );
-    let mut node = Node::start_with(&etcd, "/cfdp/tls", "tls-node", &extra);
+    let mut node = Node::start_with(&etcd, "/cfdp/tls", "tls-node", |c| {
+        let k = &mut c.cluster;
+        k.ca_file = p.ca.display().to_string();
+        k.cert_file = p.client.display().to_string();
+        k.key_file = p.client_key.display().to_string();
+        k.user = "node".into();
+        k.password_file = pw.display().to_string();
+    });
     node.caught_up(g);
     assert_eq!(node.rules(), fleet_rules_with(&etcd, "/cfdp/tls", &secure));
     node.stop();
@@ -1019,12 +1023,10 @@ fn a_node_follows_batches_larger_than_its_max_batch() {
     let prefix = "/cfdp/bound";
     let mut n = Node::start(&etcd, prefix, "small");
     n.stop();
-    let text = std::fs::read_to_string(&n.cfg).unwrap();
-    std::fs::write(
-        &n.cfg,
-        text.replacen("[control]\n", "[control]\nmax_batch = 4\n", 1),
-    )
-    .unwrap();
+    // The same node's configuration again, its socket's batches bounded.
+    node_config(&etcd.dir, &etcd.url, prefix, "small", |c| {
+        c.control.max_batch = 4;
+    });
     n.restart();
     let updates: Vec<Value> = (1..=6)
         .map(|i| json!({"op": "insert", "rule": flow(i, 1000 + i as u16)}))

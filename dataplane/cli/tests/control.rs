@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cfdp::config::{Overload, RunConfig};
+use cfdp_config::{Overload, RunConfig};
 use cfdp_control::client::{Client, Target};
 use cfdp_testkit::captures as gen;
 use pcap_file::pcap::PcapReader;

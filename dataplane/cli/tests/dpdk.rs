@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cfdp::config::RunConfig;
+use cfdp_config::RunConfig;
 use cfdp_control::client::{Client, Target};
 use pcap_file::pcap::PcapReader;
 use serde_json::{json, Value};

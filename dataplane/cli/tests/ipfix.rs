@@ -277,7 +277,7 @@ fn cfdp_run_samples_as_its_ipfix_section_says() {
     write_pcap(&pcap, &frames).unwrap();
     let nfcapd = Nfcapd::start(dir.path(), "nfcapd");
     let cfg = dir.path().join("run.toml");
-    let mut c = cfdp::config::RunConfig::default();
+    let mut c = cfdp_config::RunConfig::default();
     c.dataplane.workers = 1;
     c.pcap.input = pcap.clone();
     c.rules.file = String::new();

@@ -187,7 +187,7 @@ fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize, liberal: bool) -> B
     let rules = dir.join("rules.json");
     std::fs::write(&rules, crafted::LAB_RULES).unwrap();
     let config = dir.join("cfdp.toml");
-    let mut cfg = cfdp::config::RunConfig::default();
+    let mut cfg = cfdp_config::RunConfig::default();
     cfg.conntrack.tcp_be_liberal = liberal;
     std::fs::write(&config, cfg.to_toml().unwrap()).unwrap();
     let out = dir.join(format!("out{workers}.pcap"));

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use cfdp::config::RunConfig;
+use cfdp_config::RunConfig;
 use cfdp_control::client::{Client, Target};
 use cfdp_p4runtime::pipeline;
 use cfdp_p4runtime::proto::google::rpc;

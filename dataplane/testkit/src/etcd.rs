@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cfdp_config::RunConfig;
+
 /// A loopback port free at the time of asking.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -17,23 +19,31 @@ pub fn free_port() -> u16 {
 
 /// Writes `dir/NAME.toml`: a fleet node `name` under `prefix` of the etcd
 /// at `url`, looping `pcap/mixed.pcap` at 20 k frames/s, its socket at
-/// `dir/NAME.sock` and its state in `dir/NAME-state`; `extra` TOML is
-/// appended (after the `[cluster]` section). The config the fleet's tests,
-/// soak and benchmark start their nodes with.
-pub fn node_config(dir: &Path, url: &str, prefix: &str, name: &str, extra: &str) -> PathBuf {
+/// `dir/NAME.sock` and its state in `dir/NAME-state`, built from `cfdp
+/// run`'s configuration structs; `edit` then sets what a test needs
+/// beyond it. The config the fleet's tests, soak and benchmark start
+/// their nodes with.
+pub fn node_config(
+    dir: &Path,
+    url: &str,
+    prefix: &str,
+    name: &str,
+    edit: impl FnOnce(&mut RunConfig),
+) -> PathBuf {
     let cfg = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &cfg,
-        format!(
-            "[pcap]\ninput = {input:?}\nloop = true\npps = 20000\n[rules]\nfile = \"\"\n\
-             [control]\nsocket = {socket:?}\nstate_dir = {state:?}\n\
-             [cluster]\netcd = [{url:?}]\nprefix = {prefix:?}\nnode = {name:?}\n{extra}\n",
-            input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/mixed.pcap"),
-            socket = dir.join(format!("{name}.sock")),
-            state = dir.join(format!("{name}-state")),
-        ),
-    )
-    .expect("write the node's configuration");
+    let mut c = RunConfig::default();
+    c.pcap.input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/mixed.pcap");
+    c.pcap.repeat = true;
+    c.pcap.pps = 20_000;
+    c.rules.file = String::new();
+    c.control.socket = dir.join(format!("{name}.sock")).display().to_string();
+    c.control.state_dir = dir.join(format!("{name}-state")).display().to_string();
+    c.cluster.etcd = vec![url.to_string()];
+    c.cluster.prefix = prefix.to_string();
+    c.cluster.node = name.to_string();
+    edit(&mut c);
+    let text = c.to_toml().expect("the node's configuration as TOML");
+    std::fs::write(&cfg, text).expect("write the node's configuration");
     cfg
 }
 

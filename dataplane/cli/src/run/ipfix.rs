@@ -2,8 +2,8 @@
 
 use cfdp_control::settings::SettingError;
 
-use crate::config::RunConfig;
 use crate::error::RunError;
+use cfdp_config::RunConfig;
 
 /// `[ipfix]`, checked: the collectors' addresses and the caches'
 /// settings.

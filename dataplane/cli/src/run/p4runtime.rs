@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use cfdp_control::settings::SettingError;
 
-use crate::config::RunConfig;
 use crate::error::RunError;
+use cfdp_config::RunConfig;
 
 /// The P4Runtime server, when `[p4runtime] listen` is set.
 pub(super) fn spawn_p4runtime(

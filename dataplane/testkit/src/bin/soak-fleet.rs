@@ -96,7 +96,7 @@ impl Fleet {
     }
 
     fn start_node(&self, name: &str) -> Proc {
-        let cfg = cfdp_testkit::etcd::node_config(&self.dir, &self.url, "/soak", name, "");
+        let cfg = cfdp_testkit::etcd::node_config(&self.dir, &self.url, "/soak", name, |_| {});
         let _ = std::fs::remove_file(self.socket(name));
         let child = Command::new(&self.cfdp)
             .args(["run", "--config"])

@@ -53,7 +53,7 @@ struct Args {
     /// rule churn runs the filter near capacity (Bloom-part placements,
     /// migration back to cuckoo entries, `auto_grow` rebuilds).
     #[arg(long, default_value_t = 16)]
-    flow_capacity: u64,
+    flow_capacity: usize,
     /// Working directory (default: a fresh one under the temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -167,20 +167,21 @@ fn main() -> ExitCode {
     gen::write_pcap(&cap, &gen::soak(FLOWS, PER_FLOW)).expect("write capture");
     let socket = dir.join("ctl.sock");
     let cfg = dir.join("soak.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[dataplane]\nworkers = 1\nmode = \"verify\"\noverload = \"block\"\n\
-             [pcap]\ninput = {cap:?}\nloop = true\npps = {}\n\
-             [rules]\nfile = \"\"\n\
-             [filter]\nflow_capacity = {}\nprefix_capacity = 16\n\
-             [control]\nsocket = {socket:?}\nstate_dir = {:?}\ncompact_every = 200\n",
-            args.pps,
-            args.flow_capacity,
-            dir.join("state")
-        ),
-    )
-    .expect("write config");
+    let mut c = cfdp_config::RunConfig::default();
+    c.dataplane.workers = 1;
+    c.dataplane.mode = cfdp_engine::Mode::Verify;
+    c.dataplane.overload = cfdp_config::Overload::Block;
+    c.pcap.input = cap.clone();
+    c.pcap.repeat = true;
+    c.pcap.pps = args.pps;
+    c.rules.file = String::new();
+    c.filter.flow_capacity = args.flow_capacity;
+    c.filter.prefix_capacity = 16;
+    c.control.socket = socket.display().to_string();
+    c.control.state_dir = dir.join("state").display().to_string();
+    c.control.compact_every = 200;
+    let text = c.to_toml().expect("the soak's configuration as TOML");
+    std::fs::write(&cfg, text).expect("write config");
     let exe = std::env::current_exe()
         .expect("own path")
         .with_file_name("cfdp");

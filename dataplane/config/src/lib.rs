@@ -1,8 +1,12 @@
 //! `cfdp run`'s configuration: its sections' types and the embedded
 //! default (`configs/default.toml`, compiled in). The binary reads it
-//! with the `config` crate (`load.rs`): the default first, then the file
-//! given with `--config`, then `CFDP_<SECTION>__<KEY>` environment
-//! overrides; unknown keys are refused with the key's name.
+//! with the `config` crate (`dataplane/cli/src/load.rs`): the default
+//! first, then the file given with `--config`, then
+//! `CFDP_<SECTION>__<KEY>` environment overrides; unknown keys are
+//! refused with the key's name. A crate of its own, below the binary and
+//! the testkit, so that tests (and the testkit's fleet and soak nodes)
+//! write configurations from these structs, not by hand.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 

@@ -246,6 +246,30 @@ pub fn cfdp_binary() -> PathBuf {
     })
 }
 
+/// Writes `cfg`: a `cfdp run` node for the control benchmarks, built from
+/// its configuration's structs — one worker looping `pcap/mixed.pcap` at
+/// `pps` frames/s, no rules, its control socket and state directory
+/// (empty: none) — then set by `edit`.
+pub fn write_node_config(
+    cfg: &std::path::Path,
+    pps: u64,
+    socket: &std::path::Path,
+    state_dir: &std::path::Path,
+    edit: impl FnOnce(&mut cfdp_config::RunConfig),
+) {
+    let mut c = cfdp_config::RunConfig::default();
+    c.dataplane.workers = 1;
+    c.pcap.input = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcap/mixed.pcap");
+    c.pcap.repeat = true;
+    c.pcap.pps = pps;
+    c.rules.file = String::new();
+    c.control.socket = socket.display().to_string();
+    c.control.state_dir = state_dir.display().to_string();
+    edit(&mut c);
+    let text = c.to_toml().expect("the node's configuration as TOML");
+    fs::write(cfg, text).expect("write the node's configuration");
+}
+
 /// Starts `cfdp run --config cfg`, its output discarded.
 pub fn spawn_cfdp_run(cfdp: &std::path::Path, cfg: &std::path::Path) -> std::process::Child {
     std::process::Command::new(cfdp)

@@ -167,17 +167,10 @@ fn start_node(dir: &Path) -> (std::process::Child, Socket, u16) {
         .port();
     let socket = dir.join("ctl.sock");
     let cfg = dir.join("cfdp.toml");
-    let capture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcap/mixed.pcap");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[dataplane]\nworkers = 1\n[pcap]\ninput = {capture:?}\nloop = true\npps = 100000\n\
-             [rules]\nfile = \"\"\n[control]\nsocket = {socket:?}\nstate_dir = {:?}\n\
-             [p4runtime]\nlisten = \"127.0.0.1:{port}\"\ninsecure_plaintext = true\n",
-            dir.join("state")
-        ),
-    )
-    .unwrap();
+    cfdp_bench::write_node_config(&cfg, 100_000, &socket, &dir.join("state"), |c| {
+        c.p4runtime.listen = format!("127.0.0.1:{port}");
+        c.p4runtime.insecure_plaintext = true;
+    });
     let child = spawn_cfdp_run(&cfdp_binary(), &cfg);
     let start = Instant::now();
     // `cfdp run` binds P4Runtime before its control socket answers.

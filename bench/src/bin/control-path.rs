@@ -243,20 +243,10 @@ impl Server {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).expect("mkdir");
         let socket = dir.join("ctl.sock");
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let cfg = dir.join("cfdp.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "[dataplane]\nworkers = 1\n[pcap]\ninput = {:?}\nloop = true\npps = {pps}\n\
-                 [rules]\nfile = \"\"\n[control]\nsocket = {:?}\nstate_dir = {:?}\n\
-                 compact_every = 1000000\n",
-                repo.join("pcap/mixed.pcap"),
-                socket,
-                dir.join("state"),
-            ),
-        )
-        .expect("config");
+        cfdp_bench::write_node_config(&cfg, pps, &socket, &dir.join("state"), |c| {
+            c.control.compact_every = 1_000_000;
+        });
         let child = spawn_cfdp_run(cfdp, &cfg);
         let start = Instant::now();
         while UnixStream::connect(&socket).is_err() {

@@ -88,19 +88,13 @@ fn start_node(dir: &Path) -> Node {
     let (tcp, metrics, p4) = (free_port(), free_port(), free_port());
     let socket = dir.join("ctl.sock");
     let cfg = dir.join("cfdp.toml");
-    let capture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcap/mixed.pcap");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[dataplane]\nworkers = 1\n[pcap]\ninput = {capture:?}\nloop = true\npps = {PPS}\n\
-             [rules]\nfile = \"\"\n[control]\nsocket = {socket:?}\nstate_dir = {:?}\n\
-             tcp = \"127.0.0.1:{tcp}\"\ntoken_file = {:?}\nmetrics = \"127.0.0.1:{metrics}\"\n\
-             [p4runtime]\nlisten = \"127.0.0.1:{p4}\"\ninsecure_plaintext = true\n",
-            dir.join("state"),
-            dir.join("token"),
-        ),
-    )
-    .unwrap();
+    cfdp_bench::write_node_config(&cfg, PPS, &socket, &dir.join("state"), |c| {
+        c.control.tcp = format!("127.0.0.1:{tcp}");
+        c.control.token_file = dir.join("token").display().to_string();
+        c.control.metrics = format!("127.0.0.1:{metrics}");
+        c.p4runtime.listen = format!("127.0.0.1:{p4}");
+        c.p4runtime.insecure_plaintext = true;
+    });
     let child = cfdp_bench::spawn_cfdp_run(&cfdp_binary(), &cfg);
     let pid = child.id();
     let start = Instant::now();

@@ -86,27 +86,21 @@ struct Run {
 fn run(cfdp: &Path, dir: &Path, mode: &str, file: &Path, n: u64, state: bool) -> Run {
     let socket = dir.join("ctl.sock");
     let _ = std::fs::remove_file(&socket);
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cfg = dir.join("cfdp.toml");
     let state_dir = if state {
         dir.join("state")
     } else {
         PathBuf::new()
     };
-    std::fs::write(
-        &cfg,
-        format!(
-            "[dataplane]\nworkers = 1\nmode = {mode:?}\n[pcap]\ninput = {:?}\nloop = true\n\
-             pps = 1000\n[rules]\nfile = {:?}\n[control]\nsocket = {:?}\nstate_dir = {:?}\n\
-             max_rules = {}\n",
-            repo.join("pcap/mixed.pcap"),
-            if n == 0 { Path::new("") } else { file },
-            socket,
-            state_dir,
-            n.max(1 << 20),
-        ),
-    )
-    .expect("config");
+    cfdp_bench::write_node_config(&cfg, 1000, &socket, &state_dir, |c| {
+        c.dataplane.mode = mode.parse().expect("a mode");
+        c.rules.file = if n == 0 {
+            String::new()
+        } else {
+            file.display().to_string()
+        };
+        c.control.max_rules = usize::try_from(n.max(1 << 20)).expect("a rule count");
+    });
     let start = Instant::now();
     let mut child: Child = spawn_cfdp_run(cfdp, &cfg);
     let stats = loop {

@@ -241,13 +241,9 @@ fn sampled_export_is_scaled_back_by_both_collectors() {
     write_pcap(&pcap, &frames).unwrap();
     let want = soak_sampled(&frames, N);
     let nfcapd = Nfcapd::start(dir.path(), "nfcapd");
-    // pmacct reads the rate from an options template scoped by the
-    // observation domain only with its scope check off, and scales the
-    // counts only when asked to.
-    let mut nfacctd = Nfacctd::start_with(
-        dir.path(),
-        "nfacctd_disable_opt_scope_check: true\nnfacctd_renormalize: true\n",
-    );
+    // pmacct scales the counts only when asked to (without it, seen: the
+    // counts of the frames taken, unscaled).
+    let mut nfacctd = Nfacctd::start_with(dir.path(), "nfacctd_renormalize: true\n");
     let sampled = ["--workers", "1", "--ipfix-sampling", &N.to_string()];
     replay_to(&pcap, &sampled, &[nfcapd.port, nfacctd.port]);
     let store = nfcapd.store.clone();

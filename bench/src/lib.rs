@@ -257,17 +257,11 @@ pub fn write_node_config(
     state_dir: &std::path::Path,
     edit: impl FnOnce(&mut cfdp_config::RunConfig),
 ) {
-    let mut c = cfdp_config::RunConfig::default();
+    let input = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcap/mixed.pcap");
+    let mut c = cfdp_testkit::node::looping(&input, pps, socket, state_dir);
     c.dataplane.workers = 1;
-    c.pcap.input = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcap/mixed.pcap");
-    c.pcap.repeat = true;
-    c.pcap.pps = pps;
-    c.rules.file = String::new();
-    c.control.socket = socket.display().to_string();
-    c.control.state_dir = state_dir.display().to_string();
     edit(&mut c);
-    let text = c.to_toml().expect("the node's configuration as TOML");
-    fs::write(cfg, text).expect("write the node's configuration");
+    cfdp_testkit::node::write(cfg, &c);
 }
 
 /// Starts `cfdp run --config cfg`, its output discarded.

@@ -275,7 +275,7 @@ fn replay_takes_conntrack_timeouts_from_its_config() {
             let mut cfg = cfdp_config::RunConfig::default();
             edit(&mut cfg);
             let path = dir.join("cfdp.toml");
-            std::fs::write(&path, cfg.to_toml().unwrap()).unwrap();
+            cfdp_testkit::node::write(&path, &cfg);
             c.arg("--config").arg(path);
         }
         c.output().unwrap()

@@ -44,21 +44,13 @@ impl Server {
         }
         let socket = dir.join("ctl.sock");
         let cfg = dir.join("cfdp.toml");
-        let mut c = RunConfig::default();
+        let mut c = cfdp_testkit::node::looping(&cap, pps, &socket, &dir.join("state"));
         c.dataplane.workers = 1;
-        c.pcap.input = cap;
-        c.pcap.output = if output {
-            dir.join("out.pcap").display().to_string()
-        } else {
-            String::new()
-        };
-        c.pcap.repeat = true;
-        c.pcap.pps = pps;
-        c.rules.file = String::new();
-        c.control.socket = socket.display().to_string();
-        c.control.state_dir = dir.join("state").display().to_string();
+        if output {
+            c.pcap.output = dir.join("out.pcap").display().to_string();
+        }
         edit(&mut c);
-        std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
+        cfdp_testkit::node::write(&cfg, &c);
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .args(run_args)
@@ -714,7 +706,7 @@ fn tcp_listener_and_prometheus_metrics() {
     cfg.control.socket = String::new();
     cfg.control.tcp = "0.0.0.0:7".into();
     cfg.control.token_file = dir.join("bad.token").display().to_string();
-    std::fs::write(&bad, cfg.to_toml().unwrap()).unwrap();
+    cfdp_testkit::node::write(&bad, &cfg);
     let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .args(["run", "--config", bad.to_str().unwrap()])
         .output()

@@ -96,7 +96,7 @@ fn dpdk_config(
         .to_vec();
     d.stop_when_idle_ms = if extra_rx.is_empty() { 300 } else { 0 };
     edit(&mut c);
-    std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
+    cfdp_testkit::node::write(&cfg, &c);
     cfg
 }
 

@@ -222,7 +222,7 @@ fn soak_sampled(frames: &[captures::GenFrame], n: u32) -> Flows {
 }
 
 /// 1-in-N sampling as the collectors read it: one worker takes the first
-/// IP packet and every Nth after it (systematic count-based selection),
+/// frame and every Nth after it (systematic count-based selection),
 /// the options template states N, and nfdump and pmacct (renormalizing)
 /// scale each record by N: every flow's packets and bytes equal N times
 /// those of the packets taken, computed here from the capture's own
@@ -280,7 +280,7 @@ fn cfdp_run_samples_as_its_ipfix_section_says() {
     c.control.socket = String::new();
     c.ipfix.collectors = vec![format!("127.0.0.1:{}", nfcapd.port)];
     c.ipfix.sampling = 5;
-    std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
+    cfdp_testkit::node::write(&cfg, &c);
     // After its pass `cfdp run` serves until SIGTERM: its records are
     // out once it says the input is exhausted (the workers are done).
     let err = dir.path().join("run.err");

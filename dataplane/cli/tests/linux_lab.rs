@@ -189,7 +189,7 @@ fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize, liberal: bool) -> B
     let config = dir.join("cfdp.toml");
     let mut cfg = cfdp_config::RunConfig::default();
     cfg.conntrack.tcp_be_liberal = liberal;
-    std::fs::write(&config, cfg.to_toml().unwrap()).unwrap();
+    cfdp_testkit::node::write(&config, &cfg);
     let out = dir.join(format!("out{workers}.pcap"));
     let st = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .arg("replay")

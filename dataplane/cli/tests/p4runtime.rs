@@ -47,20 +47,14 @@ impl Node {
         }
         let socket = dir.join("ctl.sock");
         let cfg = dir.join("cfdp.toml");
-        let mut c = RunConfig::default();
+        let mut c = cfdp_testkit::node::looping(&cap, 20_000, &socket, &dir.join("state"));
         c.dataplane.workers = 1;
-        c.pcap.input = cap;
-        c.pcap.repeat = true;
-        c.pcap.pps = 20_000;
-        c.rules.file = String::new();
-        c.control.socket = socket.display().to_string();
-        c.control.state_dir = dir.join("state").display().to_string();
         c.control.metrics = "127.0.0.1:0".into();
         c.p4runtime.listen = "127.0.0.1:0".into();
         c.p4runtime.device_id = 7;
         p4(&mut c.p4runtime);
         c.p4runtime.insecure_plaintext = c.p4runtime.tls_cert.is_empty();
-        std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
+        cfdp_testkit::node::write(&cfg, &c);
         let child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .stdout(Stdio::null())
@@ -793,7 +787,7 @@ fn bad_p4runtime_settings_stop_the_start_with_the_setting_named() {
         let mut c = RunConfig::default();
         c.rules.file = String::new();
         set(&mut c.p4runtime);
-        std::fs::write(&cfg, c.to_toml().unwrap()).unwrap();
+        cfdp_testkit::node::write(&cfg, &c);
         let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
             .args(["run", "--config", cfg.to_str().unwrap()])
             .output()

@@ -31,19 +31,17 @@ pub fn node_config(
     edit: impl FnOnce(&mut RunConfig),
 ) -> PathBuf {
     let cfg = dir.join(format!("{name}.toml"));
-    let mut c = RunConfig::default();
-    c.pcap.input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/mixed.pcap");
-    c.pcap.repeat = true;
-    c.pcap.pps = 20_000;
-    c.rules.file = String::new();
-    c.control.socket = dir.join(format!("{name}.sock")).display().to_string();
-    c.control.state_dir = dir.join(format!("{name}-state")).display().to_string();
+    let mut c = crate::node::looping(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/mixed.pcap"),
+        20_000,
+        &dir.join(format!("{name}.sock")),
+        &dir.join(format!("{name}-state")),
+    );
     c.cluster.etcd = vec![url.to_string()];
     c.cluster.prefix = prefix.to_string();
     c.cluster.node = name.to_string();
     edit(&mut c);
-    let text = c.to_toml().expect("the node's configuration as TOML");
-    std::fs::write(&cfg, text).expect("write the node's configuration");
+    crate::node::write(&cfg, &c);
     cfg
 }
 

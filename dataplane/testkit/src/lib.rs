@@ -18,6 +18,7 @@ pub mod crafted;
 pub mod dirs;
 pub mod etcd;
 mod frames;
+pub mod node;
 pub mod stateful;
 pub mod trace;
 

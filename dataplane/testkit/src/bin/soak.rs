@@ -167,21 +167,14 @@ fn main() -> ExitCode {
     gen::write_pcap(&cap, &gen::soak(FLOWS, PER_FLOW)).expect("write capture");
     let socket = dir.join("ctl.sock");
     let cfg = dir.join("soak.toml");
-    let mut c = cfdp_config::RunConfig::default();
+    let mut c = cfdp_testkit::node::looping(&cap, args.pps, &socket, &dir.join("state"));
     c.dataplane.workers = 1;
     c.dataplane.mode = cfdp_engine::Mode::Verify;
     c.dataplane.overload = cfdp_config::Overload::Block;
-    c.pcap.input = cap.clone();
-    c.pcap.repeat = true;
-    c.pcap.pps = args.pps;
-    c.rules.file = String::new();
     c.filter.flow_capacity = args.flow_capacity;
     c.filter.prefix_capacity = 16;
-    c.control.socket = socket.display().to_string();
-    c.control.state_dir = dir.join("state").display().to_string();
     c.control.compact_every = 200;
-    let text = c.to_toml().expect("the soak's configuration as TOML");
-    std::fs::write(&cfg, text).expect("write config");
+    cfdp_testkit::node::write(&cfg, &c);
     let exe = std::env::current_exe()
         .expect("own path")
         .with_file_name("cfdp");

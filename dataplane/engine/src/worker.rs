@@ -366,16 +366,14 @@ impl Worker {
         self.released.clear();
         self.decode_burst(pkts);
         self.laps.lap(Stage::Decode);
-        let mut tracking = self.conntrack.as_deref();
-        if let Some(t) = tracking {
+        let table = self.conntrack.as_deref();
+        let looked_up = table.is_some_and(|t| {
             // Before this burst opens anything: no sweep runs ahead of it.
             if let Some(first) = pkts.first() {
                 t.advance(self.index, first.ts_ns);
             }
-            if !Self::track_burst(t, &mut self.scratch, pkts) {
-                tracking = None;
-            }
-        }
+            Self::track_burst(t, &mut self.scratch, pkts)
+        });
         self.laps.lap(Stage::Track);
         // The burst's scratch arrays live in the worker: set per frame by
         // `decode_burst`, never cleared as a whole (a 1.3 KB memset a burst).
@@ -389,9 +387,7 @@ impl Worker {
         // An empty table and no stateful rule in the burst: nothing to
         // open or find, each packet judged by its rule alone (the
         // stateless path's inline run, not the tracked one a packet).
-        if tracking.is_none() && tracked_rule(&s.rules[..n]) {
-            tracking = self.conntrack.as_deref();
-        }
+        let tracking = table.filter(|_| looked_up || tracked_rule(&s.rules[..n]));
         self.laps.lap(Stage::Classify);
         let shared = &self.stats.workers[self.index];
         let mut judge = Judge::new(

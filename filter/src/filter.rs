@@ -118,7 +118,12 @@ impl<L: Borrow<Layout>> Reader<'_, L> {
     }
 
     #[inline(always)]
-    fn batch<const K: u8, const BLOOM: bool>(&self, hashes: &[u64], out: &mut [Lookup]) {
+    fn batch<const K: u8, const BLOOM: bool>(
+        &self,
+        hashes: &[u64],
+        out: &mut [Lookup],
+        each: &mut impl FnMut(Lookup),
+    ) {
         let mut group = [Keyed::default(); Filter::BATCH];
         for (hs, os) in hashes
             .chunks(Filter::BATCH)
@@ -131,6 +136,7 @@ impl<L: Borrow<Layout>> Reader<'_, L> {
             }
             for (k, o) in group.iter().zip(os.iter_mut()) {
                 *o = self.lookup::<K, BLOOM>(k);
+                each(*o);
             }
         }
     }
@@ -363,19 +369,37 @@ impl Filter {
     /// # Panics
     /// If `out` is shorter than `hashes`.
     pub fn get_batch_hashes(&self, hashes: &[u64], out: &mut [Lookup]) {
+        self.get_batch_hashes_each(hashes, out, |_| {});
+    }
+
+    /// [`Filter::get_batch_hashes`], calling `each` with every answer as
+    /// soon as it is known, in order: a caller whose next step reads
+    /// memory an answer points at (a table of values) starts that read
+    /// there, while the rest of the group is probed, rather than after.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `hashes`.
+    #[inline]
+    pub fn get_batch_hashes_each(
+        &self,
+        hashes: &[u64],
+        out: &mut [Lookup],
+        mut each: impl FnMut(Lookup),
+    ) {
         assert!(out.len() >= hashes.len(), "output slice too short");
+        let each = &mut each;
         let r = self.reader(self.raw.layout);
         // Specialised on the Bloom field as well as the layout: a loop that
         // never reads the field has registers to spare, and both kinds of
         // filter measured faster so (see `ReadView`).
         let bloom = r.layout.tag_bits != 0;
         match r.layout.kind() {
-            kind::PACKED if bloom => r.batch::<{ kind::PACKED }, true>(hashes, out),
-            kind::PACKED => r.batch::<{ kind::PACKED }, false>(hashes, out),
-            kind::TWO_WORDS if bloom => r.batch::<{ kind::TWO_WORDS }, true>(hashes, out),
-            kind::TWO_WORDS => r.batch::<{ kind::TWO_WORDS }, false>(hashes, out),
-            _ if bloom => r.batch::<{ kind::ONE_WORD }, true>(hashes, out),
-            _ => r.batch::<{ kind::ONE_WORD }, false>(hashes, out),
+            kind::PACKED if bloom => r.batch::<{ kind::PACKED }, true>(hashes, out, each),
+            kind::PACKED => r.batch::<{ kind::PACKED }, false>(hashes, out, each),
+            kind::TWO_WORDS if bloom => r.batch::<{ kind::TWO_WORDS }, true>(hashes, out, each),
+            kind::TWO_WORDS => r.batch::<{ kind::TWO_WORDS }, false>(hashes, out, each),
+            _ if bloom => r.batch::<{ kind::ONE_WORD }, true>(hashes, out, each),
+            _ => r.batch::<{ kind::ONE_WORD }, false>(hashes, out, each),
         }
     }
 

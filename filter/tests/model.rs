@@ -193,6 +193,12 @@ proptest! {
         for (h, got) in all.iter().zip(&out) {
             prop_assert_eq!(*got, f.get_hash(*h));
         }
+        // The hooked batch hands every answer over, in order, as it stores it.
+        let mut handed = Vec::new();
+        let mut out3 = vec![Lookup::Miss; all.len()];
+        f.get_batch_hashes_each(&all, &mut out3, |l| handed.push(l));
+        prop_assert_eq!(&handed, &out);
+        prop_assert_eq!(&out3, &out);
         // Byte keys through get_batch (chunked) agree with get.
         let byte_keys: Vec<[u8; 8]> = all.iter().map(|k| k.to_le_bytes()).collect();
         let mut out2 = vec![Lookup::Miss; byte_keys.len()];

@@ -119,17 +119,18 @@ impl ConnTable {
                 o.words = words;
                 o.from_lo = from_lo;
             }
+            // The slot a positive points at, on its way as soon as the
+            // filter answers, while the rest of the batch is probed.
             self.filter
-                .get_batch_hashes(&hashes[..ks.len()], &mut found[..ks.len()]);
+                .get_batch_hashes_each(&hashes[..ks.len()], &mut found[..ks.len()], |f| {
+                    if let Lookup::Entry(v) = f {
+                        self.prefetch_slot(v);
+                    }
+                });
             for (((o, &hash), &found), &epoch) in
                 os.iter_mut().zip(&hashes).zip(&found).zip(&epochs)
             {
                 (o.hash, o.found, o.epoch, o.probed) = (hash, found, epoch, true);
-                // The slot a positive points at, on its way while the rest
-                // of the batch is probed and looked up.
-                if let Lookup::Entry(v) = found {
-                    self.prefetch_slot(v);
-                }
             }
         }
     }

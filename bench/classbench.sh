@@ -101,7 +101,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 {
     echo "$("$bin" --run-header); $pages; rte_acl-ALG rows: its default 256 packets a call, -step1 and -step32: --tracestep=1 and 32"
-    echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs,compile_s,compiled_bytes,bytes_fresh"
+    echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs,compile_s,compiled_bytes,bytes_fresh,vs_rte_acl_best"
 } >"$work/out.csv"
 {
     "$bin" --run-header
@@ -164,32 +164,59 @@ for set in $SETS; do
                     >>"$work/$alg-step$step"
             done
         done
-        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --explosion --ports \
-            --churn "$CHURN" >>"$work/cfdp.jsonl"
-        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --v6 32 >>"$work/cfdp6.jsonl"
+        # As many passes over the trace a timing as rte_acl's --iter.
+        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --passes "$ITER" \
+            --explosion --ports --churn "$CHURN" >>"$work/cfdp.jsonl"
+        "$bin" --rules "$data/$set" --trace "$data/${set}_trace" --rounds 1 --passes "$ITER" \
+            --v6 32 >>"$work/cfdp6.jsonl"
     done
+    # rte_acl's best batched rate in each round (IPv4: every algorithm at
+    # its default and at 32 a call; IPv6: every algorithm), one line a
+    # round, for the paired ratios (cfdp's rate in a round over rte_acl's
+    # best in the same round, median over the rounds): this VM moves
+    # between two speeds for minutes at a time (rte_acl's acl1_1k at 36 or
+    # 51 Mpps, cfdp's with it), and a median of each side taken apart can
+    # pair one side's fast rounds with the other's slow ones.
+    best_by_round() { # files...
+        paste -d' ' "$@" | awk '{m = $1; for (i = 2; i <= NF; i++) if ($i > m) m = $i; print m}'
+    }
+    v4files=() v6files=()
+    for alg in $algs; do
+        [ -s "$work/$alg" ] && v4files+=("$work/$alg")
+        [ -s "$work/$alg-step32" ] && v4files+=("$work/$alg-step32")
+        [ -s "$work/$alg-v6" ] && v6files+=("$work/$alg-v6")
+    done
+    best_by_round "${v4files[@]}" >"$work/best"
+    best_by_round "${v6files[@]}" >"$work/best6"
     rules=$(grep -c . "$data/$set")
     for alg in $algs; do
         [ -s "$work/$alg" ] || continue
         mpps=$(median <"$work/$alg" | awk '{printf "%.2f", $1 / 1e6}')
-        echo "$set,$rules,rte_acl-$alg,$mpps,,,,$acl_bytes,,,,$diffs,,," >>"$work/out.csv"
+        echo "$set,$rules,rte_acl-$alg,$mpps,,,,$acl_bytes,,,,$diffs,,,," >>"$work/out.csv"
         for step in 1 32; do
             [ -s "$work/$alg-step$step" ] || continue
             mpps=$(median <"$work/$alg-step$step" | awk '{printf "%.2f", $1 / 1e6}')
-            echo "$set,$rules,rte_acl-$alg-step$step,$mpps,,,,$acl_bytes,,,,$diffs,,," >>"$work/out.csv"
+            echo "$set,$rules,rte_acl-$alg-step$step,$mpps,,,,$acl_bytes,,,,$diffs,,,," >>"$work/out.csv"
         done
         [ -s "$work/$alg-v6" ] || continue
         mpps=$(median <"$work/$alg-v6" | awk '{printf "%.2f", $1 / 1e6}')
-        echo "$set,$rules,rte_acl-$alg-v6,$mpps,,,,$acl6_bytes,,,,$diffs6,,," >>"$work/out.csv"
+        echo "$set,$rules,rte_acl-$alg-v6,$mpps,,,,$acl6_bytes,,,,$diffs6,,,," >>"$work/out.csv"
     done
-    for run in "cfdp.jsonl:$diffs::$cdiffs" "cfdp6.jsonl:$diffs6:-v6:"; do
-        IFS=: read -r file d suffix cd <<<"$run"
-        python3 - "$work/$file" "$set" "$rules" "$d" "$suffix" "$cd" >>"$work/out.csv" <<'PY'
+    for run in "cfdp.jsonl:$diffs::$cdiffs:best" "cfdp6.jsonl:$diffs6:-v6::best6"; do
+        IFS=: read -r file d suffix cd best <<<"$run"
+        python3 - "$work/$file" "$set" "$rules" "$d" "$suffix" "$cd" "$work/$best" \
+            >>"$work/out.csv" <<'PY'
 import json, statistics, sys
-path, name, rules, diffs, suffix, churn_diffs = sys.argv[1:]
+path, name, rules, diffs, suffix, churn_diffs, best_path = sys.argv[1:]
 runs = [json.loads(l) for l in open(path) if l.strip()]
 med = lambda k: statistics.median(r[k] for r in runs)
 last = runs[-1]
+# rte_acl's best rate (pkt/s) in each round, beside cfdp's runs in order.
+best = [float(l) for l in open(best_path) if l.strip()]
+def paired(key):
+    if len(best) != len(runs):
+        return ""
+    return f"{statistics.median(r[key] / (b / 1e6) for r, b in zip(runs, best)):.3f}"
 def cols(d):
     return (f"{last['tables']},{last['tables_probed_per_packet']:.2f},{med('store_build_s'):.4f},"
             f"{last['bytes']},{med('insert_us_p50'):.2f},{med('insert_us_p99'):.2f},"
@@ -210,22 +237,23 @@ for impl, key in impls:
     row = cols(churn_diffs) if impl.endswith("-churned") else common
     if impl.endswith("-new-ids"):
         row = cols("")  # no verdict file: the ids moved
-    print(f"{name},{rules},{impl}{suffix},{med(key):.2f},{row}")
+    vs = paired(key) if impl in ("cfdp-single", "cfdp-batched") else ""
+    print(f"{name},{rules},{impl}{suffix},{med(key):.2f},{row},{vs}")
 if suffix:
     sys.exit(0)
 # The worst cases: packets missing every rule (of the set less its
 # full wildcards; none found where wide any-protocol rules cover every
 # address), and the 33x33-shape set.
 if last["miss_packets"]:
-    print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common}")
-print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,,,,")
+    print(f"{name},{last['miss_set_rules']},cfdp-miss,{med('mpps_miss'):.2f},{common},")
+print(f"{name},1089,cfdp-explosion,{med('explosion_mpps'):.2f},{last['explosion_tables']},,,,,,,,,,,")
 # 2,000 rules differing only in ports: bursts over the compiled set, and
 # over the live layer as loaded one at a time (store_build_s: that load,
 # ascending priority; the -desc row: descending).
 n = last["ports_rules"]
-print(f"{name},{n},cfdp-ports,{med('ports_mpps'):.2f},,,,,,,,,,,")
-print(f"{name},{n},cfdp-ports-live,{med('ports_mpps_live'):.2f},,,{med('ports_load_asc_s'):.6f},,,,,,,,")
-print(f"{name},{n},cfdp-ports-live-desc,,,,{med('ports_load_desc_s'):.6f},,,,,,,,")
+print(f"{name},{n},cfdp-ports,{med('ports_mpps'):.2f},,,,,,,,,,,,")
+print(f"{name},{n},cfdp-ports-live,{med('ports_mpps_live'):.2f},,,{med('ports_load_asc_s'):.6f},,,,,,,,,")
+print(f"{name},{n},cfdp-ports-live-desc,,,,{med('ports_load_desc_s'):.6f},,,,,,,,,")
 PY
     done
     if [ "$REPLAY" = 1 ]; then
@@ -249,7 +277,7 @@ counts = {r["id"]: r["packets"] for r in runs[-1]["rule_counters"]}
 want = collections.Counter(int(l) + 1 for l in open(truth))
 diff = sum(1 for k in set(want) | set(counts) if want.get(k, 0) != counts.get(k, 0))
 mpps = statistics.median(r["mpps"] for r in runs)
-print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff},,,")
+print(f"{name},{rules},cfdp-replay,{mpps:.2f},,,,,,,,{diff},,,,")
 PY
     fi
     # The workers' burst latency with and without full compiles running

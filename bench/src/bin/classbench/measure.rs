@@ -1,7 +1,7 @@
 //! Rates of a classifier one key at a time and in bursts; a rule store
 //! holding a set.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use cfdp_bench::median;
@@ -10,25 +10,47 @@ use cfdp_engine::acl::AclClassifier;
 use cfdp_engine::{LiveStats, Mode};
 use cfdp_rules::{AclRule, FlowKey};
 
-/// Median Mpps of `rounds` passes, single-packet and in bursts of 32.
+static PASSES: OnceLock<usize> = OnceLock::new();
+
+/// Passes over the trace each timed measurement makes (`--passes`, 1 if
+/// not said): `bench/classbench.sh` gives cfdp the passes it gives
+/// `dpdk-test-acl` (`--iter`), so that both sides time the same work —
+/// one pass over acl1_1k's 9,420 packets is ~0.3 ms, short enough for
+/// the first lines it touches to weigh in.
+pub(crate) fn passes() -> usize {
+    PASSES.get().copied().unwrap_or(1)
+}
+
+/// Sets [`passes`] (once, from `main`).
+pub(crate) fn set_passes(n: usize) {
+    let _ = PASSES.set(n.max(1));
+}
+
+/// Median Mpps of `rounds` timings of [`passes`] passes each,
+/// single-packet and in bursts of 32.
 pub(crate) fn rates(c: &AclClassifier, keys: &[FlowKey], rounds: usize) -> (f64, f64) {
     let mut single = Vec::with_capacity(rounds);
     let mut batched = Vec::with_capacity(rounds);
     let mut out = [None; 32];
+    let packets = (keys.len() * passes()) as f64;
     for _ in 0..rounds {
         let t = Instant::now();
         let mut hits = 0u64;
-        for k in keys {
-            hits += u64::from(c.classify_id(k).is_some());
+        for _ in 0..passes() {
+            for k in keys {
+                hits += u64::from(c.classify_id(k).is_some());
+            }
         }
-        single.push(keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
+        single.push(packets / t.elapsed().as_secs_f64() / 1e6);
         std::hint::black_box(hits);
         let t = Instant::now();
-        for burst in keys.chunks(32) {
-            c.classify_burst(burst, &mut out[..burst.len()]);
-            std::hint::black_box(&out);
+        for _ in 0..passes() {
+            for burst in keys.chunks(32) {
+                c.classify_burst(burst, &mut out[..burst.len()]);
+                std::hint::black_box(&out);
+            }
         }
-        batched.push(keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
+        batched.push(packets / t.elapsed().as_secs_f64() / 1e6);
     }
     (median(&mut single), median(&mut batched))
 }

@@ -77,9 +77,9 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
             single["rules"].to_string(),
             format!("{} ({best_alg})", f2(best)),
             f2(batched),
-            format!("{:.2}×", batched / best),
+            vs_best(of("cfdp-batched"), batched / best, &c)?,
             f2(one),
-            format!("{:.2}×", one / best),
+            vs_best(Some(single), one / best, &c)?,
             per_call(rte_acl_best(&recs, set, "-step32", &c)?, batched),
             per_call(rte_acl_best(&recs, set, "-step1", &c)?, one),
             f2(mpps("cfdp-worker")?),
@@ -100,6 +100,21 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
         ]);
     }
     Ok(table(&CLASSBENCH_COLUMNS, &rows) + &c.source())
+}
+
+/// cfdp's rate over rte_acl's best: the median of the rounds' paired
+/// ratios where the run recorded them (`vs_rte_acl_best`, 2026-11-30T05Z
+/// on: each round's cfdp rate over rte_acl's best in the same round),
+/// else `medians`, the ratio of the two sides' medians.
+fn vs_best(
+    row: Option<&std::collections::BTreeMap<&str, &str>>,
+    medians: f64,
+    c: &Csv,
+) -> R<String> {
+    match row.and_then(|r| r.get("vs_rte_acl_best").copied().filter(|v| !v.is_empty())) {
+        Some(v) => Ok(format!("{:.2}×", num(v, &c.name)?)),
+        None => Ok(format!("{medians:.2}×")),
+    }
 }
 
 /// rte_acl at a fixed count of packets a call (`--tracestep` rows, from

@@ -103,9 +103,10 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
 }
 
 /// cfdp's rate over rte_acl's best: the median of the rounds' paired
-/// ratios where the run recorded them (`vs_rte_acl_best`, 2026-11-30T05Z
-/// on: each round's cfdp rate over rte_acl's best in the same round),
-/// else `medians`, the ratio of the two sides' medians.
+/// ratios where the run recorded them (`vs_rte_acl_best`, 2026-11-30T06Z
+/// on: each round's cfdp rate over the rate in the same round of the
+/// rte_acl variant with the highest median), else `medians`, the ratio
+/// of the two sides' medians.
 fn vs_best(
     row: Option<&std::collections::BTreeMap<&str, &str>>,
     medians: f64,

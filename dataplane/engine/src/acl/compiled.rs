@@ -344,9 +344,18 @@ impl<W: Word> Layer<W> {
             return;
         }
         // Fixed-width lanes: the unused ones walk the first packet again,
-        // so the loops below have no bound but LANES.
-        let mut lanes = [fs[0]; LANES];
-        lanes[..n].copy_from_slice(fs);
+        // so the loops below have no bound but LANES. A whole chunk (a
+        // burst's common case) is walked where it is, not copied.
+        let padded;
+        let lanes: &[Fields<W>; LANES] = match fs.try_into() {
+            Ok(whole) => whole,
+            Err(_) => {
+                let mut p = [fs[0]; LANES];
+                p[..n].copy_from_slice(fs);
+                padded = p;
+                &padded
+            }
+        };
         let t = &self.tree;
         let mut at = [0u32; LANES];
         // Each lane from its cell's start where there is a root table, and
@@ -354,7 +363,7 @@ impl<W: Word> Layer<W> {
         let mut levels = t.depth;
         if !t.root.is_empty() {
             levels = 0;
-            for (a, f) in at.iter_mut().zip(&lanes) {
+            for (a, f) in at.iter_mut().zip(lanes) {
                 let (node, left) = t.root.start(f).unwrap_or((0, t.depth));
                 *a = node;
                 levels = levels.max(left);
@@ -368,7 +377,7 @@ impl<W: Word> Layer<W> {
         // exactly that many, with no test of whether all have ended
         // (the test cost more than the steps it saved).
         for _ in 0..levels {
-            for (a, f) in at.iter_mut().zip(&lanes) {
+            for (a, f) in at.iter_mut().zip(lanes) {
                 let node = &nodes[*a as usize & mask];
                 *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)];
             }

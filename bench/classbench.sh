@@ -180,21 +180,22 @@ for set in $SETS; do
     # taken apart can pair one side's fast rounds with the other's slow
     # ones. (Not the fastest variant of each round: a maximum over ten
     # noisy rates against one of cfdp's would favour rte_acl.)
-    best_by_round() { # files...
+    best_by_round() { # files (empty ones skipped)...
         local f best="" top=-1 m
         for f in "$@"; do
+            [ -s "$f" ] || continue
             m=$(median <"$f")
             if awk -v a="$m" -v b="$top" 'BEGIN { exit !(a > b) }'; then
                 top=$m best=$f
             fi
         done
-        cat "$best"
+        # None: no paired ratio (the CSV's column stays empty).
+        if [ -n "$best" ]; then cat "$best"; fi
     }
     v4files=() v6files=()
     for alg in $algs; do
-        [ -s "$work/$alg" ] && v4files+=("$work/$alg")
-        [ -s "$work/$alg-step32" ] && v4files+=("$work/$alg-step32")
-        [ -s "$work/$alg-v6" ] && v6files+=("$work/$alg-v6")
+        v4files+=("$work/$alg" "$work/$alg-step32")
+        v6files+=("$work/$alg-v6")
     done
     best_by_round "${v4files[@]}" >"$work/best"
     best_by_round "${v6files[@]}" >"$work/best6"

@@ -225,6 +225,31 @@ mod tests {
         );
     }
 
+    /// The fold is the value modulo 2^16 − 1 (ones' complement: a
+    /// nonzero sum never folds to 0), for sums whose every step carries
+    /// (0x1_ffff's third step gives 0x1_0000) and the widest ones.
+    #[test]
+    fn fold_is_the_sum_modulo_ffff() {
+        let mut v = 0x9e37_79b9_7f4a_7c15u64;
+        let edges = [
+            1,
+            0xffff,
+            0x1_0000,
+            0x1_ffff,
+            0xffff_ffff,
+            0x1_0000_ffff,
+            u64::MAX,
+        ];
+        for x in edges.into_iter().chain((0..1000).map(|_| {
+            v = v.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            v >> (v % 48)
+        })) {
+            let f = u64::from(fold(x));
+            assert_eq!(f % 0xffff, x % 0xffff, "{x:#x}");
+            assert_ne!(f, 0, "{x:#x}");
+        }
+    }
+
     /// Every payload length from 0 to 80 bytes (every remainder of the
     /// eight-byte sum, odd and even), TCP and UDP, IPv4 and IPv6, with
     /// etherparse's checksums: right ones pass, and a checksum one off, or

@@ -79,6 +79,7 @@ mod ffi {
             nb_txd: u16,
             pool: *mut c_void,
             rss_out: *mut c_int,
+            csum_out: *mut c_int,
         ) -> c_int;
         pub fn cfdp_port_stop(port: u16);
         pub fn cfdp_port_stats(port: u16, out: *mut PortStats) -> c_int;
@@ -129,6 +130,7 @@ mod ffi {
             data: *mut *const u8,
             data_len: *mut u32,
             pkt_len: *mut u32,
+            l4_vouched: *mut u8,
         );
     }
 }

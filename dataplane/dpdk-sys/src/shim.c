@@ -53,10 +53,12 @@ void *cfdp_pool_create(const char *name, unsigned n, unsigned cache, uint16_t da
 void cfdp_pool_free(void *pool) { rte_mempool_free((struct rte_mempool *)pool); }
 
 /* Configures and starts a port: rxq receive and txq transmit queues, RSS
- * over IP/TCP/UDP when rxq > 1 and the device offers it. *rss_out tells
- * whether RSS was enabled. */
+ * over IP/TCP/UDP when rxq > 1 and the device offers it, and the receive
+ * checksum offloads (IPv4, TCP, UDP) it offers. *rss_out tells whether RSS
+ * was enabled, *csum_out whether the device checks TCP and UDP checksums
+ * (each mbuf's RTE_MBUF_F_RX_L4_CKSUM_* flags then say its verdict). */
 int cfdp_port_start(uint16_t port, uint16_t rxq, uint16_t txq, uint16_t nb_rxd, uint16_t nb_txd,
-                    void *pool, int *rss_out) {
+                    void *pool, int *rss_out, int *csum_out) {
     struct rte_eth_dev_info info;
     struct rte_eth_conf conf;
     int r = rte_eth_dev_info_get(port, &info);
@@ -82,6 +84,9 @@ int cfdp_port_start(uint16_t port, uint16_t rxq, uint16_t txq, uint16_t nb_rxd, 
         }
         *rss_out = 1;
     }
+    uint64_t l4 = RTE_ETH_RX_OFFLOAD_TCP_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
+    conf.rxmode.offloads = info.rx_offload_capa & (l4 | RTE_ETH_RX_OFFLOAD_IPV4_CKSUM);
+    *csum_out = (conf.rxmode.offloads & l4) == l4;
     if (rxq > info.max_rx_queues || txq > info.max_tx_queues) return -EINVAL;
     r = rte_eth_dev_configure(port, rxq, txq, &conf);
     if (r != 0) return r;
@@ -141,14 +146,20 @@ void cfdp_free_bulk(void **mbufs, unsigned n) {
 }
 
 /* Data pointer and lengths of each mbuf of a burst (first segment; a
- * multi-segment packet is seen up to its first segment's end). */
+ * multi-segment packet is seen up to its first segment's end), and
+ * whether the device vouched for its TCP or UDP data: its L4 checksum
+ * flags GOOD, or NONE (the checksum field is not filled in, the data's
+ * integrity checked: a virtual device's locally sent segment, Linux's
+ * CHECKSUM_PARTIAL). BAD and UNKNOWN vouch for nothing. */
 void cfdp_mbuf_views(void **mbufs, uint16_t n, const uint8_t **data, uint32_t *data_len,
-                     uint32_t *pkt_len) {
+                     uint32_t *pkt_len, uint8_t *l4_vouched) {
     for (uint16_t i = 0; i < n; i++) {
         struct rte_mbuf *m = (struct rte_mbuf *)mbufs[i];
         data[i] = rte_pktmbuf_mtod(m, const uint8_t *);
         data_len[i] = m->data_len;
         pkt_len[i] = m->pkt_len;
+        uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+        l4_vouched[i] = l4 == RTE_MBUF_F_RX_L4_CKSUM_GOOD || l4 == RTE_MBUF_F_RX_L4_CKSUM_NONE;
     }
 }
 

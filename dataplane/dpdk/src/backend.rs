@@ -96,6 +96,7 @@ impl Frames for DpdkFrames<'_> {
             ts_ns: self.ts_ns,
             orig_len,
             data,
+            l4_vouched: self.burst.l4_vouched(i),
         }
     }
 }

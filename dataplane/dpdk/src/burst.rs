@@ -18,6 +18,9 @@ pub struct RxBurst<'p> {
     data: [*const u8; MAX_BURST],
     data_len: [u32; MAX_BURST],
     pkt_len: [u32; MAX_BURST],
+    /// The device checked frame i's TCP or UDP checksum and vouched for
+    /// its data (1), or said nothing or found it bad (0).
+    l4_vouched: [u8; MAX_BURST],
     len: usize,
     port: u16,
     _port: PhantomData<&'p ()>,
@@ -48,6 +51,7 @@ impl<'p> RxBurst<'p> {
             data: [std::ptr::null(); MAX_BURST],
             data_len: [0; MAX_BURST],
             pkt_len: [0; MAX_BURST],
+            l4_vouched: [0; MAX_BURST],
             len: 0,
             port: 0,
             _port: PhantomData,
@@ -77,7 +81,8 @@ impl<'p> RxBurst<'p> {
         // SAFETY: mbufs has room for max pointers; the caller guarantees the
         // queue is configured, started and ours.
         let n = unsafe { sys::cfdp_rx_burst(port, queue, self.mbufs.as_mut_ptr(), max) };
-        // SAFETY: the first n entries are valid mbufs just received.
+        // SAFETY: the first n entries are valid mbufs just received; the
+        // four out arrays hold MAX_BURST ≥ n entries each.
         unsafe {
             sys::cfdp_mbuf_views(
                 self.mbufs.as_ptr(),
@@ -85,6 +90,7 @@ impl<'p> RxBurst<'p> {
                 self.data.as_mut_ptr(),
                 self.data_len.as_mut_ptr(),
                 self.pkt_len.as_mut_ptr(),
+                self.l4_vouched.as_mut_ptr(),
             );
         };
         self.len = n as usize;
@@ -115,7 +121,8 @@ impl<'p> RxBurst<'p> {
                 self.mbufs.as_mut_ptr(),
             )
         } as u16;
-        // SAFETY: the first `made` entries are valid mbufs just filled.
+        // SAFETY: the first `made` entries are valid mbufs just filled;
+        // the four out arrays hold MAX_BURST ≥ made entries each.
         unsafe {
             sys::cfdp_mbuf_views(
                 self.mbufs.as_ptr(),
@@ -123,6 +130,7 @@ impl<'p> RxBurst<'p> {
                 self.data.as_mut_ptr(),
                 self.data_len.as_mut_ptr(),
                 self.pkt_len.as_mut_ptr(),
+                self.l4_vouched.as_mut_ptr(),
             );
         };
         self.len = usize::from(made);
@@ -149,6 +157,16 @@ impl<'p> RxBurst<'p> {
         // burst owns until dispatch/drop; the borrow ties the slice to self.
         let s = unsafe { std::slice::from_raw_parts(self.data[i], self.data_len[i] as usize) };
         (s, self.pkt_len[i])
+    }
+
+    /// Whether the device checked frame `i`'s TCP or UDP checksum and
+    /// vouched for its data (`RTE_MBUF_F_RX_L4_CKSUM_GOOD`, or `_NONE`: the
+    /// field not filled in, the data checked). `false` for a frame of a
+    /// device that does not check, one it found bad, and a frame made by
+    /// [`Self::copy_in`].
+    pub fn l4_vouched(&self, i: usize) -> bool {
+        assert!(i < self.len);
+        self.l4_vouched[i] != 0
     }
 
     /// Sends frame i through `txq[dest[i]]`, or frees it when `dest[i]` is

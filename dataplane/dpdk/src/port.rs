@@ -26,6 +26,7 @@ pub struct StartedPort<'p> {
     rxq: u16,
     txq: u16,
     rss: bool,
+    l4_checksums: bool,
     split: bool,
     _pool: PhantomData<&'p Mempool<'p>>,
 }
@@ -34,7 +35,8 @@ impl<'p> StartedPort<'p> {
     /// Configures port `id` with `rxq` receive and `txq` transmit queues of
     /// `descriptors` descriptors each (receive buffers from `pool`), and
     /// starts it. RSS on the 5-tuple with a symmetric key is enabled where
-    /// the device offers it ([`StartedPort::rss`]).
+    /// the device offers it ([`StartedPort::rss`]), and so are its receive
+    /// checksum checks ([`StartedPort::l4_checksums`]).
     pub fn start(
         _eal: &'p Eal,
         id: u16,
@@ -43,9 +45,9 @@ impl<'p> StartedPort<'p> {
         descriptors: u16,
         pool: &'p Mempool<'p>,
     ) -> Result<Self, DpdkError> {
-        let mut rss: c_int = 0;
+        let (mut rss, mut csum): (c_int, c_int) = (0, 0);
         // SAFETY: the pool pointer is a live mempool (borrowed for 'p); rss
-        // is a valid out pointer; the EAL is up (borrowed).
+        // and csum are valid out pointers; the EAL is up (borrowed).
         let r = unsafe {
             sys::cfdp_port_start(
                 id,
@@ -55,6 +57,7 @@ impl<'p> StartedPort<'p> {
                 descriptors,
                 pool.ptr.as_ptr(),
                 &mut rss,
+                &mut csum,
             )
         };
         if r != 0 {
@@ -65,6 +68,7 @@ impl<'p> StartedPort<'p> {
             rxq,
             txq,
             rss: rss != 0,
+            l4_checksums: csum != 0,
             split: false,
             _pool: PhantomData,
         })
@@ -77,6 +81,14 @@ impl<'p> StartedPort<'p> {
     /// Whether RSS spreads received packets over the receive queues.
     pub fn rss(&self) -> bool {
         self.rss
+    }
+
+    /// Whether the device checks received TCP and UDP checksums: a frame
+    /// it vouched for ([`crate::burst::RxBurst::l4_vouched`]) is not
+    /// summed again by connection tracking, as Linux's conntrack trusts
+    /// `CHECKSUM_UNNECESSARY`.
+    pub fn l4_checksums(&self) -> bool {
+        self.l4_checksums
     }
 
     /// Every queue of the port, once: receive queues `0..rxq`, transmit

@@ -228,6 +228,7 @@ mod tests {
                 ts_ns: 1_000 + i as u64,
                 orig_len: f.len() as u32,
                 data: f,
+                l4_vouched: false,
             })
             .collect();
         let verdicts = [Verdict::Forward; 5];
@@ -265,6 +266,7 @@ mod tests {
                 ts_ns: (1 + i) * 1_000_000,
                 orig_len: 100 + i as u32,
                 data: &frame,
+                l4_vouched: false,
             })
             .collect();
         let verdicts = [Verdict::Forward; 10];

@@ -13,6 +13,13 @@ pub struct PacketRef<'a> {
     /// Length on the wire (counted in bytes).
     pub orig_len: u32,
     pub data: &'a [u8],
+    /// The NIC checked the frame's TCP or UDP checksum and vouched for
+    /// its data (DPDK's receive checksum offload): connection tracking
+    /// does not sum it again, as Linux's conntrack trusts a driver's
+    /// `CHECKSUM_UNNECESSARY`. `false` where nothing checked it (a
+    /// capture, `net_pcap`, AF_XDP) or the NIC found it bad: then it is
+    /// summed in software, as Linux sums a `CHECKSUM_NONE` packet.
+    pub l4_vouched: bool,
 }
 
 impl PacketRef<'_> {
@@ -22,6 +29,7 @@ impl PacketRef<'_> {
         ts_ns: 0,
         orig_len: 0,
         data: &[],
+        l4_vouched: false,
     };
 }
 

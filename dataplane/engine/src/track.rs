@@ -33,10 +33,14 @@ fn facts(p: &PacketRef<'_>, key: &FlowKey) -> Transport {
     }
 }
 
-/// Whether packet `p`'s transport checksum may be trusted: right, or not
-/// asked for (`[conntrack] checksum` off).
-fn checksum_ok(t: &ConnTable, p: &PacketRef<'_>) -> bool {
-    !t.checks_checksums() || cfdp_packet::transport_checksum_ok(p.link, p.data)
+/// Whether packet `p` (5-tuple `key`)'s transport checksum may be
+/// trusted: right, vouched for by the NIC (TCP and UDP; a NIC's receive
+/// checks do not cover ICMP), or not asked for (`[conntrack] checksum`
+/// off).
+fn checksum_ok(t: &ConnTable, p: &PacketRef<'_>, key: &FlowKey) -> bool {
+    !t.checks_checksums()
+        || (p.l4_vouched && matches!(key.proto, proto::TCP | proto::UDP))
+        || cfdp_packet::transport_checksum_ok(p.link, p.data)
 }
 
 /// Whether a packet's connection may be keyed otherwise than by its
@@ -80,7 +84,7 @@ pub(crate) fn lookup(
     // A wrong checksum: invalid, no connection (counted once, at the
     // burst's lookup: `probe` is the burst's; a second look within the
     // burst passes none).
-    if !checksum_ok(t, p) {
+    if !checksum_ok(t, p, key) {
         if probe.is_some() {
             t.count_invalid();
         }
@@ -148,7 +152,7 @@ pub(crate) fn open(
     slot: u32,
     action: Action,
 ) -> Result<(), OpenError> {
-    if !checksum_ok(t, p) {
+    if !checksum_ok(t, p, key) {
         // Counted here unless the burst's lookup did (it looks up what
         // its probe may hold, and ICMP).
         if !looked_up(key, probe) {

@@ -71,6 +71,7 @@ impl Frames for Slot {
             ts_ns: m.ts_ns,
             orig_len: m.orig_len,
             data: b.frame(i),
+            l4_vouched: false,
         }
     }
 }

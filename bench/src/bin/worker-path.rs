@@ -18,7 +18,10 @@
 //!   when absent): the set allowing, its trace's frames, and beside it the
 //!   classifier alone (`classify_burst` over the trace's keys in bursts
 //!   of 32, as the `classbench` bench's batched rate) in the same rounds:
-//!   the "worker within 15 % of the classifier's batched rate".
+//!   the "worker within 15 % of the classifier's batched rate";
+//! - `udp-stateful-nic-csum`: `udp-stateful`'s frames as a NIC with receive
+//!   checksum offload hands them over (`MemoryBackend::nic_checked`):
+//!   connection tracking does not sum the UDP checksums again.
 //!
 //! Rounds alternate between the workloads; medians. With `--passes N` a
 //! fixed amount of work (N passes over the frames) for `callgrind`'s
@@ -51,6 +54,8 @@ struct Workload {
     frames: Vec<Vec<u8>>,
     tracked: bool,
     acl: Vec<AclRule>,
+    /// The frames come with the NIC's checksum verdict.
+    nic_checked: bool,
 }
 
 fn parse(text: &str) -> Vec<Rule> {
@@ -72,6 +77,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
         frames: frames(&mut |r| bench_flow(r % (1 << 30))),
         tracked: false,
         acl: Vec::new(),
+        nic_checked: false,
     };
     // Eight /16s of 10.0.0.0/8 allowed and the rest dropped: half the
     // frames go to one of the eight (bench_flow's sources are 10/8; the
@@ -100,6 +106,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
         }),
         tracked: false,
         acl: Vec::new(),
+        nic_checked: false,
     };
     let n = 1000;
     let flows = Workload {
@@ -120,7 +127,16 @@ fn workloads(pool: usize) -> Vec<Workload> {
         }),
         tracked: false,
         acl: Vec::new(),
+        nic_checked: false,
     };
+    let mut all = vec![allow_all, prefixes, flows];
+    all.extend(stateful(pool));
+    all.extend(classbench_sets());
+    all
+}
+
+/// `udp-stateful` and `udp-stateful-nic-csum` (see the module docs).
+fn stateful(pool: usize) -> [Workload; 2] {
     // Each conversation's request (from 10/8) and then its answer.
     let conversations = 4096;
     let stateful = Workload {
@@ -138,10 +154,17 @@ fn workloads(pool: usize) -> Vec<Workload> {
             .collect(),
         tracked: true,
         acl: Vec::new(),
+        nic_checked: false,
     };
-    let mut all = vec![allow_all, prefixes, flows, stateful];
-    all.extend(classbench_sets());
-    all
+    let offloaded = Workload {
+        name: "udp-stateful-nic-csum",
+        rules: stateful.rules.clone(),
+        frames: stateful.frames.clone(),
+        tracked: true,
+        acl: Vec::new(),
+        nic_checked: true,
+    };
+    [stateful, offloaded]
 }
 
 /// The ClassBench workloads (see the module docs): rules allowing, the
@@ -174,6 +197,7 @@ fn classbench_sets() -> Vec<Workload> {
                 .collect(),
             tracked: false,
             acl: import.rules,
+            nic_checked: false,
         });
     }
     out
@@ -265,6 +289,9 @@ fn main() {
             let mut worker = Worker::new(cx, 0, WorkerOptions::default());
             let tables = cx.readers.handle();
             let mut backend = MemoryBackend::new(&w.frames, limit());
+            if w.nic_checked {
+                backend = backend.nic_checked();
+            }
             let start = Instant::now();
             let done = run_worker(&mut backend, &mut worker, &tables).packets;
             mpps[i].push(done as f64 / start.elapsed().as_secs_f64() / 1e6);

@@ -92,6 +92,14 @@ pub(crate) fn lookup(
     }
     let (ts, len) = (p.ts_ns, p.orig_len);
     let allowing = |a: Action| a.tracked();
+    // UDP and every protocol but TCP and ICMP: keyed by the 5-tuple with
+    // nothing read beyond it (what `facts` and `keyed` would say), straight
+    // to the table — the established UDP packet's path.
+    if !matches!(key.proto, proto::TCP | ICMP | ICMPV6) {
+        return find(key, L4::None, len, ts)
+            .and_then(|h| allowing(h.action))
+            .map(Decided::Established);
+    }
     match facts(p, key) {
         // Related only when the error goes to the host that sent what it
         // quotes (Linux checks the outer destination): a forged error to

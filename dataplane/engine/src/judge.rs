@@ -28,10 +28,6 @@ pub(crate) struct Judge<'a> {
     /// published packet count still sees every hit of the packets it
     /// counted). A burst of an allow-all or a catch-all is one run.
     run: Run,
-    /// What the connection that decided the last packet [`Self::tracked`]
-    /// judged said (`None`: no connection did): the held later fragments
-    /// of its datagram take it too.
-    by_connection: Option<Decided>,
     /// Per packet of the burst [`Self::burst`] judged: what the
     /// connection that decided it said, if one did.
     decided: [Option<Decided>; MAX_BURST],
@@ -90,7 +86,6 @@ impl Judge<'_> {
             now_s,
             opened: false,
             run: NO_RUN,
-            by_connection: None,
             decided: [None; MAX_BURST],
         }
     }
@@ -110,8 +105,8 @@ impl Judge<'_> {
                 None if tracking.is_none() => self.verdict(b.rules[i], p.orig_len),
                 None => {
                     let (key, probe) = (&b.keys[i], &b.probes[i]);
-                    let v = self.tracked(tracking, b.conns[i], b.rules[i], p, key, probe);
-                    self.decided[i] = self.by_connection;
+                    let (v, d) = self.tracked(tracking, b.conns[i], b.rules[i], p, key, probe);
+                    self.decided[i] = d;
                     v
                 }
                 // Held: the copy waits; the backend frees the original.
@@ -214,7 +209,11 @@ impl Judge<'_> {
     /// decision (`conn`, from the burst's `probe` of `key`), else the
     /// rule's, and a stateful rule opens the packet's connection; when
     /// the table is full the packet is dropped, as Linux's conntrack drops
-    /// it, and counted.
+    /// it, and counted. With the verdict, what the connection that decided
+    /// said (`None`: none did): the held later fragments of the datagram
+    /// take it too. (Returned, not kept in the judge for the caller to
+    /// read back: that store and reload of a six-byte value stalled the
+    /// burst loop, ~6 % of the stateful worker's samples in `perf`.)
     pub(crate) fn tracked(
         &mut self,
         t: Option<&ConnTable>,
@@ -223,7 +222,7 @@ impl Judge<'_> {
         p: &PacketRef<'_>,
         key: &FlowKey,
         probe: &Probe,
-    ) -> Verdict {
+    ) -> (Verdict, Option<Decided>) {
         // A connection opened by an earlier packet of this burst: a
         // replayed capture can hold a request and its answer in one burst.
         let conn = match (conn, t) {
@@ -232,9 +231,8 @@ impl Judge<'_> {
             }
             _ => conn,
         };
-        self.by_connection = conn;
         if let Some(d) = conn {
-            return self.connection(d);
+            return (self.connection(d), conn);
         }
         if let (Some(t), Some(r)) = (t, rule) {
             if r.action.tracked().is_some() {
@@ -248,12 +246,12 @@ impl Judge<'_> {
                         self.c.ct_refused += 1;
                         self.c.matched += 1;
                         self.rules.add(r.slot, u64::from(p.orig_len), self.now_s);
-                        return self.act(Some(Action::Drop), 1);
+                        return (self.act(Some(Action::Drop), 1), None);
                     }
                 }
             }
         }
-        self.verdict(rule, p.orig_len)
+        (self.verdict(rule, p.orig_len), None)
     }
 
     /// What `action` (none: no rule) does to `n` packets, counted.

@@ -709,9 +709,11 @@ impl Ends {
         matches!(a.recv(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
     }
 
-    /// The scripted traffic; what arrived, step by step. `timeout`: the
-    /// UDP timeouts both firewalls were given.
-    fn script(&self, timeout: Duration) -> Vec<(&'static str, bool)> {
+    /// The scripted traffic; what arrived, step by step. `forgotten(a_port,
+    /// b_port)`: whether the firewall no longer tracks UDP between A's and
+    /// B's ports (its timeout passed and the entry went) — the late
+    /// datagram waits for that, not for a time.
+    fn script(&self, forgotten: &dyn Fn(u16, u16) -> bool) -> Vec<(&'static str, bool)> {
         // Warm up alike on both: the path carries traffic (cfdp's ports
         // take a moment after start) and A knows B's address.
         let start = Instant::now();
@@ -756,7 +758,14 @@ impl Ends {
         let (ta, tb) = (self.udp(true, 5108), self.udp(false, 5109));
         ta.send_to(b"open", (self.b_ip, 5109)).unwrap();
         let opened = tb.recv_from(&mut buf).is_ok();
-        std::thread::sleep(timeout + Duration::from_millis(1500));
+        let start = Instant::now();
+        while !forgotten(5108, 5109) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the firewall still tracks the idle UDP connection after a minute"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         tb.send_to(b"late", (self.a_ip, 5108)).unwrap();
         let late = ta.recv_from(&mut buf).is_ok();
         out.push(("UDP answer after the connection timed out", opened && late));
@@ -829,6 +838,26 @@ impl LinuxRouter {
         r
     }
 
+    /// Whether the router's conntrack has no entry for UDP from A's
+    /// `a_port` to B's `b_port` (its table, as `/proc/net/nf_conntrack`
+    /// in its namespace lists it: no `conntrack` tool needed).
+    fn forgotten(&self, a_port: u16, b_port: u16) -> bool {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &format!("{}r", self.prefix)])
+            .args(["cat", "/proc/net/nf_conntrack"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "no /proc/net/nf_conntrack in the router"
+        );
+        let (sport, dport) = (format!("sport={a_port}"), format!("dport={b_port}"));
+        !String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.contains(&"udp") && words.contains(&&*sport) && words.contains(&&*dport)
+        })
+    }
+
     fn ends(&self) -> Ends {
         Ends {
             a: format!("{}a", self.prefix),
@@ -884,7 +913,7 @@ fn stateful_rules_let_through_what_nftables_conntrack_does() {
     let id = std::process::id() % 100_000;
     let linux = {
         let router = LinuxRouter::up(&format!("nf{id}"), timeout.as_secs());
-        router.ends().script(timeout)
+        router.ends().script(&|a, b| router.forgotten(a, b))
     };
     let lab = Lab::up(&format!("st{id}"), 1);
     let rules = r#"{"rules": [
@@ -904,7 +933,13 @@ fn stateful_rules_let_through_what_nftables_conntrack_does() {
         a_ip: [10, 77, 0, 1].into(),
         b_ip: [10, 77, 0, 2].into(),
     };
-    let ours = ends.script(timeout);
+    // cfdp's table lists an entry past its timeout until a sweep takes
+    // it (and a packet meeting it then treats it as gone): listed no
+    // more is past the timeout either way.
+    let ours = ends.script(&|a, _| {
+        let r = cfdp.call("conns", json!({"proto": "udp", "port": a}));
+        r["conns"].as_array().is_some_and(Vec::is_empty)
+    });
     let stats = cfdp.call("stats", json!({}));
     eprintln!("linux: {linux:?}\ncfdp:  {ours:?}");
     assert_eq!(

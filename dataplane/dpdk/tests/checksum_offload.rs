@@ -12,11 +12,13 @@
 //! makes that a failure, as for the inline lab.
 #![cfg(dpdk)]
 
+mod common;
+
 use std::net::{Ipv4Addr, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cfdp_dpdk::{backend, RxBurst, StartedPort};
+use cfdp_dpdk::{RxBurst, StartedPort};
 use cfdp_packet::{decode, Decoded, LinkType};
 
 const IFACE: &str = "cfdpcsum0";
@@ -61,22 +63,11 @@ fn the_tap_devices_checked_udp_checksums_reach_the_worker() {
     if unavailable().is_some() {
         return;
     }
-    let eal_args = [
-        "--no-huge",
-        "--no-pci",
-        "-m",
-        "256",
-        "--file-prefix",
-        &format!("cfdp-csum-{}", std::process::id()),
-        "-l",
-        "0",
-        "--log-level",
-        "*:warning",
-        "--vdev",
-        &format!("net_tap0,iface={IFACE}"),
-    ]
-    .map(String::from);
-    let eal = backend::init_eal(&eal_args).expect("EAL");
+    let eal = common::vdev_eal(
+        "csum",
+        256,
+        &["--vdev".into(), format!("net_tap0,iface={IFACE}")],
+    );
     let pool = eal.mempool("csum", 1023, 0).expect("pool");
     let id = eal.port_by_name("net_tap0").expect("the tap port");
     let mut port = StartedPort::start(&eal, id, 1, 1, 512, &pool).expect("port");

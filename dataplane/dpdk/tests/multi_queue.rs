@@ -10,6 +10,8 @@
 //! ports.
 #![cfg(dpdk)]
 
+mod common;
+
 use std::sync::atomic::AtomicBool;
 
 use cfdp_control::RuleStore;
@@ -134,20 +136,7 @@ fn sorted(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 #[test]
 #[allow(clippy::too_many_lines)] // a scenario read top to bottom
 fn two_workers_on_two_queues_give_every_frame_once_and_the_one_worker_verdicts() {
-    let eal_args = [
-        "--no-huge",
-        "--no-pci",
-        "-m",
-        "512",
-        "--file-prefix",
-        &format!("cfdp-mq-{}", std::process::id()),
-        "-l",
-        "0",
-        "--log-level",
-        "*:warning",
-    ]
-    .map(String::from);
-    let eal = backend::init_eal(&eal_args).expect("EAL");
+    let eal = common::vdev_eal("mq", 512, &[]);
     // The hand-worked capture (fragments in and out of order, IPv6,
     // non-IP, malformed) and enough flows to fill both queues.
     let mut frames = gen::mixed();

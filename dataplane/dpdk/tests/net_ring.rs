@@ -6,6 +6,8 @@
 //! once per test binary.
 #![cfg(dpdk)]
 
+mod common;
+
 use std::sync::atomic::AtomicBool;
 
 use cfdp_control::RuleStore;
@@ -17,20 +19,7 @@ use cfdp_testkit::captures::{self as gen, Expect};
 
 #[test]
 fn frames_injected_through_net_ring_get_their_hand_worked_verdicts() {
-    let eal_args = [
-        "--no-huge",
-        "--no-pci",
-        "-m",
-        "256",
-        "--file-prefix",
-        &format!("cfdp-ring-{}", std::process::id()),
-        "-l",
-        "0",
-        "--log-level",
-        "*:warning",
-    ]
-    .map(String::from);
-    let eal = backend::init_eal(&eal_args).expect("EAL");
+    let eal = common::vdev_eal("ring", 256, &[]);
     let (n0, mut inject, mut out0) = eal.ring_port("ring0", 1024).expect("ring0");
     let (n1, _, mut out1) = eal.ring_port("ring1", 1024).expect("ring1");
     let (n2, _, mut out2) = eal.ring_port("ring2", 1024).expect("ring2");

@@ -13,21 +13,8 @@ use cfdp_engine::{
 use cfdp_filter::{Config, Filter};
 use cfdp_packet::LinkType;
 use cfdp_rules::{Action, Allowing, FlowKey, HashSecret};
-use etherparse::PacketBuilder;
-
-fn frame(k: &FlowKey) -> Vec<u8> {
-    let mut out = Vec::new();
-    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4(
-            k.src[..4].try_into().unwrap(),
-            k.dst[..4].try_into().unwrap(),
-            64,
-        )
-        .udp(k.sport, k.dport)
-        .write(&mut out, b"answer")
-        .unwrap();
-    out
-}
+mod common;
+use common::frame;
 
 fn packet(data: &[u8], ts_ns: u64, l4_vouched: bool) -> PacketRef<'_> {
     PacketRef {

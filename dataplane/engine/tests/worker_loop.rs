@@ -11,24 +11,11 @@ use cfdp_engine::{
 };
 use cfdp_filter::{Config, Filter};
 use cfdp_rules::{Action, FlowKey};
-use etherparse::PacketBuilder;
+mod common;
+use common::frame;
 
 fn key(i: u8) -> FlowKey {
     FlowKey::v4([10, 0, 0, i], [10, 0, 1, i], 17, 1000 + u16::from(i), 53)
-}
-
-fn frame(k: &FlowKey) -> Vec<u8> {
-    let mut out = Vec::new();
-    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4(
-            k.src[..4].try_into().unwrap(),
-            k.dst[..4].try_into().unwrap(),
-            64,
-        )
-        .udp(k.sport, k.dport)
-        .write(&mut out, &[0u8; 18])
-        .unwrap();
-    out
 }
 
 /// A data plane with `drop` on key 1, `count` on key 2, and 1 worker.

@@ -265,28 +265,43 @@ pub fn match_burst(
     }
 
     // 3. Multi-field rules (explicit priorities, below every rule above),
-    //    the packets still unmatched as one burst: the compiled layer walks
-    //    them together (`acl::compiled`).
+    //    the packets still unmatched as one burst.
     if t.has_acl() && n > 0 {
-        // Every packet still to classify (a set of only multi-field
-        // rules, no fragment held): the burst as it is, no copies.
-        if (0..n).all(|i| valid[i] && out[i].is_none()) {
-            t.classify_acl_burst(&keys[..n], &mut out[..n]);
-            return;
+        acl_step(t, keys, valid, out);
+    }
+}
+
+/// Step 3 of [`match_burst`]: the burst's packets no flow or prefix rule
+/// took (and not decided otherwise: `valid`) through the multi-field
+/// rules, which the compiled layer walks together (`acl::compiled`).
+fn acl_step(t: &Tables, keys: &[FlowKey], valid: &[bool], out: &mut [Option<RuleRef>]) {
+    let n = keys.len();
+    let mut idx = [0usize; MAX_BURST];
+    let mut m = 0;
+    for i in 0..n {
+        if valid[i] && out[i].is_none() {
+            idx[m] = i;
+            m += 1;
         }
-        let mut left = [keys[0]; MAX_BURST];
-        let mut m = 0;
-        for i in 0..n {
-            if valid[i] && out[i].is_none() {
-                idx[m] = i;
-                left[m] = keys[i];
-                m += 1;
-            }
-        }
-        let mut acl = [None; MAX_BURST];
-        t.classify_acl_burst(&left[..m], &mut acl[..m]);
-        for j in 0..m {
-            out[idx[j]] = acl[j];
-        }
+    }
+    // None left (a burst its connections decided): no copy of the
+    // keys at all.
+    if m == 0 {
+        return;
+    }
+    // Every packet still to classify (a set of only multi-field
+    // rules, no fragment held): the burst as it is, no copies.
+    if m == n {
+        t.classify_acl_burst(&keys[..n], &mut out[..n]);
+        return;
+    }
+    let mut left = [keys[0]; MAX_BURST];
+    for (l, &i) in left.iter_mut().zip(&idx[..m]) {
+        *l = keys[i];
+    }
+    let mut acl = [None; MAX_BURST];
+    t.classify_acl_burst(&left[..m], &mut acl[..m]);
+    for j in 0..m {
+        out[idx[j]] = acl[j];
     }
 }

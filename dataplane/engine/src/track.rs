@@ -25,11 +25,18 @@ pub(crate) enum Decided {
 const ICMP: u8 = 1;
 const ICMPV6: u8 = 58;
 
+/// Whether a packet of 5-tuple `key` has transport facts to read (TCP
+/// and ICMP); any other is keyed by its 5-tuple alone.
+fn has_facts(key: &FlowKey) -> bool {
+    matches!(key.proto, proto::TCP | ICMP | ICMPV6)
+}
+
 /// The packet's transport facts (nothing to read for UDP and the rest).
 fn facts(p: &PacketRef<'_>, key: &FlowKey) -> Transport {
-    match key.proto {
-        proto::TCP | ICMP | ICMPV6 => transport(p.link, p.data),
-        _ => Transport::Other,
+    if has_facts(key) {
+        transport(p.link, p.data)
+    } else {
+        Transport::Other
     }
 }
 
@@ -95,7 +102,7 @@ pub(crate) fn lookup(
     // UDP and every protocol but TCP and ICMP: keyed by the 5-tuple with
     // nothing read beyond it (what `facts` and `keyed` would say), straight
     // to the table — the established UDP packet's path.
-    if !matches!(key.proto, proto::TCP | ICMP | ICMPV6) {
+    if !has_facts(key) {
         return find(key, L4::None, len, ts)
             .and_then(|h| allowing(h.action))
             .map(Decided::Established);

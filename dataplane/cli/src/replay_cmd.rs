@@ -37,6 +37,12 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(cfdp_export::settings::MAX_SAMPLING)))]
     pub ipfix_sampling: u32,
+    /// Export both directions of each tracked connection (stateful rules)
+    /// as one biflow record (RFC 5103 reverse elements: nfdump reads them
+    /// as its out packets and bytes; pmacct 1.7 counts the forward half
+    /// only). Flows no connection tracks stay one record a direction.
+    #[arg(long)]
+    pub ipfix_biflow: bool,
     /// verify: confirm filter positives against the exact rule tables;
     /// filter-only: take the action from the filter (false positives possible).
     #[arg(long, default_value = "verify")]
@@ -94,6 +100,24 @@ fn conntrack_for(
         })
 }
 
+/// The replay's options from its flags: outputs, and the flow export's
+/// collectors (each resolved: exit code 2 for one that does not),
+/// sampling and biflow records.
+fn options(a: &Args, workers: usize) -> Result<ReplayOptions, ExitCode> {
+    Ok(ReplayOptions {
+        out: a.out.clone(),
+        flows_csv: a.flows.clone(),
+        progress: true,
+        ipfix: collectors(&a.ipfix)?,
+        ipfix_sampling: a.ipfix_sampling,
+        ipfix_cache: cfdp_export::CacheSettings {
+            biflow: a.ipfix_biflow,
+            ..cfdp_export::CacheSettings::default()
+        },
+        ..ReplayOptions::new(a.input.clone(), workers)
+    })
+}
+
 pub fn replay(a: Args) -> ExitCode {
     let t = std::time::Instant::now();
     let rules = match read_rules(a.rules.as_deref()) {
@@ -135,17 +159,9 @@ pub fn replay(a: Args) -> ExitCode {
     if let Some(n) = a.trace {
         return crate::trace_cmd::trace_frame(&a.input, n, &store);
     }
-    let ipfix = match collectors(&a.ipfix) {
-        Ok(c) => c,
+    let opts = match options(&a, workers) {
+        Ok(o) => o,
         Err(code) => return code,
-    };
-    let opts = ReplayOptions {
-        out: a.out,
-        flows_csv: a.flows,
-        progress: true,
-        ipfix,
-        ipfix_sampling: a.ipfix_sampling,
-        ..ReplayOptions::new(a.input.clone(), workers)
     };
     match cfdp_pcap::replay(&opts, &cx, &mut |_, _| {}) {
         Ok(mut report) => {

@@ -21,6 +21,7 @@ use std::process::Command;
 
 use cfdp_testkit::captures::{self, write_pcap};
 use cfdp_testkit::child::have;
+use cfdp_testkit::stateful;
 
 // Shared with tests/dpdk.rs, which reads records' times as well.
 #[path = "ipfix/collectors.rs"]
@@ -28,7 +29,8 @@ use cfdp_testkit::child::have;
 mod collectors;
 
 use collectors::{
-    collectors_installed, flows_csv, nfdump_flows, same_flows, Flows, Nfacctd, Nfcapd,
+    collectors_installed, flows_csv, nfdump_flow_records, nfdump_flows, same_flows, Flows, Nfacctd,
+    Nfcapd,
 };
 
 /// The peer, where it is installed: `softflowd -r` on the same capture
@@ -200,6 +202,91 @@ fn nfcapd_reads_back_every_flow_packet_and_byte() {
     }
 }
 
+/// The records of a replay of the stateful conversations through their
+/// stateful rules, exported with `extra` to a fresh
+/// `nfcapd`: the flows nfdump reads (a biflow record split in two), the
+/// replay's CSV, and nfdump's records.
+fn stateful_export(dir: &Path, extra: &[&str]) -> (Flows, Flows, Vec<serde_json::Value>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let pcap = dir.join("stateful.pcap");
+    write_pcap(&pcap, &stateful::stateful_conversations()).unwrap();
+    let rules = dir.join("rules.json");
+    std::fs::write(&rules, stateful::STATEFUL_RULES).unwrap();
+    let csv = dir.join("flows.csv");
+    let nfcapd = Nfcapd::start(dir, "nfcapd");
+    // One worker: with two, a datagram whose later fragments come first
+    // goes where its addresses hash and may be judged before its query,
+    // which the other worker opens (the replay's RSS), a race.
+    let mut args = vec!["--workers", "1", "--rules", rules.to_str().unwrap()];
+    args.extend(["--flows", csv.to_str().unwrap()]);
+    args.extend(extra);
+    replay_to(&pcap, &args, &[nfcapd.port]);
+    let store = nfcapd.store.clone();
+    let summary = nfcapd.stop();
+    assert!(summary.contains("Sequence Errors: 0"), "{summary}");
+    assert!(summary.contains("Bad Packets: 0"), "{summary}");
+    (
+        nfdump_flows(&store),
+        flows_csv(&csv),
+        nfdump_flow_records(&store),
+    )
+}
+
+/// The stateful conversations' answers a biflow record counts: TCP and
+/// UDP frames from outside 10.1.0.0/16 that pass (the rules drop every
+/// other frame from outside), each with its transport header (a later
+/// fragment is keyed by its own frame, ports 0, and is no connection's
+/// answer by its 5-tuple).
+fn stateful_answers() -> u64 {
+    let frames = stateful::stateful_conversations();
+    let answer = |f: &captures::GenFrame| {
+        let d = &f.data;
+        d.len() > 34
+            && d[12..14] == [0x08, 0x00]
+            && matches!(d[23], 6 | 17)
+            && d[26..28] != [10, 1]
+            && u16::from_be_bytes([d[20], d[21]]) & 0x1fff == 0
+            && f.verdict == captures::Expect::Forward
+    };
+    frames.iter().filter(|f| answer(f)).count() as u64
+}
+
+/// Biflow records (`--ipfix-biflow`, `[ipfix] biflow`) as nfdump reads
+/// them: the stateful conversations through their stateful rules. Every
+/// answer of a connection — and nothing else — is counted
+/// in its initiator's record (nfdump's out packets), where one record a
+/// direction counts none so; and either way every flow's packets and bytes
+/// equal the replay's CSV (a biflow record read as two flows), so what
+/// moved into the reverse counts left the answers' own records.
+#[test]
+fn biflow_records_count_answers_with_their_initiator() {
+    if !collectors_installed(&["nfcapd", "nfdump"], "biflow export") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_packets = |records: &[serde_json::Value]| {
+        records
+            .iter()
+            .map(|r| r["out_packets"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let (uni, uni_csv, uni_records) = stateful_export(&dir.path().join("uniflow"), &[]);
+    same_flows("stateful, uniflow", "nfdump", &uni, &uni_csv);
+    let (bi, bi_csv, bi_records) = stateful_export(&dir.path().join("biflow"), &["--ipfix-biflow"]);
+    same_flows("stateful, biflow", "nfdump", &bi, &bi_csv);
+    let answers = stateful_answers();
+    eprintln!(
+        "stateful: uniflow {} records, biflow {} records with {} answers in them",
+        uni_records.len(),
+        bi_records.len(),
+        out_packets(&bi_records)
+    );
+    assert!(answers > 0);
+    assert_eq!(out_packets(&uni_records), 0);
+    assert_eq!(out_packets(&bi_records), answers);
+    assert!(bi_records.len() < uni_records.len());
+}
+
 /// What a collector scaling a 1-in-`n` export of the soak capture by
 /// one worker reads back: for the first frame and every `n`th after it,
 /// `n` packets of its flow and `n` times its bytes.
@@ -338,10 +425,64 @@ fn write_udp_capture(path: &Path, port: u16, messages: &[(u16, Vec<u8>)]) {
     }
 }
 
+/// The messages of four replays' export, caught on a socket of the
+/// test's own (its port returned), each with the port it came from: each
+/// replay's exporter is its own transport session, with its own sequence
+/// numbers. The soak capture twice — every packet, then 1 in 7 (the
+/// sampling options template and its record in the first message) — and
+/// the stateful conversations through their rules as biflow records.
+fn replays_caught(dir: &Path) -> (u16, Vec<(u16, Vec<u8>)>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let rules = dir.join("stateful.json");
+    std::fs::write(&rules, stateful::STATEFUL_RULES).unwrap();
+    let biflow = ["--ipfix-biflow", "--rules", rules.to_str().unwrap()];
+    for (name, frames, sampling, extra) in [
+        ("mixed", captures::mixed(), "1", &[][..]),
+        ("soak", captures::soak(40, 50), "1", &[]),
+        ("soak", captures::soak(40, 50), "7", &[]),
+        ("stateful", stateful::stateful_conversations(), "1", &biflow),
+    ] {
+        let pcap = dir.join(format!("{name}.pcap"));
+        write_pcap(&pcap, &frames).unwrap();
+        let mut args = vec!["--ipfix-sampling", sampling];
+        args.extend(extra);
+        replay_to(&pcap, &args, &[port]);
+    }
+    // The replays are over and their exporters joined: every datagram is
+    // queued on the socket, which the reads below drain.
+    let mut messages = Vec::new();
+    let mut buf = [0u8; 2048];
+    while let Ok((n, from)) = sock.recv_from(&mut buf) {
+        messages.push((from.port(), buf[..n].to_vec()));
+    }
+    (port, messages)
+}
+
+/// `tshark -r file` with `extra`, UDP `port` decoded as IPFIX: its output.
+fn tshark(file: &Path, port: u16, extra: &[&str]) -> String {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args(["-d", &format!("udp.port=={port},cflow")])
+        .args(extra)
+        .output()
+        .expect("run tshark");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Every message of a replay's export, caught on a socket of the test's
 /// own and written to a capture (raw IPv4/UDP), is decoded by `tshark`'s
 /// IPFIX dissector (`cflow`) with no malformed packet and no expert
-/// warning or error. Needs `tshark`; skipped without it unless
+/// warning or error; the sampling rate and the biflow records' reverse
+/// elements by their names. Needs `tshark`; skipped without it unless
 /// `REQUIRE_IPFIX_COLLECTORS` is set.
 #[test]
 fn tshark_decodes_every_message() {
@@ -354,59 +495,11 @@ fn tshark_decodes_every_message() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
-        .unwrap();
-    let port = sock.local_addr().unwrap().port();
-    // The soak capture twice: every packet, then 1 in 7 (the sampling
-    // options template and its record in the first message).
-    for (name, frames, sampling) in [
-        ("mixed", captures::mixed(), "1"),
-        ("soak", captures::soak(40, 50), "1"),
-        ("soak", captures::soak(40, 50), "7"),
-    ] {
-        let pcap = dir.path().join(format!("{name}.pcap"));
-        write_pcap(&pcap, &frames).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_cfdp"))
-            .arg("replay")
-            .arg(&pcap)
-            .args(["--ipfix", &format!("127.0.0.1:{port}")])
-            .args(["--ipfix-sampling", sampling])
-            .output()
-            .expect("run cfdp replay");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    // The replays are over and their exporters joined: every datagram is
-    // queued on the socket, which the reads below drain.
-    // Each datagram with the port it came from: each replay's exporter is
-    // its own transport session, with its own sequence numbers.
-    let mut messages = Vec::new();
-    let mut buf = [0u8; 2048];
-    while let Ok((n, from)) = sock.recv_from(&mut buf) {
-        messages.push((from.port(), buf[..n].to_vec()));
-    }
+    let (port, messages) = replays_caught(dir.path());
     assert!(messages.len() >= 6, "{} messages", messages.len());
     let file = dir.path().join("ipfix.pcap");
     write_udp_capture(&file, port, &messages);
-    let decode = |extra: &[&str]| {
-        let out = Command::new("tshark")
-            .arg("-r")
-            .arg(&file)
-            .args(["-d", &format!("udp.port=={port},cflow")])
-            .args(extra)
-            .output()
-            .expect("run tshark");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let decode = |extra: &[&str]| tshark(&file, port, extra);
     // One IPFIX version field a message: every one decoded as IPFIX.
     let versions = decode(&["-T", "fields", "-e", "cflow.version"]);
     assert_eq!(
@@ -428,11 +521,33 @@ fn tshark_decodes_every_message() {
         "cflow.sampling_interval",
     ]);
     assert_eq!(rate.trim(), "7\t1\t6", "{rate}");
+    // The stateful replay's biflow records: each names its source the
+    // initiator (1), with its answers' counts as reverse elements (the
+    // dissector labels them "Reverse Type 2 PKTS", "Reverse Type 1 BYTES").
+    let directions = decode(&["-T", "fields", "-e", "cflow.biflow_direction"]);
+    let values: Vec<&str> = directions
+        .split([',', '\n'])
+        .filter(|v| !v.trim().is_empty())
+        .collect();
+    assert!(
+        !values.is_empty() && values.iter().all(|v| v.trim() == "1"),
+        "{directions}"
+    );
+    let reverse = decode(&["-V", "-Y", "cflow.biflow_direction"]);
+    assert_eq!(
+        reverse.matches("(Reverse Type 2 PKTS)").count(),
+        values.len(),
+        "{reverse}"
+    );
     let verbose = decode(&["-V"]);
     for bad in ["Malformed", "Expert Info", "Exception"] {
         assert!(!verbose.contains(bad), "tshark: {bad} in\n{verbose}");
     }
-    eprintln!("tshark decoded {} messages, no error", messages.len());
+    eprintln!(
+        "tshark decoded {} messages, no error; {} biflow records",
+        messages.len(),
+        values.len()
+    );
 }
 
 /// An `--ipfix` collector that is not `HOST:PORT` is refused before the

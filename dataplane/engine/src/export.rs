@@ -5,7 +5,7 @@
 //! handed to the exporter's thread without waiting.
 
 use cfdp_conntrack::state::tcp::{FIN, RST};
-use cfdp_export::cache::{Observed, Place};
+use cfdp_export::cache::{Close, Observed, Place};
 use cfdp_export::{CacheSettings, EndReason, ExportSender, FlowCache, Forwarding};
 use cfdp_packet::prefetch::prefetch_read;
 use cfdp_packet::{transport, Transport};
@@ -19,6 +19,15 @@ use crate::frame::{PacketRef, Verdict};
 const SEND_BATCH: usize = 64;
 /// …or once the first of them has waited this long in packet time.
 const SEND_WAIT_NS: u64 = 100_000_000;
+
+/// What a TCP segment's flags say of its flow's end.
+fn tcp_close(p: &PacketRef<'_>) -> Close {
+    match transport(p.link, p.data) {
+        Transport::Tcp(seg) if seg.flags & RST != 0 => Close::Reset,
+        Transport::Tcp(seg) if seg.flags & FIN != 0 => Close::Fin,
+        _ => Close::No,
+    }
+}
 
 /// A worker's export options: its cache's bounds and timeouts, and the
 /// exporter it sends to.
@@ -103,15 +112,27 @@ impl ExportState {
     /// what the cache finished to the exporter. A held fragment's verdict
     /// here is the drop of its original (its copy goes out later, with
     /// its datagram's verdict): its flow's status may say dropped.
-    pub(crate) fn after_burst(&mut self, pkts: &[PacketRef<'_>], verdicts: &[Verdict]) {
+    /// `answers`: a bit for each frame that answers its connection's
+    /// opener by the reversed 5-tuple, `matched` each frame's matched
+    /// 5-tuple: an answer whose own 5-tuple is the one matched is counted
+    /// in the opener's record when the cache makes biflow records (a later
+    /// fragment, matched by its datagram's ports, keeps a record of its
+    /// own, as `cfdp replay --flows` counts it).
+    pub(crate) fn after_burst(
+        &mut self,
+        pkts: &[PacketRef<'_>],
+        verdicts: &[Verdict],
+        answers: u32,
+        matched: &[FlowKey],
+    ) {
         for &(i, at, key, len) in &self.noted {
-            // A TCP segment with FIN or RST ends its flow's record (read
-            // again here: the fast decode keeps no flags).
-            let ends = key.proto == cfdp_rules::proto::TCP
-                && matches!(
-                    transport(pkts[i].link, pkts[i].data),
-                    Transport::Tcp(seg) if seg.flags & (FIN | RST) != 0
-                );
+            // A TCP segment's FIN or RST (read again here: the fast decode
+            // keeps no flags).
+            let close = if key.proto == cfdp_rules::proto::TCP {
+                tcp_close(&pkts[i])
+            } else {
+                Close::No
+            };
             self.cache.observe_at(
                 at,
                 &Observed {
@@ -124,7 +145,8 @@ impl ExportState {
                         Verdict::Redirect(_) => Forwarding::Redirected,
                         Verdict::Drop => Forwarding::Dropped,
                     },
-                    ends,
+                    close,
+                    reply: answers >> i & 1 != 0 && matched[i] == key,
                 },
             );
         }
@@ -138,6 +160,12 @@ impl ExportState {
         if waiting >= SEND_BATCH || now.saturating_sub(since) >= SEND_WAIT_NS {
             self.send();
         }
+    }
+
+    /// Whether the cache makes biflow records (the worker then says which
+    /// frames are answers).
+    pub(crate) fn biflow(&self) -> bool {
+        self.cache.biflow()
     }
 
     /// The cache's flows and table bytes.
@@ -236,14 +264,14 @@ mod tests {
         for (i, p) in pkts[..2].iter().enumerate() {
             s.note(i, key, p.orig_len);
         }
-        s.after_burst(&pkts[..2], &verdicts);
+        s.after_burst(&pkts[..2], &verdicts, 0, &[]);
         assert!(s.cache.is_empty(), "the FIN's flow is still cached");
         // Then the ACK after it starts a record, the RST ends it, and the
         // last segment starts a third, sent at the end of the run.
         for (i, p) in pkts[2..].iter().enumerate() {
             s.note(i, key, p.orig_len);
         }
-        s.after_burst(&pkts[2..], &verdicts);
+        s.after_burst(&pkts[2..], &verdicts, 0, &[]);
         assert_eq!(s.cache.len(), 1);
         s.finish();
         drop(s);
@@ -280,7 +308,7 @@ mod tests {
                 }
             }
             s.burst_done(part.len(), next);
-            s.after_burst(&pkts[part.clone()], &verdicts[part]);
+            s.after_burst(&pkts[part.clone()], &verdicts[part], 0, &[]);
         }
         s.cache.flush(EndReason::Forced);
         let r = s.cache.take();

@@ -119,6 +119,18 @@ impl Judge<'_> {
         }
     }
 
+    /// The first `n` packets of the burst just judged that answer their
+    /// connection's opener by the reversed 5-tuple, a bit each (flow
+    /// export's biflow records).
+    pub(crate) fn answers(&self, n: usize) -> u32 {
+        const _: () = assert!(MAX_BURST <= 32, "a bit a packet");
+        self.decided[..n]
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| matches!(d, Some(Decided::Established(_, true))))
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
     /// The held fragments whose first fragment came in the burst just
     /// judged (with its index), out with its decision — its connection's,
     /// or its rule's: one verdict for a whole datagram (the Linux lab's
@@ -145,7 +157,7 @@ impl Judge<'_> {
     /// counted so, and the connection's action.
     pub(crate) fn connection(&mut self, d: Decided) -> Verdict {
         let a = match d {
-            Decided::Established(a) => {
+            Decided::Established(a, _) => {
                 self.c.ct_established += 1;
                 a
             }

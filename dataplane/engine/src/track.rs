@@ -7,7 +7,7 @@
 //! TCP and ICMP packets only.
 
 use cfdp_conntrack::table::{Probe, L4};
-use cfdp_conntrack::{ConnTable, OpenError};
+use cfdp_conntrack::{ConnTable, Dir, Hit, OpenError};
 use cfdp_packet::{transport, Transport};
 use cfdp_rules::{proto, Action, Allowing, FlowKey};
 
@@ -16,8 +16,11 @@ use crate::frame::PacketRef;
 /// What a connection decided for a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Decided {
-    /// A packet of the connection, either way.
-    Established(Allowing),
+    /// A packet of the connection, either way; `answer`: its 5-tuple is
+    /// the reverse of the one that opened the connection (a TCP or UDP
+    /// answer; an echo's reply is keyed by its identifier, not so), which
+    /// flow export's biflow records count as the answers' direction.
+    Established(Allowing, bool),
     /// An ICMP error about the connection.
     Related(Allowing),
 }
@@ -99,13 +102,14 @@ pub(crate) fn lookup(
     }
     let (ts, len) = (p.ts_ns, p.orig_len);
     let allowing = |a: Action| a.tracked();
+    let established = |h: Hit, by_tuple: bool| {
+        allowing(h.action).map(|a| Decided::Established(a, by_tuple && h.dir == Dir::Reply))
+    };
     // UDP and every protocol but TCP and ICMP: keyed by the 5-tuple with
     // nothing read beyond it (what `facts` and `keyed` would say), straight
     // to the table — the established UDP packet's path.
     if !has_facts(key) {
-        return find(key, L4::None, len, ts)
-            .and_then(|h| allowing(h.action))
-            .map(Decided::Established);
+        return find(key, L4::None, len, ts).and_then(|h| established(h, true));
     }
     match facts(p, key) {
         // Related only when the error goes to the host that sent what it
@@ -123,8 +127,7 @@ pub(crate) fn lookup(
             } else {
                 find(&k, l4, len, ts)
             };
-            hit.and_then(|h| allowing(h.action))
-                .map(Decided::Established)
+            hit.and_then(|h| established(h, matches!(l4, L4::Tcp(_))))
         }
     }
 }

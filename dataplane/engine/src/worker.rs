@@ -126,9 +126,10 @@ fn export_burst(
     local: &mut LocalCounters,
     pkts: &[PacketRef<'_>],
     verdicts: &[Verdict],
+    (answers, matched): (u32, &[FlowKey]),
 ) {
     if let Some(x) = export {
-        x.after_burst(pkts, verdicts);
+        x.after_burst(pkts, verdicts, answers, matched);
         local.totals.export_early = x.early();
     }
 }
@@ -407,7 +408,12 @@ impl Worker {
         judge.release(&mut self.releasing, &mut self.released, &s.rules[..n]);
         judge.flush();
         judge.c.bursts += 1;
-        export_burst(&mut self.export, &mut self.local, pkts, verdicts);
+        let answers = match &self.export {
+            Some(x) if x.biflow() => judge.answers(n),
+            _ => 0,
+        };
+        let answered = (answers, &s.keys[..n]);
+        export_burst(&mut self.export, &mut self.local, pkts, verdicts, answered);
         self.laps.lap(Stage::Act);
         shared.counters.publish(&self.local);
         self.histogram

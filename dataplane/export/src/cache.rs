@@ -35,7 +35,7 @@ use crate::record::{EndReason, FlowRecord, Forwarding};
 
 mod way;
 
-use way::{forwarding_bits, Way, FWD_SHIFT};
+use way::{forwarding_bits, Rev, Way, BIFLOW, FIN_FWD, FIN_REV, FWD_SHIFT};
 
 /// A cache's bounds and timeouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +51,12 @@ pub struct CacheSettings {
     /// (`flowEndReason` active timeout), so that long flows are reported
     /// while they last.
     pub active_ns: u64,
+    /// Biflow records (RFC 5103): an answer of a tracked connection
+    /// ([`Observed::reply`]) is counted in the reverse direction of its
+    /// initiator's record, not in a record of its own. Costs 16 bytes a
+    /// record beside its line (the answers' counts), and a key's set is
+    /// chosen by a hash that is the same both ways.
+    pub biflow: bool,
 }
 
 impl Default for CacheSettings {
@@ -61,6 +67,7 @@ impl Default for CacheSettings {
             capacity: 1 << 16,
             idle_ns: 15_000_000_000,
             active_ns: 1_800_000_000_000,
+            biflow: false,
         }
     }
 }
@@ -81,8 +88,24 @@ pub struct Observed {
     pub len: u32,
     pub port: u16,
     pub forwarding: Forwarding,
-    /// A TCP segment with FIN or RST: the flow's record ends with it.
-    pub ends: bool,
+    /// A TCP segment's FIN or RST: a uniflow record ends with either, a
+    /// biflow record at a RST or once both sides have sent a FIN.
+    pub close: Close,
+    /// An answer of a tracked connection (its 5-tuple is the reverse of
+    /// the one the connection was opened by): with [`CacheSettings::biflow`],
+    /// counted in the reverse direction of the initiator's record.
+    pub reply: bool,
+}
+
+/// What a packet's TCP flags say of its flow's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Close {
+    /// Nothing (not TCP, or neither flag).
+    No,
+    /// FIN: this side is done sending.
+    Fin,
+    /// RST: the connection is gone.
+    Reset,
 }
 
 /// A key's set in a [`FlowCache`] ([`FlowCache::place`]).
@@ -96,6 +119,9 @@ type Set = [Way; WAYS];
 #[derive(Debug)]
 pub struct FlowCache {
     sets: Box<[Set]>,
+    /// The answers' counts of each way (biflow caches; empty otherwise).
+    rev: Box<[[Rev; WAYS]]>,
+    biflow: bool,
     /// The 5-tuple hash's seeds, random per cache: nobody can choose
     /// addresses that crowd one set.
     seeds: [u64; 5],
@@ -123,6 +149,35 @@ fn ms(ns: u64) -> u64 {
     ns / 1_000_000
 }
 
+/// The answers' counts a record starts with: packet `p`'s, if it is one
+/// (`reply`).
+fn started(p: &Observed, reply: bool) -> Rev {
+    if reply {
+        Rev {
+            bytes: u64::from(p.len),
+            packets: 1,
+        }
+    } else {
+        Rev::default()
+    }
+}
+
+/// Marks `close` on record `w` (a packet of it just counted; `reply`: from
+/// the responder) and says whether the record ends with it: at a RST; at a
+/// FIN of a uniflow record; of a biflow record, once both sides' FINs are
+/// in (the FIN of one side of a connection that goes on answering does not
+/// cut its record in two).
+fn closes(w: &mut Way, close: Close, reply: bool) -> bool {
+    match close {
+        Close::No => false,
+        Close::Reset => true,
+        Close::Fin => {
+            w.flags |= if reply { FIN_REV } else { FIN_FWD };
+            w.flags & BIFLOW == 0 || w.flags & (FIN_FWD | FIN_REV) == FIN_FWD | FIN_REV
+        }
+    }
+}
+
 impl FlowCache {
     pub fn new(settings: CacheSettings) -> Self {
         let sets = settings.capacity.max(1).div_ceil(WAYS);
@@ -130,8 +185,11 @@ impl FlowCache {
         // per process and per `RandomState`).
         let rs = std::collections::hash_map::RandomState::new();
         let seeds = std::array::from_fn(|i| rs.hash_one(i) | 1);
+        let rev = if settings.biflow { sets } else { 0 };
         FlowCache {
             sets: vec![[Way::default(); WAYS]; sets].into_boxed_slice(),
+            rev: vec![[Rev::default(); WAYS]; rev].into_boxed_slice(),
+            biflow: settings.biflow,
             seeds,
             idle_ms: ms(settings.idle_ns),
             active_ms: ms(settings.active_ns).min(u64::from(u32::MAX)),
@@ -157,9 +215,15 @@ impl FlowCache {
         self.sets.len() * WAYS
     }
 
-    /// The table's bytes (allocated whole at the start).
+    /// The table's bytes (allocated whole at the start), the answers'
+    /// counts of a biflow cache with them.
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.sets)
+        std::mem::size_of_val(&*self.sets) + std::mem::size_of_val(&*self.rev)
+    }
+
+    /// Whether it makes biflow records ([`CacheSettings::biflow`]).
+    pub fn biflow(&self) -> bool {
+        self.biflow
     }
 
     /// Records finished early so far because their set was full.
@@ -172,15 +236,18 @@ impl FlowCache {
     /// as they are (three folded multiplies with random seeds, as the
     /// connection table's does): the `rapidhash` crate's API takes bytes,
     /// and this skips laying the 38-byte key out as bytes first (not
-    /// measured against it).
+    /// measured against it). A biflow cache orders the two ends first, so
+    /// that a key and its reply share a set (an answer's record is its
+    /// initiator's, found where the answer's own key was prefetched).
     #[inline]
     fn set_of(&self, k: &FlowKey) -> usize {
-        let s = u128::from_ne_bytes(k.src);
-        let d = u128::from_ne_bytes(k.dst);
-        let rest = u64::from(k.sport)
-            | u64::from(k.dport) << 16
-            | u64::from(k.proto) << 32
-            | u64::from(k.v6) << 40;
+        let (mut s, mut d) = (u128::from_ne_bytes(k.src), u128::from_ne_bytes(k.dst));
+        let (mut sp, mut dp) = (k.sport, k.dport);
+        if self.biflow && (d, dp) < (s, sp) {
+            (s, d, sp, dp) = (d, s, dp, sp);
+        }
+        let rest =
+            u64::from(sp) | u64::from(dp) << 16 | u64::from(k.proto) << 32 | u64::from(k.v6) << 40;
         let z = &self.seeds;
         let a = mix(s as u64 ^ z[0], (s >> 64) as u64 ^ z[1]);
         let b = mix(d as u64 ^ z[2], (d >> 64) as u64 ^ z[3]);
@@ -211,67 +278,119 @@ impl FlowCache {
     /// for `p.key` (another key's place would file the record in the
     /// wrong set, where its flow's later packets would not find it).
     pub fn observe_at(&mut self, at: Place, p: &Observed) {
-        debug_assert_eq!(at.0, self.set_of(&p.key), "a place of another key");
+        // An answer of a tracked connection counts in its initiator's
+        // record (a biflow cache: the same set either way).
+        let reply = self.biflow && p.reply;
+        let key = if reply { p.key.reply() } else { p.key };
+        debug_assert_eq!(at.0, self.set_of(&key), "a place of another key");
         let now = ms(p.ts_ns);
         self.sweep_if_due(now);
         let set = at.0;
-        let ways = &mut self.sets[set];
-        if let Some(w) = ways.iter_mut().find(|w| w.holds(&p.key)) {
-            let age = now.saturating_sub(w.first_ms);
-            // A record past a timeout the sweep has not reached yet ends
-            // here, as the sweep would have ended it.
-            let end = if now.saturating_sub(w.last()) >= self.idle_ms {
-                Some(EndReason::Idle)
-            } else if age >= self.active_ms || w.packets == u32::MAX {
-                Some(EndReason::Active)
-            } else {
-                None
-            };
-            if let Some(end) = end {
-                self.done.push(w.record(end));
-                *w = Way::new(p, now);
-            } else {
-                w.packets += 1;
-                w.bytes += u64::from(p.len);
-                // `age` < `active_ms` ≤ u32::MAX.
-                w.last_ms = w.last_ms.max(age as u32);
-                w.flags = w.flags & !(3 << FWD_SHIFT) | forwarding_bits(p.forwarding);
-            }
-            if p.ends {
-                self.done.push(w.record(EndReason::EndOfFlow));
-                *w = Way::default();
-                self.len -= 1;
-            }
+        if let Some(j) = self.sets[set].iter().position(|w| w.holds(&key)) {
+            self.add(set, j, p, reply, now);
             return;
         }
-        if p.ends {
-            self.done
-                .push(Way::new(p, now).record(EndReason::EndOfFlow));
+        let (mut way, rev) = (Way::new(p, &key, reply, now), started(p, reply));
+        if closes(&mut way, p.close, reply) {
+            // Over with its first packet: sent at once, no record kept.
+            self.done.push(way.record(Some(&rev), EndReason::EndOfFlow));
             return;
         }
         // The place a new record takes: a free way, or else the way with
         // the oldest last packet.
-        let w = match ways.iter_mut().find(|w| !w.used()) {
-            Some(w) => {
+        let j = match self.sets[set].iter().position(|w| !w.used()) {
+            Some(j) => {
                 self.len += 1;
-                w
+                j
             }
             None => {
-                let w = ways.iter_mut().min_by_key(|w| w.last()).expect("WAYS > 0");
-                self.done.push(w.record(EndReason::LackOfResources));
+                let ways = &self.sets[set];
+                let j = (0..WAYS).min_by_key(|&j| ways[j].last()).expect("WAYS > 0");
+                self.finish(set, j, EndReason::LackOfResources);
+                self.len += 1;
                 self.early += 1;
-                w
+                j
             }
         };
-        *w = Way::new(p, now);
+        self.sets[set][j] = way;
+        // The answers' counts are read only under [`BIFLOW`]: written
+        // when an answer starts the record (a new flow's miss is one line,
+        // not two).
+        if reply {
+            self.rev[set][j] = rev;
+        }
+    }
+
+    /// Packet `p` into the record at way `j` of `set`, which holds its
+    /// flow (`reply`: into the answers' counts); a record past a timeout
+    /// the sweep has not reached yet ends first, as the sweep would have
+    /// ended it, and the packet starts the next.
+    fn add(&mut self, set: usize, j: usize, p: &Observed, reply: bool, now: u64) {
+        let w = &mut self.sets[set][j];
+        let mut spare = Rev::default();
+        let rev = self.rev.get_mut(set).map_or(&mut spare, |r| &mut r[j]);
+        let age = now.saturating_sub(w.first_ms);
+        // The answers' counts are read only under [`BIFLOW`] (a uniflow
+        // record's packet does not touch their line).
+        let biflow = w.flags & BIFLOW != 0;
+        let end = if now.saturating_sub(w.last()) >= self.idle_ms {
+            Some(EndReason::Idle)
+        } else if age >= self.active_ms
+            || w.packets == u32::MAX
+            || biflow && rev.packets == u32::MAX
+        {
+            Some(EndReason::Active)
+        } else {
+            None
+        };
+        if let Some(end) = end {
+            self.done.push(w.record(Some(rev), end));
+            *w = Way::new(p, &w.key(), reply, now);
+            if reply {
+                *rev = started(p, reply);
+            }
+        } else {
+            if reply {
+                // The record's first answer: its counts start from nothing
+                // (a record before it in this way may have left some).
+                if !biflow {
+                    *rev = Rev::default();
+                }
+                rev.packets += 1;
+                rev.bytes += u64::from(p.len);
+                w.flags |= BIFLOW;
+            } else {
+                w.packets += 1;
+                w.bytes += u64::from(p.len);
+            }
+            // `age` < `active_ms` ≤ u32::MAX.
+            w.last_ms = w.last_ms.max(age as u32);
+            w.flags = w.flags & !(3 << FWD_SHIFT) | forwarding_bits(p.forwarding);
+        }
+        if closes(w, p.close, reply) {
+            self.finish(set, j, EndReason::EndOfFlow);
+        }
+    }
+
+    /// The record at way `j` of `set` finished for `end`, its place freed.
+    fn finish(&mut self, set: usize, j: usize, end: EndReason) {
+        let rev = self.rev.get(set).map(|r| &r[j]);
+        let w = &mut self.sets[set][j];
+        self.done.push(w.record(rev, end));
+        *w = Way::default();
+        self.len -= 1;
     }
 
     /// Finishes the records of sets `range` that are idle or active too
     /// long at `now` (ms).
     fn sweep_sets(&mut self, range: std::ops::Range<usize>, now: u64) {
         let (idle, active) = (self.idle_ms, self.active_ms);
-        for set in &mut self.sets[range] {
-            for w in set.iter_mut().filter(|w| w.used()) {
+        for set in range {
+            for j in 0..WAYS {
+                let w = &self.sets[set][j];
+                if !w.used() {
+                    continue;
+                }
                 let end = if now.saturating_sub(w.last()) >= idle {
                     EndReason::Idle
                 } else if now.saturating_sub(w.first_ms) >= active {
@@ -279,9 +398,7 @@ impl FlowCache {
                 } else {
                     continue;
                 };
-                self.done.push(w.record(end));
-                *w = Way::default();
-                self.len -= 1;
+                self.finish(set, j, end);
             }
         }
     }
@@ -326,13 +443,13 @@ impl FlowCache {
     /// Every record finished now, with `reason` (the end of a capture, a
     /// shutdown: forced end).
     pub fn flush(&mut self, reason: EndReason) {
-        for set in &mut self.sets {
-            for w in set.iter_mut().filter(|w| w.used()) {
-                self.done.push(w.record(reason));
-                *w = Way::default();
+        for set in 0..self.sets.len() {
+            for j in 0..WAYS {
+                if self.sets[set][j].used() {
+                    self.finish(set, j, reason);
+                }
             }
         }
-        self.len = 0;
     }
 
     /// Records finished and not yet taken.
@@ -351,6 +468,7 @@ impl FlowCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Counts;
     use std::net::Ipv4Addr;
 
     fn key(i: u32) -> FlowKey {
@@ -370,7 +488,8 @@ mod tests {
             len: 100,
             port: 1,
             forwarding: Forwarding::Forwarded,
-            ends: false,
+            close: Close::No,
+            reply: false,
         }
     }
 
@@ -381,6 +500,7 @@ mod tests {
             capacity: 64,
             idle_ns: 15 * S,
             active_ns: 60 * S,
+            biflow: false,
         }
     }
 
@@ -532,7 +652,7 @@ mod tests {
         let mut c = FlowCache::new(settings());
         c.observe(&packet(1, S));
         c.observe(&Observed {
-            ends: true,
+            close: Close::Fin,
             ..packet(1, 2 * S)
         });
         let r = c.take();
@@ -541,5 +661,113 @@ mod tests {
             (1, 2, EndReason::EndOfFlow)
         );
         assert!(c.is_empty());
+    }
+
+    fn biflow() -> FlowCache {
+        FlowCache::new(CacheSettings {
+            biflow: true,
+            ..settings()
+        })
+    }
+
+    /// Packet `i`'s answer (flow `i` the other way), `len` bytes.
+    fn answer(i: u32, ts_ns: u64, len: u32) -> Observed {
+        let p = packet(i, ts_ns);
+        Observed {
+            key: p.key.reply(),
+            len,
+            reply: true,
+            ..p
+        }
+    }
+
+    /// With biflow records, a connection's answers count in the reverse
+    /// direction of its initiator's record; without, each direction is a
+    /// record of its own.
+    #[test]
+    fn answers_count_in_the_initiators_record() {
+        for (mut c, biflow) in [(biflow(), true), (FlowCache::new(settings()), false)] {
+            c.observe(&packet(1, S));
+            c.observe(&answer(1, 2 * S, 40));
+            c.observe(&answer(1, 3 * S, 60));
+            c.observe(&packet(1, 4 * S));
+            c.flush(EndReason::Forced);
+            let mut r = c.take();
+            r.sort_by_key(|r| r.key.src);
+            if biflow {
+                assert_eq!(r.len(), 1);
+                assert_eq!((r[0].key, r[0].packets, r[0].bytes), (key(1), 2, 200));
+                assert_eq!(
+                    r[0].reverse,
+                    Some(Counts {
+                        packets: 2,
+                        bytes: 100
+                    })
+                );
+                assert_eq!((r[0].first_ns, r[0].last_ns), (S, 4 * S));
+            } else {
+                assert_eq!(r.len(), 2);
+                assert_eq!((r[0].key, r[0].packets, r[0].reverse), (key(1), 2, None));
+                assert_eq!(
+                    (r[1].key, r[1].packets, r[1].bytes),
+                    (key(1).reply(), 2, 100)
+                );
+            }
+        }
+    }
+
+    /// An answer whose initiator's record is gone (ended, or never seen on
+    /// this worker) starts that record, with no packet of its own.
+    #[test]
+    fn an_answer_first_starts_its_initiators_record() {
+        let mut c = biflow();
+        c.observe(&answer(1, S, 40));
+        c.flush(EndReason::Forced);
+        let r = c.take();
+        assert_eq!((r.len(), r[0].key, r[0].packets), (1, key(1), 0));
+        assert_eq!(r[0].reverse.map(|r| r.packets), Some(1));
+    }
+
+    /// A FIN ends a biflow record only once both sides have sent one; a
+    /// RST at once. A record that never saw an answer stays uniflow, and
+    /// its FIN ends it.
+    #[test]
+    fn a_biflow_record_ends_at_both_fins_or_a_reset() {
+        let mut c = biflow();
+        let fin = |p: Observed| Observed {
+            close: Close::Fin,
+            ..p
+        };
+        c.observe(&packet(1, S));
+        c.observe(&answer(1, 2 * S, 40));
+        c.observe(&fin(packet(1, 3 * S)));
+        c.observe(&answer(1, 4 * S, 40));
+        assert!(c.take().is_empty(), "one side's FIN");
+        c.observe(&fin(answer(1, 5 * S, 40)));
+        let r = c.take();
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].end, r[0].packets, r[0].reverse.map(|r| r.packets)),
+            (EndReason::EndOfFlow, 2, Some(3))
+        );
+        c.observe(&packet(2, S));
+        c.observe(&answer(2, 2 * S, 40));
+        c.observe(&Observed {
+            close: Close::Reset,
+            ..answer(2, 3 * S, 40)
+        });
+        let r = c.take();
+        assert_eq!((r.len(), r[0].end), (1, EndReason::EndOfFlow));
+        c.observe(&packet(3, S));
+        c.observe(&fin(packet(3, 2 * S)));
+        let r = c.take();
+        assert_eq!((r.len(), r[0].packets, r[0].reverse), (1, 2, None));
+        assert!(c.is_empty());
+    }
+
+    /// A biflow cache keeps the answers' counts beside each line.
+    #[test]
+    fn a_biflow_record_is_80_bytes() {
+        assert_eq!(biflow().memory_bytes(), 64 * 80);
     }
 }

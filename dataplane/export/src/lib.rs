@@ -23,7 +23,7 @@ pub mod ipfix;
 pub mod record;
 pub mod settings;
 
-pub use cache::{CacheSettings, FlowCache, Observed};
+pub use cache::{CacheSettings, Close, FlowCache, Observed};
 pub use exporter::{ExportCounters, ExportSender, ExportTotals, Exporter, ExporterError};
-pub use record::{EndReason, FlowRecord, Forwarding};
+pub use record::{Counts, EndReason, FlowRecord, Forwarding};
 pub use settings::IpfixSection;

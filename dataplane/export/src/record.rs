@@ -59,12 +59,25 @@ impl EndReason {
     }
 }
 
+/// Packets and bytes of one direction of a biflow record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
 /// A flow's record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowRecord {
+    /// The flow's 5-tuple; of a biflow record, the initiator's (the
+    /// direction its connection was opened in).
     pub key: FlowKey,
     pub packets: u64,
     pub bytes: u64,
+    /// A biflow record (RFC 5103; `[ipfix] biflow`): the packets and
+    /// bytes of the answers, those of `key.reply()`. `None`: a uniflow
+    /// record (no answer was counted in it).
+    pub reverse: Option<Counts>,
     /// First and last packet times, ns since the Unix epoch (a capture's
     /// own timestamps in a replay).
     pub first_ns: u64,

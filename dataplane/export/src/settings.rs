@@ -30,6 +30,13 @@ pub struct IpfixSection {
     /// options template. Records count the packets taken; a collector
     /// scales them by the rate.
     pub sampling: u32,
+    /// Both directions of a tracked connection (stateful rules) in one
+    /// biflow record (RFC 5103: the answers' packets and bytes as reverse
+    /// elements), instead of a record a direction. For collectors that
+    /// read reverse elements (nfdump does; pmacct 1.7 counts the forward
+    /// half only). Flows no connection tracks are uniflow records either
+    /// way.
+    pub biflow: bool,
 }
 
 impl Default for IpfixSection {
@@ -42,6 +49,7 @@ impl Default for IpfixSection {
             active_timeout_s: c.active_ns / 1_000_000_000,
             cache_flows: c.capacity,
             sampling: 1,
+            biflow: c.biflow,
         }
     }
 }
@@ -132,6 +140,7 @@ impl IpfixSection {
             capacity: self.cache_flows,
             idle_ns: self.idle_timeout_s.saturating_mul(1_000_000_000),
             active_ns: self.active_timeout_s.saturating_mul(1_000_000_000),
+            biflow: self.biflow,
         };
         Ok((collectors, cache))
     }
@@ -150,6 +159,14 @@ mod tests {
         let (c, cache) = ok.resolve().unwrap();
         assert_eq!(c, vec!["127.0.0.1:4739".parse().unwrap()]);
         assert_eq!(cache, CacheSettings::default());
+        let biflow = IpfixSection {
+            biflow: true,
+            ..ok.clone()
+        };
+        assert!(
+            biflow.resolve().unwrap().1.biflow,
+            "biflow reaches the caches"
+        );
         let key = |s: IpfixSection| s.resolve().unwrap_err().key;
         assert_eq!(
             key(IpfixSection {

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use cfdp_export::{EndReason, Exporter, FlowRecord, Forwarding};
+use cfdp_export::{Counts, EndReason, Exporter, FlowRecord, Forwarding};
 use cfdp_rules::FlowKey;
 
 /// A decoded data record: information element → bytes.
@@ -33,13 +33,21 @@ fn decode(msg: &[u8], templates: &mut HashMap<u16, Vec<(u16, u16)>>) -> (u32, Ve
             while t + 4 <= body.len() {
                 let (tid, n) = (be16(&body[t..]), usize::from(be16(&body[t + 2..])));
                 let mut f = Vec::new();
-                for i in 0..n {
-                    let e = &body[t + 4 + 4 * i..];
-                    assert_eq!(be16(e) & 0x8000, 0, "no enterprise elements");
-                    f.push((be16(e), be16(&e[2..])));
+                let mut e = t + 4;
+                for _ in 0..n {
+                    // An enterprise element (its id's top bit) is followed
+                    // by its PEN: RFC 5103's reverse elements only.
+                    let (ie, l) = (be16(&body[e..]), be16(&body[e + 2..]));
+                    e += 4;
+                    if ie & 0x8000 != 0 {
+                        let pen = u32::from_be_bytes(body[e..e + 4].try_into().unwrap());
+                        assert_eq!(pen, 29305, "reverse elements' PEN");
+                        e += 4;
+                    }
+                    f.push((ie, l));
                 }
                 templates.insert(tid, f);
-                t += 4 + 4 * n;
+                t = e;
             }
         } else {
             let t = templates.get(&id).expect("a data set after its template");
@@ -82,6 +90,11 @@ fn record(i: u32, v6: bool) -> FlowRecord {
         key,
         packets: u64::from(i) + 1,
         bytes: 100 * (u64::from(i) + 1),
+        // Every fourth a biflow record, its answers counted apart.
+        reverse: i.is_multiple_of(4).then_some(Counts {
+            packets: u64::from(i) + 7,
+            bytes: 60 * u64::from(i) + 5,
+        }),
         first_ns: 1_700_000_000_000_000_000 + u64::from(i) * 1_000_000,
         last_ns: 1_700_000_001_000_000_000,
         port: 3,
@@ -142,6 +155,12 @@ fn records_reach_a_udp_collector_whole() {
         assert_eq!(be(&f[&10]), 3);
         assert_eq!(be(&f[&89]), u64::from(r.forwarding.ipfix()));
         assert_eq!(be(&f[&136]), 1);
+        // reversePacketDeltaCount, reverseOctetDeltaCount, biflowDirection.
+        let answers = r.reverse.map(|c| (c.packets, c.bytes, 1));
+        let read = f
+            .get(&0x8002)
+            .map(|p| (be(p), be(&f[&0x8001]), be(&f[&239])));
+        assert_eq!(read, answers, "{r:?}");
         seen += 1;
     }
     assert_eq!(seen, 100);

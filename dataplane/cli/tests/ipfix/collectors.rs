@@ -54,7 +54,7 @@ pub(super) fn same_flows(name: &str, collector: &str, theirs: &Flows, csv: &Flow
 }
 
 /// The flow records `nfdump -R dir -o json` reads (none: empty).
-fn nfdump_flow_records(dir: &Path) -> Vec<serde_json::Value> {
+pub(super) fn nfdump_flow_records(dir: &Path) -> Vec<serde_json::Value> {
     let out = Command::new("nfdump")
         .arg("-R")
         .arg(dir)
@@ -94,7 +94,8 @@ pub(super) fn nfdump_first_times(dir: &Path) -> Vec<String> {
 }
 
 /// What `nfdump -R dir -o json` reads, summed by 5-tuple (a flow may be
-/// several records: idle, active, forced ends). An ICMP flow's ports are
+/// several records: idle, active, forced ends; a biflow record is two
+/// flows). An ICMP flow's ports are
 /// its type and code, as the replay's CSV has them (type · 256 + code).
 pub(super) fn nfdump_flows(dir: &Path) -> Flows {
     let mut flows = Flows::new();
@@ -120,9 +121,21 @@ pub(super) fn nfdump_flows(dir: &Path) -> Flows {
             sp as u16,
             dp as u16,
         );
-        let e = flows.entry(k).or_default();
-        e.0 += num("in_packets");
-        e.1 += num("in_bytes");
+        // A biflow record's out packets and bytes (RFC 5103's reverse
+        // elements, as nfdump reads them) are its answers': the reversed
+        // 5-tuple's (a record started by an answer counts no packet the
+        // other way: no flow there).
+        let back = (k.1.clone(), k.0.clone(), k.2, k.4, k.3);
+        for (key, p, b) in [
+            (k, "in_packets", "in_bytes"),
+            (back, "out_packets", "out_bytes"),
+        ] {
+            if num(p) > 0 {
+                let e = flows.entry(key).or_default();
+                e.0 += num(p);
+                e.1 += num(b);
+            }
+        }
     }
     flows
 }

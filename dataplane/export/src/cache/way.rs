@@ -3,7 +3,7 @@
 use cfdp_rules::FlowKey;
 
 use super::Observed;
-use crate::record::{EndReason, FlowRecord, Forwarding};
+use crate::record::{Counts, EndReason, FlowRecord, Forwarding};
 
 /// `flags`: the way holds a record.
 pub(super) const USED: u8 = 1;
@@ -11,6 +11,13 @@ pub(super) const USED: u8 = 1;
 const V6: u8 = 2;
 /// `flags`: the forwarding status, two bits from here.
 pub(super) const FWD_SHIFT: u8 = 2;
+/// `flags`: a biflow record — an answer was counted in its [`Rev`].
+pub(super) const BIFLOW: u8 = 16;
+/// `flags`: the initiator sent a FIN (a biflow record ends once both
+/// sides have, or at a RST).
+pub(super) const FIN_FWD: u8 = 32;
+/// `flags`: the responder sent a FIN.
+pub(super) const FIN_REV: u8 = 64;
 
 /// One record and its key in one cache line. The last packet's time is
 /// kept as milliseconds after the first (a record ends as active before it
@@ -26,7 +33,8 @@ pub(super) struct Way {
     pub(super) sport: u16,
     pub(super) dport: u16,
     pub(super) proto: u8,
-    /// [`USED`], [`V6`], the forwarding status.
+    /// [`USED`], [`V6`], the forwarding status, [`BIFLOW`], [`FIN_FWD`],
+    /// [`FIN_REV`].
     pub(super) flags: u8,
     pub(super) port: u16,
     pub(super) packets: u32,
@@ -35,6 +43,17 @@ pub(super) struct Way {
 }
 
 const _: () = assert!(std::mem::size_of::<Way>() == 64);
+
+/// The answers' counts of a biflow record, beside its [`Way`] (kept apart,
+/// and only by a cache that makes biflow records: the way stays one line,
+/// and a uniflow cache pays nothing for them).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Rev {
+    pub(super) bytes: u64,
+    pub(super) packets: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Rev>() == 16);
 
 pub(super) fn forwarding_bits(f: Forwarding) -> u8 {
     (match f {
@@ -53,18 +72,26 @@ fn forwarding_of(flags: u8) -> Forwarding {
 }
 
 impl Way {
-    pub(super) fn new(p: &Observed, now_ms: u64) -> Self {
+    /// The record packet `p` starts, under key `k` (its own 5-tuple, or
+    /// the initiator's for an answer: `reply`, whose count goes to the
+    /// [`Rev`] beside, started by the caller).
+    pub(super) fn new(p: &Observed, k: &FlowKey, reply: bool, now_ms: u64) -> Self {
+        let (packets, bytes, biflow) = if reply {
+            (0, 0, BIFLOW)
+        } else {
+            (1, u64::from(p.len), 0)
+        };
         Way {
             first_ms: now_ms,
-            bytes: u64::from(p.len),
-            src: p.key.src,
-            dst: p.key.dst,
-            sport: p.key.sport,
-            dport: p.key.dport,
-            proto: p.key.proto,
-            flags: USED | if p.key.v6 { V6 } else { 0 } | forwarding_bits(p.forwarding),
+            bytes,
+            src: k.src,
+            dst: k.dst,
+            sport: k.sport,
+            dport: k.dport,
+            proto: k.proto,
+            flags: USED | if k.v6 { V6 } else { 0 } | forwarding_bits(p.forwarding) | biflow,
             port: p.port,
-            packets: 1,
+            packets,
             last_ms: 0,
         }
     }
@@ -99,11 +126,18 @@ impl Way {
         }
     }
 
-    pub(super) fn record(&self, end: EndReason) -> FlowRecord {
+    /// The record as it ends, for `end`; `rev`: the answers' counts kept
+    /// beside it (a biflow cache), read where [`BIFLOW`] says some were
+    /// counted.
+    pub(super) fn record(&self, rev: Option<&Rev>, end: EndReason) -> FlowRecord {
         FlowRecord {
             key: self.key(),
             packets: u64::from(self.packets),
             bytes: self.bytes,
+            reverse: rev.filter(|_| self.flags & BIFLOW != 0).map(|r| Counts {
+                packets: u64::from(r.packets),
+                bytes: r.bytes,
+            }),
             first_ns: self.first_ms * 1_000_000,
             last_ns: self.last() * 1_000_000,
             port: self.port,

@@ -1,18 +1,23 @@
 //! What flow export (IPFIX) costs the worker: one worker over 64-byte
-//! UDP frames from memory with one allow-all rule, export off and on
-//! (`cfdp-export`'s flow cache in the worker, the exporter's thread
-//! sending to a local UDP socket nobody reads), rounds alternating,
-//! medians:
+//! UDP frames from memory, export off and on (`cfdp-export`'s flow cache
+//! in the worker, the exporter's thread sending to a local UDP socket
+//! nobody reads), rounds alternating, medians:
 //!
-//! - `hit`: 1,024 flows, every packet's record already in the cache;
+//! - `hit`: 1,024 flows, every packet's record already in the cache (one
+//!   allow-all rule);
 //! - `miss`: 1 M flows (quick: 2^18) in turn, every packet a new record
 //!   in a full cache of 65,536 (each new flow finishes the oldest record
-//!   of its set early: the worst case).
+//!   of its set early: the worst case; one allow-all rule);
+//! - `conversations`: 4,096 UDP conversations, each request followed by
+//!   its answer, through a stateful rule (connections tracked): two flows
+//!   a conversation, one biflow record.
 //!
-//! Export on twice: every packet, and 1 in [`SAMPLING`] packets
-//! (`[ipfix] sampling`: a packet not taken skips the cache). And the
-//! cache's bytes a flow when full (its table, allocated at the start,
-//! over its capacity). Output: a table,
+//! Export on three ways: every packet, 1 in [`SAMPLING`] packets
+//! (`[ipfix] sampling`: a packet not taken skips the cache), and every
+//! packet into biflow records (`[ipfix] biflow`: a connection's answers
+//! counted in its initiator's record). And each cache's bytes a record
+//! when full (its table, allocated at the start, over its capacity) and
+//! the records it held. Output: a table,
 //! `bench/results/flow_export.csv`. Run: `cargo run --release -p
 //! cfdp-bench --bin flow-export [-- --quick]`.
 #![forbid(unsafe_code)]
@@ -23,13 +28,93 @@ use std::time::Instant;
 use cfdp_bench::{
     bench_flow, is_quick, machine_description, median, results_path, udp_frame, write_csv,
 };
+use cfdp_conntrack::{ConnTable, Timeouts};
 use cfdp_control::RuleStore;
 use cfdp_engine::export::FlowExport;
 use cfdp_engine::{run_worker, Limit, MemoryBackend, Mode, Worker, WorkerOptions};
 use cfdp_export::{CacheSettings, Exporter};
+use cfdp_rules::HashSecret;
 
 /// The sampled variant's rate: 1 in this many packets.
 const SAMPLING: u32 = 100;
+
+/// The export variants, measured in this order each round.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Off,
+    On,
+    Sampled,
+    Biflow,
+}
+
+const VARIANTS: [Variant; 4] = [Variant::Off, Variant::On, Variant::Sampled, Variant::Biflow];
+
+/// A workload: its frames and the rules (and connection table) they meet.
+struct Workload {
+    name: &'static str,
+    frames: Vec<Vec<u8>>,
+    cx: cfdp_engine::WorkerContext,
+    /// Keeps the rules' tables alive.
+    _store: RuleStore,
+}
+
+fn workloads(many: u64) -> [Workload; 3] {
+    let allow_all = || {
+        let rules = cfdp_rules::parse_rule_file(
+            r#"{"rules": [{"id": 1, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "allow"}]}"#,
+        )
+        .expect("the bench's rule");
+        RuleStore::fixed(&rules[..], Mode::Verify, 1).expect("rules load")
+    };
+    let stateful = || {
+        let rules = cfdp_rules::parse_rule_file(
+            r#"{"rules": [
+              {"id": 1, "priority": 10, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"}, "action": "allow", "track": true},
+              {"id": 2, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}"#,
+        )
+        .expect("the bench's rules");
+        let table = ConnTable::new(1 << 16, Timeouts::default(), HashSecret::from_seed(3))
+            .expect("connection table");
+        RuleStore::fixed_tracked(
+            &rules[..],
+            Mode::Verify,
+            1,
+            Some(std::sync::Arc::new(table)),
+        )
+        .expect("rules load")
+    };
+    let workload = |name, frames, (store, cx): (RuleStore, _)| Workload {
+        name,
+        frames,
+        cx,
+        _store: store,
+    };
+    [
+        workload(
+            "hit",
+            (0..1024).map(|i| udp_frame(&bench_flow(i))).collect(),
+            allow_all(),
+        ),
+        workload(
+            "miss",
+            (0..many).map(|i| udp_frame(&bench_flow(i))).collect(),
+            allow_all(),
+        ),
+        workload(
+            "conversations",
+            (0..2 * CONVERSATIONS)
+                .map(|i| {
+                    let k = bench_flow(i / 2);
+                    udp_frame(&if i % 2 == 0 { k } else { k.reply() })
+                })
+                .collect(),
+            stateful(),
+        ),
+    ]
+}
+
+/// The `conversations` workload's conversations.
+const CONVERSATIONS: u64 = 4096;
 
 fn main() {
     cfdp_bench::expect_flags(&[]);
@@ -37,50 +122,43 @@ fn main() {
     let rounds = if quick { 3 } else { 7 };
     let many: u64 = if quick { 1 << 18 } else { 1 << 20 };
     let seconds = if quick { 0.3 } else { 1.0 };
-    let rules = cfdp_rules::parse_rule_file(
-        r#"{"rules": [{"id": 1, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "allow"}]}"#,
-    )
-    .expect("the bench's rule");
-    let (_store, cx) = RuleStore::fixed(&rules[..], Mode::Verify, 1).expect("rules load");
-    let workloads: [(&str, Vec<Vec<u8>>); 2] = [
-        (
-            "hit",
-            (0..1024).map(|i| udp_frame(&bench_flow(i))).collect(),
-        ),
-        (
-            "miss",
-            (0..many).map(|i| udp_frame(&bench_flow(i))).collect(),
-        ),
-    ];
     // A collector nobody reads: the kernel drops what its buffer cannot
     // hold, as a slow collector would.
     let sink = UdpSocket::bind("127.0.0.1:0").expect("a local socket");
     let exporter = Exporter::start(vec![sink.local_addr().expect("its address")], 0)
         .expect("start the exporter");
     println!("machine: {}", machine_description());
-    println!("one worker, 64-byte UDP frames from memory, one allow-all rule, median of {rounds}");
+    println!("one worker, 64-byte UDP frames from memory, median of {rounds}");
     let mut rows = Vec::new();
-    for (name, frames) in &workloads {
-        let (mut mpps, footprint) = measure(&cx, &exporter, frames, rounds, seconds);
-        let off = median(&mut mpps[0]);
-        let on = median(&mut mpps[1]);
-        let sampled = median(&mut mpps[2]);
-        // The table is allocated whole: its bytes over the flows it holds
-        // when full (a cache holding fewer flows costs the same).
-        let per_flow = footprint.1 as f64 / CacheSettings::default().capacity as f64;
+    for w in &workloads(many) {
+        let (mut mpps, footprint) = measure(&w.cx, &exporter, &w.frames, rounds, seconds);
+        let [off, on, sampled, biflow] = mpps.each_mut().map(|m| median(m));
+        // The table is allocated whole: its bytes over the records it
+        // holds when full (a cache holding fewer costs the same).
+        let capacity = CacheSettings::default().capacity as f64;
+        let bytes = footprint.map(|f| f.1 as f64 / capacity);
+        let name = w.name;
         println!(
-            "  {name:<5} {} flows: off {off:6.2} Mpps, on {on:6.2} Mpps ({:.3}×), 1 in {SAMPLING} {sampled:6.2} Mpps ({:.3}×); cache {} flows, {per_flow:.0} bytes a flow",
-            frames.len(),
+            "  {name:<13} {} frames: off {off:6.2} Mpps, on {on:6.2} ({:.3}×), 1 in {SAMPLING} {sampled:6.2} ({:.3}×), biflow {biflow:6.2} ({:.3}×); records {} / {} biflow, {:.0} / {:.0} bytes a record",
+            w.frames.len(),
             on / off,
             sampled / off,
-            footprint.0
+            biflow / off,
+            footprint[0].0,
+            footprint[1].0,
+            bytes[0],
+            bytes[1],
         );
         rows.push(format!(
-            "{name},{},{off:.3},{on:.3},{:.3},{SAMPLING},{sampled:.3},{:.3},{},{per_flow:.1}",
-            frames.len(),
+            "{name},{},{off:.3},{on:.3},{:.3},{SAMPLING},{sampled:.3},{:.3},{},{:.1},{biflow:.3},{:.3},{},{:.1}",
+            w.frames.len(),
             on / off,
             sampled / off,
-            footprint.0
+            footprint[0].0,
+            bytes[0],
+            biflow / off,
+            footprint[1].0,
+            bytes[1],
         ));
     }
     let c = exporter.finish();
@@ -92,33 +170,36 @@ fn main() {
     let path = results_path("flow_export.csv");
     write_csv(
         &path,
-        "workload,flows,off_mpps,on_mpps,on_vs_off,sampling,sampled_mpps,sampled_vs_off,cached_flows,cache_bytes_per_flow",
+        "workload,frames,off_mpps,on_mpps,on_vs_off,sampling,sampled_mpps,sampled_vs_off,cached_flows,cache_bytes_per_flow,biflow_mpps,biflow_vs_off,biflow_records,biflow_bytes_per_record",
         &rows,
     )
     .expect("write CSV");
     println!("wrote {}", path.display());
 }
 
-/// One worker over `frames`, export off, on for every packet and on for 1
-/// in [`SAMPLING`], alternated for `rounds`: each variant's rates (Mpps),
-/// and the largest cache footprint seen (flows, table bytes).
+/// One worker over `frames`, each of [`VARIANTS`] in turn for `rounds`:
+/// each variant's rates (Mpps), and the largest cache footprint seen
+/// (records, table bytes) of export on, every packet, uniflow and biflow.
 fn measure(
     cx: &cfdp_engine::WorkerContext,
     exporter: &Exporter,
     frames: &[Vec<u8>],
     rounds: usize,
     seconds: f64,
-) -> ([Vec<f64>; 3], (usize, usize)) {
-    let mut mpps = [Vec::new(), Vec::new(), Vec::new()];
-    let mut footprint = (0, 0);
+) -> ([Vec<f64>; 4], [(usize, usize); 2]) {
+    let mut mpps = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    let mut footprint = [(0, 0); 2];
     for _ in 0..rounds {
-        for (on, m) in mpps.iter_mut().enumerate() {
+        for (v, m) in VARIANTS.iter().zip(mpps.iter_mut()) {
             let opts = WorkerOptions {
-                export: (on > 0).then(|| FlowExport {
-                    cache: CacheSettings::default(),
+                export: (*v != Variant::Off).then(|| FlowExport {
+                    cache: CacheSettings {
+                        biflow: *v == Variant::Biflow,
+                        ..CacheSettings::default()
+                    },
                     sender: exporter.sender(),
                     clock_base_ns: 0,
-                    sampling: if on == 2 { SAMPLING } else { 1 },
+                    sampling: if *v == Variant::Sampled { SAMPLING } else { 1 },
                 }),
                 ..WorkerOptions::default()
             };
@@ -128,8 +209,13 @@ fn measure(
             let start = Instant::now();
             let done = run_worker(&mut backend, &mut worker, &tables).packets;
             m.push(done as f64 / start.elapsed().as_secs_f64() / 1e6);
+            let at = match v {
+                Variant::On => 0,
+                Variant::Biflow => 1,
+                _ => continue,
+            };
             if let Some(f) = worker.export_footprint() {
-                footprint = footprint.max(f);
+                footprint[at] = footprint[at].max(f);
             }
         }
     }

@@ -128,40 +128,45 @@ pub(crate) fn window_established(d: &Path) -> R<String> {
     ) + &c.source())
 }
 
-/// `flow-export`: the worker with flow export off and on.
+/// `flow-export`: the worker with flow export off and on (every packet,
+/// sampled, biflow records).
 pub(crate) fn flow_export(d: &Path) -> R<String> {
     let c = Csv::load(d, "flow_export.csv")?;
     let rate = c.distinct("sampling")?.join(", ");
     let sampled = format!("on, 1 in {rate} packets (Mpps, / off)");
     let mut rows = Vec::new();
     for r in c.records() {
+        let n = |col: &str| num(r[col], &c.name);
         rows.push(vec![
             match r["workload"] {
                 "hit" => "every packet's flow cached (hit)".to_string(),
                 "miss" => "every packet a new flow, cache full (miss)".to_string(),
+                "conversations" => "UDP conversations, stateful rule".to_string(),
                 other => other.to_string(),
             },
-            r["flows"].to_string(),
-            format!("{:.2}", num(r["off_mpps"], &c.name)?),
-            format!("{:.2}", num(r["on_mpps"], &c.name)?),
-            format!("{:.2}×", num(r["on_vs_off"], &c.name)?),
+            r["frames"].to_string(),
+            format!("{:.2}", n("off_mpps")?),
+            format!("{:.2} ({:.2}×)", n("on_mpps")?, n("on_vs_off")?),
+            format!("{:.2} ({:.2}×)", n("sampled_mpps")?, n("sampled_vs_off")?),
+            format!("{:.2} ({:.2}×)", n("biflow_mpps")?, n("biflow_vs_off")?),
+            format!("{} / {}", r["cached_flows"], r["biflow_records"]),
             format!(
-                "{:.2} ({:.2}×)",
-                num(r["sampled_mpps"], &c.name)?,
-                num(r["sampled_vs_off"], &c.name)?
+                "{:.0} / {:.0}",
+                n("cache_bytes_per_flow")?,
+                n("biflow_bytes_per_record")?
             ),
-            format!("{:.0}", num(r["cache_bytes_per_flow"], &c.name)?),
         ]);
     }
     Ok(table(
         &[
             "traffic",
-            "flows",
+            "frames",
             "export off (Mpps)",
-            "export on (Mpps)",
-            "on / off",
+            "on (Mpps, / off)",
             &sampled,
-            "cache bytes a flow",
+            "on, biflow records (Mpps, / off)",
+            "records cached: uniflow / biflow",
+            "bytes a record: uniflow / biflow",
         ],
         &rows,
     ) + &c.source())

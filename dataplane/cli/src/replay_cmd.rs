@@ -43,6 +43,12 @@ pub struct Args {
     /// only). Flows no connection tracks stay one record a direction.
     #[arg(long)]
     pub ipfix_biflow: bool,
+    /// Name the rule that decided each record's first packet, as element
+    /// 1 of this private enterprise number (unsigned32; no IANA element
+    /// names a rule; 0: not named). pmacct reads it as a custom primitive
+    /// (`field_type=PEN:1`).
+    #[arg(long, value_name = "PEN", default_value_t = 0)]
+    pub ipfix_rule_pen: u32,
     /// verify: confirm filter positives against the exact rule tables;
     /// filter-only: take the action from the filter (false positives possible).
     #[arg(long, default_value = "verify")]
@@ -110,6 +116,7 @@ fn options(a: &Args, workers: usize) -> Result<ReplayOptions, ExitCode> {
         progress: true,
         ipfix: collectors(&a.ipfix)?,
         ipfix_sampling: a.ipfix_sampling,
+        ipfix_rule_pen: a.ipfix_rule_pen,
         ipfix_cache: cfdp_export::CacheSettings {
             biflow: a.ipfix_biflow,
             ..cfdp_export::CacheSettings::default()

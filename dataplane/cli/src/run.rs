@@ -354,6 +354,7 @@ fn run_pcap(
         ipfix_cache: cache,
         ipfix_domain: cfg.ipfix.observation_domain,
         ipfix_sampling: cfg.ipfix.sampling,
+        ipfix_rule_pen: cfg.ipfix.rule_pen,
         ..ReplayOptions::new(cfg.pcap.input.clone(), workers)
     };
     let started = std::time::Instant::now();

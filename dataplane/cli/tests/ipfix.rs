@@ -272,7 +272,11 @@ fn biflow_records_count_answers_with_their_initiator() {
     };
     let (uni, uni_csv, uni_records) = stateful_export(&dir.path().join("uniflow"), &[]);
     same_flows("stateful, uniflow", "nfdump", &uni, &uni_csv);
-    let (bi, bi_csv, bi_records) = stateful_export(&dir.path().join("biflow"), &["--ipfix-biflow"]);
+    // Rules named too: nfdump skips the enterprise element it does not
+    // know, and reads the rest of each record.
+    let pen = DOC_PEN.to_string();
+    let biflow = ["--ipfix-biflow", "--ipfix-rule-pen", &pen];
+    let (bi, bi_csv, bi_records) = stateful_export(&dir.path().join("biflow"), &biflow);
     same_flows("stateful, biflow", "nfdump", &bi, &bi_csv);
     let answers = stateful_answers();
     eprintln!(
@@ -285,6 +289,90 @@ fn biflow_records_count_answers_with_their_initiator() {
     assert_eq!(out_packets(&uni_records), 0);
     assert_eq!(out_packets(&bi_records), answers);
     assert!(bi_records.len() < uni_records.len());
+}
+
+/// RFC 5612's private enterprise number for documentation: the PEN the
+/// rule test names rules under.
+const DOC_PEN: u32 = 32473;
+
+/// The rule each record names (`--ipfix-rule-pen`: element 1 of that PEN)
+/// as pmacct's `nfacctd` reads it, a custom primitive aggregated with the
+/// 5-tuple: the soak capture's 40 flows, flows 0–29 each allowed by a
+/// rule of its own (id 100 + flow), flows 30–39 by none (pmacct: 0, the
+/// element absent from their records' template) — every flow's packets
+/// and bytes equal the replay's CSV.
+#[test]
+fn pmacct_reads_the_rule_each_record_names() {
+    if !collectors_installed(&["nfacctd"], "rule export") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("soak.pcap");
+    write_pcap(&pcap, &captures::soak(40, 50)).unwrap();
+    let rules: Vec<String> = (0..30)
+        .map(|f| {
+            let (src, _) = captures::soak_flow(f);
+            let src = std::net::Ipv4Addr::from(src);
+            format!(
+                r#"{{"id": {}, "match": {{"src_prefix": "{src}/32"}}, "action": "allow"}}"#,
+                100 + u32::from(f)
+            )
+        })
+        .collect();
+    let rule_file = dir.path().join("rules.json");
+    std::fs::write(
+        &rule_file,
+        format!(r#"{{"rules": [{}]}}"#, rules.join(",\n")),
+    )
+    .unwrap();
+    let primitives = dir.path().join("primitives.lst");
+    std::fs::write(
+        &primitives,
+        format!("name=cfdp_rule field_type={DOC_PEN}:1 len=4 semantics=u_int\n"),
+    )
+    .unwrap();
+    let mut nfacctd = Nfacctd::start_aggregating(
+        dir.path(),
+        "src_host, dst_host, proto, src_port, dst_port, cfdp_rule",
+        &format!("aggregate_primitives: {}\n", primitives.display()),
+    );
+    let csv = dir.path().join("flows.csv");
+    let pen = DOC_PEN.to_string();
+    let args = [
+        "--rules",
+        rule_file.to_str().unwrap(),
+        "--ipfix-rule-pen",
+        &pen,
+        "--flows",
+        csv.to_str().unwrap(),
+    ];
+    replay_to(&pcap, &args, &[nfacctd.port]);
+    let csv = flows_csv(&csv);
+    let rows = nfacctd.take_rows(csv.values().map(|v| v.0).sum());
+    let mut read = Flows::new();
+    for row in &rows {
+        let flow = row["SRC_IP"]
+            .rsplit('.')
+            .next()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap();
+        let want = if flow < 30 { 100 + flow } else { 0 };
+        // The print plugin names a custom primitive's column as written.
+        assert_eq!(row["cfdp_rule"], want.to_string(), "{row:?}");
+        let k = (
+            row["SRC_IP"].clone(),
+            row["DST_IP"].clone(),
+            row["PROTOCOL"].parse().unwrap(),
+            row["SRC_PORT"].parse().unwrap(),
+            row["DST_PORT"].parse().unwrap(),
+        );
+        let e = read.entry(k).or_default();
+        e.0 += row["PACKETS"].parse::<u64>().unwrap();
+        e.1 += row["BYTES"].parse::<u64>().unwrap();
+    }
+    same_flows("soak, rules named", "nfacctd", &read, &csv);
+    eprintln!("nfacctd: {} rows, every flow's rule as named", rows.len());
 }
 
 /// What a collector scaling a 1-in-`n` export of the soak capture by
@@ -430,7 +518,8 @@ fn write_udp_capture(path: &Path, port: u16, messages: &[(u16, Vec<u8>)]) {
 /// replay's exporter is its own transport session, with its own sequence
 /// numbers. The soak capture twice — every packet, then 1 in 7 (the
 /// sampling options template and its record in the first message) — and
-/// the stateful conversations through their rules as biflow records.
+/// the stateful conversations through their rules as biflow records that
+/// name their rules.
 fn replays_caught(dir: &Path) -> (u16, Vec<(u16, Vec<u8>)>) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
@@ -438,7 +527,14 @@ fn replays_caught(dir: &Path) -> (u16, Vec<(u16, Vec<u8>)>) {
     let port = sock.local_addr().unwrap().port();
     let rules = dir.join("stateful.json");
     std::fs::write(&rules, stateful::STATEFUL_RULES).unwrap();
-    let biflow = ["--ipfix-biflow", "--rules", rules.to_str().unwrap()];
+    let pen = DOC_PEN.to_string();
+    let biflow = [
+        "--ipfix-biflow",
+        "--ipfix-rule-pen",
+        &pen,
+        "--rules",
+        rules.to_str().unwrap(),
+    ];
     for (name, frames, sampling, extra) in [
         ("mixed", captures::mixed(), "1", &[][..]),
         ("soak", captures::soak(40, 50), "1", &[]),

@@ -12,6 +12,10 @@ use cfdp_packet::{transport, Transport};
 use cfdp_rules::FlowKey;
 
 use crate::frame::{PacketRef, Verdict};
+use crate::stats::SlotCounters;
+use crate::tables::RuleRef;
+use crate::track::Decided;
+use cfdp_conntrack::ConnTable;
 
 /// Finished records a worker gathers before it hands them to the
 /// exporter (a batch a burst, each a vector through the exporter's
@@ -19,6 +23,42 @@ use crate::frame::{PacketRef, Verdict};
 const SEND_BATCH: usize = 64;
 /// …or once the first of them has waited this long in packet time.
 const SEND_WAIT_NS: u64 = 100_000_000;
+
+/// What decided a burst's frames, a frame each: its connection (if one
+/// did), its rule (if it was matched), and the 5-tuple it was matched by
+/// (a later fragment's is its datagram's, not its own); and the table of
+/// those connections.
+pub(crate) struct Judged<'a> {
+    pub(crate) decided: &'a [Option<Decided>],
+    pub(crate) rules: &'a [Option<RuleRef>],
+    pub(crate) matched: &'a [FlowKey],
+    pub(crate) table: Option<&'a ConnTable>,
+}
+
+impl Judged<'_> {
+    /// Whether frame `i`, of own 5-tuple `own`, answers its connection's
+    /// opener by the reversed 5-tuple (a later fragment, matched by its
+    /// datagram's ports, keeps a record of its own, as `cfdp replay
+    /// --flows` counts it).
+    fn answer(&self, i: usize, own: &FlowKey) -> bool {
+        matches!(
+            self.decided[i],
+            Some(Decided::Established { answer: true, .. })
+        ) && self.matched[i] == *own
+    }
+
+    /// The slot of the rule that decided frame `i`: the one it matched,
+    /// or the one that opened its connection — looked up again by the
+    /// 5-tuple (asked once a record, when a frame starts one; an ICMP
+    /// echo or error, keyed otherwise, names none).
+    fn slot(&self, i: usize) -> Option<u32> {
+        match (self.rules[i], self.decided[i], self.table) {
+            (Some(r), _, _) => Some(r.slot),
+            (None, Some(_), Some(t)) => t.peek(&self.matched[i]).map(|h| h.slot),
+            _ => None,
+        }
+    }
+}
 
 /// What a TCP segment's flags say of its flow's end.
 fn tcp_close(p: &PacketRef<'_>) -> Close {
@@ -112,19 +152,17 @@ impl ExportState {
     /// what the cache finished to the exporter. A held fragment's verdict
     /// here is the drop of its original (its copy goes out later, with
     /// its datagram's verdict): its flow's status may say dropped.
-    /// `answers`: a bit for each frame that answers its connection's
-    /// opener by the reversed 5-tuple, `matched` each frame's matched
-    /// 5-tuple: an answer whose own 5-tuple is the one matched is counted
-    /// in the opener's record when the cache makes biflow records (a later
-    /// fragment, matched by its datagram's ports, keeps a record of its
-    /// own, as `cfdp replay --flows` counts it).
+    /// `judged`: what decided each frame (the connection a biflow record
+    /// counts an answer with, the rule a record names: `names` gives a
+    /// slot's rule id).
     pub(crate) fn after_burst(
         &mut self,
         pkts: &[PacketRef<'_>],
         verdicts: &[Verdict],
-        answers: u32,
-        matched: &[FlowKey],
+        judged: &Judged<'_>,
+        names: &SlotCounters,
     ) {
+        let biflow = self.cache.biflow();
         for &(i, at, key, len) in &self.noted {
             // A TCP segment's FIN or RST (read again here: the fast decode
             // keeps no flags).
@@ -146,8 +184,9 @@ impl ExportState {
                         Verdict::Drop => Forwarding::Dropped,
                     },
                     close,
-                    reply: answers >> i & 1 != 0 && matched[i] == key,
+                    reply: biflow && judged.answer(i, &key),
                 },
+                || judged.slot(i).and_then(|slot| names.rule(slot)),
             );
         }
         self.noted.clear();
@@ -160,12 +199,6 @@ impl ExportState {
         if waiting >= SEND_BATCH || now.saturating_sub(since) >= SEND_WAIT_NS {
             self.send();
         }
-    }
-
-    /// Whether the cache makes biflow records (the worker then says which
-    /// frames are answers).
-    pub(crate) fn biflow(&self) -> bool {
-        self.cache.biflow()
     }
 
     /// The cache's flows and table bytes.
@@ -211,6 +244,7 @@ impl ExportState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matcher::MAX_BURST;
     use cfdp_export::Exporter;
     use cfdp_packet::LinkType;
     use etherparse::PacketBuilder;
@@ -224,6 +258,17 @@ mod tests {
         let mut out = Vec::new();
         b.write(&mut out, &[]).unwrap();
         out
+    }
+
+    /// A burst in which nothing was decided by a connection or a rule,
+    /// its frames matched as `matched` says.
+    fn undecided(matched: &[FlowKey]) -> Judged<'_> {
+        Judged {
+            decided: &[None; MAX_BURST],
+            rules: &[None; MAX_BURST],
+            matched,
+            table: None,
+        }
     }
 
     /// A worker's export state taking 1 in `sampling` frames, sending to
@@ -247,6 +292,7 @@ mod tests {
         // The exporter's count of records handed over is what is checked.
         let (_sink, x, mut s) = state(1);
         let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80);
+        let matched = [key; MAX_BURST];
         let frames = [tcp(0), tcp(FIN), tcp(0), tcp(RST), tcp(0)];
         let pkts: Vec<PacketRef<'_>> = frames
             .iter()
@@ -264,14 +310,24 @@ mod tests {
         for (i, p) in pkts[..2].iter().enumerate() {
             s.note(i, key, p.orig_len);
         }
-        s.after_burst(&pkts[..2], &verdicts, 0, &[]);
+        s.after_burst(
+            &pkts[..2],
+            &verdicts,
+            &undecided(&matched),
+            &SlotCounters::new(1),
+        );
         assert!(s.cache.is_empty(), "the FIN's flow is still cached");
         // Then the ACK after it starts a record, the RST ends it, and the
         // last segment starts a third, sent at the end of the run.
         for (i, p) in pkts[2..].iter().enumerate() {
             s.note(i, key, p.orig_len);
         }
-        s.after_burst(&pkts[2..], &verdicts, 0, &[]);
+        s.after_burst(
+            &pkts[2..],
+            &verdicts,
+            &undecided(&matched),
+            &SlotCounters::new(1),
+        );
         assert_eq!(s.cache.len(), 1);
         s.finish();
         drop(s);
@@ -287,6 +343,7 @@ mod tests {
     fn sampling_takes_the_first_frame_and_every_nth_after_it() {
         let (_sink, _x, mut s) = state(3);
         let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80);
+        let matched = [key; MAX_BURST];
         let frame = tcp(0);
         let pkts: Vec<PacketRef<'_>> = (0..10)
             .map(|i| PacketRef {
@@ -308,12 +365,91 @@ mod tests {
                 }
             }
             s.burst_done(part.len(), next);
-            s.after_burst(&pkts[part.clone()], &verdicts[part], 0, &[]);
+            s.after_burst(
+                &pkts[part.clone()],
+                &verdicts[part],
+                &undecided(&matched),
+                &SlotCounters::new(1),
+            );
         }
         s.cache.flush(EndReason::Forced);
         let r = s.cache.take();
         assert_eq!(r.len(), 1);
         assert_eq!((r[0].packets, r[0].bytes), (4, 100 + 103 + 106 + 109));
         assert_eq!((r[0].first_ns, r[0].last_ns), (1_000_000, 10_000_000));
+    }
+
+    /// The rule a record names: the one the packet matched, or the one
+    /// that opened the connection that decided it, by the id its slot was
+    /// handed to; with biflow records, an answer's counts go to its
+    /// initiator's record (matched by the datagram's 5-tuple only).
+    #[test]
+    fn a_record_names_the_rule_that_decided_it() {
+        use cfdp_rules::{Action, Allowing};
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let x = Exporter::start(vec![sink.local_addr().unwrap()], 0).unwrap();
+        let mut s = ExportState::new(FlowExport {
+            cache: CacheSettings {
+                rules: true,
+                biflow: true,
+                ..CacheSettings::default()
+            },
+            sender: x.sender(),
+            clock_base_ns: 0,
+            sampling: 1,
+        });
+        let names = SlotCounters::new(16);
+        assert!(names.ensure(5, 77) && names.ensure(6, 88));
+        let frame = tcp(0);
+        let a = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80);
+        let b = FlowKey::v4([10, 0, 0, 3], [10, 0, 0, 4], 17, 5000, 53);
+        // Frame 0: flow a, matched rule slot 6; frame 1: b's answer,
+        // decided by b's connection.
+        let keys = [a, b.reply()];
+        let pkts: Vec<PacketRef<'_>> = keys
+            .iter()
+            .map(|_| PacketRef {
+                link: LinkType::Ethernet,
+                ts_ns: 1_000,
+                orig_len: 60,
+                data: &frame,
+                l4_vouched: false,
+            })
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            s.note(i, *k, 60);
+        }
+        // b's connection, opened by the rule in slot 5.
+        let table =
+            ConnTable::new(64, Default::default(), cfdp_rules::HashSecret::from_seed(1)).unwrap();
+        let opened = table.open(&b, cfdp_conntrack::table::L4::None, 5, Action::Allow, 60, 1);
+        assert!(opened.is_ok());
+        let judged = Judged {
+            decided: &[
+                None,
+                Some(Decided::Established {
+                    allowing: Allowing::Allow,
+                    answer: true,
+                }),
+            ],
+            rules: &[
+                Some(RuleRef {
+                    action: Action::Allow,
+                    slot: 6,
+                }),
+                None,
+            ],
+            matched: &keys,
+            table: Some(&table),
+        };
+        s.after_burst(&pkts, &[Verdict::Forward; 2], &judged, &names);
+        s.cache.flush(EndReason::Forced);
+        let mut r = s.cache.take();
+        r.sort_by_key(|r| r.key.src);
+        let got: Vec<_> = r
+            .iter()
+            .map(|r| (r.key, r.packets, r.reverse.map(|c| c.packets), r.rule))
+            .collect();
+        assert_eq!(got, [(a, 1, None, Some(88)), (b, 0, Some(1), Some(77))]);
     }
 }

@@ -119,16 +119,10 @@ impl Judge<'_> {
         }
     }
 
-    /// The first `n` packets of the burst just judged that answer their
-    /// connection's opener by the reversed 5-tuple, a bit each (flow
-    /// export's biflow records).
-    pub(crate) fn answers(&self, n: usize) -> u32 {
-        const _: () = assert!(MAX_BURST <= 32, "a bit a packet");
-        self.decided[..n]
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| matches!(d, Some(Decided::Established(_, true))))
-            .fold(0, |m, (i, _)| m | 1 << i)
+    /// What the connections decided for the first `n` packets of the
+    /// burst just judged (none: a rule did, or nothing).
+    pub(crate) fn decided(&self, n: usize) -> &[Option<Decided>] {
+        &self.decided[..n]
     }
 
     /// The held fragments whose first fragment came in the burst just
@@ -157,11 +151,11 @@ impl Judge<'_> {
     /// counted so, and the connection's action.
     pub(crate) fn connection(&mut self, d: Decided) -> Verdict {
         let a = match d {
-            Decided::Established(a, _) => {
+            Decided::Established { allowing: a, .. } => {
                 self.c.ct_established += 1;
                 a
             }
-            Decided::Related(a) => {
+            Decided::Related { allowing: a, .. } => {
                 self.c.ct_related += 1;
                 a
             }

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cfdp_packet::{Malformed, NonIp};
+use cfdp_rules::RuleId;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -148,7 +149,8 @@ fn bump(c: &AtomicU64, by: u64) {
 pub const SLOT_CHUNK: usize = 4096;
 
 /// Per-rule packet and byte counters of one worker, indexed by rule slot,
-/// with the time of each rule's last hit.
+/// with the time of each rule's last hit and the id of the rule the slot
+/// was last given to (what flow export names a record's rule by).
 ///
 /// Chunks of [`SLOT_CHUNK`] rules are allocated by the control thread when
 /// it hands out a slot in a new chunk, before the rule is published
@@ -167,6 +169,9 @@ struct Chunk {
     /// Last hit, in seconds since the statistics were created, plus one
     /// (0: never). Written at most once a second per rule.
     last: Box<[AtomicU32]>,
+    /// The id of the rule each slot was last handed to (control thread,
+    /// before the rule is published).
+    rules: Box<[AtomicU32]>,
 }
 
 impl SlotCounters {
@@ -177,25 +182,41 @@ impl SlotCounters {
         }
     }
 
-    /// Makes sure `slot`'s chunk exists (control thread). False when the
+    /// Makes sure `slot`'s chunk exists and names `rule` the slot's rule
+    /// (control thread, before the rule is published). False when the
     /// slot is beyond `max_slots`.
-    pub fn ensure(&self, slot: u32) -> bool {
-        match self.chunks.get(slot as usize / SLOT_CHUNK) {
+    pub fn ensure(&self, slot: u32, rule: RuleId) -> bool {
+        let s = slot as usize;
+        match self.chunks.get(s / SLOT_CHUNK) {
             Some(c) => {
-                c.get_or_init(|| Chunk {
+                let c = c.get_or_init(|| Chunk {
                     counts: (0..2 * SLOT_CHUNK).map(|_| AtomicU64::new(0)).collect(),
                     last: (0..SLOT_CHUNK).map(|_| AtomicU32::new(0)).collect(),
+                    rules: (0..SLOT_CHUNK).map(|_| AtomicU32::new(0)).collect(),
                 });
+                // Release: a worker that reads the slot from a rule table
+                // published after this reads this id (or a later one).
+                c.rules[s % SLOT_CHUNK].store(rule, Ordering::Release);
                 true
             }
             None => false,
         }
     }
 
+    /// The id of the rule `slot` was last handed to (`None`: a slot never
+    /// handed out).
+    pub fn rule(&self, slot: u32) -> Option<RuleId> {
+        let s = slot as usize;
+        self.chunks
+            .get(s / SLOT_CHUNK)
+            .and_then(OnceLock::get)
+            .map(|c| c.rules[s % SLOT_CHUNK].load(Ordering::Acquire))
+    }
+
     /// Heap bytes of the counter chunks allocated so far.
     pub fn memory_bytes(&self) -> usize {
-        let chunk =
-            SLOT_CHUNK * (2 * std::mem::size_of::<AtomicU64>() + std::mem::size_of::<AtomicU32>());
+        let chunk = SLOT_CHUNK
+            * (2 * std::mem::size_of::<AtomicU64>() + 2 * std::mem::size_of::<AtomicU32>());
         self.chunks.len() * std::mem::size_of::<OnceLock<Chunk>>()
             + self.chunks.iter().filter(|c| c.get().is_some()).count() * chunk
     }
@@ -314,9 +335,10 @@ impl LiveStats {
         }
     }
 
-    /// Allocates the counters of `slot` on every worker.
-    pub fn ensure_slot(&self, slot: u32) -> bool {
-        self.workers.iter().all(|w| w.rules.ensure(slot))
+    /// Allocates the counters of `slot` on every worker, and names `rule`
+    /// its rule.
+    pub fn ensure_slot(&self, slot: u32, rule: RuleId) -> bool {
+        self.workers.iter().all(|w| w.rules.ensure(slot, rule))
     }
 
     /// Heap bytes of every worker's per-rule counters.

@@ -30,7 +30,7 @@ use cfdp_rules::FlowKey;
 use hdrhistogram::Histogram;
 use left_right::ReadHandleFactory;
 
-use crate::export::{ExportState, FlowExport};
+use crate::export::{ExportState, FlowExport, Judged};
 use crate::judge::{Burst, Judge};
 use crate::matcher::{match_burst, MatchCtx, Mode, MAX_BURST};
 use crate::stages::{Laps, Stage, SAMPLE};
@@ -115,22 +115,6 @@ fn account(
     }
     if let Some(x) = export {
         x.note(i, key, len);
-    }
-}
-
-/// The burst's IP frames into the flow cache with their verdicts, when
-/// flows are exported (and the count of records its full cache finished
-/// early into the worker's counters).
-fn export_burst(
-    export: &mut Option<ExportState>,
-    local: &mut LocalCounters,
-    pkts: &[PacketRef<'_>],
-    verdicts: &[Verdict],
-    (answers, matched): (u32, &[FlowKey]),
-) {
-    if let Some(x) = export {
-        x.after_burst(pkts, verdicts, answers, matched);
-        local.totals.export_early = x.early();
     }
 }
 
@@ -408,12 +392,18 @@ impl Worker {
         judge.release(&mut self.releasing, &mut self.released, &s.rules[..n]);
         judge.flush();
         judge.c.bursts += 1;
-        let answers = match &self.export {
-            Some(x) if x.biflow() => judge.answers(n),
-            _ => 0,
-        };
-        let answered = (answers, &s.keys[..n]);
-        export_burst(&mut self.export, &mut self.local, pkts, verdicts, answered);
+        // The burst's IP frames into the flow cache with their verdicts
+        // and what decided them, when flows are exported.
+        if let Some(x) = &mut self.export {
+            let judged = Judged {
+                decided: judge.decided(n),
+                rules: &s.rules[..n],
+                matched: &s.keys[..n],
+                table,
+            };
+            x.after_burst(pkts, verdicts, &judged, &shared.rules);
+            judge.c.export_early = x.early();
+        }
         self.laps.lap(Stage::Act);
         shared.counters.publish(&self.local);
         self.histogram

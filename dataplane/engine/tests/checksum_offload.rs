@@ -36,7 +36,7 @@ fn a_checksum_the_nic_vouched_for_is_not_summed_again() {
     let (mut w, r) =
         left_right::new_from_empty::<Tables, Op>(Tables::new(Arc::clone(&filter), false));
     let stats = Arc::new(LiveStats::new(1, 16));
-    assert!(stats.ensure_slot(0));
+    assert!(stats.ensure_slot(0, 1));
     filter.insert_hash(request.hash(), 0).unwrap();
     let action = Action::Track(Allowing::Allow);
     w.append(Op::InsertFlow(request, RuleRef { action, slot: 0 }));

@@ -32,7 +32,7 @@ fn context(mode: Mode) -> (left_right::WriteHandle<Tables, Op>, WorkerContext) {
     {
         let k = key(i);
         let slot = slot as u32;
-        assert!(stats.ensure_slot(slot));
+        assert!(stats.ensure_slot(slot, slot));
         filter.insert_hash(k.hash(), 0).unwrap();
         w.append(Op::InsertFlow(k, RuleRef { action, slot }));
     }

@@ -57,6 +57,10 @@ pub struct CacheSettings {
     /// record beside its line (the answers' counts), and a key's set is
     /// chosen by a hash that is the same both ways.
     pub biflow: bool,
+    /// Keep the id of the rule that decided each record's first packet
+    /// ([`Observed::rule`]; `[ipfix] rule_pen`): 16 bytes a record beside
+    /// its line, shared with biflow's answer counts.
+    pub rules: bool,
 }
 
 impl Default for CacheSettings {
@@ -68,6 +72,7 @@ impl Default for CacheSettings {
             idle_ns: 15_000_000_000,
             active_ns: 1_800_000_000_000,
             biflow: false,
+            rules: false,
         }
     }
 }
@@ -119,9 +124,11 @@ type Set = [Way; WAYS];
 #[derive(Debug)]
 pub struct FlowCache {
     sets: Box<[Set]>,
-    /// The answers' counts of each way (biflow caches; empty otherwise).
+    /// What each way keeps beside it: answers' counts and rule (biflow
+    /// caches and caches that keep rules; empty otherwise).
     rev: Box<[[Rev; WAYS]]>,
     biflow: bool,
+    rules: bool,
     /// The 5-tuple hash's seeds, random per cache: nobody can choose
     /// addresses that crowd one set.
     seeds: [u64; 5],
@@ -149,16 +156,13 @@ fn ms(ns: u64) -> u64 {
     ns / 1_000_000
 }
 
-/// The answers' counts a record starts with: packet `p`'s, if it is one
-/// (`reply`).
-fn started(p: &Observed, reply: bool) -> Rev {
-    if reply {
-        Rev {
-            bytes: u64::from(p.len),
-            packets: 1,
-        }
-    } else {
-        Rev::default()
+/// What packet `p` starts a record's side entry with: its counts, if it
+/// is an answer (`reply`), and its rule.
+fn started(p: &Observed, reply: bool, rule: Option<cfdp_rules::RuleId>) -> Rev {
+    Rev {
+        bytes: if reply { u64::from(p.len) } else { 0 },
+        packets: u32::from(reply),
+        rule: rule.unwrap_or(0),
     }
 }
 
@@ -185,11 +189,16 @@ impl FlowCache {
         // per process and per `RandomState`).
         let rs = std::collections::hash_map::RandomState::new();
         let seeds = std::array::from_fn(|i| rs.hash_one(i) | 1);
-        let rev = if settings.biflow { sets } else { 0 };
+        let rev = if settings.biflow || settings.rules {
+            sets
+        } else {
+            0
+        };
         FlowCache {
             sets: vec![[Way::default(); WAYS]; sets].into_boxed_slice(),
             rev: vec![[Rev::default(); WAYS]; rev].into_boxed_slice(),
             biflow: settings.biflow,
+            rules: settings.rules,
             seeds,
             idle_ms: ms(settings.idle_ns),
             active_ms: ms(settings.active_ns).min(u64::from(u32::MAX)),
@@ -215,8 +224,8 @@ impl FlowCache {
         self.sets.len() * WAYS
     }
 
-    /// The table's bytes (allocated whole at the start), the answers'
-    /// counts of a biflow cache with them.
+    /// The table's bytes (allocated whole at the start), with what its
+    /// records keep beside their lines.
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.sets) + std::mem::size_of_val(&*self.rev)
     }
@@ -224,6 +233,11 @@ impl FlowCache {
     /// Whether it makes biflow records ([`CacheSettings::biflow`]).
     pub fn biflow(&self) -> bool {
         self.biflow
+    }
+
+    /// Whether it keeps the rule of each record ([`CacheSettings::rules`]).
+    pub fn keeps_rules(&self) -> bool {
+        self.rules
     }
 
     /// Records finished early so far because their set was full.
@@ -271,26 +285,39 @@ impl FlowCache {
 
     /// Adds a packet to its flow's record (starting one if none).
     pub fn observe(&mut self, p: &Observed) {
-        self.observe_at(self.place(&p.key), p);
+        self.observe_at(self.place(&p.key), p, || None);
     }
 
     /// [`Self::observe`] with the place this cache's [`Self::place`] gave
     /// for `p.key` (another key's place would file the record in the
-    /// wrong set, where its flow's later packets would not find it).
-    pub fn observe_at(&mut self, at: Place, p: &Observed) {
+    /// wrong set, where its flow's later packets would not find it), and
+    /// `rule`: the id of the rule that decided the packet (for a tracked
+    /// connection's packet, the rule that opened it), asked for only when
+    /// the packet starts a record in a cache that keeps rules
+    /// ([`CacheSettings::rules`]).
+    pub fn observe_at(
+        &mut self,
+        at: Place,
+        p: &Observed,
+        rule: impl FnOnce() -> Option<cfdp_rules::RuleId>,
+    ) {
         // An answer of a tracked connection counts in its initiator's
         // record (a biflow cache: the same set either way).
         let reply = self.biflow && p.reply;
+        let keeps = self.rules;
+        let rule = move || if keeps { rule() } else { None };
         let key = if reply { p.key.reply() } else { p.key };
         debug_assert_eq!(at.0, self.set_of(&key), "a place of another key");
         let now = ms(p.ts_ns);
         self.sweep_if_due(now);
         let set = at.0;
         if let Some(j) = self.sets[set].iter().position(|w| w.holds(&key)) {
-            self.add(set, j, p, reply, now);
+            self.add(set, j, p, (reply, rule), now);
             return;
         }
-        let (mut way, rev) = (Way::new(p, &key, reply, now), started(p, reply));
+        let rule = rule();
+        let way = Way::new(p, &key, reply, rule.is_some(), now);
+        let (mut way, rev) = (way, started(p, reply, rule));
         if closes(&mut way, p.close, reply) {
             // Over with its first packet: sent at once, no record kept.
             self.done.push(way.record(Some(&rev), EndReason::EndOfFlow));
@@ -313,10 +340,10 @@ impl FlowCache {
             }
         };
         self.sets[set][j] = way;
-        // The answers' counts are read only under [`BIFLOW`]: written
-        // when an answer starts the record (a new flow's miss is one line,
-        // not two).
-        if reply {
+        // What is kept beside the line is read only under [`BIFLOW`] and
+        // [`RULE`]: written when the record has either (a new flow's miss
+        // is one line, not two, when it has neither).
+        if reply || rule.is_some() {
             self.rev[set][j] = rev;
         }
     }
@@ -325,7 +352,14 @@ impl FlowCache {
     /// flow (`reply`: into the answers' counts); a record past a timeout
     /// the sweep has not reached yet ends first, as the sweep would have
     /// ended it, and the packet starts the next.
-    fn add(&mut self, set: usize, j: usize, p: &Observed, reply: bool, now: u64) {
+    fn add(
+        &mut self,
+        set: usize,
+        j: usize,
+        p: &Observed,
+        (reply, rule): (bool, impl FnOnce() -> Option<cfdp_rules::RuleId>),
+        now: u64,
+    ) {
         let w = &mut self.sets[set][j];
         let mut spare = Rev::default();
         let rev = self.rev.get_mut(set).map_or(&mut spare, |r| &mut r[j]);
@@ -345,16 +379,17 @@ impl FlowCache {
         };
         if let Some(end) = end {
             self.done.push(w.record(Some(rev), end));
-            *w = Way::new(p, &w.key(), reply, now);
-            if reply {
-                *rev = started(p, reply);
+            let rule = rule();
+            *w = Way::new(p, &w.key(), reply, rule.is_some(), now);
+            if reply || rule.is_some() {
+                *rev = started(p, reply, rule);
             }
         } else {
             if reply {
                 // The record's first answer: its counts start from nothing
                 // (a record before it in this way may have left some).
                 if !biflow {
-                    *rev = Rev::default();
+                    (rev.packets, rev.bytes) = (0, 0);
                 }
                 rev.packets += 1;
                 rev.bytes += u64::from(p.len);
@@ -501,6 +536,7 @@ mod tests {
             idle_ns: 15 * S,
             active_ns: 60 * S,
             biflow: false,
+            rules: false,
         }
     }
 
@@ -769,5 +805,35 @@ mod tests {
     #[test]
     fn a_biflow_record_is_80_bytes() {
         assert_eq!(biflow().memory_bytes(), 64 * 80);
+    }
+
+    /// A cache that keeps rules names each record by the rule of its
+    /// first packet (an answer's record by the connection's), and a
+    /// record no rule decided by none; one that does not keeps none.
+    #[test]
+    fn a_record_keeps_the_rule_of_its_first_packet() {
+        for keep in [true, false] {
+            let mut c = FlowCache::new(CacheSettings {
+                rules: keep,
+                biflow: true,
+                ..settings()
+            });
+            let mut ruled = |p: Observed, rule| c.observe_at(c.place(&p.key), &p, || Some(rule));
+            ruled(packet(1, S), 7);
+            ruled(packet(1, 2 * S), 8);
+            ruled(answer(1, 3 * S, 40), 7);
+            ruled(answer(2, S, 40), 9);
+            c.observe(&packet(3, S));
+            c.flush(EndReason::Forced);
+            let mut r = c.take();
+            r.sort_by_key(|r| r.key.src);
+            let rules: Vec<_> = r.iter().map(|r| (r.key, r.rule)).collect();
+            let named = |rule| Some(rule).filter(|_| keep);
+            assert_eq!(
+                rules,
+                [(key(1), named(7)), (key(2), named(9)), (key(3), None)]
+            );
+            assert_eq!(r[0].reverse.map(|c| c.packets), Some(1));
+        }
     }
 }

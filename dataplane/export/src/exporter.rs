@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam::channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
-use crate::ipfix;
+use crate::ipfix::{self, Setup};
 use crate::record::FlowRecord;
 
 /// Data messages between two template messages.
@@ -102,19 +102,18 @@ pub struct Exporter {
 
 impl Exporter {
     /// Starts the exporter's thread, sending to `collectors` with
-    /// observation domain `domain`, every packet counted.
+    /// observation domain `domain`, every packet counted, no rule named.
     pub fn start(collectors: Vec<SocketAddr>, domain: u32) -> Result<Self, ExporterError> {
-        Self::start_counting(collectors, domain, 1, Arc::default())
+        Self::start_counting(collectors, Setup::domain(domain), Arc::default())
     }
 
-    /// [`Self::start`] for records of 1 in `sampling` packets (stated in
-    /// an options template when more than 1), counting into `counters`
-    /// (the data plane's statistics hold them, so metrics read them while
-    /// it runs).
+    /// [`Self::start`] as `setup` says (records of 1 in `setup.sampling`
+    /// packets, stated in an options template when more than 1; rules
+    /// named under `setup.rule_pen`), counting into `counters` (the data
+    /// plane's statistics hold them, so metrics read them while it runs).
     pub fn start_counting(
         collectors: Vec<SocketAddr>,
-        domain: u32,
-        sampling: u32,
+        setup: Setup,
         counters: Arc<ExportCounters>,
     ) -> Result<Self, ExporterError> {
         if collectors.is_empty() {
@@ -130,7 +129,7 @@ impl Exporter {
         let c = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("cfdp-ipfix".into())
-            .spawn(move || run(&socket, &collectors, (domain, sampling), &rx, &c))
+            .spawn(move || run(&socket, &collectors, &setup, &rx, &c))
             .map_err(ExporterError::Socket)?;
         Ok(Exporter {
             sender: ExportSender { tx, counters },
@@ -164,12 +163,11 @@ fn now_s() -> u32 {
 }
 
 /// The exporter's thread: until every sender is gone and the queue is
-/// empty. `(domain, sampling)`: the observation domain, 1 in how many
-/// packets the records count.
+/// empty.
 fn run(
     socket: &UdpSocket,
     collectors: &[SocketAddr],
-    (domain, sampling): (u32, u32),
+    setup: &Setup,
     rx: &Receiver<Vec<FlowRecord>>,
     c: &ExportCounters,
 ) {
@@ -190,7 +188,7 @@ fn run(
             Err(RecvTimeoutError::Timeout) => {
                 // Quiet: the templates again, so a collector that started
                 // meanwhile can read what comes next.
-                send(&ipfix::templates(now_s(), &mut sequence, domain, sampling));
+                send(&ipfix::templates(now_s(), &mut sequence, setup));
                 since_templates = 0;
                 templates_at = Instant::now();
                 continue;
@@ -208,20 +206,15 @@ fn run(
             }
         }
         let export_s = now_s();
-        for chunk in ipfix::chunks(&batch) {
+        for chunk in ipfix::chunks(&batch, setup) {
             if since_templates >= TEMPLATE_EVERY || templates_at.elapsed() >= TEMPLATE_REFRESH {
                 // Before the data message is numbered: the sampling
                 // options record, when sent, counts in the sequence.
-                send(&ipfix::templates(export_s, &mut sequence, domain, sampling));
+                send(&ipfix::templates(export_s, &mut sequence, setup));
                 since_templates = 0;
                 templates_at = Instant::now();
             }
-            send(&ipfix::data_message(
-                &chunk,
-                export_s,
-                &mut sequence,
-                domain,
-            ));
+            send(&ipfix::data_message(&chunk, export_s, &mut sequence, setup));
             since_templates += 1;
         }
         c.records.fetch_add(batch.len() as u64, Relaxed);

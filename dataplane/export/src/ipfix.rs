@@ -64,9 +64,16 @@
 //! flows, 309 messages, four template refreshes after flow records —
 //! nfcapd counted four sequence errors, and every packet scaled back).
 //!
-//! Not yet exported (the issue asks for it): the rule that decided a
-//! flow (no IANA element names a rule; it would be an enterprise element
-//! under a private enterprise number cfdp does not have).
+//! The rule that decided a record's first packet (the one that opened
+//! its connection, for a tracked flow): no IANA element names a rule, so
+//! with `[ipfix] rule_pen = N` (a private enterprise number the operator
+//! holds; 0, the default: not exported) records that have one carry it as
+//! element 1 of enterprise N, unsigned32 — four more templates, the ones
+//! above with it last ([`RULE_TEMPLATES`] on) — and records no rule
+//! decided (the default action) use the templates without it. nfdump 1.7
+//! skips an enterprise element it does not know; pmacct reads it as a
+//! custom primitive (`aggregate_primitives`: `field_type=N:1 len=4
+//! semantics=u_int`).
 
 use crate::record::FlowRecord;
 
@@ -82,22 +89,32 @@ pub const OPTIONS_SAMPLING: u16 = 258;
 pub const BIFLOW_V4: u16 = 259;
 /// The template of IPv6 biflow records.
 pub const BIFLOW_V6: u16 = 260;
+/// The four templates of records that name their rule: those without, in
+/// [`Kind::template`]'s order, plus this.
+pub const RULE_TEMPLATES: u16 = 261;
 /// RFC 5103's private enterprise number for reverse information
 /// elements: an element id with the enterprise bit under this PEN is the
 /// same element, counted the other way.
 pub const REVERSE_PEN: u32 = 29305;
 /// The enterprise bit of a field specifier's element id.
 const ENTERPRISE: u16 = 0x8000;
-/// The biflow fields after a uniflow record's: (information element,
-/// length), an element with [`ENTERPRISE`] set being [`REVERSE_PEN`]'s.
-const REVERSE_FIELDS: [(u16, u16); 3] = [(ENTERPRISE | 2, 8), (ENTERPRISE | 1, 8), (239, 1)];
+/// A field specifier: information element, length, and an enterprise
+/// element's PEN (0: an IANA element).
+type Field = (u16, u16, u32);
+/// The biflow fields after a uniflow record's: the reverse counts (RFC
+/// 5103's PEN) and `biflowDirection`.
+const REVERSE_FIELDS: [Field; 3] = [
+    (ENTERPRISE | 2, 8, REVERSE_PEN),
+    (ENTERPRISE | 1, 8, REVERSE_PEN),
+    (239, 1, 0),
+];
 /// `biflowDirection`: the source address is the initiator's.
 const INITIATOR: u8 = 1;
 /// The set id of options template sets.
 const OPTIONS_TEMPLATE_SET: u16 = 3;
-/// The sampling options template's fields, scope first: (information
-/// element, length). The order is nfdump's need (see the module docs).
-const SAMPLING_FIELDS: [(u16, u16); 4] = [(149, 4), (34, 4), (305, 4), (306, 4)];
+/// The sampling options template's fields, scope first. The order is
+/// nfdump's need (see the module docs).
+const SAMPLING_FIELDS: [Field; 4] = [(149, 4, 0), (34, 4, 0), (305, 4, 0), (306, 4, 0)];
 /// A message header's bytes.
 pub const HEADER: usize = 16;
 /// A set header's bytes.
@@ -108,51 +125,106 @@ const TEMPLATE_SET: u16 = 2;
 /// Ethernet path with IPv6 and UDP headers, as RFC 7011 §10.3.3 asks.
 pub const MAX_MESSAGE: usize = 1400;
 
-/// The fields of a template: (information element, length). The
-/// addresses' elements and lengths by family; the rest shared.
-fn fields(v6: bool) -> [(u16, u16); 12] {
-    let (src, dst, len) = if v6 { (27, 28, 16) } else { (8, 12, 4) };
-    [
-        (src, len),
-        (dst, len),
-        (4, 1),
-        (7, 2),
-        (11, 2),
-        (2, 8),
-        (1, 8),
-        (152, 8),
-        (153, 8),
-        (10, 4),
-        (89, 1),
-        (136, 1),
-    ]
+/// What an export's messages say beyond its records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setup {
+    /// The observation domain id in every header.
+    pub domain: u32,
+    /// 1 in how many packets the records count (1: every one).
+    pub sampling: u32,
+    /// The PEN records name their rule under (0: they do not).
+    pub rule_pen: u32,
 }
 
-/// A template's fields: a family's, with the reverse ones for biflow.
-fn template(v6: bool, biflow: bool) -> Vec<(u16, u16)> {
-    let mut f = fields(v6).to_vec();
-    if biflow {
-        f.extend(REVERSE_FIELDS);
-    }
-    f
-}
-
-/// The template of a family's uniflow or biflow records.
-fn template_id(v6: bool, biflow: bool) -> u16 {
-    match (v6, biflow) {
-        (false, false) => TEMPLATE_V4,
-        (true, false) => TEMPLATE_V6,
-        (false, true) => BIFLOW_V4,
-        (true, true) => BIFLOW_V6,
+impl Setup {
+    /// Observation domain `domain`, every packet counted, no rule named.
+    pub fn domain(domain: u32) -> Self {
+        Setup {
+            domain,
+            sampling: 1,
+            rule_pen: 0,
+        }
     }
 }
 
-/// A data record's bytes in its template (by family, uni- or biflow).
-pub fn record_len(v6: bool, biflow: bool) -> usize {
-    template(v6, biflow)
-        .iter()
-        .map(|&(_, l)| usize::from(l))
-        .sum()
+/// Which template a record takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kind {
+    pub v6: bool,
+    /// With answers' counts (RFC 5103).
+    pub biflow: bool,
+    /// Naming its rule (an enterprise element).
+    pub rule: bool,
+}
+
+impl Kind {
+    /// Every kind an export of `setup` sends templates for, in template
+    /// id order.
+    fn all(setup: &Setup) -> impl Iterator<Item = Kind> {
+        let rules: &[bool] = if setup.rule_pen != 0 {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        rules.iter().flat_map(|&rule| {
+            [(false, false), (true, false), (false, true), (true, true)].map(|(v6, biflow)| Kind {
+                v6,
+                biflow,
+                rule,
+            })
+        })
+    }
+
+    /// Record `r`'s kind in an export of `setup` (its rule named only
+    /// where the setup names rules).
+    pub fn of(r: &FlowRecord, setup: &Setup) -> Kind {
+        Kind {
+            v6: r.key.v6,
+            biflow: r.reverse.is_some(),
+            rule: r.rule.is_some() && setup.rule_pen != 0,
+        }
+    }
+
+    fn template(self) -> u16 {
+        let i = u16::from(self.v6) + 2 * u16::from(self.biflow);
+        if self.rule {
+            RULE_TEMPLATES + i
+        } else {
+            [TEMPLATE_V4, TEMPLATE_V6, BIFLOW_V4, BIFLOW_V6][usize::from(i)]
+        }
+    }
+
+    /// The template's fields: the family's, the reverse ones for biflow,
+    /// the rule's under `rule_pen`.
+    fn fields(self, rule_pen: u32) -> Vec<Field> {
+        let (src, dst, len) = if self.v6 { (27, 28, 16) } else { (8, 12, 4) };
+        let mut f = vec![
+            (src, len, 0),
+            (dst, len, 0),
+            (4, 1, 0),
+            (7, 2, 0),
+            (11, 2, 0),
+            (2, 8, 0),
+            (1, 8, 0),
+            (152, 8, 0),
+            (153, 8, 0),
+            (10, 4, 0),
+            (89, 1, 0),
+            (136, 1, 0),
+        ];
+        if self.biflow {
+            f.extend(REVERSE_FIELDS);
+        }
+        if self.rule {
+            f.push((ENTERPRISE | 1, 4, rule_pen));
+        }
+        f
+    }
+
+    /// A data record's bytes in this template.
+    pub fn record_len(self) -> usize {
+        self.fields(1).iter().map(|&(_, l, _)| usize::from(l)).sum()
+    }
 }
 
 /// A message being written: its header first (length filled in at the
@@ -192,21 +264,21 @@ impl Message {
     }
 }
 
-/// A message holding the four templates (sent first, and again as the
-/// exporter's refresh interval asks) and, when 1 in `sampling` packets
-/// is taken (more than 1), the sampling options template and its record,
-/// which `sequence` counts (see the module docs).
-pub fn templates(export_s: u32, sequence: &mut u32, domain: u32, sampling: u32) -> Vec<u8> {
-    let mut m = Message::new(export_s, *sequence, domain);
+/// A message holding every template `setup` uses (sent first, and again
+/// as the exporter's refresh interval asks) and, when 1 in
+/// `setup.sampling` packets is taken (more than 1), the sampling options
+/// template and its record, which `sequence` counts (see the module docs).
+pub fn templates(export_s: u32, sequence: &mut u32, setup: &Setup) -> Vec<u8> {
+    let mut m = Message::new(export_s, *sequence, setup.domain);
     let at = m.start_set(TEMPLATE_SET);
-    for (v6, biflow) in [(false, false), (true, false), (false, true), (true, true)] {
-        let f = template(v6, biflow);
-        m.buf
-            .extend_from_slice(&template_id(v6, biflow).to_be_bytes());
+    for kind in Kind::all(setup) {
+        let f = kind.fields(setup.rule_pen);
+        m.buf.extend_from_slice(&kind.template().to_be_bytes());
         m.buf.extend_from_slice(&(f.len() as u16).to_be_bytes());
         put_fields(&mut m.buf, &f);
     }
     m.end_set(at);
+    let sampling = setup.sampling;
     if sampling > 1 {
         let at = m.start_set(OPTIONS_TEMPLATE_SET);
         m.buf.extend_from_slice(&OPTIONS_SAMPLING.to_be_bytes());
@@ -216,7 +288,7 @@ pub fn templates(export_s: u32, sequence: &mut u32, domain: u32, sampling: u32) 
         put_fields(&mut m.buf, &SAMPLING_FIELDS);
         m.end_set(at);
         let at = m.start_set(OPTIONS_SAMPLING);
-        for v in [domain, sampling, 1, sampling - 1] {
+        for v in [setup.domain, sampling, 1, sampling - 1] {
             m.buf.extend_from_slice(&v.to_be_bytes());
         }
         m.end_set(at);
@@ -226,19 +298,19 @@ pub fn templates(export_s: u32, sequence: &mut u32, domain: u32, sampling: u32) 
 }
 
 /// Field specifiers: each information element and its length, and an
-/// enterprise element's PEN ([`REVERSE_PEN`], the only one sent).
-fn put_fields(buf: &mut Vec<u8>, f: &[(u16, u16)]) {
-    for &(ie, len) in f {
+/// enterprise element's PEN.
+fn put_fields(buf: &mut Vec<u8>, f: &[Field]) {
+    for &(ie, len, pen) in f {
         buf.extend_from_slice(&ie.to_be_bytes());
         buf.extend_from_slice(&len.to_be_bytes());
         if ie & ENTERPRISE != 0 {
-            buf.extend_from_slice(&REVERSE_PEN.to_be_bytes());
+            buf.extend_from_slice(&pen.to_be_bytes());
         }
     }
 }
 
-/// One record's fields, in its template's order.
-fn write_record(buf: &mut Vec<u8>, r: &FlowRecord) {
+/// One record's fields, in its template's (`kind`'s) order.
+fn write_record(buf: &mut Vec<u8>, r: &FlowRecord, kind: Kind) {
     let k = &r.key;
     let n = if k.v6 { 16 } else { 4 };
     buf.extend_from_slice(&k.src[..n]);
@@ -258,19 +330,23 @@ fn write_record(buf: &mut Vec<u8>, r: &FlowRecord) {
         buf.extend_from_slice(&rev.bytes.to_be_bytes());
         buf.push(INITIATOR);
     }
+    if let Some(rule) = r.rule.filter(|_| kind.rule) {
+        buf.extend_from_slice(&rule.to_be_bytes());
+    }
 }
 
 /// `records` in the parts one data message of at most [`MAX_MESSAGE`]
-/// bytes holds each: one template (family, uni- or biflow) a part.
-pub fn chunks(records: &[FlowRecord]) -> Vec<Vec<&FlowRecord>> {
+/// bytes holds each: one template (family, uni- or biflow, naming its rule
+/// or not) a part.
+pub fn chunks<'r>(records: &'r [FlowRecord], setup: &Setup) -> Vec<Vec<&'r FlowRecord>> {
     let mut out = Vec::new();
-    for (v6, biflow) in [(false, false), (true, false), (false, true), (true, true)] {
-        let per = (MAX_MESSAGE - HEADER - SET_HEADER) / record_len(v6, biflow);
-        let kind: Vec<&FlowRecord> = records
+    for kind in Kind::all(setup) {
+        let per = (MAX_MESSAGE - HEADER - SET_HEADER) / kind.record_len();
+        let of_kind: Vec<&FlowRecord> = records
             .iter()
-            .filter(|r| r.key.v6 == v6 && r.reverse.is_some() == biflow)
+            .filter(|r| Kind::of(r, setup) == kind)
             .collect();
-        out.extend(kind.chunks(per).map(<[_]>::to_vec));
+        out.extend(of_kind.chunks(per).map(<[_]>::to_vec));
     }
     out
 }
@@ -282,20 +358,21 @@ pub fn data_message(
     chunk: &[&FlowRecord],
     export_s: u32,
     sequence: &mut u32,
-    domain: u32,
+    setup: &Setup,
 ) -> Vec<u8> {
-    let (v6, biflow) = chunk
-        .first()
-        .map_or((false, false), |r| (r.key.v6, r.reverse.is_some()));
-    let mut m = Message::new(export_s, *sequence, domain);
-    let at = m.start_set(template_id(v6, biflow));
+    let kind = chunk.first().map_or(
+        Kind {
+            v6: false,
+            biflow: false,
+            rule: false,
+        },
+        |r| Kind::of(r, setup),
+    );
+    let mut m = Message::new(export_s, *sequence, setup.domain);
+    let at = m.start_set(kind.template());
     for r in chunk {
-        debug_assert_eq!(
-            (r.key.v6, r.reverse.is_some()),
-            (v6, biflow),
-            "one template"
-        );
-        write_record(&mut m.buf, r);
+        debug_assert_eq!(Kind::of(r, setup), kind, "one template");
+        write_record(&mut m.buf, r, kind);
     }
     m.end_set(at);
     *sequence = sequence.wrapping_add(chunk.len() as u32);
@@ -312,13 +389,28 @@ mod tests {
 
     #[test]
     fn the_templates_records_are_as_long_as_their_fields() {
-        assert_eq!(record_len(false, false), 51);
-        assert_eq!(record_len(true, false), 75);
-        assert_eq!(record_len(false, true), 51 + 17);
-        assert_eq!(record_len(true, true), 75 + 17);
+        let len = |v6, biflow, rule| Kind { v6, biflow, rule }.record_len();
+        assert_eq!(len(false, false, false), 51);
+        assert_eq!(len(true, false, false), 75);
+        assert_eq!(len(false, true, false), 51 + 17);
+        assert_eq!(len(true, true, false), 75 + 17);
+        assert_eq!(len(true, true, true), 75 + 17 + 4);
         let mut seq = 0;
-        let t = templates(1, &mut seq, 7, 1);
+        let t = templates(1, &mut seq, &Setup::domain(7));
         assert_eq!(t.len(), TEMPLATES_END);
+        // With rules named: four more templates, each one field (and its
+        // PEN) longer than its twin.
+        let named = Setup {
+            rule_pen: 32473,
+            ..Setup::domain(7)
+        };
+        let t = templates(1, &mut seq, &named);
+        assert_eq!(
+            t.len(),
+            TEMPLATES_END + 2 * (4 + 13 * 4 + 4) + 2 * (4 + 16 * 4 + 3 * 4)
+        );
+        let ids: Vec<u16> = Kind::all(&named).map(Kind::template).collect();
+        assert_eq!(ids, [256, 257, 259, 260, 261, 262, 263, 264]);
         assert_eq!(u16::from_be_bytes([t[2], t[3]]) as usize, t.len());
         assert_eq!(seq, 0, "templates are not data records");
     }
@@ -329,7 +421,14 @@ mod tests {
     #[test]
     fn sampling_is_stated_by_an_options_template_and_its_record() {
         let mut seq = 5;
-        let t = templates(1, &mut seq, 7, 100);
+        let t = templates(
+            1,
+            &mut seq,
+            &Setup {
+                sampling: 100,
+                ..Setup::domain(7)
+            },
+        );
         assert_eq!(seq, 6);
         assert_eq!(u32::from_be_bytes([t[8], t[9], t[10], t[11]]), 5);
         let opts = TEMPLATES_END;

@@ -25,5 +25,6 @@ pub mod settings;
 
 pub use cache::{CacheSettings, Close, FlowCache, Observed};
 pub use exporter::{ExportCounters, ExportSender, ExportTotals, Exporter, ExporterError};
+pub use ipfix::Setup;
 pub use record::{Counts, EndReason, FlowRecord, Forwarding};
 pub use settings::IpfixSection;

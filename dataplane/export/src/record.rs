@@ -78,6 +78,11 @@ pub struct FlowRecord {
     /// bytes of the answers, those of `key.reply()`. `None`: a uniflow
     /// record (no answer was counted in it).
     pub reverse: Option<Counts>,
+    /// The id of the rule that decided the record's first packet (the one
+    /// that opened its connection, for a tracked flow); `None`: no rule
+    /// did (the default action), or rules are not kept
+    /// (`[ipfix] rule_pen` 0).
+    pub rule: Option<cfdp_rules::RuleId>,
     /// First and last packet times, ns since the Unix epoch (a capture's
     /// own timestamps in a replay).
     pub first_ns: u64,

@@ -37,6 +37,13 @@ pub struct IpfixSection {
     /// half only). Flows no connection tracks are uniflow records either
     /// way.
     pub biflow: bool,
+    /// The private enterprise number (IANA assigns them free of charge)
+    /// under which each record names the rule that decided its first
+    /// packet (element 1 of that PEN, unsigned32: no IANA element names a
+    /// rule); 0: the rule is not exported. A collector reads it as a
+    /// custom element (pmacct: `aggregate_primitives`, `field_type
+    /// PEN:1`).
+    pub rule_pen: u32,
 }
 
 impl Default for IpfixSection {
@@ -50,6 +57,7 @@ impl Default for IpfixSection {
             cache_flows: c.capacity,
             sampling: 1,
             biflow: c.biflow,
+            rule_pen: 0,
         }
     }
 }
@@ -141,6 +149,7 @@ impl IpfixSection {
             idle_ns: self.idle_timeout_s.saturating_mul(1_000_000_000),
             active_ns: self.active_timeout_s.saturating_mul(1_000_000_000),
             biflow: self.biflow,
+            rules: self.rule_pen != 0,
         };
         Ok((collectors, cache))
     }

@@ -63,6 +63,7 @@ proptest! {
             idle_ns: 15 * S,
             active_ns: 60 * S,
             biflow,
+            rules: false,
         });
         let mut want: BTreeMap<FlowKey, (u64, u64)> = BTreeMap::new();
         let mut t = 1_700_000_000 * S;

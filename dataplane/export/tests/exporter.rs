@@ -9,15 +9,19 @@ use std::net::{Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use cfdp_export::{Counts, EndReason, Exporter, FlowRecord, Forwarding};
+use cfdp_export::{Counts, EndReason, Exporter, FlowRecord, Forwarding, Setup};
 use cfdp_rules::FlowKey;
 
-/// A decoded data record: information element → bytes.
-type Fields = HashMap<u16, Vec<u8>>;
+/// A decoded data record: (PEN, information element) → bytes (PEN 0: an
+/// IANA element; an enterprise element's id with its top bit).
+type Fields = HashMap<(u32, u16), Vec<u8>>;
+
+/// A template's fields: (PEN, element, length).
+type Template = Vec<(u32, u16, u16)>;
 
 /// Reads one message: its sequence number and data records, learning
 /// templates into `templates` (id → [(element, length)]).
-fn decode(msg: &[u8], templates: &mut HashMap<u16, Vec<(u16, u16)>>) -> (u32, Vec<Fields>) {
+fn decode(msg: &[u8], templates: &mut HashMap<u16, Template>) -> (u32, Vec<Fields>) {
     let be16 = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
     assert_eq!(be16(&msg[0..]), 10, "IPFIX version");
     assert_eq!(usize::from(be16(&msg[2..])), msg.len(), "message length");
@@ -36,27 +40,27 @@ fn decode(msg: &[u8], templates: &mut HashMap<u16, Vec<(u16, u16)>>) -> (u32, Ve
                 let mut e = t + 4;
                 for _ in 0..n {
                     // An enterprise element (its id's top bit) is followed
-                    // by its PEN: RFC 5103's reverse elements only.
+                    // by its PEN.
                     let (ie, l) = (be16(&body[e..]), be16(&body[e + 2..]));
                     e += 4;
+                    let mut pen = 0;
                     if ie & 0x8000 != 0 {
-                        let pen = u32::from_be_bytes(body[e..e + 4].try_into().unwrap());
-                        assert_eq!(pen, 29305, "reverse elements' PEN");
+                        pen = u32::from_be_bytes(body[e..e + 4].try_into().unwrap());
                         e += 4;
                     }
-                    f.push((ie, l));
+                    f.push((pen, ie, l));
                 }
                 templates.insert(tid, f);
                 t = e;
             }
         } else {
             let t = templates.get(&id).expect("a data set after its template");
-            let size: usize = t.iter().map(|&(_, l)| usize::from(l)).sum();
+            let size: usize = t.iter().map(|&(_, _, l)| usize::from(l)).sum();
             for r in body.chunks_exact(size) {
                 let mut f = Fields::new();
                 let mut o = 0;
-                for &(ie, l) in t {
-                    f.insert(ie, r[o..o + usize::from(l)].to_vec());
+                for &(pen, ie, l) in t {
+                    f.insert((pen, ie), r[o..o + usize::from(l)].to_vec());
                     o += usize::from(l);
                 }
                 records.push(f);
@@ -95,6 +99,8 @@ fn record(i: u32, v6: bool) -> FlowRecord {
             packets: u64::from(i) + 7,
             bytes: 60 * u64::from(i) + 5,
         }),
+        // Every third names its rule.
+        rule: i.is_multiple_of(3).then_some(1000 + i),
         first_ns: 1_700_000_000_000_000_000 + u64::from(i) * 1_000_000,
         last_ns: 1_700_000_001_000_000_000,
         port: 3,
@@ -113,7 +119,16 @@ fn records_reach_a_udp_collector_whole() {
     collector
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let ex = Exporter::start(vec![collector.local_addr().unwrap()], 42).unwrap();
+    let setup = Setup {
+        rule_pen: 32473,
+        ..Setup::domain(42)
+    };
+    let ex = Exporter::start_counting(
+        vec![collector.local_addr().unwrap()],
+        setup,
+        Default::default(),
+    )
+    .unwrap();
     let sent: Vec<FlowRecord> = (0..100).map(|i| record(i, i % 3 == 0)).collect();
     ex.sender().send(sent[..60].to_vec());
     ex.sender().send(sent[60..].to_vec());
@@ -142,25 +157,30 @@ fn records_reach_a_udp_collector_whole() {
         let (src, dst) = if r.key.v6 { (27, 28) } else { (8, 12) };
         let f = got
             .iter()
-            .find(|f| f.get(&src).map(Vec::as_slice) == Some(&r.key.src[..n]))
+            .find(|f| f.get(&(0, src)).map(Vec::as_slice) == Some(&r.key.src[..n]))
             .expect("the record arrived");
-        assert_eq!(f[&dst], r.key.dst[..n]);
-        assert_eq!(be(&f[&4]), u64::from(r.key.proto));
-        assert_eq!(be(&f[&7]), u64::from(r.key.sport));
-        assert_eq!(be(&f[&11]), u64::from(r.key.dport));
-        assert_eq!(be(&f[&2]), r.packets);
-        assert_eq!(be(&f[&1]), r.bytes);
-        assert_eq!(be(&f[&152]), r.first_ns / 1_000_000);
-        assert_eq!(be(&f[&153]), r.last_ns / 1_000_000);
-        assert_eq!(be(&f[&10]), 3);
-        assert_eq!(be(&f[&89]), u64::from(r.forwarding.ipfix()));
-        assert_eq!(be(&f[&136]), 1);
-        // reversePacketDeltaCount, reverseOctetDeltaCount, biflowDirection.
+        let iana = |ie: u16| be(&f[&(0, ie)]);
+        assert_eq!(f[&(0, dst)], r.key.dst[..n]);
+        assert_eq!(iana(4), u64::from(r.key.proto));
+        assert_eq!(iana(7), u64::from(r.key.sport));
+        assert_eq!(iana(11), u64::from(r.key.dport));
+        assert_eq!(iana(2), r.packets);
+        assert_eq!(iana(1), r.bytes);
+        assert_eq!(iana(152), r.first_ns / 1_000_000);
+        assert_eq!(iana(153), r.last_ns / 1_000_000);
+        assert_eq!(iana(10), 3);
+        assert_eq!(iana(89), u64::from(r.forwarding.ipfix()));
+        assert_eq!(iana(136), 1);
+        // reversePacketDeltaCount, reverseOctetDeltaCount (RFC 5103's
+        // PEN), biflowDirection.
         let answers = r.reverse.map(|c| (c.packets, c.bytes, 1));
         let read = f
-            .get(&0x8002)
-            .map(|p| (be(p), be(&f[&0x8001]), be(&f[&239])));
+            .get(&(29305, 0x8002))
+            .map(|p| (be(p), be(&f[&(29305, 0x8001)]), iana(239)));
         assert_eq!(read, answers, "{r:?}");
+        // The rule, element 1 of the setup's PEN.
+        let rule = f.get(&(32473, 0x8001)).map(|b| be(b) as u32);
+        assert_eq!(rule, r.rule, "{r:?}");
         seen += 1;
     }
     assert_eq!(seen, 100);

@@ -38,6 +38,9 @@ pub struct ReplayOptions {
     /// 1 in this many of the frames each worker receives is exported (1:
     /// every frame).
     pub ipfix_sampling: u32,
+    /// The PEN each record names its rule under (0: not named; the
+    /// caches then keep no rule).
+    pub ipfix_rule_pen: u32,
 }
 
 impl ReplayOptions {
@@ -58,6 +61,7 @@ impl ReplayOptions {
             ipfix_cache: cfdp_export::CacheSettings::default(),
             ipfix_domain: 0,
             ipfix_sampling: 1,
+            ipfix_rule_pen: 0,
         }
     }
 }

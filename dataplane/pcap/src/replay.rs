@@ -227,13 +227,7 @@ pub fn replay(
     let exporter = start_export(opts, dp)?;
     let wopts = WorkerOptions {
         account_flows: opts.flows_csv.is_some(),
-        export: exporter.as_ref().map(|x| FlowExport {
-            cache: opts.ipfix_cache,
-            sender: x.sender(),
-            // Packet times are the capture's Unix times.
-            clock_base_ns: 0,
-            sampling: opts.ipfix_sampling,
-        }),
+        export: exporter.as_ref().map(|x| worker_export(opts, x)),
     };
     // Spin before sleeping only where every thread has a core: polling
     // workers on a machine with fewer cores would take the reader's.
@@ -293,16 +287,35 @@ pub fn replay(
     Ok(r)
 }
 
+/// A worker's side of the export to `x`: its cache (keeping rules when
+/// they are named) and the sampling rate.
+fn worker_export(opts: &ReplayOptions, x: &Exporter) -> FlowExport {
+    FlowExport {
+        cache: cfdp_export::CacheSettings {
+            rules: opts.ipfix_rule_pen != 0,
+            ..opts.ipfix_cache
+        },
+        sender: x.sender(),
+        // Packet times are the capture's Unix times.
+        clock_base_ns: 0,
+        sampling: opts.ipfix_sampling,
+    }
+}
+
 /// The IPFIX exporter `--ipfix` asks for, started, counting into the
 /// data plane's statistics (the report's and the metrics' `export`).
 fn start_export(opts: &ReplayOptions, dp: &WorkerContext) -> Result<Option<Exporter>, ReplayError> {
     if opts.ipfix.is_empty() {
         return Ok(None);
     }
+    let setup = cfdp_export::Setup {
+        domain: opts.ipfix_domain,
+        sampling: opts.ipfix_sampling,
+        rule_pen: opts.ipfix_rule_pen,
+    };
     Exporter::start_counting(
         opts.ipfix.clone(),
-        opts.ipfix_domain,
-        opts.ipfix_sampling,
+        setup,
         std::sync::Arc::clone(&dp.stats.export),
     )
     .map(Some)

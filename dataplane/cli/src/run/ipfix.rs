@@ -15,6 +15,18 @@ pub(super) fn settings(
         .map_err(|b| RunError::Setting(SettingError::new("ipfix", b.key, b.value, b.need)))
 }
 
+/// What `[ipfix]` says the messages state: observation domain, sampling
+/// rate, the PEN rules are named under (the pcap backend's replay takes
+/// them one by one).
+#[cfg(feature = "dpdk")]
+fn setup(cfg: &RunConfig) -> cfdp_export::Setup {
+    cfdp_export::Setup {
+        domain: cfg.ipfix.observation_domain,
+        sampling: cfg.ipfix.sampling,
+        rule_pen: cfg.ipfix.rule_pen,
+    }
+}
+
 /// The exporter `[ipfix]` asks for on the DPDK backend, started and
 /// counting into the data plane's statistics, and the workers' options
 /// that send to it (the backend sets their clock base); none without
@@ -31,8 +43,7 @@ pub(super) fn start(
     }
     let x = cfdp_export::Exporter::start_counting(
         collectors,
-        cfg.ipfix.observation_domain,
-        cfg.ipfix.sampling,
+        setup(cfg),
         std::sync::Arc::clone(&cx.stats.export),
     )
     .map_err(RunError::Export)?;

@@ -281,6 +281,12 @@ impl Nfacctd {
 
     /// [`Self::start`] with `extra` configuration lines.
     pub(super) fn start_with(dir: &Path, extra: &str) -> Self {
+        Self::start_aggregating(dir, "src_host, dst_host, proto, src_port, dst_port", extra)
+    }
+
+    /// [`Self::start_with`], its print plugin aggregating by `aggregate`
+    /// (read back by [`Self::take_rows`]).
+    pub(super) fn start_aggregating(dir: &Path, aggregate: &str, extra: &str) -> Self {
         let port = free_port();
         let out = dir.join("nfacctd.csv");
         let conf = dir.join("nfacctd.conf");
@@ -296,7 +302,7 @@ impl Nfacctd {
                  print_output_file_append: true\n\
                  print_num_protos: true\n\
                  print_refresh_time: 1\n\
-                 aggregate: src_host, dst_host, proto, src_port, dst_port\n\
+                 aggregate: {aggregate}\n\
                  {extra}",
                 out.display()
             ),
@@ -329,25 +335,54 @@ impl Nfacctd {
     /// before; 20 s at most, then what was written is returned).
     pub(super) fn take(&mut self, packets: u64) -> Flows {
         let mut flows = Flows::new();
+        for row in self.take_rows(packets) {
+            let k = (
+                row["SRC_IP"].clone(),
+                row["DST_IP"].clone(),
+                row["PROTOCOL"].parse().unwrap(),
+                row["SRC_PORT"].parse().unwrap(),
+                row["DST_PORT"].parse().unwrap(),
+            );
+            let e = flows.entry(k).or_default();
+            e.0 += row["PACKETS"].parse::<u64>().unwrap();
+            e.1 += row["BYTES"].parse::<u64>().unwrap();
+        }
+        flows
+    }
+
+    /// The rows appended since the last call, each by its column names
+    /// (the print plugin's header: SRC_IP, PACKETS…), once they hold
+    /// `packets` packets (20 s at most, then what was written).
+    pub(super) fn take_rows(&mut self, packets: u64) -> Vec<BTreeMap<String, String>> {
+        let mut rows = Vec::new();
         for _ in 0..800 {
             let text = std::fs::read_to_string(&self.out).unwrap_or_default();
             // Whole lines only: a purge may be half written.
             let end = text.rfind('\n').map_or(0, |i| i + 1).max(self.read);
-            flows = Flows::new();
-            for line in text[self.read..end]
-                .lines()
-                .filter(|l| !l.starts_with("SRC_IP"))
-            {
-                // SRC_IP,DST_IP,SRC_PORT,DST_PORT,PROTOCOL,PACKETS,BYTES
-                add_csv_row(&mut flows, line, [0, 1, 4, 2, 3]);
+            rows.clear();
+            let mut header: Vec<&str> = Vec::new();
+            let mut at = 0;
+            for line in text[..end].lines() {
+                let new = at >= self.read;
+                at += line.len() + 1;
+                if line.starts_with("SRC_IP") {
+                    header = line.split(',').collect();
+                } else if new {
+                    let row = header.iter().map(ToString::to_string);
+                    rows.push(row.zip(line.split(',').map(str::to_string)).collect());
+                }
             }
-            if flows.values().map(|v| v.0).sum::<u64>() >= packets {
+            let sum: u64 = rows
+                .iter()
+                .map(|r: &BTreeMap<String, String>| r["PACKETS"].parse::<u64>().unwrap())
+                .sum();
+            if sum >= packets {
                 self.read = end;
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
-        flows
+        rows
     }
 }
 

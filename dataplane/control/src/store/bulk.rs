@@ -171,7 +171,7 @@ fn id_pass(
             break;
         }
         p.by_id.add(rules, slot);
-        if !stats.ensure_slot(slot) {
+        if !stats.ensure_slot(slot, r.id) {
             p.found = Some((i, format!("{n} rules do not fit: raise control.max_rules")));
             break;
         }

@@ -204,10 +204,10 @@ impl RuleStore {
         }
     }
 
-    /// A slot for a new rule of the batch (given back by `undo`).
-    fn alloc_slot(&mut self, p: &mut Pending) -> Option<u32> {
+    /// A slot for new rule `id` of the batch (given back by `undo`).
+    fn alloc_slot(&mut self, p: &mut Pending, id: RuleId) -> Option<u32> {
         let slot = self.slots.take()?;
-        if !self.stats.ensure_slot(slot) {
+        if !self.stats.ensure_slot(slot, id) {
             self.slots.untake(slot);
             return None;
         }
@@ -405,7 +405,7 @@ impl RuleStore {
         decide::check(&Overlay { store: self, p }, u).map_err(Refusal::result)?;
         match u {
             Update::Insert(r) => {
-                let slot = self.alloc_slot(p).ok_or_else(|| self.no_slot())?;
+                let slot = self.alloc_slot(p, r.id).ok_or_else(|| self.no_slot())?;
                 p.slot_ids.insert(slot, r.id);
                 let placed = match self.place(p, r, slot, hints) {
                     Ok(placed) => placed,

@@ -18,6 +18,9 @@ pub(super) const BIFLOW: u8 = 16;
 pub(super) const FIN_FWD: u8 = 32;
 /// `flags`: the responder sent a FIN.
 pub(super) const FIN_REV: u8 = 64;
+/// `flags`: a rule decided the record's first packet, its id kept beside
+/// the line (a cache that keeps rules).
+pub(super) const RULE: u8 = 128;
 
 /// One record and its key in one cache line. The last packet's time is
 /// kept as milliseconds after the first (a record ends as active before it
@@ -34,7 +37,7 @@ pub(super) struct Way {
     pub(super) dport: u16,
     pub(super) proto: u8,
     /// [`USED`], [`V6`], the forwarding status, [`BIFLOW`], [`FIN_FWD`],
-    /// [`FIN_REV`].
+    /// [`FIN_REV`], [`RULE`].
     pub(super) flags: u8,
     pub(super) port: u16,
     pub(super) packets: u32,
@@ -44,13 +47,16 @@ pub(super) struct Way {
 
 const _: () = assert!(std::mem::size_of::<Way>() == 64);
 
-/// The answers' counts of a biflow record, beside its [`Way`] (kept apart,
-/// and only by a cache that makes biflow records: the way stays one line,
-/// and a uniflow cache pays nothing for them).
+/// What a record may keep beside its [`Way`] (kept apart, and only by a
+/// cache that asks for it: the way stays one line, and a cache that keeps
+/// neither pays nothing for them): a biflow record's answers' counts, and
+/// the rule that decided its first packet.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Rev {
     pub(super) bytes: u64,
     pub(super) packets: u32,
+    /// The rule's id, under [`RULE`].
+    pub(super) rule: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<Rev>() == 16);
@@ -74,13 +80,14 @@ fn forwarding_of(flags: u8) -> Forwarding {
 impl Way {
     /// The record packet `p` starts, under key `k` (its own 5-tuple, or
     /// the initiator's for an answer: `reply`, whose count goes to the
-    /// [`Rev`] beside, started by the caller).
-    pub(super) fn new(p: &Observed, k: &FlowKey, reply: bool, now_ms: u64) -> Self {
+    /// [`Rev`] beside, started by the caller, as is its rule: `rule`).
+    pub(super) fn new(p: &Observed, k: &FlowKey, reply: bool, rule: bool, now_ms: u64) -> Self {
         let (packets, bytes, biflow) = if reply {
             (0, 0, BIFLOW)
         } else {
             (1, u64::from(p.len), 0)
         };
+        let rule = if rule { RULE } else { 0 };
         Way {
             first_ms: now_ms,
             bytes,
@@ -89,7 +96,7 @@ impl Way {
             sport: k.sport,
             dport: k.dport,
             proto: k.proto,
-            flags: USED | if k.v6 { V6 } else { 0 } | forwarding_bits(p.forwarding) | biflow,
+            flags: USED | if k.v6 { V6 } else { 0 } | forwarding_bits(p.forwarding) | biflow | rule,
             port: p.port,
             packets,
             last_ms: 0,
@@ -126,9 +133,9 @@ impl Way {
         }
     }
 
-    /// The record as it ends, for `end`; `rev`: the answers' counts kept
-    /// beside it (a biflow cache), read where [`BIFLOW`] says some were
-    /// counted.
+    /// The record as it ends, for `end`; `rev`: what is kept beside it,
+    /// read where [`BIFLOW`] says answers were counted and [`RULE`] that a
+    /// rule is kept.
     pub(super) fn record(&self, rev: Option<&Rev>, end: EndReason) -> FlowRecord {
         FlowRecord {
             key: self.key(),
@@ -138,6 +145,7 @@ impl Way {
                 packets: u64::from(r.packets),
                 bytes: r.bytes,
             }),
+            rule: rev.filter(|_| self.flags & RULE != 0).map(|r| r.rule),
             first_ns: self.first_ms * 1_000_000,
             last_ns: self.last() * 1_000_000,
             port: self.port,

@@ -12,10 +12,12 @@
 //!   its answer, through a stateful rule (connections tracked): two flows
 //!   a conversation, one biflow record.
 //!
-//! Export on three ways: every packet, 1 in [`SAMPLING`] packets
-//! (`[ipfix] sampling`: a packet not taken skips the cache), and every
-//! packet into biflow records (`[ipfix] biflow`: a connection's answers
-//! counted in its initiator's record). And each cache's bytes a record
+//! Export on four ways: every packet, 1 in [`SAMPLING`] packets
+//! (`[ipfix] sampling`: a packet not taken skips the cache), every packet
+//! into biflow records (`[ipfix] biflow`: a connection's answers counted
+//! in its initiator's record), and every packet with each record naming
+//! its rule (`[ipfix] rule_pen`: the rule found when a packet starts a
+//! record — an answer's by its connection). And each cache's bytes a record
 //! when full (its table, allocated at the start, over its capacity) and
 //! the records it held. Output: a table,
 //! `bench/results/flow_export.csv`. Run: `cargo run --release -p
@@ -45,9 +47,16 @@ enum Variant {
     On,
     Sampled,
     Biflow,
+    Rules,
 }
 
-const VARIANTS: [Variant; 4] = [Variant::Off, Variant::On, Variant::Sampled, Variant::Biflow];
+const VARIANTS: [Variant; 5] = [
+    Variant::Off,
+    Variant::On,
+    Variant::Sampled,
+    Variant::Biflow,
+    Variant::Rules,
+];
 
 /// A workload: its frames and the rules (and connection table) they meet.
 struct Workload {
@@ -132,25 +141,26 @@ fn main() {
     let mut rows = Vec::new();
     for w in &workloads(many) {
         let (mut mpps, footprint) = measure(&w.cx, &exporter, &w.frames, rounds, seconds);
-        let [off, on, sampled, biflow] = mpps.each_mut().map(|m| median(m));
+        let [off, on, sampled, biflow, rules] = mpps.each_mut().map(|m| median(m));
         // The table is allocated whole: its bytes over the records it
         // holds when full (a cache holding fewer costs the same).
         let capacity = CacheSettings::default().capacity as f64;
         let bytes = footprint.map(|f| f.1 as f64 / capacity);
         let name = w.name;
         println!(
-            "  {name:<13} {} frames: off {off:6.2} Mpps, on {on:6.2} ({:.3}×), 1 in {SAMPLING} {sampled:6.2} ({:.3}×), biflow {biflow:6.2} ({:.3}×); records {} / {} biflow, {:.0} / {:.0} bytes a record",
+            "  {name:<13} {} frames: off {off:6.2} Mpps, on {on:6.2} ({:.3}×), 1 in {SAMPLING} {sampled:6.2} ({:.3}×), biflow {biflow:6.2} ({:.3}×), rules named {rules:6.2} ({:.3}×); records {} / {} biflow, {:.0} / {:.0} bytes a record",
             w.frames.len(),
             on / off,
             sampled / off,
             biflow / off,
+            rules / off,
             footprint[0].0,
             footprint[1].0,
             bytes[0],
             bytes[1],
         );
         rows.push(format!(
-            "{name},{},{off:.3},{on:.3},{:.3},{SAMPLING},{sampled:.3},{:.3},{},{:.1},{biflow:.3},{:.3},{},{:.1}",
+            "{name},{},{off:.3},{on:.3},{:.3},{SAMPLING},{sampled:.3},{:.3},{},{:.1},{biflow:.3},{:.3},{},{:.1},{rules:.3},{:.3}",
             w.frames.len(),
             on / off,
             sampled / off,
@@ -159,6 +169,7 @@ fn main() {
             biflow / off,
             footprint[1].0,
             bytes[1],
+            rules / off,
         ));
     }
     let c = exporter.finish();
@@ -170,7 +181,7 @@ fn main() {
     let path = results_path("flow_export.csv");
     write_csv(
         &path,
-        "workload,frames,off_mpps,on_mpps,on_vs_off,sampling,sampled_mpps,sampled_vs_off,cached_flows,cache_bytes_per_flow,biflow_mpps,biflow_vs_off,biflow_records,biflow_bytes_per_record",
+        "workload,frames,off_mpps,on_mpps,on_vs_off,sampling,sampled_mpps,sampled_vs_off,cached_flows,cache_bytes_per_flow,biflow_mpps,biflow_vs_off,biflow_records,biflow_bytes_per_record,rules_mpps,rules_vs_off",
         &rows,
     )
     .expect("write CSV");
@@ -186,8 +197,8 @@ fn measure(
     frames: &[Vec<u8>],
     rounds: usize,
     seconds: f64,
-) -> ([Vec<f64>; 4], [(usize, usize); 2]) {
-    let mut mpps = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+) -> ([Vec<f64>; 5], [(usize, usize); 2]) {
+    let mut mpps: [Vec<f64>; 5] = Default::default();
     let mut footprint = [(0, 0); 2];
     for _ in 0..rounds {
         for (v, m) in VARIANTS.iter().zip(mpps.iter_mut()) {
@@ -195,6 +206,7 @@ fn measure(
                 export: (*v != Variant::Off).then(|| FlowExport {
                     cache: CacheSettings {
                         biflow: *v == Variant::Biflow,
+                        rules: *v == Variant::Rules,
                         ..CacheSettings::default()
                     },
                     sender: exporter.sender(),

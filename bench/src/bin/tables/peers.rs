@@ -149,6 +149,7 @@ pub(crate) fn flow_export(d: &Path) -> R<String> {
             format!("{:.2} ({:.2}×)", n("on_mpps")?, n("on_vs_off")?),
             format!("{:.2} ({:.2}×)", n("sampled_mpps")?, n("sampled_vs_off")?),
             format!("{:.2} ({:.2}×)", n("biflow_mpps")?, n("biflow_vs_off")?),
+            format!("{:.2} ({:.2}×)", n("rules_mpps")?, n("rules_vs_off")?),
             format!("{} / {}", r["cached_flows"], r["biflow_records"]),
             format!(
                 "{:.0} / {:.0}",
@@ -165,6 +166,7 @@ pub(crate) fn flow_export(d: &Path) -> R<String> {
             "on (Mpps, / off)",
             &sampled,
             "on, biflow records (Mpps, / off)",
+            "on, rules named (Mpps, / off)",
             "records cached: uniflow / biflow",
             "bytes a record: uniflow / biflow",
         ],

@@ -127,6 +127,9 @@ impl ExportState {
         for line in 0..cfdp_export::cache::WAYS {
             prefetch_read(set.wrapping_add(line * 64));
         }
+        if let Some(side) = self.cache.side_address(at) {
+            prefetch_read(side);
+        }
         self.noted.push((i, at, key, len));
     }
 

@@ -283,6 +283,14 @@ impl FlowCache {
         std::ptr::from_ref(&self.sets[at.0]).cast()
     }
 
+    /// The address of what a place's records keep beside their lines
+    /// (one line a set: answers' counts, rules), to prefetch; `None` for
+    /// a cache that keeps nothing there.
+    #[inline]
+    pub fn side_address(&self, at: Place) -> Option<*const u8> {
+        self.rev.get(at.0).map(|r| std::ptr::from_ref(r).cast())
+    }
+
     /// Adds a packet to its flow's record (starting one if none).
     pub fn observe(&mut self, p: &Observed) {
         self.observe_at(self.place(&p.key), p, || None);

@@ -1,8 +1,8 @@
 //! IPFIX messages (RFC 7011): the templates cfdp exports, and its flow
 //! records as data sets, in messages that fit a UDP datagram.
 //!
-//! Written by hand: four fixed templates and their records are a few dozen
-//! big-endian writes, and the Rust IPFIX crates are parsers, or bring a
+//! Written by hand: a few fixed templates and their records are a few
+//! dozen big-endian writes, and the Rust IPFIX crates are parsers, or bring a
 //! registry, a clock library and a parser with their encoder.
 //!
 //! Every field of a uniflow record (templates [`TEMPLATE_V4`],
@@ -37,8 +37,9 @@
 //!
 //! Its 5-tuple, times, forwarding status and end reason are the
 //! connection's (first and last packet either way, the last packet's
-//! verdict). The four templates go in every template message, used or
-//! not, so a record never meets a collector that lacks its template.
+//! verdict). Every template an export's [`Setup`] uses goes in every
+//! template message, used or not, so a record never meets a collector
+//! that lacks its template.
 //!
 //! With 1-in-N sampling (`[ipfix] sampling`, `cfdp replay
 //! --ipfix-sampling`), an options template (id [`OPTIONS_SAMPLING`],

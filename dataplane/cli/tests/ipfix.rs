@@ -29,8 +29,8 @@ use cfdp_testkit::stateful;
 mod collectors;
 
 use collectors::{
-    collectors_installed, flows_csv, nfdump_flow_records, nfdump_flows, same_flows, Flows, Nfacctd,
-    Nfcapd,
+    by_five_tuple, collectors_installed, flows_csv, nfdump_flow_records, nfdump_flows, same_flows,
+    Flows, Nfacctd, Nfcapd,
 };
 
 /// The peer, where it is installed: `softflowd -r` on the same capture
@@ -349,7 +349,6 @@ fn pmacct_reads_the_rule_each_record_names() {
     replay_to(&pcap, &args, &[nfacctd.port]);
     let csv = flows_csv(&csv);
     let rows = nfacctd.take_rows(csv.values().map(|v| v.0).sum());
-    let mut read = Flows::new();
     for row in &rows {
         let flow = row["SRC_IP"]
             .rsplit('.')
@@ -360,18 +359,8 @@ fn pmacct_reads_the_rule_each_record_names() {
         let want = if flow < 30 { 100 + flow } else { 0 };
         // The print plugin names a custom primitive's column as written.
         assert_eq!(row["cfdp_rule"], want.to_string(), "{row:?}");
-        let k = (
-            row["SRC_IP"].clone(),
-            row["DST_IP"].clone(),
-            row["PROTOCOL"].parse().unwrap(),
-            row["SRC_PORT"].parse().unwrap(),
-            row["DST_PORT"].parse().unwrap(),
-        );
-        let e = read.entry(k).or_default();
-        e.0 += row["PACKETS"].parse::<u64>().unwrap();
-        e.1 += row["BYTES"].parse::<u64>().unwrap();
     }
-    same_flows("soak, rules named", "nfacctd", &read, &csv);
+    same_flows("soak, rules named", "nfacctd", &by_five_tuple(&rows), &csv);
     eprintln!("nfacctd: {} rows, every flow's rule as named", rows.len());
 }
 

@@ -334,20 +334,7 @@ impl Nfacctd {
     /// hold `packets` packets (each purge appends the counts since the one
     /// before; 20 s at most, then what was written is returned).
     pub(super) fn take(&mut self, packets: u64) -> Flows {
-        let mut flows = Flows::new();
-        for row in self.take_rows(packets) {
-            let k = (
-                row["SRC_IP"].clone(),
-                row["DST_IP"].clone(),
-                row["PROTOCOL"].parse().unwrap(),
-                row["SRC_PORT"].parse().unwrap(),
-                row["DST_PORT"].parse().unwrap(),
-            );
-            let e = flows.entry(k).or_default();
-            e.0 += row["PACKETS"].parse::<u64>().unwrap();
-            e.1 += row["BYTES"].parse::<u64>().unwrap();
-        }
-        flows
+        by_five_tuple(&self.take_rows(packets))
     }
 
     /// The rows appended since the last call, each by its column names
@@ -384,6 +371,24 @@ impl Nfacctd {
         }
         rows
     }
+}
+
+/// The print plugin's rows (by column name) summed by 5-tuple.
+pub(super) fn by_five_tuple(rows: &[BTreeMap<String, String>]) -> Flows {
+    let mut flows = Flows::new();
+    for row in rows {
+        let k = (
+            row["SRC_IP"].clone(),
+            row["DST_IP"].clone(),
+            row["PROTOCOL"].parse().unwrap(),
+            row["SRC_PORT"].parse().unwrap(),
+            row["DST_PORT"].parse().unwrap(),
+        );
+        let e = flows.entry(k).or_default();
+        e.0 += row["PACKETS"].parse::<u64>().unwrap();
+        e.1 += row["BYTES"].parse::<u64>().unwrap();
+    }
+    flows
 }
 
 impl Drop for Nfacctd {

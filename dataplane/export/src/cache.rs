@@ -9,7 +9,7 @@
 //! `flowEndMilliseconds` carry: a timeout falls on the millisecond tick.
 //!
 //! Layout: a set-associative table, [`WAYS`] records a set, each record
-//! one 64-byte cache line holding its key too ([`Way`]): a packet's flow
+//! one 64-byte cache line holding its key too (`Way`): a packet's flow
 //! is found by hashing its 5-tuple to one set and comparing at most
 //! [`WAYS`] keys; a new flow in a full set takes the place of that set's
 //! oldest record (by last packet), which is finished early
@@ -35,7 +35,7 @@ use crate::record::{EndReason, FlowRecord, Forwarding};
 
 mod way;
 
-use way::{forwarding_bits, Rev, Way, BIFLOW, FIN_FWD, FIN_REV, FWD_SHIFT};
+use way::{forwarding_bits, Side, Way, BIFLOW, FIN_FWD, FIN_REV, FWD_SHIFT};
 
 /// A cache's bounds and timeouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,8 +58,9 @@ pub struct CacheSettings {
     /// chosen by a hash that is the same both ways.
     pub biflow: bool,
     /// Keep the id of the rule that decided each record's first packet
-    /// ([`Observed::rule`]; `[ipfix] rule_pen`): 16 bytes a record beside
-    /// its line, shared with biflow's answer counts.
+    /// (the rule [`FlowCache::observe_at`] asks for; `[ipfix] rule_pen`):
+    /// 16 bytes a record beside its line, shared with biflow's answer
+    /// counts.
     pub rules: bool,
 }
 
@@ -126,7 +127,7 @@ pub struct FlowCache {
     sets: Box<[Set]>,
     /// What each way keeps beside it: answers' counts and rule (biflow
     /// caches and caches that keep rules; empty otherwise).
-    rev: Box<[[Rev; WAYS]]>,
+    side: Box<[[Side; WAYS]]>,
     biflow: bool,
     rules: bool,
     /// The 5-tuple hash's seeds, random per cache: nobody can choose
@@ -158,8 +159,8 @@ fn ms(ns: u64) -> u64 {
 
 /// What packet `p` starts a record's side entry with: its counts, if it
 /// is an answer (`reply`), and its rule.
-fn started(p: &Observed, reply: bool, rule: Option<cfdp_rules::RuleId>) -> Rev {
-    Rev {
+fn started(p: &Observed, reply: bool, rule: Option<cfdp_rules::RuleId>) -> Side {
+    Side {
         bytes: if reply { u64::from(p.len) } else { 0 },
         packets: u32::from(reply),
         rule: rule.unwrap_or(0),
@@ -189,14 +190,14 @@ impl FlowCache {
         // per process and per `RandomState`).
         let rs = std::collections::hash_map::RandomState::new();
         let seeds = std::array::from_fn(|i| rs.hash_one(i) | 1);
-        let rev = if settings.biflow || settings.rules {
+        let side = if settings.biflow || settings.rules {
             sets
         } else {
             0
         };
         FlowCache {
             sets: vec![[Way::default(); WAYS]; sets].into_boxed_slice(),
-            rev: vec![[Rev::default(); WAYS]; rev].into_boxed_slice(),
+            side: vec![[Side::default(); WAYS]; side].into_boxed_slice(),
             biflow: settings.biflow,
             rules: settings.rules,
             seeds,
@@ -227,7 +228,7 @@ impl FlowCache {
     /// The table's bytes (allocated whole at the start), with what its
     /// records keep beside their lines.
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.sets) + std::mem::size_of_val(&*self.rev)
+        std::mem::size_of_val(&*self.sets) + std::mem::size_of_val(&*self.side)
     }
 
     /// Whether it makes biflow records ([`CacheSettings::biflow`]).
@@ -288,7 +289,7 @@ impl FlowCache {
     /// a cache that keeps nothing there.
     #[inline]
     pub fn side_address(&self, at: Place) -> Option<*const u8> {
-        self.rev.get(at.0).map(|r| std::ptr::from_ref(r).cast())
+        self.side.get(at.0).map(|r| std::ptr::from_ref(r).cast())
     }
 
     /// Adds a packet to its flow's record (starting one if none).
@@ -324,11 +325,12 @@ impl FlowCache {
             return;
         }
         let rule = rule();
-        let way = Way::new(p, &key, reply, rule.is_some(), now);
-        let (mut way, rev) = (way, started(p, reply, rule));
+        let mut way = Way::new(p, &key, reply, rule.is_some(), now);
+        let side = started(p, reply, rule);
         if closes(&mut way, p.close, reply) {
             // Over with its first packet: sent at once, no record kept.
-            self.done.push(way.record(Some(&rev), EndReason::EndOfFlow));
+            self.done
+                .push(way.record(Some(&side), EndReason::EndOfFlow));
             return;
         }
         // The place a new record takes: a free way, or else the way with
@@ -352,7 +354,7 @@ impl FlowCache {
         // [`RULE`]: written when the record has either (a new flow's miss
         // is one line, not two, when it has neither).
         if reply || rule.is_some() {
-            self.rev[set][j] = rev;
+            self.side[set][j] = side;
         }
     }
 
@@ -369,8 +371,8 @@ impl FlowCache {
         now: u64,
     ) {
         let w = &mut self.sets[set][j];
-        let mut spare = Rev::default();
-        let rev = self.rev.get_mut(set).map_or(&mut spare, |r| &mut r[j]);
+        let mut spare = Side::default();
+        let side = self.side.get_mut(set).map_or(&mut spare, |r| &mut r[j]);
         let age = now.saturating_sub(w.first_ms);
         // The answers' counts are read only under [`BIFLOW`] (a uniflow
         // record's packet does not touch their line).
@@ -379,28 +381,28 @@ impl FlowCache {
             Some(EndReason::Idle)
         } else if age >= self.active_ms
             || w.packets == u32::MAX
-            || biflow && rev.packets == u32::MAX
+            || biflow && side.packets == u32::MAX
         {
             Some(EndReason::Active)
         } else {
             None
         };
         if let Some(end) = end {
-            self.done.push(w.record(Some(rev), end));
+            self.done.push(w.record(Some(side), end));
             let rule = rule();
             *w = Way::new(p, &w.key(), reply, rule.is_some(), now);
             if reply || rule.is_some() {
-                *rev = started(p, reply, rule);
+                *side = started(p, reply, rule);
             }
         } else {
             if reply {
                 // The record's first answer: its counts start from nothing
                 // (a record before it in this way may have left some).
                 if !biflow {
-                    (rev.packets, rev.bytes) = (0, 0);
+                    (side.packets, side.bytes) = (0, 0);
                 }
-                rev.packets += 1;
-                rev.bytes += u64::from(p.len);
+                side.packets += 1;
+                side.bytes += u64::from(p.len);
                 w.flags |= BIFLOW;
             } else {
                 w.packets += 1;
@@ -417,9 +419,9 @@ impl FlowCache {
 
     /// The record at way `j` of `set` finished for `end`, its place freed.
     fn finish(&mut self, set: usize, j: usize, end: EndReason) {
-        let rev = self.rev.get(set).map(|r| &r[j]);
+        let side = self.side.get(set).map(|r| &r[j]);
         let w = &mut self.sets[set][j];
-        self.done.push(w.record(rev, end));
+        self.done.push(w.record(side, end));
         *w = Way::default();
         self.len -= 1;
     }

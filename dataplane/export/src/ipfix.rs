@@ -90,8 +90,8 @@ pub const OPTIONS_SAMPLING: u16 = 258;
 pub const BIFLOW_V4: u16 = 259;
 /// The template of IPv6 biflow records.
 pub const BIFLOW_V6: u16 = 260;
-/// The four templates of records that name their rule: those without, in
-/// [`Kind::template`]'s order, plus this.
+/// The four templates of records that name their rule: this plus the
+/// index of their twin without it (256, 257, 259, 260: 0 to 3).
 pub const RULE_TEMPLATES: u16 = 261;
 /// RFC 5103's private enterprise number for reverse information
 /// elements: an element id with the enterprise bit under this PEN is the

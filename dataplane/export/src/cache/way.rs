@@ -11,7 +11,7 @@ pub(super) const USED: u8 = 1;
 const V6: u8 = 2;
 /// `flags`: the forwarding status, two bits from here.
 pub(super) const FWD_SHIFT: u8 = 2;
-/// `flags`: a biflow record — an answer was counted in its [`Rev`].
+/// `flags`: a biflow record — an answer was counted in its [`Side`].
 pub(super) const BIFLOW: u8 = 16;
 /// `flags`: the initiator sent a FIN (a biflow record ends once both
 /// sides have, or at a RST).
@@ -52,14 +52,14 @@ const _: () = assert!(std::mem::size_of::<Way>() == 64);
 /// neither pays nothing for them): a biflow record's answers' counts, and
 /// the rule that decided its first packet.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Rev {
+pub(super) struct Side {
     pub(super) bytes: u64,
     pub(super) packets: u32,
     /// The rule's id, under [`RULE`].
     pub(super) rule: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Rev>() == 16);
+const _: () = assert!(std::mem::size_of::<Side>() == 16);
 
 pub(super) fn forwarding_bits(f: Forwarding) -> u8 {
     (match f {
@@ -80,7 +80,7 @@ fn forwarding_of(flags: u8) -> Forwarding {
 impl Way {
     /// The record packet `p` starts, under key `k` (its own 5-tuple, or
     /// the initiator's for an answer: `reply`, whose count goes to the
-    /// [`Rev`] beside, started by the caller, as is its rule: `rule`).
+    /// [`Side`] beside, started by the caller, as is its rule: `rule`).
     pub(super) fn new(p: &Observed, k: &FlowKey, reply: bool, rule: bool, now_ms: u64) -> Self {
         let (packets, bytes, biflow) = if reply {
             (0, 0, BIFLOW)
@@ -133,19 +133,19 @@ impl Way {
         }
     }
 
-    /// The record as it ends, for `end`; `rev`: what is kept beside it,
+    /// The record as it ends, for `end`; `side`: what is kept beside it,
     /// read where [`BIFLOW`] says answers were counted and [`RULE`] that a
     /// rule is kept.
-    pub(super) fn record(&self, rev: Option<&Rev>, end: EndReason) -> FlowRecord {
+    pub(super) fn record(&self, side: Option<&Side>, end: EndReason) -> FlowRecord {
         FlowRecord {
             key: self.key(),
             packets: u64::from(self.packets),
             bytes: self.bytes,
-            reverse: rev.filter(|_| self.flags & BIFLOW != 0).map(|r| Counts {
+            reverse: side.filter(|_| self.flags & BIFLOW != 0).map(|r| Counts {
                 packets: u64::from(r.packets),
                 bytes: r.bytes,
             }),
-            rule: rev.filter(|_| self.flags & RULE != 0).map(|r| r.rule),
+            rule: side.filter(|_| self.flags & RULE != 0).map(|r| r.rule),
             first_ns: self.first_ms * 1_000_000,
             last_ns: self.last() * 1_000_000,
             port: self.port,

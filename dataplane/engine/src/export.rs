@@ -47,15 +47,17 @@ impl Judged<'_> {
         ) && self.matched[i] == *own
     }
 
-    /// The slot of the rule that decided frame `i`: the one it matched,
-    /// or the one that opened its connection — looked up again by the
-    /// 5-tuple (asked once a record, when a frame starts one; an ICMP
-    /// echo or error, keyed otherwise, names none).
+    /// The slot of the rule that decided frame `i`: the one that opened
+    /// the connection that decided it — looked up again by the 5-tuple
+    /// (asked once a record, when a frame starts one; an ICMP echo or
+    /// error, keyed otherwise, names none) — or else the one it matched.
+    /// (A frame whose connection an earlier frame of its burst opened was
+    /// matched too: its connection decided it, not that match.)
     fn slot(&self, i: usize) -> Option<u32> {
-        match (self.rules[i], self.decided[i], self.table) {
-            (Some(r), _, _) => Some(r.slot),
-            (None, Some(_), Some(t)) => t.peek(&self.matched[i]).map(|h| h.slot),
-            _ => None,
+        match (self.decided[i], self.table) {
+            (Some(_), Some(t)) => t.peek(&self.matched[i]).map(|h| h.slot),
+            (Some(_), None) => None,
+            (None, _) => self.rules[i].map(|r| r.slot),
         }
     }
 }
@@ -440,7 +442,12 @@ mod tests {
                     action: Action::Allow,
                     slot: 6,
                 }),
-                None,
+                // Matched too (its connection opened earlier in the
+                // burst): the connection decided it.
+                Some(RuleRef {
+                    action: Action::Drop,
+                    slot: 6,
+                }),
             ],
             matched: &keys,
             table: Some(&table),

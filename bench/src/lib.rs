@@ -264,15 +264,32 @@ pub fn write_node_config(
     cfdp_testkit::node::write(cfg, &c);
 }
 
-/// Starts `cfdp run --config cfg`, its output discarded.
+/// Starts `cfdp run --config cfg`, its standard output discarded and its
+/// standard error in [`run_stderr`]`(cfg)` (where it reports the
+/// addresses it bound: a bench gives it port 0 and reads them there, with
+/// [`reported_port`]).
 pub fn spawn_cfdp_run(cfdp: &std::path::Path, cfg: &std::path::Path) -> std::process::Child {
+    let stderr = std::fs::File::create(run_stderr(cfg))
+        .unwrap_or_else(|e| panic!("{}: {e}", run_stderr(cfg).display()));
     std::process::Command::new(cfdp)
         .args(["run", "--config"])
         .arg(cfg)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap_or_else(|e| panic!("{}: {e} (build it first)", cfdp.display()))
+}
+
+/// Where [`spawn_cfdp_run`] puts the standard error of a run of `cfg`.
+pub fn run_stderr(cfg: &std::path::Path) -> std::path::PathBuf {
+    cfg.with_extension("stderr")
+}
+
+/// The port a run of `cfg` (started by [`spawn_cfdp_run`]) reports on the
+/// line of its standard error that starts with `prefix` (e.g. `"cfdp:
+/// P4Runtime on "`), once it is written; panics if the run exits first.
+pub fn reported_port(cfg: &std::path::Path, prefix: &str, child: &mut std::process::Child) -> u16 {
+    cfdp_testkit::child::reported_addr(&run_stderr(cfg), prefix, child).port()
 }
 
 /// `n` query keys: `positive_pct` % drawn from `keys` (inserted), the rest

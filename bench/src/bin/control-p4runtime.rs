@@ -158,20 +158,16 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[i]
 }
 
-/// `cfdp run` with its socket, journal and P4Runtime on a free port.
+/// `cfdp run` with its socket, journal and P4Runtime on a port it picks
+/// and reports.
 fn start_node(dir: &Path) -> (std::process::Child, Socket, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let socket = dir.join("ctl.sock");
     let cfg = dir.join("cfdp.toml");
     cfdp_bench::write_node_config(&cfg, 100_000, &socket, &dir.join("state"), |c| {
-        c.p4runtime.listen = format!("127.0.0.1:{port}");
+        c.p4runtime.listen = "127.0.0.1:0".into();
         c.p4runtime.insecure_plaintext = true;
     });
-    let child = spawn_cfdp_run(&cfdp_binary(), &cfg);
+    let mut child = spawn_cfdp_run(&cfdp_binary(), &cfg);
     let start = Instant::now();
     // `cfdp run` binds P4Runtime before its control socket answers.
     let s = loop {
@@ -184,6 +180,7 @@ fn start_node(dir: &Path) -> (std::process::Child, Socket, u16) {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
+    let port = cfdp_bench::reported_port(&cfg, "cfdp: P4Runtime on ", &mut child);
     let sock = Socket {
         r: BufReader::new(s.try_clone().unwrap()),
         w: s,

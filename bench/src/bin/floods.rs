@@ -76,26 +76,19 @@ impl Drop for Node {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// `cfdp run` with its control socket, TCP control, metrics and
+/// P4Runtime, each on a port the node picks and reports.
 fn start_node(dir: &Path) -> Node {
-    let (tcp, metrics, p4) = (free_port(), free_port(), free_port());
     let socket = dir.join("ctl.sock");
     let cfg = dir.join("cfdp.toml");
     cfdp_bench::write_node_config(&cfg, PPS, &socket, &dir.join("state"), |c| {
-        c.control.tcp = format!("127.0.0.1:{tcp}");
+        c.control.tcp = "127.0.0.1:0".into();
         c.control.token_file = dir.join("token").display().to_string();
-        c.control.metrics = format!("127.0.0.1:{metrics}");
-        c.p4runtime.listen = format!("127.0.0.1:{p4}");
+        c.control.metrics = "127.0.0.1:0".into();
+        c.p4runtime.listen = "127.0.0.1:0".into();
         c.p4runtime.insecure_plaintext = true;
     });
-    let child = cfdp_bench::spawn_cfdp_run(&cfdp_binary(), &cfg);
+    let mut child = cfdp_bench::spawn_cfdp_run(&cfdp_binary(), &cfg);
     let pid = child.id();
     let start = Instant::now();
     while Client::connect(&Target::Unix(&socket)).is_err() {
@@ -105,6 +98,12 @@ fn start_node(dir: &Path) -> Node {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    let mut port = |prefix| cfdp_bench::reported_port(&cfg, prefix, &mut child);
+    let (tcp, metrics, p4) = (
+        port("cfdp: control over TCP on "),
+        port("cfdp: metrics on "),
+        port("cfdp: P4Runtime on "),
+    );
     Node {
         child,
         pid,

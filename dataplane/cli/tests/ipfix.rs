@@ -435,19 +435,66 @@ fn cfdp_run_samples_as_its_ipfix_section_says() {
     let frames = captures::soak(40, 50);
     let pcap = dir.path().join("soak.pcap");
     write_pcap(&pcap, &frames).unwrap();
-    let nfcapd = Nfcapd::start(dir.path(), "nfcapd");
-    let cfg = dir.path().join("run.toml");
+    let store = run_to_nfcapd(dir.path(), &pcap, |c| c.ipfix.sampling = 5);
+    same_flows(
+        "cfdp run, 1 in 5",
+        "nfdump",
+        &nfdump_flows(&store),
+        &soak_sampled(&frames, 5),
+    );
+}
+
+/// `cfdp run` with `[ipfix] biflow` (and `rule_pen`): the stateful
+/// conversations through their rules, read back by nfdump as `cfdp replay
+/// --ipfix-biflow`'s are — every answer in its initiator's record, every
+/// flow as the replay's CSV counts it.
+#[test]
+fn cfdp_run_makes_biflow_records_as_its_ipfix_section_says() {
+    if !collectors_installed(&["nfcapd", "nfdump"], "cfdp run's biflow records") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_, csv, _) = stateful_export(&dir.path().join("replay"), &[]);
+    let pcap = dir.path().join("stateful.pcap");
+    write_pcap(&pcap, &stateful::stateful_conversations()).unwrap();
+    let rules = dir.path().join("rules.json");
+    std::fs::write(&rules, stateful::STATEFUL_RULES).unwrap();
+    let store = run_to_nfcapd(dir.path(), &pcap, |c| {
+        c.rules.file = rules.display().to_string();
+        c.ipfix.biflow = true;
+        c.ipfix.rule_pen = DOC_PEN;
+    });
+    let records = nfdump_flow_records(&store);
+    let answers: u64 = records
+        .iter()
+        .map(|r| r["out_packets"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(answers, stateful_answers());
+    same_flows("cfdp run, biflow", "nfdump", &nfdump_flows(&store), &csv);
+}
+
+/// One pass of `pcap` through `cfdp run` (pcap backend, one worker, no
+/// rules but those `edit` names) exporting to a fresh `nfcapd`: the
+/// directory nfcapd wrote, once it has read every message (no sequence
+/// error).
+fn run_to_nfcapd(
+    dir: &Path,
+    pcap: &Path,
+    edit: impl FnOnce(&mut cfdp_config::RunConfig),
+) -> std::path::PathBuf {
+    let nfcapd = Nfcapd::start(dir, "nfcapd");
+    let cfg = dir.join("run.toml");
     let mut c = cfdp_config::RunConfig::default();
     c.dataplane.workers = 1;
-    c.pcap.input = pcap.clone();
+    c.pcap.input = pcap.to_path_buf();
     c.rules.file = String::new();
     c.control.socket = String::new();
     c.ipfix.collectors = vec![format!("127.0.0.1:{}", nfcapd.port)];
-    c.ipfix.sampling = 5;
+    edit(&mut c);
     cfdp_testkit::node::write(&cfg, &c);
     // After its pass `cfdp run` serves until SIGTERM: its records are
     // out once it says the input is exhausted (the workers are done).
-    let err = dir.path().join("run.err");
+    let err = dir.join("run.err");
     let mut child = Command::new(env!("CARGO_BIN_EXE_cfdp"))
         .args(["run", "--config"])
         .arg(&cfg)
@@ -468,12 +515,7 @@ fn cfdp_run_samples_as_its_ipfix_section_says() {
     let store = nfcapd.store.clone();
     let summary = nfcapd.stop();
     assert!(summary.contains("Sequence Errors: 0"), "{summary}");
-    same_flows(
-        "cfdp run, 1 in 5",
-        "nfdump",
-        &nfdump_flows(&store),
-        &soak_sampled(&frames, 5),
-    );
+    store
 }
 
 /// `messages` ((source port, payload)) as raw IPv4/UDP packets from

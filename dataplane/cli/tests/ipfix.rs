@@ -8,6 +8,10 @@
 //! generated captures is printed beside (the peer; not asserted).
 //! With 1-in-N sampling (`--ipfix-sampling`, `[ipfix] sampling`) both
 //! collectors scale each flow back to N times the frames taken.
+//! Biflow records (`--ipfix-biflow`, `[ipfix] biflow`): nfdump reads every
+//! answer of the stateful conversations in its initiator's record. The
+//! deciding rule (`--ipfix-rule-pen`, `[ipfix] rule_pen`): pmacct reads
+//! each record's rule as a custom primitive.
 //!
 //! Needs `nfcapd`, `nfdump` (Debian's `nfdump`) and `nfacctd` (`pmacct`);
 //! skipped without them unless `REQUIRE_IPFIX_COLLECTORS` is set (CI sets

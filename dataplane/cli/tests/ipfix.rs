@@ -237,17 +237,18 @@ fn stateful_export(dir: &Path, extra: &[&str]) -> (Flows, Flows, Vec<serde_json:
 }
 
 /// The stateful conversations' answers a biflow record counts: TCP and
-/// UDP frames from outside 10.1.0.0/16 that pass (the rules drop every
-/// other frame from outside), each with its transport header (a later
-/// fragment is keyed by its own frame, ports 0, and is no connection's
-/// answer by its 5-tuple).
+/// UDP frames and ICMP echo replies from outside 10.1.0.0/16 that pass
+/// (the rules drop every other frame from outside; an ICMP error that
+/// passes is related to a connection, not its answer), each with its
+/// transport header (a later fragment is keyed by its own frame, ports 0,
+/// and is no connection's answer by its 5-tuple).
 fn stateful_answers() -> u64 {
     let frames = stateful::stateful_conversations();
     let answer = |f: &captures::GenFrame| {
         let d = &f.data;
         d.len() > 34
             && d[12..14] == [0x08, 0x00]
-            && matches!(d[23], 6 | 17)
+            && (matches!(d[23], 6 | 17) || d[23] == 1 && d[34] == 0)
             && d[26..28] != [10, 1]
             && u16::from_be_bytes([d[20], d[21]]) & 0x1fff == 0
             && f.verdict == captures::Expect::Forward

@@ -19,10 +19,11 @@ use crate::frame::PacketRef;
 /// 0.95× — flow export finds that slot with `ConnTable::peek` instead.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Decided {
-    /// A packet of the connection, either way; `answer`: its 5-tuple is
-    /// the reverse of the one that opened the connection (a TCP or UDP
-    /// answer; an echo's reply is keyed by its identifier, not so), which
-    /// flow export's biflow records count as the answers' direction.
+    /// A packet of the connection, either way; `answer`: it goes the
+    /// connection's reply way and its 5-tuple is the reverse of the one
+    /// that opened it (a TCP or UDP answer, an ICMP query's reply: their
+    /// 5-tuples carry no ports), which flow export's biflow records count
+    /// as the answers' direction.
     Established { allowing: Allowing, answer: bool },
     /// An ICMP error about the connection.
     Related { allowing: Allowing },
@@ -132,7 +133,7 @@ pub(crate) fn lookup(
             } else {
                 find(&k, l4, len, ts)
             };
-            hit.and_then(|h| established(h, matches!(l4, L4::Tcp(_))))
+            hit.and_then(|h| established(h, matches!(l4, L4::Tcp(_) | L4::Echo { .. })))
         }
     }
 }

@@ -343,8 +343,8 @@ impl FlowCache {
             None => {
                 let ways = &self.sets[set];
                 let j = (0..WAYS).min_by_key(|&j| ways[j].last()).expect("WAYS > 0");
-                self.finish(set, j, EndReason::LackOfResources);
-                self.len += 1;
+                // Its place is taken at once (written over below).
+                self.send_off(set, j, EndReason::LackOfResources);
                 self.early += 1;
                 j
             }
@@ -419,11 +419,16 @@ impl FlowCache {
 
     /// The record at way `j` of `set` finished for `end`, its place freed.
     fn finish(&mut self, set: usize, j: usize, end: EndReason) {
-        let side = self.side.get(set).map(|r| &r[j]);
-        let w = &mut self.sets[set][j];
-        self.done.push(w.record(side, end));
-        *w = Way::default();
+        self.send_off(set, j, end);
+        self.sets[set][j] = Way::default();
         self.len -= 1;
+    }
+
+    /// The record at way `j` of `set` into the finished ones, for `end`
+    /// (its place still taken).
+    fn send_off(&mut self, set: usize, j: usize, end: EndReason) {
+        let side = self.side.get(set).map(|r| &r[j]);
+        self.done.push(self.sets[set][j].record(side, end));
     }
 
     /// Finishes the records of sets `range` that are idle or active too

@@ -21,9 +21,9 @@ use crate::frame::PacketRef;
 pub(crate) enum Decided {
     /// A packet of the connection, either way; `answer`: it goes the
     /// connection's reply way and its 5-tuple is the reverse of the one
-    /// that opened it (a TCP or UDP answer, an ICMP query's reply: their
-    /// 5-tuples carry no ports), which flow export's biflow records count
-    /// as the answers' direction.
+    /// that opened it (a TCP or UDP answer; an ICMP query's reply too,
+    /// cfdp's ICMP 5-tuples carrying no ports), which flow export's biflow
+    /// records count as the answers' direction.
     Established { allowing: Allowing, answer: bool },
     /// An ICMP error about the connection.
     Related { allowing: Allowing },

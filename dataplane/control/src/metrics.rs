@@ -12,7 +12,8 @@
 //! - `cfdp_batch_duration_seconds`: every batch's wall time in the control
 //!   thread, observed into a `prometheus-client` histogram when the batch
 //!   is answered ([`StatsBoard::batch_seconds`]).
-//! - `cfdp_burst_duration_seconds{worker}`: per-burst processing time,
+//! - `cfdp_burst_duration_seconds{worker}`: a burst's time (its receive,
+//!   processing and transmit),
 //!   bucketed at scrape time from each worker's HDR histogram (which the
 //!   worker already keeps for `stats`' percentiles, 3 significant digits:
 //!   a value within 0.1 % of a bucket bound may count on either side, and
@@ -236,7 +237,7 @@ impl Collector for Exporter {
         let live = self.board.live();
         let mut m = e.encode_descriptor(
             "burst_duration_seconds",
-            "Processing time of each burst in a worker (decode, classify, counters, transmit hand-off)",
+            "Time of each burst in a worker: its receive, processing and transmit",
             None,
             MetricType::Histogram,
         )?;

@@ -42,6 +42,11 @@ pub enum Rx {
     Ready,
     /// Nothing right now; poll again.
     Idle,
+    /// The backend slept until frames came (a replay's reader was slower
+    /// than its worker); they are the next poll's. Apart from `Ready` so
+    /// that the wait is not timed as the burst's ([`Worker::rx_idle`]
+    /// marks the clock before that poll).
+    Waited,
     /// The backend is finished (input exhausted, stop requested, idle limit).
     Done,
 }
@@ -93,6 +98,7 @@ pub fn run_worker<B: Backend>(
         packets: 0,
     };
     let mut b = backend.burst();
+    worker.rx_idle();
     loop {
         worker.rx_begin();
         match backend.rx(&mut b) {
@@ -120,6 +126,7 @@ pub fn run_worker<B: Backend>(
                 worker.idle(backend.now_ns());
                 std::hint::spin_loop();
             }
+            Rx::Waited => worker.rx_idle(),
             Rx::Done => {
                 worker.rx_idle();
                 return end;

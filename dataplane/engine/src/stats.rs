@@ -1,7 +1,8 @@
 //! Run statistics: per-worker counters, each worker's on its own cache
 //! lines (written only by that worker, read by anyone, merged on demand),
 //! per-rule hit counters (every rule; `count` rules are reported by
-//! default), and a histogram of per-burst processing time. Everything a
+//! default), and a histogram of burst times (a burst's receive, processing
+//! and transmit). Everything a
 //! worker writes is readable while it runs ([`LiveStats`]), and every
 //! reader — the control plane's `stats`, the Prometheus exporter, the
 //! replay and run reports — reads it through one typed
@@ -283,7 +284,9 @@ impl SlotCounters {
 pub struct WorkerStats {
     pub counters: WorkerCounters,
     pub rules: SlotCounters,
-    /// Per-burst processing time. The worker records into its own
+    /// Burst times: from the worker loop's clock reading before a burst
+    /// to the one after its transmit (receive, processing, transmit; a
+    /// poll that found nothing or slept is not counted). The worker records into its own
     /// histogram and folds it in here every [`HIST_FOLD_INTERVAL`] with a
     /// `try_lock` (never waits: if a reader holds the lock, it folds next
     /// time), so reading live percentiles costs the worker nothing.
@@ -508,7 +511,7 @@ pub struct StatsSnapshot {
     pub workers: Vec<WorkerSnapshot>,
 }
 
-/// Per-burst processing time in nanoseconds (1 ns .. 1 s, 3 significant digits).
+/// Burst times (receive, processing, transmit) in nanoseconds (1 ns .. 1 s, 3 significant digits).
 pub fn burst_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 1_000_000_000, 3).expect("valid histogram bounds")
 }

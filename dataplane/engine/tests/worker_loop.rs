@@ -157,3 +157,91 @@ fn a_run_of_one_rules_hits_is_counted_whole() {
     assert_eq!(cx.stats.slot_totals(0).0, 20, "drop rule's hits");
     assert_eq!(cx.stats.slot_totals(1).1, 80 * frames[0].len() as u64);
 }
+
+/// A backend whose second poll sleeps until its frames come (as a replay's
+/// worker does when its reader is slower) and says so (`Rx::Waited`).
+struct Sleepy<'a> {
+    frames: &'a [Vec<u8>],
+    polls: u32,
+    pause: std::time::Duration,
+    /// When the sleep ended.
+    woke: Option<std::time::Instant>,
+}
+
+struct SleepyBurst<'a>(&'a [Vec<u8>]);
+
+impl cfdp_engine::Frames for SleepyBurst<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn packet(&self, i: usize) -> cfdp_engine::PacketRef<'_> {
+        cfdp_engine::PacketRef {
+            link: cfdp_packet::LinkType::Ethernet,
+            ts_ns: 0,
+            orig_len: self.0[i].len() as u32,
+            data: &self.0[i],
+            l4_vouched: false,
+        }
+    }
+}
+
+impl<'a> cfdp_engine::Backend for Sleepy<'a> {
+    type Burst = SleepyBurst<'a>;
+    fn burst(&self) -> SleepyBurst<'a> {
+        SleepyBurst(&[])
+    }
+    fn rx(&mut self, b: &mut SleepyBurst<'a>) -> cfdp_engine::Rx {
+        self.polls += 1;
+        match self.polls {
+            1 | 3 => {
+                *b = SleepyBurst(self.frames);
+                cfdp_engine::Rx::Ready
+            }
+            2 => {
+                std::thread::sleep(self.pause);
+                self.woke = Some(std::time::Instant::now());
+                cfdp_engine::Rx::Waited
+            }
+            _ => cfdp_engine::Rx::Done,
+        }
+    }
+    fn tx(&mut self, b: &mut SleepyBurst<'a>, _: &[cfdp_engine::Verdict]) {
+        *b = SleepyBurst(&[]);
+    }
+    fn release(&mut self, _: &mut SleepyBurst<'a>, _: &[cfdp_engine::Released]) {}
+    fn now_ns(&self) -> u64 {
+        0
+    }
+}
+
+/// A burst's time is its own turn of the loop — receive, processing,
+/// transmit — with one clock reading a burst: a poll that slept until
+/// frames came is not counted in the next burst's time. Checked by order
+/// alone: the second burst's recorded time fits between the end of the
+/// sleep and the end of the run (it would hold the 200 ms sleep if the
+/// wait were timed as the burst's).
+#[test]
+fn a_wait_for_frames_is_not_timed_as_the_burst() {
+    let (_w, cx) = context(Mode::Verify);
+    let frames: Vec<Vec<u8>> = (0..MAX_BURST).map(|i| frame(&key(i as u8 % 5))).collect();
+    let tables = cx.readers.handle();
+    let mut worker = Worker::new(&cx, 0, WorkerOptions::default());
+    let mut b = Sleepy {
+        frames: &frames,
+        polls: 0,
+        pause: std::time::Duration::from_millis(200),
+        woke: None,
+    };
+    let end = run_worker(&mut b, &mut worker, &tables);
+    let after = std::time::Instant::now();
+    assert_eq!((end.bursts, b.polls), (2, 4));
+    assert_eq!(worker.finish(), None);
+    let h = cx.stats.burst_histogram();
+    assert_eq!(h.len(), 2, "one time a burst");
+    let since_woke = after.duration_since(b.woke.expect("the second poll slept"));
+    assert!(
+        h.lowest_equivalent(h.max()) <= since_woke.as_nanos() as u64,
+        "the slowest burst took {} ns, but only {since_woke:?} passed after the sleep",
+        h.max()
+    );
+}

@@ -59,6 +59,9 @@ struct ChannelBackend {
     spin: bool,
     /// Recycled bursts, for released fragments (see `release`).
     pool: Receiver<Box<Burst>>,
+    /// A burst a sleeping receive got, handed out at the next poll
+    /// ([`Rx::Waited`]: the sleep is not the burst's time).
+    woken: Option<Box<Burst>>,
     last_ts_ns: u64,
 }
 
@@ -70,22 +73,27 @@ impl Backend for ChannelBackend {
     }
 
     fn rx(&mut self, slot: &mut Slot) -> Rx {
+        if let Some(b) = self.woken.take() {
+            return self.take(slot, b);
+        }
         // The reader closes the channel when the capture is done (or a
         // stop was asked for): everything it sent is still processed.
-        if self.spin {
-            // A worker that sleeps on its queue must be woken by the
-            // reader (a futex call per burst in the reader's loop); one that
-            // polls a little first is found awake while frames flow.
-            for _ in 0..SPIN_POLLS {
-                match self.from_reader.try_recv() {
-                    Ok(b) => return self.take(slot, b),
-                    Err(TryRecvError::Disconnected) => return Rx::Done,
-                    Err(TryRecvError::Empty) => std::hint::spin_loop(),
-                }
+        // A worker that sleeps on its queue must be woken by the reader
+        // (a futex call per burst in the reader's loop); one that polls a
+        // little first (`spin`) is found awake while frames flow.
+        let polls = if self.spin { SPIN_POLLS } else { 1 };
+        for _ in 0..polls {
+            match self.from_reader.try_recv() {
+                Ok(b) => return self.take(slot, b),
+                Err(TryRecvError::Disconnected) => return Rx::Done,
+                Err(TryRecvError::Empty) => std::hint::spin_loop(),
             }
         }
         match self.from_reader.recv() {
-            Ok(b) => self.take(slot, b),
+            Ok(b) => {
+                self.woken = Some(b);
+                Rx::Waited
+            }
             Err(_) => Rx::Done,
         }
     }
@@ -352,6 +360,7 @@ fn spawn_workers<'s, 'e>(
                         to_writer: out_tx,
                         spin,
                         pool,
+                        woken: None,
                         last_ts_ns: 0,
                     };
                     run_worker(&mut backend, &mut w, &tables);

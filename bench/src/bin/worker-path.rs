@@ -12,7 +12,12 @@
 //!   followed by its answer, through a stateful rule ("allow + track"
 //!   for 10/8, a catch-all drop) and a connection table: after the
 //!   first pass every frame is an established connection's (the
-//!   stateful row of the worker-path issue: ≥ 0.9× `allow-all`'s rate);
+//!   stateful row of the worker-path issue: ≥ 0.9× the stateless rate,
+//!   read against both `allow-all` and `udp-stateless`);
+//! - `udp-stateless`: the same frames through the stateless rules an
+//!   operator without connection tracking writes for them (allow UDP
+//!   from 10/8, allow UDP to 10/8, a catch-all drop): the like-for-like
+//!   stateless rate of `udp-stateful`;
 //! - each ClassBench set in `CLASSBENCH_SETS` (default `acl1_10k`) found
 //!   in `CLASSBENCH` (default `../shared/classbench`; skipped, and said,
 //!   when absent): the set allowing, its trace's frames, and beside it the
@@ -136,7 +141,7 @@ fn workloads(pool: usize) -> Vec<Workload> {
 }
 
 /// `udp-stateful` and `udp-stateful-nic-csum` (see the module docs).
-fn stateful(pool: usize) -> [Workload; 2] {
+fn stateful(pool: usize) -> [Workload; 3] {
     // Each conversation's request (from 10/8) and then its answer.
     let conversations = 4096;
     let stateful = Workload {
@@ -164,7 +169,20 @@ fn stateful(pool: usize) -> [Workload; 2] {
         acl: Vec::new(),
         nic_checked: true,
     };
-    [stateful, offloaded]
+    let stateless = Workload {
+        name: "udp-stateless",
+        rules: parse(
+            r#"{"rules": [
+              {"id": 1, "priority": 10, "match": {"src_prefix": "10.0.0.0/8", "proto": "udp"}, "action": "allow"},
+              {"id": 3, "priority": 10, "match": {"dst_prefix": "10.0.0.0/8", "proto": "udp"}, "action": "allow"},
+              {"id": 2, "priority": 1, "match": {"src_prefix": "0.0.0.0/0"}, "action": "drop"}]}"#,
+        ),
+        frames: stateful.frames.clone(),
+        tracked: false,
+        acl: Vec::new(),
+        nic_checked: false,
+    };
+    [stateful, offloaded, stateless]
 }
 
 /// The ClassBench workloads (see the module docs): rules allowing, the

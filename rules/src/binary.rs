@@ -41,7 +41,7 @@
 //! error naming the field, never a rule the text form could not express.
 
 use crate::acl_match::{AclMatch, PortRange};
-use crate::flow::proto;
+use crate::exact_flow::{ExactFlow, FlowError};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
 use crate::rule::{Action, Allowing, Dir, Match, Rule, RuleId};
@@ -313,31 +313,26 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
 #[inline]
 fn decode_flow(b: &[u8; RECORD]) -> Result<Match, DecodeError> {
     let flags = b[8];
-    let v6 = flags & 1 != 0;
-    let tail_zero = |a: &[u8; 16]| v6 || a[4..].iter().all(|&x| x == 0);
     if flags & !1 != 0 || b[46..].iter().any(|&x| x != 0) {
         return Err(DecodeError::UnusedBits { kind: Kind::Flow });
     }
-    let (src, dst) = (addr_at(b, 14), addr_at(b, 30));
-    if !tail_zero(&src) || !tail_zero(&dst) {
-        return Err(DecodeError::V4Tail);
-    }
-    let p = b[9];
-    let (sport, dport) = (u16_at(b, 10), u16_at(b, 12));
-    if !(p == proto::TCP || p == proto::UDP) && (sport | dport) != 0 {
-        return Err(DecodeError::PortsWithoutL4 {
+    // The family's and the ports' invariants are the match's own.
+    let key = FlowKey {
+        v6: flags & 1 != 0,
+        src: addr_at(b, 14),
+        dst: addr_at(b, 30),
+        proto: b[9],
+        sport: u16_at(b, 10),
+        dport: u16_at(b, 12),
+    };
+    match ExactFlow::of_key(key) {
+        Ok(f) => Ok(Match::Flow(f)),
+        Err(FlowError::PortsWithoutTransport { proto }) => Err(DecodeError::PortsWithoutL4 {
             kind: Kind::Flow,
-            proto: Some(p),
-        });
+            proto: Some(proto),
+        }),
+        Err(FlowError::V4Tail | FlowError::MixedFamilies) => Err(DecodeError::V4Tail),
     }
-    Ok(Match::Flow(FlowKey {
-        v6,
-        src,
-        dst,
-        proto: p,
-        sport,
-        dport,
-    }))
 }
 
 /// A prefix rule's record (kinds 1 and 2).

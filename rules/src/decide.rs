@@ -96,7 +96,7 @@ pub fn abort_others(results: &mut [UpdateResult], failed: Option<usize>) {
 mod tests {
     use super::*;
     use crate::rule::{Action, Match};
-    use crate::FlowKey;
+    use crate::ExactFlow;
     use std::collections::HashMap;
 
     #[derive(Default)]
@@ -118,7 +118,7 @@ mod tests {
         let a: std::net::IpAddr = "10.0.0.1".parse().unwrap();
         Rule {
             id,
-            matcher: Match::Flow(FlowKey::new(a, a, 17, sport, 53)),
+            matcher: Match::Flow(ExactFlow::new(a, a, 17, sport, 53).unwrap()),
             action: Action::Drop,
         }
     }

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::acl_match::{AclMatch, PortRange};
 use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update, UpdateError};
-use crate::flow::{proto, FlowKey};
+use crate::exact_flow::{has_ports, ExactFlow};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
 use crate::rule::{parse_rule, Dir, Match, Rule, RuleError, MAX_PRIORITY};
@@ -57,16 +57,15 @@ fn checked(r: FastRule) -> Option<Rule> {
         (Some(f), None, None) if m.proto.is_none() && m.port.is_none() => {
             let src: IpAddr = f.src.parse().ok()?;
             let dst: IpAddr = f.dst.parse().ok()?;
-            if src.is_ipv4() != dst.is_ipv4() {
-                return None;
-            }
             let p = f.proto.number()?;
-            let (sport, dport) = match (p == proto::TCP || p == proto::UDP, f.sport, f.dport) {
+            // Present for TCP and UDP, absent otherwise (the JSON form's
+            // rule); the rest is the match's constructor's.
+            let (sport, dport) = match (has_ports(p), f.sport, f.dport) {
                 (true, Some(s), Some(d)) => (s, d),
                 (false, None, None) => (0, 0),
                 _ => return None,
             };
-            Match::Flow(FlowKey::new(src, dst, p, sport, dport))
+            Match::Flow(ExactFlow::new(src, dst, p, sport, dport).ok()?)
         }
         (None, Some(s), None) | (None, None, Some(s)) => {
             let dir = if m.src_prefix.is_some() {

@@ -17,6 +17,7 @@ pub mod batch;
 pub mod binary;
 pub mod class;
 pub mod decide;
+pub mod exact_flow;
 pub mod fast;
 pub mod file;
 pub mod flow;
@@ -37,6 +38,7 @@ pub use batch::{
     ReplaceError, Update, UpdateError, UpdateResult,
 };
 pub use class::PrefixClass;
+pub use exact_flow::{ExactFlow, FlowError};
 pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};
 pub use file::{parse_rule_file, parse_rule_list};
 pub use flow::{proto, FlowKey};

@@ -24,7 +24,7 @@ impl Match {
     /// carries its first fragment's ports).
     pub fn matches(&self, k: &FlowKey) -> bool {
         match self {
-            Match::Flow(f) => f == k,
+            Match::Flow(f) => f.key() == k,
             Match::Acl { m, .. } => m.matches(k),
             Match::Prefix(_) => {
                 PrefixClass::of(self).is_some_and(|(c, addr)| c.admits(k) && c.masked(k) == addr)

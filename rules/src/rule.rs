@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::acl_match::{AclMatch, PortRange};
+use crate::exact_flow::{has_ports, ExactFlow, FlowError};
 use crate::flow::{proto, FlowKey};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
@@ -181,16 +182,14 @@ pub use crate::prefix_match::Dir;
 /// What a rule matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Match {
-    Flow(FlowKey),
+    /// One 5-tuple exactly.
+    Flow(ExactFlow),
     /// One prefix, with an optional protocol and destination port.
     Prefix(PrefixMatch),
     /// A multi-field match with an explicit priority (highest wins, ties
     /// to the lower id). Two rules may share a [`AclMatch`] at different
     /// priorities.
-    Acl {
-        m: AclMatch,
-        priority: u32,
-    },
+    Acl { m: AclMatch, priority: u32 },
 }
 
 /// Highest explicit priority a rule may take: the rule forms without one
@@ -483,6 +482,11 @@ fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
 /// `sport`/`dport` for TCP and UDP): what `trace` asks about. The error
 /// names the field.
 pub fn parse_flow_key(v: &Value) -> Result<FlowKey, RuleError> {
+    parse_exact_flow(v).map(|f| *f.key())
+}
+
+/// [`parse_flow_key`]'s 5-tuple as an exact-flow match.
+pub fn parse_exact_flow(v: &Value) -> Result<ExactFlow, RuleError> {
     let Some(f) = v.as_object() else {
         return Err(RuleError::new(
             None,
@@ -496,7 +500,7 @@ pub fn parse_flow_key(v: &Value) -> Result<FlowKey, RuleError> {
     })
 }
 
-fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {
+fn parse_flow(f: &Map<String, Value>) -> Result<ExactFlow, FieldErr> {
     check_keys(f, &["src", "dst", "proto", "sport", "dport"], "match.flow")?;
     let addr = |k: &str| -> Result<IpAddr, FieldErr> {
         let field = format!("match.flow.{k}");
@@ -509,18 +513,12 @@ fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {
     };
     let src = addr("src")?;
     let dst = addr("dst")?;
-    if src.is_ipv4() != dst.is_ipv4() {
-        return Err((
-            "match.flow.dst".into(),
-            "src and dst must be the same IP version".into(),
-        ));
-    }
     let p = parse_proto(
         f.get("proto")
             .ok_or_else(|| ("match.flow.proto".to_string(), "missing".to_string()))?,
         "match.flow.proto",
     )?;
-    let has_ports = p == proto::TCP || p == proto::UDP;
+    let has_ports = has_ports(p);
     let port = |k: &str| -> Result<u16, FieldErr> {
         let field = format!("match.flow.{k}");
         match (f.get(k), has_ports) {
@@ -532,7 +530,15 @@ fn parse_flow(f: &Map<String, Value>) -> Result<FlowKey, FieldErr> {
     };
     let sport = port("sport")?;
     let dport = port("dport")?;
-    Ok(FlowKey::new(src, dst, p, sport, dport))
+    // Ports are checked above field by field (present for TCP and UDP,
+    // absent otherwise); the family is the constructor's.
+    ExactFlow::new(src, dst, p, sport, dport).map_err(|e| {
+        let field = match e {
+            FlowError::MixedFamilies => "match.flow.dst",
+            _ => "match.flow",
+        };
+        (field.into(), e.to_string())
+    })
 }
 
 /// A protocol by name (any case): tcp, udp, icmp, icmpv6 (or ipv6-icmp).

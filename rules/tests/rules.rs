@@ -188,7 +188,10 @@ fn serialized_ipv4_addresses_match_their_display_form() {
         let dst = [10, o, 0, 255];
         let r = Rule {
             id: 1,
-            matcher: Match::Flow(FlowKey::v4(src, dst, 6, 1, 2)),
+            matcher: Match::Flow(
+                cfdp_rules::ExactFlow::of_key(FlowKey::v4(src, dst, 6, 1, 2))
+                    .expect("a valid flow"),
+            ),
             action: Action::Drop,
         };
         let v = serde_json::to_value(r).unwrap();

@@ -37,7 +37,7 @@ const BUCKETS_LOG2: u32 = 16;
 fn rule(i: u64) -> Rule {
     Rule {
         id: i as u32,
-        matcher: Match::Flow(bench_flow(i)),
+        matcher: Match::Flow(cfdp_rules::ExactFlow::of_key(bench_flow(i)).expect("a valid flow")),
         action: if i.is_multiple_of(2) {
             Action::Drop
         } else {

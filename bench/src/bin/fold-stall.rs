@@ -28,7 +28,7 @@ use cfdp_rules::{Action, Atomicity, Batch, Match, Rule, Update};
 fn rule(i: u64) -> Rule {
     Rule {
         id: i as u32,
-        matcher: Match::Flow(bench_flow(i)),
+        matcher: Match::Flow(cfdp_rules::ExactFlow::of_key(bench_flow(i)).expect("a valid flow")),
         action: Action::Drop,
     }
 }

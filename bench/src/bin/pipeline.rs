@@ -68,7 +68,9 @@ fn main() {
         let rules: Vec<Rule> = (0..n)
             .map(|i| Rule {
                 id: i as u32,
-                matcher: Match::Flow(bench_flow(i)),
+                matcher: Match::Flow(
+                    cfdp_rules::ExactFlow::of_key(bench_flow(i)).expect("a valid flow"),
+                ),
                 action: if i % 2 == 0 {
                     Action::Drop
                 } else {

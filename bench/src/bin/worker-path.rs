@@ -119,7 +119,9 @@ fn workloads(pool: usize) -> Vec<Workload> {
         rules: (0..n)
             .map(|i| Rule {
                 id: i as u32,
-                matcher: Match::Flow(bench_flow(i)),
+                matcher: Match::Flow(
+                    cfdp_rules::ExactFlow::of_key(bench_flow(i)).expect("a valid flow"),
+                ),
                 action: Action::Allow,
             })
             .collect(),

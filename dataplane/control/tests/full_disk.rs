@@ -44,7 +44,16 @@ fn batch(g: u64) -> Vec<Update> {
             let n = (g * 100 + i) as u32;
             Update::Insert(Rule {
                 id: n,
-                matcher: Match::Flow(FlowKey::v4(n.to_be_bytes(), [192, 0, 2, 1], 6, 1, 2)),
+                matcher: Match::Flow(
+                    cfdp_rules::ExactFlow::of_key(FlowKey::v4(
+                        n.to_be_bytes(),
+                        [192, 0, 2, 1],
+                        6,
+                        1,
+                        2,
+                    ))
+                    .expect("a valid flow"),
+                ),
                 action: Action::Drop,
             })
         })

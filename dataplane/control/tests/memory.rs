@@ -37,13 +37,16 @@ const BOUND: f64 = 212.0;
 fn flow_rule(i: u32) -> Rule {
     Rule {
         id: i + 1,
-        matcher: Match::Flow(FlowKey::v4(
-            (0x0a00_0000 | i).to_be_bytes(),
-            [192, 0, 2, (i >> 24) as u8],
-            6,
-            1024 + (i % 60_000) as u16,
-            443,
-        )),
+        matcher: Match::Flow(
+            cfdp_rules::ExactFlow::of_key(FlowKey::v4(
+                (0x0a00_0000 | i).to_be_bytes(),
+                [192, 0, 2, (i >> 24) as u8],
+                6,
+                1024 + (i % 60_000) as u16,
+                443,
+            ))
+            .expect("a valid flow"),
+        ),
         action: if i.is_multiple_of(2) {
             Action::Drop
         } else {

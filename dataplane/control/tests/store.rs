@@ -31,7 +31,7 @@ fn flow(i: u32) -> FlowKey {
 fn flow_rule(id: u32, i: u32, action: Action) -> Rule {
     Rule {
         id,
-        matcher: Match::Flow(flow(i)),
+        matcher: Match::Flow(cfdp_rules::ExactFlow::of_key(flow(i)).expect("a valid flow")),
         action,
     }
 }

@@ -319,7 +319,10 @@ fn precomputed_collisions_miss_a_node_with_its_own_hash_secret() {
     use cfdp_rules::{Action, FlowKey, HashSecret, Match, Rule};
     let rule = Rule {
         id: 1,
-        matcher: Match::Flow(FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 1, 2)),
+        matcher: Match::Flow(
+            cfdp_rules::ExactFlow::of_key(FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 1, 2))
+                .expect("a valid flow"),
+        ),
         action: Action::Redirect(2),
     };
     let redirected = |secret: HashSecret, frames: &[gen::GenFrame], name: &str| {

@@ -306,7 +306,9 @@ fn worker_rows(quick: bool, rounds: usize) -> Vec<String> {
     let rules: Vec<Rule> = (0..n)
         .map(|i| Rule {
             id: i as u32,
-            matcher: Match::Flow(bench_flow(i)),
+            matcher: Match::Flow(
+                cfdp_rules::ExactFlow::of_key(bench_flow(i)).expect("a valid flow"),
+            ),
             action: if i % 2 == 0 {
                 Action::Drop
             } else {

@@ -233,7 +233,7 @@ fn match_pass(
             slot: i as u32,
         };
         let dup = match r.matcher {
-            Match::Flow(k) => p.exact.insert(k, e),
+            Match::Flow(k) => p.exact.insert(*k.key(), e),
             m @ Match::Acl { .. } => acl_matches.insert(m, e.slot).map(|slot| RuleRef {
                 action: r.action,
                 slot,

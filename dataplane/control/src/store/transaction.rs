@@ -329,7 +329,7 @@ impl RuleStore {
             slot,
         };
         match rule.matcher {
-            Match::Flow(k) => p.ops.push(Op::InsertFlow(k, e)),
+            Match::Flow(k) => p.ops.push(Op::InsertFlow(*k.key(), e)),
             Match::Acl { .. } => {
                 let r = AclRule::of(rule).expect("a multi-field rule");
                 p.ops.push(Op::InsertAcl(r, slot));
@@ -378,7 +378,7 @@ impl RuleStore {
                 let Match::Flow(k) = s.rule.matcher else {
                     unreachable!()
                 };
-                p.ops.push(Op::RemoveFlow(k));
+                p.ops.push(Op::RemoveFlow(*k.key()));
             }
             Domain::Class(c) => {
                 p.ops

@@ -25,7 +25,8 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::rule::{parse_rule, Rule, RuleId};
+use crate::codec::json::parse_rule;
+use crate::rule::{Rule, RuleId};
 
 /// What one failing update does to the rest of its batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]

@@ -14,22 +14,15 @@
 pub mod acl;
 pub mod acl_match;
 pub mod batch;
-pub mod binary;
 pub mod class;
+pub mod codec;
 pub mod decide;
 pub mod exact_flow;
-pub mod fast;
-pub mod file;
 pub mod flow;
 pub mod precedence;
 pub mod prefix;
 pub mod prefix_match;
-pub mod protocol;
 pub mod rule;
-mod rule_json;
-mod shape;
-pub mod stream;
-mod strict;
 
 pub use acl::AclRule;
 pub use acl_match::{AclMatch, MatchError, PortRange};
@@ -38,6 +31,9 @@ pub use batch::{
     ReplaceError, Update, UpdateError, UpdateResult,
 };
 pub use class::PrefixClass;
+pub use codec::json::{parse_exact_flow, parse_flow_key, parse_rule, proto_by_name, rule_to_json};
+/// The codecs at the crate's root, where their users have always found them.
+pub use codec::{binary, fast, file, protocol, stream};
 pub use exact_flow::{ExactFlow, FlowError};
 pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};
 pub use file::{parse_rule_file, parse_rule_list};
@@ -45,10 +41,7 @@ pub use flow::{proto, FlowKey};
 pub use precedence::{matching, Precedence};
 pub use prefix::{IpPrefix, PrefixError};
 pub use prefix_match::PrefixMatch;
-pub use rule::{
-    parse_flow_key, parse_rule, proto_by_name, rule_to_json, Action, Allowing, Dir, Match,
-    NotAllowing, Rule, RuleError, RuleId,
-};
+pub use rule::{Action, Allowing, Dir, Match, NotAllowing, Rule, RuleError, RuleId};
 
 /// Reads and parses a rule file; every field is validated (the error names
 /// the rule and the field). Duplicate ids and matches are the rule store's

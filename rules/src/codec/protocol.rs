@@ -350,7 +350,7 @@ fn method_params(
 /// thousand-rule batch is built. Anything unusual in the envelope goes
 /// through [`parse_request`], which answers and names the problem.
 pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest, ErrorReply> {
-    use crate::shape::present;
+    use crate::codec::shape::present;
     use serde_json::value::RawValue;
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -367,7 +367,7 @@ pub fn parse_request_line(line: &[u8], max_batch: usize) -> Result<ParsedRequest
     // text kept for the journal. Anything else: the envelope with serde.
     if let Some(p) = std::str::from_utf8(line)
         .ok()
-        .and_then(crate::strict::apply_request)
+        .and_then(crate::codec::strict::apply_request)
     {
         let (id, text) = (p.id.clone(), p.updates_text);
         if let Some(batch) = crate::fast::plain_batch(p, max_batch) {

@@ -14,8 +14,8 @@
 //! check that whatever it accepts, serde and the value parser accept with
 //! the same rule.
 
+use crate::codec::shape::{FastFlow, FastMatch, FastPort, FastProto, FastRule, UpdateShape};
 use crate::rule::Action;
-use crate::shape::{FastFlow, FastMatch, FastPort, FastProto, FastRule, UpdateShape};
 use serde_json::Value;
 
 struct Reader<'a> {

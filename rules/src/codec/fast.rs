@@ -20,17 +20,18 @@ use serde_json::Value;
 
 use crate::acl_match::{AclMatch, PortRange};
 use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update, UpdateError};
+use crate::codec::json::parse_rule;
+use crate::codec::shape::{present, FastMatch, FastPort, FastRule, UpdateShape};
 use crate::exact_flow::{has_ports, ExactFlow};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
-use crate::rule::{parse_rule, Dir, Match, Rule, RuleError, MAX_PRIORITY};
-use crate::shape::{present, FastMatch, FastPort, FastRule, UpdateShape};
+use crate::rule::{Dir, Match, Rule, RuleError, MAX_PRIORITY};
 
 /// The rule in `text` if it is valid and in the fast path's spelling.
 pub(crate) fn rule(text: &str) -> Option<Rule> {
     // The plain spelling byte by byte; anything else through serde. Both
     // build the same shape, and `checked` decides.
-    match crate::strict::rule(text) {
+    match crate::codec::strict::rule(text) {
         Some(r) => checked(r),
         None => checked(serde_json::from_str(text).ok()?),
     }
@@ -180,7 +181,10 @@ impl WholeBatch<'_> {
 
 /// The batch of a plain-spelled `apply` request (`strict::apply_request`),
 /// checked as the serde fast path checks it.
-pub(crate) fn plain_batch(p: crate::strict::PlainApply<'_>, max_updates: usize) -> Option<Batch> {
+pub(crate) fn plain_batch(
+    p: crate::codec::strict::PlainApply<'_>,
+    max_updates: usize,
+) -> Option<Batch> {
     WholeBatch {
         atomicity: p.atomicity,
         expected_generation: p.expected_generation,
@@ -194,16 +198,16 @@ pub(crate) fn plain_batch(p: crate::strict::PlainApply<'_>, max_updates: usize) 
 /// usual spelling is read in one typed pass; otherwise each update is
 /// parsed on its own (fast path or value parser).
 pub fn parse_batch_text(text: &str, max_updates: usize) -> Result<Batch, BatchError> {
-    if let Some(b) =
-        crate::strict::batch(text).and_then(|(atomicity, expected_generation, updates, _)| {
+    if let Some(b) = crate::codec::strict::batch(text).and_then(
+        |(atomicity, expected_generation, updates, _)| {
             WholeBatch {
                 atomicity,
                 expected_generation,
                 updates,
             }
             .checked(max_updates)
-        })
-    {
+        },
+    ) {
         return Ok(b);
     }
     if let Some(b) = serde_json::from_str::<WholeBatch>(text)
@@ -388,7 +392,7 @@ mod tests {
                 assert_eq!(slow.as_ref(), Ok(&r), "{t}");
             }
             // The byte-level reader takes only what serde reads the same.
-            if let Some(r) = crate::strict::rule(t) {
+            if let Some(r) = crate::codec::strict::rule(t) {
                 strict += 1;
                 let by_serde: FastRule = serde_json::from_str(t).expect("serde takes it too");
                 assert_eq!(checked(r), checked(by_serde), "{t}");
@@ -437,7 +441,7 @@ mod tests {
             (format!("[{valid},]"), false),
         ] {
             let by_serde: Result<Vec<UpdateShape<FastRule>>, _> = serde_json::from_str(&list);
-            match crate::strict::batch(&format!(r#"{{"updates": {list}}}"#)).map(|b| b.2) {
+            match crate::codec::strict::batch(&format!(r#"{{"updates": {list}}}"#)).map(|b| b.2) {
                 Some(s) => {
                     let d = by_serde.expect("serde takes what the reader takes");
                     let norm = |v: Vec<UpdateShape<FastRule>>| -> Vec<Option<Update>> {

@@ -7,7 +7,7 @@ use crate::flow::proto;
 use crate::rule::{Dir, Match, Rule};
 
 /// Rules serialize in the rule-file format (round-trips through
-/// [`parse_rule`]), streamed field by field: the journal writes every
+/// [`parse_rule`](crate::parse_rule)), streamed field by field: the journal writes every
 /// applied batch this way before it is acknowledged, so no intermediate
 /// JSON tree is built (that tree cost ~4 µs per rule).
 impl Serialize for Rule {

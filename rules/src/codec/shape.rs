@@ -101,7 +101,7 @@ impl FastProto<'_> {
     pub(crate) fn number(&self) -> Option<u8> {
         match *self {
             FastProto::Number(n) => Some(n),
-            FastProto::Name(s) => crate::rule::proto_by_name(s),
+            FastProto::Name(s) => crate::codec::json::proto_by_name(s),
         }
     }
 }

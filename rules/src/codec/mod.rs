@@ -1,0 +1,17 @@
+//! Every reader and writer of the rule grammar, apart from the model
+//! they read into ([`crate::rule`] and the match types, each valid by
+//! construction): the JSON value form (`json`), the typed fast path from
+//! text (`fast`, over `shape` and the byte-level `strict`), rule files
+//! and lists (`file`, `stream`), 48-byte binary records (`binary`), the
+//! JSON writer (`rule_json`) and the control protocol's envelope
+//! (`protocol`). A codec may use the model; the model uses no codec.
+
+pub mod binary;
+pub mod fast;
+pub mod file;
+pub mod json;
+pub mod protocol;
+pub(crate) mod rule_json;
+pub(crate) mod shape;
+pub mod stream;
+pub(crate) mod strict;

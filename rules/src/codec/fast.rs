@@ -12,20 +12,15 @@
 //! message. A test checks that whatever the fast path accepts, the value
 //! parser accepts with the same result.
 
-use std::net::IpAddr;
-
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::acl_match::{AclMatch, PortRange};
 use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update, UpdateError};
 use crate::codec::json::parse_rule;
-use crate::codec::shape::{present, FastMatch, FastPort, FastRule, UpdateShape};
-use crate::exact_flow::{has_ports, ExactFlow};
-use crate::prefix::IpPrefix;
-use crate::prefix_match::PrefixMatch;
-use crate::rule::{Dir, Match, Rule, RuleError, MAX_PRIORITY};
+use crate::codec::shape::{present, RawRule, UpdateShape};
+use crate::codec::validate;
+use crate::rule::{Rule, RuleError, MAX_PRIORITY};
 
 /// The rule in `text` if it is valid and in the fast path's spelling.
 pub(crate) fn rule(text: &str) -> Option<Rule> {
@@ -37,78 +32,19 @@ pub(crate) fn rule(text: &str) -> Option<Rule> {
     }
 }
 
-/// The rule a typed shape spells, if it is valid.
-fn checked(r: FastRule) -> Option<Rule> {
-    let m = r.matcher;
-    if let Some(p) = r.priority {
-        let priority = u32::try_from(p).ok().filter(|&p| p <= MAX_PRIORITY)?;
-        return Some(Rule {
-            id: r.id,
-            matcher: Match::Acl {
-                m: acl(m)?,
-                priority,
-            },
-            action: r.action,
-        });
-    }
-    if m.sport.is_some() || m.dport.is_some() {
-        return None;
-    }
-    let matcher = match (m.flow, m.src_prefix, m.dst_prefix) {
-        (Some(f), None, None) if m.proto.is_none() && m.port.is_none() => {
-            let src: IpAddr = f.src.parse().ok()?;
-            let dst: IpAddr = f.dst.parse().ok()?;
-            let p = f.proto.number()?;
-            // Present for TCP and UDP, absent otherwise (the JSON form's
-            // rule); the rest is the match's constructor's.
-            let (sport, dport) = match (has_ports(p), f.sport, f.dport) {
-                (true, Some(s), Some(d)) => (s, d),
-                (false, None, None) => (0, 0),
-                _ => return None,
-            };
-            Match::Flow(ExactFlow::new(src, dst, p, sport, dport).ok()?)
-        }
-        (None, Some(s), None) | (None, None, Some(s)) => {
-            let dir = if m.src_prefix.is_some() {
-                Dir::Src
-            } else {
-                Dir::Dst
-            };
-            let prefix: IpPrefix = s.parse().ok()?;
-            let proto = match &m.proto {
-                Some(p) => Some(p.number()?),
-                None => None,
-            };
-            Match::Prefix(PrefixMatch::new(dir, prefix, proto, m.port).ok()?)
-        }
-        _ => return None,
+/// The rule a typed shape spells, if it is valid (the value parser's
+/// validator; any problem sends the text to the value parser, which names
+/// it).
+fn checked(r: RawRule) -> Option<Rule> {
+    let priority = match r.priority {
+        Some(p) => Some(u32::try_from(p).ok().filter(|&p| p <= MAX_PRIORITY)?),
+        None => None,
     };
     Some(Rule {
         id: r.id,
-        matcher,
+        matcher: validate::matcher(priority, r.matcher).ok()?,
         action: r.action,
     })
-}
-
-/// The multi-field match a typed shape spells (a rule with a `priority`),
-/// if it is valid: what `rule::parse_acl` accepts.
-fn acl(m: FastMatch) -> Option<AclMatch> {
-    if m.flow.is_some() || m.port.is_some() {
-        return None;
-    }
-    let prefix = |s: Option<&str>| s.map(str::parse::<IpPrefix>).transpose().ok();
-    let (src, dst) = match (prefix(m.src_prefix)?, prefix(m.dst_prefix)?) {
-        (None, None) => return None,
-        (Some(s), None) => (s, IpPrefix::any(s.v6())),
-        (None, Some(d)) => (IpPrefix::any(d.v6()), d),
-        (Some(s), Some(d)) => (s, d),
-    };
-    let proto = match &m.proto {
-        Some(p) => Some(p.number()?),
-        None => None,
-    };
-    let range = |p: &Option<FastPort>| p.as_ref().map_or(Some(PortRange::ANY), FastPort::range);
-    AclMatch::new(src, dst, proto, range(&m.sport)?, range(&m.dport)?).ok()
 }
 
 /// Parses one rule from its JSON text: the fast path, else the value parser
@@ -159,7 +95,7 @@ impl<U> BatchShape<'_, U> {
 }
 
 /// A batch read in one typed pass.
-type WholeBatch<'a> = BatchShape<'a, Vec<UpdateShape<'a, FastRule<'a>>>>;
+type WholeBatch<'a> = BatchShape<'a, Vec<UpdateShape<'a, RawRule<'a>>>>;
 
 impl WholeBatch<'_> {
     /// The batch, if every update is valid (else the caller takes the
@@ -239,6 +175,7 @@ pub fn parse_batch_text(text: &str, max_updates: usize) -> Result<Batch, BatchEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rule::Match;
 
     /// Every combination of these field spellings, valid and not: whatever
     /// the fast path accepts, the value parser accepts with the same rule,
@@ -394,7 +331,7 @@ mod tests {
             // The byte-level reader takes only what serde reads the same.
             if let Some(r) = crate::codec::strict::rule(t) {
                 strict += 1;
-                let by_serde: FastRule = serde_json::from_str(t).expect("serde takes it too");
+                let by_serde: RawRule = serde_json::from_str(t).expect("serde takes it too");
                 assert_eq!(checked(r), checked(by_serde), "{t}");
             }
             // The public entry point always agrees with the value parser.
@@ -440,11 +377,11 @@ mod tests {
             (format!("[{}]", updates.join(",")), false),
             (format!("[{valid},]"), false),
         ] {
-            let by_serde: Result<Vec<UpdateShape<FastRule>>, _> = serde_json::from_str(&list);
+            let by_serde: Result<Vec<UpdateShape<RawRule>>, _> = serde_json::from_str(&list);
             match crate::codec::strict::batch(&format!(r#"{{"updates": {list}}}"#)).map(|b| b.2) {
                 Some(s) => {
                     let d = by_serde.expect("serde takes what the reader takes");
-                    let norm = |v: Vec<UpdateShape<FastRule>>| -> Vec<Option<Update>> {
+                    let norm = |v: Vec<UpdateShape<RawRule>>| -> Vec<Option<Update>> {
                         v.into_iter().map(|u| u.checked(checked)).collect()
                     };
                     assert_eq!(norm(s), norm(d), "{list}");

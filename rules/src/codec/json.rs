@@ -4,16 +4,13 @@
 //! from text ([`super::fast`]) gives the same rules and, for a text it does
 //! not take, the errors of this reader.
 
-use std::net::IpAddr;
-
 use serde_json::{Map, Value};
 
-use crate::acl_match::{AclMatch, PortRange};
-use crate::exact_flow::{has_ports, ExactFlow, FlowError};
+use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto};
+use crate::codec::validate::{self, FieldErr, ACL_KEYS, FLOW_KEYS, PLAIN_KEYS};
+use crate::exact_flow::ExactFlow;
 use crate::flow::{proto, FlowKey};
-use crate::prefix::IpPrefix;
-use crate::prefix_match::PrefixMatch;
-use crate::rule::{Action, Dir, Match, Rule, RuleError, MAX_PRIORITY};
+use crate::rule::{Action, Rule, RuleError, MAX_PRIORITY};
 
 /// Parses and validates one rule given as JSON.
 pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
@@ -58,11 +55,14 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
         .ok_or_else(|| err("match", "missing".into()))?
         .as_object()
         .ok_or_else(|| err("match", "expected an object".into()))?;
-    let matcher = match obj.get("priority") {
-        None => parse_match(m),
-        Some(p) => parse_priority(p).and_then(|priority| parse_acl(m, priority)),
-    }
-    .map_err(|(f, msg)| err(&f, msg))?;
+    let priority = obj
+        .get("priority")
+        .map(parse_priority)
+        .transpose()
+        .map_err(|(f, msg)| err(&f, msg))?;
+    let matcher = raw_match(m, priority.is_some())
+        .and_then(|raw| validate::matcher(priority, raw))
+        .map_err(|(f, msg)| err(&f, msg))?;
     Ok(Rule {
         id,
         matcher,
@@ -70,14 +70,9 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
     })
 }
 
-type FieldErr = (String, String);
-
 fn check_keys(obj: &Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), FieldErr> {
     match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err((
-            join(path, k),
-            format!("unknown field (expected one of: {})", allowed.join(", ")),
-        )),
+        Some(k) => Err((join(path, k), validate::unknown_key(allowed))),
         None => Ok(()),
     }
 }
@@ -102,147 +97,56 @@ fn parse_priority(p: &Value) -> Result<u32, FieldErr> {
         })
 }
 
-/// A multi-field match: `src_prefix` and/or `dst_prefix` (the other
-/// defaults to any address of the same family), `proto`, `sport` and
-/// `dport` (a port, `"LO-HI"`, or absent for any).
-fn parse_acl(m: &Map<String, Value>, priority: u32) -> Result<Match, FieldErr> {
-    check_keys(
-        m,
-        &["src_prefix", "dst_prefix", "proto", "sport", "dport"],
-        "match",
-    )?;
-    let prefix = |k: &str| -> Result<Option<IpPrefix>, FieldErr> {
-        let field = format!("match.{k}");
+/// A rule's `match` object in the raw form (each field's JSON type
+/// checked, nothing more): [`validate::matcher`] decides what it is. A key
+/// neither form has is named with the keys of the rule's form (`acl`: it
+/// has a priority).
+fn raw_match(m: &Map<String, Value>, acl: bool) -> Result<RawMatch<'_>, FieldErr> {
+    let allowed: &[&str] = if acl { &ACL_KEYS } else { &PLAIN_KEYS };
+    let known = |k: &str| PLAIN_KEYS.contains(&k) || ACL_KEYS.contains(&k);
+    if let Some(k) = m.keys().find(|k| !known(k)) {
+        return Err((join("match", k), validate::unknown_key(allowed)));
+    }
+    let prefix = |k: &str| -> Result<Option<&str>, FieldErr> {
         m.get(k)
             .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| {
-                        (
-                            field.clone(),
-                            "expected a string like \"10.0.0.0/8\"".into(),
-                        )
-                    })?
-                    .parse::<IpPrefix>()
-                    .map_err(|e| (field.clone(), e.to_string()))
+                v.as_str().ok_or_else(|| {
+                    (
+                        format!("match.{k}"),
+                        "expected a string like \"10.0.0.0/8\"".into(),
+                    )
+                })
             })
             .transpose()
     };
-    let (src, dst) = match (prefix("src_prefix")?, prefix("dst_prefix")?) {
-        (None, None) => {
-            return Err((
-                "match".into(),
-                "a rule with a priority needs \"src_prefix\" or \"dst_prefix\" \
-                 (\"0.0.0.0/0\" or \"::/0\" for any address)"
-                    .into(),
-            ))
-        }
-        (Some(s), None) => (s, IpPrefix::any(s.v6())),
-        (None, Some(d)) => (IpPrefix::any(d.v6()), d),
-        (Some(s), Some(d)) => (s, d),
-    };
-    let proto = m
-        .get("proto")
-        .map(|p| parse_proto(p, "match.proto"))
-        .transpose()?;
-    let range = |k: &str| -> Result<PortRange, FieldErr> {
-        m.get(k).map_or(Ok(PortRange::ANY), |v| {
-            parse_range(v, &format!("match.{k}"))
+    let flow = m
+        .get("flow")
+        .map(|f| {
+            f.as_object()
+                .ok_or_else(|| ("match.flow".to_string(), "expected an object".to_string()))
+                .and_then(raw_flow)
         })
-    };
-    let (sport, dport) = (range("sport")?, range("dport")?);
-    let m = AclMatch::new(src, dst, proto, sport, dport)
-        .map_err(|e| ("match.dst_prefix".to_string(), e.to_string()))?;
-    Ok(Match::Acl { m, priority })
-}
-
-/// A port (`80`) or an inclusive range (`"1024-65535"`, or `"80"`).
-fn parse_range(v: &Value, field: &str) -> Result<PortRange, FieldErr> {
-    if let Some(s) = v.as_str() {
-        let (lo, hi) = s.split_once('-').unwrap_or((s, s));
-        let port = |p: &str| p.trim().parse::<u16>().ok();
-        return match (port(lo), port(hi)) {
-            (Some(lo), Some(hi)) => PortRange::new(lo, hi).ok_or_else(|| {
-                (
-                    field.into(),
-                    format!("\"{s}\": the low port is above the high one"),
-                )
-            }),
-            _ => Err((
-                field.into(),
-                format!("\"{s}\" is not a port or a range \"LO-HI\""),
-            )),
-        };
-    }
-    parse_port(v, field).map(PortRange::exact)
-}
-
-fn parse_match(m: &Map<String, Value>) -> Result<Match, FieldErr> {
-    if let Some(k) = ["sport", "dport"].iter().find(|k| m.contains_key(**k)) {
-        return Err((
-            format!("match.{k}"),
-            "port ranges are for rules with a \"priority\" (add one)".into(),
-        ));
-    }
-    if m.contains_key("src_prefix") && m.contains_key("dst_prefix") {
-        return Err((
-            "priority".into(),
-            "a rule matching both prefixes needs a \"priority\"".into(),
-        ));
-    }
-    check_keys(
-        m,
-        &["flow", "src_prefix", "dst_prefix", "proto", "port"],
-        "match",
-    )?;
-    let kinds = ["flow", "src_prefix", "dst_prefix"]
-        .iter()
-        .filter(|k| m.contains_key(**k))
-        .count();
-    if kinds != 1 {
-        return Err((
-            "match".into(),
-            "needs exactly one of \"flow\", \"src_prefix\", \"dst_prefix\"".into(),
-        ));
-    }
-    if let Some(flow) = m.get("flow") {
-        if let Some(k) = ["proto", "port"].iter().find(|k| m.contains_key(**k)) {
-            return Err((
-                format!("match.{k}"),
-                "belongs inside \"flow\" for an exact flow rule".into(),
-            ));
-        }
-        let flow = flow
-            .as_object()
-            .ok_or_else(|| ("match.flow".to_string(), "expected an object".to_string()))?;
-        return parse_flow(flow).map(Match::Flow);
-    }
-    let (dir, key) = if m.contains_key("src_prefix") {
-        (Dir::Src, "src_prefix")
-    } else {
-        (Dir::Dst, "dst_prefix")
-    };
-    let field = format!("match.{key}");
-    let prefix: IpPrefix = m[key]
-        .as_str()
-        .ok_or_else(|| {
-            (
-                field.clone(),
-                "expected a string like \"10.0.0.0/8\"".to_string(),
-            )
-        })?
-        .parse()
-        .map_err(|e: crate::prefix::PrefixError| (field.clone(), e.to_string()))?;
-    let proto = m
-        .get("proto")
-        .map(|p| parse_proto(p, "match.proto"))
         .transpose()?;
-    let port = m
-        .get("port")
-        .map(|p| parse_port(p, "match.port"))
-        .transpose()?;
-    PrefixMatch::new(dir, prefix, proto, port)
-        .map(Match::Prefix)
-        .map_err(|e| ("match.port".into(), e.to_string()))
+    let range = |k: &str| {
+        m.get(k)
+            .map(|v| raw_port(v, &format!("match.{k}")))
+            .transpose()
+    };
+    Ok(RawMatch {
+        flow,
+        src_prefix: prefix("src_prefix")?,
+        dst_prefix: prefix("dst_prefix")?,
+        proto: m
+            .get("proto")
+            .map(|p| raw_proto(p, "match.proto"))
+            .transpose()?,
+        port: m
+            .get("port")
+            .map(|p| parse_port(p, "match.port"))
+            .transpose()?,
+        sport: range("sport")?,
+        dport: range("dport")?,
+    })
 }
 
 /// A 5-tuple written as a flow rule's match is (`src`, `dst`, `proto`, and
@@ -262,49 +166,40 @@ pub fn parse_exact_flow(v: &Value) -> Result<ExactFlow, RuleError> {
             "expected an object {src, dst, proto, sport, dport}",
         ));
     };
-    parse_flow(f).map_err(|(field, msg)| {
-        RuleError::new(None, None, field.trim_start_matches("match.flow."), msg)
-    })
+    raw_flow(f)
+        .and_then(validate::flow)
+        .map_err(|(field, msg)| {
+            RuleError::new(None, None, field.trim_start_matches("match.flow."), msg)
+        })
 }
 
-fn parse_flow(f: &Map<String, Value>) -> Result<ExactFlow, FieldErr> {
-    check_keys(f, &["src", "dst", "proto", "sport", "dport"], "match.flow")?;
-    let addr = |k: &str| -> Result<IpAddr, FieldErr> {
+/// A flow's object in the raw form.
+fn raw_flow(f: &Map<String, Value>) -> Result<RawFlow<'_>, FieldErr> {
+    check_keys(f, &FLOW_KEYS, "match.flow")?;
+    let addr = |k: &str| -> Result<&str, FieldErr> {
         let field = format!("match.flow.{k}");
         f.get(k)
             .ok_or_else(|| (field.clone(), "missing".to_string()))?
             .as_str()
-            .ok_or_else(|| (field.clone(), "expected an address string".to_string()))?
-            .parse()
-            .map_err(|_| (field.clone(), "not an IPv4 or IPv6 address".to_string()))
+            .ok_or_else(|| (field, "expected an address string".to_string()))
     };
-    let src = addr("src")?;
-    let dst = addr("dst")?;
-    let p = parse_proto(
+    let (src, dst) = (addr("src")?, addr("dst")?);
+    let proto = raw_proto(
         f.get("proto")
             .ok_or_else(|| ("match.flow.proto".to_string(), "missing".to_string()))?,
         "match.flow.proto",
     )?;
-    let has_ports = has_ports(p);
-    let port = |k: &str| -> Result<u16, FieldErr> {
-        let field = format!("match.flow.{k}");
-        match (f.get(k), has_ports) {
-            (Some(v), true) => parse_port(v, &field),
-            (None, true) => Err((field, "missing (required for tcp and udp)".into())),
-            (Some(_), false) => Err((field, "only tcp and udp flows have ports".into())),
-            (None, false) => Ok(0),
-        }
+    let port = |k: &str| {
+        f.get(k)
+            .map(|v| parse_port(v, &format!("match.flow.{k}")))
+            .transpose()
     };
-    let sport = port("sport")?;
-    let dport = port("dport")?;
-    // Ports are checked above field by field (present for TCP and UDP,
-    // absent otherwise); the family is the constructor's.
-    ExactFlow::new(src, dst, p, sport, dport).map_err(|e| {
-        let field = match e {
-            FlowError::MixedFamilies => "match.flow.dst",
-            _ => "match.flow",
-        };
-        (field.into(), e.to_string())
+    Ok(RawFlow {
+        src,
+        dst,
+        proto,
+        sport: port("sport")?,
+        dport: port("dport")?,
     })
 }
 
@@ -319,17 +214,15 @@ pub fn proto_by_name(s: &str) -> Option<u8> {
     }
 }
 
-fn parse_proto(v: &Value, field: &str) -> Result<u8, FieldErr> {
+/// A protocol as written: a number 0..=255 or a name (which the validator
+/// looks up).
+fn raw_proto<'a>(v: &'a Value, field: &str) -> Result<RawProto<'a>, FieldErr> {
     match v {
-        Value::String(s) => proto_by_name(s).ok_or_else(|| {
-            (
-                field.into(),
-                format!("unknown protocol \"{s}\" (a number 0..=255, or tcp, udp, icmp, icmpv6)"),
-            )
-        }),
+        Value::String(s) => Ok(RawProto::Name(s)),
         Value::Number(n) => n
             .as_u64()
             .and_then(|n| u8::try_from(n).ok())
+            .map(RawProto::Number)
             .ok_or_else(|| {
                 (
                     field.into(),
@@ -340,6 +233,14 @@ fn parse_proto(v: &Value, field: &str) -> Result<u8, FieldErr> {
             field.into(),
             format!("expected a protocol name or number, found {other}"),
         )),
+    }
+}
+
+/// A multi-field rule's port as written: a range's text, or a port.
+fn raw_port<'a>(v: &'a Value, field: &str) -> Result<RawPort<'a>, FieldErr> {
+    match v.as_str() {
+        Some(s) => Ok(RawPort::Text(s)),
+        None => parse_port(v, field).map(RawPort::Number),
     }
 }
 

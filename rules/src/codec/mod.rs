@@ -4,7 +4,9 @@
 //! text (`fast`, over `shape` and the byte-level `strict`), rule files
 //! and lists (`file`, `stream`), 48-byte binary records (`binary`), the
 //! JSON writer (`rule_json`) and the control protocol's envelope
-//! (`protocol`). A codec may use the model; the model uses no codec.
+//! (`protocol`). The text readers build one raw form (`shape`) and one
+//! validator (`validate`) turns its match into the model's. A codec may
+//! use the model; the model uses no codec.
 
 pub mod binary;
 pub mod fast;
@@ -15,3 +17,4 @@ pub(crate) mod rule_json;
 pub(crate) mod shape;
 pub mod stream;
 pub(crate) mod strict;
+pub(crate) mod validate;

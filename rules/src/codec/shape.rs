@@ -1,11 +1,12 @@
-//! The typed shapes the fast path reads rules and updates into (borrowing
-//! from the text), shared by the serde reader (`fast`) and the byte-by-byte
-//! reader of the plain spelling (`strict`). `fast` decides whether a shape
-//! is a valid rule.
+//! The raw form of a rule: its fields as written, each of the JSON type
+//! its place takes, borrowing from the text — what every text reader
+//! builds: the serde reader (`fast`), the byte-by-byte reader of the plain
+//! spelling (`strict`) and the JSON value reader (`json`, from a
+//! `serde_json::Value`). Whether a raw match is a valid one is
+//! [`super::validate`]'s to say, once for all of them.
 
 use serde::{Deserialize, Deserializer};
 
-use crate::acl_match::PortRange;
 use crate::batch::Update;
 use crate::rule::{Action, Rule};
 
@@ -19,43 +20,43 @@ pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct FastRule<'a> {
+pub(crate) struct RawRule<'a> {
     pub(crate) id: u32,
     /// Present: a multi-field rule (`Match::Acl`); checked against
     /// `MAX_PRIORITY` by `fast::checked`.
     #[serde(default, deserialize_with = "present")]
     pub(crate) priority: Option<u64>,
     #[serde(rename = "match", borrow)]
-    pub(crate) matcher: FastMatch<'a>,
+    pub(crate) matcher: RawMatch<'a>,
     pub(crate) action: Action,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct FastMatch<'a> {
+pub(crate) struct RawMatch<'a> {
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) flow: Option<FastFlow<'a>>,
+    pub(crate) flow: Option<RawFlow<'a>>,
     #[serde(default, deserialize_with = "present", borrow)]
     pub(crate) src_prefix: Option<&'a str>,
     #[serde(default, deserialize_with = "present", borrow)]
     pub(crate) dst_prefix: Option<&'a str>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) proto: Option<FastProto<'a>>,
+    pub(crate) proto: Option<RawProto<'a>>,
     #[serde(default, deserialize_with = "present")]
     pub(crate) port: Option<u16>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) sport: Option<FastPort<'a>>,
+    pub(crate) sport: Option<RawPort<'a>>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) dport: Option<FastPort<'a>>,
+    pub(crate) dport: Option<RawPort<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct FastFlow<'a> {
+pub(crate) struct RawFlow<'a> {
     pub(crate) src: &'a str,
     pub(crate) dst: &'a str,
     #[serde(borrow)]
-    pub(crate) proto: FastProto<'a>,
+    pub(crate) proto: RawProto<'a>,
     #[serde(default, deserialize_with = "present")]
     pub(crate) sport: Option<u16>,
     #[serde(default, deserialize_with = "present")]
@@ -63,7 +64,7 @@ pub(crate) struct FastFlow<'a> {
 }
 
 /// A protocol as a number (0–255) or a name borrowed from the text.
-pub(crate) enum FastProto<'a> {
+pub(crate) enum RawProto<'a> {
     Number(u8),
     Name(&'a str),
 }
@@ -73,82 +74,60 @@ pub(crate) enum FastProto<'a> {
 /// every variant that does not match — for `"udp"` the number's — which
 /// was ~3 % of loading a rule file. It accepts exactly what the untagged
 /// form did: an integer that fits `u8`, or a string without escapes.
-impl<'de: 'a, 'a> Deserialize<'de> for FastProto<'a> {
+impl<'de: 'a, 'a> Deserialize<'de> for RawProto<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> serde::de::Visitor<'de> for V {
-            type Value = FastProto<'de>;
+            type Value = RawProto<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a protocol number or name")
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
                 u8::try_from(v)
-                    .map(FastProto::Number)
+                    .map(RawProto::Number)
                     .map_err(|_| E::custom("protocol number over 255"))
             }
             fn visit_borrowed_str<E: serde::de::Error>(
                 self,
                 v: &'de str,
             ) -> Result<Self::Value, E> {
-                Ok(FastProto::Name(v))
+                Ok(RawProto::Name(v))
             }
         }
         d.deserialize_any(V)
     }
 }
 
-impl FastProto<'_> {
-    pub(crate) fn number(&self) -> Option<u8> {
-        match *self {
-            FastProto::Number(n) => Some(n),
-            FastProto::Name(s) => crate::codec::json::proto_by_name(s),
-        }
-    }
-}
-
 /// A multi-field rule's port: a number, or a string (`"80"`, `"LO-HI"`)
 /// borrowed from the text.
-pub(crate) enum FastPort<'a> {
+pub(crate) enum RawPort<'a> {
     Number(u16),
     Text(&'a str),
 }
 
-/// By hand for the reason `FastProto` is: a port that fits `u16`, or a
+/// By hand for the reason `RawProto` is: a port that fits `u16`, or a
 /// string without escapes.
-impl<'de: 'a, 'a> Deserialize<'de> for FastPort<'a> {
+impl<'de: 'a, 'a> Deserialize<'de> for RawPort<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> serde::de::Visitor<'de> for V {
-            type Value = FastPort<'de>;
+            type Value = RawPort<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a port or a range")
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
                 u16::try_from(v)
-                    .map(FastPort::Number)
+                    .map(RawPort::Number)
                     .map_err(|_| E::custom("port over 65535"))
             }
             fn visit_borrowed_str<E: serde::de::Error>(
                 self,
                 v: &'de str,
             ) -> Result<Self::Value, E> {
-                Ok(FastPort::Text(v))
+                Ok(RawPort::Text(v))
             }
         }
         d.deserialize_any(V)
-    }
-}
-
-impl FastPort<'_> {
-    /// The range it spells, as the value parser reads it (`parse_range`).
-    pub(crate) fn range(&self) -> Option<PortRange> {
-        match *self {
-            FastPort::Number(n) => Some(PortRange::exact(n)),
-            FastPort::Text(s) => {
-                let (lo, hi) = s.split_once('-').unwrap_or((s, s));
-                PortRange::new(lo.trim().parse().ok()?, hi.trim().parse().ok()?)
-            }
-        }
     }
 }
 

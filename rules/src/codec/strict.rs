@@ -2,7 +2,7 @@
 //! cfdp writes and controllers send: keys and strings without escapes,
 //! unsigned integers without sign, fraction or exponent, any JSON
 //! whitespace. It builds the same typed shape as the serde fast path
-//! (`fast::FastRule`) and returns `None` for anything else (an escape, a
+//! (`fast::RawRule`) and returns `None` for anything else (an escape, a
 //! duplicate or unknown key, `null`, a number it does not take), which then
 //! goes through serde and, failing that, the JSON-value parser that names
 //! the problem.
@@ -14,7 +14,7 @@
 //! check that whatever it accepts, serde and the value parser accept with
 //! the same rule.
 
-use crate::codec::shape::{FastFlow, FastMatch, FastPort, FastProto, FastRule, UpdateShape};
+use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule, UpdateShape};
 use crate::rule::Action;
 use serde_json::Value;
 
@@ -116,23 +116,23 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn proto(&mut self) -> Option<FastProto<'a>> {
+    fn proto(&mut self) -> Option<RawProto<'a>> {
         match self.peek()? {
-            b'"' => self.string().map(FastProto::Name),
-            b'0'..=b'9' => u8::try_from(self.uint()?).ok().map(FastProto::Number),
+            b'"' => self.string().map(RawProto::Name),
+            b'0'..=b'9' => u8::try_from(self.uint()?).ok().map(RawProto::Number),
             _ => None,
         }
     }
 
-    fn port(&mut self) -> Option<FastPort<'a>> {
+    fn port(&mut self) -> Option<RawPort<'a>> {
         match self.peek()? {
-            b'"' => self.string().map(FastPort::Text),
-            b'0'..=b'9' => self.u16().map(FastPort::Number),
+            b'"' => self.string().map(RawPort::Text),
+            b'0'..=b'9' => self.u16().map(RawPort::Number),
             _ => None,
         }
     }
 
-    fn flow(&mut self) -> Option<FastFlow<'a>> {
+    fn flow(&mut self) -> Option<RawFlow<'a>> {
         let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
         self.object(|r, k| {
             match k {
@@ -145,7 +145,7 @@ impl<'a> Reader<'a> {
             }
             Some(())
         })?;
-        Some(FastFlow {
+        Some(RawFlow {
             src: src?,
             dst: dst?,
             proto: proto?,
@@ -154,8 +154,8 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn matcher(&mut self) -> Option<FastMatch<'a>> {
-        let mut m = FastMatch {
+    fn matcher(&mut self) -> Option<RawMatch<'a>> {
+        let mut m = RawMatch {
             flow: None,
             src_prefix: None,
             dst_prefix: None,
@@ -202,7 +202,7 @@ impl<'a> Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn rule_object(&mut self) -> Option<FastRule<'a>> {
+    fn rule_object(&mut self) -> Option<RawRule<'a>> {
         let (mut id, mut priority, mut matcher, mut action) = (None, None, None, None);
         let mut track = None;
         self.object(|r, k| {
@@ -216,7 +216,7 @@ impl<'a> Reader<'a> {
             }
             Some(())
         })?;
-        Some(FastRule {
+        Some(RawRule {
             id: id?,
             priority,
             matcher: matcher?,
@@ -225,7 +225,7 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn update(&mut self) -> Option<UpdateShape<'a, FastRule<'a>>> {
+    fn update(&mut self) -> Option<UpdateShape<'a, RawRule<'a>>> {
         let (mut op, mut rule, mut id) = (None, None, None);
         self.object(|r, k| {
             match k {
@@ -248,7 +248,7 @@ impl<'a> Reader<'a> {
 
 /// The rule object `text` in the plain spelling, as the serde fast path
 /// would read it; `None` for anything else.
-pub(crate) fn rule(text: &str) -> Option<FastRule<'_>> {
+pub(crate) fn rule(text: &str) -> Option<RawRule<'_>> {
     let mut r = Reader { s: text, i: 0 };
     let rule = r.rule_object()?;
     r.at_end().then_some(rule)
@@ -268,7 +268,7 @@ pub(crate) struct PlainApply<'a> {
     pub(crate) id: Value,
     pub(crate) atomicity: Option<&'a str>,
     pub(crate) expected_generation: Option<u64>,
-    pub(crate) updates: Vec<UpdateShape<'a, FastRule<'a>>>,
+    pub(crate) updates: Vec<UpdateShape<'a, RawRule<'a>>>,
     pub(crate) updates_text: &'a str,
 }
 
@@ -305,12 +305,12 @@ pub(crate) fn apply_request(line: &str) -> Option<PlainApply<'_>> {
 pub(crate) type BatchParts<'a> = (
     Option<&'a str>,
     Option<u64>,
-    Vec<UpdateShape<'a, FastRule<'a>>>,
+    Vec<UpdateShape<'a, RawRule<'a>>>,
     &'a str,
 );
 
 impl<'a> Reader<'a> {
-    fn update_list(&mut self) -> Option<Vec<UpdateShape<'a, FastRule<'a>>>> {
+    fn update_list(&mut self) -> Option<Vec<UpdateShape<'a, RawRule<'a>>>> {
         self.eat(b'[')?;
         let mut out = Vec::new();
         if self.peek()? == b']' {

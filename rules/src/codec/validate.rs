@@ -1,0 +1,211 @@
+//! The one validator of a rule's match: the raw form every text reader
+//! produces ([`RawMatch`]: which fields are there, each as its reader took
+//! it) into a [`Match`], or the field and what is wrong with it. Which
+//! fields make which form (an exact flow, a prefix rule, a multi-field rule
+//! with a priority), how a protocol name, a port range or a prefix is read,
+//! and every check the match types do not make themselves are written
+//! here once: the JSON value reader ([`super::json`]) and the fast path
+//! ([`super::fast`], over the serde and the byte-level readers) both call
+//! it, so they cannot disagree on what is valid. The match types' own
+//! invariants stay in their constructors ([`AclMatch::new`],
+//! [`PrefixMatch::new`], [`ExactFlow::new`]).
+//!
+//! Only its errors allocate: a valid match (ten million of them in a large
+//! rule file) costs no more than the checks.
+
+use std::net::IpAddr;
+
+use crate::acl_match::{AclMatch, PortRange};
+use crate::codec::json::proto_by_name;
+use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto};
+use crate::exact_flow::{has_ports, ExactFlow, FlowError};
+use crate::prefix::IpPrefix;
+use crate::prefix_match::PrefixMatch;
+use crate::rule::{Dir, Match};
+
+/// A problem and the field it is in (`match.flow.src`, …).
+pub(crate) type FieldErr = (String, String);
+
+/// The keys of a rule's `match`, by form: what an unknown key's message
+/// lists.
+pub(crate) const PLAIN_KEYS: [&str; 5] = ["flow", "src_prefix", "dst_prefix", "proto", "port"];
+pub(crate) const ACL_KEYS: [&str; 5] = ["src_prefix", "dst_prefix", "proto", "sport", "dport"];
+/// The keys of a flow's object.
+pub(crate) const FLOW_KEYS: [&str; 5] = ["src", "dst", "proto", "sport", "dport"];
+
+/// The message for a key its object does not have.
+pub(crate) fn unknown_key(allowed: &[&str]) -> String {
+    format!("unknown field (expected one of: {})", allowed.join(", "))
+}
+
+#[cold]
+fn err(field: &str, message: impl Into<String>) -> FieldErr {
+    (field.into(), message.into())
+}
+
+/// The match `m` spells, for a rule with `priority` (a multi-field rule)
+/// or without one.
+#[inline]
+pub(crate) fn matcher(priority: Option<u32>, m: RawMatch<'_>) -> Result<Match, FieldErr> {
+    match priority {
+        Some(priority) => acl(m).map(|m| Match::Acl { m, priority }),
+        None => plain(m),
+    }
+}
+
+/// A multi-field match: `src_prefix` and/or `dst_prefix` (the other
+/// defaults to any address of the same family), `proto`, `sport` and
+/// `dport` (a port, `"LO-HI"`, or absent for any).
+#[inline]
+fn acl(m: RawMatch<'_>) -> Result<AclMatch, FieldErr> {
+    if m.flow.is_some() {
+        return Err(err("match.flow", unknown_key(&ACL_KEYS)));
+    }
+    if m.port.is_some() {
+        return Err(err("match.port", unknown_key(&ACL_KEYS)));
+    }
+    let src = m
+        .src_prefix
+        .map(|s| prefix(s, "match.src_prefix"))
+        .transpose()?;
+    let dst = m
+        .dst_prefix
+        .map(|s| prefix(s, "match.dst_prefix"))
+        .transpose()?;
+    let (src, dst) = match (src, dst) {
+        (None, None) => {
+            return Err(err(
+                "match",
+                "a rule with a priority needs \"src_prefix\" or \"dst_prefix\" \
+                 (\"0.0.0.0/0\" or \"::/0\" for any address)",
+            ))
+        }
+        (Some(s), None) => (s, IpPrefix::any(s.v6())),
+        (None, Some(d)) => (IpPrefix::any(d.v6()), d),
+        (Some(s), Some(d)) => (s, d),
+    };
+    let proto = m.proto.map(|p| protocol(p, "match.proto")).transpose()?;
+    let sport = m
+        .sport
+        .map_or(Ok(PortRange::ANY), |p| range(p, "match.sport"))?;
+    let dport = m
+        .dport
+        .map_or(Ok(PortRange::ANY), |p| range(p, "match.dport"))?;
+    AclMatch::new(src, dst, proto, sport, dport).map_err(|e| err("match.dst_prefix", e.to_string()))
+}
+
+/// A match without a priority: exactly one of `flow`, `src_prefix`,
+/// `dst_prefix`; a prefix with an optional `proto` and `port`.
+#[inline]
+fn plain(m: RawMatch<'_>) -> Result<Match, FieldErr> {
+    for (k, there) in [("sport", m.sport.is_some()), ("dport", m.dport.is_some())] {
+        if there {
+            return Err(err(
+                &format!("match.{k}"),
+                "port ranges are for rules with a \"priority\" (add one)",
+            ));
+        }
+    }
+    let (src, dst) = (m.src_prefix, m.dst_prefix);
+    if src.is_some() && dst.is_some() {
+        return Err(err(
+            "priority",
+            "a rule matching both prefixes needs a \"priority\"",
+        ));
+    }
+    if usize::from(m.flow.is_some()) + usize::from(src.is_some() || dst.is_some()) != 1 {
+        return Err(err(
+            "match",
+            "needs exactly one of \"flow\", \"src_prefix\", \"dst_prefix\"",
+        ));
+    }
+    if let Some(f) = m.flow {
+        for (k, there) in [("proto", m.proto.is_some()), ("port", m.port.is_some())] {
+            if there {
+                return Err(err(
+                    &format!("match.{k}"),
+                    "belongs inside \"flow\" for an exact flow rule",
+                ));
+            }
+        }
+        return flow(f).map(Match::Flow);
+    }
+    let (dir, text, field) = match (src, dst) {
+        (Some(s), _) => (Dir::Src, s, "match.src_prefix"),
+        (_, Some(d)) => (Dir::Dst, d, "match.dst_prefix"),
+        (None, None) => unreachable!("exactly one form, checked above"),
+    };
+    let p = prefix(text, field)?;
+    let proto = m.proto.map(|p| protocol(p, "match.proto")).transpose()?;
+    PrefixMatch::new(dir, p, proto, m.port)
+        .map(Match::Prefix)
+        .map_err(|e| err("match.port", e.to_string()))
+}
+
+/// An exact flow: its addresses, its protocol, and ports present for TCP
+/// and UDP and absent otherwise.
+#[inline]
+pub(crate) fn flow(f: RawFlow<'_>) -> Result<ExactFlow, FieldErr> {
+    let addr = |s: &str, field: &str| -> Result<IpAddr, FieldErr> {
+        s.parse()
+            .map_err(|_| err(field, "not an IPv4 or IPv6 address"))
+    };
+    let src = addr(f.src, "match.flow.src")?;
+    let dst = addr(f.dst, "match.flow.dst")?;
+    if src.is_ipv4() != dst.is_ipv4() {
+        return Err(err("match.flow.dst", FlowError::MixedFamilies.to_string()));
+    }
+    let p = protocol(f.proto, "match.flow.proto")?;
+    let port = |v: Option<u16>, field: &str| match (v, has_ports(p)) {
+        (Some(v), true) => Ok(v),
+        (None, true) => Err(err(field, "missing (required for tcp and udp)")),
+        (Some(_), false) => Err(err(field, "only tcp and udp flows have ports")),
+        (None, false) => Ok(0),
+    };
+    let sport = port(f.sport, "match.flow.sport")?;
+    let dport = port(f.dport, "match.flow.dport")?;
+    ExactFlow::new(src, dst, p, sport, dport).map_err(|e| err("match.flow", e.to_string()))
+}
+
+#[inline]
+fn prefix(s: &str, field: &str) -> Result<IpPrefix, FieldErr> {
+    s.parse()
+        .map_err(|e: crate::prefix::PrefixError| err(field, e.to_string()))
+}
+
+/// A protocol's number; a name must be one [`proto_by_name`] knows.
+#[inline]
+fn protocol(p: RawProto<'_>, field: &str) -> Result<u8, FieldErr> {
+    match p {
+        RawProto::Number(n) => Ok(n),
+        RawProto::Name(s) => proto_by_name(s).ok_or_else(|| {
+            err(
+                field,
+                format!("unknown protocol \"{s}\" (a number 0..=255, or tcp, udp, icmp, icmpv6)"),
+            )
+        }),
+    }
+}
+
+/// A port (`80`) or an inclusive range (`"1024-65535"`, or `"80"`).
+#[inline]
+fn range(p: RawPort<'_>, field: &str) -> Result<PortRange, FieldErr> {
+    let s = match p {
+        RawPort::Number(n) => return Ok(PortRange::exact(n)),
+        RawPort::Text(s) => s,
+    };
+    let (lo, hi) = s.split_once('-').unwrap_or((s, s));
+    let port = |p: &str| p.trim().parse::<u16>().ok();
+    match (port(lo), port(hi)) {
+        (Some(lo), Some(hi)) => PortRange::new(lo, hi).ok_or_else(|| {
+            err(
+                field,
+                format!("\"{s}\": the low port is above the high one"),
+            )
+        }),
+        _ => Err(err(
+            field,
+            format!("\"{s}\" is not a port or a range \"LO-HI\""),
+        )),
+    }
+}

@@ -20,7 +20,7 @@ use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Upda
 use crate::codec::json::parse_rule;
 use crate::codec::shape::{present, RawRule, UpdateShape};
 use crate::codec::validate;
-use crate::rule::{Rule, RuleError, MAX_PRIORITY};
+use crate::rule::{Rule, RuleError};
 
 /// The rule in `text` if it is valid and in the fast path's spelling.
 pub(crate) fn rule(text: &str) -> Option<Rule> {
@@ -36,15 +36,7 @@ pub(crate) fn rule(text: &str) -> Option<Rule> {
 /// validator; any problem sends the text to the value parser, which names
 /// it).
 fn checked(r: RawRule) -> Option<Rule> {
-    let priority = match r.priority {
-        Some(p) => Some(u32::try_from(p).ok().filter(|&p| p <= MAX_PRIORITY)?),
-        None => None,
-    };
-    Some(Rule {
-        id: r.id,
-        matcher: validate::matcher(priority, r.matcher).ok()?,
-        action: r.action,
-    })
+    validate::rule(r).ok()
 }
 
 /// Parses one rule from its JSON text: the fast path, else the value parser

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto};
+use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule};
 use crate::codec::validate::{self, FieldErr, ACL_KEYS, FLOW_KEYS, PLAIN_KEYS};
 use crate::exact_flow::ExactFlow;
 use crate::flow::{proto, FlowKey};
@@ -38,11 +38,9 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
         })?,
         None => return Err(err("action", "missing".into())),
     };
-    let action = match obj.get("track") {
-        None | Some(Value::Bool(false)) => action,
-        Some(Value::Bool(true)) => action
-            .with_track(true)
-            .map_err(|e| err("track", e.to_string()))?,
+    let track = match obj.get("track") {
+        None => None,
+        Some(Value::Bool(t)) => Some(*t),
         Some(other) => {
             return Err(err(
                 "track",
@@ -55,19 +53,26 @@ pub fn parse_rule(v: &Value, index: Option<usize>) -> Result<Rule, RuleError> {
         .ok_or_else(|| err("match", "missing".into()))?
         .as_object()
         .ok_or_else(|| err("match", "expected an object".into()))?;
-    let priority = obj
-        .get("priority")
-        .map(parse_priority)
-        .transpose()
-        .map_err(|(f, msg)| err(&f, msg))?;
-    let matcher = raw_match(m, priority.is_some())
-        .and_then(|raw| validate::matcher(priority, raw))
-        .map_err(|(f, msg)| err(&f, msg))?;
-    Ok(Rule {
-        id,
-        matcher,
-        action,
-    })
+    let priority = match obj.get("priority") {
+        None => None,
+        Some(p) => Some(p.as_u64().ok_or_else(|| {
+            err(
+                "priority",
+                format!("{p} is not an integer 0..={MAX_PRIORITY}"),
+            )
+        })?),
+    };
+    raw_match(m, priority.is_some())
+        .and_then(|matcher| {
+            validate::rule(RawRule {
+                id,
+                priority,
+                matcher,
+                action,
+                track,
+            })
+        })
+        .map_err(|(f, msg)| err(&f, msg))
 }
 
 fn check_keys(obj: &Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), FieldErr> {
@@ -83,18 +88,6 @@ fn join(path: &str, k: &str) -> String {
     } else {
         format!("{path}.{k}")
     }
-}
-
-fn parse_priority(p: &Value) -> Result<u32, FieldErr> {
-    p.as_u64()
-        .and_then(|n| u32::try_from(n).ok())
-        .filter(|&n| n <= MAX_PRIORITY)
-        .ok_or_else(|| {
-            (
-                "priority".into(),
-                format!("{p} is not an integer 0..={MAX_PRIORITY}"),
-            )
-        })
 }
 
 /// A rule's `match` object in the raw form (each field's JSON type

@@ -23,12 +23,15 @@ pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 pub(crate) struct RawRule<'a> {
     pub(crate) id: u32,
     /// Present: a multi-field rule (`Match::Acl`); checked against
-    /// `MAX_PRIORITY` by `fast::checked`.
+    /// `MAX_PRIORITY` by the validator.
     #[serde(default, deserialize_with = "present")]
     pub(crate) priority: Option<u64>,
     #[serde(rename = "match", borrow)]
     pub(crate) matcher: RawMatch<'a>,
+    /// As written: the validator makes it stateful when `track` says so.
     pub(crate) action: Action,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) track: Option<bool>,
 }
 
 #[derive(Deserialize)]

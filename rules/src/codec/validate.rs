@@ -1,6 +1,6 @@
-//! The one validator of a rule's match: the raw form every text reader
-//! produces ([`RawMatch`]: which fields are there, each as its reader took
-//! it) into a [`Match`], or the field and what is wrong with it. Which
+//! The one validator of a rule: the raw form every text reader produces
+//! ([`RawRule`], [`RawMatch`]: which fields are there, each as its reader
+//! took it) into a [`Rule`], or the field and what is wrong with it. Which
 //! fields make which form (an exact flow, a prefix rule, a multi-field rule
 //! with a priority), how a protocol name, a port range or a prefix is read,
 //! and every check the match types do not make themselves are written
@@ -17,11 +17,11 @@ use std::net::IpAddr;
 
 use crate::acl_match::{AclMatch, PortRange};
 use crate::codec::json::proto_by_name;
-use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto};
+use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule};
 use crate::exact_flow::{has_ports, ExactFlow, FlowError};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
-use crate::rule::{Dir, Match};
+use crate::rule::{Dir, Match, Rule, MAX_PRIORITY};
 
 /// A problem and the field it is in (`match.flow.src`, …).
 pub(crate) type FieldErr = (String, String);
@@ -41,6 +41,35 @@ pub(crate) fn unknown_key(allowed: &[&str]) -> String {
 #[cold]
 fn err(field: &str, message: impl Into<String>) -> FieldErr {
     (field.into(), message.into())
+}
+
+/// The rule `r` spells: its priority in range, its action tracked when
+/// it says so (an allowing action only), its match.
+#[inline]
+pub(crate) fn rule(r: RawRule<'_>) -> Result<Rule, FieldErr> {
+    let action = r
+        .action
+        .with_track(r.track.unwrap_or(false))
+        .map_err(|e| err("track", e.to_string()))?;
+    let priority = match r.priority {
+        None => None,
+        Some(p) => Some(
+            u32::try_from(p)
+                .ok()
+                .filter(|&p| p <= MAX_PRIORITY)
+                .ok_or_else(|| {
+                    err(
+                        "priority",
+                        format!("{p} is not an integer 0..={MAX_PRIORITY}"),
+                    )
+                })?,
+        ),
+    };
+    Ok(Rule {
+        id: r.id,
+        matcher: matcher(priority, r.matcher)?,
+        action,
+    })
 }
 
 /// The match `m` spells, for a rule with `priority` (a multi-field rule)

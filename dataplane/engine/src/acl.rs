@@ -47,7 +47,7 @@ mod word;
 
 use std::sync::Arc;
 
-use compiled::{Compiled, Fields, Hit, Input, Layer, Overlay};
+use compiled::{Answer, Compiled, Fields, Hit, Input, Layer, Overlay};
 
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
@@ -56,7 +56,7 @@ pub use cfdp_acl_simd::Kernel;
 pub use cuts::WIDE_BELOW;
 use short::Short;
 pub use short::MAX as SHORT_MAX;
-use tuple::{Answer, Bucket, Entry, Family};
+use tuple::{Bucket, Entry, Family};
 pub use tuple::{Probes, Tuple, MAX_BUCKET, MAX_TABLES, RELAX, ROUND};
 pub use word::CUT_BITS;
 use word::{Packet, Word};
@@ -437,9 +437,9 @@ impl AclClassifier {
         let mut o = l.overlay();
         for idx in 0..l.len() as u32 {
             let h = l.hit(idx);
-            let same = self.by_id.get(&h.id).is_some_and(|&(_, slot)| {
+            let same = self.by_id.get(&h.answer.id).is_some_and(|&(_, slot)| {
                 let (r, tag) = &self.slab[slot as usize];
-                r == l.rule(idx) && *tag == h.tag && slot == h.slot
+                r == l.rule(idx) && *tag == h.answer.tag && slot == h.answer.slot
             });
             if !same {
                 o.kill(idx);
@@ -511,7 +511,7 @@ fn merge<W: compiled::Word, const N: usize>(
 ) -> Option<Answer> {
     match live.classify(p, probes, hit.map(Hit::rank)) {
         Some(e) => Some(e.answer()),
-        None => hit.map(Answer::of_hit),
+        None => hit.map(|h| h.answer),
     }
 }
 

@@ -53,7 +53,7 @@ pub mod overlay;
 mod patch;
 mod root;
 
-pub use node::{field, fields, Fields, Hit, Input, Word};
+pub use node::{field, fields, Answer, Fields, Hit, Input, Word};
 use node::{Item, Node, Step, LEAF_LINK, RIGHT};
 pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
 use root::Root;
@@ -478,8 +478,8 @@ mod tests {
         assert!(items <= 2 * rules.len(), "{items} leaf entries");
         assert!(depth <= 16, "depth {depth}");
         let hit = c.lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 1500), &o);
-        assert_eq!(hit.map(|h| h.id), Some(501));
-        assert_eq!(hit.map(|h| h.tag), Some(5010));
+        assert_eq!(hit.map(|h| h.answer.id), Some(501));
+        assert_eq!(hit.map(|h| h.answer.tag), Some(5010));
         assert!(c
             .lookup(&f([10, 1, 1, 1], [192, 168, 3, 4], 999), &o)
             .is_none());
@@ -500,10 +500,10 @@ mod tests {
         let p = f([10, 1, 2, 3], [1, 1, 1, 1], 80);
         let fs = [p; 3];
         for want in [Some(1), Some(2), Some(3), None] {
-            assert_eq!(c.lookup(&p, &o).map(|h| h.id), want);
+            assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), want);
             let mut out = [None; 3];
             c.lookup_lanes(&fs, &o, &mut out);
-            assert!(out.iter().all(|h| h.map(|h| h.id) == want));
+            assert!(out.iter().all(|h| h.map(|h| h.answer.id) == want));
             if let Some(id) = want {
                 assert!(o.kill(c.index_of(id).unwrap()));
             }
@@ -535,7 +535,7 @@ mod tests {
                     [192, 168, 3, 4],
                     probe.rule.matcher.dport().lo(),
                 );
-                assert_eq!(c.lookup(&p, &o).map(|h| h.id), Some(probe.rule.id));
+                assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), Some(probe.rule.id));
             }
         }
         assert!(compactions > 0, "the overlay never compacted");
@@ -551,7 +551,7 @@ mod tests {
             let mut out = [None; LANES];
             c.lookup_lanes(chunk, &o, &mut out);
             for (h, w) in out.iter().zip(want) {
-                assert_eq!(h.map(|h| h.id), Some(w.rule.id));
+                assert_eq!(h.map(|h| h.answer.id), Some(w.rule.id));
             }
         }
     }
@@ -623,7 +623,7 @@ mod tests {
                 .octets(),
         );
         let hit = l6.lookup(&fields(a, 1, 1234, 80, 6), &o);
-        assert_eq!(hit.map(|h| h.id), Some(2));
+        assert_eq!(hit.map(|h| h.answer.id), Some(2));
         assert!(l6.lookup(&fields(a, 1, 1234, 81, 6), &o).is_none());
     }
 }

@@ -22,7 +22,8 @@
 
 use cfdp_rules::{AclRule, FlowKey};
 
-use super::tuple::{Answer, Entry};
+use super::compiled::Answer;
+use super::tuple::Entry;
 use super::word::{Packet, Word};
 
 /// Rules at most in a short set.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use cfdp_filter::tagmap::{pair_hash, TagMap};
 use cfdp_rules::{AclRule, Action, RuleId};
 
-use super::compiled::Hit;
+use super::compiled::Answer;
 use super::cuts::{count, Cover, Cuts, Mask, Span};
 use super::word::{Packet, Word};
 
@@ -137,27 +137,6 @@ impl<W: Word> Entry<W> {
 
 /// A rule's rank: higher priority, then lower id, is greater.
 pub(super) type Rank = (u32, std::cmp::Reverse<RuleId>);
-
-/// A winning entry's answer, the same for both families and both layers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Answer {
-    pub(super) id: RuleId,
-    pub(super) action: Action,
-    pub(super) tag: u32,
-    pub(super) slot: u32,
-}
-
-impl Answer {
-    #[inline(always)]
-    pub(super) fn of_hit(h: &Hit) -> Self {
-        Self {
-            id: h.id,
-            action: h.action,
-            tag: h.tag,
-            slot: h.slot,
-        }
-    }
-}
 
 /// One bucket's rules, best first: the first inline in the table's slot
 /// (most buckets hold one rule, and a hit then reads no memory elsewhere),

@@ -62,13 +62,7 @@ impl<W: Word> Layer<W> {
             if c.index.insert(r.id, idx).is_some() {
                 return Err(CompileError::Duplicate(r.id));
             }
-            c.hits.push(Hit {
-                priority: r.priority,
-                id: r.id,
-                action: r.action,
-                tag: inp.tag,
-                slot: inp.slot,
-            });
+            c.hits.push(Hit::of(inp));
             ranges.push(Ranges::of(r));
             c.rules.push(*r);
         }

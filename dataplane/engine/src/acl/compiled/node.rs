@@ -155,21 +155,43 @@ impl<W: Word> Item<W> {
     }
 }
 
-/// What a compiled rule answers.
+/// What a rule answers a packet it matches: the one type for it, the same
+/// for both families and for both layers (the live layer's entries give
+/// it too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hit {
-    pub priority: u32,
+pub struct Answer {
     pub id: RuleId,
     pub action: Action,
     pub tag: u32,
     pub slot: u32,
 }
 
+/// A compiled rule's answer with its priority, by which it is ranked
+/// against the live layer's winner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    pub priority: u32,
+    pub answer: Answer,
+}
+
 impl Hit {
+    /// What `inp` answers, with its priority.
+    pub fn of(inp: &Input) -> Self {
+        Hit {
+            priority: inp.rule.priority,
+            answer: Answer {
+                id: inp.rule.id,
+                action: inp.rule.action,
+                tag: inp.tag,
+                slot: inp.slot,
+            },
+        }
+    }
+
     /// Higher priority, then lower id: as [`AclRule::beats`].
     #[inline(always)]
     pub fn rank(&self) -> (u32, std::cmp::Reverse<RuleId>) {
-        (self.priority, std::cmp::Reverse(self.id))
+        (self.priority, std::cmp::Reverse(self.answer.id))
     }
 }
 

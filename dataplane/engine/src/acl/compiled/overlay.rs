@@ -116,7 +116,7 @@ impl<W: Word> Overlay<W> {
         let idx = self.next_index().expect("checked by the caller");
         self.dead.grow(idx as usize + 1);
         self.hits.push(hit);
-        self.index.insert(hit.id, idx);
+        self.index.insert(hit.answer.id, idx);
         idx
     }
 
@@ -136,7 +136,7 @@ impl<W: Word> Overlay<W> {
             .checked_sub(self.base)
             .and_then(|i| self.hits.get(i as usize))
         {
-            self.index.remove(&h.id);
+            self.index.remove(&h.answer.id);
         }
         self.dead.set(idx)
     }

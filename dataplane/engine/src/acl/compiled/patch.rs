@@ -56,13 +56,7 @@ impl<W: Word> Layer<W> {
         }
         // The index `add` gives below.
         let idx = o.next_index().ok_or(PatchRefused::Numbered)?;
-        let hit = Hit {
-            priority: r.priority,
-            id: r.id,
-            action: r.action,
-            tag: inp.tag,
-            slot: inp.slot,
-        };
+        let hit = Hit::of(inp);
         let item = build::item(inp, idx);
         let cap = self.leaf + PATCH_EXTRA;
         // Every new list first, so that a refusal leaves nothing half done.
@@ -109,13 +103,7 @@ impl<W: Word> Layer<W> {
             return None;
         }
         o.next_index()?;
-        let idx = o.add(Hit {
-            priority: r.priority,
-            id: r.id,
-            action: r.action,
-            tag: inp.tag,
-            slot: inp.slot,
-        });
+        let idx = o.add(Hit::of(inp));
         o.alias.insert(old, idx);
         Some(idx)
     }

@@ -229,7 +229,7 @@ impl<W: Word> Layer<W> {
         let mut n = t.root.start(f).map_or(0, |(node, _)| node);
         while !t.nodes[n as usize].is_leaf() {
             let node = &t.nodes[n as usize];
-            n = node.kids[usize::from(f[node.field as usize] >= node.cut)];
+            n = node.kids[usize::from(f[node.field as usize] >= node.at)];
             levels += 1;
         }
         let items = self.leaf_items(n, o);
@@ -379,7 +379,7 @@ impl<W: Word> Layer<W> {
         for _ in 0..levels {
             for (a, f) in at.iter_mut().zip(lanes) {
                 let node = &nodes[*a as usize & mask];
-                *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.cut)];
+                *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.at)];
             }
         }
         // Every lane's leaf asked for before any is scanned: the leaves'
@@ -412,7 +412,7 @@ impl<W: Word> Tree<W> {
             if field == LEAF_LINK {
                 return n;
             }
-            n = if f[field as usize] >= s.cut {
+            n = if f[field as usize] >= s.at {
                 s.link & RIGHT
             } else {
                 n + 1

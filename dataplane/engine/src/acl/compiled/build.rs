@@ -89,7 +89,7 @@ impl<W: Word> Layer<W> {
                 let n = b.t.nodes.len();
                 let pad = Node {
                     field: ZERO_FIELD,
-                    cut: W::from_u32(1),
+                    at: W::from_u32(1),
                     kids: [0, 0],
                 };
                 b.t.nodes.resize(n.next_power_of_two(), pad);
@@ -145,13 +145,13 @@ fn steps<W: Word>(nodes: &[Node<W>]) -> Vec<Step<W>> {
         .map(|(me, n)| {
             if n.is_leaf() {
                 Step {
-                    cut: W::default(),
+                    at: W::default(),
                     link: LEAF_LINK << 29,
                 }
             } else {
                 debug_assert_eq!(n.kids[0] as usize, me + 1, "depth-first order");
                 Step {
-                    cut: n.cut,
+                    at: n.at,
                     link: (n.field << 29) | n.kids[1],
                 }
             }
@@ -194,10 +194,11 @@ struct Builder<'a, W: Word> {
     budget: usize,
 }
 
-/// A cut: the field, the first value of the upper side, and the rules on
+/// A split of the tree (the tuple space's per-field index is a `Cut`,
+/// `acl/cuts.rs`): the field, the first value of the upper side, and the rules on
 /// the larger side.
 #[derive(Clone, Copy)]
-struct Cut<W> {
+struct Split<W> {
     field: usize,
     at: W,
     cost: (usize, usize),
@@ -209,12 +210,12 @@ impl<W: Word> Builder<'_, W> {
     fn node(&mut self, rules: Vec<u32>, region: Ranges<W>, depth: u32) -> Option<u32> {
         let me = u32::try_from(self.t.nodes.len()).expect("fewer than 2^32 nodes");
         self.t.depth = self.t.depth.max(depth + 1);
-        let cut = if rules.len() > self.leaf {
-            self.best_cut(&rules, &region)
+        let split = if rules.len() > self.leaf {
+            self.best_split(&rules, &region)
         } else {
             None
         };
-        let Some(cut) = cut else {
+        let Some(split) = split else {
             self.budget = self.budget.checked_sub(rules.len())?;
             let start = u32::try_from(self.leaves.len()).expect("fewer than 2^32 items");
             self.leaves
@@ -223,7 +224,7 @@ impl<W: Word> Builder<'_, W> {
             self.t.spans.push((start, rules.len() as u32));
             self.t.nodes.push(Node {
                 field: ZERO_FIELD,
-                cut: W::from_u32(1),
+                at: W::from_u32(1),
                 kids: [me, span],
             });
             return Some(me);
@@ -234,28 +235,28 @@ impl<W: Word> Builder<'_, W> {
             return None;
         }
         self.t.nodes.push(Node {
-            field: cut.field as u32,
-            cut: cut.at,
+            field: split.field as u32,
+            at: split.at,
             kids: [0, 0],
         });
-        let f = cut.field;
+        let f = split.field;
         let (left, right): (Vec<u32>, Vec<u32>) = (
             rules
                 .iter()
                 .copied()
-                .filter(|&i| self.ranges[i as usize].lo[f] < cut.at)
+                .filter(|&i| self.ranges[i as usize].lo[f] < split.at)
                 .collect(),
             rules
                 .iter()
                 .copied()
-                .filter(|&i| self.ranges[i as usize].hi[f] >= cut.at)
+                .filter(|&i| self.ranges[i as usize].hi[f] >= split.at)
                 .collect(),
         );
         drop(rules);
         let mut lo_region = region;
-        lo_region.hi[f] = cut.at.dec();
+        lo_region.hi[f] = split.at.dec();
         let mut hi_region = region;
-        hi_region.lo[f] = cut.at;
+        hi_region.lo[f] = split.at;
         let l = self.node(left, lo_region, depth + 1)?;
         let r = self.node(right, hi_region, depth + 1)?;
         self.t.nodes[me as usize].kids = [l, r];
@@ -264,9 +265,9 @@ impl<W: Word> Builder<'_, W> {
 
     /// The cut whose larger side holds the fewest rules (then the fewest
     /// copies), if one leaves both sides smaller than the node.
-    fn best_cut(&self, rules: &[u32], region: &Ranges<W>) -> Option<Cut<W>> {
+    fn best_split(&self, rules: &[u32], region: &Ranges<W>) -> Option<Split<W>> {
         let n = rules.len();
-        let mut best: Option<Cut<W>> = None;
+        let mut best: Option<Split<W>> = None;
         let mut los = Vec::with_capacity(n);
         let mut his = Vec::with_capacity(n);
         for f in 0..FIELDS {
@@ -292,7 +293,7 @@ impl<W: Word> Builder<'_, W> {
                 let right = n - his.partition_point(|&v| v < at);
                 let cost = (left.max(right), left + right);
                 if cost.0 < n && best.is_none_or(|b| cost < b.cost) {
-                    best = Some(Cut { field: f, at, cost });
+                    best = Some(Split { field: f, at, cost });
                 }
             }
         }

@@ -40,13 +40,14 @@ pub fn fields<W: Word>(src: W, dst: W, sport: u16, dport: u16, proto: u16) -> Fi
     ]
 }
 
-/// A tree node: an inner node goes to `kids[(f[field] >= cut) as usize]`;
-/// a leaf reads the zero field against `cut` 1 and so goes to `kids[0]`,
+/// A tree node, a split of its region: an inner node goes to
+/// `kids[(f[field] >= at) as usize]` (`at`: the upper side's first value);
+/// a leaf reads the zero field against `at` 1 and so goes to `kids[0]`,
 /// itself, and names its span of the tree's items in `kids[1]`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Node<W> {
     pub(super) field: u32,
-    pub(super) cut: W,
+    pub(super) at: W,
     pub(super) kids: [u32; 2],
 }
 
@@ -59,16 +60,16 @@ impl<W> Node<W> {
 /// The tree again for one packet's walk, 8 bytes a node: the nodes are
 /// in depth-first order, so a node's left child is the next one. An inner
 /// node goes to its right child (`link`'s low 29 bits) when field
-/// `link >> 29` of the packet is at least `cut`, else to the next node; a
+/// `link >> 29` of the packet is at least `at`, else to the next node; a
 /// leaf stops the walk (`link >> 29` is [`LEAF_LINK`]). A walk here
-/// branches on each cut, which one packet gains from (the core runs ahead
+/// branches on each split, which one packet gains from (the core runs ahead
 /// down the predicted side, and the left child is in the same cache line):
 /// 9.5 against 6.9 Mpps single on acl1_10k. The lanes keep the 16-byte
 /// nodes: for them a branch mispredicts, and a select feeding the next
 /// load compiles back into one (measured at half the rate).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Step<W> {
-    pub(super) cut: W,
+    pub(super) at: W,
     pub(super) link: u32,
 }
 

@@ -47,10 +47,10 @@ impl<W: Word> Layer<W> {
                 continue;
             }
             let f = node.field as usize;
-            if ranges.hi[f] >= node.cut {
+            if ranges.hi[f] >= node.at {
                 stack.push(node.kids[1]);
             }
-            if ranges.lo[f] < node.cut {
+            if ranges.lo[f] < node.at {
                 stack.push(node.kids[0]);
             }
         }

@@ -67,9 +67,9 @@ impl Root {
                         field::DST => span(d),
                         _ => break,
                     };
-                    n = if node.cut <= lo {
+                    n = if node.at <= lo {
                         node.kids[1] as usize
-                    } else if node.cut > hi {
+                    } else if node.at > hi {
                         node.kids[0] as usize
                     } else {
                         break;

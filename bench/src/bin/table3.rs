@@ -12,7 +12,7 @@
 //!   rapidhash as its hasher (its default is SipHash-1-3);
 //! * the `cuckoofilter` crate (8-bit fingerprints, rapidhash as its hasher);
 //! * `xorf` BinaryFuse8 and BinaryFuse16 (static: built once from all keys);
-//! * `hashbrown` HashSet<u64> (exact).
+//! * `hashbrown` `HashSet<u64>` (exact).
 //!
 //! Output: table, `bench/results/table3.csv`
 //! (`impl,items,bits_per_item,fpr,construct_mkeys`), `table3.png`

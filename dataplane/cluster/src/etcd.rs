@@ -115,7 +115,7 @@ impl Etcd {
     }
 
     /// Every key under `prefix`, with the store's revision at the read:
-    /// read in pages of [`PAGE`] keys, all at that one revision (a rule set
+    /// read in pages of `PAGE` keys, all at that one revision (a rule set
     /// of 100 k rules is ~20 MB, over gRPC's 4 MiB message limit).
     pub fn get_prefix(&mut self, prefix: &str) -> Result<(i64, Vec<Kv>), ClusterError> {
         let end = prefix_end(prefix.as_bytes());

@@ -5,7 +5,7 @@
 //! transmit by verdict, free what is dropped or not accepted by a transmit
 //! queue.
 //!
-//! Ports, two ways (see [`Ports`]):
+//! Ports, two ways (see [`PortPlan`]):
 //! * **one-way**: `rx_ports` are polled; forwarded packets leave through
 //!   `tx_ports[0]`;
 //! * **cross-connect** (`xconnect`, VPP's l2 xconnect, l2fwd's port

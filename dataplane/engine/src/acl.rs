@@ -27,7 +27,7 @@
 //!   `classifier.c`); a lookup stops as soon as no later table can beat the
 //!   best match found. A bucket keeps its rules best first, so its scan
 //!   stops at its first match.
-//! * Before any table, a few loads ([`Cuts`]: 12-bit windows of each
+//! * Before any table, a few loads (`Cuts`, `acl/cuts.rs`: 12-bit windows of each
 //!   address, and the protocol) name the tables that hold a rule covering
 //!   the packet on each field; the lookup probes only those, and a packet
 //!   no table covers costs no probe at all (the miss trace, and traffic

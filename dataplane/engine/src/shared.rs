@@ -155,7 +155,7 @@ impl<K: Eq + Hash + Clone, V: Copy> SharedMap<K, V> {
 
     /// Whether to start a fold before `incoming` more changes, none being in
     /// progress: when the changes have outgrown the base (see
-    /// [`FOLD_MIN`]), or when they are a quarter of it and `incoming` could
+    /// `FOLD_MIN`), or when they are a quarter of it and `incoming` could
     /// make them double — a hash table grows by rehashing every entry at
     /// once, on the control thread (measured: pairs of 100–130 ms batches
     /// at 1.8 M changes), while a fold merges on a thread of its own.

@@ -133,7 +133,7 @@ pub struct ClassPart {
 
 impl Tables {
     /// Empty tables. `keep_slots`: maintain the slot array (filter-only
-    /// mode; see [`Tables::slots`]).
+    /// mode; see `Tables::slots`).
     pub fn new(flow_filter: Arc<Filter>, keep_slots: bool) -> Self {
         Self {
             flow_filter,

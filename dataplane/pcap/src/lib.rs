@@ -3,7 +3,7 @@
 //! The backend that needs no NIC and no root: capture files are read
 //! ([`capture`]: pcap and pcapng with the `pcap-file` crate), spread over
 //! workers like a NIC's symmetric RSS would ([`rss`]), processed by the
-//! engine's one worker loop, and written out by verdict ([`output`]).
+//! engine's one worker loop, and written out by verdict (`output.rs`).
 //!
 //! ```text
 //!  capture ──reader──▶ RSS ──▶ worker 0 ─┐  (cfdp_engine::run_worker)

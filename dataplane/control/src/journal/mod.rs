@@ -27,7 +27,7 @@
 //! cut by a crash before its fsync returned — that batch was never
 //! acknowledged — so it is dropped, with a warning, and the file truncated.
 //!
-//! Split by concern: [`record`] is the journal line format, [`snapshot`]
+//! Split by concern: `record` is the journal line format, `snapshot`
 //! the snapshot formats (binary, and the version-1 JSON one still read),
 //! [`restore`] reads both back and repairs a cut last line; this file
 //! appends records and compacts them into a snapshot.

@@ -1,5 +1,5 @@
 //! The rule store: the control thread's authoritative rule set, and the
-//! only writer of the published [`Tables`].
+//! only writer of the published [`Tables`](cfdp_engine::Tables).
 //!
 //! A batch goes through three stages:
 //!
@@ -9,7 +9,7 @@
 //!    any invalid update stops here: nothing was touched.
 //! 2. **Execute**: new keys go into their filters through the filter's
 //!    insert path (Bloom-assisted when configured), table changes are
-//!    collected as [`Op`]s. A filter that cannot take a key is rebuilt at
+//!    collected as [`Op`](cfdp_engine::Op)s. A filter that cannot take a key is rebuilt at
 //!    twice the size from the rule set when `auto_grow` is on (off the packet
 //!    path: workers keep using the old one), else the update fails with
 //!    `capacity_exhausted`; in the all-or-nothing modes every filter insert

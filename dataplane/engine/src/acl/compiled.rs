@@ -17,7 +17,7 @@
 //! stays), then a leaf scan that stops at the first live match. A burst is
 //! walked [`LANES`] packets at a time, level by level, so the loads of
 //! different packets overlap instead of waiting on each other. An IPv4
-//! walk starts where its addresses' top bits lead ([`root`]), and a leaf
+//! walk starts where its addresses' top bits lead (`root.rs`), and a leaf
 //! is scanned eight rules at a time by the vector kernel (`cfdp-acl-simd`:
 //! a bit per matching rule, the first live one taken); every lane's leaf
 //! is prefetched before any is scanned.

@@ -35,7 +35,7 @@ pub trait Word:
     fn dec(self) -> Self;
     /// The first `len` bits.
     fn mask(len: u8) -> Self;
-    /// Where the address's cut windows start (see [`Cuts`]): the bit
+    /// Where the address's cut windows start (see `Cuts`, `cuts.rs`): the bit
     /// offsets of its [`CUT_BITS`]-bit indices, one cut array each.
     const CUT_AT: &'static [u32];
     /// 32 bits for the table hash.

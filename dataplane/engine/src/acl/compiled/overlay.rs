@@ -19,7 +19,7 @@
 //! deleted since (a modify that changes the action, or a delete undone) is
 //! *revived* instead, however many leaves it touches: the compiled rule's
 //! entries are already where the rule belongs, in its rank, so the overlay
-//! only maps the dead index to the new rule's answer ([`Overlay::alias`]).
+//! only maps the dead index to the new rule's answer (`Overlay::alias`).
 //! A scan that meets a matching dead entry looks the map up (only then),
 //! which is why rewritten lists keep the compiled rules' dead entries.
 //!
@@ -59,7 +59,7 @@ pub enum PatchRefused {
 }
 
 /// A copy's changes over a compiled tree (see the module docs). Made by
-/// [`Layer::overlay`]; meaningful only with the tree that made it.
+/// [`Layer::overlay`](super::Layer::overlay); meaningful only with the tree that made it.
 #[derive(Clone, Debug)]
 pub struct Overlay<W: Word> {
     pub(super) dead: Dead,

@@ -208,11 +208,8 @@ pub fn load_classbench(
     bin: &str,
     rules_path: &str,
     trace_path: &str,
-) -> (
-    cfdp_rules::acl::classbench::Import,
-    Vec<cfdp_rules::FlowKey>,
-) {
-    use cfdp_rules::acl::classbench::{parse_rules, parse_trace};
+) -> (cfdp_rules::classbench::Import, Vec<cfdp_rules::FlowKey>) {
+    use cfdp_rules::classbench::{parse_rules, parse_trace};
     let fail = |path: &str, e: &dyn std::fmt::Display| -> ! {
         eprintln!("{bin}: {path}: {e}");
         std::process::exit(2)

@@ -12,6 +12,17 @@ pub mod proto {
     pub const ICMPV6: u8 = 58;
 }
 
+/// A protocol by name (any case): tcp, udp, icmp, icmpv6 (or ipv6-icmp).
+pub fn proto_by_name(s: &str) -> Option<u8> {
+    match s.to_ascii_lowercase().as_str() {
+        "tcp" => Some(proto::TCP),
+        "udp" => Some(proto::UDP),
+        "icmp" => Some(proto::ICMP),
+        "icmpv6" | "ipv6-icmp" => Some(proto::ICMPV6),
+        _ => None,
+    }
+}
+
 /// An outer 5-tuple. Ports are 0 for protocols other than TCP and UDP, and
 /// for fragments whose transport header is not known.
 ///

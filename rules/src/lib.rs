@@ -27,17 +27,18 @@ pub mod rule;
 pub use acl::AclRule;
 pub use acl_match::{AclMatch, MatchError, PortRange};
 pub use batch::{
-    parse_batch, parse_update, replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts,
-    ReplaceError, Update, UpdateError, UpdateResult,
+    replace_updates, Atomicity, Batch, BatchError, Code, ReplaceCounts, ReplaceError, Update,
+    UpdateError, UpdateResult,
 };
 pub use class::PrefixClass;
-pub use codec::json::{parse_exact_flow, parse_flow_key, parse_rule, proto_by_name, rule_to_json};
+pub use codec::batch::{parse_batch, parse_update};
+pub use codec::json::{parse_exact_flow, parse_flow_key, parse_rule, rule_to_json};
 /// The codecs at the crate's root, where their users have always found them.
-pub use codec::{binary, fast, file, protocol, stream};
+pub use codec::{binary, classbench, fast, file, protocol, stream};
 pub use exact_flow::{ExactFlow, FlowError};
 pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};
 pub use file::{parse_rule_file, parse_rule_list};
-pub use flow::{proto, FlowKey};
+pub use flow::{proto, proto_by_name, FlowKey};
 pub use precedence::{matching, Precedence};
 pub use prefix::{IpPrefix, PrefixError};
 pub use prefix_match::PrefixMatch;

@@ -204,9 +204,9 @@ fn classbench_sets() -> Vec<Workload> {
             println!("worker-path: {set} not found in {}: skipped", dir.display());
             continue;
         };
-        let import = cfdp_rules::acl::classbench::parse_rules(&rules, Action::Allow)
+        let import = cfdp_rules::classbench::parse_rules(&rules, Action::Allow)
             .unwrap_or_else(|e| panic!("{set}: {e}"));
-        let trace = cfdp_rules::acl::classbench::parse_trace(&trace)
+        let trace = cfdp_rules::classbench::parse_trace(&trace)
             .unwrap_or_else(|e| panic!("{set}_trace: {e}"));
         out.push(Workload {
             name: Box::leak(set.to_string().into_boxed_str()),

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use cfdp_rules::acl::classbench::parse_rules;
+use cfdp_rules::classbench::parse_rules;
 use cfdp_rules::{AclRule, Action};
 
 /// The formats `import` reads.

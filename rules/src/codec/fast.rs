@@ -16,7 +16,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::batch::{parse_batch, parse_update, Atomicity, Batch, BatchError, Update, UpdateError};
+use crate::batch::{Atomicity, Batch, BatchError, Update, UpdateError};
+use crate::codec::batch::{parse_batch, parse_update};
 use crate::codec::json::parse_rule;
 use crate::codec::shape::{present, RawRule, UpdateShape};
 use crate::codec::validate;

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule};
 use crate::codec::validate::{self, FieldErr, ACL_KEYS, FLOW_KEYS, PLAIN_KEYS};
 use crate::exact_flow::ExactFlow;
-use crate::flow::{proto, FlowKey};
+use crate::flow::FlowKey;
 use crate::rule::{Action, Rule, RuleError, MAX_PRIORITY};
 
 /// Parses and validates one rule given as JSON.
@@ -194,17 +194,6 @@ fn raw_flow(f: &Map<String, Value>) -> Result<RawFlow<'_>, FieldErr> {
         sport: port("sport")?,
         dport: port("dport")?,
     })
-}
-
-/// A protocol by name (any case): tcp, udp, icmp, icmpv6 (or ipv6-icmp).
-pub fn proto_by_name(s: &str) -> Option<u8> {
-    match s.to_ascii_lowercase().as_str() {
-        "tcp" => Some(proto::TCP),
-        "udp" => Some(proto::UDP),
-        "icmp" => Some(proto::ICMP),
-        "icmpv6" | "ipv6-icmp" => Some(proto::ICMPV6),
-        _ => None,
-    }
 }
 
 /// A protocol as written: a number 0..=255 or a name (which the validator

@@ -1,14 +1,18 @@
 //! Every reader and writer of the rule grammar, apart from the model
 //! they read into ([`crate::rule`] and the match types, each valid by
-//! construction): the JSON value form (`json`), the typed fast path from
+//! construction): the JSON value form of rules (`json`) and of updates
+//! and batches (`batch`), the typed fast path from
 //! text (`fast`, over `shape` and the byte-level `strict`), rule files
-//! and lists (`file`, `stream`), 48-byte binary records (`binary`), the
+//! and lists (`file`, `stream`), 48-byte binary records (`binary`),
+//! ClassBench filter sets and traces (`classbench`), the
 //! JSON writer (`rule_json`) and the control protocol's envelope
 //! (`protocol`). The text readers build one raw form (`shape`) and one
 //! validator (`validate`) turns its match into the model's. A codec may
 //! use the model; the model uses no codec.
 
+pub mod batch;
 pub mod binary;
+pub mod classbench;
 pub mod fast;
 pub mod file;
 pub mod json;

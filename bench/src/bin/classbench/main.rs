@@ -488,7 +488,7 @@ fn make_trace(rules_path: &str, out: &str) {
         std::process::exit(2)
     };
     let text = std::fs::read_to_string(rules_path).unwrap_or_else(|e| fail(rules_path, &e));
-    let set = cfdp_rules::acl::classbench::parse_rules(&text, Action::Drop)
+    let set = cfdp_rules::classbench::parse_rules(&text, Action::Drop)
         .unwrap_or_else(|e| fail(rules_path, &e));
     let mut x = 0x9e37_79b9_7f4a_7c15_u64;
     let mut next = move || {

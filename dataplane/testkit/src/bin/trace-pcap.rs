@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use cfdp_rules::acl::classbench::parse_trace;
+use cfdp_rules::classbench::parse_trace;
 use cfdp_testkit::captures::write_pcap;
 use cfdp_testkit::trace::frames;
 

@@ -237,7 +237,7 @@ impl<'p> RxBurst<'p> {
 impl RxBurst<'_> {
     /// Every frame of the burst through `q`, in order; those it does not
     /// take are freed and counted. The burst is empty afterwards.
-    fn send_all(&mut self, q: &mut TxQueue<'_>) -> Dispatched {
+    pub fn send_all(&mut self, q: &mut TxQueue<'_>) -> Dispatched {
         let n = self.len;
         let (port, queue) = q.ids();
         // SAFETY: the first n mbufs are owned by this burst; (port, queue)

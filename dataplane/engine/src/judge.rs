@@ -92,15 +92,17 @@ impl Judge<'_> {
 
     /// Each frame's verdict: its connection's (stateful rules, with
     /// `tracking`), or its rule's; a held later fragment waits (dropped
-    /// here, its copy goes out with its datagram).
+    /// here, its copy goes out with its datagram). Once a judge.
     pub(crate) fn burst(
         &mut self,
         tracking: Option<&ConnTable>,
         b: &Burst<'_, '_>,
         verdicts: &mut [Verdict],
     ) {
+        // `decided` starts all None (`new`; one judge a burst): only a
+        // packet a connection decided sets its entry, the rest are not
+        // written again (a store a packet on the stateless path).
         for (i, p) in b.pkts.iter().enumerate() {
-            self.decided[i] = None;
             verdicts[i] = match b.held[i] {
                 None if tracking.is_none() => self.verdict(b.rules[i], p.orig_len),
                 None => {

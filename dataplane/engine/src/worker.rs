@@ -485,14 +485,17 @@ impl Worker {
             .export
             .as_ref()
             .map_or((usize::MAX, 0), |x| (x.first_taken(), x.every()));
+        // The burst's counts in registers, added once after the loop: a
+        // `+=` a packet on the totals in memory chains each packet's
+        // update to the last one's store.
+        let (mut bytes, mut v6) = (0u64, 0u64);
+        let mut fast = 0u64;
         for (i, p) in pkts.iter().enumerate() {
             let taken = i == next;
             if taken {
                 next += every;
             }
-            let c = &mut self.local.totals;
-            c.packets += 1;
-            c.bytes += u64::from(p.orig_len);
+            bytes += u64::from(p.orig_len);
             let s = &mut *self.scratch;
             s.held[i] = None;
             s.valid[i] = false;
@@ -500,11 +503,8 @@ impl Worker {
             // without extension headers, TCP/UDP, not a fragment) straight
             // into the burst: what `decode` would say.
             if let Some(key) = decode_fast(p.link, p.data) {
-                if key.v6 {
-                    c.ipv6 += 1;
-                } else {
-                    c.ipv4 += 1;
-                }
+                fast += 1;
+                v6 += u64::from(key.v6);
                 if flows || taken {
                     let x = self.export.as_mut().filter(|_| taken);
                     account(&mut self.flows, x, i, key, p.orig_len);
@@ -515,6 +515,11 @@ impl Worker {
             }
             self.decode_slow(i, p, taken);
         }
+        let c = &mut self.local.totals;
+        c.packets += pkts.len() as u64;
+        c.bytes += bytes;
+        c.ipv6 += v6;
+        c.ipv4 += fast - v6;
         if let Some(x) = &mut self.export {
             x.burst_done(pkts.len(), next);
         }

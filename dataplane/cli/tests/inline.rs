@@ -115,7 +115,8 @@ impl Drop for Lab {
 struct Cfdp {
     child: Option<Child>,
     socket: PathBuf,
-    dir: PathBuf,
+    /// Its configuration, rules and socket; removed after the child.
+    _dir: tempfile::TempDir,
 }
 
 impl Cfdp {
@@ -133,9 +134,11 @@ impl Cfdp {
         rules: &str,
         extra: &str,
     ) -> Cfdp {
-        let dir = std::env::temp_dir().join(format!("cfdp-inline-{}", lab.prefix));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("cfdp-inline-{}-", lab.prefix))
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let out = Command::new(script())
             .args(["config", &lab.prefix])
             .args([qpairs.to_string(), workers.to_string(), pmd.to_string()])
@@ -165,7 +168,7 @@ impl Cfdp {
         let cfdp = Cfdp {
             child: Some(child),
             socket,
-            dir,
+            _dir: tmp,
         };
         // Ready once the socket answers (the ports are started before the
         // control thread accepts).
@@ -215,7 +218,6 @@ impl Drop for Cfdp {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

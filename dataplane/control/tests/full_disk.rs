@@ -5,36 +5,42 @@
 //! later batches (at the same generation) are journaled; a restore gives
 //! exactly the acknowledged batches.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use cfdp_control::journal::{restore, Journal};
 use cfdp_rules::{Action, FlowKey, Match, Rule, Update};
 
-struct Mount(PathBuf);
+/// A tmpfs mounted on a fresh temporary directory: unmounted, then the
+/// directory removed, when dropped.
+struct Mount(tempfile::TempDir);
 
 impl Mount {
     /// A `size`-byte tmpfs at a fresh directory, or why not.
     fn tmpfs(size: &str) -> Result<Mount, String> {
-        let dir = std::env::temp_dir().join(format!("cfdp-full-disk-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let dir = tempfile::Builder::new()
+            .prefix("cfdp-full-disk-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
+            .arg(dir.path())
             .output()
             .map_err(|e| format!("mount: {e}"))?;
         if !out.status.success() {
-            let _ = std::fs::remove_dir(&dir);
             return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
         }
         Ok(Mount(dir))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
+        let _ = Command::new("umount").arg(self.0.path()).status();
     }
 }
 
@@ -73,9 +79,9 @@ fn a_full_disk_refuses_the_batch_and_leaves_the_journal_as_it_was() {
             return;
         }
     };
-    let dir = m.0.join("state");
+    let dir = m.path().join("state");
     // Space to give back later.
-    let filler = m.0.join("filler");
+    let filler = m.path().join("filler");
     std::fs::write(&filler, vec![1u8; 64 << 10]).unwrap();
     assert!(restore(&dir).unwrap().is_empty());
     let mut j = Journal::open(&dir, 0).unwrap();

@@ -191,27 +191,26 @@ mod tests {
 
     #[test]
     fn a_marked_table_is_replaced_and_the_rest_kept() {
-        let dir = std::env::temp_dir().join(format!("cfdp-tables-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::write(
             dir.join("hashes.csv"),
             "# run X\nhash,key_bytes,ns_per_hash\nh,8,1\nh,13,2\nh,37,3.5\n",
         )
         .unwrap();
         let doc = "before\n<!-- table: hashes -->\nstale\n<!-- /table -->\nafter\n";
-        let (out, names) = regenerate(doc, &dir).unwrap();
+        let (out, names) = regenerate(doc, dir).unwrap();
         assert_eq!(names, ["hashes"]);
         assert_eq!(
             out,
             "before\n<!-- table: hashes -->\n| hash | 8 B | 13 B | 37 B |\n|---|---|---|---|\n\
              | h | 1.00 | 2.00 | 3.50 |\n\n<sub>`results/hashes.csv` — run X</sub>\n<!-- /table -->\nafter\n"
         );
-        assert!(regenerate("<!-- table: nope -->\n<!-- /table -->", &dir).is_err());
+        assert!(regenerate("<!-- table: nope -->\n<!-- /table -->", dir).is_err());
         std::fs::write(dir.join("hashes.csv"), "hash,key_bytes,ns_per_hash\n").unwrap();
-        assert!(regenerate(doc, &dir)
+        assert!(regenerate(doc, dir)
             .unwrap_err()
             .to_string()
             .contains("no run record"));
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -110,7 +110,15 @@ fn main() -> ExitCode {
         }
     };
     captures.sort();
-    let tmp = std::env::temp_dir().join(format!("cfdp-conformance-{}.csv", std::process::id()));
+    // The replay's flow CSV, rewritten for each capture (removed at exit).
+    let tmp_dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("conformance: a temporary directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tmp = tmp_dir.path().join("flows.csv");
     let mut diffs: Vec<Diff> = Vec::new();
     let mut failed_runs = 0;
     for cap in &captures {
@@ -152,7 +160,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    let _ = std::fs::remove_file(&tmp);
+    drop(tmp_dir);
 
     // Known differences: file \t flow \t ours \t truth \t reason
     let known_text = std::fs::read_to_string(&known_path).unwrap_or_default();

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::ops::Deref;
 
-use crate::flow::{proto, FlowKey};
+use crate::flow::{has_ports, FlowKey};
 
 /// A 5-tuple an exact-flow rule matches: both addresses of one family (an
 /// IPv4 address's unused twelve bytes zero, as the data plane keys it),
@@ -64,11 +64,6 @@ impl ExactFlow {
     }
 }
 
-/// Whether packets of `p` carry ports in their keys (TCP and UDP).
-pub fn has_ports(p: u8) -> bool {
-    p == proto::TCP || p == proto::UDP
-}
-
 impl Deref for ExactFlow {
     type Target = FlowKey;
 
@@ -77,17 +72,10 @@ impl Deref for ExactFlow {
     }
 }
 
-impl TryFrom<FlowKey> for ExactFlow {
-    type Error = FlowError;
-
-    fn try_from(k: FlowKey) -> Result<Self, FlowError> {
-        Self::of_key(k)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::proto;
 
     #[test]
     fn each_invariant_is_refused_and_a_valid_flow_kept() {

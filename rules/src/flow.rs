@@ -12,6 +12,12 @@ pub mod proto {
     pub const ICMPV6: u8 = 58;
 }
 
+/// Whether packets of protocol `p` carry ports in their keys (TCP and
+/// UDP): the rule forms that name one service take ports only for these.
+pub fn has_ports(p: u8) -> bool {
+    p == proto::TCP || p == proto::UDP
+}
+
 /// A protocol by name (any case): tcp, udp, icmp, icmpv6 (or ipv6-icmp).
 pub fn proto_by_name(s: &str) -> Option<u8> {
     match s.to_ascii_lowercase().as_str() {

@@ -3,7 +3,7 @@
 //! construction: a port only with TCP or UDP, checked once, in
 //! [`PrefixMatch::new`].
 
-use crate::flow::proto;
+use crate::flow::has_ports;
 use crate::prefix::IpPrefix;
 
 /// Which address a prefix rule looks at.
@@ -38,7 +38,7 @@ impl PrefixMatch {
         proto: Option<u8>,
         port: Option<u16>,
     ) -> Result<Self, PortWithoutTransport> {
-        if port.is_some() && !matches!(proto, Some(proto::TCP | proto::UDP)) {
+        if port.is_some() && !proto.is_some_and(has_ports) {
             return Err(PortWithoutTransport { proto });
         }
         Ok(Self {
@@ -70,6 +70,7 @@ impl PrefixMatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::proto;
 
     #[test]
     fn a_port_needs_tcp_or_udp() {

@@ -17,8 +17,8 @@ use std::net::IpAddr;
 
 use crate::acl_match::{AclMatch, PortRange};
 use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule};
-use crate::exact_flow::{has_ports, ExactFlow, FlowError};
-use crate::flow::proto_by_name;
+use crate::exact_flow::{ExactFlow, FlowError};
+use crate::flow::{has_ports, proto_by_name};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
 use crate::rule::{Dir, Match, Rule, MAX_PRIORITY};

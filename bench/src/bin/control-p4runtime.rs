@@ -244,10 +244,11 @@ fn report(us: &mut [[Vec<f64>; 2]; 2], trials: usize) {
 async fn main() {
     cfdp_bench::expect_flags(&["--cfdp"]);
     let trials = if is_quick() { 5 } else { 40 };
-    let dir = std::env::temp_dir().join(format!("cfdp-bench-p4-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (mut child, mut sock, port) = start_node(&dir);
+    let dir = tempfile::Builder::new()
+        .prefix("cfdp-bench-p4-")
+        .tempdir()
+        .expect("a scratch directory");
+    let (mut child, mut sock, port) = start_node(dir.path());
     let (mut grpc, stream) = primary(port).await;
     let (ins_text, del_text) = (socket_inserts(), socket_deletes());
     let (ins_req, del_req) = (
@@ -282,6 +283,5 @@ async fn main() {
     drop(stream);
     let _ = child.kill();
     let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
     report(&mut us, trials);
 }

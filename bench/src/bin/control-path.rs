@@ -232,16 +232,21 @@ impl Conn {
     }
 }
 
+/// A `cfdp run` with its files in a scratch directory of its own,
+/// removed with it.
 struct Server {
     child: Child,
     socket: PathBuf,
-    dir: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Server {
-    fn start(cfdp: &Path, dir: &Path, pps: u64) -> Server {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).expect("mkdir");
+    fn start(cfdp: &Path, name: &str, pps: u64) -> Server {
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("cfdp-ctlpath-{name}-"))
+            .tempdir()
+            .expect("a scratch directory");
+        let dir = scratch.path();
         let socket = dir.join("ctl.sock");
         let cfg = dir.join("cfdp.toml");
         cfdp_bench::write_node_config(&cfg, pps, &socket, &dir.join("state"), |c| {
@@ -259,7 +264,7 @@ impl Server {
         Server {
             child,
             socket,
-            dir: dir.to_path_buf(),
+            _dir: scratch,
         }
     }
 }
@@ -270,7 +275,6 @@ impl Drop for Server {
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -370,12 +374,11 @@ fn main() {
     let label = arg("--label").unwrap_or_else(|| "this".into());
     let cfdp = cfdp_binary();
     let trials = if quick { 20 } else { 100 };
-    let base = std::env::temp_dir().join(format!("cfdp-ctlpath-{}", std::process::id()));
     println!("machine: {}", machine_description());
     println!("cfdp: {} ({label})", cfdp.display());
 
     // 1. Latency at 97 %.
-    let srv = Server::start(&cfdp, &base.join("lat"), 100_000);
+    let srv = Server::start(&cfdp, "lat", 100_000);
     let mut c = Conn::open(&srv.socket);
     let installed = fill(&mut c, 0.97);
     let occ = c.call("stats", &json!({}))["filter"]["occupancy"].clone();
@@ -428,7 +431,7 @@ fn main() {
     drop(srv);
 
     // 2. Sustained churn against a worker at full speed.
-    let srv = Server::start(&cfdp, &base.join("sus"), 0);
+    let srv = Server::start(&cfdp, "sus", 0);
     let mut c = Conn::open(&srv.socket);
     let window = Duration::from_secs_f64(if quick { 0.5 } else { 2.0 });
     let pkts = |c: &mut Conn| {

@@ -106,9 +106,11 @@ fn main() {
     cfdp_bench::expect_flags(&["--cfdp"]);
     let quick = is_quick();
     let cfdp = cfdp_binary();
-    let dir = std::env::temp_dir().join(format!("cfdp-fleet-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("cfdp-fleet-bench-")
+        .tempdir()
+        .expect("a scratch directory");
+    let dir = scratch.path().to_path_buf();
     let etcd = EtcdServer::start(
         &dir,
         &[
@@ -262,7 +264,7 @@ fn main() {
     }
     drop(nodes);
     drop(etcd);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     let path = results_path("fleet.csv");
     write_csv(
         &path,

@@ -148,8 +148,13 @@ fn main() {
     // `--kind prefix`: /32 prefix rules instead of exact flows (results in
     // their own CSV).
     let prefix = arg("--kind").is_some_and(|k| k == "prefix");
-    let base = std::env::temp_dir().join(format!("cfdp-large-{}", std::process::id()));
-    std::fs::create_dir_all(&base).expect("mkdir");
+    // A fresh scratch directory, removed when the run ends (also when it
+    // panics).
+    let base = tempfile::Builder::new()
+        .prefix("cfdp-large-")
+        .tempdir()
+        .expect("a scratch directory");
+    let base = base.path();
     println!("machine: {}", machine_description());
     let mut rows = Vec::new();
     let mut empty_rss = 0u64;
@@ -171,8 +176,7 @@ fn main() {
                 continue;
             }
             let dir = base.join(format!("{mode}-{n}"));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("mkdir");
+            std::fs::create_dir(&dir).expect("a state directory in the scratch directory");
             let from_file = run(&cfdp, &dir, mode, &file, n, false);
             // The first start with a state_dir saves a snapshot; the second
             // restores from it (rule file ignored).
@@ -232,7 +236,6 @@ fn main() {
         rows.push(format!("{n},verify,replay,{s:.3},,,,,,,,,,"));
         let _ = std::fs::remove_file(&file);
     }
-    let _ = std::fs::remove_dir_all(&base);
     let out = results_path(if prefix {
         "large_rules_prefix.csv"
     } else {

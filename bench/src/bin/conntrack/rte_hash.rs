@@ -108,6 +108,17 @@ fn anon_huge_kb() -> u64 {
         .unwrap_or(0)
 }
 
+/// `bytes` in a new temporary file named `prefix…` (removed when dropped,
+/// also when the run panics), for the harness to read.
+fn keys_file(prefix: &str, bytes: &[u8]) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempfile()
+        .expect("a temporary file");
+    std::io::Write::write_all(&mut f, bytes).expect("write the keys");
+    f
+}
+
 /// The C harness run as a child (`mode` first where it has one, then the
 /// keys' file and the numbers); its standard output, once it succeeded.
 fn run_harness(
@@ -180,15 +191,17 @@ pub(crate) fn side_by_side(harness: &str, log2: u32, rounds: usize) {
     for k in &keys {
         bytes.extend_from_slice(&cfdp_conntrack::ConnKey::of(k).0.bytes());
     }
-    let file = std::env::temp_dir().join(format!("cfdp-conntrack-keys-{}", std::process::id()));
-    std::fs::write(&file, &bytes).expect("write the keys");
+    let file = keys_file("cfdp-conntrack-keys-", &bytes);
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     for _ in 0..rounds {
         ours.push(cfdp_side(log2, &keys, fill, burst));
-        theirs.push(rte_hash_side(harness, &file, [cap, fill, burst, strangers]));
+        theirs.push(rte_hash_side(
+            harness,
+            file.path(),
+            [cap, fill, burst, strangers],
+        ));
     }
-    let _ = std::fs::remove_file(&file);
     let med = |v: &[Side], f: fn(&Side) -> f64| {
         let mut x: Vec<f64> = v.iter().map(f).collect();
         median(&mut x)
@@ -253,8 +266,7 @@ fn writers_side_by_side(harness: &str, total: u32, rounds: usize) {
     for i in 0..total {
         bytes.extend_from_slice(&cfdp_conntrack::ConnKey::of(&conn(i, false)).0.bytes());
     }
-    let file = std::env::temp_dir().join(format!("cfdp-writers-keys-{}", std::process::id()));
-    std::fs::write(&file, &bytes).expect("write the keys");
+    let file = keys_file("cfdp-writers-keys-", &bytes);
     let unused = fresh(1);
     let mut ours = [Vec::new(), Vec::new()];
     let mut theirs = [Vec::new(), Vec::new()];
@@ -264,7 +276,7 @@ fn writers_side_by_side(harness: &str, total: u32, rounds: usize) {
             let text = run_harness(
                 harness,
                 Some("writers"),
-                &file,
+                file.path(),
                 &[38, cap, total as usize, threads as usize],
             );
             let line = text
@@ -279,7 +291,6 @@ fn writers_side_by_side(harness: &str, total: u32, rounds: usize) {
             theirs[threads as usize - 1].push(v[1]);
         }
     }
-    let _ = std::fs::remove_file(&file);
     let mut rows = Vec::new();
     for (name, v) in [("cfdp", &mut ours), ("rte_hash", &mut theirs)] {
         let one = median(&mut v[0]);

@@ -146,9 +146,11 @@ fn main() -> ExitCode {
             .expect("own path")
             .with_file_name("cfdp")
     });
-    let dir = std::env::temp_dir().join(format!("cfdp-soak-fleet-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("cfdp-soak-fleet-")
+        .tempdir()
+        .expect("a scratch directory");
+    let dir = scratch.path().to_path_buf();
     let etcd = match EtcdServer::start(&dir, &[]) {
         Ok(e) => e,
         Err(e) => {
@@ -348,7 +350,7 @@ fn main() -> ExitCode {
     println!("{summary:#}");
     drop(nodes);
     drop(etcd);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     if failures.is_empty() {
         ExitCode::SUCCESS
     } else {

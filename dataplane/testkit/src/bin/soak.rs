@@ -157,12 +157,23 @@ fn percentiles(v: &mut [u64]) -> Value {
 #[allow(clippy::too_many_lines)] // a benchmark's main loop
 fn main() -> ExitCode {
     let args = Args::parse();
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("cfdp-soak-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("soak dir");
+    // `--dir`: the operator's directory, emptied first; else a fresh
+    // scratch directory (`tempfile`), removed after a clean run and kept
+    // for a look after a failed one.
+    let (dir, scratch) = match args.dir.clone() {
+        Some(d) => {
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).expect("soak dir");
+            (d, None)
+        }
+        None => {
+            let s = tempfile::Builder::new()
+                .prefix("cfdp-soak-")
+                .tempdir()
+                .expect("a scratch directory");
+            (s.path().to_path_buf(), Some(s))
+        }
+    };
     let cap = dir.join("soak.pcap");
     gen::write_pcap(&cap, &gen::soak(FLOWS, PER_FLOW)).expect("write capture");
     let socket = dir.join("ctl.sock");
@@ -524,9 +535,12 @@ fn main() -> ExitCode {
     });
     println!("{}", serde_json::to_string_pretty(&summary).unwrap());
     if fails.0.is_empty() {
-        let _ = std::fs::remove_dir_all(&dir);
+        if args.dir.is_some() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         ExitCode::SUCCESS
     } else {
+        let _ = scratch.map(tempfile::TempDir::keep);
         eprintln!(
             "soak: {} check(s) failed; state kept in {}",
             fails.0.len(),

@@ -1321,9 +1321,6 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
     let dir = tmpdir("prometheus");
     let mut srv = Server::start(&dir, 5000, |c| c.control.metrics = "127.0.0.1:0".into());
     let metrics = srv.port(METRICS);
-    // Prometheus cannot report a port it chose: it gets one picked here
-    // (the one bind-and-release left, for a program not ours).
-    let prom = cfdp_testkit::etcd::free_port();
     let mut c = srv.client();
     let r = apply(
         &mut c,
@@ -1346,13 +1343,16 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
             "--storage.tsdb.path={}",
             dir.join("tsdb").display()
         ))
-        .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
+        // A port it picks, read back from its log ("Listening on"
+        // address=127.0.0.1:PORT): none probed free here and released.
+        .arg("--web.listen-address=127.0.0.1:0")
         .stdout(Stdio::null())
         .stderr(Stdio::from(
             std::fs::File::create(dir.join("prometheus.log")).unwrap(),
         ))
         .spawn()
         .unwrap();
+    let prom = prometheus_port(&dir.join("prometheus.log"), &mut p);
     let positive = |q: &str| {
         prom_query(prom, q)
             .first()
@@ -1384,6 +1384,35 @@ fn prometheus_scrapes_and_evaluates_the_shipped_rules() {
     drop(c);
     srv.stop();
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The port Prometheus listens on, from its log's `msg="Listening on"
+/// address=HOST:PORT` (60 s at most, and not once it has exited).
+fn prometheus_port(log: &Path, p: &mut std::process::Child) -> u16 {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let port = text
+            .lines()
+            .filter(|l| l.contains("msg=\"Listening on\""))
+            .find_map(|l| {
+                l.split("address=")
+                    .nth(1)?
+                    .rsplit(':')
+                    .next()?
+                    .trim()
+                    .parse()
+                    .ok()
+            });
+        if let Some(port) = port {
+            return port;
+        }
+        assert!(
+            matches!(p.try_wait(), Ok(None)) && start.elapsed() < Duration::from_secs(60),
+            "Prometheus never said where it listens: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }
 
 /// A stateful rule inserted into a running node opens its connection; the

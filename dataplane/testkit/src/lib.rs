@@ -19,6 +19,7 @@ pub mod dirs;
 pub mod etcd;
 mod frames;
 pub mod node;
+pub mod ports;
 pub mod stateful;
 pub mod trace;
 

@@ -160,8 +160,9 @@ pub(super) fn collectors_installed(tools: &[&str], what: &str) -> bool {
     false
 }
 
-/// A UDP port nobody holds now (the collector binds it a moment later).
-pub(super) fn free_port() -> u16 {
+/// A UDP port nobody holds now, for `nfacctd`, which refuses port 0
+/// ([`child_port`] then checks that nfacctd itself took it).
+fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -169,26 +170,32 @@ pub(super) fn free_port() -> u16 {
         .port()
 }
 
-/// Waits until `log` says `what` and UDP `port` on 127.0.0.1 is bound
-/// (a collector's log line may come before its socket: data sent before
-/// it binds, the templates first, would be lost).
-pub(super) fn wait_for(log: &Path, what: &str, port: u16) {
-    let bound = || {
-        let want = format!("0100007F:{port:04X}");
-        std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
-            t.lines()
-                .any(|l| l.split_whitespace().nth(1) == Some(&want))
-        })
-    };
-    let seen = (0..200).any(|_| {
+/// Waits until `log` says `what` and `child` holds a UDP socket (`want`:
+/// on that port) — a collector's log line may come before its socket, and
+/// data sent before it binds, the templates first, would be lost — and
+/// returns the socket's port; `None` once the child has exited (the port
+/// it was given was taken meanwhile) or after 5 s.
+fn child_port(
+    child: &mut std::process::Child,
+    log: &Path,
+    what: &str,
+    want: Option<u16>,
+) -> Option<u16> {
+    use cfdp_testkit::ports::{bound_ports, Proto};
+    for _ in 0..200 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return None;
+        }
+        let said = std::fs::read_to_string(log).is_ok_and(|l| l.contains(what));
+        let port = bound_ports(child.id(), Proto::Udp)
+            .into_iter()
+            .find(|p| want.is_none_or(|w| w == *p));
+        if let (true, Some(port)) = (said, port) {
+            return Some(port);
+        }
         std::thread::sleep(std::time::Duration::from_millis(25));
-        std::fs::read_to_string(log).is_ok_and(|l| l.contains(what)) && bound()
-    });
-    assert!(
-        seen,
-        "{} never said {what:?} with port {port} bound",
-        log.display()
-    );
+    }
+    None
 }
 
 /// Bytes queued for reading on UDP `port` of 127.0.0.1 (`None`: no such
@@ -217,18 +224,23 @@ impl Nfcapd {
     pub(super) fn start(dir: &Path, name: &str) -> Self {
         let store = dir.join(name);
         std::fs::create_dir_all(&store).unwrap();
-        let port = free_port();
         let log = dir.join(format!("{name}.log"));
         let f = std::fs::File::create(&log).unwrap();
-        let child = Command::new("nfcapd")
+        // Port 0: the kernel picks one, read back from its socket.
+        let mut child = Command::new("nfcapd")
             .arg("-w")
             .arg(&store)
-            .args(["-b", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-b", "127.0.0.1", "-p", "0"])
             .stdout(f.try_clone().unwrap())
             .stderr(f)
             .spawn()
             .expect("start nfcapd");
-        wait_for(&log, "Startup", port);
+        let port = child_port(&mut child, &log, "Startup", None).unwrap_or_else(|| {
+            panic!(
+                "nfcapd did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
         Nfcapd {
             child,
             port,
@@ -287,47 +299,55 @@ impl Nfacctd {
     /// [`Self::start_with`], its print plugin aggregating by `aggregate`
     /// (read back by [`Self::take_rows`]).
     pub(super) fn start_aggregating(dir: &Path, aggregate: &str, extra: &str) -> Self {
-        let port = free_port();
-        let out = dir.join("nfacctd.csv");
-        let conf = dir.join("nfacctd.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "daemonize: false\n\
-                 nfacctd_ip: 127.0.0.1\n\
-                 nfacctd_port: {port}\n\
-                 plugins: print\n\
-                 print_output: csv\n\
-                 print_output_file: {}\n\
-                 print_output_file_append: true\n\
-                 print_num_protos: true\n\
-                 print_refresh_time: 1\n\
-                 aggregate: {aggregate}\n\
-                 {extra}",
-                out.display()
-            ),
-        )
-        .unwrap();
-        let log = dir.join("nfacctd.log");
-        let f = std::fs::File::create(&log).unwrap();
-        let child = Command::new("nfacctd")
-            .arg("-f")
-            .arg(&conf)
-            .stdin(std::process::Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f)
-            .spawn()
-            .expect("start nfacctd");
-        // Its print plugin's first purge: records that come before it are
-        // held until nfacctd exits (seen here: a replay sent as soon as
-        // the socket was bound was written only at the exit).
-        wait_for(&log, "Purging cache - END", port);
-        Nfacctd {
-            child,
-            port,
-            out,
-            read: 0,
+        // nfacctd refuses port 0: a port free a moment ago, retried when
+        // nfacctd exits because another took it meanwhile.
+        for _ in 0..5 {
+            let port = free_port();
+            let out = dir.join("nfacctd.csv");
+            let conf = dir.join("nfacctd.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "daemonize: false\n\
+                     nfacctd_ip: 127.0.0.1\n\
+                     nfacctd_port: {port}\n\
+                     plugins: print\n\
+                     print_output: csv\n\
+                     print_output_file: {}\n\
+                     print_output_file_append: true\n\
+                     print_num_protos: true\n\
+                     print_refresh_time: 1\n\
+                     aggregate: {aggregate}\n\
+                     {extra}",
+                    out.display()
+                ),
+            )
+            .unwrap();
+            let log = dir.join("nfacctd.log");
+            let f = std::fs::File::create(&log).unwrap();
+            let mut child = Command::new("nfacctd")
+                .arg("-f")
+                .arg(&conf)
+                .stdin(std::process::Stdio::null())
+                .stdout(f.try_clone().unwrap())
+                .stderr(f)
+                .spawn()
+                .expect("start nfacctd");
+            // Its print plugin's first purge: records that come before it
+            // are held until nfacctd exits (seen here: a replay sent as
+            // soon as the socket was bound was written only at the exit).
+            if child_port(&mut child, &log, "Purging cache - END", Some(port)).is_some() {
+                return Nfacctd {
+                    child,
+                    port,
+                    out,
+                    read: 0,
+                };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
         }
+        panic!("nfacctd did not start in 5 tries");
     }
 
     /// The rows appended since the last call, summed by 5-tuple, once they

@@ -13,6 +13,8 @@
 
 pub mod acl;
 pub mod acl_match;
+#[cfg(feature = "proptest")]
+pub mod arbitrary;
 pub mod batch;
 pub mod class;
 pub mod codec;

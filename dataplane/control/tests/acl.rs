@@ -12,10 +12,8 @@ use cfdp_control::{BatchReport, RuleStore, StoreConfig};
 use cfdp_engine::matcher::{match_burst, MatchCtx};
 use cfdp_engine::{LiveStats, Mode, Totals};
 use cfdp_rules::acl::first_match;
-use cfdp_rules::{
-    parse_rule, AclMatch, AclRule, Action, Atomicity, Batch, Code, FlowKey, IpPrefix, Match,
-    PortRange, Rule, Update,
-};
+use cfdp_rules::arbitrary;
+use cfdp_rules::{parse_rule, AclRule, Action, Atomicity, Batch, Code, FlowKey, Rule, Update};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -167,67 +165,6 @@ fn a_set_with_multi_field_rules_survives_a_snapshot() {
     assert_eq!(matched(&bulk, &k), Some(1));
 }
 
-fn prefix(v6: bool, base: u8, len: u8) -> IpPrefix {
-    let mut a = [0u8; 16];
-    a[0] = 10;
-    a[1] = base;
-    a[2] = base.wrapping_mul(7);
-    a[15] = base;
-    let len = len.min(IpPrefix::max_len(v6));
-    IpPrefix::new(v6, IpPrefix::mask(v6, &a, len), len).unwrap()
-}
-
-fn acl_rule(id: u32) -> impl Strategy<Value = Rule> {
-    (
-        any::<bool>(),
-        (0u8..3, prop::sample::select(vec![0u8, 8, 16, 24, 32])),
-        (0u8..3, prop::sample::select(vec![0u8, 8, 16, 24])),
-        prop_oneof![Just(None), Just(Some(6u8)), Just(Some(17u8))],
-        prop_oneof![Just(PortRange::ANY), (0u16..50).prop_map(PortRange::exact)],
-        0u32..6,
-        prop::sample::select(vec![Action::Drop, Action::Allow, Action::Count]),
-    )
-        .prop_map(move |(v6, s, d, proto, dport, priority, action)| Rule {
-            id,
-            matcher: Match::Acl {
-                m: AclMatch::new(
-                    prefix(v6, s.0, s.1),
-                    prefix(v6, d.0 + 100, d.1),
-                    proto,
-                    PortRange::ANY,
-                    dport,
-                )
-                .unwrap(),
-                priority,
-            },
-            action,
-        })
-}
-
-fn packet() -> impl Strategy<Value = FlowKey> {
-    (
-        any::<bool>(),
-        0u8..3,
-        0u8..3,
-        prop_oneof![Just(6u8), Just(17u8)],
-        0u16..50,
-    )
-        .prop_map(|(v6, s, d, proto, dport)| {
-            let addr = |b: u8| {
-                let p = prefix(v6, b, 128);
-                *p.addr()
-            };
-            FlowKey {
-                v6,
-                src: addr(s),
-                dst: addr(d + 100),
-                proto,
-                sport: 9,
-                dport,
-            }
-        })
-}
-
 /// The committed multi-field rules as the classifier's rules.
 fn model(rules: &[Rule]) -> Vec<AclRule> {
     rules.iter().filter_map(AclRule::of).collect()
@@ -242,8 +179,8 @@ proptest! {
     fn batches_answer_like_a_first_match_scan(
         batches in proptest::collection::vec(
             proptest::collection::vec((1u32..25, any::<u8>(), 0u32..25), 1..12), 1..6),
-        rules in proptest::collection::vec((1u32..25).prop_flat_map(acl_rule), 30),
-        packets in proptest::collection::vec(packet(), 20),
+        rules in proptest::collection::vec((1u32..25).prop_flat_map(arbitrary::rule), 30),
+        packets in proptest::collection::vec(arbitrary::packet(), 20),
         filter_only in any::<bool>(),
     ) {
         let mut s = store(if filter_only { Mode::FilterOnly } else { Mode::Verify });
@@ -284,13 +221,13 @@ proptest! {
     /// the committed rules.
     #[test]
     fn answers_stay_exact_while_compiles_run(
-        first in proptest::collection::vec((1u32..2).prop_flat_map(acl_rule), 80),
-        pool in proptest::collection::vec((1u32..2).prop_flat_map(acl_rule), 40),
+        first in proptest::collection::vec((1u32..2).prop_flat_map(arbitrary::rule), 80),
+        pool in proptest::collection::vec((1u32..2).prop_flat_map(arbitrary::rule), 40),
         batches in proptest::collection::vec(
             (proptest::collection::vec((0u32..80, any::<u8>(), 0usize..40), 1..40), 0u8..3),
             1..8,
         ),
-        packets in proptest::collection::vec(packet(), 30),
+        packets in proptest::collection::vec(arbitrary::packet(), 30),
     ) {
         let mut s = store(Mode::Verify);
         let check = |s: &RuleStore, at: usize| -> Result<(), TestCaseError> {

@@ -95,6 +95,25 @@ impl Router {
             "ip netns exec {p}r sysctl -qw net.netfilter.nf_conntrack_tcp_be_liberal={}",
             u8::from(liberal)
         ));
+        // cfdp's GRE defaults are this kernel's; the lab then shortens the
+        // one-way timeout on both sides (`crafted::GRE_TIMEOUT_S`).
+        let defaults = cfdp_conntrack::Timeouts::default();
+        for (key, want) in [
+            ("nf_conntrack_gre_timeout", defaults.gre_unreplied_s),
+            ("nf_conntrack_gre_timeout_stream", defaults.gre_replied_s),
+        ] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &format!("{p}r"), "sysctl", "-n"])
+                .arg(format!("net.netfilter.{key}"))
+                .output()
+                .unwrap();
+            let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            assert_eq!(got, want.to_string(), "the kernel's {key}");
+        }
+        sh(&format!(
+            "ip netns exec {p}r sysctl -qw net.netfilter.nf_conntrack_gre_timeout={}",
+            crafted::GRE_TIMEOUT_S
+        ));
         r
     }
 
@@ -189,6 +208,7 @@ fn cfdp_pass(frames: &[Crafted], dir: &Path, workers: usize, liberal: bool) -> B
     let config = dir.join("cfdp.toml");
     let mut cfg = cfdp_config::RunConfig::default();
     cfg.conntrack.tcp_be_liberal = liberal;
+    cfg.conntrack.timeouts.gre_unreplied_s = u64::from(crafted::GRE_TIMEOUT_S);
     cfdp_testkit::node::write(&config, &cfg);
     let out = dir.join(format!("out{workers}.pcap"));
     let st = Command::new(env!("CARGO_BIN_EXE_cfdp"))

@@ -90,6 +90,8 @@ impl ConntrackSection {
             ("timeouts.udp_unreplied_s", t.udp_unreplied_s),
             ("timeouts.udp_replied_s", t.udp_replied_s),
             ("timeouts.icmp_s", t.icmp_s),
+            ("timeouts.gre_unreplied_s", t.gre_unreplied_s),
+            ("timeouts.gre_replied_s", t.gre_replied_s),
             ("timeouts.generic_s", t.generic_s),
             ("timeouts.tcp_unacknowledged_s", t.tcp_unacknowledged_s),
         ] {

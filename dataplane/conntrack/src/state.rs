@@ -1,14 +1,18 @@
 //! Connection states and what a packet does to them, with Linux's names
 //! and default timeouts (`nf_conntrack_tcp_timeout_*`,
 //! `nf_conntrack_udp_timeout[_stream]`, `nf_conntrack_icmp_timeout`,
-//! `nf_conntrack_generic_timeout`).
+//! `nf_conntrack_gre_timeout[_stream]`, `nf_conntrack_generic_timeout`).
 //!
 //! TCP's states move as Linux's `tcp_conntracks` table and its window
 //! checks say ([`crate::tcp`]); UDP, ICMP echo and other protocols here:
 //! UDP is replied once an answer came and a stream once it is still
 //! carrying traffic two seconds after it opened (Linux's 30 s timeout
 //! until then, 120 s after); ICMP echo is replied once the echo reply came;
-//! any other protocol is one state with the generic timeout.
+//! GRE is replied once traffic came back and a stream (assured) from the
+//! packet after (Linux's `nf_conntrack_proto_gre` refreshes with 30 s
+//! until it has seen a reply, with 180 s after — and a connection has
+//! seen a reply only after its first reply's refresh); any other protocol
+//! is one state with the generic timeout.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +29,9 @@ pub mod tcp {
     pub const ECE: u8 = 0x40;
     pub const CWR: u8 = 0x80;
 }
+
+/// GRE's protocol number: tracked with states of its own, as Linux does.
+pub const GRE: u8 = 47;
 
 /// How long a UDP connection must live, with an answer, before it is a
 /// stream (Linux's `stream_ts`, two seconds after it opened).
@@ -66,12 +73,22 @@ pub enum State {
     /// Any other protocol, tracked by its addresses (Linux's generic
     /// tracker).
     Generic,
+    /// GRE: packets one way only (Linux's `GRE_CT_UNREPLIED` timeout).
+    /// Keyed by the addresses, as Linux keys GRE version 0; Linux keys
+    /// PPTP's enhanced GRE (version 1) by its call IDs too, cfdp does not.
+    GreUnreplied,
+    /// GRE: the first answer seen — Linux refreshed it with the one-way
+    /// timeout still (it marks the connection answered after the refresh).
+    GreReplied,
+    /// GRE: a packet after an answer (Linux's `GRE_CT_REPLIED`, the
+    /// stream timeout; assured).
+    GreStream,
 }
 
 impl State {
-    /// Every state, by [`Self::index`] (the first twelve in the order a
-    /// saved table of an earlier version numbered them).
-    pub const ALL: [State; 15] = [
+    /// Every state, by [`Self::index`] (in the order saved tables number
+    /// them: a new state goes at the end).
+    pub const ALL: [State; 18] = [
         State::TcpSynSent,
         State::TcpSynRecv,
         State::TcpEstablished,
@@ -87,6 +104,9 @@ impl State {
         State::TcpSynSent2,
         State::UdpStream,
         State::Generic,
+        State::GreUnreplied,
+        State::GreReplied,
+        State::GreStream,
     ];
 
     /// Linux's name for it (`conntrack -L` prints these).
@@ -107,6 +127,9 @@ impl State {
             State::IcmpUnreplied => "ICMP_UNREPLIED",
             State::IcmpReplied => "ICMP_REPLIED",
             State::Generic => "GENERIC",
+            State::GreUnreplied => "GRE_UNREPLIED",
+            State::GreReplied => "GRE_REPLIED",
+            State::GreStream => "GRE_STREAM",
         }
     }
 
@@ -146,19 +169,25 @@ impl State {
     pub fn embryonic(self) -> bool {
         matches!(
             self,
-            State::TcpSynSent | State::TcpSynSent2 | State::UdpUnreplied | State::IcmpUnreplied
+            State::TcpSynSent
+                | State::TcpSynSent2
+                | State::UdpUnreplied
+                | State::IcmpUnreplied
+                | State::GreUnreplied
         )
     }
 
     /// The state a connection of protocol `proto` other than TCP opens
     /// in, if its first packet may open one: any UDP datagram, an ICMP or
     /// ICMPv6 echo request (`icmp_echo`), any packet of another protocol
-    /// (Linux's generic tracking). TCP opens through [`crate::tcp::open`].
+    /// (Linux's generic tracking; GRE its own). TCP opens through
+    /// [`crate::tcp::open`].
     pub fn open(proto: u8, icmp_echo: bool) -> Option<State> {
         match proto {
             cfdp_rules::flow::proto::TCP => None,
             cfdp_rules::flow::proto::UDP => Some(State::UdpUnreplied),
             1 | 58 => icmp_echo.then_some(State::IcmpUnreplied),
+            GRE => Some(State::GreUnreplied),
             _ => Some(State::Generic),
         }
     }
@@ -172,14 +201,16 @@ impl State {
             UdpUnreplied if dir == Dir::Reply => UdpReplied,
             UdpReplied if age_ns > UDP_STREAM_AFTER_NS => UdpStream,
             IcmpUnreplied if dir == Dir::Reply => IcmpReplied,
+            GreUnreplied if dir == Dir::Reply => GreReplied,
+            GreReplied => GreStream,
             s => s,
         }
     }
 
     /// Whether reaching this state makes a connection assured (never
-    /// early-dropped): a UDP stream (TCP says so itself).
+    /// early-dropped): a UDP or GRE stream (TCP says so itself).
     pub fn assures(self) -> bool {
-        self == State::UdpStream
+        matches!(self, State::UdpStream | State::GreStream)
     }
 }
 
@@ -204,6 +235,12 @@ pub struct Timeouts {
     /// `udp_unreplied_s`, as Linux's does.
     pub udp_replied_s: u64,
     pub icmp_s: u64,
+    /// GRE one way only, and after its first answer (Linux's
+    /// `nf_conntrack_gre_timeout`).
+    pub gre_unreplied_s: u64,
+    /// GRE from the packet after its first answer on (Linux's
+    /// `nf_conntrack_gre_timeout_stream`).
+    pub gre_replied_s: u64,
     /// Other protocols (Linux's `nf_conntrack_generic_timeout`).
     pub generic_s: u64,
     /// The cap on a TCP connection's timeout while data is unacknowledged,
@@ -228,6 +265,8 @@ impl Default for Timeouts {
             udp_unreplied_s: 30,
             udp_replied_s: 120,
             icmp_s: 30,
+            gre_unreplied_s: 30,
+            gre_replied_s: 180,
             generic_s: 600,
             tcp_unacknowledged_s: 300,
         }
@@ -258,6 +297,8 @@ impl Timeouts {
             State::UdpStream => self.udp_replied_s,
             State::IcmpUnreplied | State::IcmpReplied => self.icmp_s,
             State::Generic => self.generic_s,
+            State::GreUnreplied | State::GreReplied => self.gre_unreplied_s,
+            State::GreStream => self.gre_replied_s,
         };
         secs.saturating_mul(1_000_000_000)
     }
@@ -283,12 +324,27 @@ mod tests {
         assert_eq!(State::open(1, false), None);
         assert_eq!(State::open(58, true), Some(IcmpUnreplied));
         assert_eq!(State::open(50, false), Some(Generic));
+        // GRE: replied once traffic came back, a stream (assured) from
+        // the packet after, either way.
+        let g = State::open(47, false).unwrap();
+        assert_eq!((g, g.embryonic(), g.assures()), (GreUnreplied, true, false));
+        assert_eq!(g.next(Orig, 10_000_000_000), GreUnreplied);
+        let g = g.next(Reply, 0);
+        assert_eq!((g, g.embryonic(), g.assures()), (GreReplied, false, false));
+        for dir in [Orig, Reply] {
+            let s = g.next(dir, 0);
+            assert_eq!((s, s.assures()), (GreStream, true));
+            assert_eq!(s.next(dir, 0), GreStream);
+        }
         assert_eq!(State::open(6, false), None);
         let t = Timeouts::default();
         assert_eq!(t.of(UdpUnreplied), 30_000_000_000);
         assert_eq!(t.of(UdpReplied), 30_000_000_000);
         assert_eq!(t.of(UdpStream), 120_000_000_000);
         assert_eq!(t.of(Generic), 600_000_000_000);
+        assert_eq!(t.of(GreUnreplied), 30_000_000_000);
+        assert_eq!(t.of(GreReplied), 30_000_000_000);
+        assert_eq!(t.of(GreStream), 180_000_000_000);
         assert_eq!(t.of(TcpEstablished), 432_000 * 1_000_000_000);
         assert_eq!(t.capped(TcpEstablished), 300_000_000_000);
         assert_eq!(t.capped(TcpSynSent), 120_000_000_000);

@@ -88,7 +88,10 @@ mod packet;
 mod slot;
 mod stripe;
 
-use slot::{mum, time_of, AcctSlot, Fields, Shard, Slot, RESET_TIMEOUT, STATE_SHIFT, USED};
+use slot::{
+    mum, time_of, AcctSlot, Fields, Shard, Slot, RESET_TIMEOUT, STATE_MASK, STATE_SHIFT,
+    STATE_SLOTS, USED,
+};
 pub use slot::{ACCT_BYTES, DROP_SCAN, SLOT_BYTES};
 
 /// Lock stripes at most (fewer for a smaller table: see
@@ -363,9 +366,9 @@ pub struct ConnTable {
     occupied: AtomicBool,
     timeouts: Timeouts,
     /// Each state's timeout in ns, by the state's index in a control word
-    /// and its [`CAP`] bit above (32 entries: no bounds check on five
+    /// and its [`CAP`] bit above (64 entries: no bounds check on six
     /// bits).
-    timeout_ns: [u64; 32],
+    timeout_ns: [u64; 2 * STATE_SLOTS],
     tcp: TcpSettings,
     checksum: bool,
     refused: AtomicU64,
@@ -501,7 +504,7 @@ impl ConnTable {
     /// Whether an entry (control word `c`, last-time word `last`) is past
     /// its timeout at `now_ns`.
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
-        let mut timeout = self.timeout_ns[(c >> STATE_SHIFT & 0x1f) as usize];
+        let mut timeout = self.timeout_ns[(c >> STATE_SHIFT & (STATE_MASK << 1 | 1)) as usize];
         if last & RESET_TIMEOUT != 0 {
             timeout = timeout.min(self.timeout_ns[State::TcpClose.index()]);
         }

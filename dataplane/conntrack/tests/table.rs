@@ -781,6 +781,8 @@ fn distinct_timeouts() -> Timeouts {
         udp_unreplied_s: 109,
         udp_replied_s: 110,
         icmp_s: 111,
+        gre_unreplied_s: 113,
+        gre_replied_s: 114,
         generic_s: 112,
         tcp_unacknowledged_s: 1000,
     }
@@ -900,4 +902,22 @@ fn every_other_state_lives_its_timeout_to_the_tick() {
     let other = FlowKey::new(v4(0x0a00_0001), v4(0xc000_0201), 253, 0, 0);
     t.open(&other, 0, 1, Action::Allow, 60, 0).unwrap();
     lives_exactly(&t, State::Generic, 0, 112);
+    // GRE: its own two timeouts, the stream one from the packet after
+    // the first answer on.
+    let gre = FlowKey::new(v4(0x0a00_0001), v4(0xc000_0201), 47, 0, 0);
+    for (steps, state, secs) in [
+        (0, State::GreUnreplied, 113),
+        (1, State::GreReplied, 113),
+        (2, State::GreStream, 114),
+    ] {
+        let t = distinct_table();
+        t.open(&gre, 0, 1, Action::Allow, 60, 0).unwrap();
+        if steps >= 1 {
+            t.lookup(&gre.reply(), 0, 60, S).unwrap();
+        }
+        if steps == 2 {
+            t.lookup(&gre, 0, 60, 3 * S).unwrap();
+        }
+        lives_exactly(&t, state, [0, S, 3 * S][steps], secs);
+    }
 }

@@ -20,7 +20,7 @@ mod cases;
 mod lab;
 mod wire;
 
-pub use cases::lab_cases;
+pub use cases::{lab_cases, GRE_TIMEOUT_S};
 pub use wire::{
     delivered, load_nftables, serial_of, Crafted, A4, A6, B4, B6, C4, C6, LAB_RULES, MAC_A, MAC_B,
     MAC_C, MAC_RA, MAC_RB,

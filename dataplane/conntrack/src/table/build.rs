@@ -4,7 +4,7 @@
 use cfdp_filter::{BloomConfig, BloomMode, Config, Filter, ZeroedSlice};
 use cfdp_rules::HashSecret;
 
-use super::slot::{AcctSlot, Shard};
+use super::slot::{AcctSlot, Shard, STATE_SLOTS};
 use super::{ConnTable, Options, TableError, CLOCKS, MAX_SLOTS, SHARDS};
 use crate::state::{State, Timeouts};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex};
@@ -96,8 +96,8 @@ impl ConnTable {
             quota,
             occupied: AtomicBool::new(false),
             timeout_ns: std::array::from_fn(|i| {
-                State::ALL.get(i % 16).map_or(u64::MAX, |&s| {
-                    if i >= 16 {
+                State::ALL.get(i % STATE_SLOTS).map_or(u64::MAX, |&s| {
+                    if i >= STATE_SLOTS {
                         timeouts.capped(s)
                     } else {
                         timeouts.of(s)

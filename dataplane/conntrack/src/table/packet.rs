@@ -13,7 +13,7 @@ use cfdp_rules::{Action, FlowKey};
 use super::slot::{
     action_of, dir_of, fin_of, lock_slot, move_state, rule_of, state_of, time_of, with_state,
     Fields, Read, Slot, ACTION_SHIFT, ASSURED, CAP, IDENTITY, KEY_BITS, LOCK, ORIG_LO,
-    RESET_TIMEOUT, RULE_SHIFT, SEEN_REPLY, STATE_SHIFT, USED,
+    RESET_TIMEOUT, RULE_SHIFT, SEEN_REPLY, STATE_MASK, STATE_SHIFT, STATE_SLOTS, USED,
 };
 use super::{key_of, Acct, ConnTable, Hit, OpenError, Probe, Step, L4};
 use crate::key::{ConnKey, Dir};
@@ -267,8 +267,10 @@ impl ConnTable {
             // replied echo or another protocol, the opener's side again
             // before an answer (what `State::next` says of them).
             let settled = match state {
-                State::UdpStream | State::IcmpReplied | State::Generic => true,
-                State::UdpUnreplied | State::IcmpUnreplied => dir == Dir::Orig,
+                State::UdpStream | State::IcmpReplied | State::GreStream | State::Generic => true,
+                State::UdpUnreplied | State::IcmpUnreplied | State::GreUnreplied => {
+                    dir == Dir::Orig
+                }
                 _ => false,
             };
             if !settled {
@@ -388,10 +390,10 @@ impl ConnTable {
             let last = s.last().load(Relaxed);
             // The retransmission cap comes first in Linux, where it
             // shortens the state's timeout (the table's capped timeouts
-            // follow its sixteen plain ones).
-            let st = (n >> STATE_SHIFT & 0xf) as usize;
+            // follow its plain ones).
+            let st = (n >> STATE_SHIFT & STATE_MASK) as usize;
             let retrans_cap = conn.retrans >= self.tcp.max_retrans
-                && self.timeout_ns[st] > self.timeout_ns[16 + st];
+                && self.timeout_ns[st] > self.timeout_ns[STATE_SLOTS + st];
             if seg.flags & tcp::flags::RST != 0 && !retrans_cap {
                 // Linux gives an accepted RST CLOSE's timeout, whatever
                 // the state — also a RST in window but not exact, which

@@ -39,18 +39,26 @@ pub(super) const USED: u64 = 1;
 pub(super) const ORIG_LO: u64 = 1 << 1;
 pub(super) const FIN_SHIFT: u32 = 2;
 pub(super) const STATE_SHIFT: u32 = 4;
+/// The state's bits (five: room for 32 states; GRE's two made it 17).
+pub(super) const STATE_MASK: u64 = 0x1f;
+/// Entries of the state-indexed tables: each state, and each state again
+/// with [`CAP`] (the bit right above the state's).
+pub(super) const STATE_SLOTS: usize = 1 << 5;
 /// The timeout is capped at `tcp_unacknowledged_s`: right above the state
 /// bits, so that state and cap index one table of timeouts.
-pub(super) const CAP: u64 = 1 << 8;
+pub(super) const CAP: u64 = 1 << 9;
 /// Held by the one packet whose TCP windows are being checked and moved:
 /// a TCP connection's windows and state change together, as under
 /// Linux's `ct->lock`. Nothing else writes the control word while it is
 /// set (compare-and-swaps expect it clear; a removal waits for it).
-pub(super) const LOCK: u64 = 1 << 9;
-pub(super) const ASSURED: u64 = 1 << 10;
-pub(super) const SEEN_REPLY: u64 = 1 << 11;
-pub(super) const GEN_SHIFT: u32 = 12;
-pub(super) const GEN_MASK: u64 = 0xf_ffff << GEN_SHIFT;
+pub(super) const LOCK: u64 = 1 << 10;
+pub(super) const ASSURED: u64 = 1 << 11;
+pub(super) const SEEN_REPLY: u64 = 1 << 12;
+/// The generation: 19 bits, bumped on every free of the slot (a reader
+/// would have to sleep through 2^19 reuses of one slot between its two
+/// loads to be fooled).
+pub(super) const GEN_SHIFT: u32 = 13;
+pub(super) const GEN_MASK: u64 = 0x7_ffff << GEN_SHIFT;
 pub(super) const RULE_SHIFT: u32 = 32;
 /// Bits that say which connection a slot holds: a change in them between
 /// a reader's two loads means the slot was freed (and maybe reused).
@@ -220,10 +228,10 @@ pub const ACCT_BYTES: usize = std::mem::size_of::<AcctSlot>();
 #[cfg(not(loom))]
 const _: () = assert!(SLOT_BYTES == 104);
 
-/// The states by their index in a control word's four state bits (the
-/// last four never written).
-pub(super) const STATES: [State; 16] = {
-    let mut t = [State::TcpClose; 16];
+/// The states by their index in a control word's state bits (the unused
+/// indices never written).
+pub(super) const STATES: [State; STATE_SLOTS] = {
+    let mut t = [State::TcpClose; STATE_SLOTS];
     let mut i = 0;
     while i < State::ALL.len() {
         t[i] = State::ALL[i];
@@ -231,9 +239,13 @@ pub(super) const STATES: [State; 16] = {
     }
     t
 };
+const _: () = assert!(State::ALL.len() <= STATE_SLOTS);
+const _: () = assert!(CAP == 1 << (STATE_SHIFT + STATE_MASK.count_ones()));
+const _: () = assert!(GEN_MASK >> GEN_SHIFT & 1 == 1 && SEEN_REPLY < 1 << GEN_SHIFT);
+const _: () = assert!(GEN_MASK < 1 << RULE_SHIFT);
 
 pub(super) fn state_of(c: u64) -> State {
-    STATES[(c >> STATE_SHIFT & 0xf) as usize]
+    STATES[(c >> STATE_SHIFT & STATE_MASK) as usize]
 }
 
 pub(super) fn fin_of(c: u64) -> u8 {
@@ -245,7 +257,7 @@ pub(super) fn rule_of(c: u64) -> u32 {
 }
 
 pub(super) fn with_state(c: u64, state: State, fin: u8) -> u64 {
-    c & !(0xf << STATE_SHIFT | 3 << FIN_SHIFT)
+    c & !(STATE_MASK << STATE_SHIFT | 3 << FIN_SHIFT)
         | (state.index() as u64) << STATE_SHIFT
         | u64::from(fin & 3) << FIN_SHIFT
 }

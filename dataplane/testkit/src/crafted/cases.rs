@@ -246,7 +246,40 @@ fn other_cases(l: &mut Lab, p: u16) {
     l.raw(A, B, 253);
     l.raw(B, A, 253);
     l.raw(B, A, 254);
+
+    // GRE: Linux tracks it with timeouts of its own (not the generic 600
+    // s), keyed by the addresses for version 0. The waits are real time in
+    // the router, with the lab's GRE timeout ([`GRE_TIMEOUT_S`]) on both
+    // sides; one case a family.
+    l.case = "GRE from outside, unasked";
+    l.gre(B, C);
+    if l.v6 {
+        // Linux marks a connection answered after its first answer's
+        // refresh, which takes the one-way timeout.
+        l.case = "GRE out and answered once, then past the one-way timeout: the answer \
+                  had the one-way timeout, the late packet finds nothing";
+        l.gre(A, B);
+        l.gre(B, A);
+        l.delay_ms = GRE_TIMEOUT_S * 1000 + 500;
+        l.gre(B, A);
+    } else {
+        l.case = "GRE out, answered, once more, and one way, then past the one-way \
+                  timeout: the first lives on (the stream timeout), the other's late \
+                  answer finds nothing";
+        l.gre(C, B);
+        l.gre(A, B);
+        l.gre(B, A);
+        l.gre(A, B);
+        l.delay_ms = GRE_TIMEOUT_S * 1000 + 500;
+        l.gre(B, A);
+        l.gre(B, C);
+    }
 }
+
+/// The lab's GRE timeout for a flow seen one way (`nf_conntrack_gre_timeout`
+/// in the router, `gre_unreplied_s` in cfdp; 30 s by default in both), so
+/// that its case waits seconds, not half a minute.
+pub const GRE_TIMEOUT_S: u32 = 3;
 
 /// Fragments: UDP both ways in order and out of order, unasked from
 /// outside, a TCP segment whose header is whole in its first fragment,

@@ -287,6 +287,16 @@ impl Lab {
         });
     }
 
+    /// A GRE (version 0) packet carrying a few bytes of an IPv4 packet.
+    pub(super) fn gre(&mut self, from: Host, to: Host) {
+        self.ip(from, to, |b| {
+            let mut out = Vec::new();
+            let gre = [0, 0, 0x08, 0x00, 0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17];
+            b.write(&mut out, IpNumber(47), &gre).unwrap();
+            out
+        });
+    }
+
     pub(super) fn raw(&mut self, from: Host, to: Host, proto: u8) {
         self.ip(from, to, |b| {
             let mut out = Vec::new();

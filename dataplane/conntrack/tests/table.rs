@@ -865,25 +865,31 @@ fn every_tcp_state_lives_its_timeout_to_the_tick() {
     }
 }
 
-/// UDP (unreplied, replied within 2 s, a stream after), ICMP echo (its
-/// identifier and class as ports) and another protocol: each timeout one
-/// tick either side.
+/// UDP (unreplied, replied within 2 s, a stream after), GRE (unreplied,
+/// replied by its first answer, a stream from the packet after), ICMP
+/// echo (its identifier and class as ports) and another protocol: each
+/// timeout one tick either side.
 #[test]
 fn every_other_state_lives_its_timeout_to_the_tick() {
     use cfdp_conntrack::table::L4;
-    let u = udp(1);
-    for (state, secs, steps) in [
-        (State::UdpUnreplied, 109, 0),
-        (State::UdpReplied, 109, 1),
-        (State::UdpStream, 110, 2),
+    let gre = FlowKey::new(v4(0x0a00_0001), v4(0xc000_0201), 47, 0, 0);
+    // (key, state, its timeout, packets after the opener: the answer at
+    // 1 s, then one more at 3 s).
+    for (k, state, secs, steps) in [
+        (udp(1), State::UdpUnreplied, 109, 0),
+        (udp(1), State::UdpReplied, 109, 1),
+        (udp(1), State::UdpStream, 110, 2),
+        (gre, State::GreUnreplied, 113, 0),
+        (gre, State::GreReplied, 113, 1),
+        (gre, State::GreStream, 114, 2),
     ] {
         let t = distinct_table();
-        t.open(&u, 0, 1, Action::Allow, 60, 0).unwrap();
+        t.open(&k, 0, 1, Action::Allow, 60, 0).unwrap();
         if steps >= 1 {
-            t.lookup(&u.reply(), 0, 60, S).unwrap();
+            t.lookup(&k.reply(), 0, 60, S).unwrap();
         }
         if steps == 2 {
-            t.lookup(&u, 0, 60, 3 * S).unwrap();
+            t.lookup(&k, 0, 60, 3 * S).unwrap();
         }
         lives_exactly(&t, state, [0, S, 3 * S][steps], secs);
     }
@@ -902,22 +908,4 @@ fn every_other_state_lives_its_timeout_to_the_tick() {
     let other = FlowKey::new(v4(0x0a00_0001), v4(0xc000_0201), 253, 0, 0);
     t.open(&other, 0, 1, Action::Allow, 60, 0).unwrap();
     lives_exactly(&t, State::Generic, 0, 112);
-    // GRE: its own two timeouts, the stream one from the packet after
-    // the first answer on.
-    let gre = FlowKey::new(v4(0x0a00_0001), v4(0xc000_0201), 47, 0, 0);
-    for (steps, state, secs) in [
-        (0, State::GreUnreplied, 113),
-        (1, State::GreReplied, 113),
-        (2, State::GreStream, 114),
-    ] {
-        let t = distinct_table();
-        t.open(&gre, 0, 1, Action::Allow, 60, 0).unwrap();
-        if steps >= 1 {
-            t.lookup(&gre.reply(), 0, 60, S).unwrap();
-        }
-        if steps == 2 {
-            t.lookup(&gre, 0, 60, 3 * S).unwrap();
-        }
-        lives_exactly(&t, state, [0, S, 3 * S][steps], secs);
-    }
 }

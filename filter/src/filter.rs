@@ -78,13 +78,33 @@ impl<L: Borrow<Layout>> Reader<'_, L> {
             Lookup::Miss
         }
     }
+    /// [`Self::lookup`] for one key: the Bloom field is read only on a
+    /// miss (a branch the batch path avoids, where it would mispredict
+    /// across keys; one key's caller branches on the answer anyway).
+    #[inline(always)]
+    fn lookup_one<const K: u8, const BLOOM: bool>(&self, k: &Keyed) -> Lookup {
+        let l = self.layout.borrow();
+        let (b1, b2) = self.view.read_pair::<K>(k.i1, k.i2);
+        let (hit, value) = l.probe::<K>(&b1, &b2, l.broadcast(k.fp));
+        if hit {
+            return Lookup::Entry(value);
+        }
+        if BLOOM {
+            let t1 = l.tag(&b1);
+            if (t1 != 0) & (t1 == l.tag(&b2)) & (t1 == bloom_tag(self.mode, k.fp, k.i1, k.i2)) {
+                return Lookup::Bloom;
+            }
+        }
+        Lookup::Miss
+    }
+
     #[inline(always)]
     fn get<const K: u8>(&self, h: u64) -> Lookup {
         // A predicted branch per key (not per batch) on the Bloom field.
         if self.layout.borrow().tag_bits != 0 {
-            self.lookup::<K, true>(&self.derive(h))
+            self.lookup_one::<K, true>(&self.derive(h))
         } else {
-            self.lookup::<K, false>(&self.derive(h))
+            self.lookup_one::<K, false>(&self.derive(h))
         }
     }
 

@@ -26,7 +26,7 @@ use crate::outcome::{Candidates, Lookup, Stats};
 use crate::raw::{AltMask, RawTable, ReadView};
 #[cfg(any(test, loom))]
 use crate::state::Loc;
-use crate::state::{alt_bucket, bloom_tag, bump, BloomRecord, Counts, Filter, Keyed, Rng, Writer};
+use crate::state::{alt_bucket, bloom_tag, Counts, Filter, Keyed, Rng, Writer};
 use crate::sync::{AtomicU32, CachePadded, Ordering};
 
 /// Everything a lookup reads besides the table's words and stripes, copied
@@ -271,7 +271,7 @@ impl Filter {
     }
 
     /// Cuckoo entries held.
-    fn entries(&self) -> usize {
+    pub(crate) fn entries(&self) -> usize {
         self.counts
             .iter()
             .map(|c| c.entries.load(Ordering::Relaxed))
@@ -483,59 +483,6 @@ impl Filter {
             fpr_bound: 1.0 - (1.0 - 2f64.powi(-f)).powi(2 * ENTRIES_PER_BUCKET as i32),
             memory_bytes,
         }
-    }
-
-    // ----- snapshot support ---------------------------------------------
-
-    /// Everything `to_bytes` needs, read while writers are excluded.
-    pub(crate) fn image_parts(&self) -> (Vec<u64>, Vec<(usize, BloomRecord)>, usize, usize) {
-        let all = self.raw.write_all();
-        let words = self.raw.words_snapshot();
-        let mut side: Vec<(usize, BloomRecord)> = all
-            .iter()
-            .flat_map(|w| w.side.iter().map(|(&k, &r)| (k, r)))
-            .collect();
-        side.sort_unstable_by_key(|&(lo, _)| lo);
-        (words, side, self.entries(), self.bloom_len())
-    }
-
-    /// Builds a filter from validated image parts.
-    pub(crate) fn from_parts(
-        config: Config,
-        words: &[u64],
-        side: Vec<(usize, BloomRecord)>,
-        entries: usize,
-    ) -> Result<Self, ConfigError> {
-        let f = Self::new(config)?;
-        f.raw.load_words(words);
-        let mut all = f.raw.write_all();
-        for (lo, rec) in side {
-            let w = &mut all[f.raw.part_of(lo)];
-            if let Some(v) = f.bloom_values.get(lo) {
-                v.store(rec.value, Ordering::Relaxed);
-            }
-            w.side.insert(lo, rec);
-            bump(&f.counts[w.part()].bloom_items, 1);
-        }
-        drop(all);
-        // The entries by partition, from the table itself (the image
-        // states their sum, checked against the table before this).
-        let per_part = f.raw.entries_by_part();
-        debug_assert_eq!(per_part.iter().sum::<usize>(), entries);
-        for (c, n) in f.counts.iter().zip(per_part) {
-            c.entries.store(n, Ordering::Relaxed);
-        }
-        Ok(f)
-    }
-
-    /// Expected Bloom tag of a side-table record (snapshot validation).
-    pub(crate) fn record_tag(&self, lo: usize, rec: &BloomRecord) -> u64 {
-        self.tag_for(rec.fp, lo, rec.high)
-    }
-
-    /// Whether `high` is the alternate bucket of `lo` for fingerprint `fp`.
-    pub(crate) fn is_pair(&self, lo: usize, high: usize, fp: u32) -> bool {
-        self.alt(lo, fp) == high
     }
 }
 

@@ -233,16 +233,12 @@ mod tests {
         assert_eq!(r[1].matcher.sport(), PortRange::new(1024, 65535).unwrap());
         assert_eq!(r[2].matcher.proto(), None);
         // First match in line order, by priority.
-        let trace = parse_trace(
+        let won = winners(
+            r,
             "167837953\t3232235777\t999\t53\t17\t0\t1\n\
              167837953\t3232235777\t2000\t80\t6\t0\t2\n\
              16777216\t1\t1\t1\t1\t0\t3\n",
-        )
-        .unwrap();
-        let won: Vec<u32> = trace
-            .iter()
-            .map(|p| first_match(r, &p.key).map_or(0, |r| r.id))
-            .collect();
+        );
         assert_eq!(won, [1, 2, 3]);
     }
 
@@ -261,17 +257,23 @@ mod tests {
         let r = &imp.rules;
         assert_eq!(r[0].matcher.proto(), Some(2));
         assert_eq!(r[0].matcher.dport(), PortRange::new(6000, 6010).unwrap());
-        let trace = parse_trace(
+        let won = winners(
+            r,
             "167837953\t3232235777\t7\t6005\t2\t0\t1\n\
              167837953\t3232235777\t7\t6011\t2\t0\t2\n\
              167837953\t3232235777\t7\t6005\t6\t0\t2\n",
-        )
-        .unwrap();
-        let won: Vec<u32> = trace
-            .iter()
-            .map(|p| first_match(r, &p.key).map_or(0, |r| r.id))
-            .collect();
+        );
         assert_eq!(won, [1, 2, 2]);
+    }
+
+    /// The id of the rule each packet of ClassBench trace `text` first
+    /// matches (0: none).
+    fn winners(rules: &[AclRule], text: &str) -> Vec<u32> {
+        parse_trace(text)
+            .unwrap()
+            .iter()
+            .map(|p| first_match(rules, &p.key).map_or(0, |r| r.id))
+            .collect()
     }
 
     #[test]

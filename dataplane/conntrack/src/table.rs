@@ -89,8 +89,8 @@ mod slot;
 mod stripe;
 
 use slot::{
-    mum, time_of, AcctSlot, Fields, Shard, Slot, RESET_TIMEOUT, STATE_MASK, STATE_SHIFT,
-    STATE_SLOTS, USED,
+    mum, time_of, AcctSlot, Fields, Shard, Slot, RESET_TIMEOUT, STATE_SHIFT, STATE_SLOTS,
+    TIMEOUT_INDEX, USED,
 };
 pub use slot::{ACCT_BYTES, DROP_SCAN, SLOT_BYTES};
 
@@ -504,7 +504,7 @@ impl ConnTable {
     /// Whether an entry (control word `c`, last-time word `last`) is past
     /// its timeout at `now_ns`.
     fn expired(&self, c: u64, last: u64, now_ns: u64) -> bool {
-        let mut timeout = self.timeout_ns[(c >> STATE_SHIFT & (STATE_MASK << 1 | 1)) as usize];
+        let mut timeout = self.timeout_ns[(c >> STATE_SHIFT & TIMEOUT_INDEX) as usize];
         if last & RESET_TIMEOUT != 0 {
             timeout = timeout.min(self.timeout_ns[State::TcpClose.index()]);
         }

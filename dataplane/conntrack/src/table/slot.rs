@@ -47,6 +47,9 @@ pub(super) const STATE_SLOTS: usize = 1 << 5;
 /// The timeout is capped at `tcp_unacknowledged_s`: right above the state
 /// bits, so that state and cap index one table of timeouts.
 pub(super) const CAP: u64 = 1 << 9;
+/// The state and cap bits as they index the table of timeouts, once
+/// shifted down by [`STATE_SHIFT`].
+pub(super) const TIMEOUT_INDEX: u64 = CAP >> STATE_SHIFT | STATE_MASK;
 /// Held by the one packet whose TCP windows are being checked and moved:
 /// a TCP connection's windows and state change together, as under
 /// Linux's `ct->lock`. Nothing else writes the control word while it is
@@ -265,6 +268,7 @@ pub(super) const STATES: [State; STATE_SLOTS] = {
     t
 };
 const _: () = assert!(State::ALL.len() <= STATE_SLOTS);
+const _: () = assert!(TIMEOUT_INDEX as usize == 2 * STATE_SLOTS - 1);
 const _: () = assert!(CAP == 1 << (STATE_SHIFT + STATE_MASK.count_ones()));
 const _: () = assert!(GEN_MASK >> GEN_SHIFT & 1 == 1 && SEEN_REPLY < 1 << GEN_SHIFT);
 const _: () = assert!(GEN_MASK < 1 << RULE_SHIFT);

@@ -4,8 +4,7 @@
 
 use cfdp_rules::{Action, FlowKey, RuleId};
 
-use super::compiled::Answer;
-use super::compiled::{self, Layer, Overlay, LANES};
+use super::compiled::{self, Answer, Layer, Overlay, LANES};
 use super::tuple::Family;
 use super::word::Packet;
 use super::{merge, tree_fields, AclClassifier, Probes};

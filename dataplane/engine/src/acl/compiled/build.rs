@@ -263,7 +263,7 @@ impl<W: Word> Builder<'_, W> {
         Some(me)
     }
 
-    /// The cut whose larger side holds the fewest rules (then the fewest
+    /// The split whose larger side holds the fewest rules (then the fewest
     /// copies), if one leaves both sides smaller than the node.
     fn best_split(&self, rules: &[u32], region: &Ranges<W>) -> Option<Split<W>> {
         let n = rules.len();

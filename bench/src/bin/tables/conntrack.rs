@@ -257,6 +257,37 @@ pub(crate) fn conntrack_scaling_wide(d: &Path, file: &str) -> R<String> {
     ) + &c.source())
 }
 
+/// `conntrack --part scaling` before and after a change on a many-core
+/// machine, the two binaries' sweeps alternated: per thread count, each
+/// operation's median of the sweeps and the ratio.
+pub(crate) fn conntrack_scaling_ab(d: &Path, file: &str) -> R<String> {
+    let c = Csv::load(d, file)?;
+    let mut rows = Vec::new();
+    for t in c.distinct("threads")? {
+        let mut row = vec![t.to_string()];
+        for work in ["opens", "mixed", "lookups"] {
+            let at = |build| {
+                c.median_where(
+                    &[("build", build), ("workload", work), ("threads", t)],
+                    "mops",
+                )
+            };
+            let (before, after) = (at("before")?, at("after")?);
+            row.push(format!("{before:.2} → {after:.2} ({:.2}×)", after / before));
+        }
+        rows.push(row);
+    }
+    Ok(table(
+        &[
+            "threads",
+            "opens, M/s: before → after (after / before)",
+            "open + look the answer up",
+            "lookups of established connections",
+        ],
+        &rows,
+    ) + &c.source())
+}
+
 /// `conntrack-rte-hash.sh`'s writers: cfdp's opens and `rte_hash`'s
 /// multi-writer inserts from 1 and 2 threads.
 pub(crate) fn conntrack_rte_hash_writers(d: &Path) -> R<String> {

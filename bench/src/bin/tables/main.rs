@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::classbench::{classbench, classbench_compile, classbench_worst};
 use crate::conntrack::{
     conntrack_answered_flood, conntrack_burst, conntrack_flood, conntrack_ops, conntrack_rte_hash,
-    conntrack_rte_hash_writers, conntrack_scaling, conntrack_scaling_wide,
+    conntrack_rte_hash_writers, conntrack_scaling, conntrack_scaling_ab, conntrack_scaling_wide,
 };
 use crate::control::{
     control_batch, control_churn, control_p4runtime, control_path, control_path_stages, dpdk,
@@ -91,6 +91,9 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "conntrack-rte-hash" => conntrack_rte_hash(dir),
         "conntrack-scaling" => conntrack_scaling(dir),
         "conntrack-scaling-16core" => conntrack_scaling_wide(dir, "conntrack_scaling_16core.csv"),
+        "conntrack-scaling-16core-ab" => {
+            conntrack_scaling_ab(dir, "conntrack_scaling_16core_ab.csv")
+        }
         "conntrack-rte-hash-writers" => conntrack_rte_hash_writers(dir),
         "control-batch" => control_batch(dir),
         "fold-stall" => fold_stall(dir),

@@ -23,7 +23,7 @@ use crate::config::{BloomMode, Config, ConfigError};
 use crate::hash::hash_bytes;
 use crate::layout::{kind, Bucket, Layout, ENTRIES_PER_BUCKET};
 use crate::outcome::{Candidates, Lookup, Stats};
-use crate::raw::{AltMask, RawTable, ReadView};
+use crate::raw::{partition_shift, AltMask, RawTable, ReadView};
 #[cfg(any(test, loom))]
 use crate::state::Loc;
 use crate::state::{alt_bucket, bloom_tag, Counts, Filter, Keyed, Rng, Writer};
@@ -165,6 +165,13 @@ impl<L: Borrow<Layout>> Reader<'_, L> {
 impl Filter {
     /// Builds an empty filter.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
+        let shift = partition_shift(config.bucket_count()?, config.partitions);
+        Self::with_part_shift(config, shift)
+    }
+
+    /// [`Self::new`] with the partition bits at `part_shift` (an image's:
+    /// format version 3 put them at 0).
+    pub(crate) fn with_part_shift(config: Config, part_shift: u32) -> Result<Self, ConfigError> {
         config.validate()?;
         let tag_bits = config.bloom.map_or(0, |b| b.mode.field_bits());
         let layout = Layout::new(
@@ -189,7 +196,7 @@ impl Filter {
             })
             .collect();
         Ok(Self {
-            raw: RawTable::new(layout, buckets, stripes, writers),
+            raw: RawTable::new(layout, buckets, stripes, writers, part_shift),
             bloom: config.bloom,
             counts: (0..parts).map(|_| CachePadded::default()).collect(),
             bloom_values: (0..if config.keep_bloom_values && config.bloom.is_some() {
@@ -222,12 +229,21 @@ impl Filter {
         self.raw.partitions()
     }
 
-    /// The partition of a pre-hashed key: the low bits of its primary
-    /// bucket, which its alternate shares. Writes of keys of different
-    /// partitions never wait for each other.
+    /// The partition of a pre-hashed key: bits of its primary bucket
+    /// from [`Self::partition_shift`] up, which its alternate shares.
+    /// Writes of keys of different partitions never wait for each other.
     #[inline(always)]
     pub fn partition_of(&self, h: u64) -> usize {
         self.raw.part_of((h >> 32) as usize)
+    }
+
+    /// The lowest bit of a bucket index that names its partition: 3 with
+    /// partitions (the bits below choose a bucket within a cache line, so
+    /// writers of different partitions share no line of buckets or of
+    /// seqlock counters), 0 with one, or with too few buckets for that.
+    /// A key's partition is `(h >> 32 >> shift) & (partitions - 1)`.
+    pub fn partition_shift(&self) -> u32 {
+        self.raw.part_shift()
     }
 
     /// Writes item `h` with `value` into a free slot of `bucket` (one of its

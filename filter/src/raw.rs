@@ -14,8 +14,8 @@ use crate::layout::{kind, Bucket, Layout};
 use crate::sync::{lock, spin_hint, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering};
 
 /// The bits an item's two buckets may differ in: the bucket mask without
-/// the partition bits (the low ones), and the lowest of them. Computed
-/// once with the table.
+/// the partition bits, and the lowest of them. Computed once with the
+/// table.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AltMask {
     pub(crate) mask: usize,
@@ -29,6 +29,24 @@ impl AltMask {
             mask,
             low: mask & mask.wrapping_neg(),
         }
+    }
+}
+
+/// Bucket-index bits below a partition's (`LINE_BITS`): with partitions,
+/// a cache line's buckets (up to eight one-word buckets) and a cache
+/// line's seqlock counters (eight) are one partition's, so writers of
+/// different partitions never write one line — with the partition in the
+/// lowest bits, eight partitions shared each line of counters, and on 16
+/// cores every open of the connection table waited for lines other
+/// stripes' opens had just written. 0 for one partition (the paper's
+/// filter) and where the buckets are too few to give every partition's
+/// items a choice of two buckets above those bits.
+pub(crate) fn partition_shift(buckets: usize, parts: usize) -> u32 {
+    const LINE_BITS: u32 = 3;
+    if parts > 1 && parts << (LINE_BITS + 1) <= buckets {
+        LINE_BITS
+    } else {
+        0
     }
 }
 
@@ -63,6 +81,9 @@ pub(crate) struct RawTable<S> {
     /// the partition bits).
     writers: Box<[CachePadded<Mutex<S>>]>,
     part_mask: usize,
+    /// Where the partition bits start in a bucket index
+    /// ([`partition_shift`]).
+    part_shift: u32,
     alt_mask: AltMask,
 }
 
@@ -113,12 +134,21 @@ impl<S> Drop for StripeGuard<'_, S> {
 
 impl<S> RawTable<S> {
     /// A table of `buckets`, `stripes` seqlock stripes (at least as many
-    /// as the partitions) and one partition per writer state.
-    pub fn new(layout: Layout, buckets: usize, stripes: usize, writers: Vec<S>) -> Self {
+    /// as the partitions, times `2^part_shift`) and one partition per
+    /// writer state, whose bits start at bit `part_shift` of a bucket index.
+    pub fn new(
+        layout: Layout,
+        buckets: usize,
+        stripes: usize,
+        writers: Vec<S>,
+        part_shift: u32,
+    ) -> Self {
         let parts = writers.len();
         debug_assert!(buckets.is_power_of_two() && stripes.is_power_of_two());
-        debug_assert!(parts.is_power_of_two() && parts <= buckets / 2);
-        let stripes = stripes.min(buckets).max(parts);
+        debug_assert!(parts.is_power_of_two() && parts << part_shift <= buckets / 2);
+        // A stripe's buckets share its index's bits, which hold the
+        // partition's: every stripe lies in one partition.
+        let stripes = stripes.min(buckets).max(parts << part_shift);
         let bits = layout.packed_bits;
         let (words, packed_mask) = if bits == 0 {
             (buckets * layout.words, 0)
@@ -143,7 +173,8 @@ impl<S> RawTable<S> {
                 .map(|w| CachePadded::new(Mutex::new(w)))
                 .collect(),
             part_mask: parts - 1,
-            alt_mask: AltMask::new(buckets - 1, parts - 1),
+            part_shift,
+            alt_mask: AltMask::new(buckets - 1, (parts - 1) << part_shift),
         }
     }
 
@@ -169,7 +200,13 @@ impl<S> RawTable<S> {
     /// The partition of bucket `b`.
     #[inline(always)]
     pub fn part_of(&self, bucket: usize) -> usize {
-        bucket & self.part_mask
+        (bucket >> self.part_shift) & self.part_mask
+    }
+
+    /// Where the partition bits start in a bucket index.
+    #[inline(always)]
+    pub fn part_shift(&self) -> u32 {
+        self.part_shift
     }
 
     /// The bucket mask without the partition bits: the bits an item's two

@@ -3,23 +3,26 @@
 //! ```text
 //! offset  size  field (all little-endian)
 //!      0     8  magic "CFDPFILT"
-//!      8     4  format version (3; versions 1 and 2, without the
-//!                 partitions field, are still read: one partition)
+//!      8     4  format version (4; version 3, without the partition
+//!                 shift, is read with the partition bits lowest, and
+//!                 versions 1 and 2, without the partitions field
+//!                 either, as one partition)
 //!     12     4  hash id (crate::hash::HASH_ID)
 //!     16     4  fingerprint bits      20  4  value bits
 //!     24     4  Bloom mode (0 none, 1 bit, 2 tag)
 //!     28     4  Bloom field bits      32  4  threshold t
 //!     36     4  max_kicks             40  4  buckets log2
 //!     44     4  stripes               48  4  layout (0 word, 1 packed)
-//!     52     4  partitions
-//!     56     8  seed                  64  8  entries
-//!     72     8  table words (N)       80  8  side-table records (R)
-//!     88   8·N  table words: each bucket as one or two words, the word
+//!     52     4  partitions            56  4  partition shift (the
+//!                 lowest bucket-index bit of a partition's index)
+//!     60     8  seed                  68  8  entries
+//!     76     8  table words (N)       84  8  side-table records (R)
+//!     92   8·N  table words: each bucket as one or two words, the word
 //!                 layout's form even for a packed table
-//!                 (version 2: the partitions field is absent, offsets
-//!                 from 52 are 4 less; version 1: the layout field is
-//!                 absent too, offsets from 48 are 8 less, and the layout
-//!                 is the word layout)
+//!                 (version 3: the partition shift is absent, offsets
+//!                 from 56 are 4 less; version 2: the partitions field
+//!                 too, 8 less from 52; version 1: the layout field too,
+//!                 12 less from 48, and the layout is the word layout)
 //!      …  24·R  records: low bucket u64, high bucket u64, fp u32, value u32
 //!      …     4  CRC-32 (IEEE) of everything before it
 //! ```
@@ -38,8 +41,9 @@ use crate::state::{bump, BloomRecord, Filter};
 use crate::sync::Ordering;
 
 const MAGIC: &[u8; 8] = b"CFDPFILT";
-const VERSION: u32 = 3;
-const HEADER: usize = 88;
+const VERSION: u32 = 4;
+const HEADER: usize = 92;
+const HEADER_V3: usize = 88;
 const HEADER_V2: usize = 84;
 const HEADER_V1: usize = 80;
 const RECORD: usize = 24;
@@ -153,6 +157,7 @@ impl Filter {
             self.stripe_count() as u32,
             u32::from(c.packed),
             self.partitions() as u32,
+            self.partition_shift(),
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -187,6 +192,7 @@ impl Filter {
         };
         let Header {
             config,
+            part_shift,
             field_bits,
             entries,
             n_words,
@@ -216,7 +222,16 @@ impl Filter {
                 actual: bytes.len(),
             });
         }
-        let filter = Filter::new(config.clone())?;
+        // The partition bits where this version puts them, or lowest (a
+        // version 3 image, or a table too small for them to move).
+        let own = crate::raw::partition_shift(buckets, config.partitions);
+        if part_shift != 0 && part_shift != own {
+            return Err(SnapshotError::BadParameters(format!(
+                "partition shift {part_shift} (0 or {own} for {} partitions of {buckets} buckets)",
+                config.partitions
+            )));
+        }
+        let filter = Filter::with_part_shift(config.clone(), part_shift)?;
         let words: Vec<u64> = (0..n_words).map(|_| r.u64()).collect();
         let mut side = Vec::with_capacity(n_side as usize);
         for _ in 0..n_side {
@@ -227,7 +242,13 @@ impl Filter {
             side.push((lo, BloomRecord { fp, value, high }));
         }
         validate_content(&filter, &words, &side, entries)?;
-        Ok(Filter::from_parts(config, &words, side, entries as usize)?)
+        Ok(Filter::from_parts(
+            config,
+            part_shift,
+            &words,
+            side,
+            entries as usize,
+        )?)
     }
 }
 
@@ -244,6 +265,7 @@ fn check_envelope(bytes: &[u8]) -> Result<(u32, usize), SnapshotError> {
     let header = match version {
         1 => HEADER_V1,
         2 => HEADER_V2,
+        3 => HEADER_V3,
         VERSION => HEADER,
         _ => return Err(SnapshotError::UnsupportedVersion(version)),
     };
@@ -263,6 +285,7 @@ fn check_envelope(bytes: &[u8]) -> Result<(u32, usize), SnapshotError> {
 /// checked against each other).
 struct Header {
     config: Config,
+    part_shift: u32,
     field_bits: u32,
     entries: u64,
     n_words: u64,
@@ -293,6 +316,7 @@ fn read_header(r: &mut Reader<'_>, version: u32) -> Result<Header, SnapshotError
         }
     };
     let partitions = if version < 3 { 1 } else { r.u32() as usize };
+    let part_shift = if version < 4 { 0 } else { r.u32() };
     let seed = r.u64();
     let entries = r.u64();
     let n_words = r.u64();
@@ -328,6 +352,7 @@ fn read_header(r: &mut Reader<'_>, version: u32) -> Result<Header, SnapshotError
     };
     Ok(Header {
         config,
+        part_shift,
         field_bits,
         entries,
         n_words,
@@ -435,11 +460,12 @@ impl Filter {
     /// Builds a filter from validated image parts.
     pub(crate) fn from_parts(
         config: Config,
+        part_shift: u32,
         words: &[u64],
         side: Vec<(usize, BloomRecord)>,
         entries: usize,
     ) -> Result<Self, ConfigError> {
-        let f = Self::new(config)?;
+        let f = Self::with_part_shift(config, part_shift)?;
         f.raw.load_words(words);
         let mut all = f.raw.write_all();
         for (lo, rec) in side {

@@ -96,7 +96,7 @@ fn corrupt_and_foreign_images_are_refused_clearly() {
     assert!(matches!(err, SnapshotError::ForeignHash(_)), "{err}");
 
     let mut bad = img.clone();
-    bad[64] ^= 1; // entry count
+    bad[68] ^= 1; // entry count
     let err = Filter::from_bytes(&reseal(bad)).unwrap_err();
     assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err}");
 
@@ -225,9 +225,10 @@ fn packed_round_trip() {
 fn version_1_and_2_images_still_load() {
     let (f, hs) = filled(Some(BloomMode::Bit));
     let img = f.to_bytes();
-    // Version 2: no partitions field at offset 52; version 1: no layout
-    // field at 48 either. The version, a fresh checksum.
-    for (version, cut) in [(2u32, 52..56), (1, 48..56)] {
+    // Version 2: no partitions field at offset 52 nor partition shift at
+    // 56; version 1: no layout field at 48 either. The version, a fresh
+    // checksum.
+    for (version, cut) in [(2u32, 52..60), (1, 48..60)] {
         let mut old = img[..img.len() - 4].to_vec();
         old.drain(cut);
         old[8..12].copy_from_slice(&version.to_le_bytes());
@@ -282,9 +283,62 @@ fn partitioned_images_round_trip_and_a_changed_count_is_refused() {
     // Every partition's own elements migrate (each writer has its own).
     assert_eq!(g.migrate(usize::MAX), f.migrate(usize::MAX));
     let mut bad = img[..img.len() - 4].to_vec();
-    bad[52..56].copy_from_slice(&1u32.to_le_bytes());
+    bad[52..56].copy_from_slice(&4u32.to_le_bytes());
     let crc = crc32(&bad);
     bad.extend_from_slice(&crc.to_le_bytes());
     let err = Filter::from_bytes(&bad).unwrap_err();
     assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err}");
+}
+
+/// A version 3 image of a partitioned filter (written by the code of
+/// 04645a4, before the partition bits moved up from the lowest bits:
+/// 2^10 buckets, 8 partitions, f = 12, v = 8, Bloom bit mode, the first
+/// 3,687 keys of `Keys::new(31)` put in by `fill_to(.., 0.90, ..)`) loads
+/// with its partitions where it had them: every key found. Loaded with
+/// today's partition bits, most keys in their alternate bucket would be
+/// looked for elsewhere.
+#[test]
+fn a_version_3_partitioned_image_loads_with_its_partition_bits() {
+    let img = include_bytes!("images/v3-partitions-8.bin");
+    assert_eq!(u32::from_le_bytes(img[8..12].try_into().unwrap()), 3);
+    let g = Filter::from_bytes(img).expect("version 3 image loads");
+    assert_eq!(
+        (g.partitions(), g.partition_shift(), g.len()),
+        (8, 0, 3_687)
+    );
+    let mut keys = Keys::new(31);
+    let missing = (0..3_687)
+        .map(|_| cfdp_filter::hash::hash_u64(keys.next_key()))
+        .filter(|&h| !g.contains_hash(h))
+        .count();
+    assert_eq!(missing, 0, "keys of the image not found");
+    // Today's filter of the same configuration puts the partition bits
+    // above a cache line's buckets, and its own image says so.
+    let own = Filter::new(g.config().clone()).unwrap();
+    assert_eq!(own.partition_shift(), 3);
+    let back = Filter::from_bytes(&own.to_bytes()).unwrap();
+    assert_eq!(back.partition_shift(), 3);
+}
+
+/// An image whose partition shift is neither 0 nor this version's for its
+/// sizes is refused (its items' alternate buckets would be computed with
+/// a mask they were not placed with).
+#[test]
+fn an_image_with_a_foreign_partition_shift_is_refused() {
+    let f = Filter::new(Config {
+        buckets_log2: Some(10),
+        partitions: 8,
+        ..Config::default()
+    })
+    .unwrap();
+    let img = f.to_bytes();
+    assert_eq!(u32::from_le_bytes(img[56..60].try_into().unwrap()), 3);
+    for shift in [1u32, 2, 5] {
+        let mut bad = img[..img.len() - 4].to_vec();
+        bad[56..60].copy_from_slice(&shift.to_le_bytes());
+        let crc = crc32(&bad);
+        bad.extend_from_slice(&crc.to_le_bytes());
+        let err = Filter::from_bytes(&bad).unwrap_err();
+        assert!(matches!(err, SnapshotError::BadParameters(_)), "{err}");
+    }
 }

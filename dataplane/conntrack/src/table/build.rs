@@ -5,7 +5,7 @@ use cfdp_filter::{BloomConfig, BloomMode, Config, Filter, ZeroedSlice};
 use cfdp_rules::HashSecret;
 
 use super::slot::{AcctSlot, Shard, STATE_SLOTS};
-use super::{ConnTable, Options, TableError, CLOCKS, MAX_SLOTS, SHARDS};
+use super::{ConnTable, Options, TableError, CLOCKS, EPOCH_LINE, MAX_SLOTS, SHARDS};
 use crate::state::{State, Timeouts};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex};
 
@@ -72,6 +72,12 @@ impl ConnTable {
         };
         config.partitions = partitions(capacity, config.bucket_count()?, shards);
         let filter = Filter::new(config)?;
+        let stripe_shift = filter.partition_shift();
+        let epoch_lines = if cfg!(loom) {
+            shards
+        } else {
+            shards.max(SHARDS / EPOCH_LINE)
+        };
         Ok(Self {
             filter,
             slots: ZeroedSlice::zeroed(total),
@@ -82,14 +88,16 @@ impl ConnTable {
                 .map(|i| CachePadded::new(Mutex::new(Shard::new((i * per_shard) as u32))))
                 .collect(),
             // Epochs apart from the stripes: an open makes stale only the
-            // probes of its 1/256th of the hashes, however few the stripes
-            // (the loom model: one a stripe). Each is one stripe's: the
-            // stripe's bits are the low bits of its index.
-            epochs: (0..if cfg!(loom) { shards } else { SHARDS })
-                .map(|_| AtomicU64::new(0))
+            // probes of its 1/256th of the hashes (or less), however few
+            // the stripes (the loom model: one line a stripe). A stripe's
+            // are whole lines, its bits the high bits of their index.
+            epochs: (0..epoch_lines)
+                .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
                 .collect(),
+            epoch_bits: (epoch_lines / shards * EPOCH_LINE).trailing_zeros(),
             per_shard: per_shard as u32,
             shard_mask: shards - 1,
+            stripe_shift,
             seeds: std::array::from_fn(|i| secret.hash_bytes(&[i as u8, 0x5a]) | 1),
             capacity,
             len: AtomicUsize::new(shards * quota as usize),

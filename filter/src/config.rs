@@ -75,7 +75,8 @@ pub struct Config {
     pub packed: bool,
     /// Writer partitions (a power of two, 1 by default): a key's two
     /// buckets, and so every cuckoo move and Bloom pair, stay inside the
-    /// partition the low bits of its primary bucket name, and each
+    /// partition that bits of its primary bucket name (bits 3 and up, or
+    /// the lowest in a small table: `Filter::partition_shift`), and each
     /// partition has its own writer lock, side table and counters, so
     /// writers of different partitions never wait for each other. At most
     /// half the buckets; the stripes are at least as many. 1 is the

@@ -22,7 +22,7 @@
 //! stripe (its hash picks one of at most [`SHARDS`]), which owns a
 //! partition of the slots and its free list, and inside it the writer lock
 //! of the filter's partition of the same number: at the default sizes the
-//! stripe *is* the filter partition (the low bits of the key's primary
+//! stripe *is* the filter partition (the partition bits of the key's primary
 //! bucket, which its alternate bucket and every cuckoo move keep), so the
 //! filter lock is never waited for, and opens in different stripes share
 //! no lock and, until the table is nearly full, no written line (a filter
@@ -465,9 +465,10 @@ impl ConnTable {
         }
     }
 
-    /// The stripe of hash `h`: the low bits of its primary bucket (the
-    /// filter's bucket index is `h >> 32`), of which its filter partition
-    /// takes the lowest (the partitions are no more than the stripes).
+    /// The stripe of hash `h`: bits of its primary bucket (the filter's
+    /// bucket index is `h >> 32`) from the filter's partition shift up, of
+    /// which its filter partition takes the lowest (the partitions are no
+    /// more than the stripes).
     fn stripe(&self, h: u64) -> usize {
         let stripe = ((h >> 32) as usize >> self.stripe_shift) & self.shard_mask;
         debug_assert_eq!(

@@ -94,6 +94,9 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "conntrack-scaling-16core-ab" => {
             conntrack_scaling_ab(dir, "conntrack_scaling_16core_ab.csv")
         }
+        "conntrack-scaling-16core-lines-ab" => {
+            conntrack_scaling_ab(dir, "conntrack_scaling_16core_lines_ab.csv")
+        }
         "conntrack-rte-hash-writers" => conntrack_rte_hash_writers(dir),
         "control-batch" => control_batch(dir),
         "fold-stall" => fold_stall(dir),

@@ -100,9 +100,11 @@ pub(crate) struct ExportState {
     skip: usize,
     /// The packet time the oldest record waiting to be sent finished by.
     waiting_since: Option<u64>,
-    /// (frame index in the burst, its record's place, its 5-tuple, its
-    /// length), this burst.
-    noted: Vec<(usize, Place, FlowKey, u32)>,
+    /// (frame index in the burst, its 5-tuple, its length), this burst.
+    noted: Vec<(usize, FlowKey, u32)>,
+    /// Each noted frame's place in the cache (found once the burst is
+    /// decoded).
+    places: Vec<Place>,
 }
 
 impl ExportState {
@@ -115,24 +117,19 @@ impl ExportState {
             skip: 0,
             waiting_since: None,
             noted: Vec::with_capacity(crate::matcher::MAX_BURST),
+            places: Vec::with_capacity(crate::matcher::MAX_BURST),
         }
     }
 
-    /// Frame `i` of the burst is IP, with its own 5-tuple `key`. Its
-    /// flow's set in the cache is fetched now, while the burst is matched,
-    /// so that `after_burst` finds it in cache (l3fwd's prefetch, for the
-    /// flow cache: a cache of a million flows is 64 MB).
+    /// Frame `i` of the burst is IP, with its own 5-tuple `key`: noted,
+    /// its place in the cache found after the decode ([`Self::burst_done`]).
+    /// Not hashed here: the key was stored a moment ago by the decode in
+    /// narrower pieces than the hash reads it in, and a load that spans
+    /// several stores still in flight waits for them (`perf` had ~25 % of
+    /// the export's cost on the first load of the key).
     #[inline]
     pub(crate) fn note(&mut self, i: usize, key: FlowKey, len: u32) {
-        let at = self.cache.place(&key);
-        let set = self.cache.address(at);
-        for line in 0..cfdp_export::cache::WAYS {
-            prefetch_read(set.wrapping_add(line * 64));
-        }
-        if let Some(side) = self.cache.side_address(at) {
-            prefetch_read(side);
-        }
-        self.noted.push((i, at, key, len));
+        self.noted.push((i, key, len));
     }
 
     /// The index in the next burst of its first frame the sampling takes
@@ -148,9 +145,27 @@ impl ExportState {
 
     /// A burst of `n` frames is decoded; `next` is the index its next
     /// taken frame would have had (at least `n`): the next burst starts
-    /// counting from there.
+    /// counting from there. Finds the noted frames' places in the cache
+    /// (and fetches them), which [`Self::after_burst`] needs: called
+    /// between the two.
     pub(crate) fn burst_done(&mut self, n: usize, next: usize) {
         self.skip = next - n;
+        // Each noted flow's set in the cache fetched now, while the burst
+        // is matched, so that `after_burst` finds it in cache (l3fwd's
+        // prefetch, for the flow cache: a cache of a million flows is 64
+        // MB).
+        self.places.clear();
+        for (_, key, _) in &self.noted {
+            let at = self.cache.place(key);
+            let set = self.cache.address(at);
+            for line in 0..cfdp_export::cache::WAYS {
+                prefetch_read(set.wrapping_add(line * 64));
+            }
+            if let Some(side) = self.cache.side_address(at) {
+                prefetch_read(side);
+            }
+            self.places.push(at);
+        }
     }
 
     /// The burst's verdicts are in: its noted frames into the cache, and
@@ -168,7 +183,8 @@ impl ExportState {
         names: &SlotCounters,
     ) {
         let biflow = self.cache.biflow();
-        for &(i, at, key, len) in &self.noted {
+        debug_assert_eq!(self.noted.len(), self.places.len(), "burst_done not called");
+        for (&(i, key, len), &at) in self.noted.iter().zip(&self.places) {
             // A TCP segment's FIN or RST (read again here: the fast decode
             // keeps no flags).
             let close = if key.proto == cfdp_rules::proto::TCP {
@@ -315,6 +331,7 @@ mod tests {
         for (i, p) in pkts[..2].iter().enumerate() {
             s.note(i, key, p.orig_len);
         }
+        s.burst_done(2, 2);
         s.after_burst(
             &pkts[..2],
             &verdicts,
@@ -327,6 +344,7 @@ mod tests {
         for (i, p) in pkts[2..].iter().enumerate() {
             s.note(i, key, p.orig_len);
         }
+        s.burst_done(3, 3);
         s.after_burst(
             &pkts[2..],
             &verdicts,
@@ -452,6 +470,7 @@ mod tests {
             matched: &keys,
             table: Some(&table),
         };
+        s.burst_done(2, 2);
         s.after_burst(&pkts, &[Verdict::Forward; 2], &judged, &names);
         s.cache.flush(EndReason::Forced);
         let mut r = s.cache.take();

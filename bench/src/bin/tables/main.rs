@@ -108,6 +108,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "worker-path" => peers::worker_path(dir),
         "conntrack-window-established" => peers::window_established(dir),
         "flow-export" => peers::flow_export(dir),
+        "flow-export-ab" => peers::flow_export_ab(dir),
         other => Err(format!("no renderer for table {other:?}").into()),
     }
 }

@@ -173,3 +173,37 @@ pub(crate) fn flow_export(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `flow_export_ab.csv`: export on, before and after a change, the two
+/// builds alternated: per workload, the medians of the pairs.
+pub(crate) fn flow_export_ab(d: &Path) -> R<String> {
+    let c = Csv::load(d, "flow_export_ab.csv")?;
+    let mut rows = Vec::new();
+    for w in c.distinct("workload")? {
+        let at = |build, col| c.median_where(&[("build", build), ("workload", w)], col);
+        let (off_b, off_a) = (at("before", "off_mpps")?, at("after", "off_mpps")?);
+        let (on_b, on_a) = (at("before", "on_mpps")?, at("after", "on_mpps")?);
+        let (bi_b, bi_a) = (at("before", "biflow_mpps")?, at("after", "biflow_mpps")?);
+        rows.push(vec![
+            w.to_string(),
+            format!("{off_b:.2} → {off_a:.2} ({:.2}×)", off_a / off_b),
+            format!("{on_b:.2} → {on_a:.2} ({:.2}×)", on_a / on_b),
+            format!(
+                "{:.2}× → {:.2}×",
+                at("before", "on_vs_off")?,
+                at("after", "on_vs_off")?
+            ),
+            format!("{bi_b:.2} → {bi_a:.2} ({:.2}×)", bi_a / bi_b),
+        ]);
+    }
+    Ok(table(
+        &[
+            "traffic",
+            "export off, Mpps: before → after",
+            "on, every packet",
+            "on / off",
+            "on, biflow records",
+        ],
+        &rows,
+    ) + &c.source())
+}

@@ -321,7 +321,7 @@ impl FlowCache {
         self.sweep_if_due(now);
         let set = at.0;
         if let Some(j) = self.sets[set].iter().position(|w| w.holds(&key)) {
-            self.add(set, j, p, (reply, rule), now);
+            self.add(set, j, p, reply, rule, now);
             return;
         }
         let rule = rule();
@@ -367,7 +367,8 @@ impl FlowCache {
         set: usize,
         j: usize,
         p: &Observed,
-        (reply, rule): (bool, impl FnOnce() -> Option<cfdp_rules::RuleId>),
+        reply: bool,
+        rule: impl FnOnce() -> Option<cfdp_rules::RuleId>,
         now: u64,
     ) {
         let w = &mut self.sets[set][j];

@@ -95,6 +95,7 @@ impl ConnTable {
                 .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
                 .collect(),
             epoch_bits: (epoch_lines / shards * EPOCH_LINE).trailing_zeros(),
+            shard_bits: shards.trailing_zeros(),
             per_shard: per_shard as u32,
             shard_mask: shards - 1,
             stripe_shift,

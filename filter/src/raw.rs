@@ -35,10 +35,10 @@ impl AltMask {
 /// Bucket-index bits below a partition's (`LINE_BITS`): with partitions,
 /// a cache line's buckets (up to eight one-word buckets) and a cache
 /// line's seqlock counters (eight) are one partition's, so writers of
-/// different partitions never write one line — with the partition in the
-/// lowest bits, eight partitions shared each line of counters, and on 16
-/// cores every open of the connection table waited for lines other
-/// stripes' opens had just written. 0 for one partition (the paper's
+/// different partitions never write one line (with the partition in the
+/// lowest bits, eight partitions shared each line of counters; with the
+/// connection table's epochs a line a stripe too, 16 threads' opens went
+/// 1.06× faster on 16 cores: `bench/README.md`). 0 for one partition (the paper's
 /// filter) and where the buckets are too few to give every partition's
 /// items a choice of two buckets above those bits.
 pub(crate) fn partition_shift(buckets: usize, parts: usize) -> u32 {

@@ -340,8 +340,9 @@ pub struct ConnTable {
     /// epochs fill whole cache lines of their own (`2^epoch_bits` of them,
     /// at least [`EPOCH_LINE`]): opens in different stripes write no
     /// common line, and a probe's read misses only after an open of its
-    /// own stripe. Packed eight stripes to a line, 16 threads' opens spent
-    /// their time passing the lines between cores.
+    /// own stripe (they were eight stripes to a line; with the filter's
+    /// counters a line a partition too, opens on 16 cores went 1.06×
+    /// faster).
     epochs: Box<[CachePadded<[AtomicU64; EPOCH_LINE]>]>,
     epoch_bits: u32,
     /// The stripe's bits in a hash's index bits (`log2` of the stripes).

@@ -146,14 +146,16 @@ impl ExportState {
     /// A burst of `n` frames is decoded; `next` is the index its next
     /// taken frame would have had (at least `n`): the next burst starts
     /// counting from there. Finds the noted frames' places in the cache
-    /// (and fetches them), which [`Self::after_burst`] needs: called
-    /// between the two.
+    /// (and fetches them) for [`Self::after_burst`].
     pub(crate) fn burst_done(&mut self, n: usize, next: usize) {
         self.skip = next - n;
-        // Each noted flow's set in the cache fetched now, while the burst
-        // is matched, so that `after_burst` finds it in cache (l3fwd's
-        // prefetch, for the flow cache: a cache of a million flows is 64
-        // MB).
+        self.find_places();
+    }
+
+    /// Each noted flow's set in the cache, fetched now, while the burst is
+    /// matched, so that `after_burst` finds it in cache (l3fwd's prefetch,
+    /// for the flow cache: a cache of a million flows is 64 MB).
+    fn find_places(&mut self) {
         self.places.clear();
         for (_, key, _) in &self.noted {
             let at = self.cache.place(key);
@@ -183,7 +185,10 @@ impl ExportState {
         names: &SlotCounters,
     ) {
         let biflow = self.cache.biflow();
-        debug_assert_eq!(self.noted.len(), self.places.len(), "burst_done not called");
+        if self.places.len() != self.noted.len() {
+            // Noted since the burst's places were found (none is lost).
+            self.find_places();
+        }
         for (&(i, key, len), &at) in self.noted.iter().zip(&self.places) {
             // A TCP segment's FIN or RST (read again here: the fast decode
             // keeps no flags).
@@ -480,5 +485,37 @@ mod tests {
             .map(|r| (r.key, r.packets, r.reverse.map(|c| c.packets), r.rule))
             .collect();
         assert_eq!(got, [(a, 1, None, Some(88)), (b, 0, Some(1), Some(77))]);
+    }
+
+    /// Frames noted after the burst's places were found (or with none
+    /// found) still reach the cache: `after_burst` finds what is missing.
+    #[test]
+    fn frames_noted_without_their_places_are_not_lost() {
+        let (_sink, _x, mut s) = state(1);
+        let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 5000, 53);
+        let frame = tcp(0);
+        let pkts: Vec<PacketRef<'_>> = (0..2)
+            .map(|_| PacketRef {
+                link: LinkType::Ethernet,
+                ts_ns: 1_000,
+                orig_len: 60,
+                data: &frame,
+                l4_vouched: false,
+            })
+            .collect();
+        let matched = [key; MAX_BURST];
+        s.note(0, key, 60);
+        s.burst_done(1, 1);
+        s.note(1, key, 60);
+        s.after_burst(
+            &pkts,
+            &[Verdict::Forward; 2],
+            &undecided(&matched),
+            &SlotCounters::new(1),
+        );
+        s.cache.flush(EndReason::Forced);
+        let records = s.cache.take();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].packets, 2);
     }
 }

@@ -4,8 +4,8 @@
 use etherparse::{IpNumber, PacketBuilder, TcpHeader, TcpOptionElement};
 
 use super::wire::{
-    split, split_ranges, Crafted, A4, A6, ACK, B4, B6, C4, C6, FIN, MAC_A, MAC_B, MAC_C, MAC_RA,
-    MAC_RB, PSH, RST, SYN,
+    crc32c, split, split_ranges, Crafted, A4, A6, ACK, B4, B6, C4, C6, FIN, MAC_A, MAC_B, MAC_C,
+    MAC_RA, MAC_RB, PSH, RST, SYN,
 };
 
 #[derive(Clone, Copy)]
@@ -293,6 +293,32 @@ impl Lab {
             let mut out = Vec::new();
             let gre = [0, 0, 0x08, 0x00, 0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17];
             b.write(&mut out, IpNumber(47), &gre).unwrap();
+            out
+        });
+    }
+
+    /// An SCTP packet: its common header (ports, verification tag
+    /// `vtag`) and `chunks`, with its CRC32c (Linux's conntrack checks it,
+    /// as it checks TCP's and UDP's checksums).
+    pub(super) fn sctp(
+        &mut self,
+        from: Host,
+        to: Host,
+        ports: (u16, u16),
+        vtag: u32,
+        chunks: &[u8],
+    ) {
+        let mut packet = Vec::with_capacity(12 + chunks.len());
+        packet.extend_from_slice(&ports.0.to_be_bytes());
+        packet.extend_from_slice(&ports.1.to_be_bytes());
+        packet.extend_from_slice(&vtag.to_be_bytes());
+        packet.extend_from_slice(&[0; 4]);
+        packet.extend_from_slice(chunks);
+        let sum = crc32c(&packet);
+        packet[8..12].copy_from_slice(&sum.to_le_bytes());
+        self.ip(from, to, |b| {
+            let mut out = Vec::new();
+            b.write(&mut out, IpNumber(132), &packet).unwrap();
             out
         });
     }

@@ -286,6 +286,19 @@ mod tests {
         out
     }
 
+    /// `n` frames of `frame`'s bytes, 60 bytes on the wire, at 1 µs.
+    fn copies(frame: &[u8], n: usize) -> Vec<PacketRef<'_>> {
+        (0..n)
+            .map(|_| PacketRef {
+                link: LinkType::Ethernet,
+                ts_ns: 1_000,
+                orig_len: 60,
+                data: frame,
+                l4_vouched: false,
+            })
+            .collect()
+    }
+
     /// A burst in which nothing was decided by a connection or a rule,
     /// its frames matched as `matched` says.
     fn undecided(matched: &[FlowKey]) -> Judged<'_> {
@@ -434,16 +447,7 @@ mod tests {
         // Frame 0: flow a, matched rule slot 6; frame 1: b's answer,
         // decided by b's connection.
         let keys = [a, b.reply()];
-        let pkts: Vec<PacketRef<'_>> = keys
-            .iter()
-            .map(|_| PacketRef {
-                link: LinkType::Ethernet,
-                ts_ns: 1_000,
-                orig_len: 60,
-                data: &frame,
-                l4_vouched: false,
-            })
-            .collect();
+        let pkts = copies(&frame, keys.len());
         for (i, k) in keys.iter().enumerate() {
             s.note(i, *k, 60);
         }
@@ -494,15 +498,7 @@ mod tests {
         let (_sink, _x, mut s) = state(1);
         let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 5000, 53);
         let frame = tcp(0);
-        let pkts: Vec<PacketRef<'_>> = (0..2)
-            .map(|_| PacketRef {
-                link: LinkType::Ethernet,
-                ts_ns: 1_000,
-                orig_len: 60,
-                data: &frame,
-                l4_vouched: false,
-            })
-            .collect();
+        let pkts = copies(&frame, 2);
         let matched = [key; MAX_BURST];
         s.note(0, key, 60);
         s.burst_done(1, 1);

@@ -231,7 +231,7 @@ impl Filter {
                 config.partitions
             )));
         }
-        let filter = Filter::with_part_shift(config.clone(), part_shift)?;
+        let filter = Filter::with_part_shift(config, part_shift)?;
         let words: Vec<u64> = (0..n_words).map(|_| r.u64()).collect();
         let mut side = Vec::with_capacity(n_side as usize);
         for _ in 0..n_side {
@@ -242,13 +242,9 @@ impl Filter {
             side.push((lo, BloomRecord { fp, value, high }));
         }
         validate_content(&filter, &words, &side, entries)?;
-        Ok(Filter::from_parts(
-            config,
-            part_shift,
-            &words,
-            side,
-            entries as usize,
-        )?)
+        // The table the image was checked against, empty until now: one
+        // allocation of it, not a second for the load.
+        Ok(filter.load_parts(&words, side, entries as usize))
     }
 }
 
@@ -457,34 +453,33 @@ impl Filter {
         (words, side, self.entries(), self.bloom_len())
     }
 
-    /// Builds a filter from validated image parts.
-    pub(crate) fn from_parts(
-        config: Config,
-        part_shift: u32,
+    /// Fills this empty filter (the one the image was validated against)
+    /// from its validated parts.
+    pub(crate) fn load_parts(
+        self,
         words: &[u64],
         side: Vec<(usize, BloomRecord)>,
         entries: usize,
-    ) -> Result<Self, ConfigError> {
-        let f = Self::with_part_shift(config, part_shift)?;
-        f.raw.load_words(words);
-        let mut all = f.raw.write_all();
+    ) -> Self {
+        self.raw.load_words(words);
+        let mut all = self.raw.write_all();
         for (lo, rec) in side {
-            let w = &mut all[f.raw.part_of(lo)];
-            if let Some(v) = f.bloom_values.get(lo) {
+            let w = &mut all[self.raw.part_of(lo)];
+            if let Some(v) = self.bloom_values.get(lo) {
                 v.store(rec.value, Ordering::Relaxed);
             }
             w.side.insert(lo, rec);
-            bump(&f.counts[w.part()].bloom_items, 1);
+            bump(&self.counts[w.part()].bloom_items, 1);
         }
         drop(all);
         // The entries by partition, from the table itself (the image
         // states their sum, checked against the table before this).
-        let per_part = f.raw.entries_by_part();
+        let per_part = self.raw.entries_by_part();
         debug_assert_eq!(per_part.iter().sum::<usize>(), entries);
-        for (c, n) in f.counts.iter().zip(per_part) {
+        for (c, n) in self.counts.iter().zip(per_part) {
             c.entries.store(n, Ordering::Relaxed);
         }
-        Ok(f)
+        self
     }
 
     /// Expected Bloom tag of a side-table record (snapshot validation).

@@ -473,12 +473,19 @@ impl ConnTable {
     /// which its filter partition takes the lowest (the partitions are no
     /// more than the stripes).
     fn stripe(&self, h: u64) -> usize {
-        let stripe = ((h >> 32) as usize >> self.stripe_shift) & self.shard_mask;
+        let stripe = self.stripe_bits(h) & self.shard_mask;
         debug_assert_eq!(
             stripe & (self.filter.partitions() - 1),
             self.filter.partition_of(h)
         );
         stripe
+    }
+
+    /// Hash `h`'s primary bucket from the filter's partition bits up: its
+    /// stripe in the low bits ([`Self::stripe`]), its epoch above them.
+    #[inline(always)]
+    fn stripe_bits(&self, h: u64) -> usize {
+        (h >> 32) as usize >> self.stripe_shift
     }
 
     /// Hash `h`'s open counter: one of its stripe's (a whole line of them
@@ -488,7 +495,7 @@ impl ConnTable {
     /// the stripes, then a `count_ones`, cost ~24 instructions a probed
     /// packet: callgrind, `worker-path` udp-stateful 1003 → 980).
     pub(super) fn epoch(&self, h: u64) -> &AtomicU64 {
-        let bits = (h >> 32) as usize >> self.stripe_shift;
+        let bits = self.stripe_bits(h);
         let within = (bits >> self.shard_bits) & ((1 << self.epoch_bits) - 1);
         let i = (bits & self.shard_mask) << self.epoch_bits | within;
         &self.epochs[i / EPOCH_LINE][i % EPOCH_LINE]

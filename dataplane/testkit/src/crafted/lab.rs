@@ -289,12 +289,8 @@ impl Lab {
 
     /// A GRE (version 0) packet carrying a few bytes of an IPv4 packet.
     pub(super) fn gre(&mut self, from: Host, to: Host) {
-        self.ip(from, to, |b| {
-            let mut out = Vec::new();
-            let gre = [0, 0, 0x08, 0x00, 0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17];
-            b.write(&mut out, IpNumber(47), &gre).unwrap();
-            out
-        });
+        let gre = [0, 0, 0x08, 0x00, 0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17];
+        self.payload(from, to, 47, &gre);
     }
 
     /// An SCTP packet: its common header (ports, verification tag
@@ -316,18 +312,18 @@ impl Lab {
         packet.extend_from_slice(chunks);
         let sum = crc32c(&packet);
         packet[8..12].copy_from_slice(&sum.to_le_bytes());
-        self.ip(from, to, |b| {
-            let mut out = Vec::new();
-            b.write(&mut out, IpNumber(132), &packet).unwrap();
-            out
-        });
+        self.payload(from, to, 132, &packet);
     }
 
     pub(super) fn raw(&mut self, from: Host, to: Host, proto: u8) {
+        self.payload(from, to, proto, b"opaque payload");
+    }
+
+    /// A frame whose IP payload is protocol `proto`'s `bytes`, as they are.
+    fn payload(&mut self, from: Host, to: Host, proto: u8, bytes: &[u8]) {
         self.ip(from, to, |b| {
             let mut out = Vec::new();
-            b.write(&mut out, IpNumber(proto), b"opaque payload")
-                .unwrap();
+            b.write(&mut out, IpNumber(proto), bytes).unwrap();
             out
         });
     }

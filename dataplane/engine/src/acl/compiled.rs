@@ -95,9 +95,8 @@ struct Tree<W: Word> {
     entries: usize,
     /// The leaves' rules again as the vector kernel reads them (eight a
     /// block, a leaf's blocks in a row, lanes past a leaf's rules never
-    /// matching), and each leaf's first block, by span.
+    /// matching); a leaf node names its first block (see [`Node`]).
     blocks: Vec<W::Block>,
-    block_at: Vec<u32>,
     /// IPv4 only: where a walk starts, by the addresses' top bits.
     root: Root,
     depth: u32,
@@ -206,7 +205,6 @@ impl<W: Word> Layer<W> {
             + t.steps.capacity() * std::mem::size_of::<Step<W>>()
             + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + t.blocks.capacity() * std::mem::size_of::<W::Block>()
-            + t.block_at.capacity() * std::mem::size_of::<u32>()
             + t.root.bytes()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.rules.capacity() * std::mem::size_of::<AclRule>()
@@ -277,12 +275,12 @@ impl<W: Word> Layer<W> {
     /// rewrote.
     #[inline(always)]
     fn leaf_blocks<'a>(&'a self, node: u32, o: &'a Overlay<W>) -> &'a [W::Block] {
-        let span = self.tree.nodes[node as usize].kids[1] as usize;
-        let (start, len) = o.spans[span];
+        let node = &self.tree.nodes[node as usize];
+        let (start, len) = o.spans[node.kids[1] as usize];
         if start & overlay::PATCHED != 0 {
             return o.blocks_of(start, len);
         }
-        let at = self.tree.block_at[span] as usize;
+        let at = node.first_block();
         &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
     }
 
@@ -317,9 +315,20 @@ impl<W: Word> Layer<W> {
     /// column).
     #[inline(always)]
     fn prefetch_leaf(&self, node: u32, o: &Overlay<W>) {
-        let b = self.leaf_blocks(node, o).as_ptr();
-        for line in 0..std::mem::size_of::<W::Block>() / 64 {
-            cfdp_packet::prefetch::prefetch_read(b.cast::<u8>().wrapping_add(64 * line));
+        // From the leaf node alone, which the walk just read: the span the
+        // scan reads first and the tree's first block (a leaf the overlay
+        // rewrote has its blocks elsewhere: this fetch is wasted there).
+        // Through the span and a table of first blocks, each prefetch
+        // waited on two more loads.
+        let node = &self.tree.nodes[node as usize];
+        if let Some(span) = o.spans.get(node.kids[1] as usize) {
+            cfdp_packet::prefetch::prefetch_read(std::ptr::from_ref(span).cast());
+        }
+        if let Some(b) = self.tree.blocks.get(node.first_block()) {
+            let b = std::ptr::from_ref(b).cast::<u8>();
+            for line in 0..std::mem::size_of::<W::Block>() / 64 {
+                cfdp_packet::prefetch::prefetch_read(b.wrapping_add(64 * line));
+            }
         }
     }
 

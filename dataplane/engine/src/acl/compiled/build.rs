@@ -305,13 +305,19 @@ impl<W: Word> Builder<'_, W> {
 /// in blocks of eight, in rank order.
 fn blocks<W: Word>(t: &mut Tree<W>, leaves: &[Item<W>]) {
     t.entries = leaves.len();
-    t.block_at = Vec::with_capacity(t.spans.len());
+    let mut block_at = Vec::with_capacity(t.spans.len());
     for &(start, len) in &t.spans {
-        t.block_at
-            .push(u32::try_from(t.blocks.len()).expect("fewer than 2^32 blocks"));
+        block_at.push(u32::try_from(t.blocks.len()).expect("fewer than 2^32 blocks"));
         Item::push_blocks(
             &leaves[start as usize..(start + len) as usize],
             &mut t.blocks,
         );
+    }
+    // Each leaf names its first block (see [`Node`]); the padding leaves
+    // (never reached) name span 0's.
+    for n in t.nodes.iter_mut().filter(|n| n.is_leaf()) {
+        if let Some(&b) = block_at.get(n.kids[1] as usize) {
+            n.at = W::from_u32(b.checked_add(1).expect("fewer than 2^32 - 1 blocks"));
+        }
     }
 }

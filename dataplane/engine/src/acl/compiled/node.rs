@@ -42,8 +42,10 @@ pub fn fields<W: Word>(src: W, dst: W, sport: u16, dport: u16, proto: u16) -> Fi
 
 /// A tree node, a split of its region: an inner node goes to
 /// `kids[(f[field] >= at) as usize]` (`at`: the upper side's first value);
-/// a leaf reads the zero field against `at` 1 and so goes to `kids[0]`,
-/// itself, and names its span of the tree's items in `kids[1]`.
+/// a leaf reads the zero field against `at` (never 0) and so goes to
+/// `kids[0]`, itself, names its span of the tree's items in `kids[1]`, and
+/// its first block plus one in `at` (a burst prefetches its leaves' blocks
+/// from the node it reached, with no table between).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Node<W> {
     pub(super) field: u32,
@@ -54,6 +56,14 @@ pub(super) struct Node<W> {
 impl<W> Node<W> {
     pub(super) fn is_leaf(&self) -> bool {
         self.field == ZERO_FIELD
+    }
+}
+
+impl<W: Word> Node<W> {
+    /// A leaf's first block in the tree's blocks.
+    #[inline(always)]
+    pub(super) fn first_block(&self) -> usize {
+        (self.at.low() as usize).wrapping_sub(1)
     }
 }
 

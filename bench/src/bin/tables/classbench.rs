@@ -323,3 +323,123 @@ pub(crate) fn classbench_compile(d: &Path) -> R<String> {
         &rows,
     ) + &c.source())
 }
+
+/// `classbench-pair`: `bench/classbench-pair.sh`'s rounds (prebuilt
+/// binaries on a machine that only runs them; rte_acl on 4 KB pages):
+/// per set and family, rte_acl's best algorithm (the highest median), and
+/// cfdp batched and single, each over that algorithm's rate in the same
+/// round (the median of the rounds' ratios), and batched over rte_acl at
+/// 32 packets a call the same way. The file's closing `#` lines (the
+/// verdict check) go under the table with its run line.
+pub(crate) fn classbench_pair(d: &Path, file: &str) -> R<String> {
+    use std::collections::BTreeMap;
+    let c = Csv::load(d, file)?;
+    let recs = c.records();
+    // Rate by round of one implementation on one set.
+    let rounds = |set: &str, imp: &str| -> R<BTreeMap<String, f64>> {
+        recs.iter()
+            .filter(|r| r["set"] == set && r["impl"] == imp)
+            .map(|r| Ok((r["round"].to_string(), num(r["mpps"], &c.name)?)))
+            .collect()
+    };
+    let med = |m: &BTreeMap<String, f64>| crate::csv::median(m.values().copied().collect());
+    // The median over the rounds both have of a's rate over b's.
+    let paired = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
+        crate::csv::median(
+            a.iter()
+                .filter_map(|(r, x)| b.get(r).map(|y| x / y))
+                .collect(),
+        )
+    };
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        for fam in ["", "-v6"] {
+            let Some((alg, top)) = pair_best(&c, set, fam, &rounds)? else {
+                continue;
+            };
+            let batched = rounds(set, &format!("cfdp-batched{fam}"))?;
+            let single = rounds(set, &format!("cfdp-single{fam}"))?;
+            let step32 = c
+                .distinct("impl")?
+                .into_iter()
+                .find(|i| i.starts_with("rte_acl-") && i.ends_with("-step32"));
+            let per_call = match (fam, step32) {
+                ("", Some(s)) => {
+                    let r = rounds(set, s)?;
+                    format!(
+                        "{} ({}): {:.2}×",
+                        f2(med(&r)),
+                        s[8..].trim_end_matches("-step32"),
+                        paired(&batched, &r)
+                    )
+                }
+                _ => "–".to_string(),
+            };
+            rows.push(vec![
+                format!("{set}{}", if fam.is_empty() { "" } else { " IPv6" }),
+                format!("{} ({})", f2(med(&top)), alg.trim_end_matches(fam)),
+                f2(med(&batched)),
+                format!("{:.2}×", paired(&batched, &top)),
+                f2(med(&single)),
+                format!("{:.2}×", paired(&single, &top)),
+                per_call,
+            ]);
+        }
+    }
+    let mut out = table(
+        &[
+            "set",
+            "rte_acl best Mpps (alg)",
+            "cfdp batched",
+            "/ best",
+            "cfdp single",
+            "/ best",
+            "rte_acl 32 a call (alg): cfdp batched /",
+        ],
+        &rows,
+    ) + &c.source();
+    // The closing `#` lines, in order.
+    let text = std::fs::read_to_string(d.join(file))?;
+    let notes: Vec<&str> = text
+        .lines()
+        .rev()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect();
+    for n in notes.iter().rev() {
+        out.push_str(&format!("<sub>{n}</sub>\n"));
+    }
+    Ok(out)
+}
+
+/// Rates by round (`rounds(set, impl)`).
+type Rounds<'a> = dyn Fn(&str, &str) -> R<std::collections::BTreeMap<String, f64>> + 'a;
+
+/// rte_acl's algorithm with the highest median on `set` in family `fam`
+/// ("" IPv4 at its default packets a call, "-v6"), and its rounds.
+fn pair_best<'a>(
+    c: &'a Csv,
+    set: &str,
+    fam: &str,
+    rounds: &Rounds<'_>,
+) -> R<Option<(&'a str, std::collections::BTreeMap<String, f64>)>> {
+    let med = |m: &std::collections::BTreeMap<String, f64>| {
+        crate::csv::median(m.values().copied().collect())
+    };
+    let mut best: Option<(&str, std::collections::BTreeMap<String, f64>)> = None;
+    for imp in c.distinct("impl")? {
+        let Some(alg) = imp.strip_prefix("rte_acl-") else {
+            continue;
+        };
+        let ours = if fam.is_empty() {
+            !alg.ends_with("-v6") && !alg.contains("-step")
+        } else {
+            alg.ends_with(fam)
+        };
+        let r = rounds(set, imp)?;
+        if ours && !r.is_empty() && best.as_ref().is_none_or(|(_, b)| med(&r) > med(b)) {
+            best = Some((alg, r));
+        }
+    }
+    Ok(best)
+}

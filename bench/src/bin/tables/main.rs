@@ -23,7 +23,7 @@ mod peers;
 
 use std::path::{Path, PathBuf};
 
-use crate::classbench::{classbench, classbench_compile, classbench_worst};
+use crate::classbench::{classbench, classbench_compile, classbench_pair, classbench_worst};
 use crate::conntrack::{
     conntrack_answered_flood, conntrack_burst, conntrack_flood, conntrack_ops, conntrack_rte_hash,
     conntrack_rte_hash_writers, conntrack_scaling, conntrack_scaling_ab, conntrack_scaling_wide,
@@ -48,6 +48,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "classbench-seeds" => classbench(dir, "classbench_seeds.csv"),
         "classbench-worst" => classbench_worst(dir),
         "classbench-compile" => classbench_compile(dir),
+        "classbench-xeon16" => classbench_pair(dir, "classbench_xeon16.csv"),
         "hashes" => hashes(dir),
         "space" => space(dir),
         "filter-ab-22" => filter_ab(dir, "filter_ab.csv", "22"),

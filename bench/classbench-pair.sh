@@ -10,7 +10,8 @@
 # avx512x32 at --tracestep=32) over the whole trace, --iter=ITER; then
 # cfdp's classbench --classifier-only (one timing of ITER passes, single
 # and batched). Then one set's verdicts, cfdp's first matching line
-# against rte_acl scalar's, counted as classbench.sh counts them.
+# against rte_acl scalar's, counted as classbench.sh counts them: the
+# script fails on any difference.
 #
 #   CLASSBENCH_BIN=target/release/classbench DPDK_TEST_ACL=dpdk-test-acl \
 #   DATA=../shared/classbench SETS="acl1_1k acl1_10k" ROUNDS=5 \
@@ -85,3 +86,7 @@ trap 'rm -rf "$work"' EXIT
     --classifier-only >/dev/null
 diffs=$(awk '{print ($1 > 0) ? $1 - 1 : 0}' "$work/ours" | paste - "$work/truth" | awk '$1 != $2' | wc -l)
 echo "# verdicts $set: $(wc -l <"$work/truth") packets, $diffs differ" >>"$out"
+if [ "$diffs" != 0 ] || [ "$(wc -l <"$work/truth")" != "$(wc -l <"$work/ours")" ]; then
+    echo "classbench-pair: $set: $diffs verdicts differ from rte_acl's" >&2
+    exit 1
+fi

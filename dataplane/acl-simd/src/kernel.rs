@@ -85,21 +85,42 @@ impl Kernel {
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
-    use crate::block::{Block, Key, PROTO_ANY};
+    use crate::block::{Block, Key, LANES, PROTO_ANY};
     use std::arch::x86_64::{
         __m256i, _mm256_and_si256, _mm256_castsi256_ps, _mm256_cmpeq_epi32,
-        _mm256_cmpeq_epi32_mask, _mm256_load_si256, _mm256_mask_cmpeq_epi32_mask,
-        _mm256_movemask_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_setzero_si256,
-        _mm256_sub_epi16, _mm256_subs_epu16,
+        _mm256_cmpeq_epi32_mask, _mm256_cvtepu16_epi32, _mm256_cvtepu8_epi32, _mm256_load_si256,
+        _mm256_mask_cmpeq_epi32_mask, _mm256_movemask_ps, _mm256_or_si256, _mm256_set1_epi32,
+        _mm256_setzero_si256, _mm256_sllv_epi32, _mm256_sub_epi16, _mm256_subs_epu16,
+        _mm_loadl_epi64, _mm_loadu_si128,
     };
 
     /// One column of `b` as a vector.
     #[inline(always)]
     fn column(c: &[u32; 8]) -> __m256i {
         // SAFETY: `c` is 32 readable bytes, aligned to 32 (a `Block` is
-        // aligned to 64 and its columns are 32 bytes each); AVX is
-        // enabled in every caller (both kernels enable it).
+        // aligned to 64 and its 32-byte columns come first, at multiples
+        // of 32); AVX is enabled in every caller (both kernels enable it).
         unsafe { _mm256_load_si256(c.as_ptr().cast()) }
+    }
+
+    /// The masks of a column of shifts (see [`Block`]): all ones shifted
+    /// left by each (a shift of 32 gives 0).
+    #[inline(always)]
+    fn masks(shift: &[u8; LANES]) -> __m256i {
+        // SAFETY: `shift` is 8 readable bytes (unaligned 8-byte load); AVX2
+        // is enabled in every caller.
+        unsafe {
+            let shift = _mm256_cvtepu8_epi32(_mm_loadl_epi64(shift.as_ptr().cast()));
+            _mm256_sllv_epi32(_mm256_set1_epi32(-1), shift)
+        }
+    }
+
+    /// The protocol column, widened to 32-bit lanes.
+    #[inline(always)]
+    fn protos(p: &[u16; LANES]) -> __m256i {
+        // SAFETY: `p` is 16 readable bytes (unaligned load); AVX2 is
+        // enabled in every caller.
+        unsafe { _mm256_cvtepu16_epi32(_mm_loadu_si128(p.as_ptr().cast())) }
     }
 
     /// # Safety
@@ -111,11 +132,11 @@ mod x86 {
         let mut all = _mm256_set1_epi32(-1);
         for w in 0..N {
             let src = _mm256_cmpeq_epi32(
-                _mm256_and_si256(set(k.src[w]), column(&b.src_mask[w])),
+                _mm256_and_si256(set(k.src[w]), masks(&b.src_shift[w])),
                 column(&b.src[w]),
             );
             let dst = _mm256_cmpeq_epi32(
-                _mm256_and_si256(set(k.dst[w]), column(&b.dst_mask[w])),
+                _mm256_and_si256(set(k.dst[w]), masks(&b.dst_shift[w])),
                 column(&b.dst[w]),
             );
             all = _mm256_and_si256(all, _mm256_and_si256(src, dst));
@@ -127,7 +148,7 @@ mod x86 {
             _mm256_subs_epu16(off, column(&b.ports_span)),
             _mm256_setzero_si256(),
         );
-        let proto = column(&b.proto);
+        let proto = protos(&b.proto);
         let proto = _mm256_or_si256(
             _mm256_cmpeq_epi32(set(k.proto), proto),
             _mm256_cmpeq_epi32(set(PROTO_ANY), proto),
@@ -151,16 +172,16 @@ mod x86 {
         for w in 0..N {
             m = _mm256_mask_cmpeq_epi32_mask(
                 m,
-                _mm256_and_si256(set(k.src[w]), column(&b.src_mask[w])),
+                _mm256_and_si256(set(k.src[w]), masks(&b.src_shift[w])),
                 column(&b.src[w]),
             );
             m = _mm256_mask_cmpeq_epi32_mask(
                 m,
-                _mm256_and_si256(set(k.dst[w]), column(&b.dst_mask[w])),
+                _mm256_and_si256(set(k.dst[w]), masks(&b.dst_shift[w])),
                 column(&b.dst[w]),
             );
         }
-        let proto = column(&b.proto);
+        let proto = protos(&b.proto);
         let p = _mm256_cmpeq_epi32_mask(set(k.proto), proto)
             | _mm256_cmpeq_epi32_mask(set(PROTO_ANY), proto);
         u32::from(m & p)
@@ -311,7 +332,41 @@ mod tests {
             idx: 0,
         };
         assert!(u32::block(&[r; LANES + 1]).is_none());
-        assert_eq!(std::mem::size_of::<<u32 as Addr>::Block>(), 256);
-        assert_eq!(std::mem::size_of::<<u128 as Addr>::Block>(), 640);
+        // Only prefix masks fit a block (it keeps each word's shift): a
+        // gap inside a word or across words is refused, a prefix kept.
+        for (mask, fits) in [
+            (0xffff_0000, true),
+            (0xff00_ff00, false),
+            (0x00ff_ffff, false),
+        ] {
+            let r = Rule {
+                src_mask: mask,
+                ..r
+            };
+            assert_eq!(u32::block(&[r]).is_some(), fits, "{mask:#x}");
+        }
+        let r6 = Rule {
+            src: 0u128,
+            src_mask: 0,
+            dst: 0,
+            dst_mask: u128::MAX << 96 | 0xff << 56,
+            sport: (0, 0),
+            dport: (0, 0),
+            proto: 0,
+            idx: 0,
+        };
+        assert!(u128::block(&[r6]).is_none(), "ones after a partial word");
+        let r6 = Rule {
+            dst_mask: u128::MAX << 60,
+            ..r6
+        };
+        assert!(u128::block(&[r6]).is_some());
+        assert!(u32::block(&[Rule {
+            proto: PROTO_ANY + 1,
+            ..r
+        }])
+        .is_none());
+        assert_eq!(std::mem::size_of::<<u32 as Addr>::Block>(), 192);
+        assert_eq!(std::mem::size_of::<<u128 as Addr>::Block>(), 448);
     }
 }

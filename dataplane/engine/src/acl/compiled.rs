@@ -37,7 +37,7 @@
 //! IPv6 rules get their own tree ([`Layer`]`<u128>`), built and walked by
 //! the same code over 128-bit fields: a prefix is a range of 128-bit
 //! values as an IPv4 prefix is of 32-bit ones. Its nodes and leaf blocks
-//! are wider (32 bytes against 16 a node, 640 against 256 a block of eight
+//! are wider (32 bytes against 16 a node, 448 against 192 a block of eight
 //! rules), so the same set costs about twice the memory in IPv6, and it
 //! has no root table (the IPv6 sets here share their leading bits).
 

@@ -15,7 +15,8 @@ pub trait Addr: Copy + Eq + BitAnd<Output = Self> + 'static {
     /// [`Key`] with this family's words.
     type Key: Copy + Debug;
     /// A block of up to [`LANES`] rules, lane `i` rule `i`; `None` if
-    /// there are more.
+    /// there are more, or a rule's mask is not a prefix's (a block keeps
+    /// each word's mask as a shift, see [`crate::Block`]).
     fn block(rules: &[Rule<Self>]) -> Option<Self::Block>;
     /// A packet's key.
     fn key(src: Self, dst: Self, sport: u16, dport: u16, proto: u32) -> Self::Key;

@@ -15,7 +15,8 @@ pub const PROTO_ANY: u32 = 0x100;
 /// with first — the addresses, the ports — are 32 bytes each and aligned
 /// for one vector load; the masks' shifts (a byte a word), the protocols
 /// (two bytes) and the rules' numbers share the last line. A lane with no
-/// rule never matches (its source prefix is 0 bits long and its source 1).
+/// rule never matches (its source mask is 0, a shift of 32, and its
+/// source 1).
 ///
 /// An address is kept masked, with its mask per word as the shift that
 /// makes it: 32 less the bits of word `w` the rule's prefix covers (all

@@ -49,6 +49,7 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "classbench-worst" => classbench_worst(dir),
         "classbench-compile" => classbench_compile(dir),
         "classbench-xeon16" => classbench_pair(dir, "classbench_xeon16.csv"),
+        "classbench-xeon16-lease2" => classbench_pair(dir, "classbench_xeon16_lease2.csv"),
         "hashes" => hashes(dir),
         "space" => space(dir),
         "filter-ab-22" => filter_ab(dir, "filter_ab.csv", "22"),

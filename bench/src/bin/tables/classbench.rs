@@ -332,25 +332,27 @@ pub(crate) fn classbench_compile(d: &Path) -> R<String> {
 /// 32 packets a call the same way. The file's closing `#` lines (the
 /// verdict check) go under the table with its run line.
 pub(crate) fn classbench_pair(d: &Path, file: &str) -> R<String> {
-    use std::collections::BTreeMap;
     let c = Csv::load(d, file)?;
     let recs = c.records();
     // Rate by round of one implementation on one set.
-    let rounds = |set: &str, imp: &str| -> R<BTreeMap<String, f64>> {
+    let rounds = |set: &str, imp: &str| -> R<ByRound> {
         recs.iter()
             .filter(|r| r["set"] == set && r["impl"] == imp)
             .map(|r| Ok((r["round"].to_string(), num(r["mpps"], &c.name)?)))
             .collect()
     };
-    let med = |m: &BTreeMap<String, f64>| crate::csv::median(m.values().copied().collect());
     // The median over the rounds both have of a's rate over b's.
-    let paired = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
+    let paired = |a: &ByRound, b: &ByRound| {
         crate::csv::median(
             a.iter()
                 .filter_map(|(r, x)| b.get(r).map(|y| x / y))
                 .collect(),
         )
     };
+    let step32 = c
+        .distinct("impl")?
+        .into_iter()
+        .find(|i| i.starts_with("rte_acl-") && i.ends_with("-step32"));
     let mut rows = Vec::new();
     for set in c.distinct("set")? {
         for fam in ["", "-v6"] {
@@ -359,16 +361,12 @@ pub(crate) fn classbench_pair(d: &Path, file: &str) -> R<String> {
             };
             let batched = rounds(set, &format!("cfdp-batched{fam}"))?;
             let single = rounds(set, &format!("cfdp-single{fam}"))?;
-            let step32 = c
-                .distinct("impl")?
-                .into_iter()
-                .find(|i| i.starts_with("rte_acl-") && i.ends_with("-step32"));
             let per_call = match (fam, step32) {
                 ("", Some(s)) => {
                     let r = rounds(set, s)?;
                     format!(
                         "{} ({}): {:.2}×",
-                        f2(med(&r)),
+                        f2(median_of(&r)),
                         s[8..].trim_end_matches("-step32"),
                         paired(&batched, &r)
                     )
@@ -377,10 +375,10 @@ pub(crate) fn classbench_pair(d: &Path, file: &str) -> R<String> {
             };
             rows.push(vec![
                 format!("{set}{}", if fam.is_empty() { "" } else { " IPv6" }),
-                format!("{} ({})", f2(med(&top)), alg.trim_end_matches(fam)),
-                f2(med(&batched)),
+                format!("{} ({})", f2(median_of(&top)), alg.trim_end_matches(fam)),
+                f2(median_of(&batched)),
                 format!("{:.2}×", paired(&batched, &top)),
-                f2(med(&single)),
+                f2(median_of(&single)),
                 format!("{:.2}×", paired(&single, &top)),
                 per_call,
             ]);
@@ -406,21 +404,24 @@ pub(crate) fn classbench_pair(d: &Path, file: &str) -> R<String> {
     Ok(out)
 }
 
-/// Rates by round (`rounds(set, impl)`).
-type Rounds<'a> = dyn Fn(&str, &str) -> R<std::collections::BTreeMap<String, f64>> + 'a;
+/// An implementation's rates on one set, by round.
+type ByRound = std::collections::BTreeMap<String, f64>;
+
+/// The median of one implementation's rounds.
+fn median_of(m: &ByRound) -> f64 {
+    crate::csv::median(m.values().copied().collect())
+}
 
 /// rte_acl's algorithm with the highest median on `set` in family `fam`
-/// ("" IPv4 at its default packets a call, "-v6"), and its rounds.
+/// ("" IPv4 at its default packets a call, "-v6"), and its rounds
+/// (`rounds(set, impl)`).
 fn pair_best<'a>(
     c: &'a Csv,
     set: &str,
     fam: &str,
-    rounds: &Rounds<'_>,
-) -> R<Option<(&'a str, std::collections::BTreeMap<String, f64>)>> {
-    let med = |m: &std::collections::BTreeMap<String, f64>| {
-        crate::csv::median(m.values().copied().collect())
-    };
-    let mut best: Option<(&str, std::collections::BTreeMap<String, f64>)> = None;
+    rounds: &dyn Fn(&str, &str) -> R<ByRound>,
+) -> R<Option<(&'a str, ByRound)>> {
+    let mut best: Option<(&str, ByRound)> = None;
     for imp in c.distinct("impl")? {
         let Some(alg) = imp.strip_prefix("rte_acl-") else {
             continue;
@@ -431,7 +432,12 @@ fn pair_best<'a>(
             alg.ends_with(fam)
         };
         let r = rounds(set, imp)?;
-        if ours && !r.is_empty() && best.as_ref().is_none_or(|(_, b)| med(&r) > med(b)) {
+        if ours
+            && !r.is_empty()
+            && best
+                .as_ref()
+                .is_none_or(|(_, b)| median_of(&r) > median_of(b))
+        {
             best = Some((alg, r));
         }
     }

@@ -33,6 +33,8 @@ pub(crate) struct Judged<'a> {
     pub(crate) rules: &'a [Option<RuleRef>],
     pub(crate) matched: &'a [FlowKey],
     pub(crate) table: Option<&'a ConnTable>,
+    /// The frames that opened a connection, a bit each.
+    pub(crate) opens: u32,
 }
 
 impl Judged<'_> {
@@ -211,6 +213,7 @@ impl ExportState {
                     },
                     close,
                     reply: biflow && judged.answer(i, &key),
+                    opens: judged.opens >> i & 1 != 0,
                 },
                 || judged.slot(i).and_then(|slot| names.rule(slot)),
             );
@@ -307,6 +310,7 @@ mod tests {
             rules: &[None; MAX_BURST],
             matched,
             table: None,
+            opens: 0,
         }
     }
 
@@ -478,6 +482,7 @@ mod tests {
             ],
             matched: &keys,
             table: Some(&table),
+            opens: 0,
         };
         s.burst_done(2, 2);
         s.after_burst(&pkts, &[Verdict::Forward; 2], &judged, &names);

@@ -19,6 +19,9 @@ pub(crate) struct Judge<'a> {
     now_s: u32,
     /// A connection was opened in this burst (later packets look again).
     opened: bool,
+    /// The packets of the burst that opened a connection, a bit each
+    /// (flow export ends the record a reopened 5-tuple still has).
+    opens: u32,
     /// Consecutive packets that hit one rule, not yet counted: the rule's
     /// hits (its slot, packets, bytes), its action and the verdict it
     /// gave. A packet of the same rule as the one before costs a compare
@@ -85,6 +88,7 @@ impl Judge<'_> {
             rules,
             now_s,
             opened: false,
+            opens: 0,
             run: NO_RUN,
             decided: [None; MAX_BURST],
         }
@@ -107,8 +111,10 @@ impl Judge<'_> {
                 None if tracking.is_none() => self.verdict(b.rules[i], p.orig_len),
                 None => {
                     let (key, probe) = (&b.keys[i], &b.probes[i]);
-                    let (v, d) = self.tracked(tracking, b.conns[i], b.rules[i], p, key, probe);
+                    let (v, d, opened) =
+                        self.tracked(tracking, b.conns[i], b.rules[i], p, key, probe);
                     self.decided[i] = d;
+                    self.opens |= u32::from(opened) << i;
                     v
                 }
                 // Held: the copy waits; the backend frees the original.
@@ -119,6 +125,12 @@ impl Judge<'_> {
                 }
             };
         }
+    }
+
+    /// The packets of the burst just judged that opened a connection, a
+    /// bit each.
+    pub(crate) fn opens(&self) -> u32 {
+        self.opens
     }
 
     /// What the connections decided for the first `n` packets of the
@@ -221,7 +233,8 @@ impl Judge<'_> {
     /// said (`None`: none did): the held later fragments of the datagram
     /// take it too. (Returned, not kept in the judge for the caller to
     /// read back: that store and reload of a six-byte value stalled the
-    /// burst loop, ~6 % of the stateful worker's samples in `perf`.)
+    /// burst loop, ~6 % of the stateful worker's samples in `perf`.) And
+    /// whether the packet opened its connection.
     pub(crate) fn tracked(
         &mut self,
         t: Option<&ConnTable>,
@@ -230,7 +243,7 @@ impl Judge<'_> {
         p: &PacketRef<'_>,
         key: &FlowKey,
         probe: &Probe,
-    ) -> (Verdict, Option<Decided>) {
+    ) -> (Verdict, Option<Decided>, bool) {
         // A connection opened by an earlier packet of this burst: a
         // replayed capture can hold a request and its answer in one burst.
         let conn = match (conn, t) {
@@ -240,7 +253,7 @@ impl Judge<'_> {
             _ => conn,
         };
         if let Some(d) = conn {
-            return (self.connection(d), conn);
+            return (self.connection(d), conn, false);
         }
         if let (Some(t), Some(r)) = (t, rule) {
             if r.action.tracked().is_some() {
@@ -248,18 +261,19 @@ impl Judge<'_> {
                     Ok(()) => {
                         self.c.ct_opened += 1;
                         self.opened = true;
+                        return (self.verdict(rule, p.orig_len), None, true);
                     }
                     Err(OpenError::NotAnOpener | OpenError::Invalid) => {}
                     Err(OpenError::Full) => {
                         self.c.ct_refused += 1;
                         self.c.matched += 1;
                         self.rules.add(r.slot, u64::from(p.orig_len), self.now_s);
-                        return (self.act(Some(Action::Drop), 1), None);
+                        return (self.act(Some(Action::Drop), 1), None, false);
                     }
                 }
             }
         }
-        (self.verdict(rule, p.orig_len), None)
+        (self.verdict(rule, p.orig_len), None, false)
     }
 
     /// What `action` (none: no rule) does to `n` packets, counted.

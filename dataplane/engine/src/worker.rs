@@ -421,6 +421,7 @@ impl Worker {
                 rules: &s.rules[..n],
                 matched: &s.keys[..n],
                 table,
+                opens: judge.opens(),
             };
             x.after_burst(pkts, verdicts, &judged, &shared.rules);
             judge.c.export_early = x.early();

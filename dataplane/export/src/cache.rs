@@ -101,6 +101,11 @@ pub struct Observed {
     /// the one the connection was opened by): with [`CacheSettings::biflow`],
     /// counted in the reverse direction of the initiator's record.
     pub reply: bool,
+    /// The packet opened a tracked connection: a record its 5-tuple still
+    /// has belongs to a connection that is gone, and ends
+    /// ([`EndReason::ConnectionExpired`]) before the packet starts the
+    /// new connection's.
+    pub opens: bool,
 }
 
 /// What a packet's TCP flags say of its flow's end.
@@ -380,6 +385,8 @@ impl FlowCache {
         let biflow = w.flags & BIFLOW != 0;
         let end = if now.saturating_sub(w.last()) >= self.idle_ms {
             Some(EndReason::Idle)
+        } else if p.opens {
+            Some(EndReason::ConnectionExpired)
         } else if age >= self.active_ms
             || w.packets == u32::MAX
             || biflow && side.packets == u32::MAX
@@ -541,6 +548,7 @@ mod tests {
             forwarding: Forwarding::Forwarded,
             close: Close::No,
             reply: false,
+            opens: false,
         }
     }
 
@@ -696,6 +704,36 @@ mod tests {
     #[test]
     fn ticks_without_packets_finish_an_idle_flow_within_a_turn() {
         idle_flow_ends_within_a_turn(SWEEP_STEP_MS * 1_000_000 / 4, FlowCache::tick);
+    }
+
+    /// A packet that opens a connection ends the record its 5-tuple has
+    /// (the old connection's) and starts the new one's; past the idle
+    /// timeout the old record is idle, as the sweep would have said.
+    #[test]
+    fn a_new_connection_on_the_same_five_tuple_ends_the_old_ones_record() {
+        let mut c = FlowCache::new(settings());
+        let opener = |ts| Observed {
+            opens: true,
+            ..packet(1, ts)
+        };
+        c.observe(&opener(S));
+        c.observe(&packet(1, 2 * S));
+        assert!(c.take().is_empty(), "the connection's own packets");
+        c.observe(&opener(3 * S));
+        c.observe(&packet(1, 4 * S));
+        let r = c.take();
+        assert_eq!(
+            (r.len(), r[0].packets, r[0].last_ns, r[0].end),
+            (1, 2, 2 * S, EndReason::ConnectionExpired)
+        );
+        assert_eq!(EndReason::ConnectionExpired.ipfix(), 1);
+        c.observe(&opener(30 * S));
+        c.flush(EndReason::Forced);
+        let r = c.take();
+        assert_eq!(
+            r.iter().map(|r| (r.packets, r.end)).collect::<Vec<_>>(),
+            [(2, EndReason::Idle), (1, EndReason::Forced)]
+        );
     }
 
     /// A FIN or RST ends its flow's record at once.

@@ -45,12 +45,21 @@ pub enum EndReason {
     /// The cache was full and this was its oldest record (5, "lack of
     /// resources").
     LackOfResources,
+    /// The record's connection is gone: a packet of its 5-tuple opened a
+    /// new one (conntrack's entry expired — its own idle timeout for the
+    /// connection's state, shorter than the cache's in some states — or
+    /// was replaced), so the old connection's record ends and the new
+    /// connection starts its own, as a record per connection from
+    /// conntrack's events would. IANA's `flowEndReason` registry has no
+    /// value for it (1–5 only); exported as 1, idle timeout: what ended the
+    /// connection.
+    ConnectionExpired,
 }
 
 impl EndReason {
     pub fn ipfix(self) -> u8 {
         match self {
-            EndReason::Idle => 1,
+            EndReason::Idle | EndReason::ConnectionExpired => 1,
             EndReason::Active => 2,
             EndReason::EndOfFlow => 3,
             EndReason::Forced => 4,

@@ -45,7 +45,8 @@ proptest! {
     #[test]
     fn every_packet_is_in_exactly_one_record(
         // A packet: which of the flows, the time since the one before
-        // (ns), its length, its TCP end, whether it is the flow's answer.
+        // (ns), its length, its TCP end, whether it is the flow's answer,
+        // whether it opens a connection (an initiator's packet only).
         steps in proptest::collection::vec(
             (
                 0u16..300,
@@ -53,6 +54,7 @@ proptest! {
                 40u16..1500,
                 prop_oneof![18 => Just(Close::No), 1 => Just(Close::Fin), 1 => Just(Close::Reset)],
                 proptest::bool::ANY,
+                prop_oneof![9 => Just(false), 1 => Just(true)],
             ),
             1..3000,
         ),
@@ -68,7 +70,7 @@ proptest! {
         let mut want: BTreeMap<FlowKey, (u64, u64)> = BTreeMap::new();
         let mut t = 1_700_000_000 * S;
         let mut records = Vec::new();
-        for &(flow, gap, len, close, reply) in &steps {
+        for &(flow, gap, len, close, reply, opens) in &steps {
             t += gap;
             let k = if reply { key(flow).reply() } else { key(flow) };
             c.observe(&Observed {
@@ -79,6 +81,7 @@ proptest! {
                 forwarding: Forwarding::Forwarded,
                 close,
                 reply,
+                opens: opens && !reply,
             });
             let e = want.entry(k).or_default();
             e.0 += 1;

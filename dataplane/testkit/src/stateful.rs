@@ -332,6 +332,33 @@ pub fn stateful_conversations() -> Vec<GenFrame> {
         .collect()
 }
 
+/// A DNS query from the inside, its answer, and the same query (same
+/// 5-tuple) 200 s later: conntrack's entry for the first connection
+/// (answered: 120 s, Linux's `nf_conntrack_udp_timeout_stream`) has
+/// expired, so the third frame opens a second connection. Every frame
+/// passes under [`STATEFUL_RULES`].
+pub fn reopened_udp() -> Vec<GenFrame> {
+    SERIAL.with(|n| n.set(1));
+    let s = 1_000_000_000u64;
+    [
+        (s, udp(IN, DNS, 5300, 53), "a query opens UDP (rule 2)"),
+        (s + 1_000_000, udp(DNS, IN, 53, 5300), "its answer"),
+        (
+            201 * s,
+            udp(IN, DNS, 5300, 53),
+            "the query again, its entry expired",
+        ),
+    ]
+    .into_iter()
+    .map(|(ts_ns, data, note)| GenFrame {
+        data,
+        ts_ns,
+        verdict: Expect::Forward,
+        note,
+    })
+    .collect()
+}
+
 /// Counts the replay of [`stateful_conversations`] reports: connections
 /// opened (TCP twice on one port, the picked-up one, DNS, the second
 /// query, the ping, the two queries answered in fragments), and frames

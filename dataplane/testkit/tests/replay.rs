@@ -512,3 +512,47 @@ fn stateful_rules_let_answers_back_in() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Flow export of a connection whose 5-tuple is opened again after
+/// conntrack let it expire (its timeout, 120 s, shorter than the flow
+/// cache's idle timeout here, 600 s): the old connection's record ends
+/// there (connection expired) and the new connection starts its own.
+/// Records: uniflow, the query's two and the answer's one; biflow, one a
+/// connection. (A record that ran on would be one fewer either way.)
+#[test]
+fn a_reopened_connection_starts_a_record_of_its_own() {
+    use cfdp_testkit::stateful;
+    let frames = stateful::reopened_udp();
+    let dir = tmpdir("reopened");
+    let input = dir.join("reopened.pcap");
+    gen::write_pcap(&input, &frames).unwrap();
+    let rules = parse_rule_file(stateful::STATEFUL_RULES).unwrap();
+    // A collector nobody reads: what is counted is what was sent.
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for (biflow, records) in [(false, 3), (true, 2)] {
+        let table = cfdp_conntrack::ConntrackSection::default()
+            .table(cfdp_rules::HashSecret::from_seed(3))
+            .unwrap();
+        let (_store, dp) = RuleStore::fixed_tracked(
+            rules.clone(),
+            Mode::Verify,
+            1,
+            Some(std::sync::Arc::new(table)),
+        )
+        .unwrap();
+        let opts = ReplayOptions {
+            ipfix: vec![sink.local_addr().unwrap()],
+            ipfix_cache: cfdp_export::CacheSettings {
+                idle_ns: 600_000_000_000,
+                biflow,
+                ..cfdp_export::CacheSettings::default()
+            },
+            ..ReplayOptions::new(input.clone(), 1)
+        };
+        let r = replay(&opts, &dp, &mut |_, _| {}).unwrap();
+        let t = &r.stats.totals;
+        assert_eq!((t.forwarded, t.ct_opened, t.ct_established), (3, 2, 1));
+        assert_eq!(r.stats.export.records, records, "biflow {biflow}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

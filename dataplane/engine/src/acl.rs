@@ -19,7 +19,10 @@
 //!   that would exceed [`MAX_BUCKET`] rules sends the rule to a table of its
 //!   exact shape instead (rules that differ only in ports share a bucket
 //!   whatever its tuple, so a bucket can still grow: such rules are sorted
-//!   and the scan stops at the first match).
+//!   and the scan stops at the first match; past [`LONG_BUCKET`] rules the
+//!   bucket keeps a small compiled tree of them, walked instead of the
+//!   scan — a firewall's wildcard rules, told apart by ports and protocol
+//!   only, cost a few levels, not a scan of hundreds).
 //! * At most [`MAX_TABLES`] tables per address family: past it a rule goes
 //!   into the most specific table it fits, so a crafted rule set cannot make
 //!   a packet probe more tables (the Tuple Space Explosion attack).
@@ -57,7 +60,7 @@ pub use cuts::WIDE_BELOW;
 use short::Short;
 pub use short::MAX as SHORT_MAX;
 use tuple::{Bucket, Entry, Family};
-pub use tuple::{Probes, Tuple, MAX_BUCKET, MAX_TABLES, RELAX, ROUND};
+pub use tuple::{Probes, Tuple, LONG_BUCKET, MAX_BUCKET, MAX_TABLES, RELAX, ROUND};
 pub use word::CUT_BITS;
 use word::{Packet, Word};
 
@@ -510,7 +513,7 @@ fn merge<W: compiled::Word, const N: usize>(
     probes: &mut Probes,
 ) -> Option<Answer> {
     match live.classify(p, probes, hit.map(Hit::rank)) {
-        Some(e) => Some(e.answer()),
+        Some(a) => Some(a),
         None => hit.map(|h| h.answer),
     }
 }

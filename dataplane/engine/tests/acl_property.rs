@@ -306,3 +306,97 @@ fn churn_keeps_every_rule_found() {
     }
     assert_eq!((c.len(), c.tables()), (0, 0));
 }
+
+/// A long bucket: rules that share their prefixes (one bucket of one
+/// table) and differ in protocol and ports, more of them than a bucket
+/// scans ([`cfdp_engine::acl::LONG_BUCKET`]: it keeps a small tree, with
+/// rules the tree's overlay refuses pending beside it). Inserted one at a
+/// time in random order, then some deleted and put back: every packet
+/// gets what a first-match scan gives, at every step.
+fn long_bucket() -> impl Strategy<Value = Vec<AclRule>> {
+    let bound = prop_oneof![
+        Just(0u16),
+        Just(53),
+        Just(80),
+        Just(1024),
+        Just(65535),
+        any::<u16>()
+    ];
+    let range =
+        (bound.clone(), bound).prop_map(|(a, b)| PortRange::new(a.min(b), a.max(b)).unwrap());
+    let proto = prop_oneof![Just(None), Just(Some(6u8)), Just(Some(17u8))];
+    proptest::collection::vec((0u32..40, proto, range.clone(), range), 33..140).prop_map(|v| {
+        let prefix = |a: [u8; 4], len| {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&a);
+            IpPrefix::new(false, b, len).unwrap()
+        };
+        v.into_iter()
+            .zip(1u32..)
+            .map(|((priority, proto, sport, dport), id)| AclRule {
+                id,
+                priority,
+                matcher: AclMatch::new(
+                    prefix([10, 9, 0, 0], 16),
+                    prefix([192, 0, 2, 0], 24),
+                    proto,
+                    sport,
+                    dport,
+                )
+                .unwrap(),
+                action: Action::Drop,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn a_long_bucket_answers_like_a_first_match_scan(
+        rules in long_bucket(),
+        ports in proptest::collection::vec((any::<u16>(), any::<u16>(), 0u8..3), 1..80),
+        deletes in proptest::collection::vec(any::<prop::sample::Index>(), 0..60),
+    ) {
+        let packets: Vec<FlowKey> = ports
+            .iter()
+            .flat_map(|&(s, d, p)| {
+                let proto = [6, 17, 1][usize::from(p)];
+                // Each port as drawn and at the rules' edges.
+                [(s, d), (53, 80), (1024, 65535), (0, d)].map(|(sp, dp)| {
+                    FlowKey::new([10, 9, 7, 7].into(), [192, 0, 2, 9].into(), proto, sp, dp)
+                })
+            })
+            .collect();
+        let check = |c: &AclClassifier, live: &[AclRule]| {
+            for k in &packets {
+                let want = first_match(live, k).map(|r| r.id);
+                prop_assert_eq!(c.classify(k).map(|r| r.id), want, "packet {:?}", k);
+            }
+            Ok(())
+        };
+        let mut c = AclClassifier::new().without_short_path();
+        for r in &rules {
+            c.insert(*r).unwrap();
+        }
+        prop_assert_eq!(c.tables(), 1);
+        check(&c, &rules)?;
+        let mut live = rules.clone();
+        let mut gone = Vec::new();
+        for d in &deletes {
+            let r = live.remove(d.index(live.len()));
+            c.remove(r.id).unwrap();
+            gone.push(r);
+            if live.is_empty() {
+                break;
+            }
+        }
+        check(&c, &live)?;
+        for r in gone {
+            c.insert(r).unwrap();
+            live.push(r);
+        }
+        check(&c, &live)?;
+    }
+}

@@ -3,11 +3,12 @@
 //! cuts (see the parent module's docs).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use cfdp_filter::tagmap::{pair_hash, TagMap};
-use cfdp_rules::{AclRule, Action, RuleId};
+use cfdp_rules::{AclMatch, AclRule, Action, IpPrefix, PortRange, RuleId};
 
-use super::compiled::Answer;
+use super::compiled::{Answer, Input, Layer, Overlay};
 use super::cuts::{count, Cover, Cuts, Mask, Span};
 use super::word::{Packet, Word};
 
@@ -18,6 +19,9 @@ pub const RELAX: u8 = 8;
 pub const ROUND: u8 = 8;
 /// Rules one bucket takes before a rule goes to a table of its own shape.
 pub const MAX_BUCKET: usize = 16;
+/// Rules past which a bucket keeps a small compiled tree of them
+/// ([`Bucket::tree`]).
+pub const LONG_BUCKET: usize = 32;
 /// Most tables per address family (a table is one bit of a cut mask).
 pub const MAX_TABLES: usize = 32;
 const _: () = assert!(MAX_TABLES <= Mask::BITS as usize);
@@ -133,6 +137,31 @@ impl<W: Word> Entry<W> {
     pub(super) fn rank(&self) -> Rank {
         (self.priority, std::cmp::Reverse(self.id))
     }
+
+    /// The rule this entry was made from, as a compile takes it; `None`
+    /// if its fields are no rule's (never: see [`Small::build`]).
+    fn input(&self) -> Option<Input> {
+        let prefix = |a: W, mask: W| IpPrefix::new(W::V6, a.bytes(), mask.ones() as u8).ok();
+        let range = |r: (u16, u16)| PortRange::new(r.0, r.1);
+        let matcher = AclMatch::new(
+            prefix(self.src, self.src_mask)?,
+            prefix(self.dst, self.dst_mask)?,
+            u8::try_from(self.proto).ok(),
+            range(self.sport)?,
+            range(self.dport)?,
+        )
+        .ok()?;
+        Some(Input {
+            rule: AclRule {
+                id: self.id,
+                priority: self.priority,
+                matcher,
+                action: self.action,
+            },
+            tag: self.tag,
+            slot: self.slot,
+        })
+    }
 }
 
 /// A rule's rank: higher priority, then lower id, is greater.
@@ -142,20 +171,55 @@ pub(super) type Rank = (u32, std::cmp::Reverse<RuleId>);
 /// (most buckets hold one rule, and a hit then reads no memory elsewhere),
 /// the rest in a vector (empty: no allocation).
 #[derive(Clone, Debug)]
-pub(super) struct Bucket<W> {
+pub(super) struct Bucket<W: Word> {
     pub(super) first: Entry<W>,
     /// A deque, so that rules arriving best first (appended) and worst
     /// first (prepended: a set loaded in ascending priority, O(K²) moves in
     /// a vector) both cost O(1) a rule.
     pub(super) rest: VecDeque<Entry<W>>,
+    /// Past [`LONG_BUCKET`] rules, a small compiled tree of them all
+    /// ([`compiled`](super::compiled)'s), which a lookup walks instead of
+    /// scanning the rest: rules that share their masked prefixes and
+    /// differ in ports and protocol (a firewall's wildcards: 233 in one
+    /// bucket of ClassBench's fw4) are told apart by the tree's cuts, not
+    /// checked one by one. Changed as the compiled layer is: a rule
+    /// removed is marked dead in the overlay, one added is patched into
+    /// the leaves it touches, and the tree is built again only when a
+    /// patch is refused or the dead outnumber the living.
+    pub(super) tree: Option<Box<Small<W>>>,
 }
 
+/// A long bucket's tree (shared by the classifier's clones), this copy's
+/// overlay over it, and the rules added since that the overlay refused
+/// (a rule wide on the field the tree cuts touches every leaf), scanned
+/// after the tree until there are enough of them to build it again.
+#[derive(Clone, Debug)]
+pub(super) struct Small<W: Word> {
+    layer: Arc<Layer<W>>,
+    overlay: Overlay<W>,
+    /// Best first. At most a quarter of the bucket (or half of
+    /// [`LONG_BUCKET`]): the builds a bucket growing one rule at a time
+    /// costs stay a geometric series.
+    pending: Vec<Entry<W>>,
+}
+
+/// A bucket's match for a packet: its rank and what it answers.
+pub(super) type Found = (Rank, Answer);
+
 impl<W: Word> Bucket<W> {
+    pub(super) fn new(e: Entry<W>) -> Self {
+        Bucket {
+            first: e,
+            rest: VecDeque::new(),
+            tree: None,
+        }
+    }
+
     pub(super) fn len(&self) -> usize {
         1 + self.rest.len()
     }
 
-    /// Adds `e` at its place in the order.
+    /// Adds `e` at its place in the order (and to the tree).
     pub(super) fn insert(&mut self, e: Entry<W>) {
         if e.rank() > self.first.rank() {
             let old = std::mem::replace(&mut self.first, e);
@@ -164,19 +228,137 @@ impl<W: Word> Bucket<W> {
             let at = self.rest.partition_point(|x| x.rank() > e.rank());
             self.rest.insert(at, e);
         }
+        let room = (self.len() / 4).max(LONG_BUCKET / 2);
+        let added = match &mut self.tree {
+            Some(t) => t.add(&e, room),
+            None => false,
+        };
+        if !added && self.len() > LONG_BUCKET {
+            self.retree();
+        }
+    }
+
+    /// Takes rule `id` out; false if the bucket has no such rule.
+    /// The bucket may be left empty: its caller removes it.
+    pub(super) fn remove(&mut self, id: RuleId) -> bool {
+        if self.first.id == id {
+            match self.rest.pop_front() {
+                Some(next) => self.first = next,
+                None => return true,
+            }
+        } else {
+            let Some(i) = self.rest.iter().position(|x| x.id == id) else {
+                return false;
+            };
+            self.rest.remove(i);
+        }
+        let len = self.len();
+        let Some(t) = &mut self.tree else {
+            return true;
+        };
+        if len <= LONG_BUCKET / 2 {
+            self.tree = None;
+        } else if !t.kill(id) || t.overlay.dead() > len {
+            self.retree();
+        }
+        true
+    }
+
+    /// The tree of the bucket's rules, built again (none if the build is
+    /// refused: the scan is exact either way).
+    fn retree(&mut self) {
+        self.tree = Small::build(std::iter::once(&self.first).chain(&self.rest)).map(Box::new);
     }
 
     /// The best entry matching `p`.
     #[inline(always)]
-    pub(super) fn find(&self, p: &Packet<W>) -> Option<&Entry<W>> {
+    pub(super) fn find(&self, p: &Packet<W>) -> Option<Found> {
         if self.first.matches(p) {
-            return Some(&self.first);
+            return Some((self.first.rank(), self.first.answer()));
         }
         if self.rest.is_empty() {
             return None;
         }
+        if let Some(t) = &self.tree {
+            return t.find(p);
+        }
         let (a, b) = self.rest.as_slices();
-        scan(a, p).or_else(|| scan(b, p))
+        scan(a, p)
+            .or_else(|| scan(b, p))
+            .map(|e| (e.rank(), e.answer()))
+    }
+}
+
+impl<W: Word> Small<W> {
+    /// The tree of `entries` (each back to the rule it was made from);
+    /// `None` if one is not a valid rule again (it always is: each was
+    /// made from one) or the build is refused.
+    fn build<'a>(entries: impl Iterator<Item = &'a Entry<W>>) -> Option<Self> {
+        let inputs: Vec<Input> = entries.map(Entry::input).collect::<Option<_>>()?;
+        let refs: Vec<&Input> = inputs.iter().collect();
+        let layer = Layer::build(&refs).ok()?;
+        let overlay = layer.overlay();
+        Some(Small {
+            layer: Arc::new(layer),
+            overlay,
+            pending: Vec::new(),
+        })
+    }
+
+    /// `e` into the tree through the overlay (revived in place, or
+    /// patched into its leaves), else among the pending while they are
+    /// fewer than `room`; false when neither takes it.
+    fn add(&mut self, e: &Entry<W>, room: usize) -> bool {
+        let Some(inp) = e.input() else {
+            return false;
+        };
+        let l = &self.layer;
+        if l.revive(&mut self.overlay, &inp).is_some() || l.patch(&mut self.overlay, &inp).is_ok() {
+            return true;
+        }
+        if self.pending.len() >= room {
+            return false;
+        }
+        let at = self.pending.partition_point(|x| x.rank() > e.rank());
+        self.pending.insert(at, *e);
+        true
+    }
+
+    /// Heap bytes: the tree (counted in each copy that shares it), the
+    /// overlay and the pending rules.
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.layer.bytes()
+            + self.overlay.bytes()
+            + self.pending.capacity() * std::mem::size_of::<Entry<W>>()
+    }
+
+    /// Rule `id` out (pending) or marked dead (in the tree); false if
+    /// neither holds it alive.
+    fn kill(&mut self, id: RuleId) -> bool {
+        if let Some(i) = self.pending.iter().position(|x| x.id == id) {
+            self.pending.remove(i);
+            return true;
+        }
+        self.layer
+            .live_index(&self.overlay, id)
+            .is_some_and(|i| self.overlay.kill(i))
+    }
+
+    /// The best rule of the tree matching `p`: out of line, as [`scan`].
+    #[inline(never)]
+    fn find(&self, p: &Packet<W>) -> Option<Found> {
+        let f = super::compiled::fields(p.src, p.dst, p.sport, p.dport, p.proto);
+        let hit = self
+            .layer
+            .lookup(&f, &self.overlay)
+            .map(|h| ((h.priority, std::cmp::Reverse(h.answer.id)), h.answer));
+        let pending = self.pending.iter().find(|e| e.matches(p));
+        match (hit, pending) {
+            (Some(h), Some(e)) if e.rank() <= h.0 => Some(h),
+            (_, Some(e)) => Some((e.rank(), e.answer())),
+            (h, None) => h,
+        }
     }
 }
 
@@ -190,7 +372,7 @@ pub(super) fn scan<'a, W: Word>(rest: &'a [Entry<W>], p: &Packet<W>) -> Option<&
 /// One table: rules of shapes its tuple admits, bucketed by their masked
 /// prefixes, each bucket best first (a scan stops at its first match).
 #[derive(Clone)]
-pub(super) struct Table<W> {
+pub(super) struct Table<W: Word> {
     pub(super) tuple: Tuple,
     pub(super) src_mask: W,
     pub(super) dst_mask: W,
@@ -237,14 +419,7 @@ impl<W: Word> Table<W> {
         let h = Self::hash(key);
         match self.buckets.get_mut(h, &key) {
             Some(b) => b.insert(e),
-            None => self.buckets.insert(
-                h,
-                key,
-                Bucket {
-                    first: e,
-                    rest: VecDeque::new(),
-                },
-            ),
+            None => self.buckets.insert(h, key, Bucket::new(e)),
         }
         *self.priorities.entry(e.priority).or_default() += 1;
         self.top = self.top.max(e.priority);
@@ -257,17 +432,11 @@ impl<W: Word> Table<W> {
         let Some(b) = self.buckets.get_mut(h, &key) else {
             return false;
         };
-        if b.first.id == e.id {
-            if b.rest.is_empty() {
-                self.buckets.remove(h, &key);
-            } else {
-                b.first = b.rest.pop_front().expect("not empty");
-            }
-        } else {
-            let Some(i) = b.rest.iter().position(|x| x.id == e.id) else {
-                return false;
-            };
-            b.rest.remove(i);
+        let last = b.len() == 1 && b.first.id == e.id;
+        if last {
+            self.buckets.remove(h, &key);
+        } else if !b.remove(e.id) {
+            return false;
         }
         if let Some(n) = self.priorities.get_mut(&e.priority) {
             *n -= 1;
@@ -282,7 +451,7 @@ impl<W: Word> Table<W> {
 
     /// The best entry of this table matching `p`.
     #[inline(always)]
-    pub(super) fn lookup(&self, p: &Packet<W>) -> Option<&Entry<W>> {
+    pub(super) fn lookup(&self, p: &Packet<W>) -> Option<Found> {
         let key = (p.src & self.src_mask, p.dst & self.dst_mask);
         self.buckets.get(Self::hash(key), &key)?.find(p)
     }
@@ -292,7 +461,10 @@ impl<W: Word> Table<W> {
             + self
                 .buckets
                 .values()
-                .map(|b| b.rest.capacity() * std::mem::size_of::<Entry<W>>())
+                .map(|b| {
+                    b.rest.capacity() * std::mem::size_of::<Entry<W>>()
+                        + b.tree.as_ref().map_or(0, |t| t.bytes())
+                })
                 .sum::<usize>()
             + self.priorities.len() * 32
     }
@@ -301,7 +473,7 @@ impl<W: Word> Table<W> {
 /// The tables of one address family, ordered by the highest priority they
 /// hold; `N` is the number of its cut windows (`W::CUT_AT.len()`).
 #[derive(Clone)]
-pub(super) struct Family<W, const N: usize> {
+pub(super) struct Family<W: Word, const N: usize> {
     pub(super) tables: Vec<Table<W>>,
     /// Each table's [`Cover`], in the same order: apart from the tables, so
     /// that a lookup's walk over them reads nothing an update alone needs.
@@ -309,7 +481,7 @@ pub(super) struct Family<W, const N: usize> {
     pub(super) cuts: Cuts<N>,
 }
 
-impl<W, const N: usize> Default for Family<W, N> {
+impl<W: Word, const N: usize> Default for Family<W, N> {
     fn default() -> Self {
         Self {
             tables: Vec::new(),
@@ -457,13 +629,13 @@ impl<W: Word, const N: usize> Family<W, N> {
         p: &Packet<W>,
         probes: &mut Probes,
         floor: Option<Rank>,
-    ) -> Option<&Entry<W>> {
+    ) -> Option<Answer> {
         // An empty layer (a compiled set with no change since): no cut to
         // read.
         if self.tables.is_empty() {
             return None;
         }
-        let mut best: Option<&Entry<W>> = None;
+        let mut best: Option<Answer> = None;
         let mut bound = floor;
         let mut left = self.cuts.candidates(p);
         while left != 0 {
@@ -475,10 +647,10 @@ impl<W: Word, const N: usize> Family<W, N> {
             }
             left &= left - 1;
             probes.tables += 1;
-            if let Some(e) = t.lookup(p) {
-                if bound.is_none_or(|b| e.rank() > b) {
-                    best = Some(e);
-                    bound = Some(e.rank());
+            if let Some((rank, answer)) = t.lookup(p) {
+                if bound.is_none_or(|b| rank > b) {
+                    best = Some(answer);
+                    bound = Some(rank);
                 }
             }
         }

@@ -28,6 +28,9 @@ pub trait Word:
     const V6: bool;
     const MAX: Self;
     fn of(a: &[u8; 16]) -> Self;
+    /// The address's bytes, as [`Self::of`] reads them (IPv4 in the first
+    /// four, the rest zero).
+    fn bytes(self) -> [u8; 16];
     fn from_u32(x: u32) -> Self;
     /// The next value, if any.
     fn inc(self) -> Option<Self>;
@@ -65,6 +68,11 @@ impl Word for u32 {
     #[inline(always)]
     fn of(a: &[u8; 16]) -> Self {
         u32::from_be_bytes([a[0], a[1], a[2], a[3]])
+    }
+    fn bytes(self) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&self.to_be_bytes());
+        a
     }
     #[inline(always)]
     fn mask(len: u8) -> Self {
@@ -109,6 +117,9 @@ impl Word for u128 {
     #[inline(always)]
     fn of(a: &[u8; 16]) -> Self {
         u128::from_be_bytes(*a)
+    }
+    fn bytes(self) -> [u8; 16] {
+        self.to_be_bytes()
     }
     #[inline(always)]
     fn mask(len: u8) -> Self {

@@ -32,7 +32,7 @@
 #     rules whose packet count differs from dpdk-test-acl's verdicts).
 # Sets: ../shared/classbench (acl1_1k, acl1_10k, fw1_10k, ipc1_10k,
 # acl1_100k; SETS= overrides). Writes bench/results/classbench.csv (first
-# line: date, commit, machine). Installs Debian's dpdk package if missing.
+# line: date, commit, machine). Installs Debian's dpdk and dpdk-dev (which has dpdk-test-acl) if missing.
 #
 #   bash bench/classbench.sh [--quick]      (ROUNDS, ITER, SETS override)
 set -euo pipefail
@@ -62,7 +62,7 @@ if [ ! -d "$data" ]; then
 fi
 if ! command -v dpdk-test-acl >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q && apt-get install -y -q dpdk
+    apt-get update -q && apt-get install -y -q dpdk dpdk-dev
 fi
 bash bench/build.sh
 bin=target/release/classbench

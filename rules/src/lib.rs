@@ -36,6 +36,9 @@ pub use class::PrefixClass;
 pub use codec::batch::{parse_batch, parse_update};
 pub use codec::json::{parse_exact_flow, parse_flow_key, parse_rule, rule_to_json};
 /// The codecs at the crate's root, where their users have always found them.
+pub use codec::shape::{
+    Raw, RawAddr, RawError, RawFlow, RawMatch, RawPort, RawPrefix, RawProto, RawRule,
+};
 pub use codec::{binary, classbench, fast, file, protocol, stream};
 pub use exact_flow::{ExactFlow, FlowError};
 pub use fast::{parse_batch_text, parse_rule_text, parse_update_text};

@@ -272,3 +272,60 @@ fn ports_on_any_protocol_are_one_decision_for_every_reader() {
     assert!(encode(&one).is_none());
     assert_eq!(decode_wide(&encode_wide(&one)).unwrap(), one);
 }
+
+/// Every reader of the grammar refuses what the one validator refuses,
+/// with its words: a port range whose low is above its high, read from
+/// JSON, a binary record, a ClassBench line and the raw form a P4Runtime
+/// entry fills; and a priority over the bound from JSON and a record.
+#[test]
+fn every_reader_refuses_through_the_one_validator() {
+    use cfdp_rules::binary::{decode_wide, encode_wide, DecodeError};
+    use cfdp_rules::{classbench, parse_rule, Action, IpPrefix, Raw, RawMatch, RawPort, Rule};
+    let said = "\"9-1\": the low port is above the high one";
+    let json = |v: serde_json::Value| parse_rule(&v, None).unwrap_err();
+    let e = json(serde_json::json!({"id": 1, "priority": 5,
+        "match": {"src_prefix": "10.0.0.0/8", "sport": "9-1"}, "action": "drop"}));
+    assert_eq!(
+        (e.field.as_str(), e.message.as_str()),
+        ("match.sport", said)
+    );
+    let good = parse_rule(
+        &serde_json::json!({"id": 1, "priority": 5,
+            "match": {"src_prefix": "10.0.0.0/8", "sport": "1-9"}, "action": "drop"}),
+        None,
+    )
+    .unwrap();
+    let mut record = encode_wide(&good);
+    record[10..14].copy_from_slice(&[9, 0, 1, 0]); // sport low 9, high 1
+    let invalid = |r: &[u8; 64]| match decode_wide(r) {
+        Err(DecodeError::Invalid { field, message, .. }) => (field, message),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(invalid(&record), ("match.sport".into(), said.into()));
+    let cb = classbench::parse_rules(
+        "@10.0.0.0/8\t0.0.0.0/0\t9 : 1\t0 : 65535\t0x06/0xFF\t0x0000/0x0000",
+        Action::Drop,
+    )
+    .unwrap_err();
+    assert_eq!((cb.field, cb.message.as_str()), ("source ports", said));
+    let raw = RawMatch {
+        src_prefix: Some(Raw::Value("10.0.0.0/8".parse::<IpPrefix>().unwrap())),
+        sport: Some(RawPort::Range(9, 1)),
+        ..RawMatch::empty()
+    };
+    let e = raw.validate(Some(5)).unwrap_err();
+    assert_eq!(
+        (e.field.as_str(), e.message.as_str()),
+        ("match.sport", said)
+    );
+    // A priority over the bound.
+    let over = cfdp_rules::rule::MAX_PRIORITY + 1;
+    let e = json(serde_json::json!({"id": 1, "priority": over,
+        "match": {"src_prefix": "10.0.0.0/8"}, "action": "drop"}));
+    let mut record = encode_wide(&good);
+    record[52..56].copy_from_slice(&over.to_le_bytes());
+    assert_eq!(invalid(&record), (e.field.clone(), e.message.clone()));
+    assert_eq!(e.field, "priority");
+    // And a valid record is the rule the JSON names.
+    assert_eq!(decode_wide(&encode_wide(&good)), Ok::<Rule, _>(good));
+}

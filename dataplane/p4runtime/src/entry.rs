@@ -10,7 +10,7 @@
 //! zeros, one byte for zero).
 
 use cfdp_rules::rule::MAX_PRIORITY;
-use cfdp_rules::{AclMatch, Action, Allowing, IpPrefix, Match, PortRange, Rule};
+use cfdp_rules::{Action, Allowing, IpPrefix, Match, Raw, RawMatch, RawPort, RawProto, Rule};
 use prost::bytes::Bytes;
 
 use crate::pipeline::{self, Table, DPORT, DST, PROTO, SPORT, SRC};
@@ -90,9 +90,13 @@ pub fn entry_match(e: &p4::TableEntry) -> Result<Match, EntryError> {
                 ),
             )
         })?;
-    let (mut src, mut dst) = (IpPrefix::any(t.v6()), IpPrefix::any(t.v6()));
-    let mut proto = None;
-    let (mut sport, mut dport) = (PortRange::ANY, PortRange::ANY);
+    // The entry in the raw form every rule reader builds; the one
+    // validator turns it into the match (an absent address is any).
+    let mut m = RawMatch {
+        src_prefix: Some(Raw::Value(IpPrefix::any(t.v6()))),
+        dst_prefix: Some(Raw::Value(IpPrefix::any(t.v6()))),
+        ..RawMatch::empty()
+    };
     let mut seen = [false; 6];
     for f in &e.r#match {
         let name = t.field_name(f.field_id);
@@ -112,22 +116,31 @@ pub fn entry_match(e: &p4::TableEntry) -> Result<Match, EntryError> {
         if std::mem::replace(slot, true) {
             return Err(EntryError::invalid(name, "given twice"));
         }
+        let p = |x: &p4::field_match::Ternary| prefix(t, name, &x.value, &x.mask).map(Raw::Value);
         match (f.field_id, &f.field_match_type) {
-            (SRC, Some(Fm::Ternary(x))) => src = prefix(t, name, &x.value, &x.mask)?,
-            (DST, Some(Fm::Ternary(x))) => dst = prefix(t, name, &x.value, &x.mask)?,
-            (PROTO, Some(Fm::Ternary(x))) => proto = Some(protocol(name, &x.value, &x.mask)?),
-            (SPORT, Some(Fm::Range(r))) => sport = range(name, &r.low, &r.high)?,
-            (DPORT, Some(Fm::Range(r))) => dport = range(name, &r.low, &r.high)?,
+            (SRC, Some(Fm::Ternary(x))) => m.src_prefix = Some(p(x)?),
+            (DST, Some(Fm::Ternary(x))) => m.dst_prefix = Some(p(x)?),
+            (PROTO, Some(Fm::Ternary(x))) => {
+                m.proto = Some(RawProto::Number(protocol(name, &x.value, &x.mask)?));
+            }
+            (SPORT, Some(Fm::Range(r))) => m.sport = Some(range(name, &r.low, &r.high)?),
+            (DPORT, Some(Fm::Range(r))) => m.dport = Some(range(name, &r.low, &r.high)?),
             (SRC | DST | PROTO, _) => return Err(EntryError::invalid(name, "a ternary match")),
             _ => return Err(EntryError::invalid(name, "a range match")),
         }
     }
-    // Both prefixes come from one table, so of one family: `AclMatch`
-    // refuses nothing else (ports are taken with any protocol, as rte_acl
-    // takes them: see `AclMatch::new`).
-    let m = AclMatch::new(src, dst, proto, sport, dport)
-        .map_err(|e| EntryError::invalid(t.field_name(DST), e.to_string()))?;
-    Ok(Match::Acl { m, priority })
+    // Both prefixes come from one table, so of one family (ports are taken
+    // with any protocol, as rte_acl takes them: see `AclMatch::new`).
+    m.validate(Some(priority)).map_err(|e| {
+        let field = match e.field.as_str() {
+            "match.src_prefix" => t.field_name(SRC),
+            "match.proto" => t.field_name(PROTO),
+            "match.sport" => t.field_name(SPORT),
+            "match.dport" => t.field_name(DPORT),
+            _ => t.field_name(DST),
+        };
+        EntryError::invalid(field, e.message)
+    })
 }
 
 /// The action of an entry.
@@ -264,18 +277,18 @@ fn protocol(field: &str, v: &[u8], mask: &[u8]) -> Result<u8, EntryError> {
     }
 }
 
-fn range(field: &str, lo: &[u8], hi: &[u8]) -> Result<PortRange, EntryError> {
+/// A range match as the raw form takes it (the validator refuses a low
+/// above the high); the whole range is P4Runtime's don't-care, refused.
+fn range(field: &str, lo: &[u8], hi: &[u8]) -> Result<RawPort<'static>, EntryError> {
     let port = |v: &[u8]| value(field, v, 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
     let (lo, hi) = (port(lo)?, port(hi)?);
-    let r = PortRange::new(lo, hi)
-        .ok_or_else(|| EntryError::invalid(field, format!("low {lo} above high {hi}")))?;
-    if r.is_any() {
+    if (lo, hi) == (0, u16::MAX) {
         return Err(EntryError::invalid(
             field,
             "0..65535: leave the field out for any port (P4Runtime's don't-care)",
         ));
     }
-    Ok(r)
+    Ok(RawPort::Range(lo, hi))
 }
 
 /// The entry of a cfdp rule, when it is one of the tables' (a
@@ -346,6 +359,7 @@ pub fn rule_entry(r: &Rule) -> Option<p4::TableEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cfdp_rules::PortRange;
     use p4::field_match::{Range, Ternary};
 
     fn t(id: u32, value: &[u8], mask: &[u8]) -> p4::FieldMatch {

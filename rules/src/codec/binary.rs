@@ -40,12 +40,12 @@
 //! bits zero, ports only with TCP/UDP): a damaged or crafted record is an
 //! error naming the field, never a rule the text form could not express.
 
-use crate::acl_match::{AclMatch, PortRange};
-use crate::exact_flow::{ExactFlow, FlowError};
+use std::net::IpAddr;
+
+use crate::codec::shape::{Raw, RawFlow, RawMatch, RawPort, RawProto, RawRule};
+use crate::flow::has_ports;
 use crate::prefix::IpPrefix;
-use crate::prefix_match::PrefixMatch;
 use crate::rule::{Action, Allowing, Dir, Match, Rule, RuleId};
-use crate::FlowKey;
 
 /// Bytes of one record.
 pub const RECORD: usize = 48;
@@ -136,22 +136,31 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
             kind: Kind::MultiField,
         });
     }
-    let range = |at: usize| {
-        PortRange::new(u16_wide(b, at), u16_wide(b, at + 2)).ok_or(DecodeError::PortRange {
-            low: u16_wide(b, at),
-            high: u16_wide(b, at + 2),
-        })
-    };
-    let (sport, dport) = (range(10)?, range(48)?);
-    let m = AclMatch::new(src, dst, proto, sport, dport).map_err(DecodeError::Match)?;
-    let priority = u32::from_le_bytes([b[52], b[53], b[54], b[55]]);
-    if priority > crate::rule::MAX_PRIORITY {
-        return Err(DecodeError::Priority(priority));
-    }
-    Ok(Rule {
+    let range = |at: usize| RawPort::Range(u16_wide(b, at), u16_wide(b, at + 2));
+    let raw = RawRule {
         id,
-        matcher: Match::Acl { m, priority },
-        action,
+        priority: Some(u64::from(u32::from_le_bytes([b[52], b[53], b[54], b[55]]))),
+        matcher: RawMatch {
+            src_prefix: Some(Raw::Value(src)),
+            dst_prefix: Some(Raw::Value(dst)),
+            proto: proto.map(RawProto::Number),
+            sport: Some(range(10)),
+            dport: Some(range(48)),
+            ..RawMatch::empty()
+        },
+        action: action.plain(),
+        track: action.tracked().map(|_| true),
+    };
+    validated(raw, Kind::MultiField)
+}
+
+/// The one validator's rule for a record's raw form (the record's own
+/// layout checked already), its refusal named with the record's kind.
+fn validated(raw: RawRule<'_>, kind: Kind) -> Result<Rule, DecodeError> {
+    Rule::try_from(raw).map_err(|e| DecodeError::Invalid {
+        kind,
+        field: e.field,
+        message: e.message,
     })
 }
 
@@ -272,9 +281,6 @@ pub enum DecodeError {
     PortWithoutRedirect { action: u8, port: u16 },
     #[error("flow: an IPv4 address with bytes beyond its fourth")]
     V4Tail,
-    /// Ports with a protocol that has none (`None`: any protocol).
-    #[error("{kind}: ports with protocol {} (only tcp and udp)", proto.map_or("any".to_string(), |p| p.to_string()))]
-    PortsWithoutL4 { kind: Kind, proto: Option<u8> },
     #[error("{kind}: {field} prefix: {source}")]
     Prefix {
         kind: Kind,
@@ -284,60 +290,79 @@ pub enum DecodeError {
     },
     #[error("{kind}: a protocol or port without its flag")]
     FieldWithoutFlag { kind: Kind },
-    #[error("multi-field: port range {low}-{high} (low above high)")]
-    PortRange { low: u16, high: u16 },
-    #[error("multi-field: priority {0} above {max}", max = crate::rule::MAX_PRIORITY)]
-    Priority(u32),
-    /// A multi-field match `AclMatch::new` refuses (both prefixes are read
-    /// with one family flag, so none is today).
-    #[error("multi-field: {0}")]
-    Match(crate::MatchError),
+    /// The record's fields, read into the raw form every reader builds,
+    /// are not a valid rule: the one validator's refusal (ports without
+    /// TCP or UDP, a range's low above its high, a priority out of range),
+    /// naming the rule grammar's field.
+    #[error("{kind}: {field}: {message}")]
+    Invalid {
+        kind: Kind,
+        field: String,
+        message: String,
+    },
 }
 
 /// The rule of a record, or what is wrong with it.
 pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
     let (id, action) = head(b)?;
-    let matcher = match b[7] {
-        0 => decode_flow(b)?,
-        k @ (1 | 2) => decode_prefix(b, if k == 1 { Dir::Src } else { Dir::Dst })?,
+    let (matcher, kind) = match b[7] {
+        0 => (raw_flow(b)?, Kind::Flow),
+        k @ (1 | 2) => (
+            raw_prefix(b, if k == 1 { Dir::Src } else { Dir::Dst })?,
+            Kind::Prefix,
+        ),
         k => return Err(DecodeError::UnknownKind(k)),
     };
-    Ok(Rule {
+    let raw = RawRule {
         id,
+        priority: None,
         matcher,
-        action,
-    })
+        action: action.plain(),
+        track: action.tracked().map(|_| true),
+    };
+    validated(raw, kind)
 }
 
-/// An exact flow's record (kind 0).
+/// An exact flow's record (kind 0) in the raw form: a port is present
+/// when the protocol has ports, or when its bytes are not zero (for the
+/// validator to refuse).
 #[inline]
-fn decode_flow(b: &[u8; RECORD]) -> Result<Match, DecodeError> {
+fn raw_flow(b: &[u8; RECORD]) -> Result<RawMatch<'static>, DecodeError> {
     let flags = b[8];
     if flags & !1 != 0 || b[46..].iter().any(|&x| x != 0) {
         return Err(DecodeError::UnusedBits { kind: Kind::Flow });
     }
-    // The family's and the ports' invariants are the match's own.
-    let key = FlowKey {
-        v6: flags & 1 != 0,
-        src: addr_at(b, 14),
-        dst: addr_at(b, 30),
-        proto: b[9],
-        sport: u16_at(b, 10),
-        dport: u16_at(b, 12),
+    let v6 = flags & 1 != 0;
+    let addr = |at: usize| -> Result<IpAddr, DecodeError> {
+        let a = addr_at(b, at);
+        if v6 {
+            return Ok(IpAddr::from(a));
+        }
+        if a[4..].iter().any(|&x| x != 0) {
+            return Err(DecodeError::V4Tail);
+        }
+        Ok(IpAddr::from([a[0], a[1], a[2], a[3]]))
     };
-    match ExactFlow::of_key(key) {
-        Ok(f) => Ok(Match::Flow(f)),
-        Err(FlowError::PortsWithoutTransport { proto }) => Err(DecodeError::PortsWithoutL4 {
-            kind: Kind::Flow,
-            proto: Some(proto),
+    let proto = b[9];
+    let port = |at: usize| {
+        let p = u16_at(b, at);
+        (has_ports(proto) || p != 0).then_some(p)
+    };
+    Ok(RawMatch {
+        flow: Some(RawFlow {
+            src: Raw::Value(addr(14)?),
+            dst: Raw::Value(addr(30)?),
+            proto: RawProto::Number(proto),
+            sport: port(10),
+            dport: port(12),
         }),
-        Err(FlowError::V4Tail | FlowError::MixedFamilies) => Err(DecodeError::V4Tail),
-    }
+        ..RawMatch::empty()
+    })
 }
 
-/// A prefix rule's record (kinds 1 and 2).
+/// A prefix rule's record (kinds 1 and 2) in the raw form.
 #[inline]
-fn decode_prefix(b: &[u8; RECORD], dir: Dir) -> Result<Match, DecodeError> {
+fn raw_prefix(b: &[u8; RECORD], dir: Dir) -> Result<RawMatch<'static>, DecodeError> {
     let flags = b[8];
     let v6 = flags & 1 != 0;
     if flags & !7 != 0 || b[13] != 0 || b[30..].iter().any(|&x| x != 0) {
@@ -358,12 +383,18 @@ fn decode_prefix(b: &[u8; RECORD], dir: Dir) -> Result<Match, DecodeError> {
     if proto.is_none() && b[9] != 0 || port.is_none() && u16_at(b, 10) != 0 {
         return Err(DecodeError::FieldWithoutFlag { kind: Kind::Prefix });
     }
-    PrefixMatch::new(dir, prefix, proto, port)
-        .map(Match::Prefix)
-        .map_err(|_| DecodeError::PortsWithoutL4 {
-            kind: Kind::Prefix,
-            proto,
-        })
+    let p = Some(Raw::Value(prefix));
+    let (src_prefix, dst_prefix) = match dir {
+        Dir::Src => (p, None),
+        Dir::Dst => (None, p),
+    };
+    Ok(RawMatch {
+        src_prefix,
+        dst_prefix,
+        proto: proto.map(RawProto::Number),
+        port,
+        ..RawMatch::empty()
+    })
 }
 
 #[cfg(test)]
@@ -434,13 +465,14 @@ mod tests {
         let mut c = prefix;
         c[8] |= 4; // a port flag without a protocol
         c[10] = 80;
-        assert_eq!(
+        assert!(matches!(
             decode(&c),
-            Err(DecodeError::PortsWithoutL4 {
+            Err(DecodeError::Invalid {
                 kind: Kind::Prefix,
-                proto: None
-            })
-        );
+                field,
+                ..
+            }) if field == "match.port"
+        ));
     }
 
     /// Any single-byte change to a valid record either decodes to a rule

@@ -11,10 +11,9 @@
 use std::fmt;
 
 use crate::acl::AclRule;
-use crate::acl_match::{AclMatch, PortRange};
+use crate::codec::shape::{Raw, RawMatch, RawPort, RawProto, RawRule};
 use crate::flow::FlowKey;
-use crate::prefix::IpPrefix;
-use crate::rule::Action;
+use crate::rule::{Action, Match, Rule};
 
 /// A line that is not what ClassBench writes, with its number.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +41,9 @@ pub struct Import {
     pub flags_ignored: usize,
 }
 
-/// Reads a filter set; every rule gets `action`.
+/// Reads a filter set; every rule gets `action`. Each line is read into
+/// the raw form every rule reader builds and checked by the one
+/// validator (`Rule::try_from`).
 pub fn parse_rules(text: &str, action: Action) -> Result<Import, ClassBenchError> {
     let lines: Vec<(usize, &str)> = text
         .lines()
@@ -61,11 +62,22 @@ pub fn parse_rules(text: &str, action: Action) -> Result<Import, ClassBenchError
         let (matcher, flags_any) = parse_line(line).map_err(|(f, m)| err(f, m))?;
         flags_ignored += usize::from(!flags_any);
         let id = u32::try_from(i + 1).map_err(|_| err("line", "too many rules".into()))?;
+        let raw = RawRule {
+            id,
+            priority: Some((n - i) as u64),
+            matcher,
+            action: action.plain(),
+            track: action.tracked().map(|_| true),
+        };
+        let rule = Rule::try_from(raw).map_err(|e| err(column(&e.field), e.message))?;
+        let Match::Acl { m, priority } = rule.matcher else {
+            return Err(err("line", "not a multi-field rule".into()));
+        };
         rules.push(AclRule {
             id,
-            priority: (n - i) as u32,
-            matcher,
-            action,
+            priority,
+            matcher: m,
+            action: rule.action,
         });
     }
     Ok(Import {
@@ -74,11 +86,24 @@ pub fn parse_rules(text: &str, action: Action) -> Result<Import, ClassBenchError
     })
 }
 
+/// The ClassBench column the validator's field name is read from.
+fn column(field: &str) -> &'static str {
+    match field {
+        "match.src_prefix" => "source prefix",
+        "match.dst_prefix" => "destination prefix",
+        "match.sport" => "source ports",
+        "match.dport" => "destination ports",
+        "match.proto" => "protocol",
+        "track" => "action",
+        _ => "line",
+    }
+}
+
 type FieldError = (&'static str, String);
 
-/// One filter line: the match, and whether its flags column was a
+/// One filter line in the raw form, and whether its flags column was a
 /// wildcard.
-fn parse_line(line: &str) -> Result<(AclMatch, bool), FieldError> {
+fn parse_line(line: &str) -> Result<(RawMatch<'_>, bool), FieldError> {
     let line = line
         .trim()
         .strip_prefix('@')
@@ -94,12 +119,6 @@ fn parse_line(line: &str) -> Result<(AclMatch, bool), FieldError> {
             format!("{} tab-separated fields, 6 expected", f.len()),
         ));
     }
-    let prefix = |s: &str, field| {
-        s.parse::<IpPrefix>()
-            .map_err(|e| (field, format!("{s:?}: {e}")))
-    };
-    let src = prefix(f[0], "source prefix")?;
-    let dst = prefix(f[1], "destination prefix")?;
     let sport = range(f[2], "source ports")?;
     let dport = range(f[3], "destination ports")?;
     let proto = match value_mask(f[4], "protocol")? {
@@ -113,13 +132,20 @@ fn parse_line(line: &str) -> Result<(AclMatch, bool), FieldError> {
         }
     };
     let flags = value_mask(f[5], "TCP flags")?;
-    let matcher = AclMatch::new(src, dst, proto, sport, dport)
-        .map_err(|e| ("destination prefix", e.to_string()))?;
+    let matcher = RawMatch {
+        src_prefix: Some(Raw::Text(f[0])),
+        dst_prefix: Some(Raw::Text(f[1])),
+        proto: proto.map(RawProto::Number),
+        sport: Some(sport),
+        dport: Some(dport),
+        ..RawMatch::empty()
+    };
     Ok((matcher, flags.1 == 0))
 }
 
-/// A `LO : HI` port column (`field` names it in errors).
-fn range(s: &str, field: &'static str) -> Result<PortRange, FieldError> {
+/// A `LO : HI` port column (`field` names it in errors): the validator
+/// checks the order.
+fn range(s: &str, field: &'static str) -> Result<RawPort<'static>, FieldError> {
     let (lo, hi) = s
         .split_once(':')
         .ok_or_else(|| (field, format!("{s:?}: not LO : HI")))?;
@@ -128,7 +154,7 @@ fn range(s: &str, field: &'static str) -> Result<PortRange, FieldError> {
             .parse::<u16>()
             .map_err(|_| (field, format!("{p:?}: not a port")))
     };
-    PortRange::new(port(lo)?, port(hi)?).ok_or_else(|| (field, format!("{s:?}: LO above HI")))
+    Ok(RawPort::Range(port(lo)?, port(hi)?))
 }
 
 /// A `0xVALUE/0xMASK` column (`field` names it in errors).
@@ -213,6 +239,7 @@ pub fn parse_trace(text: &str) -> Result<Vec<TracePacket>, ClassBenchError> {
 mod tests {
     use super::*;
     use crate::acl::first_match;
+    use crate::PortRange;
 
     const SET: &str = "@10.0.0.0/8\t192.168.1.0/24\t0 : 65535\t53 : 53\t0x11/0xFF\t0x0000/0x0000\t\n\
                        @10.1.0.0/16\t0.0.0.0/0\t1024 : 65535\t0 : 65535\t0x06/0xFF\t0x1000/0x1000\t\n\

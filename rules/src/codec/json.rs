@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule};
+use crate::codec::shape::{Raw, RawFlow, RawMatch, RawPort, RawProto, RawRule};
 use crate::codec::validate::{self, FieldErr, ACL_KEYS, FLOW_KEYS, PLAIN_KEYS};
 use crate::exact_flow::ExactFlow;
 use crate::flow::FlowKey;
@@ -127,8 +127,8 @@ fn raw_match(m: &Map<String, Value>, acl: bool) -> Result<RawMatch<'_>, FieldErr
     };
     Ok(RawMatch {
         flow,
-        src_prefix: prefix("src_prefix")?,
-        dst_prefix: prefix("dst_prefix")?,
+        src_prefix: prefix("src_prefix")?.map(Raw::Text),
+        dst_prefix: prefix("dst_prefix")?.map(Raw::Text),
         proto: m
             .get("proto")
             .map(|p| raw_proto(p, "match.proto"))
@@ -188,8 +188,8 @@ fn raw_flow(f: &Map<String, Value>) -> Result<RawFlow<'_>, FieldErr> {
             .transpose()
     };
     Ok(RawFlow {
-        src,
-        dst,
+        src: Raw::Text(src),
+        dst: Raw::Text(dst),
         proto,
         sport: port("sport")?,
         dport: port("dport")?,

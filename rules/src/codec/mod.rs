@@ -6,9 +6,10 @@
 //! and lists (`file`, `stream`), 48-byte binary records (`binary`),
 //! ClassBench filter sets and traces (`classbench`), the
 //! JSON writer (`rule_json`) and the control protocol's envelope
-//! (`protocol`). The text readers build one raw form (`shape`) and one
-//! validator (`validate`) turns its match into the model's. A codec may
-//! use the model; the model uses no codec.
+//! (`protocol`). Every reader (the text ones, the binary records,
+//! ClassBench lines, and P4Runtime entries in `cfdp-p4runtime`) builds
+//! one raw form (`shape`) and one validator (`validate`) turns it into the
+//! model's rule. A codec may use the model; the model uses no codec.
 
 pub mod batch;
 pub mod binary;
@@ -18,7 +19,7 @@ pub mod file;
 pub mod json;
 pub mod protocol;
 pub(crate) mod rule_json;
-pub(crate) mod shape;
+pub mod shape;
 pub mod stream;
 pub(crate) mod strict;
 pub(crate) mod validate;

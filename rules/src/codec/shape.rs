@@ -1,14 +1,86 @@
-//! The raw form of a rule: its fields as written, each of the JSON type
-//! its place takes, borrowing from the text — what every text reader
-//! builds: the serde reader (`fast`), the byte-by-byte reader of the plain
-//! spelling (`strict`) and the JSON value reader (`json`, from a
-//! `serde_json::Value`). Whether a raw match is a valid one is
-//! [`super::validate`]'s to say, once for all of them.
+//! The raw form of a rule: which fields it has and each as its reader
+//! took it — what every reader builds: the serde reader (`fast`), the
+//! byte-by-byte reader of the plain spelling (`strict`) and the JSON value
+//! reader (`json`, from a `serde_json::Value`), borrowing their leaves
+//! from the text; the binary records (`binary`), ClassBench lines
+//! (`classbench`) and P4Runtime entries (the `cfdp-p4runtime` crate), with
+//! leaves they decoded themselves ([`Raw::Value`], [`RawPort::Range`]).
+//! Whether a raw rule is a valid one is [`super::validate`]'s to say, once
+//! for all of them: `Rule::try_from(raw)`, or [`RawMatch::validate`] for
+//! a match alone.
+
+use std::net::IpAddr;
 
 use serde::{Deserialize, Deserializer};
 
 use crate::batch::Update;
-use crate::rule::{Action, Rule};
+use crate::prefix::IpPrefix;
+use crate::rule::{Action, Match, Rule};
+
+/// A leaf of the raw form: text borrowed from a text reader's input,
+/// parsed by the validator, or a value a binary reader decoded (`T`'s own
+/// constructor has checked what it checks: a prefix's host bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Raw<'a, T> {
+    Text(&'a str),
+    Value(T),
+}
+
+/// From a string without escapes, as [`RawProto`] takes a name.
+impl<'de: 'a, 'a, T> Deserialize<'de> for Raw<'a, T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&'a str>::deserialize(d).map(Raw::Text)
+    }
+}
+
+/// A prefix as written (`"10.0.0.0/8"`) or decoded.
+pub type RawPrefix<'a> = Raw<'a, IpPrefix>;
+/// An address as written or decoded.
+pub type RawAddr<'a> = Raw<'a, IpAddr>;
+
+/// Why a raw rule is not a valid one: the field (`match.flow.src`, …) and
+/// what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RawError {
+    pub field: String,
+    pub message: String,
+}
+
+impl From<super::validate::FieldErr> for RawError {
+    fn from((field, message): super::validate::FieldErr) -> Self {
+        RawError { field, message }
+    }
+}
+
+impl<'a> TryFrom<RawRule<'a>> for Rule {
+    type Error = RawError;
+    /// The one validator ([`super::validate`]).
+    fn try_from(r: RawRule<'a>) -> Result<Rule, RawError> {
+        super::validate::rule(r).map_err(RawError::from)
+    }
+}
+
+impl RawMatch<'_> {
+    /// The match this spells for a rule with `priority` (a multi-field
+    /// rule) or without one: the validator's answer for a match alone.
+    pub fn validate(self, priority: Option<u32>) -> Result<Match, RawError> {
+        super::validate::matcher(priority, self).map_err(RawError::from)
+    }
+
+    /// No field at all (readers fill in what they find).
+    pub fn empty() -> Self {
+        RawMatch {
+            flow: None,
+            src_prefix: None,
+            dst_prefix: None,
+            proto: None,
+            port: None,
+            sport: None,
+            dport: None,
+        }
+    }
+}
 
 /// An optional field that, when present, must be a `T` (`null` is not
 /// "absent" to the value parser, so it is not taken here either).
@@ -18,56 +90,62 @@ pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     T::deserialize(d).map(Some)
 }
 
+/// A rule's fields (see the module docs).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawRule<'a> {
-    pub(crate) id: u32,
+pub struct RawRule<'a> {
+    pub id: u32,
     /// Present: a multi-field rule (`Match::Acl`); checked against
     /// `MAX_PRIORITY` by the validator.
     #[serde(default, deserialize_with = "present")]
-    pub(crate) priority: Option<u64>,
+    pub priority: Option<u64>,
     #[serde(rename = "match", borrow)]
-    pub(crate) matcher: RawMatch<'a>,
-    /// As written: the validator makes it stateful when `track` says so.
-    pub(crate) action: Action,
+    pub matcher: RawMatch<'a>,
+    /// As written, not stateful: the validator makes it stateful when
+    /// `track` says so (and takes a stateful one as its plain action).
+    pub action: Action,
     #[serde(default, deserialize_with = "present")]
-    pub(crate) track: Option<bool>,
+    pub track: Option<bool>,
 }
 
+/// A rule's match: which keys it has (the validator decides the form).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawMatch<'a> {
+pub struct RawMatch<'a> {
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) flow: Option<RawFlow<'a>>,
+    pub flow: Option<RawFlow<'a>>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) src_prefix: Option<&'a str>,
+    pub src_prefix: Option<RawPrefix<'a>>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) dst_prefix: Option<&'a str>,
+    pub dst_prefix: Option<RawPrefix<'a>>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) proto: Option<RawProto<'a>>,
+    pub proto: Option<RawProto<'a>>,
     #[serde(default, deserialize_with = "present")]
-    pub(crate) port: Option<u16>,
+    pub port: Option<u16>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) sport: Option<RawPort<'a>>,
+    pub sport: Option<RawPort<'a>>,
     #[serde(default, deserialize_with = "present", borrow)]
-    pub(crate) dport: Option<RawPort<'a>>,
+    pub dport: Option<RawPort<'a>>,
 }
 
+/// An exact flow's 5-tuple: ports present for TCP and UDP only.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawFlow<'a> {
-    pub(crate) src: &'a str,
-    pub(crate) dst: &'a str,
+pub struct RawFlow<'a> {
     #[serde(borrow)]
-    pub(crate) proto: RawProto<'a>,
+    pub src: RawAddr<'a>,
+    #[serde(borrow)]
+    pub dst: RawAddr<'a>,
+    #[serde(borrow)]
+    pub proto: RawProto<'a>,
     #[serde(default, deserialize_with = "present")]
-    pub(crate) sport: Option<u16>,
+    pub sport: Option<u16>,
     #[serde(default, deserialize_with = "present")]
-    pub(crate) dport: Option<u16>,
+    pub dport: Option<u16>,
 }
 
 /// A protocol as a number (0–255) or a name borrowed from the text.
-pub(crate) enum RawProto<'a> {
+pub enum RawProto<'a> {
     Number(u8),
     Name(&'a str),
 }
@@ -102,10 +180,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawProto<'a> {
 }
 
 /// A multi-field rule's port: a number, or a string (`"80"`, `"LO-HI"`)
-/// borrowed from the text.
-pub(crate) enum RawPort<'a> {
+/// borrowed from the text, or a range a binary reader decoded (low and
+/// high, in any order: the validator refuses a low above the high).
+pub enum RawPort<'a> {
     Number(u16),
     Text(&'a str),
+    Range(u16, u16),
 }
 
 /// By hand for the reason `RawProto` is: a port that fits `u16`, or a

@@ -14,7 +14,7 @@
 //! check that whatever it accepts, serde and the value parser accept with
 //! the same rule.
 
-use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule, UpdateShape};
+use crate::codec::shape::{Raw, RawFlow, RawMatch, RawPort, RawProto, RawRule, UpdateShape};
 use crate::rule::Action;
 use serde_json::Value;
 
@@ -146,8 +146,8 @@ impl<'a> Reader<'a> {
             Some(())
         })?;
         Some(RawFlow {
-            src: src?,
-            dst: dst?,
+            src: Raw::Text(src?),
+            dst: Raw::Text(dst?),
             proto: proto?,
             sport,
             dport,
@@ -155,20 +155,16 @@ impl<'a> Reader<'a> {
     }
 
     fn matcher(&mut self) -> Option<RawMatch<'a>> {
-        let mut m = RawMatch {
-            flow: None,
-            src_prefix: None,
-            dst_prefix: None,
-            proto: None,
-            port: None,
-            sport: None,
-            dport: None,
-        };
+        let mut m = RawMatch::empty();
         self.object(|r, k| {
             match k {
                 "flow" if m.flow.is_none() => m.flow = Some(r.flow()?),
-                "src_prefix" if m.src_prefix.is_none() => m.src_prefix = Some(r.string()?),
-                "dst_prefix" if m.dst_prefix.is_none() => m.dst_prefix = Some(r.string()?),
+                "src_prefix" if m.src_prefix.is_none() => {
+                    m.src_prefix = Some(Raw::Text(r.string()?));
+                }
+                "dst_prefix" if m.dst_prefix.is_none() => {
+                    m.dst_prefix = Some(Raw::Text(r.string()?));
+                }
                 "proto" if m.proto.is_none() => m.proto = Some(r.proto()?),
                 "port" if m.port.is_none() => m.port = Some(r.u16()?),
                 "sport" if m.sport.is_none() => m.sport = Some(r.port()?),

@@ -16,14 +16,15 @@
 use std::net::IpAddr;
 
 use crate::acl_match::{AclMatch, PortRange};
-use crate::codec::shape::{RawFlow, RawMatch, RawPort, RawProto, RawRule};
+use crate::codec::shape::{Raw, RawAddr, RawFlow, RawMatch, RawPort, RawPrefix, RawProto, RawRule};
 use crate::exact_flow::{ExactFlow, FlowError};
 use crate::flow::{has_ports, proto_by_name};
 use crate::prefix::IpPrefix;
 use crate::prefix_match::PrefixMatch;
 use crate::rule::{Dir, Match, Rule, MAX_PRIORITY};
 
-/// A problem and the field it is in (`match.flow.src`, …).
+/// A problem and the field it is in (`match.flow.src`, …); public as
+/// [`super::shape::RawError`].
 pub(crate) type FieldErr = (String, String);
 
 /// The keys of a rule's `match`, by form: what an unknown key's message
@@ -175,9 +176,13 @@ fn plain(m: RawMatch<'_>) -> Result<Match, FieldErr> {
 /// and UDP and absent otherwise.
 #[inline]
 pub(crate) fn flow(f: RawFlow<'_>) -> Result<ExactFlow, FieldErr> {
-    let addr = |s: &str, field: &str| -> Result<IpAddr, FieldErr> {
-        s.parse()
-            .map_err(|_| err(field, "not an IPv4 or IPv6 address"))
+    let addr = |a: RawAddr<'_>, field: &str| -> Result<IpAddr, FieldErr> {
+        match a {
+            Raw::Text(s) => s
+                .parse()
+                .map_err(|_| err(field, "not an IPv4 or IPv6 address")),
+            Raw::Value(a) => Ok(a),
+        }
     };
     let src = addr(f.src, "match.flow.src")?;
     let dst = addr(f.dst, "match.flow.dst")?;
@@ -197,9 +202,13 @@ pub(crate) fn flow(f: RawFlow<'_>) -> Result<ExactFlow, FieldErr> {
 }
 
 #[inline]
-fn prefix(s: &str, field: &str) -> Result<IpPrefix, FieldErr> {
-    s.parse()
-        .map_err(|e: crate::prefix::PrefixError| err(field, e.to_string()))
+fn prefix(p: RawPrefix<'_>, field: &str) -> Result<IpPrefix, FieldErr> {
+    match p {
+        Raw::Text(s) => s
+            .parse()
+            .map_err(|e: crate::prefix::PrefixError| err(field, e.to_string())),
+        Raw::Value(p) => Ok(p),
+    }
 }
 
 /// A protocol's number; a name must be one [`proto_by_name`] knows.
@@ -221,6 +230,14 @@ fn protocol(p: RawProto<'_>, field: &str) -> Result<u8, FieldErr> {
 fn range(p: RawPort<'_>, field: &str) -> Result<PortRange, FieldErr> {
     let s = match p {
         RawPort::Number(n) => return Ok(PortRange::exact(n)),
+        RawPort::Range(lo, hi) => {
+            return PortRange::new(lo, hi).ok_or_else(|| {
+                err(
+                    field,
+                    format!("\"{lo}-{hi}\": the low port is above the high one"),
+                )
+            })
+        }
         RawPort::Text(s) => s,
     };
     let (lo, hi) = s.split_once('-').unwrap_or((s, s));

@@ -20,7 +20,8 @@ pub(crate) struct Judge<'a> {
     /// A connection was opened in this burst (later packets look again).
     opened: bool,
     /// The packets of the burst that opened a connection, a bit each
-    /// (flow export ends the record a reopened 5-tuple still has).
+    /// (flow export ends the record a reopened 5-tuple still has; a burst
+    /// fits: see the assertion below).
     opens: u32,
     /// Consecutive packets that hit one rule, not yet counted: the rule's
     /// hits (its slot, packets, bytes), its action and the verdict it
@@ -35,6 +36,8 @@ pub(crate) struct Judge<'a> {
     /// connection that decided it said, if one did.
     decided: [Option<Decided>; MAX_BURST],
 }
+
+const _: () = assert!(MAX_BURST <= u32::BITS as usize);
 
 /// What a burst's judgement reads, a packet each: the frames, their
 /// matched 5-tuples, whether a later fragment was held (`Some(room was

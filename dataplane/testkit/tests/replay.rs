@@ -243,9 +243,7 @@ fn fragments_sent_before_their_first_fragment_get_its_verdict() {
 fn first_fragment_floods_are_counted() {
     let frames =
         gen::first_fragment_flood(cfdp_engine::FRAG_PER_SOURCE, cfdp_engine::FRAG_CAPACITY);
-    let dir = tmpdir("frag-flood");
-    let input = dir.join("flood.pcap");
-    gen::write_pcap(&input, &frames).unwrap();
+    let (dir, input) = capture("frag-flood", &frames);
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
     let (_store, dp) = RuleStore::fixed(&rules[..], Mode::Verify, 1).unwrap();
     let r = replay(&ReplayOptions::new(input, 1), &dp, &mut |_, _| {}).unwrap();
@@ -276,9 +274,7 @@ fn first_fragment_floods_are_counted() {
 #[test]
 fn incomplete_first_fragments_are_dropped_with_their_datagrams() {
     let frames = gen::incomplete_first_fragments();
-    let dir = tmpdir("incomplete");
-    let input = dir.join("incomplete.pcap");
-    gen::write_pcap(&input, &frames).unwrap();
+    let (dir, input) = capture("incomplete", &frames);
     let rules = parse_rule_file(gen::MIXED_RULES).unwrap();
     let (_store, dp) = RuleStore::fixed(&rules[..], Mode::Verify, 1).unwrap();
     let opts = ReplayOptions {
@@ -397,6 +393,15 @@ fn precomputed_collisions_miss_a_node_with_its_own_hash_secret() {
 }
 
 /// Whether an IPv4 frame is a whole datagram (not a fragment).
+/// `frames` written as `NAME.pcap` in a new scratch directory (removed
+/// when the directory is dropped): the directory and the capture's path.
+fn capture(name: &str, frames: &[gen::GenFrame]) -> (cfdp_testkit::dirs::TestDir, PathBuf) {
+    let dir = tmpdir(name);
+    let input = dir.join(format!("{name}.pcap"));
+    gen::write_pcap(&input, frames).unwrap();
+    (dir, input)
+}
+
 fn whole(f: &[u8]) -> bool {
     f.len() < 22 || u16::from_be_bytes([f[20], f[21]]) & 0x3fff == 0
 }
@@ -422,9 +427,7 @@ fn sorted_without(v: &[Vec<u8>], out: &std::collections::HashSet<&[u8]>) -> Vec<
 fn stateful_rules_let_answers_back_in() {
     use cfdp_testkit::stateful;
     let frames = stateful::stateful_conversations();
-    let dir = tmpdir("stateful");
-    let input = dir.join("stateful.pcap");
-    gen::write_pcap(&input, &frames).unwrap();
+    let (dir, input) = capture("stateful", &frames);
     let rules = parse_rule_file(stateful::STATEFUL_RULES).unwrap();
     let run_on = |workers: usize, table: Option<std::sync::Arc<cfdp_conntrack::ConnTable>>| {
         let (_store, dp) =
@@ -523,9 +526,7 @@ fn stateful_rules_let_answers_back_in() {
 fn a_reopened_connection_starts_a_record_of_its_own() {
     use cfdp_testkit::stateful;
     let frames = stateful::reopened_udp();
-    let dir = tmpdir("reopened");
-    let input = dir.join("reopened.pcap");
-    gen::write_pcap(&input, &frames).unwrap();
+    let (_dir, input) = capture("reopened", &frames);
     let rules = parse_rule_file(stateful::STATEFUL_RULES).unwrap();
     // A collector nobody reads: what is counted is what was sent.
     let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -554,5 +555,4 @@ fn a_reopened_connection_starts_a_record_of_its_own() {
         assert_eq!((t.forwarded, t.ct_opened, t.ct_established), (3, 2, 1));
         assert_eq!(r.stats.export.records, records, "biflow {biflow}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -5,7 +5,7 @@
 //! from the text; the binary records (`binary`), ClassBench lines
 //! (`classbench`) and P4Runtime entries (the `cfdp-p4runtime` crate), with
 //! leaves they decoded themselves ([`Raw::Value`], [`RawPort::Range`]).
-//! Whether a raw rule is a valid one is [`super::validate`]'s to say, once
+//! Whether a raw rule is a valid one is the validator's (`codec/validate.rs`) to say, once
 //! for all of them: `Rule::try_from(raw)`, or [`RawMatch::validate`] for
 //! a match alone.
 
@@ -55,7 +55,7 @@ impl From<super::validate::FieldErr> for RawError {
 
 impl<'a> TryFrom<RawRule<'a>> for Rule {
     type Error = RawError;
-    /// The one validator ([`super::validate`]).
+    /// The one validator (`codec/validate.rs`).
     fn try_from(r: RawRule<'a>) -> Result<Rule, RawError> {
         super::validate::rule(r).map_err(RawError::from)
     }

@@ -19,8 +19,8 @@ pub const RELAX: u8 = 8;
 pub const ROUND: u8 = 8;
 /// Rules one bucket takes before a rule goes to a table of its own shape.
 pub const MAX_BUCKET: usize = 16;
-/// Rules past which a bucket keeps a small compiled tree of them
-/// ([`Bucket::tree`]).
+/// Rules past which a bucket keeps a small compiled tree of them, walked
+/// instead of a scan (see the parent module's docs).
 pub const LONG_BUCKET: usize = 32;
 /// Most tables per address family (a table is one bit of a cut mask).
 pub const MAX_TABLES: usize = 32;

@@ -33,6 +33,7 @@ pub enum FlowError {
 
 impl ExactFlow {
     /// The flow of `src` to `dst` by `proto` between the ports.
+    #[inline]
     pub fn new(
         src: IpAddr,
         dst: IpAddr,
@@ -47,6 +48,7 @@ impl ExactFlow {
     }
 
     /// A key as the data plane builds it, checked.
+    #[inline]
     pub fn of_key(k: FlowKey) -> Result<Self, FlowError> {
         let v4_tail = |a: &[u8; 16]| a[4..].iter().any(|&b| b != 0);
         if !k.v6 && (v4_tail(&k.src) || v4_tail(&k.dst)) {

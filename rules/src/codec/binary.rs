@@ -156,6 +156,7 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
 
 /// The one validator's rule for a record's raw form (the record's own
 /// layout checked already), its refusal named with the record's kind.
+#[inline(always)]
 fn validated(raw: RawRule<'_>, kind: Kind) -> Result<Rule, DecodeError> {
     Rule::try_from(raw).map_err(|e| DecodeError::Invalid {
         kind,

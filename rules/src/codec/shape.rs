@@ -56,6 +56,7 @@ impl From<super::validate::FieldErr> for RawError {
 impl<'a> TryFrom<RawRule<'a>> for Rule {
     type Error = RawError;
     /// The one validator (`codec/validate.rs`).
+    #[inline(always)]
     fn try_from(r: RawRule<'a>) -> Result<Rule, RawError> {
         super::validate::rule(r).map_err(RawError::from)
     }
@@ -64,6 +65,7 @@ impl<'a> TryFrom<RawRule<'a>> for Rule {
 impl RawMatch<'_> {
     /// The match this spells for a rule with `priority` (a multi-field
     /// rule) or without one: the validator's answer for a match alone.
+    #[inline(always)]
     pub fn validate(self, priority: Option<u32>) -> Result<Match, RawError> {
         super::validate::matcher(priority, self).map_err(RawError::from)
     }

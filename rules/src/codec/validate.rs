@@ -46,7 +46,7 @@ fn err(field: &str, message: impl Into<String>) -> FieldErr {
 
 /// The rule `r` spells: its priority in range, its action tracked when
 /// it says so (an allowing action only), its match.
-#[inline]
+#[inline(always)]
 pub(crate) fn rule(r: RawRule<'_>) -> Result<Rule, FieldErr> {
     let action = r
         .action
@@ -75,7 +75,7 @@ pub(crate) fn rule(r: RawRule<'_>) -> Result<Rule, FieldErr> {
 
 /// The match `m` spells, for a rule with `priority` (a multi-field rule)
 /// or without one.
-#[inline]
+#[inline(always)]
 pub(crate) fn matcher(priority: Option<u32>, m: RawMatch<'_>) -> Result<Match, FieldErr> {
     match priority {
         Some(priority) => acl(m).map(|m| Match::Acl { m, priority }),
@@ -86,7 +86,7 @@ pub(crate) fn matcher(priority: Option<u32>, m: RawMatch<'_>) -> Result<Match, F
 /// A multi-field match: `src_prefix` and/or `dst_prefix` (the other
 /// defaults to any address of the same family), `proto`, `sport` and
 /// `dport` (a port, `"LO-HI"`, or absent for any).
-#[inline]
+#[inline(always)]
 fn acl(m: RawMatch<'_>) -> Result<AclMatch, FieldErr> {
     if m.flow.is_some() {
         return Err(err("match.flow", unknown_key(&ACL_KEYS)));
@@ -126,7 +126,7 @@ fn acl(m: RawMatch<'_>) -> Result<AclMatch, FieldErr> {
 
 /// A match without a priority: exactly one of `flow`, `src_prefix`,
 /// `dst_prefix`; a prefix with an optional `proto` and `port`.
-#[inline]
+#[inline(always)]
 fn plain(m: RawMatch<'_>) -> Result<Match, FieldErr> {
     for (k, there) in [("sport", m.sport.is_some()), ("dport", m.dport.is_some())] {
         if there {
@@ -174,7 +174,7 @@ fn plain(m: RawMatch<'_>) -> Result<Match, FieldErr> {
 
 /// An exact flow: its addresses, its protocol, and ports present for TCP
 /// and UDP and absent otherwise.
-#[inline]
+#[inline(always)]
 pub(crate) fn flow(f: RawFlow<'_>) -> Result<ExactFlow, FieldErr> {
     let addr = |a: RawAddr<'_>, field: &str| -> Result<IpAddr, FieldErr> {
         match a {
@@ -201,7 +201,7 @@ pub(crate) fn flow(f: RawFlow<'_>) -> Result<ExactFlow, FieldErr> {
     ExactFlow::new(src, dst, p, sport, dport).map_err(|e| err("match.flow", e.to_string()))
 }
 
-#[inline]
+#[inline(always)]
 fn prefix(p: RawPrefix<'_>, field: &str) -> Result<IpPrefix, FieldErr> {
     match p {
         Raw::Text(s) => s
@@ -212,7 +212,7 @@ fn prefix(p: RawPrefix<'_>, field: &str) -> Result<IpPrefix, FieldErr> {
 }
 
 /// A protocol's number; a name must be one [`proto_by_name`] knows.
-#[inline]
+#[inline(always)]
 fn protocol(p: RawProto<'_>, field: &str) -> Result<u8, FieldErr> {
     match p {
         RawProto::Number(n) => Ok(n),
@@ -226,7 +226,7 @@ fn protocol(p: RawProto<'_>, field: &str) -> Result<u8, FieldErr> {
 }
 
 /// A port (`80`) or an inclusive range (`"1024-65535"`, or `"80"`).
-#[inline]
+#[inline(always)]
 fn range(p: RawPort<'_>, field: &str) -> Result<PortRange, FieldErr> {
     let s = match p {
         RawPort::Number(n) => return Ok(PortRange::exact(n)),

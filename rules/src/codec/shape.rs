@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::batch::Update;
 use crate::prefix::IpPrefix;
-use crate::rule::{Action, Match, Rule};
+use crate::rule::{Action, Rule};
 
 /// A leaf of the raw form: text borrowed from a text reader's input,
 /// parsed by the validator, or a value a binary reader decoded (`T`'s own
@@ -47,29 +47,7 @@ pub struct RawError {
     pub message: String,
 }
 
-impl From<super::validate::FieldErr> for RawError {
-    fn from((field, message): super::validate::FieldErr) -> Self {
-        RawError { field, message }
-    }
-}
-
-impl<'a> TryFrom<RawRule<'a>> for Rule {
-    type Error = RawError;
-    /// The one validator (`codec/validate.rs`).
-    #[inline(always)]
-    fn try_from(r: RawRule<'a>) -> Result<Rule, RawError> {
-        super::validate::rule(r).map_err(RawError::from)
-    }
-}
-
 impl RawMatch<'_> {
-    /// The match this spells for a rule with `priority` (a multi-field
-    /// rule) or without one: the validator's answer for a match alone.
-    #[inline(always)]
-    pub fn validate(self, priority: Option<u32>) -> Result<Match, RawError> {
-        super::validate::matcher(priority, self).map_err(RawError::from)
-    }
-
     /// No field at all (readers fill in what they find).
     pub fn empty() -> Self {
         RawMatch {

@@ -16,7 +16,9 @@
 use std::net::IpAddr;
 
 use crate::acl_match::{AclMatch, PortRange};
-use crate::codec::shape::{Raw, RawAddr, RawFlow, RawMatch, RawPort, RawPrefix, RawProto, RawRule};
+use crate::codec::shape::{
+    Raw, RawAddr, RawError, RawFlow, RawMatch, RawPort, RawPrefix, RawProto, RawRule,
+};
 use crate::exact_flow::{ExactFlow, FlowError};
 use crate::flow::{has_ports, proto_by_name};
 use crate::prefix::IpPrefix;
@@ -33,6 +35,31 @@ pub(crate) const PLAIN_KEYS: [&str; 5] = ["flow", "src_prefix", "dst_prefix", "p
 pub(crate) const ACL_KEYS: [&str; 5] = ["src_prefix", "dst_prefix", "proto", "sport", "dport"];
 /// The keys of a flow's object.
 pub(crate) const FLOW_KEYS: [&str; 5] = ["src", "dst", "proto", "sport", "dport"];
+
+/// The validator's doors for every reader (see `shape.rs`).
+impl From<FieldErr> for RawError {
+    fn from((field, message): FieldErr) -> Self {
+        RawError { field, message }
+    }
+}
+
+impl<'a> TryFrom<RawRule<'a>> for Rule {
+    type Error = RawError;
+    /// The one validator ([`rule`]).
+    #[inline(always)]
+    fn try_from(r: RawRule<'a>) -> Result<Rule, RawError> {
+        rule(r).map_err(RawError::from)
+    }
+}
+
+impl RawMatch<'_> {
+    /// The match this spells for a rule with `priority` (a multi-field
+    /// rule) or without one: the validator's answer for a match alone.
+    #[inline(always)]
+    pub fn validate(self, priority: Option<u32>) -> Result<Match, RawError> {
+        matcher(priority, self).map_err(RawError::from)
+    }
+}
 
 /// The message for a key its object does not have.
 pub(crate) fn unknown_key(allowed: &[&str]) -> String {

@@ -45,7 +45,7 @@ impl From<FieldErr> for RawError {
 
 impl<'a> TryFrom<RawRule<'a>> for Rule {
     type Error = RawError;
-    /// The one validator ([`rule`]).
+    /// The one validator (this module's `rule`).
     #[inline(always)]
     fn try_from(r: RawRule<'a>) -> Result<Rule, RawError> {
         rule(r).map_err(RawError::from)

@@ -41,6 +41,7 @@
 //! Updates touch one table: insert and delete are a hash-table operation
 //! plus a sorted insert into one bucket (no rebuild).
 
+mod bucket;
 mod burst;
 pub mod compiled;
 mod cuts;
@@ -55,12 +56,14 @@ use compiled::{Answer, Compiled, Fields, Hit, Input, Layer, Overlay};
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
 
+pub use bucket::LONG_BUCKET;
+use bucket::{Bucket, Entry};
 pub use cfdp_acl_simd::Kernel;
 pub use cuts::WIDE_BELOW;
 use short::Short;
 pub use short::MAX as SHORT_MAX;
-use tuple::{Bucket, Entry, Family};
-pub use tuple::{Probes, Tuple, LONG_BUCKET, MAX_BUCKET, MAX_TABLES, RELAX, ROUND};
+use tuple::Family;
+pub use tuple::{Probes, Tuple, MAX_BUCKET, MAX_TABLES, RELAX, ROUND};
 pub use word::CUT_BITS;
 use word::{Packet, Word};
 

@@ -22,8 +22,8 @@
 
 use cfdp_rules::{AclRule, FlowKey};
 
+use super::bucket::Entry;
 use super::compiled::Answer;
-use super::tuple::Entry;
 use super::word::{Packet, Word};
 
 /// Rules at most in a short set.

@@ -137,20 +137,16 @@ pub fn decode_wide(b: &[u8; RECORD_WIDE]) -> Result<Rule, DecodeError> {
         });
     }
     let range = |at: usize| RawPort::Range(u16_wide(b, at), u16_wide(b, at + 2));
-    let raw = RawRule {
-        id,
-        priority: Some(u64::from(u32::from_le_bytes([b[52], b[53], b[54], b[55]]))),
-        matcher: RawMatch {
-            src_prefix: Some(Raw::Value(src)),
-            dst_prefix: Some(Raw::Value(dst)),
-            proto: proto.map(RawProto::Number),
-            sport: Some(range(10)),
-            dport: Some(range(48)),
-            ..RawMatch::empty()
-        },
-        action: action.plain(),
-        track: action.tracked().map(|_| true),
+    let matcher = RawMatch {
+        src_prefix: Some(Raw::Value(src)),
+        dst_prefix: Some(Raw::Value(dst)),
+        proto: proto.map(RawProto::Number),
+        sport: Some(range(10)),
+        dport: Some(range(48)),
+        ..RawMatch::empty()
     };
+    let priority = u32::from_le_bytes([b[52], b[53], b[54], b[55]]);
+    let raw = RawRule::decoded(id, Some(priority), matcher, action);
     validated(raw, Kind::MultiField)
 }
 
@@ -314,14 +310,7 @@ pub fn decode(b: &[u8; RECORD]) -> Result<Rule, DecodeError> {
         ),
         k => return Err(DecodeError::UnknownKind(k)),
     };
-    let raw = RawRule {
-        id,
-        priority: None,
-        matcher,
-        action: action.plain(),
-        track: action.tracked().map(|_| true),
-    };
-    validated(raw, kind)
+    validated(RawRule::decoded(id, None, matcher, action), kind)
 }
 
 /// An exact flow's record (kind 0) in the raw form: a port is present

@@ -62,13 +62,7 @@ pub fn parse_rules(text: &str, action: Action) -> Result<Import, ClassBenchError
         let (matcher, flags_any) = parse_line(line).map_err(|(f, m)| err(f, m))?;
         flags_ignored += usize::from(!flags_any);
         let id = u32::try_from(i + 1).map_err(|_| err("line", "too many rules".into()))?;
-        let raw = RawRule {
-            id,
-            priority: Some((n - i) as u64),
-            matcher,
-            action: action.plain(),
-            track: action.tracked().map(|_| true),
-        };
+        let raw = RawRule::decoded(id, Some((n - i) as u32), matcher, action);
         let rule = Rule::try_from(raw).map_err(|e| err(column(&e.field), e.message))?;
         let Match::Acl { m, priority } = rule.matcher else {
             return Err(err("line", "not a multi-field rule".into()));

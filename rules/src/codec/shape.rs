@@ -47,6 +47,21 @@ pub struct RawError {
     pub message: String,
 }
 
+impl<'a> RawRule<'a> {
+    /// The raw form of a rule a reader decoded whole: its action (a
+    /// stateful one as its plain action and `track`, as the text spells
+    /// it) and, for a multi-field rule, its priority.
+    pub fn decoded(id: u32, priority: Option<u32>, matcher: RawMatch<'a>, action: Action) -> Self {
+        RawRule {
+            id,
+            priority: priority.map(u64::from),
+            matcher,
+            action: action.plain(),
+            track: action.tracked().is_some().then_some(true),
+        }
+    }
+}
+
 impl RawMatch<'_> {
     /// No field at all (readers fill in what they find).
     pub fn empty() -> Self {

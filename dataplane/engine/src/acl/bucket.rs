@@ -200,13 +200,13 @@ impl<W: Word> Bucket<W> {
         }
     }
 
-    /// Takes rule `id` out; false if the bucket has no such rule.
-    /// The bucket may be left empty: its caller removes it.
+    /// Takes rule `id` out; false if the bucket has no such rule, or it
+    /// is the bucket's only one (its table removes the whole bucket).
     pub(super) fn remove(&mut self, id: RuleId) -> bool {
         if self.first.id == id {
             match self.rest.pop_front() {
                 Some(next) => self.first = next,
-                None => return true,
+                None => return false,
             }
         } else {
             let Some(i) = self.rest.iter().position(|x| x.id == id) else {
@@ -315,7 +315,7 @@ impl<W: Word> Small<W> {
             .layer
             .lookup(&f, &self.overlay)
             .map(|h| ((h.priority, std::cmp::Reverse(h.answer.id)), h.answer));
-        let pending = self.pending.iter().find(|e| e.matches(p));
+        let pending = scan(&self.pending, p);
         match (hit, pending) {
             (Some(h), Some(e)) if e.rank() <= h.0 => Some(h),
             (_, Some(e)) => Some((e.rank(), e.answer())),

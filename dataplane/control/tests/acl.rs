@@ -384,3 +384,95 @@ fn a_set_loaded_before_its_compile_answers_the_same_before_and_after() {
     let got: Vec<Option<u32>> = keys.iter().map(|k| matched(&s, k)).collect();
     assert_eq!(got, want, "from the compiled layer");
 }
+
+/// A set whose tree is over the compiled layer's budget as a whole but
+/// worth one in part (`cfdp_engine::acl` compiles it in part): nine rule
+/// shapes a packet would probe one after another, which a tree takes, and
+/// rules crossing each other (one exact source each, or one exact
+/// destination each), which a tree cannot hold together; one kind of them
+/// stays live. Those rules are counted as left by the compile, not as
+/// changes: a few changes start no recompile, enough changes do (the set
+/// was not refused), and every answer is the committed rules' first match.
+#[test]
+fn rules_a_partial_compile_left_live_are_not_changes() {
+    let mut rules = Vec::new();
+    let mut id = 0u32;
+    let mut add = |src: String, dst: String, priority: u32, dport: u32| {
+        id += 1;
+        rules.push(rule(json!({"id": id, "priority": priority, "match": {
+            "src_prefix": src, "dst_prefix": dst, "proto": "tcp",
+            "dport": dport.to_string()}, "action": "drop"})));
+    };
+    let p = |a: u32, len: u32| {
+        let masked = a & u32::MAX.checked_shl(32 - len).unwrap_or(0);
+        format!("{}/{len}", std::net::Ipv4Addr::from(masked))
+    };
+    for k in 0..200u32 {
+        for (u, (s, d)) in [9, 18, 27]
+            .into_iter()
+            .flat_map(|s| [9, 18, 27].map(|d| (s, d)))
+            .enumerate()
+        {
+            let (src, dst) = (
+                0x0a00_0000 + (k << 19) + (k << 8),
+                0x1400_0000 + (k << 19) + (k << 8),
+            );
+            add(p(src, s), p(dst, d), 10 + k * 9 + u as u32, k);
+        }
+    }
+    for i in 0..1200u32 {
+        add(p(0x1e00_0000 + i * 7, 32), p(0, 0), 1, 80);
+        add(p(0, 0), p(0x2800_0000 + i * 7, 32), 1, 80);
+    }
+    let n = rules.len();
+    let cfg = StoreConfig::default();
+    let stats = Arc::new(LiveStats::new(1, cfg.max_rules));
+    let mut s = RuleStore::with_rules_compiled_later(cfg, stats, rules).unwrap();
+    let layers = |s: &RuleStore| s.readers().handle().enter().unwrap().acl_layers();
+    assert!(
+        !s.finish_compile(false),
+        "nothing to land yet: it starts one"
+    );
+    assert!(s.finish_compile(true), "the started compile lands");
+    let l = layers(&s);
+    assert_eq!(
+        (l.compiled, l.live_v4, l.left),
+        (n - 1200, 1200, 1200),
+        "{l:?}"
+    );
+    assert_eq!(s.compile_stats().started, 1);
+    let keys: Vec<FlowKey> = (0..600u32)
+        .map(|i| {
+            let k = i % 200;
+            let (src, dst) = (
+                0x0a00_0000 + (k << 19) + (k << 8),
+                0x1400_0000 + (k << 19) + (k << 8),
+            );
+            match i % 3 {
+                0 => FlowKey::v4(src.to_be_bytes(), dst.to_be_bytes(), 6, 1, k as u16),
+                1 => FlowKey::v4((0x1e00_0000 + i * 7).to_be_bytes(), [1, 2, 3, 4], 6, 1, 80),
+                _ => FlowKey::v4([1, 2, 3, 4], (0x2800_0000 + i * 7).to_be_bytes(), 6, 1, 80),
+            }
+        })
+        .collect();
+    let check = |s: &RuleStore| {
+        let live = model(&s.rules());
+        for k in &keys {
+            assert_eq!(matched(s, k), first_match(&live, k).map(|r| r.id), "{k:?}");
+        }
+    };
+    check(&s);
+    // A few changes: no recompile.
+    let ups = (1..=10).map(Update::Delete).collect();
+    apply(&mut s, ups);
+    assert!(!s.finish_compile(false));
+    assert_eq!(s.compile_stats().started, 1, "{:?}", layers(&s));
+    check(&s);
+    // Past the recompile's threshold (1/32 of the rules): one starts.
+    let ups = (11..=11 + n as u32 / 32).map(Update::Delete).collect();
+    apply(&mut s, ups);
+    s.finish_compile(false);
+    assert_eq!(s.compile_stats().started, 2, "{:?}", layers(&s));
+    assert!(s.finish_compile(true));
+    check(&s);
+}

@@ -45,13 +45,14 @@ mod bucket;
 mod burst;
 pub mod compiled;
 mod cuts;
+mod partial;
 mod short;
 mod tuple;
 mod word;
 
 use std::sync::Arc;
 
-use compiled::{Answer, Compiled, Fields, Hit, Input, Layer, Overlay};
+use compiled::{Answer, Compiled, Input, Layer, Overlay};
 
 use cfdp_rules::{AclMatch, AclRule, Action, FlowKey, RuleId};
 use hashbrown::HashMap;
@@ -60,6 +61,7 @@ pub use bucket::LONG_BUCKET;
 use bucket::{Bucket, Entry};
 pub use cfdp_acl_simd::Kernel;
 pub use cuts::WIDE_BELOW;
+pub use partial::{GAIN as PARTIAL_GAIN, SAMPLES as PARTIAL_SAMPLES};
 use short::Short;
 pub use short::MAX as SHORT_MAX;
 use tuple::Family;
@@ -89,7 +91,8 @@ pub enum AclError {
 /// microseconds. A lookup takes the better of the compiled layer's
 /// first live match and the live layer's winner (the live layer's walk
 /// starts with the compiled winner as the rank to beat). A family whose
-/// tree would be over the budget stays in the tuple space.
+/// tree would be over the budget is compiled in part where that pays
+/// ([`partial`]), else stays in the tuple space.
 #[derive(Clone, Default)]
 pub struct AclClassifier {
     v4: Family<u32, { <u32 as Word>::CUT_AT.len() }>,
@@ -136,6 +139,11 @@ pub struct Layers {
     pub live_v6: usize,
     /// IPv6 rules, both layers.
     pub v6: usize,
+    /// Rules the last compile left in the live layer (a family over the
+    /// compiled layer's budget, whole or in part: [`Compiled::left`]):
+    /// live, but not changes since the compile — a recompile would leave
+    /// them there too.
+    pub left: usize,
 }
 
 impl AclClassifier {
@@ -341,12 +349,16 @@ impl AclClassifier {
         }
         if k.v6 {
             let p = Packet::of(k);
-            let hit = self.l6().and_then(|l| l.lookup(&tree_fields(&p), &self.o6));
-            return merge(&self.v6, &p, hit, probes);
+            let hit = self
+                .l6()
+                .and_then(|l| l.lookup(&compiled::packet_fields(&p), &self.o6));
+            return self.v6.merge(&p, hit, probes);
         }
         let p = Packet::of(k);
-        let hit = self.l4().and_then(|l| l.lookup(&tree_fields(&p), &self.o4));
-        merge(&self.v4, &p, hit, probes)
+        let hit = self
+            .l4()
+            .and_then(|l| l.lookup(&compiled::packet_fields(&p), &self.o4));
+        self.v4.merge(&p, hit, probes)
     }
 
     /// The IPv4 compiled tree, if any.
@@ -377,14 +389,23 @@ impl AclClassifier {
     /// do the same in two steps, the build between them on any thread.
     ///
     /// A family whose tree would exceed the compiled layer's budget
-    /// ([`compiled::BUDGET_PER_LEAF_RULE`]) stays where it is, and the
-    /// refusal is returned (after the other family's tree is installed).
+    /// ([`compiled::BUDGET_PER_LEAF_RULE`]) is compiled in part where that
+    /// pays ([`partial`]: the rest stays where it is) or not at all, and
+    /// the refusal of its whole tree is returned (after what did compile
+    /// is installed; [`Layers::left`] counts the rules left out).
     pub fn compile(&mut self) -> Result<(), compiled::CompileError> {
-        let mut c = Compiled::build(&self.compile_input())?;
+        let mut c = Self::build_layers(&self.compile_input())?;
         c.set_kernel(self.kernel);
         let refused = c.refused;
         self.install(Arc::new(c));
         refused.map_or(Ok(()), Err)
+    }
+
+    /// The compiled layer of `input` ([`Self::compile_input`]), as
+    /// [`Self::compile`] builds it: for a build on another thread, then
+    /// [`Self::install`].
+    pub fn build_layers(input: &[Input]) -> Result<Compiled, compiled::CompileError> {
+        partial::compile(input)
     }
 
     /// The rules as a compile takes them.
@@ -468,6 +489,7 @@ impl AclClassifier {
             live_v4: v4 - (c4 - d4),
             live_v6: v6 - (c6 - d6),
             v6,
+            left: self.compiled.as_deref().map_or(0, |c| c.left),
         }
     }
 
@@ -480,9 +502,15 @@ impl AclClassifier {
     /// `None` without a compiled tree for its family.
     pub fn compiled_cost(&self, k: &FlowKey) -> Option<(u32, u32)> {
         if k.v6 {
-            Some(self.l6()?.cost(&tree_fields(&Packet::of(k)), &self.o6))
+            Some(
+                self.l6()?
+                    .cost(&compiled::packet_fields(&Packet::of(k)), &self.o6),
+            )
         } else {
-            Some(self.l4()?.cost(&tree_fields(&Packet::of(k)), &self.o4))
+            Some(
+                self.l4()?
+                    .cost(&compiled::packet_fields(&Packet::of(k)), &self.o4),
+            )
         }
     }
 
@@ -498,26 +526,6 @@ impl AclClassifier {
     #[inline]
     pub fn classify_id(&self, k: &FlowKey) -> Option<RuleId> {
         self.winner(k, &mut Probes::default()).map(|a| a.id)
-    }
-}
-
-/// A packet's fields as the compiled layer reads them.
-#[inline(always)]
-fn tree_fields<W: compiled::Word>(p: &Packet<W>) -> Fields<W> {
-    compiled::fields(p.src, p.dst, p.sport, p.dport, p.proto)
-}
-
-/// The better of a compiled hit and the live layer's winner for `p`.
-#[inline(always)]
-fn merge<W: compiled::Word, const N: usize>(
-    live: &Family<W, N>,
-    p: &Packet<W>,
-    hit: Option<&Hit>,
-    probes: &mut Probes,
-) -> Option<Answer> {
-    match live.classify(p, probes, hit.map(Hit::rank)) {
-        Some(a) => Some(a),
-        None => hit.map(|h| h.answer),
     }
 }
 

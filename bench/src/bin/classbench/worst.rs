@@ -159,14 +159,13 @@ pub(crate) fn compile_p99(
     rules: &[AclRule],
     keys: &[FlowKey],
 ) -> Vec<(&'static str, serde_json::Value)> {
-    use cfdp_engine::acl::compiled::Compiled;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let store = store_of(rules);
     let input = AclClassifier::with_rules(rules)
         .expect("unique ids")
         .compile_input();
     let t = Instant::now();
-    let _ = Compiled::build(&input);
+    let _ = AclClassifier::build_layers(&input);
     let phase = (t.elapsed() * 3).max(std::time::Duration::from_millis(500));
     let compiling = AtomicBool::new(false);
     let done = AtomicBool::new(false);
@@ -179,7 +178,7 @@ pub(crate) fn compile_p99(
         s.spawn(|| {
             while !done.load(Ordering::Acquire) {
                 if compiling.load(Ordering::Acquire) {
-                    std::hint::black_box(Compiled::build(&input)).ok();
+                    std::hint::black_box(AclClassifier::build_layers(&input)).ok();
                     compiles.fetch_add(1, Ordering::Relaxed);
                 } else {
                     std::thread::sleep(std::time::Duration::from_millis(1));

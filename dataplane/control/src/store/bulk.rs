@@ -330,8 +330,9 @@ fn build_filter(
 /// slot, its rules compiled where the compiled layer takes them (see
 /// `cfdp_engine::acl`: later updates are patched into it or go to the live
 /// layer in front of it); with the number of rules left in the live layer
-/// when a family's compile was refused (over the layer's budget: that
-/// family stays in the tuple space, as exact).
+/// when the compile was refused whole (every family over the layer's
+/// budget, none worth a partial tree: the tuple space keeps them, as
+/// exact).
 fn multi_field(
     set: &RuleSet,
     compile_now: bool,
@@ -349,9 +350,13 @@ fn multi_field(
     if !compile_now {
         return Ok((acl, None));
     }
-    let refused = acl.compile().err().map(|_| {
-        let l = acl.layers();
-        l.live_v4 + l.live_v6
-    });
+    // Refused whole (nothing installed): not retried until the set moves
+    // (its live rules would call for a compile at once). In part: the
+    // layers count the rules left live (see `maybe_start_compile`).
+    let refused = acl
+        .compile()
+        .err()
+        .filter(|_| acl.compiled().is_none())
+        .map(|_| acl.layers().live_v4 + acl.layers().live_v6);
     Ok((acl, refused))
 }

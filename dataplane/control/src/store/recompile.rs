@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cfdp_engine::acl::compiled::Compiled;
+use cfdp_engine::acl::AclClassifier;
 use cfdp_engine::Op;
 
 use super::state::RuleStore;
@@ -27,8 +27,8 @@ pub const RECOMPILE_FRACTION: usize = 32;
 
 impl RuleStore {
     /// Starts a recompile when the published copy's layers call for one
-    /// and none runs. A set refused before is tried again only once its
-    /// size moved by a quarter.
+    /// and none runs. A set refused whole before (nothing compiled) is
+    /// tried again only once its size moved by a quarter.
     pub(super) fn maybe_start_compile(&mut self) {
         if self.compile.is_some() {
             return;
@@ -37,7 +37,10 @@ impl RuleStore {
             let l = t.acl_layers();
             let rules = l.compiled - l.dead + l.live_v4 + l.live_v6;
             // Patched rules lengthen leaves: they count as changes too.
-            let changed = l.live_v4 + l.live_v6 + l.dead + l.patched;
+            // Rules the last compile left live (a family over the budget)
+            // do not: a recompile would leave them again.
+            let live = (l.live_v4 + l.live_v6).saturating_sub(l.left);
+            let changed = live + l.dead + l.patched;
             let due = changed >= RECOMPILE_AFTER.max(rules / RECOMPILE_FRACTION);
             let refused_near = self
                 .compile_refused_at
@@ -51,7 +54,7 @@ impl RuleStore {
             .name("cfdp-acl-compile".into())
             .spawn(move || {
                 let t = Instant::now();
-                let c = Compiled::build(&input);
+                let c = AclClassifier::build_layers(&input);
                 (c, t.elapsed())
             });
         match spawned {
@@ -80,10 +83,10 @@ impl RuleStore {
             Ok((Ok(c), took)) => {
                 self.compiles.last_build_s = took.as_secs_f64();
                 self.compiles.landed += 1;
-                // One family refused, the other compiled: the refused one
-                // stays live, and is not retried until the set moves (its
-                // live rules would call for a compile at once).
-                self.compile_refused_at = c.refused.map(|_| job.rules);
+                // A family refused whole or in part: its rules out of the
+                // tree stay live, counted in the layers' `left`, so they
+                // call for no recompile of their own.
+                self.compile_refused_at = None;
                 self.compiles.refused += u64::from(c.refused.is_some());
                 self.w.append(Op::InstallAcl(Arc::new(c)));
                 true

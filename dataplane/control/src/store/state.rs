@@ -40,7 +40,8 @@ pub struct RuleStore {
     /// The multi-field rules' recompile in flight (see `recompile`).
     pub(super) compile: Option<super::types::CompileJob>,
     pub(super) compiles: super::types::CompileStats,
-    /// IPv4 multi-field rules at the last refused compile.
+    /// Multi-field rules at the last compile refused whole (no family
+    /// compiled, even in part).
     pub(super) compile_refused_at: Option<usize>,
     /// The connections of stateful rules, which the workers keep; the
     /// store hands the table to them and reads it for `stats` and `conns`.

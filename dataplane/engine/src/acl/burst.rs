@@ -7,7 +7,7 @@ use cfdp_rules::{Action, FlowKey, RuleId};
 use super::compiled::{self, Answer, Layer, Overlay, LANES};
 use super::tuple::Family;
 use super::word::Packet;
-use super::{merge, tree_fields, AclClassifier, Probes};
+use super::{AclClassifier, Probes};
 
 impl AclClassifier {
     /// The winning rule's id for each key of a burst (`None`: no rule). The
@@ -107,13 +107,13 @@ fn lanes<W: compiled::Word, const N: usize>(
     let mut ps = [Packet::<W>::default(); LANES];
     for i in 0..n {
         ps[i] = Packet::of(&chunk[place(i)]);
-        fs[i] = tree_fields(&ps[i]);
+        fs[i] = compiled::packet_fields(&ps[i]);
     }
     let mut hits = [None; LANES];
     if let Some(l) = layer {
         l.lookup_lanes(&fs[..n], o, &mut hits);
     }
     for (i, (p, hit)) in ps[..n].iter().zip(hits).enumerate() {
-        put(at + place(i), merge(live, p, hit, probes));
+        put(at + place(i), live.merge(p, hit, probes));
     }
 }

@@ -47,6 +47,8 @@ use cfdp_acl_simd::Kernel;
 use cfdp_rules::{AclRule, RuleId};
 use hashbrown::HashMap;
 
+use super::word::Packet;
+
 mod build;
 mod node;
 pub mod overlay;
@@ -81,6 +83,19 @@ pub const LANES: usize = 16;
 pub const BUDGET_PER_LEAF_RULE: usize = 3;
 pub const BUDGET_SLACK: usize = 4096;
 
+/// Picks the part of a family whose whole tree is over the budget that a
+/// tree should hold: that tree, and how many of the family's rules it
+/// leaves out; `None` keeps the whole family out of the compiled layer.
+/// The tree builder does not choose (the choice weighs the tuple space
+/// the rest would go to: `acl/partial.rs`).
+pub type Part<W> = fn(&[&Input]) -> Option<(Layer<W>, usize)>;
+
+/// A packet's fields as the tree reads them.
+#[inline(always)]
+pub(super) fn packet_fields<W: Word>(p: &Packet<W>) -> Fields<W> {
+    fields(p.src, p.dst, p.sport, p.dport, p.proto)
+}
+
 /// The tree.
 #[derive(Debug, Default)]
 struct Tree<W: Word> {
@@ -104,13 +119,19 @@ struct Tree<W: Word> {
 
 /// The compiled layer of a snapshot of rules: one tree per address family
 /// (see the module docs); a family with no rules, or whose tree would
-/// exceed the budget, has none and stays in the caller's tuple space.
+/// exceed the budget, has none and stays in the caller's tuple space —
+/// unless [`Compiled::build_with`]'s chooser picks a part of it to compile
+/// ([`Compiled::left`] counts the rest).
 #[derive(Debug, Default)]
 pub struct Compiled {
     pub v4: Option<Layer<u32>>,
     pub v6: Option<Layer<u128>>,
-    /// Why a family with rules was not compiled, if one was not.
+    /// Why a family with rules was not compiled whole, if one was not.
     pub refused: Option<CompileError>,
+    /// Rules of the input no tree holds (a refused family's, or the rest
+    /// of a family compiled in part): the caller's tuple space keeps
+    /// them, and a recompile of the same rules would leave them there too.
+    pub left: usize,
 }
 
 impl Compiled {

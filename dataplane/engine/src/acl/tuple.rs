@@ -8,7 +8,7 @@ use cfdp_filter::tagmap::{pair_hash, TagMap};
 use cfdp_rules::AclRule;
 
 use super::bucket::{Bucket, Entry, Found, Rank};
-use super::compiled::Answer;
+use super::compiled::{Answer, Hit};
 use super::cuts::{count, Cover, Cuts, Mask, Span};
 use super::word::{Packet, Word};
 
@@ -335,6 +335,23 @@ impl<W: Word, const N: usize> Family<W, N> {
             }
         }
         best
+    }
+}
+
+impl<W: Word, const N: usize> Family<W, N> {
+    /// The better of a compiled hit and this family's winner for `p` (the
+    /// hit's rank is the one to beat).
+    #[inline(always)]
+    pub(super) fn merge(
+        &self,
+        p: &Packet<W>,
+        hit: Option<&Hit>,
+        probes: &mut Probes,
+    ) -> Option<Answer> {
+        match self.classify(p, probes, hit.map(Hit::rank)) {
+            Some(a) => Some(a),
+            None => hit.map(|h| h.answer),
+        }
     }
 }
 

@@ -2,7 +2,9 @@
 //! from the root down, within the entry budget (see the parent module).
 
 use super::node::{Hit, Input, Item, Node, Step, Word, FIELDS, LEAF_LINK, RIGHT, ZERO_FIELD};
-use super::{CompileError, Compiled, Layer, Tree, BUDGET_PER_LEAF_RULE, BUDGET_SLACK, LEAF_SIZES};
+use super::{
+    CompileError, Compiled, Layer, Part, Tree, BUDGET_PER_LEAF_RULE, BUDGET_SLACK, LEAF_SIZES,
+};
 use cfdp_rules::AclRule;
 
 impl Compiled {
@@ -11,22 +13,42 @@ impl Compiled {
     /// left out (named in [`Compiled::refused`]); the build fails only when
     /// no family compiled (or on a duplicate id).
     pub fn build(rules: &[Input]) -> Result<Self, CompileError> {
+        Self::build_with(rules, |_| None, |_| None)
+    }
+
+    /// [`Self::build`], with a family over the budget offered to its
+    /// `Part` (`p4` for IPv4, `p6` for IPv6): the tree of the part it
+    /// picks is kept, the rest counted in [`Compiled::left`].
+    pub fn build_with(
+        rules: &[Input],
+        p4: Part<u32>,
+        p6: Part<u128>,
+    ) -> Result<Self, CompileError> {
         let (v6, v4): (Vec<&Input>, Vec<&Input>) = rules.iter().partition(|i| i.rule.matcher.v6());
         let mut refused = None;
-        let v4 = family(&v4, &mut refused)?;
-        let v6 = family(&v6, &mut refused)?;
+        let mut left = 0;
+        let v4 = family(&v4, p4, &mut refused, &mut left)?;
+        let v6 = family(&v6, p6, &mut refused, &mut left)?;
         match refused {
             Some(e) if v4.is_none() && v6.is_none() => Err(e),
-            _ => Ok(Compiled { v4, v6, refused }),
+            _ => Ok(Compiled {
+                v4,
+                v6,
+                refused,
+                left,
+            }),
         }
     }
 }
 
-/// One family's tree: none for no rules, nor over the budget (the first
-/// such refusal kept in `refused`).
+/// One family's tree: none for no rules; over the budget, its part's or
+/// none (the first such refusal kept in `refused`, the rules out of a
+/// tree added to `left`).
 fn family<W: Word>(
     rules: &[&Input],
+    part: Part<W>,
     refused: &mut Option<CompileError>,
+    left: &mut usize,
 ) -> Result<Option<Layer<W>>, CompileError> {
     if rules.is_empty() {
         return Ok(None);
@@ -35,7 +57,9 @@ fn family<W: Word>(
         Ok(l) => Ok(Some(l)),
         Err(e @ CompileError::OverBudget { .. }) => {
             refused.get_or_insert(e);
-            Ok(None)
+            let (layer, out) = part(rules).map_or((None, rules.len()), |(l, n)| (Some(l), n));
+            *left += out;
+            Ok(layer)
         }
         Err(e) => Err(e),
     }

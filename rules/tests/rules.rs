@@ -67,6 +67,10 @@ fn errors_name_the_rule_and_the_field() {
          "rule #1 (id 1): match.flow.sport: only tcp and udp flows have ports"),
         (r#"{"rules": [{"id": 1, "match": {"src_prefix": "10.0.0.0/8", "dst_prefix": "10.0.0.0/8"}, "action": "drop"}]}"#,
          "rule #1 (id 1): priority: a rule matching both prefixes needs a \"priority\""),
+        (r#"{"rules": [{"id": 1, "match": {"flow": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": 6, "sport": 1, "dport": 2}, "dst_prefix": "10.0.0.0/8"}, "action": "drop"}]}"#,
+         "rule #1 (id 1): match: needs exactly one of \"flow\", \"src_prefix\", \"dst_prefix\""),
+        (r#"{"rules": [{"id": 1, "match": {"proto": "tcp"}, "action": "drop"}]}"#,
+         "rule #1 (id 1): match: needs exactly one of"),
         // Multi-field rules (with a priority).
         (r#"{"rules": [{"id": 1, "priority": 5, "match": {"src_prefix": "10.0.0.0/8", "dst_prefix": "::/0"}, "action": "drop"}]}"#,
          "rule #1 (id 1): match.dst_prefix: not of the source prefix's IP version"),

@@ -170,27 +170,26 @@ fn plain(m: RawMatch<'_>) -> Result<Match, FieldErr> {
             "a rule matching both prefixes needs a \"priority\"",
         ));
     }
-    if usize::from(m.flow.is_some()) + usize::from(src.is_some() || dst.is_some()) != 1 {
-        return Err(err(
-            "match",
-            "needs exactly one of \"flow\", \"src_prefix\", \"dst_prefix\"",
-        ));
-    }
-    if let Some(f) = m.flow {
-        for (k, there) in [("proto", m.proto.is_some()), ("port", m.port.is_some())] {
-            if there {
-                return Err(err(
-                    &format!("match.{k}"),
-                    "belongs inside \"flow\" for an exact flow rule",
-                ));
+    let (dir, text, field) = match (m.flow, src, dst) {
+        (Some(f), None, None) => {
+            for (k, there) in [("proto", m.proto.is_some()), ("port", m.port.is_some())] {
+                if there {
+                    return Err(err(
+                        &format!("match.{k}"),
+                        "belongs inside \"flow\" for an exact flow rule",
+                    ));
+                }
             }
+            return flow(f).map(Match::Flow);
         }
-        return flow(f).map(Match::Flow);
-    }
-    let (dir, text, field) = match (src, dst) {
-        (Some(s), _) => (Dir::Src, s, "match.src_prefix"),
-        (_, Some(d)) => (Dir::Dst, d, "match.dst_prefix"),
-        (None, None) => unreachable!("exactly one form, checked above"),
+        (None, Some(s), None) => (Dir::Src, s, "match.src_prefix"),
+        (None, None, Some(d)) => (Dir::Dst, d, "match.dst_prefix"),
+        _ => {
+            return Err(err(
+                "match",
+                "needs exactly one of \"flow\", \"src_prefix\", \"dst_prefix\"",
+            ))
+        }
     };
     let p = prefix(text, field)?;
     let proto = m.proto.map(|p| protocol(p, "match.proto")).transpose()?;

@@ -142,7 +142,22 @@ pub(super) struct Bucket<W: Word> {
     /// removed is marked dead in the overlay, one added is patched into
     /// the leaves it touches, and the tree is built again only when a
     /// patch is refused or the dead outnumber the living.
-    pub(super) tree: Option<Box<Small<W>>>,
+    pub(super) tree: Option<Box<Long<W>>>,
+}
+
+/// What a long bucket keeps beside its rules. Always behind the bucket's
+/// `Box` (the bucket itself stays a pointer wide for it), so a refusal's
+/// allocation being a tree's size costs only the rare refused bucket.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub(super) enum Long<W: Word> {
+    Tree(Small<W>),
+    /// The tree's build was refused (over the builder's budget: rules
+    /// crossing on the ports) when the bucket held this many rules: the
+    /// bucket is scanned, and a build is tried again only once it has
+    /// grown by a quarter (at every insert, a crafted bucket would make
+    /// each insert a refused build of all its rules).
+    Refused(usize),
 }
 
 /// A long bucket's tree (shared by the classifier's clones), this copy's
@@ -178,7 +193,11 @@ impl<W: Word> Bucket<W> {
     /// Heap bytes beside the table's slot: the rest and the tree.
     pub(super) fn bytes(&self) -> usize {
         self.rest.capacity() * std::mem::size_of::<Entry<W>>()
-            + self.tree.as_ref().map_or(0, |t| t.bytes())
+            + match self.tree.as_deref() {
+                Some(Long::Tree(t)) => t.bytes(),
+                Some(Long::Refused(_)) => std::mem::size_of::<Long<W>>(),
+                None => 0,
+            }
     }
 
     /// Adds `e` at its place in the order (and to the tree).
@@ -191,11 +210,13 @@ impl<W: Word> Bucket<W> {
             self.rest.insert(at, e);
         }
         let room = (self.len() / 4).max(LONG_BUCKET / 2);
-        let added = match &mut self.tree {
-            Some(t) => t.add(&e, room),
-            None => false,
+        let len = self.len();
+        let (added, retry) = match self.tree.as_deref_mut() {
+            Some(Long::Tree(t)) => (t.add(&e, room), true),
+            Some(Long::Refused(at)) => (false, len >= *at + *at / 4),
+            None => (false, true),
         };
-        if !added && self.len() > LONG_BUCKET {
+        if !added && retry && len > LONG_BUCKET {
             self.retree();
         }
     }
@@ -215,21 +236,22 @@ impl<W: Word> Bucket<W> {
             self.rest.remove(i);
         }
         let len = self.len();
-        let Some(t) = &mut self.tree else {
-            return true;
-        };
         if len <= LONG_BUCKET / 2 {
             self.tree = None;
-        } else if !t.kill(id) || t.overlay.dead() > len {
-            self.retree();
+        } else if let Some(Long::Tree(t)) = self.tree.as_deref_mut() {
+            if !t.kill(id) || t.overlay.dead() > len {
+                self.retree();
+            }
         }
         true
     }
 
-    /// The tree of the bucket's rules, built again (none if the build is
-    /// refused: the scan is exact either way).
+    /// The tree of the bucket's rules, built again (or the refusal, with
+    /// the bucket's length: the scan is exact either way).
     fn retree(&mut self) {
-        self.tree = Small::build(std::iter::once(&self.first).chain(&self.rest)).map(Box::new);
+        let built = Small::build(std::iter::once(&self.first).chain(&self.rest));
+        let long = built.map_or(Long::Refused(self.len()), Long::Tree);
+        self.tree = Some(Box::new(long));
     }
 
     /// The best entry matching `p`.
@@ -241,7 +263,7 @@ impl<W: Word> Bucket<W> {
         if self.rest.is_empty() {
             return None;
         }
-        if let Some(t) = &self.tree {
+        if let Some(Long::Tree(t)) = self.tree.as_deref() {
             return t.find(p);
         }
         let (a, b) = self.rest.as_slices();
@@ -329,4 +351,81 @@ impl<W: Word> Small<W> {
 #[inline(never)]
 pub(super) fn scan<'a, W: Word>(rest: &'a [Entry<W>], p: &Packet<W>) -> Option<&'a Entry<W>> {
     rest.iter().find(|e| e.matches(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cfdp_rules::FlowKey;
+
+    /// Rules of one bucket (same prefixes and protocol) crossing on the
+    /// ports: even ones on one source port each, odd ones on one
+    /// destination port each; a tree copies each kind into every leaf of
+    /// the other.
+    fn crossing(i: u32) -> Entry<u32> {
+        let port = PortRange::exact((i / 2) as u16);
+        let (sport, dport) = if i.is_multiple_of(2) {
+            (port, PortRange::ANY)
+        } else {
+            (PortRange::ANY, port)
+        };
+        let matcher = AclMatch::new(
+            "10.0.0.0/8".parse().unwrap(),
+            "20.0.0.0/8".parse().unwrap(),
+            Some(6),
+            sport,
+            dport,
+        )
+        .unwrap();
+        let r = AclRule {
+            id: i + 1,
+            priority: 100_000 - i,
+            matcher,
+            action: Action::Drop,
+        };
+        Entry::new(&r, i, 0)
+    }
+
+    fn refused_at(b: &Bucket<u32>) -> Option<usize> {
+        match b.tree.as_deref() {
+            Some(Long::Refused(at)) => Some(*at),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_refused_tree_is_tried_again_only_once_the_bucket_grew_by_a_quarter() {
+        let mut b = Bucket::new(crossing(0));
+        let mut next = 1;
+        let at = loop {
+            b.insert(crossing(next));
+            next += 1;
+            if let Some(at) = refused_at(&b) {
+                break at;
+            }
+            assert!(next < 20_000, "crossing rules never refused a tree");
+        };
+        assert_eq!(at, b.len());
+        // No build until a quarter more: the refusal keeps its length.
+        while b.len() + 1 < at + at / 4 {
+            b.insert(crossing(next));
+            next += 1;
+            assert_eq!(refused_at(&b), Some(at));
+        }
+        b.insert(crossing(next));
+        assert_eq!(
+            refused_at(&b),
+            Some(at + at / 4),
+            "tried again, refused again"
+        );
+        // The scan answers meanwhile: the first rule on either port.
+        for (sport, dport) in [(3u16, 9u16), (9, 3), (60_000, 7)] {
+            let k = FlowKey::v4([10, 1, 1, 1], [20, 2, 2, 2], 6, sport, dport);
+            let want = (0..=next)
+                .map(crossing)
+                .find(|e| e.matches(&Packet::of(&k)));
+            let got = b.find(&Packet::of(&k)).map(|(_, a)| a.id);
+            assert_eq!(got, want.map(|e| e.id), "{sport} {dport}");
+        }
+    }
 }

@@ -14,6 +14,9 @@ use super::word::{Packet, Word};
 /// Rules past which a bucket keeps a small compiled tree of them, walked
 /// instead of a scan (see the parent module's docs).
 pub const LONG_BUCKET: usize = 32;
+/// The fewest and most rules a long bucket keeps pending beside its tree
+/// before building it again (see [`Small`]).
+const PENDING: (usize, usize) = (LONG_BUCKET / 2, 2 * LONG_BUCKET);
 
 /// A rule as a bucket holds it: every field an integer compare, with what
 /// a match answers (id, action, the caller's tag), so a lookup never reads
@@ -168,9 +171,12 @@ pub(super) enum Long<W: Word> {
 pub(super) struct Small<W: Word> {
     layer: Arc<Layer<W>>,
     overlay: Overlay<W>,
-    /// Best first. At most a quarter of the bucket (or half of
-    /// [`LONG_BUCKET`]): the builds a bucket growing one rule at a time
-    /// costs stay a geometric series.
+    /// Best first. At most a quarter of the bucket, within [`PENDING`]:
+    /// a bucket growing one rule at a time rebuilds its tree every
+    /// quarter while it is small (a geometric series of builds), every
+    /// `PENDING.1` rules once it is large — a packet the tree answers
+    /// scans the pending rules that outrank its hit, and a quarter of
+    /// 2,000 rules made the live layer's worst case 5× a trace packet.
     pending: Vec<Entry<W>>,
 }
 
@@ -209,8 +215,8 @@ impl<W: Word> Bucket<W> {
             let at = self.rest.partition_point(|x| x.rank() > e.rank());
             self.rest.insert(at, e);
         }
-        let room = (self.len() / 4).max(LONG_BUCKET / 2);
         let len = self.len();
+        let room = (len / 4).clamp(PENDING.0, PENDING.1);
         let (added, retry) = match self.tree.as_deref_mut() {
             Some(Long::Tree(t)) => (t.add(&e, room), true),
             Some(Long::Refused(at)) => (false, len >= *at + *at / 4),
@@ -337,12 +343,10 @@ impl<W: Word> Small<W> {
             .layer
             .lookup(&f, &self.overlay)
             .map(|h| ((h.priority, std::cmp::Reverse(h.answer.id)), h.answer));
-        let pending = scan(&self.pending, p);
-        match (hit, pending) {
-            (Some(h), Some(e)) if e.rank() <= h.0 => Some(h),
-            (_, Some(e)) => Some((e.rank(), e.answer())),
-            (h, None) => h,
-        }
+        // Best first: past the hit's rank no pending rule can win.
+        let beats = |e: &&Entry<W>| hit.is_none_or(|h: (Rank, Answer)| e.rank() > h.0);
+        let pending = self.pending.iter().take_while(beats).find(|e| e.matches(p));
+        pending.map_or(hit, |e| Some((e.rank(), e.answer())))
     }
 }
 

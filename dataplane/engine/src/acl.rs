@@ -92,7 +92,7 @@ pub enum AclError {
 /// first live match and the live layer's winner (the live layer's walk
 /// starts with the compiled winner as the rank to beat). A family whose
 /// tree would be over the budget is compiled in part where that pays
-/// ([`partial`]), else stays in the tuple space.
+/// (`acl/partial.rs`), else stays in the tuple space.
 #[derive(Clone, Default)]
 pub struct AclClassifier {
     v4: Family<u32, { <u32 as Word>::CUT_AT.len() }>,
@@ -390,7 +390,7 @@ impl AclClassifier {
     ///
     /// A family whose tree would exceed the compiled layer's budget
     /// ([`compiled::BUDGET_PER_LEAF_RULE`]) is compiled in part where that
-    /// pays ([`partial`]: the rest stays where it is) or not at all, and
+    /// pays (`acl/partial.rs`: the rest stays where it is) or not at all, and
     /// the refusal of its whole tree is returned (after what did compile
     /// is installed; [`Layers::left`] counts the rules left out).
     pub fn compile(&mut self) -> Result<(), compiled::CompileError> {

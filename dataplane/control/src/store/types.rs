@@ -183,7 +183,8 @@ pub struct CompileStats {
     pub started: u64,
     pub landed: u64,
     /// Builds refused, whole or for one family (over the compiled layer's
-    /// budget).
+    /// budget; a family compiled in part counts too: its whole tree was
+    /// refused).
     pub refused: u64,
     /// The last finished build's time on its thread, seconds.
     pub last_build_s: f64,

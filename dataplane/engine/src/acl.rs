@@ -61,7 +61,6 @@ pub use bucket::LONG_BUCKET;
 use bucket::{Bucket, Entry};
 pub use cfdp_acl_simd::Kernel;
 pub use cuts::WIDE_BELOW;
-pub use partial::{GAIN as PARTIAL_GAIN, SAMPLES as PARTIAL_SAMPLES};
 use short::Short;
 pub use short::MAX as SHORT_MAX;
 use tuple::Family;

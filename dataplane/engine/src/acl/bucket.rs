@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cfdp_rules::{AclMatch, AclRule, Action, IpPrefix, PortRange, RuleId};
 
-use super::compiled::{Answer, Input, Layer, Overlay};
+use super::compiled::{packet_fields, Answer, Input, Layer, Overlay};
 use super::word::{Packet, Word};
 
 /// Rules past which a bucket keeps a small compiled tree of them, walked
@@ -338,7 +338,7 @@ impl<W: Word> Small<W> {
     /// The best rule of the tree matching `p`: out of line, as [`scan`].
     #[inline(never)]
     fn find(&self, p: &Packet<W>) -> Option<Found> {
-        let f = super::compiled::fields(p.src, p.dst, p.sport, p.dport, p.proto);
+        let f = packet_fields(p);
         let hit = self
             .layer
             .lookup(&f, &self.overlay)

@@ -76,7 +76,7 @@ fn part<W: Word, const N: usize>(rules: &[&Input]) -> Option<(Layer<W>, usize)> 
         .filter(|i| !taken.contains(&i.rule.id))
         .collect();
     let after = probes::<W, N>(&rest, Some(&layer), &samples);
-    (before - after.min(before) > enough).then_some((layer, rest.len()))
+    (before.saturating_sub(after) > enough).then_some((layer, rest.len()))
 }
 
 /// The tree of the most units that fit together, taken cheapest first,

@@ -519,6 +519,24 @@ mod tests {
     }
 
     #[test]
+    fn a_built_layer_keeps_no_spare_capacity() {
+        // `bytes` counts capacity (what the heap holds): the build's
+        // pushes must not leave the tables up to twice their length.
+        let rules = port_rules();
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
+        let t = &c.tree;
+        let spare = [
+            t.nodes.capacity() - t.nodes.len(),
+            t.steps.capacity() - t.steps.len(),
+            t.spans.capacity() - t.spans.len(),
+            t.blocks.capacity() - t.blocks.len(),
+            c.hits.capacity() - c.hits.len(),
+            c.rules.capacity() - c.rules.len(),
+        ];
+        assert_eq!(spare, [0; 6]);
+    }
+
+    #[test]
     fn a_dead_winner_gives_way_to_the_next_match() {
         let rules = [
             rule(1, 30, "10.1.0.0/16", "0.0.0.0/0", (80, 80)),

@@ -281,7 +281,7 @@ impl<W: Word> Layer<W> {
         let span = self.tree.nodes[node as usize].kids[1] as usize;
         let (start, len) = o.spans[span];
         if start & overlay::PATCHED != 0 {
-            return Cow::Borrowed(patched(o, start, len));
+            return Cow::Borrowed(o.items_of(start, len));
         }
         let lanes = cfdp_acl_simd::LANES;
         let blocks = self.leaf_blocks(node, o);
@@ -421,14 +421,6 @@ impl<W: Word> Layer<W> {
             out[i] = self.scan(at[i], &fs[i], o).map(|x| self.hit_in(o, x));
         }
     }
-}
-
-/// A leaf list the overlay rewrote: `start` (with [`overlay::PATCHED`]
-/// set) and `len` of its span.
-#[inline(always)]
-fn patched<W: Word>(o: &Overlay<W>, start: u32, len: u32) -> &[Item<W>] {
-    let start = start & !overlay::PATCHED;
-    &o.items[start as usize..(start + len) as usize]
 }
 
 impl<W: Word> Tree<W> {
@@ -573,9 +565,9 @@ mod tests {
             for (k, r) in rules.iter().enumerate() {
                 let id = r.rule.id;
                 assert!(o.kill(c.live_index(&o, id).unwrap()));
-                let before = o.items.len();
+                let before = o.stored();
                 let idx = c.patch(&mut o, r).unwrap();
-                compactions += usize::from(o.items.len() < before);
+                compactions += usize::from(o.stored() < before);
                 assert_eq!(c.live_index(&o, id), Some(idx));
                 let probe = rules[(k * 7 + round as usize) % rules.len()];
                 let p = f(
@@ -587,6 +579,13 @@ mod tests {
             }
         }
         assert!(compactions > 0, "the overlay never compacted");
+        // The lists' chunks never grew (a list that did not fit started a
+        // new one): no patch copied the lists before it.
+        assert!(o.items.len() > 1);
+        assert!(o
+            .items
+            .iter()
+            .all(|c| c.capacity() == overlay::CHUNK && c.len() <= overlay::CHUNK));
         assert_eq!(o.patched(), 20_000);
         // The 2,000 compiled rules, then 18,000 patched ones.
         assert_eq!(o.dead(), 20_000);
@@ -611,13 +610,13 @@ mod tests {
         let mut o = c.overlay();
         let wide = rule(5000, 5000, "10.0.0.0/8", "192.168.0.0/16", (0, 65535));
         assert_eq!(c.patch(&mut o, &wide), Err(PatchRefused::TooWide));
-        assert_eq!((o.patched(), o.items.len()), (0, 0));
+        assert_eq!((o.patched(), o.stored()), (0, 0));
         // One port more than a leaf may grow by: refused as a whole, the
         // leaves already rewritten for it are not kept.
         let mut id = 6000;
         let (err, items) = loop {
             id += 1;
-            let items = (o.items.len(), o.spans.clone());
+            let items = (o.stored(), o.spans.clone());
             match c.patch(
                 &mut o,
                 &rule(id, 0, "10.0.0.0/8", "192.168.0.0/16", (1500, 1501)),
@@ -627,7 +626,7 @@ mod tests {
             }
         };
         assert_eq!(err, PatchRefused::LeafFull);
-        assert_eq!((o.items.len(), o.spans.clone()), items);
+        assert_eq!((o.stored(), o.spans.clone()), items);
         let patched = o.patched();
         assert!(
             (PATCH_EXTRA..=PATCH_EXTRA + c.leaf_size()).contains(&patched),

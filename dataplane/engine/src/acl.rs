@@ -409,13 +409,20 @@ impl AclClassifier {
 
     /// The rules as a compile takes them.
     pub fn compile_input(&self) -> Vec<Input> {
-        self.by_id
-            .values()
-            .map(|&(_, slot)| {
-                let (rule, tag) = self.slab[slot as usize];
-                Input { rule, tag, slot }
-            })
-            .collect()
+        let mut v = Vec::new();
+        self.compile_input_into(&mut v);
+        v
+    }
+
+    /// [`Self::compile_input`] into `out`, replacing what it held (a caller
+    /// that compiles again and again keeps one buffer: a fresh one is
+    /// fresh pages, faulted in on the caller's thread).
+    pub fn compile_input_into(&self, out: &mut Vec<Input>) {
+        out.clear();
+        out.extend(self.by_id.values().map(|&(_, slot)| {
+            let (rule, tag) = self.slab[slot as usize];
+            Input { rule, tag, slot }
+        }));
     }
 
     /// Installs a compiled layer built from [`Self::compile_input`]. Rules

@@ -317,10 +317,10 @@ impl Tables {
             .classify_burst_into(keys, out, |action, slot| RuleRef { action, slot });
     }
 
-    /// The multi-field rules a compile of this copy takes (see
-    /// [`AclClassifier::compile_input`]).
-    pub fn acl_compile_input(&self) -> Vec<crate::acl::compiled::Input> {
-        self.acl.compile_input()
+    /// The multi-field rules a compile of this copy takes, into `out`
+    /// (see [`AclClassifier::compile_input_into`]).
+    pub fn acl_compile_input(&self, out: &mut Vec<crate::acl::compiled::Input>) {
+        self.acl.compile_input_into(out);
     }
 
     /// The multi-field classifier's layers in this copy.

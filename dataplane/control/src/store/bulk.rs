@@ -132,7 +132,7 @@ impl RuleStore {
             unsettled: None,
             fold: None,
             folds: (0, 0),
-            compile: None,
+            compiler: None,
             compiles: Default::default(),
             compile_refused_at,
             conntrack: None,

@@ -37,8 +37,9 @@ pub struct RuleStore {
     pub(super) fold: Option<std::thread::JoinHandle<cfdp_engine::Folded>>,
     /// Folds started and landed.
     pub(super) folds: (u64, u64),
-    /// The multi-field rules' recompile in flight (see `recompile`).
-    pub(super) compile: Option<super::types::CompileJob>,
+    /// The multi-field rules' compile thread, once one started, and its
+    /// build in flight (see `recompile`).
+    pub(super) compiler: Option<super::types::Compiler>,
     pub(super) compiles: super::types::CompileStats,
     /// Multi-field rules at the last compile refused whole (no family
     /// compiled, even in part).
@@ -78,7 +79,7 @@ impl RuleStore {
             unsettled: None,
             fold: None,
             folds: (0, 0),
-            compile: None,
+            compiler: None,
             compiles: Default::default(),
             compile_refused_at: None,
             conntrack: None,

@@ -193,12 +193,23 @@ pub struct CompileStats {
     pub last_install_s: f64,
 }
 
-/// A build in flight.
-pub(super) struct CompileJob {
-    pub(super) handle: std::thread::JoinHandle<(
-        Result<cfdp_engine::acl::compiled::Compiled, cfdp_engine::acl::compiled::CompileError>,
-        std::time::Duration,
-    )>,
-    /// Rules the build was given.
-    pub(super) rules: usize,
+/// What a build gives back: the layers, or why not, its time, and its
+/// input's buffer (for the next input).
+pub(super) type Built = (
+    Result<cfdp_engine::acl::compiled::Compiled, cfdp_engine::acl::compiled::CompileError>,
+    std::time::Duration,
+    Vec<cfdp_engine::acl::compiled::Input>,
+);
+
+/// The compile thread's two ends (see `recompile`): started by the first
+/// recompile and kept for the next ones.
+pub(super) struct Compiler {
+    /// A build's input; the thread ends when this end drops.
+    pub(super) jobs: crossbeam::channel::Sender<Vec<cfdp_engine::acl::compiled::Input>>,
+    pub(super) built: crossbeam::channel::Receiver<Built>,
+    /// Rules of the build in flight, if one is.
+    pub(super) in_flight: Option<usize>,
+    /// The last build's input, handed back: the next input is written
+    /// into it.
+    pub(super) spare: Vec<cfdp_engine::acl::compiled::Input>,
 }

@@ -56,7 +56,7 @@ mod patch;
 mod root;
 
 pub use node::{field, fields, Answer, Fields, Hit, Input, Word};
-use node::{Item, Node, Step, LEAF_LINK, RIGHT};
+use node::{Item, Node, Step, KID_BITS, RIGHT, ZERO_FIELD};
 pub use overlay::{Dead, Overlay, PatchRefused, PATCH_EXTRA, PATCH_LEAVES};
 use root::Root;
 
@@ -428,18 +428,20 @@ impl<W: Word> Tree<W> {
     #[inline(always)]
     fn walk(&self, f: &Fields<W>) -> u32 {
         let mut n = self.root.start(f).map_or(0, |(node, _)| node);
-        loop {
+        // The start's own field from its 16-byte node; below it, each
+        // node's field comes with the choice of that node.
+        let mut field = self.nodes[n as usize].field;
+        while field != ZERO_FIELD {
             let s = self.steps[n as usize];
-            let field = s.link >> 29;
-            if field == LEAF_LINK {
-                return n;
-            }
-            n = if f[field as usize] >= s.at {
-                s.link & RIGHT
-            } else {
-                n + 1
-            };
+            let right = f[(field & 7) as usize] >= s.at;
+            // Selects, not a branch: the turn is data (a branch on it
+            // mispredicts about every other level). LLVM still branches
+            // on a 128-bit compare (IPv6), as it did before.
+            use std::hint::select_unpredictable as pick;
+            n = pick(right, s.link & RIGHT, n + 1);
+            field = pick(right, s.link >> (KID_BITS + 3), (s.link >> KID_BITS) & 7);
         }
+        n
     }
 }
 

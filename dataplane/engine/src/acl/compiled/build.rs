@@ -1,7 +1,7 @@
 //! Building the tree: rules sorted best first, then HyperSplit's cuts
 //! from the root down, within the entry budget (see the parent module).
 
-use super::node::{Hit, Input, Item, Node, Step, Word, FIELDS, LEAF_LINK, RIGHT, ZERO_FIELD};
+use super::node::{Hit, Input, Item, Node, Step, Word, FIELDS, KID_BITS, RIGHT, ZERO_FIELD};
 use super::{
     CompileError, Compiled, Layer, Part, Tree, BUDGET_PER_LEAF_RULE, BUDGET_SLACK, LEAF_SIZES,
 };
@@ -172,6 +172,8 @@ impl<W: Word> Ranges<W> {
 
 /// The one-packet copy of a tree built in depth-first order (see [`Step`]).
 fn steps<W: Word>(nodes: &[Node<W>]) -> Vec<Step<W>> {
+    // A leaf's field is the zero field: the walk stops there.
+    let field = |n: u32| nodes[n as usize].field;
     nodes
         .iter()
         .enumerate()
@@ -179,13 +181,15 @@ fn steps<W: Word>(nodes: &[Node<W>]) -> Vec<Step<W>> {
             if n.is_leaf() {
                 Step {
                     at: W::default(),
-                    link: LEAF_LINK << 29,
+                    link: 0,
                 }
             } else {
                 debug_assert_eq!(n.kids[0] as usize, me + 1, "depth-first order");
                 Step {
                     at: n.at,
-                    link: (n.field << 29) | n.kids[1],
+                    link: (field(n.kids[1]) << (KID_BITS + 3))
+                        | (field(n.kids[0]) << KID_BITS)
+                        | n.kids[1],
                 }
             }
         })
@@ -262,11 +266,6 @@ impl<W: Word> Builder<'_, W> {
             });
             return Some(me);
         };
-        if me >= RIGHT {
-            // Past 2^29 nodes (far over any budget) a node's right child
-            // would not fit its one-packet copy: given up.
-            return None;
-        }
         self.t.nodes.push(Node {
             field: split.field as u32,
             at: split.at,
@@ -292,6 +291,11 @@ impl<W: Word> Builder<'_, W> {
         hi_region.lo[f] = split.at;
         let l = self.node(left, lo_region, depth + 1)?;
         let r = self.node(right, hi_region, depth + 1)?;
+        if r > RIGHT {
+            // Past 2^26 nodes (far over any budget) a node's right child
+            // would not fit its one-packet copy: given up.
+            return None;
+        }
         self.t.nodes[me as usize].kids = [l, r];
         Some(me)
     }

@@ -245,7 +245,7 @@ impl<W: Word> Layer<W> {
     pub fn cost(&self, f: &Fields<W>, o: &Overlay<W>) -> (u32, u32) {
         let t = &self.tree;
         let mut levels = 0;
-        let mut n = t.root.start(f).map_or(0, |(node, _)| node);
+        let mut n = t.root.start(f).map_or(0, |(node, _, _)| node);
         while !t.nodes[n as usize].is_leaf() {
             let node = &t.nodes[n as usize];
             n = node.kids[usize::from(f[node.field as usize] >= node.at)];
@@ -394,7 +394,7 @@ impl<W: Word> Layer<W> {
         if !t.root.is_empty() {
             levels = 0;
             for (a, f) in at.iter_mut().zip(lanes) {
-                let (node, left) = t.root.start(f).unwrap_or((0, t.depth));
+                let (node, _, left) = t.root.start(f).unwrap_or((0, 0, t.depth));
                 *a = node;
                 levels = levels.max(left);
             }
@@ -427,10 +427,13 @@ impl<W: Word> Tree<W> {
     /// The leaf `f` reaches, one packet alone (see [`Step`]).
     #[inline(always)]
     fn walk(&self, f: &Fields<W>) -> u32 {
-        let mut n = self.root.start(f).map_or(0, |(node, _)| node);
-        // The start's own field from its 16-byte node; below it, each
-        // node's field comes with the choice of that node.
-        let mut field = self.nodes[n as usize].field;
+        // The start's field from the root table's cell (or the root's
+        // node); below it, each node's field comes with the choice of
+        // that node.
+        let (mut n, mut field) = match self.root.start(f) {
+            Some((node, field, _)) => (node, field),
+            None => (0, self.nodes[0].field),
+        };
         while field != ZERO_FIELD {
             let s = self.steps[n as usize];
             let right = f[(field & 7) as usize] >= s.at;

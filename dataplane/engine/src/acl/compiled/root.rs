@@ -9,8 +9,10 @@
 //! one load instead of that many levels. The table also keeps how many
 //! levels are left below each start, so a burst's lanes walk only as far
 //! as its deepest start needs (the walk has no data-dependent branch: a
-//! fixed count of levels). Exact by construction: the walk from the start
-//! is the walk from the root after the turns the cell decides.
+//! fixed count of levels), and the field the start cuts, which one
+//! packet's walk needs first (from the node, a load after the cell's).
+//! Exact by construction: the walk from the start is the walk from the
+//! root after the turns the cell decides.
 
 use super::node::{field, Fields, Node, Word};
 
@@ -19,10 +21,13 @@ use super::node::{field, Fields, Node, Word};
 pub(super) const ROOT_BITS: u32 = 8;
 /// Fewest bits a table is built with: below, no table.
 const MIN_BITS: u32 = 2;
-/// Bits of an entry that hold the node; the levels left are above them.
-const NODE_BITS: u32 = 26;
+/// Bits of an entry that hold the node; the start's field is in the next
+/// three, the levels left in the top [`HEIGHT_BITS`].
+const NODE_BITS: u32 = 24;
+const FIELD_BITS: u32 = 3;
+const HEIGHT_BITS: u32 = 32 - NODE_BITS - FIELD_BITS;
 
-/// A cell's start: the node, and the levels left below it in the top bits.
+/// A cell's start: the node, its field, and the levels left below it.
 #[derive(Debug, Default)]
 pub(super) struct Root {
     cells: Vec<u32>,
@@ -40,7 +45,7 @@ impl Root {
             return Self::default();
         }
         let height = heights(nodes);
-        if height.iter().any(|&h| h >> (32 - NODE_BITS) != 0) {
+        if height.iter().any(|&h| h >> HEIGHT_BITS != 0) {
             return Self::default();
         }
         let tree = std::mem::size_of_val(nodes);
@@ -75,7 +80,8 @@ impl Root {
                         break;
                     };
                 }
-                cells.push((height[n] << NODE_BITS) | n as u32);
+                let cut = nodes[n].field;
+                cells.push((height[n] << (NODE_BITS + FIELD_BITS)) | (cut << NODE_BITS) | n as u32);
             }
         }
         Self { cells, bits }
@@ -91,10 +97,11 @@ impl Root {
         self.cells.capacity() * std::mem::size_of::<u32>()
     }
 
-    /// Where `f`'s walk starts, and the levels left below it; `None` when
-    /// there is no table.
+    /// Where `f`'s walk starts, the field that node cuts (the zero field
+    /// for a leaf) and the levels left below it; `None` when there is no
+    /// table.
     #[inline(always)]
-    pub(super) fn start<W: Word>(&self, f: &Fields<W>) -> Option<(u32, u32)> {
+    pub(super) fn start<W: Word>(&self, f: &Fields<W>) -> Option<(u32, u32, u32)> {
         if W::V6 || self.cells.is_empty() {
             return None;
         }
@@ -102,7 +109,11 @@ impl Root {
         let (src, dst) = (f[field::SRC].fold(), f[field::DST].fold());
         let i = ((src >> shift) << self.bits) | (dst >> shift);
         let c = self.cells[i as usize];
-        Some((c & ((1 << NODE_BITS) - 1), c >> NODE_BITS))
+        Some((
+            c & ((1 << NODE_BITS) - 1),
+            (c >> NODE_BITS) & ((1 << FIELD_BITS) - 1),
+            c >> (NODE_BITS + FIELD_BITS),
+        ))
     }
 }
 

@@ -263,7 +263,16 @@ impl<W: Word> Layer<W> {
     #[inline]
     pub fn lookup<'a>(&'a self, f: &Fields<W>, o: &'a Overlay<W>) -> Option<&'a Hit> {
         let leaf = self.tree.walk(f);
-        self.scan(leaf, f, o).map(|i| self.hit_in(o, i))
+        let blocks = if o.rewrote_none() {
+            // The leaf's blocks from its step, the walk's own array: no
+            // load of its node and then its span first.
+            let s = &self.tree.steps[leaf as usize];
+            let at = (s.at.low() as usize).wrapping_sub(1);
+            &self.tree.blocks[at..at + (s.link as usize).div_ceil(cfdp_acl_simd::LANES)]
+        } else {
+            self.leaf_blocks(leaf, o)
+        };
+        self.scan_blocks(blocks, f, o).map(|i| self.hit_in(o, i))
     }
 
     /// The answer of rule `idx`, compiled or patched in (see [`overlay`]).
@@ -310,7 +319,12 @@ impl<W: Word> Layer<W> {
     /// leaf the overlay rewrote, the overlay's.
     #[inline(always)]
     fn scan(&self, node: u32, f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
-        let blocks = self.leaf_blocks(node, o);
+        self.scan_blocks(self.leaf_blocks(node, o), f, o)
+    }
+
+    /// [`Self::scan`] over a leaf's blocks.
+    #[inline(always)]
+    fn scan_blocks(&self, blocks: &[W::Block], f: &Fields<W>, o: &Overlay<W>) -> Option<u32> {
         use node::field::{DPORT, DST, PROTO, SPORT, SRC};
         let (sport, dport) = (f[SPORT].low() as u16, f[DPORT].low() as u16);
         let key = W::key(f[SRC], f[DST], sport, dport, f[PROTO].low());

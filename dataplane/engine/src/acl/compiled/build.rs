@@ -107,7 +107,6 @@ impl<W: Word> Layer<W> {
                 budget: budget(all.len(), leaf),
             };
             if b.node(all.clone(), root, 0).is_some() {
-                b.t.steps = steps(&b.t.nodes);
                 // Padded to a power of two with leaves (never reached), so
                 // that the lanes index the nodes under a mask.
                 let n = b.t.nodes.len();
@@ -118,6 +117,8 @@ impl<W: Word> Layer<W> {
                 };
                 b.t.nodes.resize(n.next_power_of_two(), pad);
                 blocks(&mut b.t, &b.leaves);
+                // After the blocks: a leaf's step names its first block.
+                b.t.steps = steps(&b.t.nodes[..n], &b.t.spans);
                 b.t.root = super::root::Root::build(&b.t.nodes);
                 // Grown by pushes, the tables held up to twice their
                 // length (ipc1_10k's blocks: 12.6 MB for 8.2 used).
@@ -171,7 +172,7 @@ impl<W: Word> Ranges<W> {
 }
 
 /// The one-packet copy of a tree built in depth-first order (see [`Step`]).
-fn steps<W: Word>(nodes: &[Node<W>]) -> Vec<Step<W>> {
+fn steps<W: Word>(nodes: &[Node<W>], spans: &[(u32, u32)]) -> Vec<Step<W>> {
     // A leaf's field is the zero field: the walk stops there.
     let field = |n: u32| nodes[n as usize].field;
     nodes
@@ -179,9 +180,11 @@ fn steps<W: Word>(nodes: &[Node<W>]) -> Vec<Step<W>> {
         .enumerate()
         .map(|(me, n)| {
             if n.is_leaf() {
+                // Its first block plus one, as its node has it, and its
+                // length as built.
                 Step {
-                    at: W::default(),
-                    link: 0,
+                    at: n.at,
+                    link: spans[n.kids[1] as usize].1,
                 }
             } else {
                 debug_assert_eq!(n.kids[0] as usize, me + 1, "depth-first order");

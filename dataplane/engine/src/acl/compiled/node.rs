@@ -77,7 +77,10 @@ impl<W: Word> Node<W> {
 /// walk knows the next node's field as soon as it chose that node, and the
 /// load of the packet's field runs beside the load of the node instead of
 /// after it: a level is a load, a compare and a select (~7 cycles), not
-/// two loads in a row (~12). The lanes keep the 16-byte nodes.
+/// two loads in a row (~12). The lanes keep the 16-byte nodes. A leaf's
+/// step holds what its node does in `at` (its first block plus one) and
+/// its length as built in `link`: a packet that reached it reads its
+/// blocks from there while the copy's overlay rewrote no leaf.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Step<W> {
     pub(super) at: W,

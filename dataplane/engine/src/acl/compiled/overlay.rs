@@ -179,6 +179,12 @@ impl<W: Word> Overlay<W> {
             + self.alias.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
     }
 
+    /// No leaf rewritten: every span is the tree's own.
+    #[inline(always)]
+    pub(super) fn rewrote_none(&self) -> bool {
+        self.items.is_empty()
+    }
+
     /// Entries the rewritten lists take, garbage and padding included.
     #[cfg(test)]
     pub(super) fn stored(&self) -> usize {

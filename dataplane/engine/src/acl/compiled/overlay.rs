@@ -31,7 +31,7 @@
 //! once those exceed the tree's own entry count the overlay compacts
 //! (O(leaves), amortised over at least that many patched entries).
 //!
-//! The rewritten lists live in chunks of [`CHUNK`] entries that never
+//! The rewritten lists live in chunks of `CHUNK` entries that never
 //! move: one growing array would be copied whole, onto fresh pages, each
 //! time it doubled, and the insert that made it double paid for it (44 to
 //! 180 µs on acl1_1k against ~8 µs for a patch: most of the store's

@@ -267,8 +267,8 @@ impl<W: Word> Layer<W> {
             // The leaf's blocks from its step, the walk's own array: no
             // load of its node and then its span first.
             let s = &self.tree.steps[leaf as usize];
-            let at = (s.at.low() as usize).wrapping_sub(1);
-            &self.tree.blocks[at..at + (s.link as usize).div_ceil(cfdp_acl_simd::LANES)]
+            self.tree
+                .leaf_blocks((s.at.low() as usize).wrapping_sub(1), s.link)
         } else {
             self.leaf_blocks(leaf, o)
         };
@@ -310,8 +310,7 @@ impl<W: Word> Layer<W> {
         if start & overlay::PATCHED != 0 {
             return o.blocks_of(start, len);
         }
-        let at = node.first_block();
-        &self.tree.blocks[at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
+        self.tree.leaf_blocks(node.first_block(), len)
     }
 
     /// The first live rule of leaf `node` matching `f`: eight rules at a
@@ -438,6 +437,12 @@ impl<W: Word> Layer<W> {
 }
 
 impl<W: Word> Tree<W> {
+    /// The blocks of a leaf of `len` rules as built, from block `first`.
+    #[inline(always)]
+    fn leaf_blocks(&self, first: usize, len: u32) -> &[W::Block] {
+        &self.blocks[first..first + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
+    }
+
     /// The leaf `f` reaches, one packet alone (see [`Step`]).
     #[inline(always)]
     fn walk(&self, f: &Fields<W>) -> u32 {

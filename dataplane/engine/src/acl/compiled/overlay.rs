@@ -225,9 +225,7 @@ impl<W: Word> Overlay<W> {
     /// The list at `start` (with [`PATCHED`] set) of `len` entries.
     #[inline(always)]
     pub(super) fn items_of(&self, start: u32, len: u32) -> &[Item<W>] {
-        let s = (start & !PATCHED) as usize;
-        let (chunk, at) = (s / CHUNK, s % CHUNK);
-        &self.items[chunk][at..at + len as usize]
+        list_in(&self.items, start, len)
     }
 
     /// The blocks of the list at `start` (with [`PATCHED`] set) of `len`
@@ -242,20 +240,26 @@ impl<W: Word> Overlay<W> {
     /// Copies the lists spans point to into fresh chunks, dropping the old
     /// copies.
     pub(super) fn compact(&mut self) {
-        let old = Self {
-            items: std::mem::take(&mut self.items),
-            ..Self::default()
-        };
+        let old = std::mem::take(&mut self.items);
         self.blocks.clear();
         let mut spans = std::mem::take(&mut self.spans);
         for (start, len) in &mut spans {
             if *start & PATCHED != 0 {
-                *start = self.put(old.items_of(*start, *len));
+                *start = self.put(list_in(&old, *start, *len));
             }
         }
         self.spans = spans;
         self.garbage = 0;
     }
+}
+
+/// The list at `start` (with [`PATCHED`] set) of `len` entries in
+/// `chunks` (see the module docs).
+#[inline(always)]
+fn list_in<W>(chunks: &[Vec<Item<W>>], start: u32, len: u32) -> &[Item<W>] {
+    let s = (start & !PATCHED) as usize;
+    let (chunk, at) = (s / CHUNK, s % CHUNK);
+    &chunks[chunk][at..at + len as usize]
 }
 
 /// Compiled rules deleted or replaced since the compile: one bit each.

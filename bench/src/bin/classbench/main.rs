@@ -63,8 +63,10 @@
 //!
 //! Run: `cargo run --release -p cfdp-bench --bin classbench -- --rules FILE
 //! --trace FILE [--verdicts OUT] [--rounds N] [--v6 AT] [--no-compile]
-//! [--churn PCT] [--classifier-only]` (the last: stop after the
-//! classifier's rates, for A/B runs and profiles)
+//! [--churn PCT] [--classifier-only] [--kernel NAME]` (`--classifier-only`:
+//! stop after the classifier's rates, for A/B runs and profiles;
+//! `--kernel portable|avx2|avx512`: the leaf kernel's version, below the
+//! CPU's best, as on a CPU without the wider one)
 
 mod measure;
 mod v6;
@@ -84,6 +86,22 @@ use measure::{rates, store_of};
 use v6::{to_v6, v6_addr, v6_arg, write_v6_for_dpdk};
 use worst::{compile_p99, explosion, ports};
 
+/// `--kernel NAME`: the leaf kernel's version by its name, which this CPU
+/// must run (exits with the names it has otherwise).
+fn kernel_arg() -> Option<cfdp_engine::acl::Kernel> {
+    let name = arg("--kernel")?;
+    let have = cfdp_engine::acl::Kernel::available();
+    if let Some(k) = have.iter().find(|k| k.name() == name) {
+        return Some(*k);
+    }
+    let names: Vec<&str> = have.iter().map(|k| k.name()).collect();
+    eprintln!(
+        "classbench: --kernel {name}: this CPU runs {}",
+        names.join(", ")
+    );
+    std::process::exit(2)
+}
+
 #[allow(clippy::too_many_lines)] // a benchmark's main
 fn main() {
     cfdp_bench::expect_flags(&[
@@ -91,6 +109,7 @@ fn main() {
         "--classifier-only",
         "--compile-p99",
         "--explosion",
+        "--kernel",
         "--make-trace",
         "--no-compile",
         "--passes",
@@ -142,6 +161,9 @@ fn main() {
 
     let t0 = Instant::now();
     let mut c = AclClassifier::with_rules(rules).expect("ClassBench ids are unique");
+    if let Some(k) = kernel_arg() {
+        c = c.with_kernel(k);
+    }
     let build_s = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let refused = if std::env::args().any(|a| a == "--no-compile") {

@@ -102,6 +102,56 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
     Ok(table(&CLASSBENCH_COLUMNS, &rows) + &c.source())
 }
 
+/// `classbench-*-avx2`: both sides capped at AVX2 on an AVX-512 CPU (the
+/// `cfdp-*-avx2` rows, 2026-12-01 on): cfdp with its leaf kernel's AVX2
+/// version beside rte_acl's best of scalar, sse and avx2 (at its default
+/// or 32 packets a call).
+pub(crate) fn classbench_capped(d: &Path, file: &str) -> R<String> {
+    let c = Csv::load(d, file)?;
+    let recs = c.records();
+    let mut rows = Vec::new();
+    for set in c.distinct("set")? {
+        let of = |impl_: &str| recs.iter().find(|r| r["set"] == set && r["impl"] == impl_);
+        let (Some(batched), Some(single)) = (of("cfdp-batched-avx2"), of("cfdp-single-avx2"))
+        else {
+            continue;
+        };
+        let capped = ["scalar", "sse", "avx2"]
+            .iter()
+            .flat_map(|a| [a.to_string(), format!("{a}-step32")])
+            .filter_map(|alg| {
+                let r = of(&format!("rte_acl-{alg}"))?;
+                Some(num(r["mpps"], &c.name).map(|m| (alg, m)))
+            })
+            .collect::<R<Vec<_>>>()?;
+        let (alg, best) = capped
+            .into_iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .ok_or_else(|| format!("{file}: no rte_acl rows up to avx2 for {set}"))?;
+        let (b, s) = (num(batched["mpps"], &c.name)?, num(single["mpps"], &c.name)?);
+        rows.push(vec![
+            set.to_string(),
+            format!("{} ({alg})", f2(best)),
+            f2(b),
+            vs_best(Some(batched), b / best, &c)?,
+            f2(s),
+            vs_best(Some(single), s / best, &c)?,
+        ]);
+    }
+    if rows.is_empty() {
+        return Err(format!("{file}: no cfdp-*-avx2 rows").into());
+    }
+    let head = [
+        "set",
+        "rte_acl best up to AVX2, Mpps (alg)",
+        "cfdp batched, AVX2 kernel",
+        "/ best",
+        "cfdp single, AVX2 kernel",
+        "/ best",
+    ];
+    Ok(table(&head, &rows) + &c.source())
+}
+
 /// cfdp's rate over rte_acl's best: the median of the rounds' paired
 /// ratios where the run recorded them (`vs_rte_acl_best`, 2026-11-30T06Z
 /// on: each round's cfdp rate over the rate in the same round of the

@@ -23,7 +23,9 @@ mod peers;
 
 use std::path::{Path, PathBuf};
 
-use crate::classbench::{classbench, classbench_compile, classbench_pair, classbench_worst};
+use crate::classbench::{
+    classbench, classbench_capped, classbench_compile, classbench_pair, classbench_worst,
+};
 use crate::conntrack::{
     conntrack_answered_flood, conntrack_burst, conntrack_flood, conntrack_ops, conntrack_rte_hash,
     conntrack_rte_hash_writers, conntrack_scaling, conntrack_scaling_ab, conntrack_scaling_wide,
@@ -46,6 +48,8 @@ fn render(dir: &Path, name: &str) -> R<String> {
     match name {
         "classbench" => classbench(dir, "classbench.csv"),
         "classbench-seeds" => classbench(dir, "classbench_seeds.csv"),
+        "classbench-xeon-emr" => classbench(dir, "classbench_xeon_emr.csv"),
+        "classbench-xeon-emr-avx2" => classbench_capped(dir, "classbench_xeon_emr.csv"),
         "classbench-worst" => classbench_worst(dir),
         "classbench-compile" => classbench_compile(dir),
         "classbench-xeon16" => classbench_pair(dir, "classbench_xeon16.csv"),

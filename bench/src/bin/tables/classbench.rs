@@ -128,7 +128,10 @@ pub(crate) fn classbench_capped(d: &Path, file: &str) -> R<String> {
             .into_iter()
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .ok_or_else(|| format!("{file}: no rte_acl rows up to avx2 for {set}"))?;
-        let (b, s) = (num(batched["mpps"], &c.name)?, num(single["mpps"], &c.name)?);
+        let (b, s) = (
+            num(batched["mpps"], &c.name)?,
+            num(single["mpps"], &c.name)?,
+        );
         rows.push(vec![
             set.to_string(),
             format!("{} ({alg})", f2(best)),

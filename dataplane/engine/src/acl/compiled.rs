@@ -41,8 +41,6 @@
 //! rules), so the same set costs about twice the memory in IPv6, and it
 //! has no root table (the IPv6 sets here share their leading bits).
 
-use std::borrow::Cow;
-
 use cfdp_acl_simd::Kernel;
 use cfdp_rules::{AclRule, RuleId};
 use hashbrown::HashMap;
@@ -284,21 +282,16 @@ impl<W: Word> Layer<W> {
         }
     }
 
-    /// The rules leaf `node` lists, as the overlay has them: a rewritten
-    /// leaf's list, or the compiled one read back from its blocks.
-    fn leaf_items<'a>(&'a self, node: u32, o: &'a Overlay<W>) -> Cow<'a, [Item<W>]> {
+    /// The rules leaf `node` lists, as the overlay has them (a rewritten
+    /// leaf's list, or the compiled one), read back from its blocks.
+    fn leaf_items(&self, node: u32, o: &Overlay<W>) -> Vec<Item<W>> {
         let span = self.tree.nodes[node as usize].kids[1] as usize;
-        let (start, len) = o.spans[span];
-        if start & overlay::PATCHED != 0 {
-            return Cow::Borrowed(o.items_of(start, len));
-        }
+        let len = o.spans[span].1 as usize;
         let lanes = cfdp_acl_simd::LANES;
         let blocks = self.leaf_blocks(node, o);
-        Cow::Owned(
-            (0..len as usize)
-                .map(|i| Item::of(W::rule(&blocks[i / lanes], i % lanes)))
-                .collect(),
-        )
+        (0..len)
+            .map(|i| Item::of(W::rule(&blocks[i / lanes], i % lanes)))
+            .collect()
     }
 
     /// Leaf `node`'s blocks: the tree's, or the overlay's for a leaf it
@@ -605,11 +598,12 @@ mod tests {
         assert!(compactions > 0, "the overlay never compacted");
         // The lists' chunks never grew (a list that did not fit started a
         // new one): no patch copied the lists before it.
-        assert!(o.items.len() > 1);
+        let per_chunk = overlay::CHUNK / cfdp_acl_simd::LANES;
+        assert!(o.blocks.len() > 1);
         assert!(o
-            .items
+            .blocks
             .iter()
-            .all(|c| c.capacity() == overlay::CHUNK && c.len() <= overlay::CHUNK));
+            .all(|c| c.capacity() == per_chunk && c.len() <= per_chunk));
         assert_eq!(o.patched(), 20_000);
         // The 2,000 compiled rules, then 18,000 patched ones.
         assert_eq!(o.dead(), 20_000);

@@ -28,8 +28,18 @@
 //! plus [`PATCH_EXTRA`], is refused ([`PatchRefused`]) and the caller keeps
 //! it in its tuple space: a packet's scan stays bounded whatever is
 //! inserted. Rewritten lists leave their old copies behind in the overlay;
-//! once those exceed the tree's own entry count the overlay compacts
-//! (O(leaves), amortised over at least that many patched entries).
+//! once those exceed a quarter of the tree's own entry count the overlay
+//! compacts (O(leaves), amortised over at least that many patched
+//! entries).
+//!
+//! A rewritten list is kept only as the leaf kernel reads it (blocks of
+//! eight rules, 24 bytes a rule for IPv4); a patch reads a list back from
+//! its blocks, as it does a compiled leaf's. (A second copy rule by rule
+//! cost 32 bytes more a rule: after every rule of acl1_1k was replaced the
+//! classifier took 1.28 MB with it, 0.93 MB without; the price, the
+//! read-back and compactions four times as often, is 1.0-1.4x the
+//! classifier's insert p99, still under 7 us:
+//! `bench/results/classbench_overlay_ab.csv`.)
 //!
 //! The rewritten lists live in chunks of `CHUNK` entries that never
 //! move: one growing array would be copied whole, onto fresh pages, each
@@ -38,6 +48,7 @@
 //! insert p99). A chunk is allocated when the last is full, a few pages.
 
 use super::node::{Hit, Item, Word};
+use cfdp_acl_simd::LANES;
 use cfdp_rules::RuleId;
 use hashbrown::HashMap;
 
@@ -49,9 +60,10 @@ pub const PATCH_EXTRA: usize = 16;
 pub(super) const PATCHED: u32 = 1 << 31;
 /// Entries a chunk of rewritten lists holds (a multiple of the kernel's
 /// block, and more than the longest list a patch writes); a list starts
-/// at `chunk * CHUNK + offset` (see the module docs).
+/// at `chunk * CHUNK + offset`, a multiple of the block (see the module
+/// docs).
 pub(super) const CHUNK: usize = 256;
-const _: () = assert!(CHUNK.is_multiple_of(cfdp_acl_simd::LANES));
+const _: () = assert!(CHUNK.is_multiple_of(LANES));
 
 /// Why a rule was not patched into the tree (the caller keeps it in its
 /// tuple space: exact either way).
@@ -77,13 +89,10 @@ pub struct Overlay<W: Word> {
     /// Every leaf's (start, len): the tree's own, or with [`PATCHED`] set
     /// in `items` below.
     pub(super) spans: Vec<(u32, u32)>,
-    /// The rewritten leaves' lists, in chunks of [`CHUNK`] entries, each
-    /// list starting at a multiple of the kernel's block size within its
-    /// chunk ([`Self::put`]).
-    pub(super) items: Vec<Vec<Item<W>>>,
-    /// `items` as the leaf kernel reads them, chunk by chunk: a chunk's
-    /// block `k` holds its entries `8k..8k + 8` (the lanes past a list's
-    /// end never match).
+    /// The rewritten leaves' lists as the leaf kernel reads them, in
+    /// chunks of [`CHUNK`] entries (a chunk's block `k` holds its entries
+    /// `8k..8k + 8`), each list from a block of its own ([`Self::put`]; the
+    /// lanes past a list's end never match).
     pub(super) blocks: Vec<Vec<W::Block>>,
     /// Answers of the rules patched in: index `i` is rule `base + i`.
     pub(super) hits: Vec<Hit>,
@@ -104,7 +113,6 @@ impl<W: Word> Default for Overlay<W> {
         Self {
             dead: Dead::default(),
             spans: Vec::new(),
-            items: Vec::new(),
             blocks: Vec::new(),
             hits: Vec::new(),
             index: HashMap::new(),
@@ -166,9 +174,7 @@ impl<W: Word> Overlay<W> {
 
     /// Heap bytes.
     pub fn bytes(&self) -> usize {
-        let chunks = self.items.capacity() * std::mem::size_of::<Vec<Item<W>>>()
-            + self.blocks.capacity() * std::mem::size_of::<Vec<W::Block>>()
-            + self.items.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<Item<W>>()
+        let chunks = self.blocks.capacity() * std::mem::size_of::<Vec<W::Block>>()
             + self.blocks.iter().map(Vec::capacity).sum::<usize>()
                 * std::mem::size_of::<W::Block>();
         self.dead.bytes()
@@ -182,70 +188,59 @@ impl<W: Word> Overlay<W> {
     /// No leaf rewritten: every span is the tree's own.
     #[inline(always)]
     pub(super) fn rewrote_none(&self) -> bool {
-        self.items.is_empty()
+        self.blocks.is_empty()
     }
 
     /// Entries the rewritten lists take, garbage and padding included.
     #[cfg(test)]
     pub(super) fn stored(&self) -> usize {
-        self.items.iter().map(Vec::len).sum()
+        self.blocks.iter().map(Vec::len).sum::<usize>() * LANES
     }
 
-    /// Appends a leaf list, at the next multiple of the block size in the
-    /// last chunk, or at the start of a new chunk where it would not fit,
-    /// and its blocks; its start with [`PATCHED`] set.
+    /// Appends a leaf list's blocks to the last chunk, or to a new chunk
+    /// where they would not fit; its start with [`PATCHED`] set.
     pub(super) fn put(&mut self, list: &[Item<W>]) -> u32 {
-        let lanes = cfdp_acl_simd::LANES;
-        assert!(list.len() <= CHUNK, "a list longer than a chunk");
+        let mut blocks = Vec::with_capacity(list.len().div_ceil(LANES));
+        Item::push_blocks(list, &mut blocks);
+        self.put_blocks(&blocks)
+    }
+
+    /// [`Self::put`] for a list already in blocks.
+    fn put_blocks(&mut self, list: &[W::Block]) -> u32 {
+        let per_chunk = CHUNK / LANES;
+        assert!(list.len() <= per_chunk, "a list longer than a chunk");
         let fits = self
-            .items
+            .blocks
             .last()
-            .is_some_and(|c| c.len().next_multiple_of(lanes) + list.len() <= CHUNK);
+            .is_some_and(|c| c.len() + list.len() <= per_chunk);
         if !fits {
-            self.items.push(Vec::with_capacity(CHUNK));
-            self.blocks.push(Vec::with_capacity(CHUNK / lanes));
+            self.blocks.push(Vec::with_capacity(per_chunk));
         }
-        let chunk = self.items.len() - 1;
-        let (items, blocks) = (&mut self.items[chunk], &mut self.blocks[chunk]);
-        if let Some(&filler) = items.last() {
-            // Entries no span reaches, to the block boundary.
-            let padded = items.len().next_multiple_of(lanes);
-            items.resize(padded, filler);
-        }
-        debug_assert_eq!(items.len(), blocks.len() * lanes);
-        let start = u32::try_from(chunk * CHUNK + items.len())
+        let chunk = self.blocks.len() - 1;
+        let blocks = &mut self.blocks[chunk];
+        let start = u32::try_from(chunk * CHUNK + blocks.len() * LANES)
             .ok()
             .filter(|&s| s < PATCHED)
             .expect("compaction keeps the overlay under 2^31 entries");
-        items.extend_from_slice(list);
-        Item::push_blocks(list, blocks);
+        blocks.extend_from_slice(list);
         start | PATCHED
-    }
-
-    /// The list at `start` (with [`PATCHED`] set) of `len` entries.
-    #[inline(always)]
-    pub(super) fn items_of(&self, start: u32, len: u32) -> &[Item<W>] {
-        list_in(&self.items, start, len)
     }
 
     /// The blocks of the list at `start` (with [`PATCHED`] set) of `len`
     /// entries.
     #[inline(always)]
     pub(super) fn blocks_of(&self, start: u32, len: u32) -> &[W::Block] {
-        let s = (start & !PATCHED) as usize;
-        let (chunk, at) = (s / CHUNK, s % CHUNK / cfdp_acl_simd::LANES);
-        &self.blocks[chunk][at..at + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
+        blocks_in(&self.blocks, start, len)
     }
 
     /// Copies the lists spans point to into fresh chunks, dropping the old
     /// copies.
     pub(super) fn compact(&mut self) {
-        let old = std::mem::take(&mut self.items);
-        self.blocks.clear();
+        let old = std::mem::take(&mut self.blocks);
         let mut spans = std::mem::take(&mut self.spans);
         for (start, len) in &mut spans {
             if *start & PATCHED != 0 {
-                *start = self.put(list_in(&old, *start, *len));
+                *start = self.put_blocks(blocks_in(&old, *start, *len));
             }
         }
         self.spans = spans;
@@ -253,13 +248,13 @@ impl<W: Word> Overlay<W> {
     }
 }
 
-/// The list at `start` (with [`PATCHED`] set) of `len` entries in
-/// `chunks` (see the module docs).
+/// The blocks of the list at `start` (with [`PATCHED`] set) of `len`
+/// entries in `chunks` (see the module docs).
 #[inline(always)]
-fn list_in<W>(chunks: &[Vec<Item<W>>], start: u32, len: u32) -> &[Item<W>] {
+fn blocks_in<B>(chunks: &[Vec<B>], start: u32, len: u32) -> &[B] {
     let s = (start & !PATCHED) as usize;
-    let (chunk, at) = (s / CHUNK, s % CHUNK);
-    &chunks[chunk][at..at + len as usize]
+    let (chunk, at) = (s / CHUNK, s % CHUNK / LANES);
+    &chunks[chunk][at..at + (len as usize).div_ceil(LANES)]
 }
 
 /// Compiled rules deleted or replaced since the compile: one bit each.

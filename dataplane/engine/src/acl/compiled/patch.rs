@@ -85,7 +85,7 @@ impl<W: Word> Layer<W> {
             }
             o.spans[span as usize] = (o.put(&list), list.len() as u32);
         }
-        if o.garbage > self.tree.entries.max(4096) {
+        if o.garbage > (self.tree.entries / 4).max(1024) {
             o.compact();
         }
         Ok(idx)

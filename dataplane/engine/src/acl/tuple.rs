@@ -175,7 +175,7 @@ impl<W: Word, const N: usize> Family<W, N> {
     /// Heap bytes of the tables, their covers and the cuts.
     pub(super) fn bytes(&self) -> usize {
         self.tables.iter().map(Table::bytes).sum::<usize>()
-            + self.covers.len() * std::mem::size_of::<Cover<N>>()
+            + self.covers.iter().map(|c| c.bytes()).sum::<usize>()
             + Cuts::<N>::bytes()
     }
 

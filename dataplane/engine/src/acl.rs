@@ -677,6 +677,23 @@ mod tests {
     }
 
     #[test]
+    fn a_family_takes_its_cuts_with_its_first_table() {
+        let mut c = AclClassifier::new().without_short_path();
+        assert!(c.v4.cuts.is_none() && c.v6.cuts.is_none());
+        let empty = c.bytes();
+        c.insert(rule(1, 9, "10.0.0.0/8", "20.0.0.0/8", Some(6), (0, 65535)))
+            .unwrap();
+        // No IPv6 rule, no IPv6 cuts: 66 KB an IPv4-only set never used.
+        assert!(c.v4.cuts.is_some() && c.v6.cuts.is_none());
+        assert!(c.bytes() - empty < 2 * cuts::Cuts::<1>::bytes());
+        // Kept once the last table goes (the next insert would pay for it
+        // again), and read no more: the family has no table.
+        c.remove(1).unwrap();
+        assert!(c.v4.cuts.is_some());
+        assert_eq!(c.classify(&key("10.1.1.1", "20.1.1.1", 6, 1)), None);
+    }
+
+    #[test]
     fn ipv6_cuts_read_below_the_shared_leading_bits() {
         // Two sites of one organisation's /32 (they differ in bits 32–44)
         // and another organisation's /32 (bits 16–28 differ): every

@@ -158,7 +158,10 @@ pub(super) struct Family<W: Word, const N: usize> {
     /// Each table's [`Cover`], in the same order: apart from the tables, so
     /// that a lookup's walk over them reads nothing an update alone needs.
     pub(super) covers: Vec<Box<Cover<N>>>,
-    pub(super) cuts: Cuts<N>,
+    /// Allocated with the family's first table (an IPv4-only set keeps
+    /// no IPv6 cuts: 66 KB; a compiled set none until an update goes
+    /// live), kept after its last.
+    pub(super) cuts: Option<Cuts<N>>,
 }
 
 impl<W: Word, const N: usize> Default for Family<W, N> {
@@ -166,7 +169,7 @@ impl<W: Word, const N: usize> Default for Family<W, N> {
         Self {
             tables: Vec::new(),
             covers: Vec::new(),
-            cuts: Cuts::default(),
+            cuts: None,
         }
     }
 }
@@ -176,7 +179,7 @@ impl<W: Word, const N: usize> Family<W, N> {
     pub(super) fn bytes(&self) -> usize {
         self.tables.iter().map(Table::bytes).sum::<usize>()
             + self.covers.iter().map(|c| c.bytes()).sum::<usize>()
-            + Cuts::<N>::bytes()
+            + self.cuts.as_ref().map_or(0, |_| Cuts::<N>::bytes())
     }
 
     pub(super) fn position(&self, tuple: Tuple) -> Option<usize> {
@@ -239,6 +242,11 @@ impl<W: Word, const N: usize> Family<W, N> {
         self.tables.len() - 1
     }
 
+    /// The cuts, allocated on first use.
+    fn cuts_mut(&mut self) -> &mut Cuts<N> {
+        self.cuts.get_or_insert_with(Cuts::default)
+    }
+
     /// Moves table `i` to its place in the order.
     pub(super) fn reorder(&mut self, i: usize) {
         let t = self.tables.remove(i);
@@ -248,14 +256,14 @@ impl<W: Word, const N: usize> Family<W, N> {
             let c = self.covers.remove(i);
             self.covers.insert(at, c);
             // Positions are below MAX_TABLES, which fits a Mask.
-            self.cuts.relocate(i as u32, at as u32);
+            self.cuts_mut().relocate(i as u32, at as u32);
         }
     }
 
     /// Counts `e` in or out of table `i`'s cover and the cut masks.
     pub(super) fn cover(&mut self, i: usize, e: &Entry<W>, add: bool) {
         let t = &mut self.covers[i];
-        let c = &mut self.cuts;
+        let c = self.cuts.get_or_insert_with(Cuts::default);
         let bit: Mask = 1 << i;
         for (w, &at) in W::CUT_AT.iter().enumerate().take(N) {
             for (cover, cut, addr, mask) in [
@@ -291,7 +299,7 @@ impl<W: Word, const N: usize> Family<W, N> {
         if self.tables[i].rules == 0 {
             self.tables.remove(i);
             self.covers.remove(i);
-            self.cuts.close(i as u32);
+            self.cuts_mut().close(i as u32);
         } else {
             self.reorder(i);
         }
@@ -312,12 +320,15 @@ impl<W: Word, const N: usize> Family<W, N> {
     ) -> Option<Answer> {
         // An empty layer (a compiled set with no change since): no cut to
         // read.
+        let Some(cuts) = &self.cuts else {
+            return None;
+        };
         if self.tables.is_empty() {
             return None;
         }
         let mut best: Option<Answer> = None;
         let mut bound = floor;
-        let mut left = self.cuts.candidates(p);
+        let mut left = cuts.candidates(p);
         while left != 0 {
             let Some(t) = self.tables.get(left.trailing_zeros() as usize) else {
                 break;

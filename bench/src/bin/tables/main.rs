@@ -50,6 +50,8 @@ fn render(dir: &Path, name: &str) -> R<String> {
         "classbench-seeds" => classbench(dir, "classbench_seeds.csv"),
         "classbench-xeon-emr" => classbench(dir, "classbench_xeon_emr.csv"),
         "classbench-xeon-emr-avx2" => classbench_capped(dir, "classbench_xeon_emr.csv"),
+        "classbench-epyc-avx512" => classbench(dir, "classbench_epyc_avx512.csv"),
+        "classbench-epyc-avx512-avx2" => classbench_capped(dir, "classbench_epyc_avx512.csv"),
         "classbench-worst" => classbench_worst(dir),
         "classbench-compile" => classbench_compile(dir),
         "classbench-xeon16" => classbench_pair(dir, "classbench_xeon16.csv"),

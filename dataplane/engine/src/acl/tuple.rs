@@ -320,12 +320,7 @@ impl<W: Word, const N: usize> Family<W, N> {
     ) -> Option<Answer> {
         // An empty layer (a compiled set with no change since): no cut to
         // read.
-        let Some(cuts) = &self.cuts else {
-            return None;
-        };
-        if self.tables.is_empty() {
-            return None;
-        }
+        let cuts = self.cuts.as_ref().filter(|_| !self.tables.is_empty())?;
         let mut best: Option<Answer> = None;
         let mut bound = floor;
         let mut left = cuts.candidates(p);

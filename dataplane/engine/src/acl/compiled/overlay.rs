@@ -87,7 +87,7 @@ pub enum PatchRefused {
 pub struct Overlay<W: Word> {
     pub(super) dead: Dead,
     /// Every leaf's (start, len): the tree's own, or with [`PATCHED`] set
-    /// in `items` below.
+    /// in `blocks` below.
     pub(super) spans: Vec<(u32, u32)>,
     /// The rewritten leaves' lists as the leaf kernel reads them, in
     /// chunks of [`CHUNK`] entries (a chunk's block `k` holds its entries
@@ -200,30 +200,33 @@ impl<W: Word> Overlay<W> {
     /// Appends a leaf list's blocks to the last chunk, or to a new chunk
     /// where they would not fit; its start with [`PATCHED`] set.
     pub(super) fn put(&mut self, list: &[Item<W>]) -> u32 {
-        let mut blocks = Vec::with_capacity(list.len().div_ceil(LANES));
-        Item::push_blocks(list, &mut blocks);
-        self.put_blocks(&blocks)
+        let (chunk, start) = self.room(list.len().div_ceil(LANES));
+        Item::push_blocks(list, &mut self.blocks[chunk]);
+        start
     }
 
     /// [`Self::put`] for a list already in blocks.
     fn put_blocks(&mut self, list: &[W::Block]) -> u32 {
+        let (chunk, start) = self.room(list.len());
+        self.blocks[chunk].extend_from_slice(list);
+        start
+    }
+
+    /// The chunk `n` more blocks go to (a new one where the last has no
+    /// room for them), and where they start, with [`PATCHED`] set.
+    fn room(&mut self, n: usize) -> (usize, u32) {
         let per_chunk = CHUNK / LANES;
-        assert!(list.len() <= per_chunk, "a list longer than a chunk");
-        let fits = self
-            .blocks
-            .last()
-            .is_some_and(|c| c.len() + list.len() <= per_chunk);
+        assert!(n <= per_chunk, "a list longer than a chunk");
+        let fits = self.blocks.last().is_some_and(|c| c.len() + n <= per_chunk);
         if !fits {
             self.blocks.push(Vec::with_capacity(per_chunk));
         }
         let chunk = self.blocks.len() - 1;
-        let blocks = &mut self.blocks[chunk];
-        let start = u32::try_from(chunk * CHUNK + blocks.len() * LANES)
+        let start = u32::try_from(chunk * CHUNK + self.blocks[chunk].len() * LANES)
             .ok()
             .filter(|&s| s < PATCHED)
             .expect("compaction keeps the overlay under 2^31 entries");
-        blocks.extend_from_slice(list);
-        start | PATCHED
+        (chunk, start | PATCHED)
     }
 
     /// The blocks of the list at `start` (with [`PATCHED`] set) of `len`

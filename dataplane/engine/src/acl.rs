@@ -535,8 +535,9 @@ impl AclClassifier {
     }
 }
 
-/// Puts `inp` into `layer`'s tree through its overlay (revived in place,
-/// or patched into its leaves); false when it must go to the live layer.
+/// Puts `inp` into `layer`'s tree through its overlay (revived in place
+/// or in a deleted rule's place, or patched into its leaves); false when
+/// it must go to the live layer.
 fn into_tree<W: compiled::Word>(layer: Option<&Layer<W>>, o: &mut Overlay<W>, inp: &Input) -> bool {
     layer.is_some_and(|l| l.revive(o, inp).is_some() || l.patch(o, inp).is_ok())
 }

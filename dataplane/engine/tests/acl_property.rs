@@ -80,6 +80,9 @@ enum Step {
     Reaction(prop::sample::Index, u16),
     /// A rule deleted earlier put back as it was (same id).
     Restore(prop::sample::Index, u16),
+    /// A rule deleted and put back under a new id (same match and
+    /// priority): a compiled rule's place it may take over.
+    Renew(prop::sample::Index, u16),
     /// A compile on the spot.
     Compile,
     /// A compile whose input is taken now and installed after the next
@@ -96,6 +99,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             3 => arbitrary::acl_rule(0).prop_map(Step::Insert),
             2 => (any::<prop::sample::Index>(), 0u16..3).prop_map(|(i, a)| Step::Reaction(i, a)),
             2 => (any::<prop::sample::Index>(), 0u16..3).prop_map(|(i, a)| Step::Restore(i, a)),
+            2 => (any::<prop::sample::Index>(), 0u16..3).prop_map(|(i, a)| Step::Renew(i, a)),
             1 => Just(Step::Compile),
             1 => Just(Step::CompileLater),
             1 => Just(Step::Install),
@@ -109,7 +113,7 @@ proptest! {
 
     /// The compiled layer with the live tuple space in front of it answers
     /// every packet as a first-match scan of the rules at that step,
-    /// through deletes, modifies (priority ties included: priorities are
+    /// through deletes, modifies (new ids among them; priority ties included: priorities are
     /// 0..8), inserts, compiles, and compiles installed after the rules
     /// changed under them.
     #[test]
@@ -168,6 +172,14 @@ proptest! {
                     let r = AclRule { action: action(*a), ..r };
                     c.insert(r).unwrap();
                     live.push(r);
+                }
+                Step::Renew(i, a) if !live.is_empty() => {
+                    let i = i.index(live.len());
+                    c.remove(live[i].id).unwrap();
+                    let r = AclRule { id: next_id, action: action(*a), ..live[i] };
+                    next_id += 1;
+                    c.insert(r).unwrap();
+                    live[i] = r;
                 }
                 Step::Modify(i, new) if !live.is_empty() => {
                     let i = i.index(live.len());

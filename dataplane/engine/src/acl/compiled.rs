@@ -622,6 +622,77 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_under_a_new_id_takes_a_deleted_rules_place() {
+        let rules = port_rules();
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
+        let mut o = c.overlay();
+        // Rule 501 (priority 500, port 1500) deleted and put back as rule
+        // 5000: it takes the compiled entries' place, however many
+        // leaves they are in, and answers for them.
+        let p = f([10, 1, 1, 1], [192, 168, 3, 4], 1500);
+        assert!(o.kill(c.index_of(501).unwrap()));
+        let n = rule(5000, 500, "10.0.0.0/8", "192.168.0.0/16", (1500, 1500));
+        let idx = c.revive(&mut o, &n).expect("taken over");
+        assert!(o.rewrote_none(), "no leaf rewritten");
+        assert_eq!(c.live_index(&o, 5000), Some(idx));
+        assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), Some(5000));
+        // The compiled rule itself cannot come back in that place.
+        assert!(c.revive(&mut o, &rules[500]).is_none());
+        // A rule of the same priority patched in later with a lower id
+        // than 5000 ranks first: the lists are kept in the order of the
+        // rule that took the place, not of the one it took it from.
+        let x = rule(3000, 500, "10.0.0.0/8", "192.168.0.0/16", (1500, 1500));
+        c.patch(&mut o, &x).unwrap();
+        assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), Some(3000));
+        let mut out = [None; 1];
+        c.lookup_lanes(&[p], &o, &mut out);
+        assert_eq!(out[0].map(|h| h.answer.id), Some(3000));
+        assert!(o.kill(c.live_index(&o, 3000).unwrap()));
+        assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), Some(5000));
+        assert!(o.kill(c.live_index(&o, 5000).unwrap()));
+        assert!(c.lookup(&p, &o).is_none());
+    }
+
+    #[test]
+    fn no_place_is_taken_over_past_a_rule_ranked_between() {
+        // Equal priorities: rule 2 ranks between rule 1 and rule 3, so
+        // rule 3 cannot take rule 1's place (it would rank ahead of rule
+        // 2 there); it is patched in after rule 2 instead.
+        let rules = [
+            rule(1, 5, "10.0.0.0/8", "0.0.0.0/0", (80, 80)),
+            rule(2, 5, "10.1.0.0/16", "0.0.0.0/0", (0, 65535)),
+        ];
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
+        let mut o = c.overlay();
+        assert!(o.kill(c.index_of(1).unwrap()));
+        let again = rule(3, 5, "10.0.0.0/8", "0.0.0.0/0", (80, 80));
+        assert!(c.revive(&mut o, &again).is_none());
+        c.patch(&mut o, &again).unwrap();
+        let p = |src| f(src, [1, 1, 1, 1], 80);
+        assert_eq!(
+            c.lookup(&p([10, 1, 2, 3]), &o).map(|h| h.answer.id),
+            Some(2)
+        );
+        assert_eq!(
+            c.lookup(&p([10, 2, 2, 3]), &o).map(|h| h.answer.id),
+            Some(3)
+        );
+        // Rule 2 deleted: rule 3, patched, ranks between it and rule 4.
+        assert!(o.kill(c.index_of(2).unwrap()));
+        let r2 = |id, prio, dport| rule(id, prio, "10.1.0.0/16", "0.0.0.0/0", dport);
+        assert!(c.revive(&mut o, &r2(4, 5, (0, 65535))).is_none());
+        // Not between it and rule 1's id (free again): only the same
+        // match and priority take the place.
+        assert!(c.revive(&mut o, &r2(1, 6, (0, 65535))).is_none());
+        assert!(c.revive(&mut o, &r2(1, 5, (0, 65534))).is_none());
+        assert!(c.revive(&mut o, &r2(1, 5, (0, 65535))).is_some());
+        assert_eq!(
+            c.lookup(&p([10, 1, 2, 3]), &o).map(|h| h.answer.id),
+            Some(1)
+        );
+    }
+
+    #[test]
     fn a_rule_touching_many_leaves_is_refused_whole() {
         let rules = port_rules();
         let c = Compiled::build(&rules).unwrap().v4.unwrap();

@@ -22,6 +22,18 @@
 //! only maps the dead index to the new rule's answer (`Overlay::alias`).
 //! A scan that meets a matching dead entry looks the map up (only then),
 //! which is why rewritten lists keep the compiled rules' dead entries.
+//! A rule put back under a *new* id (a modify that renames the rule, as
+//! a controller that numbers its flow entries anew does) takes a deleted
+//! compiled rule's place the same way when it has that rule's match and
+//! priority and no other rule, compiled or patched, ranks between the two
+//! (equal priorities are ranked by id): its entries then stand where the
+//! new rule's would. Each compiled entry is taken over at most once a
+//! compile, and from then on patches rank the entry as the rule that took
+//! it, so the lists stay in rank order. The deleted rule is found in the
+//! one leaf its box's first corner reaches (it is listed in every leaf
+//! it can match in). Before this, a 10 % churn under new ids left 209 of
+//! ipc1_10k's 952 such rules (too wide to patch) in the tuple space, and
+//! its bursts ran at 0.54x the fresh set's; now none.
 //!
 //! A rule whose box touches more leaves (a wide rule over a finely cut
 //! region), or that would make a leaf longer than its build's leaf size

@@ -2,7 +2,7 @@
 //! touches, or revived in place (see [`super::overlay`]).
 
 use super::build;
-use super::node::{Hit, Input, Item, Word};
+use super::node::{field, fields, Hit, Input, Item, Word};
 use super::overlay::{Dead, Overlay, PatchRefused, PATCHED, PATCH_EXTRA, PATCH_LEAVES};
 use super::Layer;
 use cfdp_rules::RuleId;
@@ -70,7 +70,7 @@ impl<W: Word> Layer<W> {
                 .copied()
                 .filter(|it| it.idx < o.base || !o.dead.get(it.idx))
                 .collect();
-            let at = list.partition_point(|it| self.hit_in(o, it.idx).rank() > hit.rank());
+            let at = list.partition_point(|it| self.rank_in(o, it.idx) > hit.rank());
             list.insert(at, item);
             if list.len() > cap {
                 return Err(PatchRefused::LeafFull);
@@ -91,20 +91,103 @@ impl<W: Word> Layer<W> {
         Ok(idx)
     }
 
-    /// Revives the compiled rule `inp` puts back (same id, match and
-    /// priority, deleted since the compile; see the module docs) with
-    /// `inp`'s action and tag; returns its new index, or `None` when `inp`
-    /// is not such a rule.
+    /// The rank entry `idx` holds in the lists: its own, or for a
+    /// compiled rule another took over ([`Self::revive`]), the rank of
+    /// the rule that did, live or deleted since (the lists were kept in
+    /// that order from then on).
+    fn rank_in(&self, o: &Overlay<W>, idx: u32) -> (u32, std::cmp::Reverse<RuleId>) {
+        let at = if idx < o.base {
+            o.alias.get(&idx).copied().unwrap_or(idx)
+        } else {
+            idx
+        };
+        self.hit_in(o, at).rank()
+    }
+
+    /// Puts `inp` in the place of a compiled rule deleted since the
+    /// compile, where its entries already stand at `inp`'s rank (see the
+    /// module docs): the same rule put back (same id, match and priority:
+    /// a modify that changes the action, or a delete undone), or, never
+    /// taken over before, one with the same match and priority whose
+    /// rank no rule's lies between (compiled or patched: then every list
+    /// that holds it stays in rank order with `inp` in its place) — a
+    /// modify that gives the rule a new id. Returns the new index, or
+    /// `None` when there is no such rule.
     pub fn revive(&self, o: &mut Overlay<W>, inp: &Input) -> Option<u32> {
-        let r = &inp.rule;
-        let old = self.index_of(r.id)?;
-        let was = &self.rules[old as usize];
-        if !o.dead.get(old) || was.matcher != r.matcher || was.priority != r.priority {
-            return None;
-        }
+        let old = self.same_rule(o, inp).or_else(|| self.taken_over(o, inp))?;
         o.next_index()?;
         let idx = o.add(Hit::of(inp));
         o.alias.insert(old, idx);
         Some(idx)
+    }
+
+    /// The compiled rule `inp` puts back (same id, match and priority,
+    /// deleted since and not taken over by another).
+    fn same_rule(&self, o: &Overlay<W>, inp: &Input) -> Option<u32> {
+        let r = &inp.rule;
+        let old = self.index_of(r.id)?;
+        let was = &self.rules[old as usize];
+        let taken = o
+            .alias
+            .get(&old)
+            .is_some_and(|&a| self.hit_in(o, a).answer.id != r.id);
+        (o.dead.get(old) && !taken && was.matcher == r.matcher && was.priority == r.priority)
+            .then_some(old)
+    }
+
+    /// A compiled rule `inp` (another id) can take the place of.
+    fn taken_over(&self, o: &Overlay<W>, inp: &Input) -> Option<u32> {
+        let r = &inp.rule;
+        if r.matcher.v6() != W::V6 {
+            return None;
+        }
+        // Such a rule has `inp`'s box, so it is listed in the leaf of the
+        // box's first corner (a leaf lists every rule that can match a
+        // packet reaching it; patched lists keep the compiled rules' dead
+        // entries).
+        let b = build::Ranges::<W>::of(r);
+        let low = |i: usize| b.lo[i].low() as u16;
+        let corner = fields(
+            b.lo[field::SRC],
+            b.lo[field::DST],
+            low(field::SPORT),
+            low(field::DPORT),
+            low(field::PROTO),
+        );
+        let mut n = 0u32;
+        while !self.tree.nodes[n as usize].is_leaf() {
+            let node = &self.tree.nodes[n as usize];
+            n = node.kids[usize::from(corner[node.field as usize] >= node.at)];
+        }
+        let old = self
+            .leaf_items(n, o)
+            .into_iter()
+            .map(|it| it.idx)
+            .find(|&i| {
+                // Compiled entries only (a patched one has no rule here).
+                self.rules.get(i as usize).is_some_and(|was| {
+                    o.dead.get(i)
+                        && !o.alias.contains_key(&i)
+                        && was.matcher == r.matcher
+                        && was.priority == r.priority
+                })
+            })?;
+        // No rule ranks between the two: the compiled ones are in rank
+        // order (so a neighbour would), the patched ones are looked over.
+        let rank = Hit::of(inp).rank();
+        let was = self.hits[old as usize].rank();
+        let between = |x| (rank.min(was) < x) && (x < rank.max(was));
+        let at = old as usize;
+        let neighbours = [at.checked_sub(1), Some(at + 1)];
+        if neighbours
+            .into_iter()
+            .flatten()
+            .filter_map(|i| self.hits.get(i))
+            .chain(&o.hits)
+            .any(|h| between(h.rank()))
+        {
+            return None;
+        }
+        Some(old)
     }
 }

@@ -9,7 +9,9 @@
 //!   entry), `tables_probed_per_packet`;
 //! * the rule store, as `cfdp run` holds the set: `store_build_s` (bulk
 //!   load), `mpps_worker` (the workers' `match_burst` over the published
-//!   tables, bursts of 32, verify mode), and one-rule updates into the full
+//!   tables, bursts of 32, verify mode, timed in the same rounds as
+//!   `mpps_batched`; `worker_vs_batched`: the median of the rounds' ratios),
+//!   and one-rule updates into the full
 //!   set through the store with publication, no journal — `insert_us_p50`,
 //!   `insert_us_p99`, `delete_us_p50`, `delete_us_p99` (up to 2000 rules of
 //!   the set deleted and inserted back, one batch each);
@@ -75,14 +77,15 @@ mod worst;
 use std::io::Write;
 use std::time::Instant;
 
-use cfdp_bench::{arg, load_classbench, median, BurstMatcher};
+use cfdp_bench::{arg, load_classbench};
+use cfdp_control::RuleStore;
 use cfdp_engine::acl::compiled::Layer;
 use cfdp_engine::acl::{AclClassifier, Probes};
 use cfdp_rules::{
     AclMatch, AclRule, Action, Atomicity, Batch, FlowKey, IpPrefix, PortRange, RuleId, Update,
 };
 
-use measure::{rates, store_of};
+use measure::{rates, rates_with, store_of};
 use v6::{to_v6, v6_addr, v6_arg, write_v6_for_dpdk};
 use worst::{compile_p99, explosion, ports};
 
@@ -201,8 +204,8 @@ fn main() {
             scanned += u64::from(s);
         }
     }
-    let (single, batched) = rates(&c, &keys, rounds);
     if std::env::args().any(|a| a == "--classifier-only") {
+        let (single, batched) = rates(&c, &keys, rounds);
         // The classifier's figures alone (A/B runs, profiles).
         let line = serde_json::json!({
             "rules": rules.len(), "packets": keys.len(), "compiled": compiled,
@@ -211,6 +214,13 @@ fn main() {
         println!("{line}");
         return;
     }
+    // The set as `cfdp run` holds it (bulk load), its workers' matching
+    // timed round by round beside the classifier's.
+    let t0 = Instant::now();
+    let mut store = store_of(rules);
+    let store_build_s = t0.elapsed().as_secs_f64();
+    let (single, batched, worker) = rates_with(&c, &keys, rounds, Some(&store));
+    let (worker, worker_vs_batched) = worker.expect("a store was given");
     // On a copy: the update timings below churn `c` too.
     let churned = arg("--churn").map(|pct| {
         (
@@ -230,7 +240,7 @@ fn main() {
     }
     let miss = miss_trace(&without, &keys, v6_at);
     let (miss_mpps, _) = rates(&without, &miss, rounds);
-    let (store_build_s, worker, mut ins, mut del) = store_path(rules, &keys, rounds);
+    let (mut ins, mut del) = store_updates(&mut store, rules);
     let mut line = serde_json::json!({
         "rules": rules.len(),
         "tcp_flags_ignored": imported.flags_ignored,
@@ -246,6 +256,7 @@ fn main() {
         "classifier_delete_us_p99": cdel.value_at_quantile(0.99) as f64 / 1e3,
         "store_build_s": store_build_s,
         "mpps_worker": worker,
+        "worker_vs_batched": worker_vs_batched,
         "insert_us_p50": ins.value_at_quantile(0.5) as f64 / 1e3,
         "insert_us_p99": ins.value_at_quantile(0.99) as f64 / 1e3,
         "delete_us_p50": del.value_at_quantile(0.5) as f64 / 1e3,
@@ -448,36 +459,9 @@ fn miss_trace(c: &AclClassifier, keys: &[FlowKey], v6_at: Option<u32>) -> Vec<Fl
     out
 }
 
-/// The set as `cfdp run` holds it: bulk load, the workers' matching over
-/// the published tables, and one-rule batches with publication.
-fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, Samples, Samples) {
-    let t0 = Instant::now();
-    let mut store = store_of(rules);
-    let build_s = t0.elapsed().as_secs_f64();
-    let mut worker = Vec::with_capacity(rounds);
-    {
-        let readers = store.readers();
-        let handle = readers.handle();
-        let t = handle.enter().expect("published");
-        let mut m = BurstMatcher::default();
-        // One untimed pass first, as the classifier's rates get (its probe
-        // count): the first pass over a freshly published copy pays for its
-        // cold caches and pages — 6.5 against 10.5 Mpps on acl1_100k, which
-        // `--rounds 1` (bench/classbench.sh) reported as the worker rate.
-        for burst in keys.chunks(32) {
-            std::hint::black_box(m.run(&t, burst));
-        }
-        for _ in 0..rounds {
-            let start = Instant::now();
-            for _ in 0..measure::passes() {
-                for burst in keys.chunks(32) {
-                    std::hint::black_box(m.run(&t, burst));
-                }
-            }
-            let packets = (keys.len() * measure::passes()) as f64;
-            worker.push(packets / start.elapsed().as_secs_f64() / 1e6);
-        }
-    }
+/// One-rule batches into the store, with publication: each rule of the
+/// set up to 2,000 deleted and inserted under a new id, timed (ns).
+fn store_updates(store: &mut RuleStore, rules: &[AclRule]) -> (Samples, Samples) {
     let mut ins = Samples::default();
     let mut del = Samples::default();
     let one = |u: Update| Batch {
@@ -507,7 +491,7 @@ fn store_path(rules: &[AclRule], keys: &[FlowKey], rounds: usize) -> (f64, f64, 
         ins.saturating_record(t.elapsed().as_nanos() as u64);
         assert!(rep.applied, "insert {}", r.id);
     }
-    (build_s, median(&mut worker), ins, del)
+    (ins, del)
 }
 
 /// `--make-trace`: see the module docs.

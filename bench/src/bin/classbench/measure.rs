@@ -4,7 +4,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use cfdp_bench::median;
+use cfdp_bench::{median, BurstMatcher};
 use cfdp_control::{RuleStore, StoreConfig};
 use cfdp_engine::acl::AclClassifier;
 use cfdp_engine::{LiveStats, Mode};
@@ -29,10 +29,40 @@ pub(crate) fn set_passes(n: usize) {
 /// Median Mpps of `rounds` timings of [`passes`] passes each,
 /// single-packet and in bursts of 32.
 pub(crate) fn rates(c: &AclClassifier, keys: &[FlowKey], rounds: usize) -> (f64, f64) {
+    let (single, batched, _) = rates_with(c, keys, rounds, None);
+    (single, batched)
+}
+
+/// [`rates`], and with `store` the workers' matching over its published
+/// tables ([`BurstMatcher`], bursts of 32) timed in the same rounds, right
+/// after the classifier's bursts: this VM's speed moves for seconds at a
+/// time, and the two rates taken in separate phases of a run differed by
+/// ±12 % either way (acl1_1k 0.89×, acl1_10k 1.08× in one run). Returns
+/// the medians and the median of each round's worker over batched rate.
+pub(crate) fn rates_with(
+    c: &AclClassifier,
+    keys: &[FlowKey],
+    rounds: usize,
+    store: Option<&RuleStore>,
+) -> (f64, f64, Option<(f64, f64)>) {
     let mut single = Vec::with_capacity(rounds);
     let mut batched = Vec::with_capacity(rounds);
+    let mut worker = Vec::with_capacity(rounds);
+    let mut ratio = Vec::with_capacity(rounds);
     let mut out = [None; 32];
     let packets = (keys.len() * passes()) as f64;
+    let handle = store.map(|s| s.readers().handle());
+    let tables = handle.as_ref().map(|h| h.enter().expect("published"));
+    let mut m = BurstMatcher::default();
+    if let Some(t) = &tables {
+        // One untimed pass first, as the classifier's rates get (its probe
+        // count): the first pass over a freshly published copy pays for its
+        // cold caches and pages — 6.5 against 10.5 Mpps on acl1_100k, which
+        // `--rounds 1` (bench/classbench.sh) reported as the worker rate.
+        for burst in keys.chunks(32) {
+            std::hint::black_box(m.run(t, burst));
+        }
+    }
     for _ in 0..rounds {
         let t = Instant::now();
         let mut hits = 0u64;
@@ -51,8 +81,19 @@ pub(crate) fn rates(c: &AclClassifier, keys: &[FlowKey], rounds: usize) -> (f64,
             }
         }
         batched.push(packets / t.elapsed().as_secs_f64() / 1e6);
+        if let Some(tables) = &tables {
+            let t = Instant::now();
+            for _ in 0..passes() {
+                for burst in keys.chunks(32) {
+                    std::hint::black_box(m.run(tables, burst));
+                }
+            }
+            worker.push(packets / t.elapsed().as_secs_f64() / 1e6);
+            ratio.push(worker[worker.len() - 1] / batched[batched.len() - 1]);
+        }
     }
-    (median(&mut single), median(&mut batched))
+    let worker = tables.map(|_| (median(&mut worker), median(&mut ratio)));
+    (median(&mut single), median(&mut batched), worker)
 }
 
 /// A rule store holding `rules` (bulk load, verify mode), as `cfdp run`

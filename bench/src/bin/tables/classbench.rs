@@ -82,7 +82,12 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
             vs_best(Some(single), one / best, &c)?,
             per_call(rte_acl_best(&recs, set, "-step32", &c)?, batched),
             per_call(rte_acl_best(&recs, set, "-step1", &c)?, one),
-            f2(mpps("cfdp-worker")?),
+            // Timed in the same rounds as batched from 2026-12-02 (before,
+            // in a later phase of each run).
+            {
+                let w = mpps("cfdp-worker")?;
+                format!("{} ({:.2}× batched)", f2(w), w / batched)
+            },
             v6,
             replay.map_or(Ok("–".to_string()), |r| num(r["mpps"], &c.name).map(f2))?,
             format!("{} / {}", single["tables"], single["probes_per_packet"]),

@@ -82,11 +82,17 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
             vs_best(Some(single), one / best, &c)?,
             per_call(rte_acl_best(&recs, set, "-step32", &c)?, batched),
             per_call(rte_acl_best(&recs, set, "-step1", &c)?, one),
-            // Timed in the same rounds as batched from 2026-12-02 (before,
-            // in a later phase of each run).
+            // Over batched: paired round by round where the run gives it
+            // (the worker row's vs_rte_acl_best, 2026-12-02 on), else the
+            // medians' ratio.
             {
-                let w = mpps("cfdp-worker")?;
-                format!("{} ({:.2}× batched)", f2(w), w / batched)
+                let r = of("cfdp-worker").ok_or("classbench.csv: no cfdp-worker row")?;
+                let w = num(r["mpps"], &c.name)?;
+                let vs = match r.get("vs_rte_acl_best").filter(|v| !v.is_empty()) {
+                    Some(v) => num(v, &c.name)?,
+                    None => w / batched,
+                };
+                format!("{} ({vs:.2}× batched)", f2(w))
             },
             v6,
             replay.map_or(Ok("–".to_string()), |r| num(r["mpps"], &c.name).map(f2))?,

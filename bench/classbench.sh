@@ -109,7 +109,7 @@ acl() { # rules trace alg iter verbose [EAL options] [app options]
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 {
-    echo "$("$bin" --run-header); $pages; rte_acl-ALG rows: its default 256 packets a call, -step1 and -step32: --tracestep=1 and 32; the cfdp-worker row's vs_rte_acl_best: its rate over cfdp-batched's, paired round by round${capped:+; cfdp-*-avx2 rows: cfdp's leaf kernel capped at AVX2, vs_rte_acl_best against rte_acl's best of scalar/sse/avx2}"
+    echo "$("$bin" --run-header); $pages; rte_acl-ALG rows: its default 256 packets a call, -step1 and -step32: --tracestep=1 and 32; the cfdp-worker row's vs_rte_acl_best: its rate over cfdp-batched's, and the cfdp-batched-churned rows': theirs over the fresh set's, each paired round by round${capped:+; cfdp-*-avx2 rows: cfdp's leaf kernel capped at AVX2, vs_rte_acl_best against rte_acl's best of scalar/sse/avx2}"
     echo "set,rules,impl,mpps,tables,probes_per_packet,store_build_s,bytes,insert_us_p50,insert_us_p99,delete_us_p99,verdict_diffs,compile_s,compiled_bytes,bytes_fresh,vs_rte_acl_best"
 } >"$work/out.csv"
 {
@@ -270,6 +270,11 @@ for impl, key in impls:
         # The workers' rate over the classifier's bursts, timed in the
         # same rounds of each run (the run line says so).
         vs = f"{statistics.median(r['worker_vs_batched'] for r in runs):.3f}"
+    # Likewise the churned bursts over the fresh set's, same rounds.
+    pair = {"cfdp-batched-churned": "churned_vs_fresh",
+            "cfdp-batched-churned-new-ids": "churned_new_ids_vs_fresh"}.get(impl)
+    if pair and all(pair in r for r in runs):
+        vs = f"{statistics.median(r[pair] for r in runs):.3f}"
     print(f"{name},{rules},{impl}{suffix},{med(key):.2f},{row},{vs}")
 if suffix:
     sys.exit(0)

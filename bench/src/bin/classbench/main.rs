@@ -61,7 +61,10 @@
 //! tuple space (the A/B).
 //! `--churn PCT` then deletes and re-inserts PCT % of the rules with no
 //! recompile and measures again (`mpps_single_churned`,
-//! `mpps_batched_churned`; `OUT.churned` beside `--verdicts OUT`).
+//! `mpps_batched_churned`; `OUT.churned` beside `--verdicts OUT`), then
+//! the same under new ids (`*_churned_new_ids`), each round beside the
+//! fresh set's bursts (`churned_vs_fresh`, `churned_new_ids_vs_fresh`:
+//! the medians of the rounds' ratios).
 //!
 //! Run: `cargo run --release -p cfdp-bench --bin classbench -- --rules FILE
 //! --trace FILE [--verdicts OUT] [--rounds N] [--v6 AT] [--no-compile]
@@ -224,8 +227,8 @@ fn main() {
     // On a copy: the update timings below churn `c` too.
     let churned = arg("--churn").map(|pct| {
         (
-            churn(&mut c.clone(), rules, &pct, &keys, rounds, false),
-            churn(&mut c.clone(), rules, &pct, &keys, rounds, true),
+            churn(&mut c.clone(), &c, rules, &pct, &keys, rounds, false),
+            churn(&mut c.clone(), &c, rules, &pct, &keys, rounds, true),
         )
     });
     let (mut cins, mut cdel) = updates(&mut c, rules);
@@ -289,9 +292,15 @@ fn main() {
         "tree_levels_per_packet": levels as f64 / keys.len().max(1) as f64,
         "leaf_entries_per_packet": scanned as f64 / keys.len().max(1) as f64,
     });
-    if let Some(((pct, single, batched, _, _), (_, new_single, new_batched, patched, live))) =
-        churned
+    if let Some((
+        (pct, single, batched, _, _, vs_fresh),
+        (_, new_single, new_batched, patched, live, new_vs_fresh),
+    )) = churned
     {
+        // Bursts after the churn over bursts of the fresh set, timed in
+        // the same rounds (medians of the rounds' ratios).
+        line["churned_vs_fresh"] = vs_fresh.into();
+        line["churned_new_ids_vs_fresh"] = new_vs_fresh.into();
         line["churn_pct"] = pct.into();
         // The same churn with the rules put back under new ids (no
         // revival in place), and where those went: patched into the tree,
@@ -388,15 +397,20 @@ fn updates(c: &mut AclClassifier, rules: &[cfdp_rules::AclRule]) -> (Samples, Sa
 /// patched into it or goes to the live tuple space
 /// (`cfdp_engine::acl::compiled::overlay`). Then the rates again, and with
 /// `--verdicts OUT` (same ids only) the verdicts after the churn in
-/// `OUT.churned`. Returns (PCT, single, batched, patched, live IPv4).
+/// `OUT.churned`. The rates are timed round by round beside `fresh`'s
+/// bursts (this VM's speed moves for seconds at a time: timed in a phase
+/// of their own, acl1_1k's churned bursts read 0.61x to 0.92x fresh).
+/// Returns (PCT, single, batched, patched, live IPv4, the median of the
+/// rounds' churned over fresh burst rates).
 fn churn(
     c: &mut AclClassifier,
+    fresh: &AclClassifier,
     rules: &[AclRule],
     pct: &str,
     keys: &[FlowKey],
     rounds: usize,
     new_ids: bool,
-) -> (f64, f64, f64, usize, usize) {
+) -> (f64, f64, f64, usize, usize, f64) {
     let pct: f64 = match pct.parse() {
         Ok(p) if (0.0..=100.0).contains(&p) => p,
         _ => {
@@ -419,9 +433,23 @@ fn churn(
     } else if let Some(out) = arg("--verdicts") {
         write_verdicts(&format!("{out}.churned"), c, keys);
     }
-    let (single, batched) = rates(c, keys, rounds);
+    let (mut single, mut batched, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (_, before) = rates(fresh, keys, 1);
+        let (s, b) = rates(c, keys, 1);
+        single.push(s);
+        batched.push(b);
+        ratio.push(b / before);
+    }
     let l = c.layers();
-    (pct, single, batched, l.patched, l.live_v4 + l.live_v6)
+    (
+        pct,
+        cfdp_bench::median(&mut single),
+        cfdp_bench::median(&mut batched),
+        l.patched,
+        l.live_v4 + l.live_v6,
+        cfdp_bench::median(&mut ratio),
+    )
 }
 
 /// Whether a rule matches every packet of its family.

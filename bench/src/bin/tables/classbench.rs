@@ -262,17 +262,27 @@ fn compiled_cols(
         ),
         None => "–".to_string(),
     };
+    // Over fresh: paired round by round where the run gives it (the row's
+    // vs_rte_acl_best, 2026-12-02 on), else the medians' ratio.
+    let over_fresh = |r: &std::collections::BTreeMap<&str, &str>| -> R<(f64, f64)> {
+        let m = num(r["mpps"], &c.name)?;
+        let vs = match r.get("vs_rte_acl_best").filter(|v| !v.is_empty()) {
+            Some(v) => num(v, &c.name)?,
+            None => m / batched,
+        };
+        Ok((m, vs))
+    };
     let mut churned = match churned {
         Some(r) => {
-            let m = num(r["mpps"], &c.name)?;
-            format!("{} ({:.2}× fresh)", f2(m), m / batched)
+            let (m, vs) = over_fresh(r)?;
+            format!("{} ({vs:.2}× fresh)", f2(m))
         }
         None => "–".to_string(),
     };
     // Churned under new ids (2026-11-28 on, with the overlay).
     if let Some(r) = new_ids {
-        let m = num(r["mpps"], &c.name)?;
-        churned += &format!("; new ids {} ({:.2}×)", f2(m), m / batched);
+        let (m, vs) = over_fresh(r)?;
+        churned += &format!("; new ids {} ({vs:.2}×)", f2(m));
     }
     Ok((compiled, churned))
 }

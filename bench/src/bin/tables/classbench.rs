@@ -82,16 +82,9 @@ pub(crate) fn classbench(d: &Path, file: &str) -> R<String> {
             vs_best(Some(single), one / best, &c)?,
             per_call(rte_acl_best(&recs, set, "-step32", &c)?, batched),
             per_call(rte_acl_best(&recs, set, "-step1", &c)?, one),
-            // Over batched: paired round by round where the run gives it
-            // (the worker row's vs_rte_acl_best, 2026-12-02 on), else the
-            // medians' ratio.
             {
                 let r = of("cfdp-worker").ok_or("classbench.csv: no cfdp-worker row")?;
-                let w = num(r["mpps"], &c.name)?;
-                let vs = match r.get("vs_rte_acl_best").filter(|v| !v.is_empty()) {
-                    Some(v) => num(v, &c.name)?,
-                    None => w / batched,
-                };
+                let (w, vs) = paired_over(r, batched, &c)?;
                 format!("{} ({vs:.2}× batched)", f2(w))
             },
             v6,
@@ -262,16 +255,7 @@ fn compiled_cols(
         ),
         None => "–".to_string(),
     };
-    // Over fresh: paired round by round where the run gives it (the row's
-    // vs_rte_acl_best, 2026-12-02 on), else the medians' ratio.
-    let over_fresh = |r: &std::collections::BTreeMap<&str, &str>| -> R<(f64, f64)> {
-        let m = num(r["mpps"], &c.name)?;
-        let vs = match r.get("vs_rte_acl_best").filter(|v| !v.is_empty()) {
-            Some(v) => num(v, &c.name)?,
-            None => m / batched,
-        };
-        Ok((m, vs))
-    };
+    let over_fresh = |r| paired_over(r, batched, c);
     let mut churned = match churned {
         Some(r) => {
             let (m, vs) = over_fresh(r)?;
@@ -285,6 +269,19 @@ fn compiled_cols(
         churned += &format!("; new ids {} ({vs:.2}×)", f2(m));
     }
     Ok((compiled, churned))
+}
+
+/// A cfdp row's rate and its ratio to `base` (cfdp-batched's rate): paired
+/// round by round where the run gives it (the row's vs_rte_acl_best on
+/// the cfdp-worker and cfdp-batched-churned rows, 2026-12-02 on), else
+/// the medians' ratio.
+fn paired_over(r: &std::collections::BTreeMap<&str, &str>, base: f64, c: &Csv) -> R<(f64, f64)> {
+    let m = num(r["mpps"], &c.name)?;
+    let vs = match r.get("vs_rte_acl_best").filter(|v| !v.is_empty()) {
+        Some(v) => num(v, &c.name)?,
+        None => m / base,
+    };
+    Ok((m, vs))
 }
 
 /// `classbench-worst`: the cost of a packet that misses every rule and of

@@ -154,13 +154,8 @@ impl<W: Word> Layer<W> {
             low(field::DPORT),
             low(field::PROTO),
         );
-        let mut n = 0u32;
-        while !self.tree.nodes[n as usize].is_leaf() {
-            let node = &self.tree.nodes[n as usize];
-            n = node.kids[usize::from(corner[node.field as usize] >= node.at)];
-        }
         let old = self
-            .leaf_items(n, o)
+            .leaf_items(self.tree.walk(&corner), o)
             .into_iter()
             .map(|it| it.idx)
             .find(|&i| {

@@ -16,6 +16,9 @@ enum Level {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// The AVX-512 leaf kernel, and trees walked by the vector walk.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Walk,
 }
 
 impl Default for Kernel {
@@ -28,9 +31,21 @@ impl Kernel {
     /// Plain Rust: every CPU.
     pub const PORTABLE: Self = Self(Level::Portable);
 
-    /// The widest version this CPU runs.
+    /// The fastest version this CPU runs: the widest, and with AVX-512
+    /// the vector walk on Intel's CPUs only. Its gathers are what a level
+    /// of the vector walk waits on; on Intel (a Xeon of Sapphire Rapids'
+    /// family, `bench/results/classbench_vector_walk.csv`) the walk
+    /// overtook the lanes walked one by one, while on AMD's Zen 4 the
+    /// gathers LLVM once made of that walk ran it at half the rate
+    /// (`bench/results/classbench_native_tried.csv`), and this walk was
+    /// not measured there.
     pub fn best() -> Self {
-        *Self::available().last().unwrap_or(&Self::PORTABLE)
+        let all = Self::available();
+        let best = *all.last().unwrap_or(&Self::PORTABLE);
+        if best.walks() && !fast_gathers() {
+            return all[all.len() - 2];
+        }
+        best
     }
 
     /// Every version this CPU runs, narrowest first.
@@ -47,6 +62,7 @@ impl Kernel {
                 && is_x86_feature_detected!("avx512bw")
             {
                 v.push(Self(Level::Avx512));
+                v.push(Self(Level::Avx512Walk));
             }
         }
         v
@@ -60,6 +76,19 @@ impl Kernel {
             Level::Avx2 => "avx2",
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => "avx512",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512Walk => "avx512-walk",
+        }
+    }
+
+    /// Whether this version walks trees with vector instructions (see
+    /// [`Kernel::walk`]): AVX-512 only (AVX2's eight-lane gathers walked
+    /// slower than the engine's lane-by-lane walk).
+    pub fn walks(self) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512Walk => true,
+            _ => false,
         }
     }
 
@@ -77,9 +106,26 @@ impl Kernel {
             #[allow(unsafe_code)]
             // SAFETY: a `Kernel` of this level exists only where
             // `available` saw the CPU report AVX-512 F, VL and BW.
-            Level::Avx512 => unsafe { x86::avx512(b, k) },
+            Level::Avx512 | Level::Avx512Walk => unsafe { x86::avx512(b, k) },
         }
     }
+}
+
+/// Whether this CPU's gathers are fast enough for the vector walk: an
+/// Intel CPU's (see [`Kernel::best`]).
+fn fast_gathers() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 0: the vendor's name in EBX, EDX, ECX.
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        vendor == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -319,7 +365,7 @@ mod tests {
         assert_eq!(names[0], "portable");
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") {
-            assert_eq!(Kernel::best().name(), "avx512");
+            assert!(Kernel::best().name().starts_with("avx512"));
         }
         let r = Rule {
             src: 0u32,

@@ -17,6 +17,11 @@
 //! run time (`is_x86_feature_detected!`); a [`Kernel`] can only name a
 //! version the CPU runs, which is what makes calling it safe.
 //!
+//! With AVX-512 the crate also walks a burst's IPv4 lanes down the tree
+//! ([`Kernel::walk`], `walk.rs`): sixteen lanes a level with two gathers,
+//! two groups of sixteen overlapped, chosen where the CPU's gathers are
+//! fast ([`Kernel::best`]).
+//!
 //! This crate is apart from `cfdp-engine` (which forbids `unsafe`)
 //! because vector loads take raw pointers and a function compiled for a
 //! target feature is `unsafe` to call: the unsafe is here, small, and
@@ -27,7 +32,9 @@
 mod addr;
 mod block;
 mod kernel;
+mod walk;
 
 pub use addr::Addr;
 pub use block::{Block, Key, Rule, LANES, PROTO_ANY};
 pub use kernel::Kernel;
+pub use walk::{walk_portable, Lanes, Step, KID_BITS, LEAF_FIELD, RIGHT, WALK_LANES};

@@ -8,6 +8,7 @@ use super::compiled::{self, Answer, Layer, Overlay, LANES};
 use super::tuple::Family;
 use super::word::Packet;
 use super::{AclClassifier, Probes};
+use cfdp_acl_simd::WALK_LANES;
 
 impl AclClassifier {
     /// The winning rule's id for each key of a burst (`None`: no rule). The
@@ -57,19 +58,37 @@ impl AclClassifier {
             }
             return;
         }
-        for (base, chunk) in keys.chunks(LANES).enumerate() {
-            let at = base * LANES;
+        // As many keys at a time as the IPv4 tree's walk takes: the
+        // arrays of a chunk's keys sized to it (wider than needed, they
+        // cost their zeroing every chunk).
+        if self.l4().is_some_and(|l| l.lanes() == LANES) {
+            self.chunks::<LANES>(keys, &mut put, &mut probes);
+        } else {
+            self.chunks::<WALK_LANES>(keys, &mut put, &mut probes);
+        }
+    }
+
+    /// [`Self::burst`] over the compiled layer, `L` keys at a time.
+    #[inline(always)]
+    fn chunks<const L: usize>(
+        &self,
+        keys: &[FlowKey],
+        put: &mut impl FnMut(usize, Option<Answer>),
+        probes: &mut Probes,
+    ) {
+        for (base, chunk) in keys.chunks(L).enumerate() {
+            let at = base * L;
             let (l4, l6) = (
                 (self.l4(), &self.o4, &self.v4),
                 (self.l6(), &self.o6, &self.v6),
             );
             // A chunk of one family (the common case) needs no indices.
             if chunk.iter().all(|k| !k.v6) {
-                lanes(l4, chunk, None, at, &mut probes, &mut put);
+                lanes::<_, _, L>(l4, chunk, None, at, probes, put);
                 continue;
             }
             // Each family's keys, by their place in the chunk.
-            let (mut i4, mut i6) = ([0u8; LANES], [0u8; LANES]);
+            let (mut i4, mut i6) = ([0u8; L], [0u8; L]);
             let (mut n4, mut n6) = (0, 0);
             for (j, k) in chunk.iter().enumerate() {
                 if k.v6 {
@@ -81,9 +100,9 @@ impl AclClassifier {
                 }
             }
             if n4 > 0 {
-                lanes(l4, chunk, Some(&i4[..n4]), at, &mut probes, &mut put);
+                lanes::<_, _, L>(l4, chunk, Some(&i4[..n4]), at, probes, put);
             }
-            lanes(l6, chunk, Some(&i6[..n6]), at, &mut probes, &mut put);
+            lanes::<_, _, L>(l6, chunk, Some(&i6[..n6]), at, probes, put);
         }
     }
 }
@@ -92,7 +111,7 @@ impl AclClassifier {
 /// which starts at key `at`; `None`: the whole chunk) through its compiled
 /// tree in lanes, then its live layer; each answer handed to `put`.
 #[inline(always)]
-fn lanes<W: compiled::Word, const N: usize>(
+fn lanes<W: compiled::Word, const N: usize, const L: usize>(
     (layer, o, live): (Option<&Layer<W>>, &Overlay<W>, &Family<W, N>),
     chunk: &[FlowKey],
     idx: Option<&[u8]>,
@@ -102,16 +121,16 @@ fn lanes<W: compiled::Word, const N: usize>(
 ) {
     let n = idx.map_or(chunk.len(), <[u8]>::len);
     let place = |i: usize| idx.map_or(i, |x| usize::from(x[i]));
-    let mut fs = [[W::default(); 8]; LANES];
+    let mut fs = [[W::default(); 8]; L];
     // Each key's packet, read once for both layers.
-    let mut ps = [Packet::<W>::default(); LANES];
+    let mut ps = [Packet::<W>::default(); L];
     for i in 0..n {
         ps[i] = Packet::of(&chunk[place(i)]);
         fs[i] = compiled::packet_fields(&ps[i]);
     }
-    let mut hits = [None; LANES];
+    let mut hits = [None; L];
     if let Some(l) = layer {
-        l.lookup_lanes(&fs[..n], o, &mut hits);
+        l.lookup_lanes::<L>(&fs[..n], o, &mut hits);
     }
     for (i, (p, hit)) in ps[..n].iter().zip(hits).enumerate() {
         put(at + place(i), live.merge(p, hit, probes));

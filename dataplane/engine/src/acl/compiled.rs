@@ -15,8 +15,10 @@
 //! A lookup is a fixed walk: one compare and one load a level, no data-
 //! dependent branch (a leaf points to itself, so a packet that reached one
 //! stays), then a leaf scan that stops at the first live match. A burst is
-//! walked [`LANES`] packets at a time, level by level, so the loads of
-//! different packets overlap instead of waiting on each other. An IPv4
+//! walked sixteen packets at a time, level by level, so the loads of
+//! different packets overlap instead of waiting on each other; where the
+//! leaf kernel's crate has a vector walk for the CPU (AVX-512 with fast
+//! gathers), an IPv4 burst goes down [`LANES`] at a time by it. An IPv4
 //! walk starts where its addresses' top bits lead (`root.rs`), and a leaf
 //! is scanned eight rules at a time by the vector kernel (`cfdp-acl-simd`:
 //! a bit per matching rule, the first live one taken); every lane's leaf
@@ -41,7 +43,7 @@
 //! rules), so the same set costs about twice the memory in IPv6, and it
 //! has no root table (the IPv6 sets here share their leading bits).
 
-use cfdp_acl_simd::Kernel;
+use cfdp_acl_simd::{Kernel, WALK_LANES};
 use cfdp_rules::{AclRule, RuleId};
 use hashbrown::HashMap;
 
@@ -61,8 +63,11 @@ use root::Root;
 /// Rules a leaf may hold before the builder tries to cut it: the sizes a
 /// compile tries in turn, smallest (fastest where it fits) first.
 pub const LEAF_SIZES: [usize; 2] = [8, 32];
-/// Packets walked together (see the module docs).
-pub const LANES: usize = 16;
+/// Packets walked together at most (see the module docs): two groups of
+/// the vector walk's sixteen, whose levels overlap; the walk one lane at a
+/// time takes sixteen ([`Layer::lanes`]).
+pub const LANES: usize = 32;
+const _: () = assert!(LANES.is_multiple_of(cfdp_acl_simd::WALK_LANES));
 
 /// Leaf entries the tree may hold per rule, as a multiple of its leaf
 /// size in halves (3: one and a half times; plus [`BUDGET_SLACK`]): a rule wide on a field that others cut
@@ -365,59 +370,72 @@ impl<W: Word> Layer<W> {
         self.kernel = k;
     }
 
+    /// How many packets a burst should hand [`Self::lookup_lanes`] at
+    /// once: [`LANES`] for the vector walk (two groups of sixteen, whose
+    /// levels overlap), sixteen for the walk one lane at a time (wider,
+    /// it walked slower: more levels, the deepest lane's, more spills).
+    pub fn lanes(&self) -> usize {
+        if self.kernel.walks() && !W::V6 {
+            LANES
+        } else {
+            cfdp_acl_simd::WALK_LANES
+        }
+    }
+
     /// [`Self::lookup`] for up to [`LANES`] packets at once: each tree's
     /// walks go level by level over all of them (see the module docs).
     #[inline]
-    pub fn lookup_lanes<'a>(
+    pub fn lookup_lanes<'a, const L: usize>(
         &'a self,
         fs: &[Fields<W>],
         o: &'a Overlay<W>,
         out: &mut [Option<&'a Hit>],
     ) {
-        debug_assert!(fs.len() <= LANES && out.len() >= fs.len());
+        debug_assert!(fs.len() <= L && L <= LANES && out.len() >= fs.len());
         let n = fs.len();
         if n == 0 {
             return;
         }
-        // Fixed-width lanes: the unused ones walk the first packet again,
-        // so the loops below have no bound but LANES. A whole chunk (a
-        // burst's common case) is walked where it is, not copied.
-        let padded;
-        let lanes: &[Fields<W>; LANES] = match fs.try_into() {
-            Ok(whole) => whole,
-            Err(_) => {
-                let mut p = [fs[0]; LANES];
-                p[..n].copy_from_slice(fs);
-                padded = p;
-                &padded
-            }
-        };
         let t = &self.tree;
-        let mut at = [0u32; LANES];
-        // Each lane from its cell's start where there is a root table, and
-        // only as many levels as the deepest start has left.
-        let mut levels = t.depth;
-        if !t.root.is_empty() {
-            levels = 0;
-            for (a, f) in at.iter_mut().zip(lanes) {
-                let (node, _, left) = t.root.start(f).unwrap_or((0, 0, t.depth));
-                *a = node;
-                levels = levels.max(left);
-            }
+        let mut at = [0u32; L];
+        const WL: usize = WALK_LANES;
+        if self.kernel.walks() && !W::V6 && t.walk_vector(self.kernel, fs, &mut at) {
+            return self.scan_lanes(&at, fs, o, out);
         }
-        // The nodes as a slice whose length the compiler knows to be
-        // `mask + 1`: indices masked by `mask` need no bounds check.
-        let mask = t.nodes.len() - 1;
-        let nodes = &t.nodes[..=mask];
-        // Every walk ends by `depth` steps (a leaf loops to itself):
-        // exactly that many, with no test of whether all have ended
-        // (the test cost more than the steps it saved).
-        for _ in 0..levels {
-            for (a, f) in at.iter_mut().zip(lanes) {
-                let node = &nodes[*a as usize & mask];
-                *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.at)];
-            }
+        // Otherwise one by one, a group at a time: a group's chains of
+        // loads overlap, and wider groups only walked more levels (the
+        // deepest lane's) with more spills. Fixed-width groups: the
+        // unused lanes of the last walk the first packet again, so the
+        // walk has no bound but the group's width.
+        for (at, group) in at.as_chunks_mut::<WL>().0.iter_mut().zip(fs.chunks(WL)) {
+            // A whole group (a burst's common case) is walked where it
+            // is, not copied.
+            let padded;
+            let lanes: &[Fields<W>; WL] = match group.try_into() {
+                Ok(whole) => whole,
+                Err(_) => {
+                    let mut p = [group[0]; WL];
+                    p[..group.len()].copy_from_slice(group);
+                    padded = p;
+                    &padded
+                }
+            };
+            t.walk_group(at, lanes);
         }
+        self.scan_lanes(&at, fs, o, out);
+    }
+
+    /// Each of `fs`'s leaves (`at`: the lanes' leaves) scanned for its
+    /// winner.
+    #[inline(always)]
+    fn scan_lanes<'a>(
+        &'a self,
+        at: &[u32],
+        fs: &[Fields<W>],
+        o: &'a Overlay<W>,
+        out: &mut [Option<&'a Hit>],
+    ) {
+        let n = fs.len();
         // Every lane's leaf asked for before any is scanned: the leaves'
         // misses overlap as the walks' did.
         for &a in &at[..n] {
@@ -430,6 +448,66 @@ impl<W: Word> Layer<W> {
 }
 
 impl<W: Word> Tree<W> {
+    /// Each of `fs`'s leaves by the vector walk of `kernel` into `at`
+    /// (`false`: this kernel and family have none). Apart from the walk
+    /// one lane at a time, so that neither's registers crowd the other's.
+    #[inline(never)]
+    fn walk_vector(&self, kernel: Kernel, fs: &[Fields<W>], at: &mut [u32]) -> bool {
+        const WL: usize = WALK_LANES;
+        // From each lane's start, with the start's field, until every
+        // lane is at a leaf; the unused lanes of the last group walk the
+        // first packet again.
+        let groups = fs.len().div_ceil(WL);
+        let mut v = [cfdp_acl_simd::Lanes::default(); LANES / WL];
+        let root = (0, self.nodes[0].field, self.depth);
+        for i in 0..groups * WL {
+            let f = fs.get(i).unwrap_or(&fs[0]);
+            let (v, l) = (&mut v[i / WL], i % WL);
+            (v.node[l], v.field[l], _) = self.root.start(f).unwrap_or(root);
+            for (c, col) in v.keys.iter_mut().enumerate() {
+                col[l] = f[c].low();
+            }
+        }
+        if !W::walk_lanes(kernel, &self.steps, &mut v[..groups], self.depth) {
+            return false;
+        }
+        for (i, a) in at[..fs.len()].iter_mut().enumerate() {
+            *a = v[i / WL].node[i % WL];
+            debug_assert_eq!(v[i / WL].field[i % WL], ZERO_FIELD, "every lane at a leaf");
+        }
+        true
+    }
+
+    /// Each of a group of lanes from its start to its leaf, level by
+    /// level over all of them.
+    #[inline(always)]
+    fn walk_group(&self, at: &mut [u32; WALK_LANES], lanes: &[Fields<W>; WALK_LANES]) {
+        // Each lane from its cell's start where there is a root table, and
+        // only as many levels as the deepest start has left.
+        let mut levels = self.depth;
+        if !self.root.is_empty() {
+            levels = 0;
+            for (a, f) in at.iter_mut().zip(lanes) {
+                let (node, _, left) = self.root.start(f).unwrap_or((0, 0, self.depth));
+                *a = node;
+                levels = levels.max(left);
+            }
+        }
+        // The nodes as a slice whose length the compiler knows to be
+        // `mask + 1`: indices masked by `mask` need no bounds check.
+        let mask = self.nodes.len() - 1;
+        let nodes = &self.nodes[..=mask];
+        // Every walk ends by `depth` steps (a leaf loops to itself):
+        // exactly that many, with no test of whether all have ended
+        // (the test cost more than the steps it saved).
+        for _ in 0..levels {
+            for (a, f) in at.iter_mut().zip(lanes) {
+                let node = &nodes[*a as usize & mask];
+                *a = node.kids[usize::from(f[(node.field & 7) as usize] >= node.at)];
+            }
+        }
+    }
+
     /// The blocks of a leaf of `len` rules as built, from block `first`.
     #[inline(always)]
     fn leaf_blocks(&self, first: usize, len: u32) -> &[W::Block] {
@@ -559,7 +637,7 @@ mod tests {
         for want in [Some(1), Some(2), Some(3), None] {
             assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), want);
             let mut out = [None; 3];
-            c.lookup_lanes(&fs, &o, &mut out);
+            c.lookup_lanes::<LANES>(&fs, &o, &mut out);
             assert!(out.iter().all(|h| h.map(|h| h.answer.id) == want));
             if let Some(id) = want {
                 assert!(o.kill(c.index_of(id).unwrap()));
@@ -614,7 +692,7 @@ mod tests {
             .collect();
         for (chunk, want) in fs.chunks(LANES).zip(rules.chunks(LANES)) {
             let mut out = [None; LANES];
-            c.lookup_lanes(chunk, &o, &mut out);
+            c.lookup_lanes::<LANES>(chunk, &o, &mut out);
             for (h, w) in out.iter().zip(want) {
                 assert_eq!(h.map(|h| h.answer.id), Some(w.rule.id));
             }
@@ -645,7 +723,7 @@ mod tests {
         c.patch(&mut o, &x).unwrap();
         assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), Some(3000));
         let mut out = [None; 1];
-        c.lookup_lanes(&[p], &o, &mut out);
+        c.lookup_lanes::<LANES>(&[p], &o, &mut out);
         assert_eq!(out[0].map(|h| h.answer.id), Some(3000));
         assert!(o.kill(c.live_index(&o, 3000).unwrap()));
         assert_eq!(c.lookup(&p, &o).map(|h| h.answer.id), Some(5000));

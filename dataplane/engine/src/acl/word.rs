@@ -49,9 +49,27 @@ pub trait Word:
     fn cut(self, at: u32) -> usize;
     /// The bits set (a mask's prefix length).
     fn ones(self) -> u32;
+    /// Walks `lanes` down a tree of this family's `steps` with the vector
+    /// walk of `kernel` (see [`cfdp_acl_simd::Kernel::walk`]); `false`
+    /// where there is none for this family or kernel (IPv6 has none).
+    fn walk_lanes(
+        kernel: cfdp_acl_simd::Kernel,
+        steps: &[cfdp_acl_simd::Step<Self>],
+        lanes: &mut [cfdp_acl_simd::Lanes],
+        levels: u32,
+    ) -> bool;
 }
 
 impl Word for u32 {
+    #[inline(always)]
+    fn walk_lanes(
+        kernel: cfdp_acl_simd::Kernel,
+        steps: &[cfdp_acl_simd::Step<Self>],
+        lanes: &mut [cfdp_acl_simd::Lanes],
+        levels: u32,
+    ) -> bool {
+        kernel.walk(steps, lanes, levels)
+    }
     const V6: bool = false;
     const MAX: Self = u32::MAX;
     const CUT_AT: &'static [u32] = &[0];
@@ -104,6 +122,14 @@ impl Word for u128 {
     const CUT_AT: &'static [u32] = &[16, 32];
     const V6: bool = true;
     const MAX: Self = u128::MAX;
+    fn walk_lanes(
+        _: cfdp_acl_simd::Kernel,
+        _: &[cfdp_acl_simd::Step<Self>],
+        _: &mut [cfdp_acl_simd::Lanes],
+        _: u32,
+    ) -> bool {
+        false
+    }
     #[inline(always)]
     fn from_u32(x: u32) -> Self {
         u128::from(x)

@@ -1,7 +1,7 @@
 //! Building the tree: rules sorted best first, then HyperSplit's cuts
 //! from the root down, within the entry budget (see the parent module).
 
-use super::node::{Hit, Input, Item, Node, Step, Word, FIELDS, KID_BITS, RIGHT, ZERO_FIELD};
+use super::node::{Hit, Input, Item, Node, Step, Word, FIELDS, RIGHT, ZERO_FIELD};
 use super::{
     CompileError, Compiled, Layer, Part, Tree, BUDGET_PER_LEAF_RULE, BUDGET_SLACK, LEAF_SIZES,
 };
@@ -188,12 +188,7 @@ fn steps<W: Word>(nodes: &[Node<W>], spans: &[(u32, u32)]) -> Vec<Step<W>> {
                 }
             } else {
                 debug_assert_eq!(n.kids[0] as usize, me + 1, "depth-first order");
-                Step {
-                    at: n.at,
-                    link: (field(n.kids[1]) << (KID_BITS + 3))
-                        | (field(n.kids[0]) << KID_BITS)
-                        | n.kids[1],
-                }
+                Step::inner(n.at, n.kids[1], field(n.kids[0]), field(n.kids[1]))
             }
         })
         .collect()

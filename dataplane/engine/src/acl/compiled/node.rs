@@ -67,29 +67,20 @@ impl<W: Word> Node<W> {
     }
 }
 
-/// The tree again for one packet's walk, 8 bytes a node: the nodes are
-/// in depth-first order, so a node's left child is the next one. An inner
-/// node goes to its right child (`link`'s low [`KID_BITS`] bits) when the
-/// packet's field that the node cuts is at least `at`, else to the next
-/// node. The node does not name its own field: its parent does, for both
-/// children (`link`'s next three bits the left child's, the top three the
-/// right child's; [`ZERO_FIELD`] for a leaf, where the walk stops). So a
-/// walk knows the next node's field as soon as it chose that node, and the
-/// load of the packet's field runs beside the load of the node instead of
-/// after it: a level is a load, a compare and a select (~7 cycles), not
-/// two loads in a row (~12). The lanes keep the 16-byte nodes. A leaf's
-/// step holds what its node does in `at` (its first block plus one) and
-/// its length as built in `link`: a packet that reached it reads its
-/// blocks from there while the copy's overlay rewrote no leaf.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Step<W> {
-    pub(super) at: W,
-    pub(super) link: u32,
-}
-
-/// Bits of [`Step::link`] that hold the right child.
-pub(super) const KID_BITS: u32 = 26;
-pub(super) const RIGHT: u32 = (1 << KID_BITS) - 1;
+/// The tree again for one packet's walk, 8 bytes a node (IPv4), in
+/// depth-first order: a node's left child is the next one, and its parent
+/// names its field, so a walk knows the next node's field as soon as it
+/// chose that node, and the load of the packet's field runs beside the
+/// load of the node instead of after it: a level is a load, a compare and
+/// a select (~7 cycles), not two loads in a row (~12). The leaf kernel's
+/// crate defines it ([`cfdp_acl_simd::Step`]): its vector walk of a
+/// burst's lanes reads the same steps. A leaf's step holds what its node
+/// does in `at` (its first block plus one) and its length as built in
+/// `link`: a packet that reached it reads its blocks from there while the
+/// copy's overlay rewrote no leaf.
+pub(super) use cfdp_acl_simd::Step;
+pub(super) use cfdp_acl_simd::{KID_BITS, RIGHT};
+const _: () = assert!(ZERO_FIELD == cfdp_acl_simd::LEAF_FIELD);
 
 /// A rule as a leaf list holds it one by one: 32 bytes for IPv4 (80 for
 /// IPv6), every field an integer compare. The build lists leaves this way

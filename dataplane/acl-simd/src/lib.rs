@@ -37,4 +37,6 @@ mod walk;
 pub use addr::Addr;
 pub use block::{Block, Key, Rule, LANES, PROTO_ANY};
 pub use kernel::Kernel;
-pub use walk::{walk_portable, Lanes, Step, KID_BITS, LEAF_FIELD, RIGHT, WALK_LANES};
+pub use walk::{
+    walk_portable, Row, Start, Step, CELL_NODE_BITS, KID_BITS, LEAF_FIELD, RIGHT, WALK_LANES,
+};

@@ -58,32 +58,65 @@ impl<W> Step<W> {
     }
 }
 
-/// The lanes of one vector walk: for each lane, the node it is at and the
-/// field that node cuts ([`LEAF_FIELD`] once at a leaf), and the packets'
-/// fields column by column (source, destination, source port, destination
-/// port, protocol: the fields' numbers in a link).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Lanes {
-    pub node: [u32; WALK_LANES],
-    pub field: [u32; WALK_LANES],
-    pub keys: [[u32; WALK_LANES]; 5],
+/// A packet's fields as the walk reads them: source, destination, source
+/// port, destination port, protocol at 0..5 (the fields' numbers in a
+/// link); the rest unread.
+pub type Row = [u32; 8];
+
+/// Where each lane's walk starts: the cell of a table indexed by the top
+/// `bits` bits of the source, then of the destination (`cells` holds
+/// `1 << 2 * bits` of them), each naming its node in the low
+/// [`CELL_NODE_BITS`] bits and that node's field in the next three; with
+/// no table (`bits` 0), the root (node 0), which cuts `root_field`.
+#[derive(Clone, Copy, Debug)]
+pub struct Start<'a> {
+    pub cells: &'a [u32],
+    pub bits: u32,
+    pub root_field: u32,
+}
+
+/// Bits of a [`Start`] cell that name its node.
+pub const CELL_NODE_BITS: u32 = 24;
+
+impl Start<'_> {
+    /// Lane `row`'s start, (node, field): what the vector walk computes
+    /// sixteen lanes at a time.
+    pub fn of(&self, row: &Row) -> (u32, u32) {
+        if self.bits == 0 || self.cells.is_empty() {
+            return (0, self.root_field);
+        }
+        let shift = 32 - self.bits;
+        let i = ((row[0] >> shift) << self.bits) | (row[1] >> shift);
+        let c = self.cells[(i as usize).min(self.cells.len() - 1)];
+        (c & ((1 << CELL_NODE_BITS) - 1), (c >> CELL_NODE_BITS) & 7)
+    }
 }
 
 impl Kernel {
-    /// Walks `lanes` down `steps` for at most `levels` levels, or until
-    /// every lane is at a leaf; `false` (lanes untouched) when this
+    /// The leaf each of `rows` reaches, into `leaves`: from its start, at
+    /// most `levels` levels down `steps` (a lane not at a leaf by then
+    /// keeps the node it reached); `false` (`leaves` untouched) when this
     /// version has no vector walk (the caller walks them itself).
     #[inline]
-    pub fn walk(self, steps: &[Step<u32>], lanes: &mut [Lanes], levels: u32) -> bool {
+    pub fn walk(
+        self,
+        steps: &[Step<u32>],
+        start: &Start,
+        rows: &[Row],
+        levels: u32,
+        leaves: &mut [u32],
+    ) -> bool {
         if steps.is_empty() || !self.walks() {
             return false;
         }
+        assert!(leaves.len() >= rows.len(), "a leaf for every row");
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         // SAFETY: `walks` is true only for a kernel made where
-        // `Kernel::available` saw the CPU report AVX-512 F.
+        // `Kernel::available` saw the CPU report AVX-512 F; `steps` is not
+        // empty.
         unsafe {
-            x86::walk(steps, lanes, levels);
+            x86::walk(steps, start, rows, levels, leaves);
         }
         true
     }
@@ -91,50 +124,44 @@ impl Kernel {
 
 /// The same walk in plain Rust, lane by lane: what the vector walk must
 /// give (its tests compare the two).
-pub fn walk_portable(steps: &[Step<u32>], lanes: &mut [Lanes], levels: u32) {
-    for lanes in lanes {
-        walk_one(steps, lanes, levels);
-    }
-}
-
-fn walk_one(steps: &[Step<u32>], lanes: &mut Lanes, levels: u32) {
-    for l in 0..WALK_LANES {
-        let (mut n, mut f) = (lanes.node[l], lanes.field[l]);
+pub fn walk_portable(
+    steps: &[Step<u32>],
+    start: &Start,
+    rows: &[Row],
+    levels: u32,
+    leaves: &mut [u32],
+) {
+    for (row, leaf) in rows.iter().zip(leaves) {
+        let (mut n, mut f) = start.of(row);
         for _ in 0..levels {
             if f == LEAF_FIELD {
                 break;
             }
             let s = steps[(n as usize).min(steps.len() - 1)];
-            let key = lanes.keys.get(f as usize).map_or(0, |k| k[l]);
+            let key = if f < LEAF_FIELD { row[f as usize] } else { 0 };
             if key >= s.at {
                 (n, f) = (s.link & RIGHT, s.link >> (KID_BITS + 3));
             } else {
                 (n, f) = (n + 1, (s.link >> KID_BITS) & 7);
             }
         }
-        (lanes.node[l], lanes.field[l]) = (n, f);
+        *leaf = n;
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
-    use super::{Lanes, Step, KID_BITS, LEAF_FIELD, RIGHT, WALK_LANES};
+    use super::{Row, Start, Step, CELL_NODE_BITS, KID_BITS, LEAF_FIELD, RIGHT, WALK_LANES};
     use std::arch::x86_64::{
-        __m512i, _mm512_add_epi32, _mm512_castsi512_si256, _mm512_cmpeq_epi32_mask,
-        _mm512_cmpneq_epi32_mask, _mm512_extracti64x4_epi64, _mm512_loadu_si512,
-        _mm512_mask_and_epi32, _mm512_mask_cmpge_epu32_mask, _mm512_mask_i32gather_epi64,
-        _mm512_mask_mov_epi32, _mm512_mask_srli_epi32, _mm512_min_epu32, _mm512_permutex2var_epi32,
-        _mm512_set1_epi32, _mm512_setr_epi32, _mm512_setzero_si512, _mm512_srli_epi32,
-        _mm512_storeu_si512,
+        __m512i, __mmask16, _mm512_add_epi32, _mm512_and_epi32, _mm512_castsi512_si256,
+        _mm512_cmpeq_epi32_mask, _mm512_cmpneq_epi32_mask, _mm512_extracti64x4_epi64,
+        _mm512_mask_and_epi32, _mm512_mask_cmpge_epu32_mask, _mm512_mask_i32gather_epi32,
+        _mm512_mask_i32gather_epi64, _mm512_mask_mov_epi32, _mm512_mask_srli_epi32,
+        _mm512_mask_storeu_epi32, _mm512_min_epu32, _mm512_mullo_epi32, _mm512_or_epi32,
+        _mm512_permutex2var_epi32, _mm512_set1_epi32, _mm512_setr_epi32, _mm512_setzero_si512,
+        _mm512_sllv_epi32, _mm512_srli_epi32, _mm512_srlv_epi32,
     };
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load(a: &[u32; WALK_LANES]) -> __m512i {
-        // SAFETY: `a` is 64 readable bytes (unaligned load).
-        unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
-    }
 
     /// One group's registers: its nodes, fields and key columns.
     struct Group {
@@ -144,40 +171,105 @@ mod x86 {
     }
 
     /// # Safety
-    /// The CPU must run AVX-512 F, and `steps` must not be empty.
+    /// The CPU must run AVX-512 F, `steps` must not be empty, and
+    /// `leaves` must be at least as long as `rows`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn walk(steps: &[Step<u32>], lanes: &mut [Lanes], levels: u32) {
+    pub(super) unsafe fn walk(
+        steps: &[Step<u32>],
+        start: &Start,
+        rows: &[Row],
+        levels: u32,
+        leaves: &mut [u32],
+    ) {
         // Two groups at a time: each level of a group waits on its
         // gathers (tens of cycles), and the other group's level fills
         // that wait.
-        for pair in lanes.chunks_mut(2) {
-            let group = |l: &Lanes| Group {
-                n: load(&l.node),
-                f: load(&l.field),
-                k: [
-                    load(&l.keys[0]),
-                    load(&l.keys[1]),
-                    load(&l.keys[2]),
-                    load(&l.keys[3]),
-                    load(&l.keys[4]),
-                ],
+        let groups = rows.len().div_ceil(WALK_LANES);
+        let mut g = 0;
+        while g < groups {
+            let (a, b) = (g * WALK_LANES, ((g + 1) * WALK_LANES).min(rows.len()));
+            let first = group(start, &rows[a..b]);
+            let second = match rows.get(b..) {
+                Some(rest) if !rest.is_empty() => group(start, &rest[..rest.len().min(WALK_LANES)]),
+                // An empty group: every lane already at a "leaf".
+                _ => Group {
+                    n: _mm512_setzero_si512(),
+                    f: _mm512_set1_epi32(LEAF_FIELD as i32),
+                    k: [_mm512_setzero_si512(); 5],
+                },
             };
-            let mut g = [group(&pair[0]), group(&pair[pair.len() - 1])];
+            let mut pair = [first, second];
             for _ in 0..levels {
-                let a = [level(steps, &mut g[0]), level(steps, &mut g[1])];
+                let a = [level(steps, &mut pair[0]), level(steps, &mut pair[1])];
                 if a == [0, 0] {
                     break;
                 }
             }
-            for (l, g) in pair.iter_mut().zip(&g) {
-                // SAFETY: each array is 64 writable bytes (unaligned
-                // stores).
-                unsafe {
-                    _mm512_storeu_si512(l.node.as_mut_ptr().cast(), g.n);
-                    _mm512_storeu_si512(l.field.as_mut_ptr().cast(), g.f);
+            for (i, grp) in pair.iter().enumerate() {
+                let from = (g + i) * WALK_LANES;
+                let Some(out) = leaves.get_mut(from..rows.len().min(from + WALK_LANES)) else {
+                    continue;
+                };
+                if out.is_empty() {
+                    continue;
                 }
+                let mask: __mmask16 = ((1u32 << out.len()) - 1) as u16;
+                // SAFETY: the mask writes the first `out.len()` lanes only,
+                // within `out`.
+                unsafe { _mm512_mask_storeu_epi32(out.as_mut_ptr().cast(), mask, grp.n) };
             }
+            g += 2;
         }
+    }
+
+    /// A group of up to sixteen rows (lanes past them at a leaf already):
+    /// its key columns gathered from the rows, and each lane's start.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn group(start: &Start, rows: &[Row]) -> Group {
+        debug_assert!(!rows.is_empty() && rows.len() <= WALK_LANES);
+        let set = |x: u32| _mm512_set1_epi32(x as i32);
+        let live: __mmask16 = ((1u32 << rows.len()) - 1) as u16;
+        let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        let at = _mm512_mullo_epi32(lane, set(8));
+        let base = rows.as_ptr().cast::<i32>();
+        // SAFETY: lane `l` < rows.len() (the mask) reads word `c` < 8 of
+        // row `l`, within `rows`; masked-off lanes read nothing.
+        let k: [__m512i; 5] = std::array::from_fn(|c| unsafe {
+            _mm512_mask_i32gather_epi32::<4>(
+                _mm512_setzero_si512(),
+                live,
+                _mm512_add_epi32(at, set(c as u32)),
+                base,
+            )
+        });
+        let (n, f) = if start.bits == 0 || start.cells.is_empty() {
+            (_mm512_setzero_si512(), set(start.root_field))
+        } else {
+            let shift = set(32 - start.bits);
+            let i = _mm512_or_epi32(
+                _mm512_sllv_epi32(_mm512_srlv_epi32(k[0], shift), set(start.bits)),
+                _mm512_srlv_epi32(k[1], shift),
+            );
+            let i = _mm512_min_epu32(i, set(start.cells.len() as u32 - 1));
+            // SAFETY: every index is at most the last cell's (clamped
+            // above; `cells` is not empty); masked-off lanes read nothing.
+            let c = unsafe {
+                _mm512_mask_i32gather_epi32::<4>(
+                    _mm512_setzero_si512(),
+                    live,
+                    i,
+                    start.cells.as_ptr().cast(),
+                )
+            };
+            (
+                _mm512_and_epi32(c, set((1 << CELL_NODE_BITS) - 1)),
+                _mm512_and_epi32(_mm512_srli_epi32::<CELL_NODE_BITS>(c), set(7)),
+            )
+        };
+        // Lanes past the rows: at a leaf, walking nowhere.
+        let f = _mm512_mask_mov_epi32(set(LEAF_FIELD), live, f);
+        Group { n, f, k }
     }
 
     /// One level of a group's walk; the lanes that were not yet at a leaf
@@ -240,9 +332,8 @@ mod tests {
     use proptest::prelude::*;
 
     /// A random tree in depth-first order over fields 0..5, `depth` levels
-    /// at most, its steps as the engine builds them.
-    /// Also the root's field.
-    fn tree(cuts: &[(u32, u32)], depth: u32) -> (Vec<Step<u32>>, u32) {
+    /// at most, its steps as the engine builds them, and each node's field.
+    fn tree(cuts: &[(u32, u32)], depth: u32) -> (Vec<Step<u32>>, Vec<u32>) {
         // Nodes as (field, at, right child), built depth first.
         fn grow(
             out: &mut Vec<(u32, u32, u32)>,
@@ -277,38 +368,50 @@ mod tests {
                 }
             })
             .collect();
-        (steps, field(0))
+        (steps, nodes.iter().map(|n| n.0).collect())
     }
 
     proptest! {
         /// Every lane reaches the leaf the one-lane walk reaches, by every
-        /// version this CPU runs (the vector walk where it has one).
+        /// version this CPU runs (the vector walk where it has one), from
+        /// the root or from a start table's cells, for any number of rows.
         #[test]
         fn the_vector_walk_reaches_each_lanes_leaf(
             cuts in proptest::collection::vec((0u32..5, any::<u32>()), 0..200),
             depth in 0u32..12,
-            keys in proptest::array::uniform5(proptest::array::uniform16(any::<u32>())),
+            rows in proptest::collection::vec(proptest::array::uniform8(any::<u32>()), 1..=40),
             near in any::<bool>(),
+            bits in prop_oneof![Just(0u32), 1u32..=8],
+            picks in proptest::collection::vec(any::<u32>(), 1 << 16),
         ) {
-            let (steps, root) = tree(&cuts, depth);
-            let mut lanes = Lanes { keys, ..Lanes::default() };
+            let (steps, fields) = tree(&cuts, depth);
+            let mut rows = rows;
             if near {
                 // Keys at the cuts themselves, where >= and > differ.
-                for (l, c) in cuts.iter().cycle().take(WALK_LANES).enumerate() {
-                    lanes.keys[c.0 as usize][l] = c.1;
+                for (row, c) in rows.iter_mut().zip(cuts.iter().cycle()) {
+                    row[c.0 as usize] = c.1;
                 }
             }
-            lanes.field = [root; WALK_LANES];
-            let mut want = lanes;
-            walk_portable(&steps, std::slice::from_mut(&mut want), depth + 1);
-            prop_assert!(want.field.iter().all(|&f| f == LEAF_FIELD));
+            // Cells naming random nodes with their own fields.
+            let cells: Vec<u32> = picks[..1 << (2 * bits)]
+                .iter()
+                .map(|p| {
+                    let n = p % fields.len() as u32;
+                    (fields[n as usize] << CELL_NODE_BITS) | n
+                })
+                .collect();
+            let start = Start { cells: &cells, bits, root_field: fields[0] };
+            let mut want = vec![0; rows.len()];
+            walk_portable(&steps, &start, &rows, depth + 1, &mut want);
             for k in Kernel::available() {
-                let mut got = lanes;
-                if k.walk(&steps, std::slice::from_mut(&mut got), depth + 1) {
-                    prop_assert_eq!(got.node, want.node, "{}", k.name());
-                    prop_assert_eq!(got.field, want.field, "{}", k.name());
+                let mut got = vec![u32::MAX; rows.len() + 3];
+                if k.walk(&steps, &start, &rows, depth + 1, &mut got) {
+                    prop_assert_eq!(&got[..rows.len()], &want[..], "{}", k.name());
+                    prop_assert!(got[rows.len()..].iter().all(|&l| l == u32::MAX), "past the rows");
                 }
             }
+            // Every lane ends at a leaf.
+            prop_assert!(want.iter().all(|&n| fields[n as usize] == LEAF_FIELD));
         }
     }
 

@@ -453,28 +453,18 @@ impl<W: Word> Tree<W> {
     /// one lane at a time, so that neither's registers crowd the other's.
     #[inline(never)]
     fn walk_vector(&self, kernel: Kernel, fs: &[Fields<W>], at: &mut [u32]) -> bool {
-        const WL: usize = WALK_LANES;
-        // From each lane's start, with the start's field, until every
-        // lane is at a leaf; the unused lanes of the last group walk the
-        // first packet again.
-        let groups = fs.len().div_ceil(WL);
-        let mut v = [cfdp_acl_simd::Lanes::default(); LANES / WL];
-        let root = (0, self.nodes[0].field, self.depth);
-        for i in 0..groups * WL {
-            let f = fs.get(i).unwrap_or(&fs[0]);
-            let (v, l) = (&mut v[i / WL], i % WL);
-            (v.node[l], v.field[l], _) = self.root.start(f).unwrap_or(root);
-            for (c, col) in v.keys.iter_mut().enumerate() {
-                col[l] = f[c].low();
-            }
-        }
-        if !W::walk_lanes(kernel, &self.steps, &mut v[..groups], self.depth) {
+        // From each lane's start (its root cell's node, or the root),
+        // until every lane is at a leaf.
+        let start = self.root.table(self.nodes[0].field);
+        if !W::walk_rows(kernel, &self.steps, &start, fs, self.depth, at) {
             return false;
         }
-        for (i, a) in at[..fs.len()].iter_mut().enumerate() {
-            *a = v[i / WL].node[i % WL];
-            debug_assert_eq!(v[i / WL].field[i % WL], ZERO_FIELD, "every lane at a leaf");
-        }
+        debug_assert!(
+            at[..fs.len()]
+                .iter()
+                .all(|&n| self.nodes[n as usize].is_leaf()),
+            "every lane at a leaf"
+        );
         true
     }
 

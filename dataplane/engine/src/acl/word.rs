@@ -49,26 +49,31 @@ pub trait Word:
     fn cut(self, at: u32) -> usize;
     /// The bits set (a mask's prefix length).
     fn ones(self) -> u32;
-    /// Walks `lanes` down a tree of this family's `steps` with the vector
-    /// walk of `kernel` (see [`cfdp_acl_simd::Kernel::walk`]); `false`
-    /// where there is none for this family or kernel (IPv6 has none).
-    fn walk_lanes(
+    /// The leaf each of `rows` reaches down a tree of this family's
+    /// `steps` from its `start`, into `leaves`, by the vector walk of
+    /// `kernel` (see [`cfdp_acl_simd::Kernel::walk`]); `false` where there
+    /// is none for this family or kernel (IPv6 has none).
+    fn walk_rows(
         kernel: cfdp_acl_simd::Kernel,
         steps: &[cfdp_acl_simd::Step<Self>],
-        lanes: &mut [cfdp_acl_simd::Lanes],
+        start: &cfdp_acl_simd::Start,
+        rows: &[[Self; 8]],
         levels: u32,
+        leaves: &mut [u32],
     ) -> bool;
 }
 
 impl Word for u32 {
     #[inline(always)]
-    fn walk_lanes(
+    fn walk_rows(
         kernel: cfdp_acl_simd::Kernel,
         steps: &[cfdp_acl_simd::Step<Self>],
-        lanes: &mut [cfdp_acl_simd::Lanes],
+        start: &cfdp_acl_simd::Start,
+        rows: &[[Self; 8]],
         levels: u32,
+        leaves: &mut [u32],
     ) -> bool {
-        kernel.walk(steps, lanes, levels)
+        kernel.walk(steps, start, rows, levels, leaves)
     }
     const V6: bool = false;
     const MAX: Self = u32::MAX;
@@ -122,11 +127,13 @@ impl Word for u128 {
     const CUT_AT: &'static [u32] = &[16, 32];
     const V6: bool = true;
     const MAX: Self = u128::MAX;
-    fn walk_lanes(
+    fn walk_rows(
         _: cfdp_acl_simd::Kernel,
         _: &[cfdp_acl_simd::Step<Self>],
-        _: &mut [cfdp_acl_simd::Lanes],
+        _: &cfdp_acl_simd::Start,
+        _: &[[Self; 8]],
         _: u32,
+        _: &mut [u32],
     ) -> bool {
         false
     }

@@ -26,6 +26,8 @@ const MIN_BITS: u32 = 2;
 const NODE_BITS: u32 = 24;
 const FIELD_BITS: u32 = 3;
 const HEIGHT_BITS: u32 = 32 - NODE_BITS - FIELD_BITS;
+// The vector walk reads a cell's node and field where these put them.
+const _: () = assert!(NODE_BITS == cfdp_acl_simd::CELL_NODE_BITS && FIELD_BITS == 3);
 
 /// A cell's start: the node, its field, and the levels left below it.
 #[derive(Debug, Default)]
@@ -85,6 +87,16 @@ impl Root {
             }
         }
         Self { cells, bits }
+    }
+
+    /// The table as the vector walk reads it (the root's node cuts
+    /// `root_field`; no table: every walk starts there).
+    pub(super) fn table(&self, root_field: u32) -> cfdp_acl_simd::Start<'_> {
+        cfdp_acl_simd::Start {
+            cells: &self.cells,
+            bits: if self.cells.is_empty() { 0 } else { self.bits },
+            root_field,
+        }
     }
 
     /// No table: every walk starts at the root.

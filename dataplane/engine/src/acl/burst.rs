@@ -122,17 +122,23 @@ fn lanes<W: compiled::Word, const N: usize, const L: usize>(
     let n = idx.map_or(chunk.len(), <[u8]>::len);
     let place = |i: usize| idx.map_or(i, |x| usize::from(x[i]));
     let mut fs = [[W::default(); 8]; L];
-    // Each key's packet, read once for both layers.
-    let mut ps = [Packet::<W>::default(); L];
-    for i in 0..n {
-        ps[i] = Packet::of(&chunk[place(i)]);
-        fs[i] = compiled::packet_fields(&ps[i]);
+    for (i, f) in fs[..n].iter_mut().enumerate() {
+        *f = compiled::packet_fields(&Packet::of(&chunk[place(i)]));
     }
     let mut hits = [None; L];
     if let Some(l) = layer {
         l.lookup_lanes::<L>(&fs[..n], o, &mut hits);
     }
-    for (i, (p, hit)) in ps[..n].iter().zip(hits).enumerate() {
-        put(at + place(i), live.merge(p, hit, probes));
+    // The live layer's tables, where there are any (a set compiled and
+    // not changed since has none: its answers are the tree's).
+    if live.is_empty() {
+        for (i, hit) in hits[..n].iter().enumerate() {
+            put(at + place(i), hit.map(|h| h.answer));
+        }
+        return;
+    }
+    for (i, hit) in hits[..n].iter().enumerate() {
+        let p = Packet::of(&chunk[place(i)]);
+        put(at + place(i), live.merge(&p, *hit, probes));
     }
 }

@@ -345,6 +345,12 @@ impl<W: Word, const N: usize> Family<W, N> {
 }
 
 impl<W: Word, const N: usize> Family<W, N> {
+    /// Whether the family holds no rule (a lookup reads no table).
+    #[inline(always)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
     /// The better of a compiled hit and this family's winner for `p` (the
     /// hit's rank is the one to beat).
     #[inline(always)]
@@ -354,6 +360,11 @@ impl<W: Word, const N: usize> Family<W, N> {
         hit: Option<&Hit>,
         probes: &mut Probes,
     ) -> Option<Answer> {
+        // No table (a set compiled and not changed since): the hit, with
+        // no rank computed for a floor nothing reads.
+        if self.is_empty() {
+            return hit.map(|h| h.answer);
+        }
         match self.classify(p, probes, hit.map(Hit::rank)) {
             Some(a) => Some(a),
             None => hit.map(|h| h.answer),

@@ -325,6 +325,18 @@ impl<W: Word> Layer<W> {
         use node::field::{DPORT, DST, PROTO, SPORT, SRC};
         let (sport, dport) = (f[SPORT].low() as u16, f[DPORT].low() as u16);
         let key = W::key(f[SRC], f[DST], sport, dport, f[PROTO].low());
+        if o.dead.count() == 0 {
+            // No rule dead (a set compiled and not changed since): the
+            // first match wins, with no bitmap read between the kernel's
+            // bits and the answer.
+            for b in blocks {
+                let m = W::matches(self.kernel, b, &key);
+                if m != 0 {
+                    return Some(W::idx(b)[m.trailing_zeros() as usize]);
+                }
+            }
+            return None;
+        }
         for b in blocks {
             let mut m = W::matches(self.kernel, b, &key);
             // The matches in rank order: the first live one wins.

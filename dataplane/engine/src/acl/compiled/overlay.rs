@@ -64,6 +64,9 @@ use cfdp_acl_simd::LANES;
 use cfdp_rules::RuleId;
 use hashbrown::HashMap;
 
+/// An entry of `Overlay::to` no live rule answers for.
+const GONE: u32 = u32::MAX;
+
 /// Leaves a patched rule may touch.
 pub const PATCH_LEAVES: usize = 4;
 /// Entries a patched leaf may hold beyond the build's leaf size.
@@ -113,6 +116,14 @@ pub struct Overlay<W: Word> {
     /// Revived compiled rules: the dead compiled index to the index of the
     /// rule that took its place (see the module docs).
     pub(super) alias: HashMap<u32, u32>,
+    /// `alias` the other way: the rule that took a place to the place.
+    pub(super) taken: HashMap<u32, u32>,
+    /// What a scan answers for each index once a rule died (empty until
+    /// then): the index itself while it lives, the live rule revived in
+    /// its place, or [`GONE`]: the dead bitmap and `alias` in one load,
+    /// and no branch between a live rule and a revived one (see
+    /// `Layer::scan_blocks`).
+    pub(super) to: Vec<u32>,
     /// The tree's rule count: the first patched rule's index.
     pub(super) base: u32,
     /// Entries of `items` no span points to any more.
@@ -129,6 +140,8 @@ impl<W: Word> Default for Overlay<W> {
             hits: Vec::new(),
             index: HashMap::new(),
             alias: HashMap::new(),
+            taken: HashMap::new(),
+            to: Vec::new(),
             base: 0,
             garbage: 0,
         }
@@ -141,6 +154,7 @@ impl<W: Word> Overlay<W> {
         u32::try_from(self.hits.len())
             .ok()
             .and_then(|n| self.base.checked_add(n))
+            .filter(|&i| i != GONE)
     }
 
     /// A new live rule's index and answer (the caller checked
@@ -148,6 +162,9 @@ impl<W: Word> Overlay<W> {
     pub(super) fn add(&mut self, hit: Hit) -> u32 {
         let idx = self.next_index().expect("checked by the caller");
         self.dead.grow(idx as usize + 1);
+        if !self.to.is_empty() {
+            self.to.push(idx);
+        }
         self.hits.push(hit);
         self.index.insert(hit.answer.id, idx);
         idx
@@ -163,6 +180,14 @@ impl<W: Word> Overlay<W> {
         self.alias.get(&idx).copied().filter(|&a| !self.dead.get(a))
     }
 
+    /// What a scan answers for a matching entry `idx` (see `to`): the
+    /// live rule, or `None` for a dead entry no rule took the place of.
+    #[inline(always)]
+    pub(super) fn answer_of(&self, idx: u32) -> Option<u32> {
+        let a = self.to.get(idx as usize).copied().unwrap_or(idx);
+        (a != GONE).then_some(a)
+    }
+
     /// Marks rule `idx` (compiled or patched) deleted; false if it was.
     pub fn kill(&mut self, idx: u32) -> bool {
         if let Some(h) = idx
@@ -171,7 +196,30 @@ impl<W: Word> Overlay<W> {
         {
             self.index.remove(&h.answer.id);
         }
+        if self.to.is_empty() {
+            let n = self.next_index().unwrap_or(GONE);
+            self.to = (0..n).collect();
+        }
+        for i in [Some(idx), self.taken.get(&idx).copied()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(t) = self.to.get_mut(i as usize) {
+                *t = GONE;
+            }
+        }
         self.dead.set(idx)
+    }
+
+    /// Puts live rule `idx` in the place of dead compiled entry `old`.
+    pub(super) fn alias(&mut self, old: u32, idx: u32) {
+        if let Some(prev) = self.alias.insert(old, idx) {
+            self.taken.remove(&prev);
+        }
+        self.taken.insert(idx, old);
+        if let Some(t) = self.to.get_mut(old as usize) {
+            *t = idx;
+        }
     }
 
     /// Rules patched in since the compile (live or deleted since).
@@ -194,7 +242,9 @@ impl<W: Word> Overlay<W> {
             + self.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
-            + self.alias.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
+            + (self.alias.capacity() + self.taken.capacity())
+                * (std::mem::size_of::<(u32, u32)>() + 1)
+            + self.to.capacity() * std::mem::size_of::<u32>()
     }
 
     /// No leaf rewritten: every span is the tree's own.

@@ -117,7 +117,7 @@ impl<W: Word> Layer<W> {
         let old = self.same_rule(o, inp).or_else(|| self.taken_over(o, inp))?;
         o.next_index()?;
         let idx = o.add(Hit::of(inp));
-        o.alias.insert(old, idx);
+        o.alias(old, idx);
         Some(idx)
     }
 

@@ -19,9 +19,10 @@
 //! deleted since (a modify that changes the action, or a delete undone) is
 //! *revived* instead, however many leaves it touches: the compiled rule's
 //! entries are already where the rule belongs, in its rank, so the overlay
-//! only maps the dead index to the new rule's answer (`Overlay::alias`).
-//! A scan that meets a matching dead entry looks the map up (only then),
-//! which is why rewritten lists keep the compiled rules' dead entries.
+//! only maps the dead index to the new rule's answer (`Overlay::alias`,
+//! and for the scans `Overlay::to`, which gives every index's answer in
+//! one load once a rule died), which is why rewritten lists keep the
+//! compiled rules' dead entries.
 //! A rule put back under a *new* id (a modify that renames the rule, as
 //! a controller that numbers its flow entries anew does) takes a deleted
 //! compiled rule's place the same way when it has that rule's match and

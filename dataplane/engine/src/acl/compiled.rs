@@ -666,7 +666,9 @@ mod tests {
         let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let mut o = c.overlay();
         let mut compactions = 0;
-        for round in 0..10u32 {
+        // Sixteen rounds: the answer index outgrows `overlay::TO_FIRST` on
+        // the way, and a scan then reads the dead bitmap first.
+        for round in 0..16u32 {
             for (k, r) in rules.iter().enumerate() {
                 let id = r.rule.id;
                 assert!(o.kill(c.live_index(&o, id).unwrap()));
@@ -692,9 +694,10 @@ mod tests {
             .blocks
             .iter()
             .all(|c| c.capacity() == per_chunk && c.len() <= per_chunk));
-        assert_eq!(o.patched(), 20_000);
-        // The 2,000 compiled rules, then 18,000 patched ones.
-        assert_eq!(o.dead(), 20_000);
+        assert_eq!(o.patched(), 32_000);
+        // The 2,000 compiled rules, then 30,000 patched ones.
+        assert_eq!(o.dead(), 32_000);
+        assert!(o.to.len() > overlay::TO_FIRST);
         // Every rule again, single and in lanes.
         let fs: Vec<Fields<u32>> = rules
             .iter()
@@ -705,6 +708,21 @@ mod tests {
             c.lookup_lanes::<LANES>(chunk, &o, &mut out);
             for (h, w) in out.iter().zip(want) {
                 assert_eq!(h.map(|h| h.answer.id), Some(w.rule.id));
+            }
+        }
+        // Every other rule deleted for good: its packets match nothing
+        // (each rule is alone on its port), the others' still their own.
+        for r in rules.iter().step_by(2) {
+            assert!(o.kill(c.live_index(&o, r.rule.id).unwrap()));
+        }
+        for (chunk, want) in fs.chunks(LANES).zip(rules.chunks(LANES)) {
+            let mut out = [None; LANES];
+            c.lookup_lanes::<LANES>(chunk, &o, &mut out);
+            for ((h, w), p) in out.iter().zip(want).zip(chunk) {
+                let alive = (w.rule.id - rules[0].rule.id) % 2 == 1;
+                let want = alive.then_some(w.rule.id);
+                assert_eq!(h.map(|h| h.answer.id), want);
+                assert_eq!(c.lookup(p, &o).map(|h| h.answer.id), want);
             }
         }
     }

@@ -69,7 +69,7 @@ use hashbrown::HashMap;
 const GONE: u32 = u32::MAX;
 /// Entries of `Overlay::to` up to which a scan reads it before the dead
 /// bitmap (128 KB: a second-level cache's share).
-const TO_FIRST: usize = 32 * 1024;
+pub(super) const TO_FIRST: usize = 32 * 1024;
 
 /// Leaves a patched rule may touch.
 pub const PATCH_LEAVES: usize = 4;

@@ -152,7 +152,7 @@ pub fn walk_portable(
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
-    use super::{Row, Start, Step, CELL_NODE_BITS, KID_BITS, LEAF_FIELD, RIGHT, WALK_LANES};
+    use crate::walk::{Row, Start, Step, CELL_NODE_BITS, KID_BITS, LEAF_FIELD, RIGHT, WALK_LANES};
     use std::arch::x86_64::{
         __m512i, __mmask16, _mm512_add_epi32, _mm512_and_epi32, _mm512_castsi512_si256,
         _mm512_cmpeq_epi32_mask, _mm512_cmpneq_epi32_mask, _mm512_extracti64x4_epi64,

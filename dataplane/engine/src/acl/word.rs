@@ -52,15 +52,17 @@ pub trait Word:
     /// The leaf each of `rows` reaches down a tree of this family's
     /// `steps` from its `start`, into `leaves`, by the vector walk of
     /// `kernel` (see [`cfdp_acl_simd::Kernel::walk`]); `false` where there
-    /// is none for this family or kernel (IPv6 has none).
+    /// is none for this family or kernel (IPv6 has none: the default).
     fn walk_rows(
-        kernel: cfdp_acl_simd::Kernel,
-        steps: &[cfdp_acl_simd::Step<Self>],
-        start: &cfdp_acl_simd::Start,
-        rows: &[[Self; 8]],
-        levels: u32,
-        leaves: &mut [u32],
-    ) -> bool;
+        _kernel: cfdp_acl_simd::Kernel,
+        _steps: &[cfdp_acl_simd::Step<Self>],
+        _start: &cfdp_acl_simd::Start,
+        _rows: &[[Self; 8]],
+        _levels: u32,
+        _leaves: &mut [u32],
+    ) -> bool {
+        false
+    }
 }
 
 impl Word for u32 {
@@ -127,16 +129,6 @@ impl Word for u128 {
     const CUT_AT: &'static [u32] = &[16, 32];
     const V6: bool = true;
     const MAX: Self = u128::MAX;
-    fn walk_rows(
-        _: cfdp_acl_simd::Kernel,
-        _: &[cfdp_acl_simd::Step<Self>],
-        _: &cfdp_acl_simd::Start,
-        _: &[[Self; 8]],
-        _: u32,
-        _: &mut [u32],
-    ) -> bool {
-        false
-    }
     #[inline(always)]
     fn from_u32(x: u32) -> Self {
         u128::from(x)

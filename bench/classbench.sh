@@ -72,8 +72,9 @@ trap 'rm -rf "$work"' EXIT
 algs="scalar sse avx2"
 # Where the CPU has AVX-512, both sides are also measured capped at AVX2,
 # as on a CPU without it (the goals ask for both): cfdp with its leaf
-# kernel's AVX2 version (classbench --kernel avx2; the walk is scalar
-# either way) in the cfdp-*-avx2 rows, paired with rte_acl's best of
+# kernel's AVX2 version (classbench --kernel avx2; the tree walked lane
+# by lane, as without AVX-512, where the default on an Intel CPU is the
+# vector walk) in the cfdp-*-avx2 rows, paired with rte_acl's best of
 # scalar, sse and avx2.
 capped=""
 if grep -qw avx512bw /proc/cpuinfo; then

@@ -129,16 +129,15 @@ fn lanes<W: compiled::Word, const N: usize, const L: usize>(
     if let Some(l) = layer {
         l.lookup_lanes::<L>(&fs[..n], o, &mut hits);
     }
-    // The live layer's tables, where there are any (a set compiled and
-    // not changed since has none: its answers are the tree's).
-    if live.is_empty() {
-        for (i, hit) in hits[..n].iter().enumerate() {
-            put(at + place(i), hit.map(|h| h.answer));
-        }
-        return;
-    }
     for (i, hit) in hits[..n].iter().enumerate() {
-        let p = Packet::of(&chunk[place(i)]);
-        put(at + place(i), live.merge(&p, *hit, probes));
+        // The live layer's tables, where there are any (a set compiled
+        // and not changed since has none: its answers are the tree's, and
+        // no packet is built for them).
+        let a = if live.is_empty() {
+            hit.map(|h| h.answer)
+        } else {
+            live.merge(&Packet::of(&chunk[place(i)]), *hit, probes)
+        };
+        put(at + place(i), a);
     }
 }

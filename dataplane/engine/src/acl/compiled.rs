@@ -257,7 +257,7 @@ impl<W: Word> Layer<W> {
         let items = self.leaf_items(n, o);
         let scanned = items
             .iter()
-            .position(|it| it.matches(f) && (!o.dead.get(it.idx) || o.revived(it.idx).is_some()))
+            .position(|it| it.matches(f) && o.answer_of(it.idx).is_some())
             .map_or(items.len(), |i| i + 1);
         (levels, scanned as u32)
     }
@@ -395,11 +395,18 @@ impl<W: Word> Layer<W> {
     /// levels overlap), sixteen for the walk one lane at a time (wider,
     /// it walked slower: more levels, the deepest lane's, more spills).
     pub fn lanes(&self) -> usize {
-        if self.kernel.walks() && !W::V6 {
+        if self.walks_vector() {
             LANES
         } else {
-            cfdp_acl_simd::WALK_LANES
+            WALK_LANES
         }
+    }
+
+    /// Whether bursts go down this tree by the kernel's vector walk
+    /// (IPv4 only).
+    #[inline(always)]
+    fn walks_vector(&self) -> bool {
+        self.kernel.walks() && !W::V6
     }
 
     /// [`Self::lookup`] for up to [`LANES`] packets at once: each tree's
@@ -419,7 +426,7 @@ impl<W: Word> Layer<W> {
         let t = &self.tree;
         let mut at = [0u32; L];
         const WL: usize = WALK_LANES;
-        if self.kernel.walks() && !W::V6 && t.walk_vector(self.kernel, fs, &mut at) {
+        if self.walks_vector() && t.walk_vector(self.kernel, fs, &mut at) {
             return self.scan_lanes(&at, fs, o, out);
         }
         // Otherwise one by one, a group at a time: a group's chains of

@@ -174,16 +174,6 @@ impl<W: Word> Overlay<W> {
         idx
     }
 
-    /// The live rule in the place of dead entry `idx`, if one was revived
-    /// there.
-    #[inline]
-    pub(super) fn revived(&self, idx: u32) -> Option<u32> {
-        if self.alias.is_empty() {
-            return None;
-        }
-        self.alias.get(&idx).copied().filter(|&a| !self.dead.get(a))
-    }
-
     /// What a scan answers for a matching entry `idx` (see `to`): the
     /// live rule, or `None` for a dead entry no rule took the place of.
     #[inline(always)]

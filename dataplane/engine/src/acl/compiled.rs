@@ -18,7 +18,8 @@
 //! walked sixteen packets at a time, level by level, so the loads of
 //! different packets overlap instead of waiting on each other; where the
 //! leaf kernel's crate has a vector walk for the CPU (AVX-512 with fast
-//! gathers), an IPv4 burst goes down [`LANES`] at a time by it. An IPv4
+//! gathers), an IPv4 burst goes down [`LANES`] at a time by it. One IPv4
+//! packet alone goes down two levels a step (`quad.rs`). An IPv4
 //! walk starts where its addresses' top bits lead (`root.rs`), and a leaf
 //! is scanned eight rules at a time by the vector kernel (`cfdp-acl-simd`:
 //! a bit per matching rule, the first live one taken); every lane's leaf
@@ -53,6 +54,7 @@ mod build;
 mod node;
 pub mod overlay;
 mod patch;
+mod quad;
 mod root;
 
 pub use node::{field, fields, Answer, Fields, Hit, Input, Word};
@@ -103,7 +105,8 @@ pub(super) fn packet_fields<W: Word>(p: &Packet<W>) -> Fields<W> {
 #[derive(Debug, Default)]
 struct Tree<W: Word> {
     nodes: Vec<Node<W>>,
-    /// The same tree for one packet's walk (see [`Step`]).
+    /// The same tree for the vector walk, and for one packet's walk
+    /// where there are no quads (see [`Step`]).
     steps: Vec<Step<W>>,
     /// Leaf spans, (start, len): where each leaf's rules start among all
     /// leaves' rules as the build listed them (a leaf's identity; the
@@ -117,6 +120,9 @@ struct Tree<W: Word> {
     blocks: Vec<W::Block>,
     /// IPv4 only: where a walk starts, by the addresses' top bits.
     root: Root,
+    /// The tree for one packet's walk two levels a step (IPv4; none for
+    /// IPv6 or where too large: the steps then).
+    quads: Option<quad::Quads<W>>,
     depth: u32,
 }
 
@@ -230,6 +236,7 @@ impl<W: Word> Layer<W> {
             + t.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + t.blocks.capacity() * std::mem::size_of::<W::Block>()
             + t.root.bytes()
+            + t.quads.as_ref().map_or(0, quad::Quads::bytes)
             + self.hits.capacity() * std::mem::size_of::<Hit>()
             + self.rules.capacity() * std::mem::size_of::<AclRule>()
             + self.index.capacity() * (std::mem::size_of::<(RuleId, u32)>() + 1)
@@ -531,9 +538,13 @@ impl<W: Word> Tree<W> {
         &self.blocks[first..first + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
     }
 
-    /// The leaf `f` reaches, one packet alone (see [`Step`]).
+    /// The leaf `f` reaches, one packet alone (by its quads, or else its
+    /// steps: see [`Step`]).
     #[inline(always)]
     fn walk(&self, f: &Fields<W>) -> u32 {
+        if let Some(q) = &self.quads {
+            return q.walk(f, self.root.cell(f));
+        }
         // The start's field from the root table's cell (or the root's
         // node); below it, each node's field comes with the choice of
         // that node.
@@ -620,6 +631,65 @@ mod tests {
         assert!(c
             .lookup(&f([11, 1, 1, 1], [192, 168, 3, 4], 1500), &o)
             .is_none());
+    }
+
+    /// The leaf `f` reaches from the root, node by node: what every
+    /// shortcut (root table, steps, quads) must agree with.
+    fn node_walk<W: Word>(t: &Tree<W>, f: &Fields<W>) -> u32 {
+        let mut n = 0;
+        while !t.nodes[n as usize].is_leaf() {
+            let node = &t.nodes[n as usize];
+            n = node.kids[usize::from(f[node.field as usize] >= node.at)];
+        }
+        n
+    }
+
+    #[test]
+    fn one_packets_walks_reach_the_leaf_the_nodes_lead_to() {
+        // Rules on a few hundred prefixes of every length and port ranges,
+        // and packets near them: a tree deep enough for a root table and
+        // quads at every parity of depth.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let addr = |r: u64| {
+            let a = (r as u32) & 0xff0f_f0ff;
+            let len = (r >> 32) as u8 % 33;
+            (a, len)
+        };
+        let rules: Vec<Input> = (0..3000u32)
+            .map(|i| {
+                let (s, sl) = addr(next());
+                let (d, dl) = addr(next());
+                let lo = (next() % 2000) as u16;
+                let hi = lo + (next() % 300) as u16;
+                let p = |a: u32, l: u8| {
+                    let m = u32::MAX.checked_shl(32 - u32::from(l)).unwrap_or(0);
+                    format!("{}/{l}", std::net::Ipv4Addr::from(a & m))
+                };
+                rule(i + 1, i % 97, &p(s, sl), &p(d, dl), (lo, hi))
+            })
+            .collect();
+        let c = Compiled::build(&rules).unwrap().v4.unwrap();
+        let t = &c.tree;
+        assert!(!t.root.is_empty(), "a root table");
+        let q = t.quads.as_ref().expect("quads");
+        let mut hits = 0;
+        for _ in 0..50_000 {
+            let (s, _) = addr(next());
+            let (d, _) = addr(next());
+            let f = fields(s, d, (next() % 65536) as u16, (next() % 2400) as u16, 6);
+            let want = node_walk(t, &f);
+            assert_eq!(q.walk(&f, t.root.cell(&f)), want, "quads, from the cell");
+            assert_eq!(q.walk(&f, None), want, "quads, from the root");
+            assert_eq!(t.walk(&f), want);
+            hits += usize::from(c.lookup(&f, &c.overlay()).is_some());
+        }
+        assert!(hits > 1000, "{hits} packets matched");
     }
 
     #[test]

@@ -77,7 +77,8 @@ impl<W: Word> Node<W> {
 /// burst's lanes reads the same steps. A leaf's step holds what its node
 /// does in `at` (its first block plus one) and its length as built in
 /// `link`: a packet that reached it reads its blocks from there while the
-/// copy's overlay rewrote no leaf.
+/// copy's overlay rewrote no leaf. (An IPv4 packet alone walks the quads,
+/// two levels a step, where the tree has them: `quad.rs`.)
 pub(super) use cfdp_acl_simd::Step;
 pub(super) use cfdp_acl_simd::{KID_BITS, RIGHT};
 const _: () = assert!(ZERO_FIELD == cfdp_acl_simd::LEAF_FIELD);

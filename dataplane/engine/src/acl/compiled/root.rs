@@ -114,18 +114,30 @@ impl Root {
     /// table.
     #[inline(always)]
     pub(super) fn start<W: Word>(&self, f: &Fields<W>) -> Option<(u32, u32, u32)> {
-        if W::V6 || self.cells.is_empty() {
-            return None;
-        }
-        let shift = 32 - self.bits;
-        let (src, dst) = (f[field::SRC].fold(), f[field::DST].fold());
-        let i = ((src >> shift) << self.bits) | (dst >> shift);
-        let c = self.cells[i as usize];
+        let c = self.cells[self.cell(f)?];
         Some((
             c & ((1 << NODE_BITS) - 1),
             (c >> NODE_BITS) & ((1 << FIELD_BITS) - 1),
             c >> (NODE_BITS + FIELD_BITS),
         ))
+    }
+}
+
+impl Root {
+    /// The cell `f` falls in, by index; `None` when there is no table.
+    #[inline(always)]
+    pub(super) fn cell<W: Word>(&self, f: &Fields<W>) -> Option<usize> {
+        if W::V6 || self.cells.is_empty() {
+            return None;
+        }
+        let shift = 32 - self.bits;
+        let (src, dst) = (f[field::SRC].fold(), f[field::DST].fold());
+        Some((((src >> shift) << self.bits) | (dst >> shift)) as usize)
+    }
+
+    /// Each cell's start node, in the cells' order.
+    pub(super) fn nodes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.cells.iter().map(|c| c & ((1 << NODE_BITS) - 1))
     }
 }
 

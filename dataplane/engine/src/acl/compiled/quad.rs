@@ -1,0 +1,155 @@
+//! The tree again for one packet's walk, two levels a step.
+//!
+//! A packet alone cannot overlap its levels with other packets' as a
+//! burst's lanes do: its walk is a chain of loads, each level's node known
+//! only once the level above chose it. A [`Quad`] holds a node, both its
+//! children's cuts and its four grandchildren (32 bytes): one load brings
+//! three cuts and four exits, the three compares run side by side, and
+//! selects (two in a row) pick the grandchild among values already read,
+//! so a walk waits on half as many loads. Each exit also names the fields its quad
+//! cuts (as a [`Step`](super::Step) names its node's), so the packet's
+//! fields are read beside the quad, not after it. Quads start where a
+//! walk can start (the root, each root-table cell's node) and at every
+//! quad's grandchildren; a child that is a leaf cuts the zero field
+//! against the largest value, and goes to the leaf either way.
+//!
+//! Only the one-packet walk reads them (a burst's lanes walk the steps),
+//! and only in IPv4 trees: a quad packs a 32-bit cut beside each exit. A
+//! tree with more quads than an exit can number (2^20) has none, and its
+//! packets walk the steps one level at a time, as IPv6's do.
+//! Measured on acl1_1k, one packet at a time, 1.18× the steps' walk
+//! (`bench/results/classbench_quads_ab.csv`).
+
+use hashbrown::HashMap;
+
+use super::node::{Fields, Node, Word, ZERO_FIELD};
+
+/// An exit that is a leaf: the leaf's node in the bits below.
+const LEAF: u32 = 1 << 31;
+/// Bits of an exit that number its quad; each of its three fields takes
+/// the next three bits in turn (the node's, its left child's, its right
+/// child's).
+const QUAD_BITS: u32 = 20;
+const FIELD_BITS: u32 = 3;
+const _: () = assert!(QUAD_BITS + 3 * FIELD_BITS < 31);
+
+/// A node with its two children (see the module docs): four words, each
+/// a grandchild's exit in its high half (the left child's two first) and
+/// a cut in its low one: the left child's in the first, the node's in the
+/// second, the right child's in the third.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Quad {
+    words: [u64; 4],
+}
+
+/// A tree's quads, where its walks start, and the exit of each root-table
+/// cell (in the cells' order).
+#[derive(Debug, Default)]
+pub(super) struct Quads<W> {
+    _word: std::marker::PhantomData<W>,
+    quads: Vec<Quad>,
+    root: u32,
+    cells: Vec<u32>,
+}
+
+impl<W: Word> Quads<W> {
+    /// The quads of the tree `nodes`, starting at its root and at each of
+    /// `starts` (the root table's cells' nodes, in order); `None` when they
+    /// are too many to number.
+    pub(super) fn build(nodes: &[Node<W>], starts: impl Iterator<Item = u32>) -> Option<Self> {
+        if W::V6 || nodes.len() >= LEAF as usize {
+            return None;
+        }
+        let mut b = Builder {
+            nodes,
+            quads: Vec::new(),
+            made: HashMap::new(),
+        };
+        let root = b.exit(0)?;
+        let cells = starts.map(|n| b.exit(n)).collect::<Option<Vec<u32>>>()?;
+        let mut quads = b.quads;
+        quads.shrink_to_fit();
+        Some(Self {
+            _word: std::marker::PhantomData,
+            quads,
+            root,
+            cells,
+        })
+    }
+
+    /// Heap bytes.
+    pub(super) fn bytes(&self) -> usize {
+        self.quads.capacity() * std::mem::size_of::<Quad>()
+            + self.cells.capacity() * std::mem::size_of::<u32>()
+    }
+
+    /// The leaf node `f` reaches from root-table cell `cell` (`None`: from
+    /// the root).
+    #[inline(always)]
+    pub(super) fn walk(&self, f: &Fields<W>, cell: Option<usize>) -> u32 {
+        let mut e = cell.map_or(self.root, |c| self.cells[c]);
+        while e & LEAF == 0 {
+            let q = &self.quads[(e & ((1 << QUAD_BITS) - 1)) as usize];
+            let field = |k: u32| f[((e >> (QUAD_BITS + k * FIELD_BITS)) & 7) as usize];
+            // Each word is read once for its cut and its exit, so the
+            // exits are in registers when the turns are known. (Kept
+            // apart, LLVM selected the exit's address and read it after
+            // the compares: a second load in a row a quad.)
+            let [w0, w1, w2, w3] = q.words;
+            let exit = |w: u64| (w >> 32) as u32;
+            let cut = |w: u64| W::from_u32(w as u32);
+            use std::hint::select_unpredictable as pick;
+            let left = pick(field(1) >= cut(w0), exit(w1), exit(w0));
+            let right = pick(field(2) >= cut(w2), exit(w3), exit(w2));
+            e = pick(field(0) >= cut(w1), right, left);
+        }
+        e & !LEAF
+    }
+}
+
+struct Builder<'a, W> {
+    nodes: &'a [Node<W>],
+    quads: Vec<Quad>,
+    /// The exit of each node that has a quad.
+    made: HashMap<u32, u32>,
+}
+
+impl<W: Word> Builder<'_, W> {
+    /// The exit to node `n`: its leaf, or its quad (made once).
+    fn exit(&mut self, n: u32) -> Option<u32> {
+        let node = self.nodes[n as usize];
+        if node.is_leaf() {
+            return Some(LEAF | n);
+        }
+        if let Some(&e) = self.made.get(&n) {
+            return Some(e);
+        }
+        let q = u32::try_from(self.quads.len())
+            .ok()
+            .filter(|&q| q < 1 << QUAD_BITS)?;
+        // A leaf child: the zero field against the largest value goes
+        // left, to the leaf either way.
+        let nodes = self.nodes;
+        let child = |k: u32| {
+            let c = nodes[k as usize];
+            if c.is_leaf() {
+                (ZERO_FIELD, W::MAX, [k, k])
+            } else {
+                (c.field, c.at, c.kids)
+            }
+        };
+        let (lf, lat, [a, b]) = child(node.kids[0]);
+        let (rf, rat, [c, d]) = child(node.kids[1]);
+        self.quads.push(Quad { words: [0; 4] });
+        let e = q
+            | (node.field << QUAD_BITS)
+            | (lf << (QUAD_BITS + FIELD_BITS))
+            | (rf << (QUAD_BITS + 2 * FIELD_BITS));
+        self.made.insert(n, e);
+        let exits = [self.exit(a)?, self.exit(b)?, self.exit(c)?, self.exit(d)?];
+        let cuts = [lat.low(), node.at.low(), rat.low(), 0];
+        self.quads[q as usize].words =
+            [0, 1, 2, 3].map(|i| (u64::from(exits[i]) << 32) | u64::from(cuts[i]));
+        Some(e)
+    }
+}

@@ -272,15 +272,22 @@ impl<W: Word> Layer<W> {
     /// The best live compiled rule for one packet.
     #[inline]
     pub fn lookup<'a>(&'a self, f: &Fields<W>, o: &'a Overlay<W>) -> Option<&'a Hit> {
-        let leaf = self.tree.walk(f);
-        let blocks = if o.rewrote_none() {
-            // The leaf's blocks from its step, the walk's own array: no
-            // load of its node and then its span first.
-            let s = &self.tree.steps[leaf as usize];
-            self.tree
-                .leaf_blocks((s.at.low() as usize).wrapping_sub(1), s.link)
-        } else {
-            self.leaf_blocks(leaf, o)
+        let t = &self.tree;
+        let blocks = match &t.quads {
+            // Where the tree has quads and no leaf moved to the overlay:
+            // two levels a step, to the leaf's blocks.
+            Some(q) if o.rewrote_none() => match q.walk(f, t.root.cell(f)) {
+                Ok((first, count)) => &t.blocks[first..first + count],
+                Err(leaf) => t.step_blocks(leaf),
+            },
+            _ => {
+                let leaf = t.walk(f);
+                if o.rewrote_none() {
+                    t.step_blocks(leaf)
+                } else {
+                    self.leaf_blocks(leaf, o)
+                }
+            }
         };
         self.scan_blocks(blocks, f, o).map(|i| self.hit_in(o, i))
     }
@@ -538,13 +545,18 @@ impl<W: Word> Tree<W> {
         &self.blocks[first..first + (len as usize).div_ceil(cfdp_acl_simd::LANES)]
     }
 
-    /// The leaf `f` reaches, one packet alone (by its quads, or else its
-    /// steps: see [`Step`]).
+    /// Leaf `leaf`'s blocks as built, from its step (the walk's own
+    /// array: no load of its node and then its span first).
+    #[inline(always)]
+    fn step_blocks(&self, leaf: u32) -> &[W::Block] {
+        let s = &self.steps[leaf as usize];
+        self.leaf_blocks((s.at.low() as usize).wrapping_sub(1), s.link)
+    }
+
+    /// The leaf `f` reaches, one packet alone, by the steps (see [`Step`];
+    /// [`Layer::lookup`] takes the quads where it can).
     #[inline(always)]
     fn walk(&self, f: &Fields<W>) -> u32 {
-        if let Some(q) = &self.quads {
-            return q.walk(f, self.root.cell(f));
-        }
         // The start's field from the root table's cell (or the root's
         // node); below it, each node's field comes with the choice of
         // that node.
@@ -661,6 +673,10 @@ mod tests {
             let len = (r >> 32) as u8 % 33;
             (a, len)
         };
+        // Sixty rules no cut tells apart: a leaf of more blocks than a
+        // quad's exit counts.
+        let same =
+            (0..60u32).map(|i| rule(5000 + i, i, "10.0.0.0/8", "192.168.0.0/16", (5000, 5000)));
         let rules: Vec<Input> = (0..3000u32)
             .map(|i| {
                 let (s, sl) = addr(next());
@@ -673,20 +689,40 @@ mod tests {
                 };
                 rule(i + 1, i % 97, &p(s, sl), &p(d, dl), (lo, hi))
             })
+            .chain(same)
             .collect();
         let c = Compiled::build(&rules).unwrap().v4.unwrap();
         let t = &c.tree;
         assert!(!t.root.is_empty(), "a root table");
         let q = t.quads.as_ref().expect("quads");
         let mut hits = 0;
-        for _ in 0..50_000 {
+        let big = fields(0x0a01_0203, 0xc0a8_0101, 1, 5000, 6);
+        assert!(
+            q.walk(&big, t.root.cell(&big)).is_err(),
+            "a leaf by its node"
+        );
+        for i in 0..50_000 {
             let (s, _) = addr(next());
             let (d, _) = addr(next());
-            let f = fields(s, d, (next() % 65536) as u16, (next() % 2400) as u16, 6);
+            let mut f = fields(s, d, (next() % 65536) as u16, (next() % 2400) as u16, 6);
+            if i % 100 == 0 {
+                f = big;
+                f[0] ^= (next() & 0xffff) as u32;
+            }
             let want = node_walk(t, &f);
-            assert_eq!(q.walk(&f, t.root.cell(&f)), want, "quads, from the cell");
-            assert_eq!(q.walk(&f, None), want, "quads, from the root");
-            assert_eq!(t.walk(&f), want);
+            assert_eq!(t.walk(&f), want, "steps");
+            // The quads end at the leaf's blocks.
+            let blocks = t.step_blocks(want).as_ptr_range();
+            let got = |r: Result<(usize, usize), u32>| match r {
+                Ok((first, n)) => t.blocks[first..first + n].as_ptr_range(),
+                Err(leaf) => t.step_blocks(leaf).as_ptr_range(),
+            };
+            assert_eq!(
+                got(q.walk(&f, t.root.cell(&f))),
+                blocks,
+                "quads, from the cell"
+            );
+            assert_eq!(got(q.walk(&f, None)), blocks, "quads, from the root");
             hits += usize::from(c.lookup(&f, &c.overlay()).is_some());
         }
         assert!(hits > 1000, "{hits} packets matched");

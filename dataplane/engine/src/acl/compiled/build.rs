@@ -120,7 +120,7 @@ impl<W: Word> Layer<W> {
                 // After the blocks: a leaf's step names its first block.
                 b.t.steps = steps(&b.t.nodes[..n], &b.t.spans);
                 b.t.root = super::root::Root::build(&b.t.nodes);
-                b.t.quads = super::quad::Quads::build(&b.t.nodes, b.t.root.nodes());
+                b.t.quads = super::quad::Quads::build(&b.t.nodes, &b.t.spans, b.t.root.nodes());
                 // Grown by pushes, the tables held up to twice their
                 // length (ipc1_10k's blocks: 12.6 MB for 8.2 used).
                 b.t.nodes.shrink_to_fit();

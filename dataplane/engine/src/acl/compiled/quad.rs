@@ -13,7 +13,12 @@
 //! quad's grandchildren; a child that is a leaf cuts the zero field
 //! against the largest value, and goes to the leaf either way.
 //!
-//! Only the one-packet walk reads them (a burst's lanes walk the steps),
+//! A walk ends at a leaf's blocks, named in the exit that reached it, so
+//! the lookup reads them with no other table between (a leaf of more
+//! blocks than an exit counts names its node, and the lookup reads its
+//! step). Only the one-packet walk of a copy whose overlay rewrote no
+//! leaf reads them (a burst's lanes walk the steps, as does one packet
+//! where a leaf may have moved to the overlay),
 //! and only in IPv4 trees: a quad packs a 32-bit cut beside each exit. A
 //! tree with more quads than an exit can number (2^20) has none, and its
 //! packets walk the steps one level at a time, as IPv6's do.
@@ -24,8 +29,16 @@ use hashbrown::HashMap;
 
 use super::node::{Fields, Node, Word, ZERO_FIELD};
 
-/// An exit that is a leaf: the leaf's node in the bits below.
+/// An exit that is a leaf: its first block in the low [`BLOCK_BITS`] and
+/// how many blocks it has in the [`COUNT_BITS`] above (the lookup reads
+/// them straight from the tree's blocks, with no other table between);
+/// or with [`BIG`] too, a leaf of more blocks than that counts, by its node
+/// in the bits below.
 const LEAF: u32 = 1 << 31;
+const BIG: u32 = 1 << 30;
+const BLOCK_BITS: u32 = 27;
+const COUNT_BITS: u32 = 3;
+const _: () = assert!(BLOCK_BITS + COUNT_BITS < 31);
 /// Bits of an exit that number its quad; each of its three fields takes
 /// the next three bits in turn (the node's, its left child's, its right
 /// child's).
@@ -56,12 +69,17 @@ impl<W: Word> Quads<W> {
     /// The quads of the tree `nodes`, starting at its root and at each of
     /// `starts` (the root table's cells' nodes, in order); `None` when they
     /// are too many to number.
-    pub(super) fn build(nodes: &[Node<W>], starts: impl Iterator<Item = u32>) -> Option<Self> {
-        if W::V6 || nodes.len() >= LEAF as usize {
+    pub(super) fn build(
+        nodes: &[Node<W>],
+        spans: &[(u32, u32)],
+        starts: impl Iterator<Item = u32>,
+    ) -> Option<Self> {
+        if W::V6 || nodes.len() >= BIG as usize {
             return None;
         }
         let mut b = Builder {
             nodes,
+            spans,
             quads: Vec::new(),
             made: HashMap::new(),
         };
@@ -83,10 +101,11 @@ impl<W: Word> Quads<W> {
             + self.cells.capacity() * std::mem::size_of::<u32>()
     }
 
-    /// The leaf node `f` reaches from root-table cell `cell` (`None`: from
-    /// the root).
+    /// The leaf `f` reaches from root-table cell `cell` (`None`: from the
+    /// root): its blocks, first and how many, or for a leaf of many
+    /// blocks its node.
     #[inline(always)]
-    pub(super) fn walk(&self, f: &Fields<W>, cell: Option<usize>) -> u32 {
+    pub(super) fn walk(&self, f: &Fields<W>, cell: Option<usize>) -> Result<(usize, usize), u32> {
         let mut e = cell.map_or(self.root, |c| self.cells[c]);
         while e & LEAF == 0 {
             let q = &self.quads[(e & ((1 << QUAD_BITS) - 1)) as usize];
@@ -103,12 +122,19 @@ impl<W: Word> Quads<W> {
             let right = pick(field(2) >= cut(w2), exit(w3), exit(w2));
             e = pick(field(0) >= cut(w1), right, left);
         }
-        e & !LEAF
+        if e & BIG != 0 {
+            return Err(e & !(LEAF | BIG));
+        }
+        let first = e & ((1 << BLOCK_BITS) - 1);
+        let count = (e >> BLOCK_BITS) & ((1 << COUNT_BITS) - 1);
+        Ok((first as usize, count as usize))
     }
 }
 
 struct Builder<'a, W> {
     nodes: &'a [Node<W>],
+    /// The leaves' spans (their rules: how many in each).
+    spans: &'a [(u32, u32)],
     quads: Vec<Quad>,
     /// The exit of each node that has a quad.
     made: HashMap<u32, u32>,
@@ -119,7 +145,14 @@ impl<W: Word> Builder<'_, W> {
     fn exit(&mut self, n: u32) -> Option<u32> {
         let node = self.nodes[n as usize];
         if node.is_leaf() {
-            return Some(LEAF | n);
+            let rules = self.spans.get(node.kids[1] as usize).map_or(0, |s| s.1);
+            let count = (rules as usize).div_ceil(cfdp_acl_simd::LANES);
+            let first = node.first_block();
+            return Some(if count >> COUNT_BITS == 0 && first >> BLOCK_BITS == 0 {
+                LEAF | ((count as u32) << BLOCK_BITS) | first as u32
+            } else {
+                LEAF | BIG | n
+            });
         }
         if let Some(&e) = self.made.get(&n) {
             return Some(e);

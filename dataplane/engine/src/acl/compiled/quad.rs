@@ -18,12 +18,19 @@
 //! blocks than an exit counts names its node, and the lookup reads its
 //! step). Only the one-packet walk of a copy whose overlay rewrote no
 //! leaf reads them (a burst's lanes walk the steps, as does one packet
-//! where a leaf may have moved to the overlay),
-//! and only in IPv4 trees: a quad packs a 32-bit cut beside each exit. A
+//! where a leaf may have moved to the overlay), and only in IPv4 trees: a
+//! quad packs a 32-bit cut beside each exit. A
 //! tree with more quads than an exit can number (2^20) has none, and its
 //! packets walk the steps one level at a time, as IPv6's do.
-//! Measured on acl1_1k, one packet at a time, 1.18× the steps' walk
-//! (`bench/results/classbench_quads_ab.csv`).
+//!
+//! One packet at a time, against the steps' walk (alternated runs,
+//! `bench/results/classbench_quads_ab.csv`): 1.15× acl1_1k, 1.18×
+//! acl1_10k, 1.10× ipc1_10k, 1.05× acl1_100k (0.90× while its walk still
+//! read the leaf's step after the quads: two tables a packet instead of
+//! one, on a set whose walk misses the caches). Tried and not kept: a
+//! walk of as many quads as the root cell's height (no branch on the
+//! leaf), 0.87× acl1_1k and 0.83× acl1_10k: the exit's branch is cheaper
+//! than the levels a walk would take past its leaf.
 
 use hashbrown::HashMap;
 

@@ -122,7 +122,7 @@ struct Tree<W: Word> {
     root: Root,
     /// The tree for one packet's walk two levels a step (IPv4; none for
     /// IPv6 or where too large: the steps then).
-    quads: Option<quad::Quads<W>>,
+    quads: Option<quad::Quads>,
     depth: u32,
 }
 
@@ -661,13 +661,10 @@ mod tests {
         // Rules on a few hundred prefixes of every length and port ranges,
         // and packets near them: a tree deep enough for a root table and
         // quads at every parity of depth.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        use proptest::prelude::Rng;
+        use proptest::test_runner::{RngAlgorithm, TestRng};
+        let mut rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+        let mut next = move || rng.next_u64();
         let addr = |r: u64| {
             let a = (r as u32) & 0xff0f_f0ff;
             let len = (r >> 32) as u8 % 33;

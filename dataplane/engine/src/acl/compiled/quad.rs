@@ -65,18 +65,17 @@ pub(super) struct Quad {
 /// A tree's quads, where its walks start, and the exit of each root-table
 /// cell (in the cells' order).
 #[derive(Debug, Default)]
-pub(super) struct Quads<W> {
-    _word: std::marker::PhantomData<W>,
+pub(super) struct Quads {
     quads: Vec<Quad>,
     root: u32,
     cells: Vec<u32>,
 }
 
-impl<W: Word> Quads<W> {
+impl Quads {
     /// The quads of the tree `nodes`, starting at its root and at each of
     /// `starts` (the root table's cells' nodes, in order); `None` when they
     /// are too many to number.
-    pub(super) fn build(
+    pub(super) fn build<W: Word>(
         nodes: &[Node<W>],
         spans: &[(u32, u32)],
         starts: impl Iterator<Item = u32>,
@@ -94,12 +93,7 @@ impl<W: Word> Quads<W> {
         let cells = starts.map(|n| b.exit(n)).collect::<Option<Vec<u32>>>()?;
         let mut quads = b.quads;
         quads.shrink_to_fit();
-        Some(Self {
-            _word: std::marker::PhantomData,
-            quads,
-            root,
-            cells,
-        })
+        Some(Self { quads, root, cells })
     }
 
     /// Heap bytes.
@@ -112,7 +106,11 @@ impl<W: Word> Quads<W> {
     /// root): its blocks, first and how many, or for a leaf of many
     /// blocks its node.
     #[inline(always)]
-    pub(super) fn walk(&self, f: &Fields<W>, cell: Option<usize>) -> Result<(usize, usize), u32> {
+    pub(super) fn walk<W: Word>(
+        &self,
+        f: &Fields<W>,
+        cell: Option<usize>,
+    ) -> Result<(usize, usize), u32> {
         let mut e = cell.map_or(self.root, |c| self.cells[c]);
         while e & LEAF == 0 {
             let q = &self.quads[(e & ((1 << QUAD_BITS) - 1)) as usize];

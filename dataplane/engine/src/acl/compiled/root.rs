@@ -121,9 +121,7 @@ impl Root {
             c >> (NODE_BITS + FIELD_BITS),
         ))
     }
-}
 
-impl Root {
     /// The cell `f` falls in, by index; `None` when there is no table.
     #[inline(always)]
     pub(super) fn cell<W: Word>(&self, f: &Fields<W>) -> Option<usize> {
